@@ -1,0 +1,152 @@
+"""Typed failures of the scheduler, its store and its RPC surface.
+
+Callers tell failures apart by type, never by message text. Every exception
+that may cross the RPC boundary is listed in the endpoint's expected
+exceptions so that oslo.messaging re-raises it on the caller's side without
+logging a traceback on the server.
+"""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    msg = "scheduler error"
+
+    def __init__(self, message: str | None = None, **kwargs: object) -> None:
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.msg % kwargs if kwargs else self.msg
+            except (KeyError, TypeError, ValueError):
+                message = self.msg
+        super().__init__(message)
+        self.message = message
+
+
+# --- request validation -------------------------------------------------------------
+
+
+class InvalidRequest(SchedulerError):
+    """A request spec (or another RPC argument) failed validation."""
+
+    msg = "invalid request: %(reason)s"
+
+
+class Forbidden(SchedulerError):
+    """The request context lacks the role the operation needs."""
+
+    msg = "forbidden: %(reason)s"
+
+
+# --- scheduling outcomes ------------------------------------------------------------
+
+
+class NoValidHost(SchedulerError):
+    """Nothing fits. An expected outcome, not a crash.
+
+    ``message`` is user-safe and generic; ``details`` holds the admin-only
+    reasons (a count of hosts removed per reason, e.g.
+    ``0/1200 hosts available: 800 insufficient MEMORY_MB, 100 disabled``).
+    """
+
+    USER_MESSAGE = "No valid host was found."
+
+    def __init__(self, details: str = "", reasons: dict[str, int] | None = None) -> None:
+        super().__init__(self.USER_MESSAGE)
+        self.details = details
+        self.reasons = dict(reasons or {})
+
+
+class MaxRetriesExceeded(SchedulerError):
+    """Every alternate of an instance was tried and failed."""
+
+    USER_MESSAGE = "Exceeded maximum number of retries."
+    msg = USER_MESSAGE
+
+
+# --- store --------------------------------------------------------------------------
+
+
+class StoreError(SchedulerError):
+    msg = "store error"
+
+
+class StoreUnavailable(StoreError):
+    msg = "the store cannot be reached: %(reason)s"
+
+
+class NotFound(StoreError):
+    msg = "%(kind)s %(ident)s not found"
+
+
+class ProviderNotFound(NotFound):
+    def __init__(self, ident: str) -> None:
+        super().__init__(kind="resource provider", ident=ident)
+        self.ident = ident
+
+
+class InstanceNotFound(NotFound):
+    def __init__(self, ident: str) -> None:
+        super().__init__(kind="instance", ident=ident)
+        self.ident = ident
+
+
+class ProviderExists(StoreError):
+    msg = "resource provider %(ident)s already exists"
+
+
+class GenerationConflict(StoreError):
+    """A provider write carried a stale generation: re-read and decide."""
+
+    msg = "provider %(uuid)s generation %(expected)s is stale (now %(actual)s)"
+
+
+class InventoryInUse(StoreError):
+    msg = "provider %(uuid)s: cannot remove %(rc)s inventory while %(used)s is allocated"
+
+
+class ClaimFailed(StoreError):
+    """Base of the typed reasons a claim is refused. Nothing was written."""
+
+    msg = "claim refused"
+
+
+class CapacityExceeded(ClaimFailed):
+    msg = (
+        "provider %(uuid)s: %(rc)s request %(requested)s exceeds free capacity "
+        "%(free)s"
+    )
+
+
+class NoSuchInventory(ClaimFailed):
+    msg = "provider %(uuid)s has no %(rc)s inventory"
+
+
+class UnitRuleViolation(ClaimFailed):
+    """min_unit, max_unit or step_size broken; ``rule`` names which."""
+
+    msg = "provider %(uuid)s: %(rc)s amount %(requested)s breaks %(rule)s=%(limit)s"
+
+
+class ConsumerConflict(ClaimFailed):
+    """The consumer already holds different allocations."""
+
+    msg = "consumer %(consumer)s already holds other allocations"
+
+
+class GroupPolicyViolation(ClaimFailed):
+    msg = "server group %(group)s policy %(policy)s forbids host %(host)s"
+
+
+class StreamTruncated(StoreError):
+    """A change-feed cursor fell off the stream: reload from a snapshot."""
+
+    msg = "change cursor %(cursor)s is older than the retained stream"
+
+
+class CorruptRecord(StoreError):
+    """A key under the prefix holds something this code cannot read."""
+
+    msg = "corrupt record at %(key)s: %(reason)s"

@@ -1,0 +1,427 @@
+"""Typed, frozen request and result objects.
+
+Everything that crosses the RPC boundary is converted here, explicitly, with
+``to_primitive()`` / ``from_primitive()``. ``from_primitive`` validates: types,
+ranges and known fields, raising :class:`InvalidRequest` with a message that
+names the offending field. Past this module nobody digs in dicts.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid as uuidlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from scheduler.exceptions import InvalidRequest
+
+VCPU = "VCPU"
+MEMORY_MB = "MEMORY_MB"
+DISK_GB = "DISK_GB"
+STANDARD_RESOURCE_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
+
+#: The most instances one request may ask for; larger boots are refused at
+#: validation, before anything is claimed.
+MAX_INSTANCES_PER_REQUEST = 1000
+#: Upper bounds that catch nonsense (and integer overflow in the store) early.
+MAX_VCPUS = 4096
+MAX_MEMORY_MB = 64 * 1024 * 1024
+MAX_DISK_GB = 1024 * 1024
+MAX_SWAP_MB = 1024 * 1024
+
+GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+
+
+def _frozen_map(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+# --- validation helpers -------------------------------------------------------------
+
+
+def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidRequest(reason=f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _check_fields(data: Mapping[str, Any], what: str, allowed: set[str],
+                  required: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidRequest(reason=f"{what} has unknown field(s): {', '.join(unknown)}")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InvalidRequest(reason=f"{what} is missing field(s): {', '.join(missing)}")
+
+
+def _int(data: Mapping[str, Any], key: str, what: str, lo: int, hi: int,
+         default: int | None = None) -> int:
+    value = data.get(key, default)
+    if value is None:
+        raise InvalidRequest(reason=f"{what}.{key} is required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(
+            reason=f"{what}.{key} must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidRequest(reason=f"{what}.{key} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False,
+         default: str | None = None, max_len: int = 255) -> str | None:
+    value = data.get(key, default)
+    if value is None:
+        if optional:
+            return None
+        raise InvalidRequest(reason=f"{what}.{key} is required")
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            reason=f"{what}.{key} must be a string, got {type(value).__name__}")
+    if not value and not optional:
+        raise InvalidRequest(reason=f"{what}.{key} must not be empty")
+    if len(value) > max_len:
+        raise InvalidRequest(reason=f"{what}.{key} is longer than {max_len} characters")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str, what: str, default: bool = False) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidRequest(reason=f"{what}.{key} must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def _str_map(data: Mapping[str, Any], key: str, what: str) -> dict[str, str]:
+    value = data.get(key) or {}
+    _require_mapping(value, f"{what}.{key}")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidRequest(reason=f"{what}.{key} must map strings to strings")
+        if len(k) > 255 or len(v) > 4096:
+            raise InvalidRequest(reason=f"{what}.{key} entry {k[:40]!r} is too long")
+        out[k] = v
+    return out
+
+
+def _str_list(data: Mapping[str, Any], key: str, what: str, max_items: int = 1000) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest(reason=f"{what}.{key} must be a list, got {type(value).__name__}")
+    if len(value) > max_items:
+        raise InvalidRequest(reason=f"{what}.{key} has more than {max_items} items")
+    for item in value:
+        if not isinstance(item, str) or not item or len(item) > 255:
+            raise InvalidRequest(reason=f"{what}.{key} must hold non-empty strings")
+    return tuple(value)
+
+
+def validate_uuid(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(reason=f"{what} must be a UUID string")
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise InvalidRequest(reason=f"{what} is not a valid UUID: {value[:64]!r}") from None
+
+
+def validate_instance_uuids(value: Any, num_instances: int) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest(reason="instance_uuids must be a list")
+    uuids = tuple(validate_uuid(v, "instance_uuids[]") for v in value)
+    if len(uuids) != num_instances:
+        raise InvalidRequest(
+            reason=f"instance_uuids has {len(uuids)} entries but num_instances is "
+            f"{num_instances}")
+    if len(set(uuids)) != len(uuids):
+        raise InvalidRequest(reason="instance_uuids holds duplicates")
+    return uuids
+
+
+# --- request objects ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flavor:
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int = 0
+    ephemeral_gb: int = 0
+    swap_mb: int = 0
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
+
+    FIELDS = {"name", "vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap_mb", "extra_specs"}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_specs", _frozen_map(self.extra_specs))
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "vcpus": self.vcpus, "memory_mb": self.memory_mb,
+            "root_gb": self.root_gb, "ephemeral_gb": self.ephemeral_gb,
+            "swap_mb": self.swap_mb, "extra_specs": dict(self.extra_specs),
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> Flavor:
+        w = "flavor"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, cls.FIELDS, {"name", "vcpus", "memory_mb"})
+        return cls(
+            name=_str(data, "name", w),  # type: ignore[arg-type]
+            vcpus=_int(data, "vcpus", w, 1, MAX_VCPUS),
+            memory_mb=_int(data, "memory_mb", w, 1, MAX_MEMORY_MB),
+            root_gb=_int(data, "root_gb", w, 0, MAX_DISK_GB, 0),
+            ephemeral_gb=_int(data, "ephemeral_gb", w, 0, MAX_DISK_GB, 0),
+            swap_mb=_int(data, "swap_mb", w, 0, MAX_SWAP_MB, 0),
+            extra_specs=_str_map(data, "extra_specs", w),
+        )
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    FIELDS = {"id", "properties"}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "properties", _frozen_map(self.properties))
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"id": self.id, "properties": dict(self.properties)}
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> Image:
+        w = "image"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, cls.FIELDS)
+        return cls(id=_str(data, "id", w, optional=True),
+                   properties=_str_map(data, "properties", w))
+
+
+@dataclass(frozen=True)
+class ServerGroup:
+    uuid: str
+    policy: str
+    max_server_per_host: int = 1
+
+    FIELDS = {"uuid", "policy", "max_server_per_host"}
+
+    @property
+    def is_strict(self) -> bool:
+        return self.policy in ("affinity", "anti-affinity")
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"uuid": self.uuid, "policy": self.policy,
+                "max_server_per_host": self.max_server_per_host}
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> ServerGroup:
+        w = "group"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, cls.FIELDS, {"uuid", "policy"})
+        policy = _str(data, "policy", w)
+        if policy not in GROUP_POLICIES:
+            raise InvalidRequest(
+                reason=f"group.policy must be one of {', '.join(GROUP_POLICIES)}, got {policy!r}")
+        return cls(uuid=validate_uuid(data["uuid"], "group.uuid"), policy=policy,
+                   max_server_per_host=_int(data, "max_server_per_host", w, 1, 1000, 1))
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What to place: one flavor, ``num_instances`` times.
+
+    ``ignore_hosts`` are hosts already tried for this request (the retry
+    filter keeps them out). ``availability_zone`` narrows to one zone.
+    """
+
+    flavor: Flavor
+    project_id: str
+    user_id: str
+    num_instances: int = 1
+    image: Image | None = None
+    availability_zone: str | None = None
+    is_bfv: bool = False
+    group: ServerGroup | None = None
+    ignore_hosts: tuple[str, ...] = ()
+    scheduler_hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    FIELDS = {"flavor", "project_id", "user_id", "num_instances", "image",
+              "availability_zone", "is_bfv", "group", "ignore_hosts", "scheduler_hints"}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scheduler_hints", _frozen_map(self.scheduler_hints))
+
+    @property
+    def resources(self) -> dict[str, int]:
+        """Amount per resource class one instance needs (zero amounts left out).
+
+        Disk is root + ephemeral + swap rounded up to whole GB; a volume-backed
+        (boot-from-volume) request does not count its root disk.
+        """
+        f = self.flavor
+        disk = (0 if self.is_bfv else f.root_gb) + f.ephemeral_gb + math.ceil(f.swap_mb / 1024)
+        wanted = {VCPU: f.vcpus, MEMORY_MB: f.memory_mb, DISK_GB: disk}
+        return {rc: amount for rc, amount in wanted.items() if amount > 0}
+
+    def replace(self, **changes: Any) -> RequestSpec:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "flavor": self.flavor.to_primitive(),
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+            "num_instances": self.num_instances,
+            "image": self.image.to_primitive() if self.image else None,
+            "availability_zone": self.availability_zone,
+            "is_bfv": self.is_bfv,
+            "group": self.group.to_primitive() if self.group else None,
+            "ignore_hosts": list(self.ignore_hosts),
+            "scheduler_hints": {k: list(v) for k, v in self.scheduler_hints.items()},
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> RequestSpec:
+        w = "request_spec"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, cls.FIELDS, {"flavor", "project_id", "user_id"})
+        hints_raw = _require_mapping(data.get("scheduler_hints") or {}, f"{w}.scheduler_hints")
+        hints = {str(k): _str_list(hints_raw, k, f"{w}.scheduler_hints") for k in hints_raw}
+        return cls(
+            flavor=Flavor.from_primitive(data["flavor"]),
+            project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
+            user_id=_str(data, "user_id", w),  # type: ignore[arg-type]
+            num_instances=_int(data, "num_instances", w, 1, MAX_INSTANCES_PER_REQUEST, 1),
+            image=Image.from_primitive(data["image"]) if data.get("image") is not None else None,
+            availability_zone=_str(data, "availability_zone", w, optional=True),
+            is_bfv=_bool(data, "is_bfv", w),
+            group=(ServerGroup.from_primitive(data["group"])
+                   if data.get("group") is not None else None),
+            ignore_hosts=_str_list(data, "ignore_hosts", w),
+            scheduler_hints=hints,
+        )
+
+
+# --- results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllocationRequest:
+    """What a claim writes: amounts per resource class per provider."""
+
+    allocations: Mapping[str, Mapping[str, int]]
+    project_id: str
+    user_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allocations", MappingProxyType(
+            {rp: MappingProxyType(dict(res)) for rp, res in self.allocations.items()}))
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"allocations": {rp: dict(res) for rp, res in self.allocations.items()},
+                "project_id": self.project_id, "user_id": self.user_id}
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> AllocationRequest:
+        w = "allocation_request"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, {"allocations", "project_id", "user_id"},
+                      {"allocations", "project_id", "user_id"})
+        allocs = _require_mapping(data["allocations"], f"{w}.allocations")
+        if not allocs:
+            raise InvalidRequest(reason=f"{w}.allocations is empty")
+        out: dict[str, dict[str, int]] = {}
+        for rp, res in allocs.items():
+            rp = validate_uuid(rp, f"{w}.allocations key")
+            res = _require_mapping(res, f"{w}.allocations[{rp}]")
+            out[rp] = {str(rc): _int(res, rc, f"{w}.allocations[{rp}]", 1, 2**40) for rc in res}
+        return cls(allocations=out, project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
+                   user_id=_str(data, "user_id", w))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One destination: where to build and how to claim it.
+
+    The conductor can claim an alternate with nothing but what this holds.
+    """
+
+    host: str
+    node: str
+    provider_uuid: str
+    allocation_request: AllocationRequest
+    weight: float
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"host": self.host, "node": self.node, "provider_uuid": self.provider_uuid,
+                "allocation_request": self.allocation_request.to_primitive(),
+                "weight": self.weight}
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> Selection:
+        w = "selection"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, {"host", "node", "provider_uuid", "allocation_request", "weight"},
+                      {"host", "node", "provider_uuid", "allocation_request"})
+        weight = data.get("weight", 0.0)
+        if not isinstance(weight, int | float) or isinstance(weight, bool):
+            raise InvalidRequest(reason="selection.weight must be a number")
+        return cls(host=_str(data, "host", w), node=_str(data, "node", w),  # type: ignore[arg-type]
+                   provider_uuid=validate_uuid(data["provider_uuid"], "selection.provider_uuid"),
+                   allocation_request=AllocationRequest.from_primitive(data["allocation_request"]),
+                   weight=float(weight))
+
+
+# --- instance records (owned by the conductor) --------------------------------------
+
+BUILDING = "BUILDING"
+ACTIVE = "ACTIVE"
+ERROR = "ERROR"
+RESIZED = "RESIZED"
+FINAL_STATES = frozenset({ACTIVE, ERROR})
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """The conductor's record of one instance.
+
+    ``fault`` is what the user sees (generic); ``fault_details`` is admin-only
+    (which filter removed how many hosts, which host failed).
+    """
+
+    uuid: str
+    state: str = BUILDING
+    task_state: str | None = "scheduling"
+    host: str | None = None
+    node: str | None = None
+    attempts: int = 0
+    fault: str | None = None
+    fault_details: str | None = None
+    request_spec: Mapping[str, Any] | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    deadline: float | None = None
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid, "state": self.state, "task_state": self.task_state,
+            "host": self.host, "node": self.node, "attempts": self.attempts,
+            "fault": self.fault, "fault_details": self.fault_details,
+            "request_spec": dict(self.request_spec) if self.request_spec else None,
+            "created_at": self.created_at, "updated_at": self.updated_at,
+            "deadline": self.deadline,
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Mapping[str, Any]) -> InstanceRecord:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)

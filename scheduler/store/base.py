@@ -1,0 +1,298 @@
+"""The store's contract: placement semantics, services, instance records.
+
+Two implementations keep it: :mod:`scheduler.store.redis_store` (every write
+that must be atomic is one Lua script) and :mod:`scheduler.store.memory` (one
+lock; for the all-in-one demo and fast unit tests). One contract suite,
+``tests/unit/store/test_contract.py``, runs against both.
+
+Semantics (Placement's, where it is good):
+
+* Capacity per resource class = int((total - reserved) * allocation_ratio).
+  One request never exceeds ``max_unit`` (default: total), is at least
+  ``min_unit`` and a multiple of ``step_size``.
+* Provider writes (inventory, traits, aggregates) carry the generation the
+  caller read; a stale one raises :class:`GenerationConflict` and writes
+  nothing. Callers re-read and decide; they never blindly repeat.
+* A claim carries no provider generation: capacity is re-checked inside the
+  one atomic step, which also checks the server group policy when given,
+  records the allocation, bumps every touched provider's generation and
+  appends to the change feed. A claim happens whole or not at all; the same
+  claim repeated for the same consumer is a no-op; a different one for a
+  consumer that already holds allocations raises :class:`ConsumerConflict`.
+  Each refusal has its own type (:class:`CapacityExceeded`,
+  :class:`NoSuchInventory`, :class:`UnitRuleViolation`,
+  :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
+* Release is idempotent.
+* Every provider, usage, aggregate and service-state write appends a
+  :class:`Change` to the feed, so a worker's host view stays fresh by deltas.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.objects import AllocationRequest, InstanceRecord
+
+# --- records ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inventory:
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int | None = None  # None: the total
+    step_size: int = 1
+    allocation_ratio: float = 1.0
+
+    @property
+    def capacity(self) -> int:
+        return int((self.total - self.reserved) * self.allocation_ratio)
+
+    @property
+    def effective_max_unit(self) -> int:
+        return self.total if self.max_unit is None else min(self.max_unit, self.total)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"total": self.total, "reserved": self.reserved, "min_unit": self.min_unit,
+                "max_unit": self.effective_max_unit, "step_size": self.step_size,
+                "allocation_ratio": self.allocation_ratio}
+
+    @classmethod
+    def from_primitive(cls, d: Mapping[str, Any]) -> Inventory:
+        return cls(total=int(d["total"]), reserved=int(d.get("reserved", 0)),
+                   min_unit=int(d.get("min_unit", 1)), max_unit=int(d["max_unit"])
+                   if d.get("max_unit") is not None else None,
+                   step_size=int(d.get("step_size", 1)),
+                   allocation_ratio=float(d.get("allocation_ratio", 1.0)))
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A resource provider. A compute host is a root provider named after it."""
+
+    uuid: str
+    name: str
+    generation: int = 0
+    parent_uuid: str | None = None
+    root_uuid: str | None = None  # None: itself
+    inventories: Mapping[str, Inventory] = field(default_factory=dict)
+    usages: Mapping[str, int] = field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    consumers: int = 0  # how many consumers hold allocations here
+
+    def free(self, rc: str) -> int:
+        inv = self.inventories.get(rc)
+        return 0 if inv is None else inv.capacity - self.usages.get(rc, 0)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    uuid: str
+    name: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Service:
+    """A compute service: the host, where its RPC server listens, its state.
+
+    ``rpc_server`` is the oslo.messaging server name to cast to on topic
+    ``compute`` (one simulator process serves many hosts under one name).
+    """
+
+    host: str
+    rpc_server: str
+    last_seen: float = 0.0
+    disabled: bool = False
+    disabled_reason: str | None = None
+    failed_builds: int = 0
+
+
+@dataclass(frozen=True)
+class GroupClaim:
+    """The server-group check made inside a claim.
+
+    ``affinity``: the group's members are all on one host, so a host is
+    accepted only if the group has no members yet or has members on it.
+    ``anti-affinity``: at most ``max_server_per_host`` members per host.
+    Soft policies are never checked here (they only weigh).
+    """
+
+    group_uuid: str
+    policy: str
+    host: str
+    max_server_per_host: int = 1
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """The allocations one consumer (instance or migration) holds."""
+
+    uuid: str
+    allocations: Mapping[str, Mapping[str, int]]
+    project_id: str
+    user_id: str
+    generation: int = 1
+    group_uuid: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of the change feed.
+
+    kind ``provider``: ``data`` is the whole provider (a :class:`Provider`);
+    kind ``usage``: ``data`` is ``{"uuid", "generation", "usages", "consumers"}``;
+    kind ``aggregate``: an :class:`Aggregate`;
+    kind ``service``: a :class:`Service` (disabled state or failed-build count
+    changed; plain heartbeats are not fed, they are read with ``list_services``).
+    """
+
+    cursor: str
+    kind: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a host view needs at start, and the feed cursor it is valid at."""
+
+    cursor: str
+    providers: Sequence[Provider]
+    aggregates: Sequence[Aggregate]
+    services: Sequence[Service]
+
+
+# --- the contract -------------------------------------------------------------------
+
+
+class Store(abc.ABC):
+    """Placement, services and instance records behind one interface."""
+
+    # providers
+    @abc.abstractmethod
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        """Create with generation 0; :class:`ProviderExists` if uuid or name is taken."""
+
+    @abc.abstractmethod
+    def get_provider(self, uuid: str) -> Provider:
+        """:class:`ProviderNotFound` if absent."""
+
+    @abc.abstractmethod
+    def get_provider_by_name(self, name: str) -> Provider:
+        """:class:`ProviderNotFound` if absent."""
+
+    @abc.abstractmethod
+    def list_providers(self) -> list[Provider]: ...
+
+    @abc.abstractmethod
+    def set_inventory(self, uuid: str, generation: int,
+                      inventories: Mapping[str, Inventory]) -> int:
+        """Replace the inventory; return the new generation.
+
+        :class:`GenerationConflict` if stale; :class:`InventoryInUse` if a
+        resource class with usage would be removed.
+        """
+
+    @abc.abstractmethod
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int: ...
+
+    @abc.abstractmethod
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int: ...
+
+    @abc.abstractmethod
+    def put_aggregate(self, aggregate: Aggregate) -> None:
+        """Create or replace an aggregate's name and metadata."""
+
+    @abc.abstractmethod
+    def list_aggregates(self) -> list[Aggregate]: ...
+
+    # allocations
+    @abc.abstractmethod
+    def claim(self, consumer_uuid: str, request: AllocationRequest,
+              group: GroupClaim | None = None) -> None:
+        """Atomically check and write a consumer's allocations (see module doc)."""
+
+    @abc.abstractmethod
+    def release(self, consumer_uuid: str) -> bool:
+        """Drop all of a consumer's allocations; True if it held any."""
+
+    @abc.abstractmethod
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
+
+    @abc.abstractmethod
+    def list_consumers(self) -> list[Consumer]: ...
+
+    @abc.abstractmethod
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        """Members per host of a server group, from the live allocations."""
+
+    # change feed
+    @abc.abstractmethod
+    def snapshot(self) -> Snapshot: ...
+
+    @abc.abstractmethod
+    def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
+        """Changes after ``cursor``, oldest first, at most ``limit``.
+
+        :class:`StreamTruncated` when the cursor is older than what the feed
+        still holds: the caller reloads from :meth:`snapshot`.
+        """
+
+    # services
+    @abc.abstractmethod
+    def register_services(self, services: Iterable[Service]) -> None:
+        """Create or update service records (host, rpc_server), fed as changes."""
+
+    @abc.abstractmethod
+    def heartbeat(self, hosts: Iterable[str], now: float) -> None:
+        """Record that these hosts are alive at ``now`` (not fed as changes)."""
+
+    @abc.abstractmethod
+    def list_services(self) -> list[Service]: ...
+
+    @abc.abstractmethod
+    def get_service(self, host: str) -> Service | None: ...
+
+    @abc.abstractmethod
+    def set_service_disabled(self, host: str, disabled: bool,
+                             reason: str | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def record_build_result(self, host: str, success: bool) -> None:
+        """A failure increments the host's failed_builds, a success resets it."""
+
+    # instance records
+    @abc.abstractmethod
+    def create_instances(self, records: Iterable[InstanceRecord]) -> None:
+        """Create records; an existing uuid is left as it is (idempotent)."""
+
+    @abc.abstractmethod
+    def get_instance(self, uuid: str) -> InstanceRecord:
+        """:class:`InstanceNotFound` if absent."""
+
+    @abc.abstractmethod
+    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
+                        **changes: Any) -> InstanceRecord | None:
+        """Apply ``changes`` atomically; return the new record.
+
+        With ``expected_states``, only if the record's state is one of them;
+        otherwise nothing is written and ``None`` is returned (a late or
+        duplicate result cannot overwrite a final state).
+        """
+
+    @abc.abstractmethod
+    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]: ...
+
+    # housekeeping
+    @abc.abstractmethod
+    def ping(self) -> bool:
+        """True if the backing service answers."""
+
+    def close(self) -> None:  # pragma: no cover - trivial default
+        """Release connections."""
