@@ -53,10 +53,13 @@ class NoValidHost(SchedulerError):
 
     USER_MESSAGE = "No valid host was found."
 
-    def __init__(self, details: str = "", reasons: dict[str, int] | None = None) -> None:
+    def __init__(self, message: str | None = None, *, details: str = "",
+                 reasons: dict[str, int] | None = None) -> None:
         super().__init__(self.USER_MESSAGE)
         self.details = details
         self.reasons = dict(reasons or {})
+        # What oslo.messaging sends across RPC, so the caller rebuilds it whole.
+        self.kwargs = {"details": self.details, "reasons": self.reasons}
 
 
 class MaxRetriesExceeded(SchedulerError):

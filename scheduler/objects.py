@@ -404,6 +404,7 @@ class InstanceRecord:
     host: str | None = None
     node: str | None = None
     attempts: int = 0
+    tried_hosts: tuple[str, ...] = ()
     fault: str | None = None
     fault_details: str | None = None
     request_spec: Mapping[str, Any] | None = None
@@ -415,7 +416,7 @@ class InstanceRecord:
         return {
             "uuid": self.uuid, "state": self.state, "task_state": self.task_state,
             "host": self.host, "node": self.node, "attempts": self.attempts,
-            "fault": self.fault, "fault_details": self.fault_details,
+            "tried_hosts": list(self.tried_hosts), "fault": self.fault, "fault_details": self.fault_details,
             "request_spec": dict(self.request_spec) if self.request_spec else None,
             "created_at": self.created_at, "updated_at": self.updated_at,
             "deadline": self.deadline,
@@ -424,4 +425,5 @@ class InstanceRecord:
     @classmethod
     def from_primitive(cls, data: Mapping[str, Any]) -> InstanceRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
         return cls(**known)

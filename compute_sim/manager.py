@@ -1,0 +1,250 @@
+"""Simulated compute hosts: many in one process, each a real resource provider.
+
+Each host registers as a root resource provider with VCPU, MEMORY_MB and
+DISK_GB inventory, heartbeats, and is reached over RPC on topic ``compute``
+through the one server name this process listens on (its service records
+say so). A build "takes" ``build_time`` seconds and fails with probability
+``fail_rate`` (or always, on the hosts named in ``fail_hosts``). A failed
+build releases its claim and hands the instance back to the conductor with
+the remaining alternates; a success is reported to the conductor.
+
+Builds are idempotent per instance uuid: a repeated cast for an instance this
+host already has is ignored.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import oslo_messaging
+
+from scheduler.exceptions import GenerationConflict, ProviderExists
+from scheduler.log import bind_request, get_logger
+from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
+from scheduler.rpc import ConductorClient
+from scheduler.store import Aggregate, Inventory, Service, Store
+
+LOG = get_logger(__name__)
+
+#: Provider uuids are derived from host names, so a restarted simulator finds
+#: its providers again instead of registering duplicates.
+PROVIDER_NAMESPACE = uuidlib.UUID("5b1d7a40-2f5e-4c1e-9a57-6f0b6c2d9e11")
+
+
+def provider_uuid(host: str) -> str:
+    return str(uuidlib.uuid5(PROVIDER_NAMESPACE, host))
+
+
+def aggregate_uuid(name: str) -> str:
+    return str(uuidlib.uuid5(PROVIDER_NAMESPACE, f"aggregate:{name}"))
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """What each simulated host reports."""
+
+    vcpus: int = 16
+    memory_mb: int = 65536
+    disk_gb: int = 1000
+    cpu_allocation_ratio: float = 4.0
+    ram_allocation_ratio: float = 1.0
+    disk_allocation_ratio: float = 1.0
+    reserved_host_memory_mb: int = 512
+    reserved_host_disk_gb: int = 0
+    reserved_host_cpus: int = 0
+
+    def inventories(self) -> dict[str, Inventory]:
+        return {
+            VCPU: Inventory(total=self.vcpus, reserved=self.reserved_host_cpus,
+                            allocation_ratio=self.cpu_allocation_ratio),
+            MEMORY_MB: Inventory(total=self.memory_mb, reserved=self.reserved_host_memory_mb,
+                                 allocation_ratio=self.ram_allocation_ratio),
+            DISK_GB: Inventory(total=self.disk_gb, reserved=self.reserved_host_disk_gb,
+                               allocation_ratio=self.disk_allocation_ratio),
+        }
+
+
+class DelayedRunner:
+    """Runs callables after a delay on one thread (a build "in progress")."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="compute-sim-builds", daemon=True)
+        self._thread.start()
+
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn))
+            self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and (
+                        not self._heap or self._heap[0][0] > time.monotonic()):
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cv.wait(timeout)
+                if self._stopped:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - one bad build must not stop the rest
+                LOG.error("simulated_build_crashed", error=repr(exc))
+
+
+class ComputeSimulator:
+    """The hosts of one simulator process and their RPC endpoint."""
+
+    target = oslo_messaging.Target(version="1.0")
+
+    def __init__(self, store: Store, conductor: ConductorClient,
+                 hosts: Sequence[str], rpc_server: str, shape: HostShape,
+                 build_time: float = 0.05, fail_rate: float = 0.0,
+                 fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
+                 seed: int | None = None) -> None:
+        self.store = store
+        self.conductor = conductor
+        self.hosts = list(hosts)
+        self._host_set = set(self.hosts)
+        self.rpc_server = rpc_server
+        self.shape = shape
+        self.build_time = build_time
+        self.fail_rate = fail_rate
+        self.fail_hosts = set(fail_hosts)
+        self.availability_zones = list(availability_zones)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._instances: dict[str, str] = {}  # instance uuid -> host
+        self._failing: set[str] = set()  # hosts whose last build failed
+        self._runner = DelayedRunner()
+        self.builds_ok = 0
+        self.builds_failed = 0
+
+    # --- registration ---------------------------------------------------------------
+
+    def register(self) -> None:
+        """Create (or find again) each host's provider, set its inventory and zone."""
+        zone_aggs = {}
+        for zone in self.availability_zones:
+            agg = Aggregate(uuid=aggregate_uuid(zone), name=zone,
+                            metadata={"availability_zone": zone})
+            self.store.put_aggregate(agg)
+            zone_aggs[zone] = agg.uuid
+        inventories = self.shape.inventories()
+        for i, host in enumerate(self.hosts):
+            uuid = provider_uuid(host)
+            try:
+                self.store.create_provider(uuid, host)
+            except ProviderExists:
+                pass
+            aggregates = ({zone_aggs[self.availability_zones[i % len(self.availability_zones)]]}
+                          if self.availability_zones else set())
+            self._report(uuid, inventories, aggregates)
+        self.store.register_services(
+            Service(host=h, rpc_server=self.rpc_server, last_seen=time.time())
+            for h in self.hosts)
+        self.heartbeat()
+        LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
+
+    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
+                attempts: int = 5) -> None:
+        """Write inventory and aggregates guarded by the provider generation.
+
+        On a conflict, re-read and decide: if what the store now holds is what
+        this host reports, nothing is written; otherwise write on the fresh
+        generation. Never a blind repeat.
+        """
+        for _ in range(attempts):
+            provider = self.store.get_provider(uuid)
+            try:
+                if dict(provider.inventories) != inventories:
+                    self.store.set_inventory(uuid, provider.generation, inventories)
+                    provider = self.store.get_provider(uuid)
+                if set(provider.aggregates) != aggregates:
+                    self.store.set_aggregates(uuid, provider.generation, aggregates)
+                return
+            except GenerationConflict:
+                LOG.info("provider_generation_conflict", provider=uuid)
+        raise GenerationConflict(uuid=uuid, expected="?", actual="?")
+
+    def heartbeat(self) -> None:
+        self.store.heartbeat(self.hosts, time.time())
+
+    def stop(self) -> None:
+        self._runner.stop()
+
+    # --- RPC endpoint ---------------------------------------------------------------
+
+    def build_and_run_instance(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
+                               selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
+        chosen = Selection.from_primitive(selection)
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, host=chosen.host):
+            if chosen.host not in self._host_set:
+                LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                if instance_uuid in self._instances:
+                    LOG.info("build_duplicate_ignored")
+                    return
+                self._instances[instance_uuid] = chosen.host
+            spec = RequestSpec.from_primitive(request_spec)
+            alternates = [Selection.from_primitive(s) for s in host_list]
+            self._runner.later(self.build_time,
+                               lambda: self._finish_build(ctxt, instance_uuid, spec, chosen,
+                                                          alternates))
+
+    def _finish_build(self, ctxt: Any, instance_uuid: str, spec: RequestSpec,
+                      chosen: Selection, alternates: list[Selection]) -> None:
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, host=chosen.host):
+            failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
+            if failed:
+                with self._lock:
+                    self._instances.pop(instance_uuid, None)
+                    self.builds_failed += 1
+                    first_failure = chosen.host not in self._failing
+                    self._failing.add(chosen.host)
+                # Release before handing back, so the retry can never be refused
+                # for resources its own failed attempt still holds.
+                self.store.release(instance_uuid)
+                self.store.record_build_result(chosen.host, success=False)
+                LOG.info("build_failed", first_failure=first_failure,
+                         alternates=len(alternates))
+                self.conductor.reschedule(ctxt, instance_uuid, spec, chosen.host,
+                                          "simulated build failure", alternates)
+                return
+            with self._lock:
+                self.builds_ok += 1
+                was_failing = chosen.host in self._failing
+                self._failing.discard(chosen.host)
+            if was_failing:
+                self.store.record_build_result(chosen.host, success=True)
+            LOG.info("build_succeeded")
+            self.conductor.build_succeeded(ctxt, instance_uuid, chosen.host, chosen.node)
+
+    def prep_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
+                    new_flavor: dict[str, Any], request_spec: dict[str, Any],
+                    selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
+        chosen = Selection.from_primitive(selection)
+        with bind_request(instance_uuid=instance_uuid, host=chosen.host):
+            LOG.info("prep_resize", migration_uuid=migration_uuid)
+            self._runner.later(self.build_time, lambda: self.conductor.resize_result(
+                ctxt, instance_uuid, migration_uuid, chosen.host, True))

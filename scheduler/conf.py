@@ -1,0 +1,205 @@
+"""Configuration options, in the groups operators know from Nova.
+
+Options are registered on the global ``cfg.CONF``: oslo.messaging 18.3 registers
+its tracing and metrics groups only there, and an RPC server built on a
+private ``ConfigOpts`` fails after acknowledging each message, silently
+(see DESIGN.md). Code reads options once, at start-up, and passes values in;
+filters and weighers never import this module.
+
+``list_opts()`` feeds ``oslo-config-generator`` (entry point
+``oslo.config.opts = scheduler``), which writes etc/scheduler/scheduler.conf.sample.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+DEFAULT_FILTERS = [
+    "ComputeFilter",
+    "AvailabilityZoneFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+    "RetryFilter",
+]
+DEFAULT_WEIGHERS = ["RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher"]
+
+default_opts = [
+    cfg.StrOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<current_hostname>",
+        help="Name of this node, used in the publisher id of notifications "
+        "(scheduler.<host>) and in logs."),
+]
+
+scheduler_group = cfg.OptGroup(
+    "scheduler", title="Scheduler worker options",
+    help="How the scheduler worker serves RPC and talks to compute nodes.")
+
+scheduler_opts = [
+    cfg.StrOpt("topic", default="scheduler",
+               help="RPC topic the worker consumes. Every worker of a deployment uses the "
+               "same topic; they agree through the store, never through each other."),
+    cfg.IntOpt("workers", default=1, min=1, max=64,
+               help="Worker processes to run on this node. One Python process tops out near "
+               "500 RPC calls per second; more processes give more throughput.\n\n"
+               "Possible values: 1 to 64."),
+    cfg.IntOpt("max_attempts", default=3, min=1, max=20,
+               help="How many hosts an instance may be tried on: the primary plus "
+               "max_attempts - 1 alternates.\n\nRelated options: "
+               "[filter_scheduler] host_subset_size."),
+    cfg.IntOpt("max_placement_results", default=1000, min=1,
+               help="At most this many candidate hosts are examined per request after the "
+               "capacity step. Disabled and down hosts are removed before the cut."),
+    cfg.BoolOpt("randomize_allocation_candidates", default=False,
+                help="Take the max_placement_results candidates at random rather than in "
+                "store order, so large clouds spread load across the whole fleet."),
+    cfg.IntOpt("service_down_time", default=60, min=1,
+               help="Seconds without a heartbeat after which a compute host counts as down."),
+    cfg.IntOpt("claim_attempts", default=5, min=1, max=100,
+               help="How many hosts an instance falls through to when another worker's claim "
+               "got to its chosen host first."),
+    cfg.StrOpt("health_listen", default="127.0.0.1",
+               help="Address of the health and metrics HTTP endpoint."),
+    cfg.PortOpt("health_port", default=0,
+                help="Port of the health and metrics endpoint; 0 turns it off."),
+]
+
+filter_scheduler_group = cfg.OptGroup(
+    "filter_scheduler", title="Filters and weighers",
+    help="Which filters and weighers run, and how much each weigher counts.")
+
+filter_scheduler_opts = [
+    cfg.ListOpt("enabled_filters", default=DEFAULT_FILTERS,
+                help="Host filters to run, in order. Each name is an entry point in the "
+                "scheduler.filters group; an unknown name stops start-up."),
+    cfg.ListOpt("weighers", default=DEFAULT_WEIGHERS,
+                help="Weighers to apply. Each name is an entry point in the "
+                "scheduler.weighers group; an unknown name stops start-up."),
+    cfg.IntOpt("host_subset_size", default=1, min=1,
+               help="The host is picked at random among this many best-weighed hosts. 1 takes "
+               "the best; larger values lower the chance that two workers race for one "
+               "host."),
+    cfg.FloatOpt("ram_weight_multiplier", default=1.0,
+                 help="Weight of free RAM. Positive spreads instances across hosts, negative "
+                 "packs them onto the fullest hosts."),
+    cfg.FloatOpt("cpu_weight_multiplier", default=1.0,
+                 help="Weight of free vCPUs (allocation ratio included). Positive spreads, "
+                 "negative packs."),
+    cfg.FloatOpt("disk_weight_multiplier", default=1.0,
+                 help="Weight of free disk. Positive spreads, negative packs."),
+    cfg.FloatOpt("build_failure_weight_multiplier", default=1000000.0,
+                 help="How strongly hosts with recent build failures are avoided. The host's "
+                 "count of failed builds (reset by a success) is multiplied by this and "
+                 "subtracted; 0 ignores failures."),
+    cfg.StrOpt("default_availability_zone", default="nova",
+               help="Zone of a host that no aggregate places in a zone."),
+]
+
+redis_group = cfg.OptGroup("redis", title="The placement store",
+                           help="Where resource providers, allocations and instance records live.")
+
+redis_opts = [
+    cfg.StrOpt("url", default="redis://127.0.0.1:6379/0", secret=True,
+               help="Store URL: redis://[[user]:password@]host:port/db, rediss:// for TLS, "
+               "unix:///path.sock, or memory:// for the in-process store (demo and tests "
+               "only: it is not shared between processes)."),
+    cfg.StrOpt("key_prefix", default="vmsched",
+               help="Prefix of every key. Deployments (or test runs) sharing one Redis must "
+               "use different prefixes."),
+    cfg.FloatOpt("socket_timeout", default=5.0, min=0.1,
+                 help="Seconds a store command may take before the store counts as down."),
+]
+
+notifications_group = cfg.OptGroup("notifications", title="Notifications",
+                                   help="What the scheduler publishes for consumers.")
+
+notifications_opts = [
+    cfg.BoolOpt("enabled", default=True,
+                help="Publish scheduler.* notifications (driver messagingv2)."),
+    cfg.StrOpt("topic", default="notifications",
+               help="Topic the notifications are published on."),
+]
+
+compute_group = cfg.OptGroup("compute", title="Compute simulator",
+                             help="Resources each simulated host reports.")
+
+compute_opts = [
+    cfg.FloatOpt("cpu_allocation_ratio", default=4.0, min=0.0,
+                 help="Virtual CPUs per physical CPU a host offers."),
+    cfg.FloatOpt("ram_allocation_ratio", default=1.0, min=0.0,
+                 help="Virtual RAM per physical RAM a host offers."),
+    cfg.FloatOpt("disk_allocation_ratio", default=1.0, min=0.0,
+                 help="Virtual disk per physical disk a host offers."),
+    cfg.IntOpt("reserved_host_memory_mb", default=512, min=0,
+               help="Memory kept back for the host itself."),
+    cfg.IntOpt("reserved_host_disk_gb", default=0, min=0,
+               help="Disk kept back for the host itself."),
+    cfg.IntOpt("reserved_host_cpus", default=0, min=0,
+               help="Physical CPUs kept back for the host itself."),
+    cfg.IntOpt("heartbeat_interval", default=10, min=1,
+               help="Seconds between service heartbeats; keep it well under "
+               "[scheduler] service_down_time."),
+]
+
+conductor_group = cfg.OptGroup("conductor", title="Conductor stub",
+                               help="Deadlines of the conductor that drives the scheduler.")
+
+conductor_opts = [
+    cfg.StrOpt("flavors_file", default="",
+               help="JSON file of flavors to add to the built-in m1.* catalog."),
+    cfg.IntOpt("build_timeout", default=120, min=1,
+               help="Seconds an instance may stay in BUILDING before the conductor acts."),
+]
+
+_GROUPS = [
+    (None, default_opts),
+    (scheduler_group, scheduler_opts),
+    (filter_scheduler_group, filter_scheduler_opts),
+    (redis_group, redis_opts),
+    (notifications_group, notifications_opts),
+    (compute_group, compute_opts),
+    (conductor_group, conductor_opts),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    for group, opts in _GROUPS:
+        if group is not None:
+            conf.register_group(group)
+        conf.register_opts(opts, group=group)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """For oslo-config-generator: (group name, options) pairs."""
+    return [("DEFAULT" if g is None else g.name, opts) for g, opts in _GROUPS]
+
+
+CONF = cfg.CONF
+register_opts(CONF)
+
+
+def set_defaults() -> None:
+    """Our defaults for library options (also applied by oslo-config-generator
+    through the ``oslo.config.opts.defaults`` entry point, so the sample shows
+    what the daemons really use)."""
+    import oslo_messaging
+
+    oslo_messaging.set_transport_defaults(control_exchange="scheduler")
+
+
+def parse_args(argv: Sequence[str], prog: str, description: str = "",
+               default_config_files: Sequence[str] | None = None) -> cfg.ConfigOpts:
+    """Parse the command line and config files into the global CONF.
+
+    oslo.messaging's own options (``transport_url``, ``[oslo_messaging_rabbit]``)
+    are registered when the transport is built; ``set_transport_defaults``
+    makes ``transport_url`` known before parsing so it can be given on the CLI.
+    """
+    set_defaults()
+    CONF(list(argv), project="scheduler", prog=prog, description=description,
+         default_config_files=list(default_config_files or []))
+    return CONF

@@ -1,0 +1,114 @@
+"""Logging: structlog for our events, the stdlib's records routed through it.
+
+Daemons write JSON lines when stderr is not a terminal and readable
+``key=value`` lines when it is. Every line passes :func:`mask_secrets`, so a
+password inside a transport or store URL never reaches a log, whoever logged
+it (our code, oslo.messaging, kombu, redis-py).
+
+Events have stable snake_case names; request-scoped keys (``request_id``,
+``instance_uuid``, ``host``) are bound with :func:`bind_request` (contextvars),
+so every line logged while handling a request carries them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+# scheme://user:password@host[,user2:password2@host2]  ->  scheme://user:***@host...
+_URL_PASSWORD = re.compile(r"(?P<scheme>://|,)(?P<user>[^:/@\s,]*):(?P<pw>[^@\s]+)@")
+# password=..., "password": "..." and the like, in free text
+_KV_PASSWORD = re.compile(
+    r"(?P<key>(?:password|passwd|secret|token)[\"']?\s*[:=]\s*[\"']?)(?P<val>[^\"'\s,;}&]+)",
+    re.IGNORECASE)
+
+MASK = "***"
+
+
+def mask_secrets(text: str) -> str:
+    """Replace passwords in URLs and ``password=`` pairs with ``***``."""
+    if "@" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    if any(w in text.lower() for w in ("password", "passwd", "secret", "token")):
+        text = _KV_PASSWORD.sub(lambda m: f"{m['key']}{MASK}", text)
+    return text
+
+
+def _mask_processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+                    ) -> MutableMapping[str, Any]:
+    for key, value in list(event_dict.items()):
+        if isinstance(value, str):
+            event_dict[key] = mask_secrets(value)
+        elif isinstance(value, BaseException):
+            event_dict[key] = mask_secrets(repr(value))
+    return event_dict
+
+
+def _drop_noise(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+                ) -> MutableMapping[str, Any]:
+    event_dict.pop("_record", None)
+    event_dict.pop("_from_structlog", None)
+    return event_dict
+
+
+def setup(*, json_lines: bool | None = None, level: str = "INFO",
+          process: str | None = None) -> None:
+    """Configure structlog and the stdlib root logger once per process."""
+    if json_lines is None:
+        json_lines = not sys.stderr.isatty()
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if process:
+        structlog.contextvars.bind_contextvars(process=process)
+    renderer: Any = (structlog.processors.JSONRenderer() if json_lines
+                     else structlog.dev.ConsoleRenderer(colors=False))
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            _mask_processor,
+            _drop_noise,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Chatty libraries: keep their warnings, drop per-message debug lines.
+    quiet = max(logging.getLevelNamesMapping().get(level.upper(), logging.INFO), logging.INFO)
+    for name in ("oslo_messaging", "kombu", "amqp", "stevedore"):
+        logging.getLogger(name).setLevel(quiet)
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    return structlog.get_logger(name)
+
+
+@contextmanager
+def bind_request(**keys: Any) -> Iterator[None]:
+    """Bind request-scoped keys to every log line inside the block."""
+    tokens = structlog.contextvars.bind_contextvars(
+        **{k: v for k, v in keys.items() if v is not None})
+    try:
+        yield
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)

@@ -1,0 +1,189 @@
+"""The RPC surface: transports, the context serializer, one client per service.
+
+Each client has one method per remote call and pins the version it sends;
+each server endpoint declares its Target version and accepts every 1.x it
+knows. Typed objects are converted to primitives here, at the boundary, and
+nowhere else.
+
+Delivery is at most once for casts (oslo.messaging acknowledges before the
+endpoint runs), so callers that must not lose work keep deadlines and
+re-drive; every endpoint is idempotent per instance uuid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import oslo_messaging
+from oslo_config import cfg
+from oslo_context import context as oslo_context
+
+from scheduler.objects import Flavor, RequestSpec, Selection
+
+#: Modules whose exceptions are rebuilt on the caller's side.
+ALLOWED_EXMODS = ["scheduler.exceptions"]
+
+SCHEDULER_TOPIC = "scheduler"
+COMPUTE_TOPIC = "compute"
+CONDUCTOR_TOPIC = "conductor"
+
+
+class RequestContext(oslo_context.RequestContext):
+    """oslo.context's request context; the fields every message carries."""
+
+    @classmethod
+    def admin(cls, **kwargs: Any) -> RequestContext:
+        kwargs.setdefault("roles", ["admin"])
+        return cls(is_admin=True, **kwargs)
+
+
+class ContextSerializer(oslo_messaging.NoOpSerializer):
+    """Carries the request context with every message; entities pass as they are
+    (the clients and endpoints convert typed objects themselves)."""
+
+    def serialize_context(self, ctxt: Any) -> dict[str, Any]:
+        if isinstance(ctxt, oslo_context.RequestContext):
+            return ctxt.to_dict()
+        return dict(ctxt or {})
+
+    def deserialize_context(self, ctxt: dict[str, Any]) -> RequestContext:
+        return RequestContext.from_dict(ctxt)
+
+
+def get_transport(conf: cfg.ConfigOpts, url: str | None = None
+                  ) -> oslo_messaging.Transport:
+    return oslo_messaging.get_rpc_transport(conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
+
+
+def get_notification_transport(conf: cfg.ConfigOpts, url: str | None = None
+                               ) -> oslo_messaging.Transport:
+    return oslo_messaging.get_notification_transport(conf, url=url)
+
+
+def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
+               endpoints: Sequence[object]) -> oslo_messaging.RPCServer:
+    target = oslo_messaging.Target(topic=topic, server=server)
+    return oslo_messaging.get_rpc_server(transport, target, list(endpoints),
+                                         executor="threading", serializer=ContextSerializer())
+
+
+def _client(transport: oslo_messaging.Transport, topic: str, version: str,
+            timeout: float | None) -> oslo_messaging.RPCClient:
+    target = oslo_messaging.Target(topic=topic, version=version)
+    return oslo_messaging.get_rpc_client(transport, target, serializer=ContextSerializer(),
+                                         timeout=timeout)
+
+
+class SchedulerClient:
+    """Client of the scheduler worker (topic ``scheduler``).
+
+    Versions:
+      1.0 - select_destinations, run_instance, resize.
+    """
+
+    VERSION = "1.0"
+
+    def __init__(self, transport: oslo_messaging.Transport, topic: str = SCHEDULER_TOPIC,
+                 timeout: float | None = None) -> None:
+        self._client = _client(transport, topic, self.VERSION, timeout)
+
+    def select_destinations(self, ctxt: RequestContext, spec: RequestSpec,
+                            instance_uuids: Sequence[str], return_alternates: bool = True,
+                            timeout: float | None = None) -> list[list[Selection]]:
+        cctxt = self._client.prepare(version=self.VERSION, timeout=timeout)
+        raw = cctxt.call(ctxt, "select_destinations", request_spec=spec.to_primitive(),
+                         instance_uuids=list(instance_uuids),
+                         return_alternates=return_alternates)
+        return [[Selection.from_primitive(s) for s in per_instance] for per_instance in raw]
+
+    def run_instance(self, ctxt: RequestContext, spec: RequestSpec,
+                     instance_uuids: Sequence[str]) -> None:
+        cctxt = self._client.prepare(version=self.VERSION)
+        cctxt.cast(ctxt, "run_instance", request_spec=spec.to_primitive(),
+                   instance_uuids=list(instance_uuids))
+
+    def resize(self, ctxt: RequestContext, instance_uuid: str, source_host: str,
+               new_flavor: Flavor, spec: RequestSpec) -> None:
+        cctxt = self._client.prepare(version=self.VERSION)
+        cctxt.cast(ctxt, "resize", instance_uuid=instance_uuid, source_host=source_host,
+                   new_flavor=new_flavor.to_primitive(), request_spec=spec.to_primitive())
+
+    def cast_raw(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
+        """Send arbitrary arguments: for tests that check what bad input does."""
+        self._client.prepare(version=self.VERSION).cast(ctxt, method, **kwargs)
+
+    def call_raw(self, ctxt: RequestContext, method: str, **kwargs: Any) -> Any:
+        return self._client.prepare(version=self.VERSION).call(ctxt, method, **kwargs)
+
+
+class ComputeClient:
+    """Client of compute nodes (topic ``compute``, one server per service).
+
+    A host is reached through its service record's ``rpc_server``: one
+    simulator process serves many hosts under one server name. ``resolve``
+    maps a host name to that server name.
+
+    Versions:
+      1.0 - build_and_run_instance, prep_resize.
+    """
+
+    VERSION = "1.0"
+
+    def __init__(self, transport: oslo_messaging.Transport,
+                 resolve: Callable[[str], str]) -> None:
+        self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
+        self._resolve = resolve
+
+    def build_and_run_instance(self, ctxt: RequestContext, instance_uuid: str,
+                               spec: RequestSpec, selection: Selection,
+                               alternates: Sequence[Selection]) -> None:
+        cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
+        cctxt.cast(ctxt, "build_and_run_instance", instance_uuid=instance_uuid,
+                   request_spec=spec.to_primitive(), selection=selection.to_primitive(),
+                   host_list=[a.to_primitive() for a in alternates])
+
+    def prep_resize(self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str,
+                    new_flavor: Flavor, spec: RequestSpec, selection: Selection,
+                    alternates: Sequence[Selection]) -> None:
+        cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
+        cctxt.cast(ctxt, "prep_resize", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid, new_flavor=new_flavor.to_primitive(),
+                   request_spec=spec.to_primitive(), selection=selection.to_primitive(),
+                   host_list=[a.to_primitive() for a in alternates])
+
+
+class ConductorClient:
+    """Client of the conductor (topic ``conductor``), owner of instance records.
+
+    Versions:
+      1.0 - build_succeeded, reschedule, schedule_failed, resize_result.
+    """
+
+    VERSION = "1.0"
+
+    def __init__(self, transport: oslo_messaging.Transport) -> None:
+        self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
+
+    def _cast(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
+        self._client.prepare(version=self.VERSION).cast(ctxt, method, **kwargs)
+
+    def build_succeeded(self, ctxt: RequestContext, instance_uuid: str, host: str,
+                        node: str) -> None:
+        self._cast(ctxt, "build_succeeded", instance_uuid=instance_uuid, host=host, node=node)
+
+    def reschedule(self, ctxt: RequestContext, instance_uuid: str, spec: RequestSpec,
+                   failed_host: str, reason: str, alternates: Sequence[Selection]) -> None:
+        self._cast(ctxt, "reschedule", instance_uuid=instance_uuid,
+                   request_spec=spec.to_primitive(), failed_host=failed_host, reason=reason,
+                   host_list=[a.to_primitive() for a in alternates])
+
+    def schedule_failed(self, ctxt: RequestContext, instance_uuids: Sequence[str],
+                        reason: str, details: str) -> None:
+        self._cast(ctxt, "schedule_failed", instance_uuids=list(instance_uuids),
+                   reason=reason, details=details)
+
+    def resize_result(self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str,
+                      host: str | None, success: bool, reason: str | None = None) -> None:
+        self._cast(ctxt, "resize_result", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid, host=host, success=success, reason=reason)

@@ -1,0 +1,124 @@
+"""Wiring: from options to a running scheduler worker.
+
+The one place where configuration is read for the worker; everything below
+gets plain values. Used by the ``scheduler-worker`` daemon and by the
+all-in-one demo, so both run exactly the same code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import oslo_messaging
+from oslo_config import cfg
+
+from scheduler import rpc
+from scheduler.engine.pipeline import Engine
+from scheduler.engine.settings import EngineSettings
+from scheduler.exceptions import StoreUnavailable
+from scheduler.log import get_logger
+from scheduler.manager import SchedulerEndpoint
+from scheduler.notifier import Notifier
+from scheduler.store import Store, open_store
+
+LOG = get_logger(__name__)
+
+_MULTIPLIERS = ("ram_weight_multiplier", "cpu_weight_multiplier", "disk_weight_multiplier",
+                "build_failure_weight_multiplier")
+
+
+def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
+    fs, sc = conf.filter_scheduler, conf.scheduler
+    return EngineSettings(
+        enabled_filters=tuple(fs.enabled_filters),
+        weighers=tuple(fs.weighers),
+        weight_multipliers={name: float(getattr(fs, name)) for name in _MULTIPLIERS},
+        host_subset_size=fs.host_subset_size,
+        max_attempts=sc.max_attempts,
+        max_placement_results=sc.max_placement_results,
+        randomize_candidates=sc.randomize_allocation_candidates,
+        service_down_time=float(sc.service_down_time),
+        claim_attempts=sc.claim_attempts,
+        default_availability_zone=fs.default_availability_zone,
+    )
+
+
+def make_store(conf: cfg.ConfigOpts) -> Store:
+    return open_store(conf.redis.url, conf.redis.key_prefix)
+
+
+class ServiceResolver:
+    """host name -> the oslo.messaging server name its compute service listens on.
+
+    Cached; a miss re-reads the service record. A host with no record is
+    addressed by its own name (one host per compute process, as in Nova).
+    """
+
+    def __init__(self, store: Store, ttl: float = 30.0) -> None:
+        self._store = store
+        self._ttl = ttl
+        self._cache: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, host: str) -> str:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(host)
+        if hit and now - hit[1] < self._ttl:
+            return hit[0]
+        service = self._store.get_service(host)
+        server = service.rpc_server if service else host
+        with self._lock:
+            self._cache[host] = (server, now)
+        return server
+
+
+class SchedulerService:
+    """One worker: an RPC server on the scheduler topic and what it needs."""
+
+    def __init__(self, conf: cfg.ConfigOpts, transport: oslo_messaging.Transport,
+                 notification_transport: oslo_messaging.Transport | None, store: Store,
+                 server_name: str | None = None) -> None:
+        self.store = store
+        self.engine = Engine(store, engine_settings(conf))
+        notifier = Notifier(notification_transport, conf.host, topic=conf.notifications.topic,
+                            enabled=conf.notifications.enabled)
+        self.endpoint = SchedulerEndpoint(
+            self.engine,
+            rpc.ComputeClient(transport, ServiceResolver(store)),
+            rpc.ConductorClient(transport),
+            notifier,
+        )
+        self.server = rpc.get_server(transport, conf.scheduler.topic,
+                                     server_name or conf.host, [self.endpoint])
+
+    def start(self) -> None:
+        self._wait_for_store()
+        self.server.start()
+        LOG.info("scheduler_started")
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.server.wait()
+        LOG.info("scheduler_stopped")
+
+    def _wait_for_store(self, max_delay: float = 10.0) -> None:
+        delay = 0.5
+        while True:
+            try:
+                if self.store.ping():
+                    return
+            except StoreUnavailable as exc:
+                LOG.warning("store_unreachable", error=exc.message, retry_in=delay)
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay)
+
+
+def describe(conf: cfg.ConfigOpts) -> dict[str, Any]:
+    """What the worker logs at start: its settings, with no secret in them."""
+    return {"topic": conf.scheduler.topic, "host": conf.host,
+            "filters": list(conf.filter_scheduler.enabled_filters),
+            "weighers": list(conf.filter_scheduler.weighers),
+            "key_prefix": conf.redis.key_prefix}

@@ -1,0 +1,41 @@
+"""Configuration: the sample in etc/ is current, the flavor catalog is one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conductor_stub.flavors import BUILTIN, load_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "etc" / "scheduler" / "scheduler.conf.sample"
+
+
+def test_sample_config_is_current(tmp_path: Path) -> None:
+    out = tmp_path / "sample.conf"
+    subprocess.run(
+        [sys.executable, "-m", "oslo_config.generator", "--config-file",
+         str(ROOT / "etc" / "scheduler" / "scheduler-config-generator.conf"),
+         "--output-file", str(out)],
+        check=True, cwd=ROOT, capture_output=True)
+    assert out.read_text() == SAMPLE.read_text(), (
+        "etc/scheduler/scheduler.conf.sample is stale: run `tox -e genconfig`")
+
+
+def test_sample_shows_our_control_exchange() -> None:
+    assert "#control_exchange = scheduler" in SAMPLE.read_text()
+
+
+def test_builtin_flavors_match_etc_catalog() -> None:
+    shipped = json.loads((ROOT / "etc" / "scheduler" / "flavors.json").read_text())
+    assert shipped == BUILTIN
+
+
+def test_operator_flavors_extend_the_catalog(tmp_path: Path) -> None:
+    extra = tmp_path / "flavors.json"
+    extra.write_text(json.dumps({"gpu.large": {"vcpus": 8, "memory_mb": 32768, "root_gb": 100}}))
+    catalog = load_catalog(str(extra))
+    assert catalog["gpu.large"].memory_mb == 32768
+    assert catalog["m1.tiny"].memory_mb == 512

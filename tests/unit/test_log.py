@@ -1,0 +1,44 @@
+"""Logging: secrets never reach a log line, and request keys are bound."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from scheduler import log
+
+
+@pytest.mark.parametrize("text, secret", [
+    pytest.param("rabbit://guest:s3cr3t@127.0.0.1:5672//", "s3cr3t", id="amqp-url"),
+    pytest.param("redis://:hunter2@localhost:6379/0", "hunter2", id="redis-url-no-user"),
+    pytest.param("rediss://app:p%40ss@cache:6380", "p%40ss", id="rediss-url-escaped"),
+    pytest.param("urls rabbit://a:pw1@h1,b:pw2@h2", "pw2", id="several-hosts"),
+    pytest.param("rabbit://a:pw1@h1 and redis://b:pw9@h2", "pw9", id="several-urls"),
+    pytest.param("connect with password=letmein now", "letmein", id="password-pair"),
+    pytest.param('{"password": "abc123"}', "abc123", id="json-password"),
+])
+def test_mask_secrets(text: str, secret: str) -> None:
+    masked = log.mask_secrets(text)
+    assert secret not in masked
+    assert log.MASK in masked
+
+
+def test_mask_keeps_plain_text() -> None:
+    assert log.mask_secrets("rabbit://127.0.0.1:5672//") == "rabbit://127.0.0.1:5672//"
+
+
+def test_json_lines_are_masked_and_carry_request_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log.setup(json_lines=True, level="INFO")
+    with log.bind_request(request_id="req-1", instance_uuid="i-1"):
+        log.get_logger("test").info("connecting", url="rabbit://u:topsecret@h//")
+        logging.getLogger("kombu.fake").warning("lost rabbit://u:topsecret@h// again")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["event"] for line in lines] == ["connecting", "lost rabbit://u:***@h// again"]
+    assert all(line["request_id"] == "req-1" for line in lines)
+    assert all(line["instance_uuid"] == "i-1" for line in lines)
+    assert "topsecret" not in stream.getvalue()
