@@ -65,7 +65,7 @@ def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
                endpoints: Sequence[object]) -> oslo_messaging.RPCServer:
     target = oslo_messaging.Target(topic=topic, server=server)
     return oslo_messaging.get_rpc_server(transport, target, list(endpoints),
-                                         executor="threading", serializer=ContextSerializer())
+                                         serializer=ContextSerializer())
 
 
 def _client(transport: oslo_messaging.Transport, topic: str, version: str,

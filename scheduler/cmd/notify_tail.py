@@ -52,7 +52,7 @@ def listen(transport: oslo_messaging.Transport, topic: str, sink: Callable[[dict
            pool: str | None = None) -> oslo_messaging.server.MessageHandlingServer:
     targets = [oslo_messaging.Target(topic=topic)]
     listener = oslo_messaging.get_notification_listener(
-        transport, targets, [NotificationCollector(sink)], executor="threading",
+        transport, targets, [NotificationCollector(sink)],
         pool=pool or f"tail-{uuidlib.uuid4().hex[:8]}")
     listener.start()
     return listener

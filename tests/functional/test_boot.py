@@ -1,0 +1,211 @@
+"""End to end over RabbitMQ and Redis: boots, reschedules, alternates, overflow,
+notifications, bad input."""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from scheduler import rpc
+from scheduler.exceptions import InvalidRequest, NoValidHost
+from scheduler.objects import Flavor, InstanceRecord, RequestSpec
+from tests.functional.conftest import Cluster
+
+SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
+
+
+def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_boot_100_with_build_failures_all_end_active(cluster: Cluster,
+                                                     notifications: Any) -> None:
+    # Eight attempts make an instance's chance of failing them all 0.2**8.
+    cluster.write_config(scheduler={"max_attempts": 8})
+    cluster.start_conductor()
+    compute = cluster.start_compute(20, "--fail-rate", "0.2", "--build-time", "0.01")
+    worker = cluster.start_worker()
+
+    result = cluster.boot("--count", "100", "--flavor", "m1.small")
+
+    states = Counter(i["state"] for i in result["instances"])
+    assert states == {"ACTIVE": 100}, result["summary"]
+    rescheduled = [i for i in result["instances"] if i["attempts"] > 1]
+    assert rescheduled, "with a 20% failure rate some builds must have been rescheduled"
+    assert compute.count("build_failed") == sum(i["attempts"] - 1 for i in result["instances"])
+    # Reschedules went straight to the alternates: the scheduler decided once
+    # per instance and saw no other request.
+    assert worker.count("instance_scheduled") == 100
+    wait_until(lambda: sum(n["event_type"] == "scheduler.run_instance.end"
+                           for n in notifications()) == 100, what="100 run_instance.end")
+    starts = [n for n in notifications() if n["event_type"] == "scheduler.run_instance.start"]
+    assert len(starts) == 100
+    hosts = {i["host"] for i in result["instances"]}
+    assert len(hosts) > 10, "spread weighing should use most of the 20 hosts"
+
+
+def test_select_destinations_returns_primary_and_two_alternates(cluster: Cluster,
+                                                                transport: Any) -> None:
+    cluster.start_conductor()
+    cluster.start_compute(10)
+    cluster.start_worker()
+    client = rpc.SchedulerClient(transport)
+    spec = RequestSpec(flavor=SMALL, project_id="p", user_id="u", num_instances=3)
+    uuids = [str(uuidlib.uuid4()) for _ in range(3)]
+
+    selections = client.select_destinations(rpc.RequestContext(), spec, uuids)
+
+    assert len(selections) == 3
+    for uuid, per_instance in zip(uuids, selections, strict=True):
+        assert len(per_instance) == 3
+        hosts = [s.host for s in per_instance]
+        assert len(set(hosts)) == 3, "alternates are other hosts than the primary"
+        consumer = cluster.store.get_consumer(uuid)
+        assert consumer is not None, "the primary is claimed"
+        assert list(consumer.allocations) == [per_instance[0].provider_uuid]
+        for alternate in per_instance[1:]:
+            assert alternate.allocation_request.allocations == {
+                alternate.provider_uuid: {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}}
+    # Release what the call claimed, as a conductor that gave up would.
+    for uuid in uuids:
+        assert cluster.store.release(uuid)
+
+
+def test_select_destinations_mode_boots_through_the_conductor(cluster: Cluster) -> None:
+    cluster.start_conductor()
+    cluster.start_compute(5, "--fail-rate", "0.2", "--seed", "7", "--build-time", "0.01")
+    cluster.write_config(scheduler={"max_attempts": 5})
+    cluster.start_worker()
+    result = cluster.boot("--count", "20", "--mode", "select_destinations")
+    assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 20}
+
+
+def test_overfill_ends_the_overflow_in_error_with_generic_fault(cluster: Cluster,
+                                                                notifications: Any) -> None:
+    # 4 hosts x (16384 - 512 reserved) MB / 4096 MB per m1.medium = 3 per host.
+    cluster.start_conductor()
+    cluster.start_compute(4, "--memory-mb", "16384", "--vcpus", "64")
+    cluster.start_worker()
+
+    result = cluster.boot("--count", "16", "--flavor", "m1.medium")
+
+    states = Counter(i["state"] for i in result["instances"])
+    assert states == {"ACTIVE": 12, "ERROR": 4}, result["summary"]
+    errors = [i for i in result["instances"] if i["state"] == "ERROR"]
+    assert {i["fault"] for i in errors} == {NoValidHost.USER_MESSAGE}
+    record = cluster.store.get_instance(errors[0]["uuid"])
+    assert record.fault_details is not None
+    assert "0/4 hosts available" in record.fault_details
+    assert "insufficient MEMORY_MB" in record.fault_details
+    # The user-facing fault names no host.
+    assert not any(host in (record.fault or "") for host in ("compute-000",))
+    per_host = Counter(i["host"] for i in result["instances"] if i["state"] == "ACTIVE")
+    assert max(per_host.values()) == 3
+    wait_until(lambda: sum(n["priority"] == "ERROR" for n in notifications()) == 4,
+               what="four ERROR notifications")
+    error_note = next(n for n in notifications() if n["priority"] == "ERROR")
+    assert error_note["event_type"] == "scheduler.run_instance"
+    assert error_note["payload"]["reason"] == NoValidHost.USER_MESSAGE
+    assert "compute-" not in str(error_note["payload"])
+
+
+def test_notifications_pair_start_with_end(cluster: Cluster, notifications: Any,
+                                           transport: Any) -> None:
+    cluster.start_conductor()
+    cluster.start_compute(3)
+    worker = cluster.start_worker()
+    cluster.boot("--count", "4", "--per-request", "2")
+    client = rpc.SchedulerClient(transport)
+    spec = RequestSpec(flavor=Flavor(name="huge", vcpus=1, memory_mb=10**6),
+                       project_id="p", user_id="u")
+    with pytest.raises(NoValidHost):
+        client.select_destinations(rpc.RequestContext(), spec, [str(uuidlib.uuid4())])
+
+    def kinds() -> Counter[str]:
+        return Counter(n["event_type"] for n in notifications())
+
+    wait_until(lambda: kinds()["scheduler.select_destinations.end"] == 1, what="notifications")
+    seen = kinds()
+    assert seen["scheduler.run_instance.start"] == seen["scheduler.run_instance.end"] == 2
+    assert seen["scheduler.run_instance.scheduled"] == 4
+    assert seen["scheduler.select_destinations.start"] == 1
+    assert seen["scheduler.select_destinations"] == 1  # the ERROR one
+    publishers = {n["publisher_id"] for n in notifications()}
+    assert publishers == {f"scheduler.node-{cluster.ident}"}
+    scheduled = [n["payload"] for n in notifications()
+                 if n["event_type"] == "scheduler.run_instance.scheduled"]
+    assert all(len(p["alternates"]) == 2 for p in scheduled)
+    assert worker.popen.poll() is None
+
+
+BAD_SPECS = {
+    "missing-flavor": {"project_id": "p", "user_id": "u"},
+    "negative-memory": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": -5},
+                        "project_id": "p", "user_id": "u"},
+    "wrong-types": {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
+                    "project_id": 5, "user_id": "u"},
+    "unknown-field": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+                      "project_id": "p", "user_id": "u", "colour": "red"},
+    "zero-instances": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+                       "project_id": "p", "user_id": "u", "num_instances": 0},
+    "ten-thousand-instances": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+                               "project_id": "p", "user_id": "u", "num_instances": 10000},
+}
+
+
+def test_bad_input_is_refused_and_the_worker_keeps_serving(cluster: Cluster, transport: Any,
+                                                           notifications: Any) -> None:
+    cluster.start_conductor()
+    cluster.start_compute(3)
+    worker = cluster.start_worker()
+    client = rpc.SchedulerClient(transport)
+    ctxt = rpc.RequestContext()
+
+    # A call gets a clear, typed error naming what is wrong.
+    for name, spec in BAD_SPECS.items():
+        with pytest.raises(InvalidRequest) as err:
+            client.call_raw(ctxt, "select_destinations", request_spec=spec,
+                            instance_uuids=[str(uuidlib.uuid4())])
+        assert "invalid request" in str(err.value), name
+
+    # A cast puts the instances in ERROR with the reason, and says so.
+    cast_uuids = []
+    for spec in BAD_SPECS.values():
+        uuid = str(uuidlib.uuid4())
+        cluster.store.create_instances([InstanceRecord(uuid=uuid)])
+        client.cast_raw(ctxt, "run_instance", request_spec=spec, instance_uuids=[uuid])
+        cast_uuids.append(uuid)
+    wait_until(lambda: all(r.state == "ERROR" for r in cluster.store.list_instances(cast_uuids)),
+               what="bad casts to end in ERROR")
+    for record in cluster.store.list_instances(cast_uuids):
+        assert record.fault and record.fault.startswith("invalid request"), record
+    wait_until(lambda: sum(n["priority"] == "ERROR" for n in notifications()) >= len(BAD_SPECS),
+               what="ERROR notifications")
+    assert cluster.store.list_consumers() == [], "nothing was claimed"
+
+    # And then a good request is served.
+    result = cluster.boot("--count", "2")
+    assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 2}
+    assert worker.popen.poll() is None
+
+
+def test_two_workers_share_the_topic_without_overcommit(cluster: Cluster) -> None:
+    cluster.start_conductor()
+    cluster.start_compute(6, "--memory-mb", "16384", "--vcpus", "64")
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    # 6 hosts x 3 m1.medium fit 18; ask for 24 in parallel requests.
+    result = cluster.boot("--count", "24", "--flavor", "m1.medium")
+    states = Counter(i["state"] for i in result["instances"])
+    assert states == {"ACTIVE": 18, "ERROR": 6}, result["summary"]
+    for p in cluster.store.list_providers():
+        assert p.usages.get("MEMORY_MB", 0) <= p.inventories["MEMORY_MB"].capacity

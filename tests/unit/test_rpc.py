@@ -1,0 +1,145 @@
+"""The RPC boundary: what each client method sends at version 1.0, and that the
+context and typed errors cross it (over oslo.messaging's fake:// driver)."""
+
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from collections.abc import Iterator
+from typing import Any
+
+import oslo_messaging
+import pytest
+
+from scheduler import conf as conf_mod
+from scheduler import rpc
+from scheduler.exceptions import InvalidRequest, NoValidHost
+from scheduler.objects import AllocationRequest, Flavor, RequestSpec, Selection
+
+RP = "7f1c9a52-0b7e-4d0a-8d7c-3e2b1a0c9d88"
+SPEC = RequestSpec(flavor=Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1),
+                   project_id="p", user_id="u")
+SEL = Selection(host="h1", node="h1", provider_uuid=RP, weight=0.5,
+                allocation_request=AllocationRequest({RP: {"VCPU": 1}}, "p", "u"))
+
+
+class Recorder:
+    """Records every method called on it, with its context and arguments."""
+
+    target = oslo_messaging.Target(version="1.0")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, dict[str, Any]]] = []
+        self.event = threading.Event()
+        self.raise_next: Exception | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost)
+        def method(ctxt: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, ctxt, kwargs))
+            self.event.set()
+            if self.raise_next is not None:
+                exc, self.raise_next = self.raise_next, None
+                raise exc
+            return [[SEL.to_primitive()]]
+
+        return method
+
+
+@pytest.fixture(scope="module")
+def transport() -> Iterator[Any]:
+    conf_mod.set_defaults()
+    conf_mod.CONF([], project="scheduler", default_config_files=[])
+    t = rpc.get_transport(conf_mod.CONF, url=f"fake://{uuidlib.uuid4().hex}")
+    yield t
+    t.cleanup()
+
+
+@pytest.fixture(scope="module")
+def servers(transport: Any) -> Iterator[Recorder]:
+    rec = Recorder()
+    servers = [rpc.get_server(transport, topic, server, [rec])
+               for topic, server in ((rpc.SCHEDULER_TOPIC, "s1"), (rpc.COMPUTE_TOPIC, "sim-1"),
+                                     (rpc.CONDUCTOR_TOPIC, "c1"))]
+    for s in servers:
+        s.start()
+    yield rec
+    for s in servers:
+        s.stop()
+        s.wait()
+
+
+@pytest.fixture
+def recorder(servers: Recorder) -> Recorder:
+    servers.calls.clear()
+    servers.event.clear()
+    return servers
+
+
+def _wait(rec: Recorder) -> tuple[str, Any, dict[str, Any]]:
+    assert rec.event.wait(5), "nothing arrived"
+    return rec.calls[-1]
+
+
+CTXT = rpc.RequestContext(request_id="req-abc", user_id="u", project_id="p", roles=["member"])
+
+
+def test_select_destinations_sends_v1_arguments_and_context(transport: Any,
+                                                            recorder: Recorder) -> None:
+    client = rpc.SchedulerClient(transport)
+    result = client.select_destinations(CTXT, SPEC, ["i-1"], return_alternates=False)
+    name, ctxt, kwargs = recorder.calls[-1]
+    assert name == "select_destinations"
+    assert kwargs == {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"],
+                      "return_alternates": False}
+    assert ctxt.request_id == "req-abc" and ctxt.roles == ["member"]
+    assert result == [[SEL]]
+
+
+@pytest.mark.parametrize("send, method, expected", [
+    pytest.param(lambda t: rpc.SchedulerClient(t).run_instance(CTXT, SPEC, ["i-1"]),
+                 "run_instance", {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"]},
+                 id="run_instance"),
+    pytest.param(lambda t: rpc.SchedulerClient(t).resize(CTXT, "i-1", "h0", SPEC.flavor, SPEC),
+                 "resize", {"instance_uuid": "i-1", "source_host": "h0",
+                            "new_flavor": SPEC.flavor.to_primitive(),
+                            "request_spec": SPEC.to_primitive()}, id="resize"),
+    pytest.param(lambda t: rpc.ComputeClient(t, lambda host: "sim-1").build_and_run_instance(
+        CTXT, "i-1", SPEC, SEL, [SEL]), "build_and_run_instance",
+        {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
+         "selection": SEL.to_primitive(), "host_list": [SEL.to_primitive()]},
+        id="build_and_run_instance"),
+    pytest.param(lambda t: rpc.ConductorClient(t).reschedule(CTXT, "i-1", SPEC, "h1", "boom",
+                                                             [SEL]),
+                 "reschedule", {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
+                                "failed_host": "h1", "reason": "boom",
+                                "host_list": [SEL.to_primitive()]}, id="reschedule"),
+    pytest.param(lambda t: rpc.ConductorClient(t).schedule_failed(CTXT, ["i-1"], "r", "d"),
+                 "schedule_failed", {"instance_uuids": ["i-1"], "reason": "r", "details": "d"},
+                 id="schedule_failed"),
+    pytest.param(lambda t: rpc.ConductorClient(t).build_succeeded(CTXT, "i-1", "h1", "h1"),
+                 "build_succeeded", {"instance_uuid": "i-1", "host": "h1", "node": "h1"},
+                 id="build_succeeded"),
+])
+def test_casts_send_v1_arguments(transport: Any, recorder: Recorder, send: Any, method: str,
+                                 expected: dict[str, Any]) -> None:
+    send(transport)
+    name, ctxt, kwargs = _wait(recorder)
+    assert (name, kwargs) == (method, expected)
+    assert ctxt.request_id == "req-abc"
+
+
+def test_typed_errors_cross_the_boundary_whole(transport: Any, recorder: Recorder) -> None:
+    client = rpc.SchedulerClient(transport)
+    recorder.raise_next = NoValidHost(details="0/3 hosts available: 3 insufficient VCPU",
+                                      reasons={"insufficient VCPU": 3})
+    with pytest.raises(NoValidHost) as err:
+        client.select_destinations(CTXT, SPEC, ["i-1"])
+    assert err.value.details == "0/3 hosts available: 3 insufficient VCPU"
+    assert err.value.reasons == {"insufficient VCPU": 3}
+    recorder.raise_next = InvalidRequest(reason="flavor.vcpus must be an integer")
+    with pytest.raises(InvalidRequest, match="flavor.vcpus must be an integer"):
+        client.select_destinations(CTXT, SPEC, ["i-1"])
