@@ -1,0 +1,424 @@
+"""The columnar host view: the worker's in-memory cache of the store.
+
+One numpy array per field across all hosts, so that the capacity, liveness,
+zone and aggregate questions of the pipeline are array operations and never a
+Python loop over hosts:
+
+* per resource class (a row each, classes added as they appear): ``total``,
+  ``reserved``, ``ratio``, ``capacity`` (``int((total - reserved) * ratio)``),
+  ``used``, ``min_unit``, ``max_unit`` (never above total), ``step``; the
+  last axis is the host;
+* per host: ``generation``, ``consumers``, ``last_seen``, ``disabled``,
+  ``failed_builds``, and ``agg_set``, a code for the host's set of aggregates
+  (hosts share a handful of distinct sets, so a question about aggregates or
+  availability zones is asked once per set and broadcast by code);
+* ``names`` / ``uuids`` lists and name and uuid -> index dicts.
+
+The view is built from :meth:`Store.snapshot` and kept fresh by applying
+:meth:`Store.changes` deltas; when the cursor has fallen off the stream
+(:class:`StreamTruncated`) it reloads. Heartbeats are not in the change feed:
+services are re-read with :meth:`Store.list_services` at most every
+``services_refresh_interval`` seconds.
+
+A host is a root provider named after it (node = host name). Nested providers
+are not offered yet: changes for non-root providers are skipped, and each row
+keeps its provider uuid so that allocations can later span a tree.
+
+Only the first :attr:`size` rows of the buffers are hosts (they grow by
+doubling); the public column attributes return exactly those rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import structlog
+
+from scheduler.engine.settings import EngineSettings
+from scheduler.exceptions import StreamTruncated
+from scheduler.store.base import Aggregate, Change, Provider, Service, Store
+
+LOG = structlog.get_logger(__name__)
+
+#: Changes read per call to :meth:`Store.changes` while catching up.
+CHANGES_BATCH = 1000
+#: Metadata key of an aggregate that names an availability zone.
+AZ_METADATA_KEY = "availability_zone"
+
+_INITIAL_ROWS = 64
+
+# Per resource class buffers: (attribute, dtype, fill value of an absent inventory).
+_RC_COLUMNS: tuple[tuple[str, type, Any], ...] = (
+    ("_total", np.int64, 0),
+    ("_reserved", np.int64, 0),
+    ("_ratio", np.float64, 1.0),
+    ("_capacity", np.int64, 0),
+    ("_used", np.int64, 0),
+    ("_min_unit", np.int64, 0),
+    ("_max_unit", np.int64, 0),
+    ("_step", np.int64, 1),
+)
+# Per host buffers: (attribute, dtype, fill value of a new row).
+_HOST_COLUMNS: tuple[tuple[str, type, Any], ...] = (
+    ("_generation", np.int64, -1),
+    ("_consumers", np.int64, 0),
+    ("_last_seen", np.float64, -math.inf),  # no service record: never seen, so down
+    ("_disabled", np.bool_, False),
+    ("_failed_builds", np.int64, 0),
+    ("_agg_set", np.int32, 0),
+)
+
+
+class _Column:
+    """A read-only attribute giving the live rows of a buffer (a view, no copy)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = "_" + name
+
+    def __get__(self, view: HostView, owner: type | None = None) -> np.ndarray:
+        return getattr(view, self._attr)[..., :view.size]
+
+
+class HostView:
+    """Columnar cache of the hosts a worker schedules onto."""
+
+    total = _Column()
+    reserved = _Column()
+    ratio = _Column()
+    capacity = _Column()
+    used = _Column()
+    min_unit = _Column()
+    max_unit = _Column()
+    step = _Column()
+    generation = _Column()
+    consumers = _Column()
+    last_seen = _Column()
+    disabled = _Column()
+    failed_builds = _Column()
+    agg_set = _Column()
+
+    def __init__(self, store: Store, settings: EngineSettings) -> None:
+        self._store = store
+        self._default_zone = settings.default_availability_zone
+        self._services_interval = settings.services_refresh_interval
+        self._cursor: str | None = None
+        self._services_read_at = -math.inf
+        self._clear()
+
+    # --- reading the store ----------------------------------------------------------
+
+    def refresh(self, now: float) -> None:
+        """Catch up with the store: load once, then apply deltas.
+
+        Falls back to a full reload when the cursor fell off the stream, and
+        re-reads services when ``services_refresh_interval`` has passed.
+        """
+        if self._cursor is None:
+            self.load(now)
+            return
+        try:
+            while True:
+                batch = self._store.changes(self._cursor, CHANGES_BATCH)
+                for change in batch:
+                    self._apply(change)
+                if batch:
+                    self._cursor = batch[-1].cursor
+                if len(batch) < CHANGES_BATCH:
+                    break
+        except StreamTruncated:
+            LOG.info("host_view_stream_truncated", cursor=self._cursor)
+            self.load(now)
+            return
+        if now - self._services_read_at >= self._services_interval:
+            self._read_services(self._store.list_services(), now)
+
+    def load(self, now: float) -> None:
+        """Rebuild the whole view from a snapshot, a column at a time."""
+        snap = self._store.snapshot()
+        self._clear()
+        self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
+        hosts = [p for p in snap.providers if p.parent_uuid is None]  # see module doc
+        n = self.size = len(hosts)
+        self._ensure_rows(n)
+        self.names = [p.name for p in hosts]
+        self.uuids = [p.uuid for p in hosts]
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._uuid_index = {uuid: i for i, uuid in enumerate(self.uuids)}
+        for i, name in enumerate(self.names):
+            self._folded.setdefault(name.casefold(), []).append(i)
+        for rc in dict.fromkeys(rc for p in hosts for rc in (*p.inventories, *p.usages)):
+            j = self._rc_row(rc)
+            invs = [p.inventories.get(rc) for p in hosts]
+            rows = np.fromiter((inv is not None for inv in invs), dtype=bool, count=n)
+            held = [inv for inv in invs if inv is not None]
+            for attr, value in (("_total", lambda inv: inv.total),
+                                ("_reserved", lambda inv: inv.reserved),
+                                ("_ratio", lambda inv: inv.allocation_ratio),
+                                ("_capacity", lambda inv: inv.capacity),
+                                ("_min_unit", lambda inv: inv.min_unit),
+                                ("_max_unit", lambda inv: inv.effective_max_unit),
+                                ("_step", lambda inv: inv.step_size)):
+                getattr(self, attr)[j, :n][rows] = [value(inv) for inv in held]
+            self._used[j, :n] = [p.usages.get(rc, 0) for p in hosts]
+        self._generation[:n] = [p.generation for p in hosts]
+        self._consumers[:n] = [p.consumers for p in hosts]
+        self._agg_set[:n] = [self._agg_code(frozenset(p.aggregates)) for p in hosts]
+        self._read_services(snap.services, now)
+        self._cursor = snap.cursor
+        LOG.info("host_view_loaded", hosts=n, cursor=snap.cursor)
+
+    def refresh_provider(self, uuid: str) -> None:
+        """Re-read one provider (after a claim on it was refused)."""
+        self._put_provider(self._store.get_provider(uuid))
+
+    def consume(self, index: int, resources: Mapping[str, int]) -> None:
+        """Account locally for a claim just made on host ``index``.
+
+        The change feed later brings the same usage as absolute numbers, so
+        this never counts twice.
+        """
+        for rc, amount in resources.items():
+            self._used[self._rc_row(rc), index] += amount
+        self._consumers[index] += 1
+
+    def unconsume(self, index: int, resources: Mapping[str, int]) -> None:
+        """Undo :meth:`consume` (a dry run, or claims released after a failure)."""
+        for rc, amount in resources.items():
+            self._used[self._rc_row(rc), index] -= amount
+        self._consumers[index] -= 1
+
+    # --- questions the pipeline asks ------------------------------------------------
+
+    @property
+    def resource_classes(self) -> tuple[str, ...]:
+        return tuple(self._rc_names)
+
+    @property
+    def aggregate_sets(self) -> tuple[frozenset[str], ...]:
+        """The distinct aggregate sets; ``agg_set`` holds an index into this."""
+        return tuple(self._agg_sets)
+
+    def index_of(self, name: str) -> int | None:
+        return self._index.get(name)
+
+    def index_of_uuid(self, uuid: str) -> int | None:
+        return self._uuid_index.get(uuid)
+
+    def indices_of(self, names: Iterable[str]) -> np.ndarray:
+        """Indices of the named hosts present in the view (unknown names skipped)."""
+        found = [i for n in names if (i := self._index.get(n)) is not None]
+        return np.array(found, dtype=np.int64)
+
+    def indices_of_ignoring_case(self, names: Iterable[str]) -> np.ndarray:
+        """Like :meth:`indices_of`, matching names case-insensitively."""
+        found = [i for n in names for i in self._folded.get(n.casefold(), ())]
+        return np.array(found, dtype=np.int64)
+
+    def shortfalls(self, resources: Mapping[str, int],
+                   idx: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+        """Per requested resource class, a mask of the hosts that cannot give it.
+
+        A host cannot give ``amount`` of a class if its free capacity is
+        smaller, or the amount breaks ``max_unit``, ``min_unit`` or
+        ``step_size``, or it has no such inventory. ``idx`` restricts the
+        question to those hosts (the masks then align with ``idx``).
+        """
+        rows: slice | np.ndarray = slice(0, self.size) if idx is None else idx
+        count = self.size if idx is None else len(idx)
+        out: list[tuple[str, np.ndarray]] = []
+        for rc, amount in resources.items():
+            j = self._rc.get(rc)
+            if j is None:
+                out.append((rc, np.ones(count, dtype=bool)))
+                continue
+            bad = self._capacity[j, rows] - self._used[j, rows] < amount
+            bad |= self._max_unit[j, rows] < amount
+            bad |= self._min_unit[j, rows] > amount
+            bad |= amount % self._step[j, rows] != 0
+            out.append((rc, bad))
+        return out
+
+    def fits(self, resources: Mapping[str, int], idx: np.ndarray) -> np.ndarray:
+        """Mask of the hosts in ``idx`` with room for ``resources``."""
+        ok = np.ones(len(idx), dtype=bool)
+        for _rc, bad in self.shortfalls(resources, idx):
+            ok &= ~bad
+        return ok
+
+    def free(self, rc: str, idx: np.ndarray) -> np.ndarray:
+        """Free capacity of ``rc`` (allocation ratio applied) on the hosts in ``idx``."""
+        j = self._rc.get(rc)
+        if j is None:
+            return np.zeros(len(idx), dtype=np.int64)
+        return self._capacity[j, idx] - self._used[j, idx]
+
+    def free_ignoring_ratio(self, rc: str, idx: np.ndarray) -> np.ndarray:
+        """Physically free ``rc`` (total - reserved - used) on the hosts in ``idx``."""
+        j = self._rc.get(rc)
+        if j is None:
+            return np.zeros(len(idx), dtype=np.int64)
+        return self._total[j, idx] - self._reserved[j, idx] - self._used[j, idx]
+
+    def zone_mask(self, zone: str, idx: np.ndarray) -> np.ndarray:
+        """Mask of the hosts in ``idx`` that belong to availability zone ``zone``.
+
+        A host belongs to the zones its aggregates name; a host in none
+        belongs to the default zone.
+        """
+        if self._set_zones is None:
+            self._set_zones = [self._zones_of(s) for s in self._agg_sets]
+        in_zone = np.fromiter((zone in zones for zones in self._set_zones), dtype=bool,
+                              count=len(self._set_zones))
+        return in_zone[self._agg_set[idx]]
+
+    # --- internals ------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self.size = 0
+        self.names: list[str] = []
+        self.uuids: list[str] = []
+        self._index: dict[str, int] = {}
+        self._uuid_index: dict[str, int] = {}
+        self._folded: dict[str, list[int]] = {}
+        self._rows = 0
+        self._rc: dict[str, int] = {}
+        self._rc_names: list[str] = []
+        for attr, dtype, _fill in _RC_COLUMNS:
+            setattr(self, attr, np.zeros((0, 0), dtype=dtype))
+        for attr, dtype, fill in _HOST_COLUMNS:
+            setattr(self, attr, np.full(0, fill, dtype=dtype))
+        self._aggregates: dict[str, Aggregate] = {}
+        self._agg_sets: list[frozenset[str]] = [frozenset()]
+        self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
+        self._set_zones: list[frozenset[str]] | None = None
+        self._services: dict[str, Service] = {}
+
+    def _ensure_rows(self, rows: int) -> None:
+        if rows <= self._rows:
+            return
+        new_rows = max(rows, 2 * self._rows, _INITIAL_ROWS)
+        for attr, dtype, fill in _RC_COLUMNS:
+            old = getattr(self, attr)
+            grown = np.full((old.shape[0], new_rows), fill, dtype=dtype)
+            grown[:, :self._rows] = old
+            setattr(self, attr, grown)
+        for attr, dtype, fill in _HOST_COLUMNS:
+            old = getattr(self, attr)
+            grown = np.full(new_rows, fill, dtype=dtype)
+            grown[:self._rows] = old
+            setattr(self, attr, grown)
+        self._rows = new_rows
+
+    def _rc_row(self, rc: str) -> int:
+        j = self._rc.get(rc)
+        if j is None:
+            j = self._rc[rc] = len(self._rc_names)
+            self._rc_names.append(rc)
+            for attr, dtype, fill in _RC_COLUMNS:
+                old = getattr(self, attr)
+                setattr(self, attr, np.vstack([old, np.full((1, self._rows), fill, dtype=dtype)]))
+        return j
+
+    def _agg_code(self, aggregates: frozenset[str]) -> int:
+        code = self._agg_set_codes.get(aggregates)
+        if code is None:
+            code = self._agg_set_codes[aggregates] = len(self._agg_sets)
+            self._agg_sets.append(aggregates)
+            self._set_zones = None
+        return code
+
+    def _zones_of(self, aggregates: frozenset[str]) -> frozenset[str]:
+        zones = frozenset(
+            agg.metadata[AZ_METADATA_KEY] for uuid in aggregates
+            if (agg := self._aggregates.get(uuid)) is not None
+            and agg.metadata.get(AZ_METADATA_KEY))
+        return zones or frozenset({self._default_zone})
+
+    def _apply(self, change: Change) -> None:
+        if change.kind == "provider":
+            self._put_provider(change.data)
+        elif change.kind == "usage":
+            self._put_usage(change.data)
+        elif change.kind == "aggregate":
+            self._aggregates[change.data.uuid] = change.data
+            self._set_zones = None
+        elif change.kind == "service":
+            service: Service = change.data
+            self._services[service.host] = service
+            i = self._index.get(service.host)
+            if i is not None:
+                self._put_service(i, service)
+        else:
+            LOG.warning("host_view_unknown_change", kind=change.kind, cursor=change.cursor)
+
+    def _put_provider(self, p: Provider) -> None:
+        if p.parent_uuid is not None:
+            return  # nested providers are not offered yet (see module doc)
+        i = self._uuid_index.get(p.uuid)
+        if i is None:
+            i = self._add_row(p)
+        elif p.generation < self._generation[i]:
+            return  # older than what the view holds (a provider re-read got ahead)
+        for rc in p.inventories:
+            self._rc_row(rc)
+        for attr, _dtype, fill in _RC_COLUMNS:
+            getattr(self, attr)[:, i] = fill
+        for rc, inv in p.inventories.items():
+            j = self._rc[rc]
+            self._total[j, i] = inv.total
+            self._reserved[j, i] = inv.reserved
+            self._ratio[j, i] = inv.allocation_ratio
+            self._capacity[j, i] = inv.capacity
+            self._min_unit[j, i] = inv.min_unit
+            self._max_unit[j, i] = inv.effective_max_unit
+            self._step[j, i] = inv.step_size
+        for rc, amount in p.usages.items():
+            self._used[self._rc_row(rc), i] = amount
+        self._generation[i] = p.generation
+        self._consumers[i] = p.consumers
+        self._agg_set[i] = self._agg_code(frozenset(p.aggregates))
+
+    def _put_usage(self, data: Mapping[str, Any]) -> None:
+        i = self._uuid_index.get(data["uuid"])
+        if i is None or data["generation"] < self._generation[i]:
+            return  # not a host (nested), or older than what the view holds
+        self._used[:, i] = 0
+        for rc, amount in data["usages"].items():
+            self._used[self._rc_row(rc), i] = amount
+        self._generation[i] = data["generation"]
+        self._consumers[i] = data["consumers"]
+
+    def _add_row(self, p: Provider) -> int:
+        i = self.size
+        self._ensure_rows(i + 1)
+        self.size = i + 1
+        self.names.append(p.name)
+        self.uuids.append(p.uuid)
+        self._index[p.name] = i
+        self._uuid_index[p.uuid] = i
+        self._folded.setdefault(p.name.casefold(), []).append(i)
+        service = self._services.get(p.name)
+        if service is not None:
+            self._put_service(i, service)
+        return i
+
+    def _put_service(self, i: int, service: Service) -> None:
+        self._last_seen[i] = max(self._last_seen[i], service.last_seen)
+        self._disabled[i] = service.disabled
+        self._failed_builds[i] = service.failed_builds
+
+    def _read_services(self, services: Iterable[Service], now: float) -> None:
+        """Apply service records in bulk (heartbeats only ever move forward)."""
+        self._services = {s.host: s for s in services}
+        known = [s for s in self._services.values() if s.host in self._index]
+        n = len(known)
+        rows = np.fromiter((self._index[s.host] for s in known), dtype=np.int64, count=n)
+        seen = np.fromiter((s.last_seen for s in known), dtype=np.float64, count=n)
+        self._last_seen[rows] = np.maximum(self._last_seen[rows], seen)
+        self._disabled[rows] = np.fromiter((s.disabled for s in known), dtype=bool, count=n)
+        self._failed_builds[rows] = np.fromiter((s.failed_builds for s in known),
+                                                dtype=np.int64, count=n)
+        self._services_read_at = now

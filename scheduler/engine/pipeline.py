@@ -1,0 +1,389 @@
+"""The scheduling pipeline: from a request spec to claimed Selections.
+
+:meth:`Engine.schedule` wires every stage, in order, in one function; each
+stage's mechanics sit in a small method below it. The stages read the
+columnar :class:`~scheduler.engine.hostview.HostView`, so every per-host
+question is an array operation; Python loops only run over the short final
+list (the subset pick, claim fall-through and alternates).
+
+Every decision is reproducible: the random draws for one instance come from
+a generator seeded with the request id and the instance uuid, so replaying
+the same request on the same view gives the same hosts. Each instance leaves
+an :class:`InstanceTrace` (survivors per stage, rejections per reason, the
+top weighed hosts with each weigher's share) for logs and ``explain``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from scheduler.engine.context import PlacementContext
+from scheduler.engine.hostview import HostView
+from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, load_plugins
+from scheduler.engine.settings import EngineSettings
+from scheduler.exceptions import (
+    ClaimFailed,
+    ConsumerConflict,
+    NoValidHost,
+    ProviderNotFound,
+    StoreError,
+)
+from scheduler.filters.base import BaseFilter
+from scheduler.objects import AllocationRequest, RequestSpec, Selection
+from scheduler.store.base import Consumer, GroupClaim, Store
+from scheduler.weighers.base import BaseWeigher
+
+LOG = structlog.get_logger(__name__)
+
+#: How many of the best weighed hosts a trace keeps.
+TRACE_TOP = 5
+
+# Rejection reasons of the engine's own stages (filters bring their own).
+OVER_LIMIT = "beyond max_placement_results"
+CLAIM_CONFLICT = "claim conflict"
+NOT_TRIED = "not tried (claim_attempts exhausted)"
+
+
+def insufficient(rc: str) -> str:
+    """The rejection reason of a host without room for ``rc``."""
+    return f"insufficient {rc}"
+
+
+@dataclass(frozen=True)
+class StageCount:
+    """How many hosts were left after a stage."""
+
+    stage: str
+    survivors: int
+
+
+@dataclass(frozen=True)
+class WeighedHost:
+    """A weighed host, its total weight and each weigher's share of it."""
+
+    host: str
+    weight: float
+    contributions: Mapping[str, float]
+
+
+@dataclass
+class InstanceTrace:
+    """How one instance's decision was made.
+
+    ``reasons`` counts the hosts each reason removed; a host is counted once,
+    by the first stage that removed it, so when no host is left the counts
+    add up to ``hosts``.
+    """
+
+    instance_uuid: str
+    hosts: int
+    position: int = 0
+    instances: int = 1
+    stages: list[StageCount] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=dict)
+    top: list[WeighedHost] = field(default_factory=list)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    host: str | None = None
+    reused: bool = False
+
+    def survived(self, stage: str, survivors: int) -> None:
+        self.stages.append(StageCount(stage, survivors))
+
+    def reject(self, reason: str, count: int) -> None:
+        if count:
+            self.reasons[reason] = self.reasons.get(reason, 0) + count
+
+    def details(self) -> str:
+        """The admin-facing summary, e.g. ``0/20 hosts available: 15 insufficient MEMORY_MB``."""
+        counts = ", ".join(f"{n} {reason}" for reason, n in self.reasons.items())
+        details = f"0/{self.hosts} hosts available" + (f": {counts}" if counts else "")
+        if self.instances > 1:
+            details += f" (instance {self.position + 1} of {self.instances})"
+        return details
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """Per instance, the Selections (primary first) and the trace of the decision."""
+
+    selections: list[list[Selection]]
+    traces: list[InstanceTrace]
+
+
+class Engine:
+    """Filters, weighs, picks and claims hosts for request specs.
+
+    Thread-safe: one decision at a time (the worker serves RPCs on threads;
+    decisions take about a millisecond, and a second process scales better
+    than a second thread).
+    """
+
+    def __init__(self, store: Store, settings: EngineSettings,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self._clock = clock
+        self.view = HostView(store, settings)
+        self.filters: list[tuple[str, BaseFilter]] = [
+            (name, cls(settings))
+            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
+        self.weighers: list[tuple[str, BaseWeigher]] = [
+            (name, cls(settings))
+            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers, BaseWeigher)]
+        self._lock = threading.Lock()
+
+    def select(self, ctx_request_id: str, spec: RequestSpec, instance_uuids: Sequence[str],
+               return_alternates: bool = True, claim: bool = True) -> list[list[Selection]]:
+        """Per instance, the primary Selection (claimed) then its alternates.
+
+        :raises NoValidHost: some instance found no host; nothing this call
+            claimed is left behind.
+        """
+        return self.schedule(ctx_request_id, spec, instance_uuids, return_alternates,
+                             claim).selections
+
+    def schedule(self, ctx_request_id: str, spec: RequestSpec, instance_uuids: Sequence[str],
+                 return_alternates: bool = True, claim: bool = True) -> ScheduleResult:
+        """:meth:`select` with the trace of every decision.
+
+        With ``claim=False`` (a dry run) nothing is claimed and the view is
+        left as it was.
+        """
+        with self._lock:
+            now = self._clock()
+            # Refresh first: every stage below reads the view. A view a few
+            # changes stale costs at worst a claim conflict, never an
+            # overcommit: the claim re-checks capacity atomically.
+            self.view.refresh(now)
+            ctx = PlacementContext(spec=spec, resources=spec.resources, now=now,
+                                   group_members=self._group_members(spec))
+            claimed: list[str] = []
+            consumed: list[int] = []
+            selections: list[list[Selection]] = []
+            traces: list[InstanceTrace] = []
+            try:
+                for position, instance_uuid in enumerate(instance_uuids):
+                    rng = _rng(ctx_request_id, instance_uuid)
+                    trace = InstanceTrace(instance_uuid, self.view.size, position,
+                                          len(instance_uuids))
+                    traces.append(trace)
+                    # Idempotency before anything is chosen: a re-driven request
+                    # must find the instance it already placed, never claim twice
+                    # (the stages below still run, for its alternates).
+                    held = self.store.get_consumer(instance_uuid) if claim else None
+                    # Candidates: capacity is the most selective question and
+                    # what placement answers; the limit bounds all that follows.
+                    candidates = self._candidates(ctx, rng, trace)
+                    # Host filters, in configured order, on candidates only.
+                    candidates = self._filter(candidates, ctx, trace)
+                    if held is None and not len(candidates):
+                        raise self._no_valid_host(trace)
+                    # Weighers rank the survivors (a shuffle first breaks ties at random).
+                    ranked, weights = self._weigh(candidates, ctx, rng, trace)
+                    if held is not None:
+                        index, primary = self._held(held, ranked, weights, trace)
+                    else:
+                        # Pick one of the best host_subset_size, then claim it
+                        # atomically; a conflict (another worker got there
+                        # first) falls through to the next best, boundedly.
+                        order = self._pick(len(ranked), rng)
+                        index, primary = self._claim(instance_uuid, ranked, weights, order,
+                                                     ctx, claim, trace)
+                        if index is not None:
+                            # Consume in the view and count the group member,
+                            # so the next instance of this request sees both.
+                            self.view.consume(index, ctx.resources)
+                            consumed.append(index)
+                            ctx.group_members[primary.host] += 1
+                            if claim:
+                                claimed.append(instance_uuid)
+                    trace.host = primary.host
+                    # Alternates last: they must have room for this instance in
+                    # the view as it is after the primary and earlier instances.
+                    alternates = (self._alternates(ranked, weights, index, ctx)
+                                  if return_alternates else [])
+                    selections.append([primary, *alternates])
+            except BaseException:
+                # All or nothing: release what this call claimed.
+                self._release(claimed)
+                self._unconsume(consumed, ctx.resources)
+                raise
+            if not claim:
+                self._unconsume(consumed, ctx.resources)
+            return ScheduleResult(selections, traces)
+
+    # --- stages ---------------------------------------------------------------------
+
+    def _group_members(self, spec: RequestSpec) -> Counter[str]:
+        if spec.group is None:
+            return Counter()
+        return Counter(self.store.group_hosts(spec.group.uuid))
+
+    def _candidates(self, ctx: PlacementContext, rng: np.random.Generator,
+                    trace: InstanceTrace) -> np.ndarray:
+        """Hosts with room for the request, at most ``max_placement_results``."""
+        fits = np.ones(self.view.size, dtype=bool)
+        for rc, short in self.view.shortfalls(ctx.resources):
+            trace.reject(insufficient(rc), int(np.count_nonzero(short & fits)))
+            fits &= ~short
+        candidates = np.flatnonzero(fits)
+        limit = self.settings.max_placement_results
+        if len(candidates) > limit:
+            trace.reject(OVER_LIMIT, len(candidates) - limit)
+            candidates = (rng.choice(candidates, limit, replace=False)
+                          if self.settings.randomize_candidates else candidates[:limit])
+        trace.survived("candidates", len(candidates))
+        return candidates
+
+    def _filter(self, candidates: np.ndarray, ctx: PlacementContext,
+                trace: InstanceTrace) -> np.ndarray:
+        for name, host_filter in self.filters:
+            if len(candidates) and host_filter.applies(ctx):
+                keep = host_filter.passes(self.view, candidates, ctx)
+                trace.reject(host_filter.REASON, len(candidates) - int(np.count_nonzero(keep)))
+                candidates = candidates[keep]
+            trace.survived(name, len(candidates))
+        return candidates
+
+    def _weigh(self, candidates: np.ndarray, ctx: PlacementContext,
+               rng: np.random.Generator,
+               trace: InstanceTrace) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates best first, and their weights."""
+        candidates = candidates[rng.permutation(len(candidates))]
+        total = np.zeros(len(candidates))
+        shares: list[tuple[str, np.ndarray]] = []
+        if len(candidates) > 1:  # one host left: nothing to weigh
+            for name, weigher in self.weighers:
+                if weigher.multiplier:
+                    share = weigher.weigh(self.view, candidates, ctx)
+                    total += share
+                    shares.append((name, share))
+        order = np.argsort(-total, kind="stable")
+        trace.top = [
+            WeighedHost(self.view.names[candidates[k]], float(total[k]),
+                        {name: float(share[k]) for name, share in shares})
+            for k in order[:TRACE_TOP]]
+        return candidates[order], total[order]
+
+    def _pick(self, count: int, rng: np.random.Generator) -> list[int]:
+        """Positions in the ranking to claim in turn: one drawn from the best
+        ``host_subset_size``, then the others best first, ``claim_attempts`` in all.
+        """
+        first = int(rng.integers(min(self.settings.host_subset_size, count)))
+        attempts = self.settings.claim_attempts
+        return [first, *(p for p in range(min(count, attempts + 1)) if p != first)][:attempts]
+
+    def _claim(self, instance_uuid: str, ranked: np.ndarray, weights: np.ndarray,
+               order: list[int], ctx: PlacementContext, claim: bool,
+               trace: InstanceTrace) -> tuple[int | None, Selection]:
+        """Claim the first host of ``order`` the store accepts.
+
+        Returns its view index and Selection; the index is None when the
+        instance turned out to hold allocations already (a racing duplicate
+        of this request claimed it first), which are then reused.
+        """
+        for position in order:
+            index = int(ranked[position])
+            selection = self._selection(index, float(weights[position]), ctx.spec)
+            if not claim:
+                return index, selection
+            try:
+                self.store.claim(instance_uuid, selection.allocation_request,
+                                 _group_claim(ctx.spec, selection.host))
+            except ConsumerConflict:
+                held = self.store.get_consumer(instance_uuid)
+                if held is None:  # released again meanwhile: try the next host
+                    trace.conflicts.append((selection.host, ConsumerConflict.__name__))
+                    continue
+                return self._held(held, ranked, weights, trace)
+            except (ClaimFailed, ProviderNotFound) as exc:
+                LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
+                         error=type(exc).__name__)
+                trace.conflicts.append((selection.host, type(exc).__name__))
+                if isinstance(exc, ClaimFailed):
+                    self.view.refresh_provider(selection.provider_uuid)
+                continue
+            return index, selection
+        trace.reject(CLAIM_CONFLICT, len(trace.conflicts))
+        trace.reject(NOT_TRIED, len(ranked) - len(trace.conflicts))
+        raise self._no_valid_host(trace)
+
+    def _alternates(self, ranked: np.ndarray, weights: np.ndarray, primary: int | None,
+                    ctx: PlacementContext) -> list[Selection]:
+        """Up to ``max_attempts - 1`` other hosts, best first, each with room now."""
+        wanted = self.settings.max_attempts - 1
+        if not wanted:
+            return []
+        positions = np.flatnonzero(ranked != (-1 if primary is None else primary))
+        positions = positions[self.view.fits(ctx.resources, ranked[positions])][:wanted]
+        return [self._selection(int(ranked[p]), float(weights[p]), ctx.spec)
+                for p in positions]
+
+    # --- helpers --------------------------------------------------------------------
+
+    def _selection(self, index: int, weight: float, spec: RequestSpec) -> Selection:
+        name, provider_uuid = self.view.names[index], self.view.uuids[index]
+        return Selection(
+            host=name, node=name, provider_uuid=provider_uuid,
+            allocation_request=AllocationRequest({provider_uuid: spec.resources},
+                                                 spec.project_id, spec.user_id),
+            weight=weight)
+
+    def _held(self, held: Consumer, ranked: np.ndarray, weights: np.ndarray,
+              trace: InstanceTrace) -> tuple[int | None, Selection]:
+        """The Selection of allocations the instance already holds (never re-claimed)."""
+        trace.reused = True
+        provider_uuid = next((rp for rp in held.allocations
+                              if self.view.index_of_uuid(rp) is not None),
+                             next(iter(held.allocations)))
+        index = self.view.index_of_uuid(provider_uuid)
+        if index is not None:
+            host = self.view.names[index]
+        else:  # not a host of the view (a nested provider)
+            host = held.host or self.store.get_provider(provider_uuid).name
+        weight = 0.0
+        if index is not None and (at := np.flatnonzero(ranked == index)).size:
+            weight = float(weights[at[0]])
+        request = AllocationRequest(held.allocations, held.project_id, held.user_id)
+        LOG.info("allocation_reused", instance_uuid=held.uuid, host=host)
+        return index, Selection(host=host, node=host, provider_uuid=provider_uuid,
+                                allocation_request=request, weight=weight)
+
+    def _no_valid_host(self, trace: InstanceTrace) -> NoValidHost:
+        details = trace.details()
+        LOG.info("no_valid_host", instance_uuid=trace.instance_uuid, details=details)
+        return NoValidHost(details=details, reasons=trace.reasons)
+
+    def _release(self, consumers: Sequence[str]) -> None:
+        for consumer in consumers:
+            try:
+                self.store.release(consumer)
+            except StoreError:
+                # Keep releasing the others; the caller gets the original error.
+                LOG.exception("release_failed", instance_uuid=consumer)
+
+    def _unconsume(self, indices: Sequence[int], resources: Mapping[str, int]) -> None:
+        for index in indices:
+            self.view.unconsume(index, resources)
+
+
+def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
+    """The policy check the store makes inside the claim (strict policies only)."""
+    group = spec.group
+    if group is None or not group.is_strict:
+        return None
+    return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
+
+
+def _rng(request_id: str, instance_uuid: str) -> np.random.Generator:
+    """The random source of one instance's decision, replayable from its ids."""
+    digest = hashlib.blake2b(f"{request_id}/{instance_uuid}".encode(), digest_size=16).digest()
+    return np.random.default_rng(int.from_bytes(digest, "big"))

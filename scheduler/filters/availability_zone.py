@@ -1,0 +1,36 @@
+"""AvailabilityZoneFilter: rejects hosts outside the requested availability zone.
+
+A host belongs to the zones named by its aggregates' ``availability_zone``
+metadata; a host in none belongs to ``default_availability_zone``. A request
+without a zone is not restricted.
+
+**We differ from Nova**: in Nova a requested zone that no aggregate names
+restricts nothing at the scheduler (its API validated zones earlier). Here a
+request for a zone with no hosts finds no host, and NoValidHost says why.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.filters.base import BaseFilter
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class AvailabilityZoneFilter(BaseFilter):
+    """Keeps hosts in the requested availability zone."""
+
+    REASON = "not in the requested availability zone"
+
+    def applies(self, ctx: PlacementContext) -> bool:
+        return ctx.spec.availability_zone is not None
+
+    def passes(self, view: HostView, candidates: np.ndarray,
+               ctx: PlacementContext) -> np.ndarray:
+        assert ctx.spec.availability_zone is not None  # see applies()
+        return view.zone_mask(ctx.spec.availability_zone, candidates)

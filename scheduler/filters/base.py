@@ -1,0 +1,48 @@
+"""The host filter interface.
+
+A filter answers one question for a batch of candidate hosts at once: does
+each host pass for this request? It receives the columnar
+:class:`~scheduler.engine.hostview.HostView`, the candidate indices into it
+and the :class:`~scheduler.engine.context.PlacementContext`, and returns a
+boolean mask aligned with the candidates (``True`` keeps the host). It must
+not loop in Python over the candidates: the questions are array operations
+on the view's columns.
+
+Every filter names what it rejects in a class-level ``REASON``; the engine
+counts the hosts each filter removed under that reason, so NoValidHost can
+say "0/20 hosts available: 5 host down or disabled, ...".
+
+Filters are plugins: registered as entry points in group
+``scheduler.filters`` and built once, with the engine's settings.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+    from scheduler.engine.settings import EngineSettings
+
+
+class BaseFilter(abc.ABC):
+    """One yes/no question about hosts, asked of all candidates at once."""
+
+    #: What a rejected host is counted under in NoValidHost's details.
+    REASON: ClassVar[str]
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+
+    def applies(self, ctx: PlacementContext) -> bool:
+        """False when the request gives this filter nothing to check (it is skipped)."""
+        return True
+
+    @abc.abstractmethod
+    def passes(self, view: HostView, candidates: np.ndarray,
+               ctx: PlacementContext) -> np.ndarray:
+        """A boolean mask aligned with ``candidates``: True keeps the host."""

@@ -1,0 +1,35 @@
+"""ComputeFilter: rejects hosts whose compute service is down or disabled.
+
+A host is up when its service heartbeated within ``service_down_time``
+seconds of the request (``|now - last_seen| <= service_down_time``, as Nova's
+service group driver measures it); a host with no service record has never
+heartbeated and is down. A disabled service takes no new instances.
+
+Nova also removes disabled hosts earlier, in placement (a forbidden status
+trait), before ``max_placement_results`` cuts the candidates. Until the
+request filters do that here, this filter is where disabled hosts go, so with
+a cut some candidate slots may be taken by disabled hosts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.filters.base import BaseFilter
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class ComputeFilter(BaseFilter):
+    """Keeps hosts whose service is up and enabled."""
+
+    REASON = "host down or disabled"
+
+    def passes(self, view: HostView, candidates: np.ndarray,
+               ctx: PlacementContext) -> np.ndarray:
+        up = np.abs(ctx.now - view.last_seen[candidates]) <= self.settings.service_down_time
+        return up & ~view.disabled[candidates]

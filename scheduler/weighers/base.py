@@ -1,0 +1,71 @@
+"""The weigher interface and the framework's scaling.
+
+A weigher returns one raw number per candidate host (vectorised, no loop over
+hosts); higher means preferred. The framework, not the weigher, scales the
+raw numbers to [0, 1] across the candidates and multiplies them by the
+weigher's multiplier option; the engine sums the weighers' products and the
+highest total wins. As in Nova:
+
+* ``BY_MAX`` (RAM, CPU, disk): value / maximum across the candidates, a
+  negative value counting as 0;
+* ``BY_RANGE`` (the others): (value - minimum) / (maximum - minimum).
+
+When every candidate has the same value, all score 0. With one candidate
+left nothing is weighed.
+
+Weighers are plugins: registered as entry points in group
+``scheduler.weighers`` and built once, with the engine's settings.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+    from scheduler.engine.settings import EngineSettings
+
+Scaling = Literal["max", "range"]
+BY_MAX: Scaling = "max"
+BY_RANGE: Scaling = "range"
+
+
+def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
+    """Scale raw weights to [0, 1] across the candidates (see module doc)."""
+    values = values.astype(np.float64, copy=False)
+    if scaling == BY_MAX:
+        values = np.maximum(values, 0.0)
+        top = values.max(initial=0.0)
+        return values / top if top > 0 else np.zeros_like(values)
+    low, high = values.min(initial=np.inf), values.max(initial=-np.inf)
+    if not high > low:
+        return np.zeros_like(values)
+    return (values - low) / (high - low)
+
+
+class BaseWeigher(abc.ABC):
+    """One preference, as a raw number per host."""
+
+    #: Name of the multiplier option in ``EngineSettings.weight_multipliers``.
+    MULTIPLIER_OPTION: ClassVar[str]
+    #: The multiplier when the option is not set.
+    DEFAULT_MULTIPLIER: ClassVar[float] = 1.0
+    #: How the framework scales the raw numbers to [0, 1].
+    SCALING: ClassVar[Scaling] = BY_RANGE
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.multiplier = settings.multiplier(self.MULTIPLIER_OPTION, self.DEFAULT_MULTIPLIER)
+
+    @abc.abstractmethod
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        """One number per candidate, aligned with ``candidates``; higher is preferred."""
+
+    def weigh(self, view: HostView, candidates: np.ndarray,
+              ctx: PlacementContext) -> np.ndarray:
+        """This weigher's contribution per candidate: scaled raw times multiplier."""
+        return self.multiplier * normalise(self.raw(view, candidates, ctx), self.SCALING)

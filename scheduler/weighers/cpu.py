@@ -1,0 +1,35 @@
+"""CPUWeigher: prefers hosts with more free vCPUs.
+
+The raw weight is the host's free VCPU capacity with the allocation ratio
+applied (``(total - reserved) * ratio - used``), as Nova's CPU weigher uses
+the ratio (Nova does not subtract reserved vCPUs; here the same capacity as
+the claim is used, so a reserved vCPU is never counted as free).
+
+``cpu_weight_multiplier`` (default 1.0): a positive multiplier **spreads**
+instances across hosts (the host with most free vCPUs wins); a negative one
+**packs** them; 0 disables the weigher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.objects import VCPU
+from scheduler.weighers.base import BY_MAX, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class CPUWeigher(BaseWeigher):
+    """Free vCPUs (allocation ratio applied)."""
+
+    MULTIPLIER_OPTION = "cpu_weight_multiplier"
+    SCALING = BY_MAX
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.free(VCPU, candidates)

@@ -1,0 +1,33 @@
+"""DiskWeigher: prefers hosts with more free disk.
+
+The raw weight is the host's physically free disk in GB (total - reserved -
+used), ignoring the allocation ratio, as Nova weighs ``free_disk_mb``.
+
+``disk_weight_multiplier`` (default 1.0): a positive multiplier **spreads**
+instances across hosts (the emptiest disk wins); a negative one **packs**
+them; 0 disables the weigher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.objects import DISK_GB
+from scheduler.weighers.base import BY_MAX, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class DiskWeigher(BaseWeigher):
+    """Free disk (allocation ratio ignored)."""
+
+    MULTIPLIER_OPTION = "disk_weight_multiplier"
+    SCALING = BY_MAX
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.free_ignoring_ratio(DISK_GB, candidates)

@@ -1,0 +1,33 @@
+"""RAMWeigher: prefers hosts with more free RAM.
+
+The raw weight is the host's physically free memory in MB (total - reserved -
+used), ignoring the allocation ratio, as Nova weighs ``free_ram_mb``.
+
+``ram_weight_multiplier`` (default 1.0): a positive multiplier **spreads**
+instances across hosts (the emptiest host wins); a negative one **packs**
+them (the fullest host that still fits wins); 0 disables the weigher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.objects import MEMORY_MB
+from scheduler.weighers.base import BY_MAX, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class RAMWeigher(BaseWeigher):
+    """Free RAM (allocation ratio ignored)."""
+
+    MULTIPLIER_OPTION = "ram_weight_multiplier"
+    SCALING = BY_MAX
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.free_ignoring_ratio(MEMORY_MB, candidates)

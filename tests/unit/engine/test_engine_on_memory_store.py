@@ -1,0 +1,92 @@
+"""The engine on the real in-memory store: claims, races between workers, the feed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from scheduler.exceptions import NoValidHost
+from scheduler.objects import MEMORY_MB, VCPU
+from tests.unit.factories import engine, group, host, populate, spec, uuid_of
+
+memory = pytest.importorskip("scheduler.store.memory")
+
+
+def memory_store(*hosts: object) -> object:
+    store = memory.MemoryStore()
+    populate(store, hosts)  # type: ignore[arg-type]
+    return store
+
+
+def assert_usage_is_the_sum_of_allocations(store: object) -> None:
+    summed: dict[str, Counter[str]] = {}
+    for consumer in store.list_consumers():  # type: ignore[attr-defined]
+        for rp, amounts in consumer.allocations.items():
+            summed.setdefault(rp, Counter()).update(amounts)
+    for provider in store.list_providers():  # type: ignore[attr-defined]
+        assert dict(provider.usages) == dict(summed.get(provider.uuid, {}))
+        for rc, inv in provider.inventories.items():
+            assert provider.usages.get(rc, 0) <= inv.capacity
+
+
+def test_fills_hosts_exactly_then_finds_no_host() -> None:
+    store = memory_store(*(host(f"h{i}", vcpus=8, ram=4096, ratios={VCPU: 2.0})
+                           for i in range(5)))
+    eng = engine(store, host_subset_size=2)
+    for n in range(20):  # 4 instances of 1024 MB fit per host
+        eng.select(f"req{n}", spec(vcpus=2, ram=1024, disk=1), [uuid_of(f"i{n}")])
+    with pytest.raises(NoValidHost) as err:
+        eng.select("one-more", spec(vcpus=2, ram=1024, disk=1), [uuid_of("i-more")])
+    assert err.value.reasons == {f"insufficient {MEMORY_MB}": 5}
+    assert_usage_is_the_sum_of_allocations(store)
+
+
+class Lagging:
+    """The store as a worker sees it whose feed reads lag: no change ever arrives."""
+
+    def __init__(self, store: object) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def changes(self, cursor: str, limit: int = 1000) -> list:
+        return []
+
+
+def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> None:
+    store = memory_store(*(host(f"h{i}", ram=4096) for i in range(3)))
+    fresh, stale = engine(store), engine(Lagging(store))
+    conflicts = 0
+    for n in range(12):  # 3 hosts x 4 slots, the workers taking turns
+        worker = stale if n % 2 else fresh
+        result = worker.schedule(f"req{n}", spec(ram=1024, disk=1), [uuid_of(f"i{n}")])
+        conflicts += len(result.traces[0].conflicts)
+    assert conflicts > 0
+    assert len(store.list_consumers()) == 12
+    assert_usage_is_the_sum_of_allocations(store)
+
+
+def test_anti_affinity_holds_across_workers() -> None:
+    store = memory_store(*(host(f"h{i}") for i in range(3)))
+    a, b = engine(store, weighers=()), engine(store, weighers=())
+    a.select("req-a", spec(num_instances=2, group=group("anti-affinity")),
+             [uuid_of("a0"), uuid_of("a1")])
+    b.select("req-b", spec(group=group("anti-affinity")), [uuid_of("b0")])
+    with pytest.raises(NoValidHost):
+        a.select("req-c", spec(group=group("anti-affinity")), [uuid_of("c0")])
+    assert sorted(store.group_hosts(group("anti-affinity").uuid).values()) == [1, 1, 1]
+
+
+def test_released_request_leaves_nothing_and_reselect_reuses() -> None:
+    store = memory_store(host("h0", ram=2048), host("h1", ram=2048))
+    eng = engine(store)
+    with pytest.raises(NoValidHost):
+        eng.select("req", spec(ram=1024, num_instances=5), [uuid_of(f"i{n}") for n in range(5)])
+    assert store.list_consumers() == []
+    assert_usage_is_the_sum_of_allocations(store)
+    first = eng.select("req2", spec(ram=1024), [uuid_of("i0")])
+    again = eng.select("req2", spec(ram=1024), [uuid_of("i0")])
+    assert first[0][0].host == again[0][0].host
+    assert len(store.list_consumers()) == 1

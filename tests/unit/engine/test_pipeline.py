@@ -1,0 +1,398 @@
+"""The whole pipeline: candidates, filters, weighers, pick, claim, alternates."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine
+from scheduler.engine.plugins import UnknownPlugin
+from scheduler.exceptions import NoValidHost
+from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
+from scheduler.store.base import Consumer, GroupClaim
+from tests.unit.factories import (
+    GROUP_UUID,
+    FeedStore,
+    engine,
+    group,
+    host,
+    spec,
+    uuid_of,
+)
+
+# Weighers off unless a test is about ranking: then hosts tie and the pick is seeded.
+FLAT = {"weighers": ()}
+
+
+def hosts_free(store: FeedStore) -> dict[str, int]:
+    return {p.name: p.free(MEMORY_MB) for p in store.providers.values()}
+
+
+def primaries(selections: list) -> list[str]:
+    return [s[0].host for s in selections]
+
+
+# --- candidates and filters: what NoValidHost says ----------------------------------
+
+
+@pytest.mark.parametrize(("hosts", "request_", "details", "reasons"), [
+    pytest.param(
+        [host(f"small{i}", ram=512) for i in range(15)]
+        + [host(f"down{i}", up=False) for i in range(3)]
+        + [host(f"off{i}", disabled=True) for i in range(2)],
+        spec(ram=1024), "0/20 hosts available: 15 insufficient MEMORY_MB, 5 host down or disabled",
+        {"insufficient MEMORY_MB": 15, "host down or disabled": 5}, id="kube-style-summary"),
+    pytest.param(
+        [host("tiny", vcpus=1, ram=512), host("lowram", ram=512), host("gone", up=False)],
+        spec(vcpus=2, ram=1024), "0/3 hosts available: 1 insufficient VCPU, "
+        "1 insufficient MEMORY_MB, 1 host down or disabled",
+        {"insufficient VCPU": 1, "insufficient MEMORY_MB": 1, "host down or disabled": 1},
+        id="each-host-counted-once-by-its-first-stage"),
+    pytest.param(
+        [host("h1"), host("h2")], spec(availability_zone="atlantis"),
+        "0/2 hosts available: 2 not in the requested availability zone",
+        {"not in the requested availability zone": 2}, id="zone-with-no-hosts"),
+    pytest.param(
+        [host("h1"), host("H2")], spec(ignore_hosts=("h1", "h2")),
+        "0/2 hosts available: 2 host already tried", {"host already tried": 2},
+        id="all-tried"),
+    pytest.param([], spec(), "0/0 hosts available", {}, id="no-hosts-at-all"),
+])
+def test_no_valid_host_counts_per_reason(hosts: list, request_: object, details: str,
+                                         reasons: dict[str, int]) -> None:
+    store = FeedStore(hosts)
+    with pytest.raises(NoValidHost) as err:
+        engine(store).select("req", request_, [uuid_of("i1")])
+    assert err.value.details == details
+    assert err.value.reasons == reasons
+    assert str(err.value) == NoValidHost.USER_MESSAGE
+    assert store.consumers == {}
+
+
+def test_capacity_honours_ratio_and_reserved() -> None:
+    store = FeedStore([
+        host("reserved-away", ram=4096, reserved={MEMORY_MB: 2048}),
+        host("overcommitted", ram=2048, ratios={MEMORY_MB: 1.5}, used={MEMORY_MB: 2048}),
+        host("roomy", vcpus=2, ratios={VCPU: 8.0}, used={VCPU: 12}),
+    ])
+    selections = engine(store, **FLAT).select("req", spec(vcpus=2, ram=3000), [uuid_of("i1")])
+    assert primaries(selections) == ["roomy"]
+
+
+def test_max_placement_results_limits_candidates() -> None:
+    store = FeedStore([host(f"h{i}", up=i >= 3) for i in range(6)])
+    with pytest.raises(NoValidHost) as err:
+        engine(store, max_placement_results=3).select("req", spec(), [uuid_of("i1")])
+    assert err.value.reasons == {OVER_LIMIT: 3, "host down or disabled": 3}
+
+
+def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(20)])
+    eng = engine(store, max_placement_results=2, randomize_candidates=True, **FLAT)
+    picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
+              for n in range(30)}
+    assert len(picked) > 5
+    assert not picked <= {"h0", "h1"}
+
+
+# --- weighers, pick, replay ---------------------------------------------------------
+
+
+def test_weighers_rank_and_the_best_is_claimed() -> None:
+    store = FeedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
+                       host("flaky", failed_builds=2)])
+    result = engine(store).schedule("req", spec(), [uuid_of("i1")])
+    assert primaries(result.selections) == ["idle"]
+    trace = result.traces[0]
+    assert [w.host for w in trace.top] == ["idle", "busy", "flaky"]
+    assert set(trace.top[0].contributions) == {"RAMWeigher", "CPUWeigher", "DiskWeigher",
+                                               "BuildFailureWeigher"}
+    assert trace.top[0].weight == pytest.approx(sum(trace.top[0].contributions.values()))
+    assert trace.top[2].contributions["BuildFailureWeigher"] == 0.0
+
+
+def test_packing_with_negative_multipliers() -> None:
+    store = FeedStore([host("idle"), host("busy", used={MEMORY_MB: 30000})])
+    eng = engine(store, weighers=("RAMWeigher",),
+                 weight_multipliers={"ram_weight_multiplier": -1.0})
+    assert primaries(eng.select("req", spec(), [uuid_of("i1")])) == ["busy"]
+
+
+def test_one_host_left_is_not_weighed() -> None:
+    store = FeedStore([host("only")])
+    [[selection]] = engine(store, max_attempts=1).select("req", spec(), [uuid_of("i1")])
+    assert selection.weight == 0.0
+
+
+@pytest.mark.parametrize("subset", [1, 3])
+def test_pick_stays_within_host_subset_size(subset: int) -> None:
+    # Free RAM strictly decreasing: h0 is the best, h9 the worst.
+    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(10)])
+    eng = engine(store, host_subset_size=subset, weighers=("RAMWeigher",))
+    picked = Counter(primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
+                     for n in range(60))
+    assert set(picked) == {f"h{i}" for i in range(subset)}
+
+
+def test_same_request_replays_the_same_decision() -> None:
+    hosts = [host(f"h{i}") for i in range(50)]
+    first = engine(FeedStore(hosts), host_subset_size=10).select(
+        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
+    again = engine(FeedStore(hosts), host_subset_size=10).select(
+        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
+    assert first == again
+
+
+def test_ties_are_broken_at_random_by_request() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(20)])
+    eng = engine(store, **FLAT)
+    picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of("i1")], claim=False))[0]
+              for n in range(30)}
+    assert len(picked) > 5
+
+
+# --- claim ----------------------------------------------------------------------------
+
+
+def test_claim_records_the_allocation_request_of_the_selection() -> None:
+    store = FeedStore([host("h1")])
+    [[selection]] = engine(store, max_attempts=1).select("req", spec(vcpus=2, ram=2048, disk=20),
+                                                         [uuid_of("i1")])
+    assert (selection.host, selection.node, selection.provider_uuid) == (
+        "h1", "h1", uuid_of("h1"))
+    assert selection.allocation_request.allocations == {
+        uuid_of("h1"): {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}}
+    assert (selection.allocation_request.project_id,
+            selection.allocation_request.user_id) == ("project", "user")
+    assert store.consumers[uuid_of("i1")].allocations == selection.allocation_request.allocations
+
+
+def test_claim_conflict_falls_through_to_the_next_best_host() -> None:
+    store = FeedStore([host("best"), host("second", used={MEMORY_MB: 1000}),
+                       host("third", used={MEMORY_MB: 2000})])
+    store.conflict_on.add("best")
+    result = engine(store, weighers=("RAMWeigher",)).schedule("req", spec(), [uuid_of("i1")])
+    assert primaries(result.selections) == ["second"]
+    assert result.traces[0].conflicts == [("best", "CapacityExceeded")]
+    assert [s.host for s in result.selections[0][1:]] == ["best", "third"]
+
+
+def test_claim_conflict_rereads_the_provider() -> None:
+    store = FeedStore([host("best"), host("second", used={MEMORY_MB: 1000})])
+    eng = engine(store, weighers=("RAMWeigher",))
+    eng.view.refresh(0.0)
+    store.use("best", {MEMORY_MB: 32768}, fed=False)  # another worker filled it, unseen yet
+    selections = eng.select("req", spec(), [uuid_of("i1")])
+    assert primaries(selections) == ["second"]
+    assert len(selections[0]) == 1  # "best" is known to be full now: no alternate there
+
+
+def test_claim_attempts_are_bounded() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(6)])
+    store.conflict_on.update(f"h{i}" for i in range(6))
+    with pytest.raises(NoValidHost) as err:
+        engine(store, claim_attempts=4).select("req", spec(), [uuid_of("i1")])
+    assert err.value.reasons == {CLAIM_CONFLICT: 4, NOT_TRIED: 2}
+    assert store.consumers == {}
+
+
+def test_strict_group_claims_carry_the_policy() -> None:
+    store = FeedStore([host("h1"), host("h2")])
+    engine(store).select("req", spec(group=group("anti-affinity", 2)), [uuid_of("i1")])
+    [(_, chosen, claim)] = store.claims
+    assert claim == GroupClaim(GROUP_UUID, "anti-affinity", chosen, 2)
+
+
+def test_soft_group_claims_carry_no_policy() -> None:
+    store = FeedStore([host("h1")])
+    engine(store).select("req", spec(group=group("soft-anti-affinity")), [uuid_of("i1")])
+    assert [claim for _, _, claim in store.claims] == [None]
+
+
+# --- alternates -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("max_attempts", "hosts", "alternates"), [
+    pytest.param(3, 5, 2, id="max-attempts-minus-one"),
+    pytest.param(5, 3, 2, id="no-more-than-the-other-hosts"),
+    pytest.param(1, 5, 0, id="none-wanted"),
+])
+def test_alternates_count(max_attempts: int, hosts: int, alternates: int) -> None:
+    store = FeedStore([host(f"h{i}") for i in range(hosts)])
+    [selections] = engine(store, max_attempts=max_attempts).select("req", spec(), [uuid_of("i1")])
+    assert len(selections) == 1 + alternates
+    assert len({s.host for s in selections}) == len(selections)
+    assert list(store.consumers) == [uuid_of("i1")]  # alternates are not claimed
+
+
+def test_alternates_are_ranked_and_not_claimed() -> None:
+    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(5)])
+    [selections] = engine(store, weighers=("RAMWeigher",)).select("req", spec(), [uuid_of("i1")])
+    assert [s.host for s in selections] == ["h0", "h1", "h2"]
+    assert [s.weight for s in selections] == sorted((s.weight for s in selections), reverse=True)
+    assert hosts_free(store)["h1"] == 31768
+
+
+def test_alternates_follow_what_earlier_instances_consumed() -> None:
+    # Packing: free RAM b 1024 < c 1536 < a 2048; each instance takes 1024.
+    store = FeedStore([host("a", ram=2048), host("b", ram=4096, used={MEMORY_MB: 3072}),
+                       host("c", ram=8192, used={MEMORY_MB: 6656})])
+    eng = engine(store, weighers=("RAMWeigher",),
+                 weight_multipliers={"ram_weight_multiplier": -1.0}, max_attempts=3)
+    selections = eng.select("req", spec(ram=1024, num_instances=3),
+                            [uuid_of(f"i{n}") for n in range(3)])
+    hosts = [[s.host for s in per_instance] for per_instance in selections]
+    # i1 fills "b"; i2 leaves "c" 512, too little to be an alternate of i3.
+    assert hosts == [["b", "c", "a"], ["c", "a"], ["a"]]
+
+
+def test_no_alternates_when_not_asked() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(5)])
+    selections = engine(store).select("req", spec(), [uuid_of("i1")], return_alternates=False)
+    assert [len(s) for s in selections] == [1]
+
+
+# --- multi-instance requests --------------------------------------------------------
+
+
+def test_instances_consume_the_view_one_after_another() -> None:
+    store = FeedStore([host("a", ram=2048), host("b", ram=1024)])
+    selections = engine(store, **FLAT).select("req", spec(ram=1024, num_instances=3),
+                                              [uuid_of(f"i{n}") for n in range(3)])
+    assert sorted(primaries(selections)) == ["a", "a", "b"]
+    assert hosts_free(store) == {"a": 0, "b": 0}
+
+
+def test_all_or_nothing_releases_every_claim() -> None:
+    store = FeedStore([host("a", ram=2048), host("b", ram=1024)])
+    eng = engine(store)
+    with pytest.raises(NoValidHost) as err:
+        eng.select("req", spec(ram=1024, num_instances=4), [uuid_of(f"i{n}") for n in range(4)])
+    assert err.value.details == "0/2 hosts available: 2 insufficient MEMORY_MB (instance 4 of 4)"
+    assert store.consumers == {}
+    assert hosts_free(store) == {"a": 2048, "b": 1024}
+    # The view is as the store: the same hosts serve the next request whole.
+    selections = eng.select("req2", spec(ram=1024, num_instances=3),
+                            [uuid_of(f"j{n}") for n in range(3)])
+    assert sorted(primaries(selections)) == ["a", "a", "b"]
+
+
+def test_dry_run_claims_nothing_and_leaves_the_view_as_it_was() -> None:
+    store = FeedStore([host("a", ram=2048)])
+    eng = engine(store)
+    for request in ("dry1", "dry2"):
+        selections = eng.select(request, spec(ram=1024, num_instances=2),
+                                [uuid_of("i1"), uuid_of("i2")], claim=False)
+        assert primaries(selections) == ["a", "a"]
+    assert store.consumers == {}
+    assert eng.view.free(MEMORY_MB, [0]).tolist() == [2048]
+
+
+def test_anti_affinity_spreads_a_multi_instance_request() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(4)])
+    uuids = [uuid_of(f"i{n}") for n in range(4)]
+    selections = engine(store, **FLAT).select(
+        "req", spec(num_instances=4, group=group("anti-affinity")), uuids)
+    assert sorted(primaries(selections)) == ["h0", "h1", "h2", "h3"]
+    with pytest.raises(NoValidHost) as err:
+        engine(store, **FLAT).select("req2", spec(group=group("anti-affinity")),
+                                     [uuid_of("i-extra")])
+    assert err.value.reasons == {"server group anti-affinity": 4}
+
+
+def test_anti_affinity_max_server_per_host() -> None:
+    store = FeedStore([host("h0"), host("h1")])
+    selections = engine(store, **FLAT).select(
+        "req", spec(num_instances=4, group=group("anti-affinity", 2)),
+        [uuid_of(f"i{n}") for n in range(4)])
+    assert Counter(primaries(selections)) == {"h0": 2, "h1": 2}
+
+
+def test_affinity_keeps_a_multi_instance_request_together() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(4)])
+    selections = engine(store, **FLAT).select(
+        "req", spec(num_instances=3, group=group("affinity")),
+        [uuid_of(f"i{n}") for n in range(3)])
+    assert len(set(primaries(selections))) == 1
+
+
+# --- idempotency ----------------------------------------------------------------------
+
+
+def test_reselecting_a_claimed_instance_reuses_its_allocation() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(5)])
+    first = engine(store).select("req", spec(), [uuid_of("i1")])
+    again = engine(store).select("other-req", spec(), [uuid_of("i1")])
+    assert again[0][0].host == first[0][0].host
+    assert again[0][0].allocation_request == first[0][0].allocation_request
+    assert len(store.claims) == 1
+    assert first[0][0].host not in {s.host for s in again[0][1:]}
+    assert len(again[0]) == 3
+
+
+def test_redriven_request_claims_only_what_is_missing() -> None:
+    store = FeedStore([host(f"h{i}") for i in range(5)])
+    uuids = [uuid_of(f"i{n}") for n in range(3)]
+    engine(store).select("req", spec(), uuids[:1])
+    selections = engine(store).select("req", spec(num_instances=3), uuids)
+    assert len(store.claims) == 3
+    assert len(store.consumers) == 3
+    assert [s[0].host for s in selections] == [store.consumers[u].host for u in uuids]
+
+
+def test_racing_duplicate_claim_is_reused() -> None:
+    # A duplicate of this request claims "h2" for i1 between our look-up and
+    # our claim on "h1": the store refuses ours, and we reuse theirs.
+    store = FeedStore([host("h1"), host("h2", used={MEMORY_MB: 1000})])
+    eng = engine(store, weighers=("RAMWeigher",))
+    theirs = AllocationRequest({uuid_of("h2"): spec().resources}, "project", "user")
+    looked = []
+
+    def get_consumer_racing(consumer_uuid: str) -> Consumer | None:
+        if not looked:
+            looked.append(consumer_uuid)
+            store.claim(consumer_uuid, theirs)
+            return None
+        return FeedStore.get_consumer(store, consumer_uuid)
+
+    store.get_consumer = get_consumer_racing  # type: ignore[method-assign]
+    result = eng.schedule("req", spec(), [uuid_of("i1")])
+    assert primaries(result.selections) == ["h2"]
+    assert result.selections[0][0].allocation_request == theirs
+    assert result.traces[0].reused
+    assert len(store.claims) == 1
+
+
+# --- construction ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param({"enabled_filters": ("ComputeFilter", "NoSuchFilter")}, id="filter"),
+    pytest.param({"weighers": ("RAMWeigher", "NoSuchWeigher")}, id="weigher"),
+    pytest.param({"enabled_filters": ("RAMWeigher",)}, id="weigher-named-as-filter"),
+])
+def test_unknown_plugin_fails_at_construction(overrides: dict) -> None:
+    with pytest.raises(UnknownPlugin) as err:
+        engine(FeedStore(), **overrides)
+    assert any(name in str(err.value) for name in ("NoSuch", "RAMWeigher"))
+
+
+def test_plugins_load_in_configured_order() -> None:
+    eng = engine(FeedStore(), enabled_filters=("RetryFilter", "ComputeFilter"),
+                 weighers=("DiskWeigher",))
+    assert [name for name, _ in eng.filters] == ["RetryFilter", "ComputeFilter"]
+    assert [name for name, _ in eng.weighers] == ["DiskWeigher"]
+    assert isinstance(eng, Engine)
+
+
+def test_trace_counts_survivors_per_stage() -> None:
+    store = FeedStore([host("small", ram=512), host("down", up=False), host("tried"),
+                       host("ok1"), host("ok2")])
+    result = engine(store).schedule("req", spec(ignore_hosts=("tried",)), [uuid_of("i1")],
+                                    claim=False)
+    stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
+    assert stages == [("candidates", 4), ("ComputeFilter", 3), ("AvailabilityZoneFilter", 3),
+                      ("RetryFilter", 2), ("ServerGroupAffinityFilter", 2),
+                      ("ServerGroupAntiAffinityFilter", 2)]
+    assert result.traces[0].host in {"ok1", "ok2"}
