@@ -1,0 +1,52 @@
+"""The shared store: the contract, its records, and :func:`open_store`.
+
+The store URL decides the implementation: ``memory://`` is the in-process
+:class:`MemoryStore` (the key prefix is not used); ``redis://``,
+``rediss://`` (TLS), ``unix://`` and
+``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`` are a
+:class:`RedisStore` whose keys all start with ``{key_prefix}:``.
+"""
+
+from __future__ import annotations
+
+from scheduler.store.base import (
+    Aggregate,
+    Change,
+    Consumer,
+    GroupClaim,
+    Inventory,
+    Provider,
+    Service,
+    Snapshot,
+    Store,
+)
+from scheduler.store.memory import MemoryStore
+from scheduler.store.redis_store import RedisStore
+
+__all__ = [
+    "Aggregate",
+    "Change",
+    "Consumer",
+    "GroupClaim",
+    "Inventory",
+    "MemoryStore",
+    "Provider",
+    "RedisStore",
+    "Service",
+    "Snapshot",
+    "Store",
+    "open_store",
+]
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+
+
+def open_store(url: str, key_prefix: str) -> Store:
+    """The store at ``url``; :class:`ValueError` for a scheme it does not know."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme == "memory":
+        return MemoryStore()
+    if sep and scheme in _REDIS_SCHEMES:
+        return RedisStore(url, key_prefix)
+    raise ValueError(f"unknown store URL scheme in {url.split('@')[-1]!r}; "
+                     f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}")

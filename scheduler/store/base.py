@@ -30,10 +30,12 @@ Semantics (Placement's, where it is good):
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.exceptions import InvalidRequest, StreamTruncated
 from scheduler.objects import AllocationRequest, InstanceRecord
 
 # --- records ------------------------------------------------------------------------
@@ -294,5 +296,50 @@ class Store(abc.ABC):
     def ping(self) -> bool:
         """True if the backing service answers."""
 
-    def close(self) -> None:  # pragma: no cover - trivial default
+    def close(self) -> None:  # noqa: B027  # pragma: no cover - trivial default
         """Release connections."""
+
+
+# --- input checks both implementations make -----------------------------------------
+
+_CURSOR = re.compile(r"(\d+)-(\d+)")
+
+#: The fields ``update_instance`` may change.
+INSTANCE_FIELDS = frozenset(InstanceRecord.__dataclass_fields__) - {"uuid"}
+
+
+def check_inventories(inventories: Mapping[str, Inventory]) -> None:
+    """Refuse nonsense with :class:`InvalidRequest`.
+
+    Nonsense: a negative total or reserved, a min_unit or step_size below 1,
+    an allocation ratio that is not positive.
+    """
+    for rc, inv in inventories.items():
+        if (inv.total < 0 or inv.reserved < 0 or inv.min_unit < 1 or inv.step_size < 1
+                or not inv.allocation_ratio > 0):
+            raise InvalidRequest(reason=f"{rc} inventory is out of range: {inv}")
+
+
+def check_allocation_request(request: AllocationRequest) -> None:
+    """:class:`InvalidRequest` unless every named provider gets at least one amount."""
+    if not request.allocations or not all(request.allocations.values()):
+        raise InvalidRequest(reason="an allocation request needs an amount on every provider")
+
+
+def check_instance_changes(changes: Mapping[str, Any]) -> None:
+    """:class:`TypeError` for a field an instance record does not have (or its uuid)."""
+    unknown = sorted(set(changes) - INSTANCE_FIELDS)
+    if unknown:
+        raise TypeError(f"cannot update instance field(s): {', '.join(unknown)}")
+
+
+def cursor_key(cursor: str) -> tuple[int, int]:
+    """A feed cursor (``"<ms>-<seq>"``, like a Redis stream id) as a comparable pair.
+
+    A string no feed issues raises :class:`StreamTruncated`: the caller's
+    remedy, a reload from a snapshot, is the right one for it too.
+    """
+    match = _CURSOR.fullmatch(cursor)
+    if match is None:
+        raise StreamTruncated(cursor=cursor)
+    return int(match.group(1)), int(match.group(2))

@@ -1,0 +1,377 @@
+"""The store in process memory: plain dicts behind one lock.
+
+It keeps the same contract as the Redis store (one suite tests both), for the
+all-in-one demo and fast unit tests. Every public method holds one
+:class:`threading.RLock` for its whole run, which makes each write as atomic
+as a Lua script is on Redis. Records handed out are immutable: a write
+replaces a provider rather than changing it, and mappings are read-only views.
+
+The change feed is a bounded deque whose cursors compare like Redis stream
+ids (``"<n>-0"``, n counting every change ever fed), and it raises
+:class:`StreamTruncated` by the same rule as the Redis store. Lists come back
+in the Redis store's order (by uuid; services by host).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from scheduler.exceptions import (
+    CapacityExceeded,
+    ConsumerConflict,
+    GenerationConflict,
+    GroupPolicyViolation,
+    InstanceNotFound,
+    InventoryInUse,
+    NoSuchInventory,
+    NotFound,
+    ProviderExists,
+    ProviderNotFound,
+    StreamTruncated,
+    UnitRuleViolation,
+)
+from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.store.base import (
+    Aggregate,
+    Change,
+    Consumer,
+    GroupClaim,
+    Inventory,
+    Provider,
+    Service,
+    Snapshot,
+    Store,
+    check_allocation_request,
+    check_instance_changes,
+    check_inventories,
+    cursor_key,
+)
+
+
+def _unit_rule(amount: int, inv: Inventory) -> tuple[str, int] | None:
+    """The unit rule ``amount`` breaks, with its limit; None if it keeps them all."""
+    if amount < inv.min_unit:
+        return "min_unit", inv.min_unit
+    if amount > inv.effective_max_unit:
+        return "max_unit", inv.effective_max_unit
+    if amount % inv.step_size:
+        return "step_size", inv.step_size
+    return None
+
+
+class MemoryStore(Store):
+    """The store contract in one process; ``stream_maxlen`` bounds the change feed."""
+
+    def __init__(self, stream_maxlen: int = 100000) -> None:
+        self._lock = threading.RLock()
+        self._providers: dict[str, Provider] = {}
+        self._names: dict[str, str] = {}
+        self._aggregates: dict[str, Aggregate] = {}
+        self._consumers: dict[str, Consumer] = {}
+        self._groups: dict[str, dict[str, int]] = {}
+        self._services: dict[str, Service] = {}  # last_seen lives in _heartbeats
+        self._heartbeats: dict[str, float] = {}
+        self._instances: dict[str, InstanceRecord] = {}
+        self._feed: deque[Change] = deque(maxlen=stream_maxlen)
+        self._fed = 0  # changes ever fed: the last cursor is f"{_fed}-0"
+
+    def _append(self, kind: str, data: Any) -> None:
+        self._fed += 1
+        self._feed.append(Change(cursor=f"{self._fed}-0", kind=kind, data=data))
+
+    # providers
+
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        with self._lock:
+            if uuid in self._providers:
+                raise ProviderExists(ident=uuid)
+            if name in self._names:
+                raise ProviderExists(ident=name)
+            root = uuid
+            if parent_uuid is not None:
+                root = self._get(parent_uuid).root_uuid or parent_uuid
+            provider = Provider(uuid=uuid, name=name, parent_uuid=parent_uuid, root_uuid=root,
+                                inventories=MappingProxyType({}), usages=MappingProxyType({}))
+            self._providers[uuid] = provider
+            self._names[name] = uuid
+            self._append("provider", provider)
+            return provider
+
+    def _get(self, uuid: str) -> Provider:
+        provider = self._providers.get(uuid)
+        if provider is None:
+            raise ProviderNotFound(uuid)
+        return provider
+
+    def get_provider(self, uuid: str) -> Provider:
+        with self._lock:
+            return self._get(uuid)
+
+    def get_provider_by_name(self, name: str) -> Provider:
+        with self._lock:
+            uuid = self._names.get(name)
+            if uuid is None:
+                raise ProviderNotFound(name)
+            return self._providers[uuid]
+
+    def list_providers(self) -> list[Provider]:
+        with self._lock:
+            return sorted(self._providers.values(), key=lambda p: p.uuid)
+
+    def _at_generation(self, uuid: str, generation: int) -> Provider:
+        provider = self._get(uuid)
+        if provider.generation != generation:
+            raise GenerationConflict(uuid=uuid, expected=generation, actual=provider.generation)
+        return provider
+
+    def _rewrite(self, provider: Provider, **changes: Any) -> int:
+        provider = replace(provider, generation=provider.generation + 1, **changes)
+        self._providers[provider.uuid] = provider
+        self._append("provider", provider)
+        return provider.generation
+
+    def set_inventory(self, uuid: str, generation: int,
+                      inventories: Mapping[str, Inventory]) -> int:
+        check_inventories(inventories)
+        new = dict(inventories)
+        with self._lock:
+            provider = self._at_generation(uuid, generation)
+            for rc in sorted(provider.usages):  # usages hold only positive amounts
+                if rc not in new:
+                    raise InventoryInUse(uuid=uuid, rc=rc, used=provider.usages[rc])
+            return self._rewrite(provider, inventories=MappingProxyType(new))
+
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
+        with self._lock:
+            return self._rewrite(self._at_generation(uuid, generation), traits=frozenset(traits))
+
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
+        with self._lock:
+            return self._rewrite(self._at_generation(uuid, generation),
+                                 aggregates=frozenset(aggregates))
+
+    def put_aggregate(self, aggregate: Aggregate) -> None:
+        stored = replace(aggregate, metadata=MappingProxyType(dict(aggregate.metadata)))
+        with self._lock:
+            self._aggregates[aggregate.uuid] = stored
+            self._append("aggregate", stored)
+
+    def list_aggregates(self) -> list[Aggregate]:
+        with self._lock:
+            return sorted(self._aggregates.values(), key=lambda a: a.uuid)
+
+    # allocations
+
+    def claim(self, consumer_uuid: str, request: AllocationRequest,
+              group: GroupClaim | None = None) -> None:
+        check_allocation_request(request)
+        allocations = {rp: dict(res) for rp, res in request.allocations.items()}
+        with self._lock:
+            held = self._consumers.get(consumer_uuid)
+            if held is not None:
+                if held.allocations == allocations:
+                    return
+                raise ConsumerConflict(consumer=consumer_uuid)
+            for rp in sorted(allocations):
+                provider = self._get(rp)
+                for rc in sorted(allocations[rp]):
+                    amount = allocations[rp][rc]
+                    inv = provider.inventories.get(rc)
+                    if inv is None:
+                        raise NoSuchInventory(uuid=rp, rc=rc)
+                    broken = _unit_rule(amount, inv)
+                    if broken is not None:
+                        raise UnitRuleViolation(uuid=rp, rc=rc, requested=amount,
+                                                rule=broken[0], limit=broken[1])
+                    if amount > provider.free(rc):
+                        raise CapacityExceeded(uuid=rp, rc=rc, requested=amount,
+                                               free=provider.free(rc))
+            if group is not None:
+                self._join_group(group)
+            for rp in sorted(allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in allocations[rp].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+                self._set_usage(provider, usages, provider.consumers + 1)
+            self._consumers[consumer_uuid] = Consumer(
+                uuid=consumer_uuid,
+                allocations=MappingProxyType({rp: MappingProxyType(res)
+                                              for rp, res in allocations.items()}),
+                project_id=request.project_id, user_id=request.user_id,
+                group_uuid=group.group_uuid if group else None,
+                host=group.host if group else None)
+
+    def _join_group(self, group: GroupClaim) -> None:
+        """Check the strict policies, then count the new member."""
+        members = self._groups.get(group.group_uuid, {})
+        here = members.get(group.host, 0)
+        if ((group.policy == "anti-affinity" and here >= group.max_server_per_host)
+                or (group.policy == "affinity" and here == 0 and members)):
+            raise GroupPolicyViolation(group=group.group_uuid, policy=group.policy,
+                                       host=group.host)
+        members[group.host] = here + 1
+        self._groups[group.group_uuid] = members
+
+    def _leave_group(self, group_uuid: str, host: str) -> None:
+        members = self._groups.get(group_uuid, {})
+        left = members.pop(host, 0) - 1
+        if left > 0:
+            members[host] = left
+        if not members:
+            self._groups.pop(group_uuid, None)
+
+    def _set_usage(self, provider: Provider, usages: dict[str, int], consumers: int) -> None:
+        provider = replace(provider, generation=provider.generation + 1,
+                           usages=MappingProxyType(usages), consumers=consumers)
+        self._providers[provider.uuid] = provider
+        self._append("usage", {"uuid": provider.uuid, "generation": provider.generation,
+                               "usages": dict(usages), "consumers": consumers})
+
+    def release(self, consumer_uuid: str) -> bool:
+        with self._lock:
+            consumer = self._consumers.pop(consumer_uuid, None)
+            if consumer is None:
+                return False
+            for rp in sorted(consumer.allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in consumer.allocations[rp].items():
+                    left = usages.get(rc, 0) - amount
+                    if left > 0:
+                        usages[rc] = left
+                    else:
+                        usages.pop(rc, None)
+                self._set_usage(provider, usages, max(provider.consumers - 1, 0))
+            if consumer.group_uuid is not None and consumer.host is not None:
+                self._leave_group(consumer.group_uuid, consumer.host)
+            return True
+
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None:
+        with self._lock:
+            return self._consumers.get(consumer_uuid)
+
+    def list_consumers(self) -> list[Consumer]:
+        with self._lock:
+            return sorted(self._consumers.values(), key=lambda c: c.uuid)
+
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self._groups.get(group_uuid, {}))
+
+    # change feed
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(cursor=f"{self._fed}-0", providers=self.list_providers(),
+                            aggregates=self.list_aggregates(), services=self.list_services())
+
+    def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
+        after = cursor_key(cursor)
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        with self._lock:
+            last = (self._fed, 0)
+            dropped = self._fed - len(self._feed)
+            first = cursor_key(self._feed[0].cursor) if self._feed else last
+            if after > last or (dropped > 0 and after < first):
+                raise StreamTruncated(cursor=cursor)
+            # change n sits at index n - dropped - 1; the first after "<n>-<s>" is n + 1
+            start = max(after[0] - dropped, 0)
+            return list(itertools.islice(self._feed, start, start + limit))
+
+    # services
+
+    def _service(self, host: str) -> Service:
+        return replace(self._services[host], last_seen=self._heartbeats.get(host, 0.0))
+
+    def register_services(self, services: Iterable[Service]) -> None:
+        with self._lock:
+            for service in services:
+                known = self._services.get(service.host)
+                if known is None:
+                    known = Service(host=service.host, rpc_server=service.rpc_server)
+                elif known.rpc_server != service.rpc_server:
+                    known = replace(known, rpc_server=service.rpc_server)
+                else:
+                    continue
+                self._services[service.host] = known
+                self._append("service", self._service(service.host))
+
+    def heartbeat(self, hosts: Iterable[str], now: float) -> None:
+        with self._lock:
+            self._heartbeats.update(dict.fromkeys(hosts, now))
+
+    def list_services(self) -> list[Service]:
+        with self._lock:
+            return [self._service(host) for host in sorted(self._services)]
+
+    def get_service(self, host: str) -> Service | None:
+        with self._lock:
+            return self._service(host) if host in self._services else None
+
+    def _known_service(self, host: str) -> Service:
+        known = self._services.get(host)
+        if known is None:
+            raise NotFound(kind="service", ident=host)
+        return known
+
+    def _change_service(self, known: Service, **changes: Any) -> None:
+        """Write (and feed) the service only if something changed."""
+        changed = replace(known, **changes)
+        if changed != known:
+            self._services[known.host] = changed
+            self._append("service", self._service(known.host))
+
+    def set_service_disabled(self, host: str, disabled: bool,
+                             reason: str | None = None) -> None:
+        with self._lock:
+            self._change_service(self._known_service(host), disabled=disabled,
+                                 disabled_reason=reason)
+
+    def record_build_result(self, host: str, success: bool) -> None:
+        with self._lock:
+            known = self._known_service(host)
+            self._change_service(known, failed_builds=0 if success else known.failed_builds + 1)
+
+    # instance records
+
+    def create_instances(self, records: Iterable[InstanceRecord]) -> None:
+        with self._lock:
+            for record in records:
+                self._instances.setdefault(record.uuid, record)
+
+    def get_instance(self, uuid: str) -> InstanceRecord:
+        with self._lock:
+            record = self._instances.get(uuid)
+            if record is None:
+                raise InstanceNotFound(uuid)
+            return record
+
+    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
+                        **changes: Any) -> InstanceRecord | None:
+        check_instance_changes(changes)
+        with self._lock:
+            record = self.get_instance(uuid)
+            if expected_states is not None and record.state not in set(expected_states):
+                return None
+            record = replace(record, **changes)
+            self._instances[uuid] = record
+            return record
+
+    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
+        with self._lock:
+            if uuids is None:
+                return sorted(self._instances.values(), key=lambda r: r.uuid)
+            return [self._instances[u] for u in uuids if u in self._instances]
+
+    # housekeeping
+
+    def ping(self) -> bool:
+        return True

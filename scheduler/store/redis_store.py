@@ -1,0 +1,476 @@
+"""The store on Redis: one Lua script per atomic write, one hash per record kind.
+
+Guarantees, on top of the contract in :mod:`scheduler.store.base`:
+
+* Every write that must be atomic is one script (:mod:`.scripts`), run with
+  one EVALSHA: a claim is one round trip. Scripts check everything before
+  they write, so a refusal leaves nothing behind.
+* All providers live in one hash of JSON values (:mod:`.keys`), so
+  :meth:`RedisStore.snapshot` is one script reading a handful of values,
+  and its cursor is the stream's last id at that same instant.
+* Refusals come back as typed exceptions; the translation from a script's
+  error reply to an exception lives in :func:`_script_error` and nowhere
+  else. Connection errors and timeouts become :class:`StoreUnavailable`; a
+  dropped connection is first retried a few times with bounded, jittered
+  back-off (a timeout is not retried). A retried write may have landed
+  already: claims and releases are idempotent and provider writes then see
+  their own generation bump as a conflict, but a failed build may count
+  twice. A value this code cannot read raises :class:`CorruptRecord`.
+* Lists come back sorted: providers, aggregates, consumers and instances by
+  uuid, services by host (instances asked for by uuid: in the order asked,
+  the missing ones left out).
+
+Store URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://`` as redis-py
+reads them, and ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
+for a master found through Sentinel (the credentials are the master's; the
+sentinels are reached without any). Needs Redis 7.0 or later (XINFO STREAM's
+``entries-added``, which tells whether the stream was ever trimmed).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import unquote
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from scheduler.exceptions import (
+    CapacityExceeded,
+    ConsumerConflict,
+    CorruptRecord,
+    GenerationConflict,
+    GroupPolicyViolation,
+    InstanceNotFound,
+    InventoryInUse,
+    NoSuchInventory,
+    NotFound,
+    ProviderExists,
+    ProviderNotFound,
+    StoreError,
+    StoreUnavailable,
+    StreamTruncated,
+    UnitRuleViolation,
+)
+from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.store.base import (
+    Aggregate,
+    Change,
+    Consumer,
+    GroupClaim,
+    Inventory,
+    Provider,
+    Service,
+    Snapshot,
+    Store,
+    check_allocation_request,
+    check_instance_changes,
+    check_inventories,
+    cursor_key,
+)
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import Scripts
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+SENTINEL_SCHEME = "redis+sentinel://"
+
+# --- errors -------------------------------------------------------------------------
+
+_ERROR_PREFIX = "SCHEDULER "
+
+#: A script's error code -> the exception it stands for, called with its fields.
+_SCRIPT_ERRORS: dict[str, Callable[..., StoreError]] = {
+    "ServiceNotFound": functools.partial(NotFound, kind="service"),
+    **{cls.__name__: cls for cls in (
+        ProviderNotFound, InstanceNotFound, ProviderExists, GenerationConflict,
+        InventoryInUse, CapacityExceeded, NoSuchInventory, UnitRuleViolation,
+        ConsumerConflict, GroupPolicyViolation, StreamTruncated)},
+}
+
+
+def _script_error(message: str) -> StoreError:
+    """The typed exception for an error reply (``SCHEDULER <Code> <JSON fields>``)."""
+    if message.startswith(_ERROR_PREFIX):
+        code, _, rest = message[len(_ERROR_PREFIX):].partition(" ")
+        build = _SCRIPT_ERRORS.get(code)
+        if build is not None:
+            fields, _ = json.JSONDecoder().raw_decode(rest)
+            return build(**fields)
+    return StoreError(message)
+
+
+def _translated(method: Callable[P, R]) -> Callable[P, R]:
+    """Raise redis-py's errors as the store's typed ones."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError) as exc:
+            raise StoreUnavailable(reason=str(exc)) from exc
+        except redis.ResponseError as exc:
+            raise _script_error(str(exc)) from None
+
+    return wrapper
+
+
+# --- connections --------------------------------------------------------------------
+
+
+def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
+    """A client (decoding replies to str) for any store URL this module reads."""
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "health_check_interval": 30,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 3,
+                       supported_errors=(redis.ConnectionError,)),
+    }
+    if not url.startswith(SENTINEL_SCHEME):
+        return redis.Redis.from_url(url, **options)
+    userinfo, _, rest = url[len(SENTINEL_SCHEME):].rpartition("@")
+    hosts, _, path = rest.partition("/")
+    service, _, db = path.strip("/").partition("/")
+    if not hosts or not service:
+        raise ValueError(f"a Sentinel URL needs hosts and a service name: {url!r}")
+    sentinels = []
+    for hostport in hosts.split(","):
+        host, _, port = hostport.rpartition(":")
+        sentinels.append((host.strip("[]"), int(port)))
+    username, _, password = (unquote(part) for part in userinfo.partition(":"))
+    return Sentinel(sentinels, socket_timeout=socket_timeout).master_for(
+        service, db=int(db or 0), username=username or None, password=password or None,
+        **options)
+
+
+# --- JSON <-> records ---------------------------------------------------------------
+
+
+def _parse(build: Callable[[dict[str, Any]], T], raw: str, where: str) -> T:
+    try:
+        return build(json.loads(raw))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptRecord(key=where, reason=repr(exc)) from exc
+
+
+def _provider(d: dict[str, Any]) -> Provider:
+    # Lua's cjson writes an empty list as {}: frozenset() reads both as empty.
+    # Inventories are kept as JSON text inside the JSON (see scripts.py).
+    return Provider(
+        uuid=d["uuid"], name=d["name"], generation=int(d["generation"]),
+        parent_uuid=d["parent_uuid"], root_uuid=d["root_uuid"],
+        inventories={rc: Inventory.from_primitive(inv)
+                     for rc, inv in json.loads(d["inventories"]).items()},
+        usages={rc: int(n) for rc, n in d["usages"].items()},
+        traits=frozenset(d["traits"]), aggregates=frozenset(d["aggregates"]),
+        consumers=int(d["consumers"]))
+
+
+def _usage(d: dict[str, Any]) -> dict[str, Any]:
+    return {"uuid": d["uuid"], "generation": int(d["generation"]),
+            "usages": {rc: int(n) for rc, n in d["usages"].items()},
+            "consumers": int(d["consumers"])}
+
+
+def _aggregate(d: dict[str, Any]) -> Aggregate:
+    return Aggregate(uuid=d["uuid"], name=d["name"], metadata=dict(d["metadata"]))
+
+
+def _service(d: dict[str, Any], last_seen: str | None) -> Service:
+    return Service(host=d["host"], rpc_server=d["rpc_server"], last_seen=float(last_seen or 0),
+                   disabled=bool(d["disabled"]), disabled_reason=d["disabled_reason"],
+                   failed_builds=int(d["failed_builds"]))
+
+
+def _consumer(d: dict[str, Any]) -> Consumer:
+    return Consumer(
+        uuid=d["uuid"],
+        allocations={rp: {rc: int(n) for rc, n in res.items()}
+                     for rp, res in d["allocations"].items()},
+        project_id=d["project_id"], user_id=d["user_id"], generation=int(d["generation"]),
+        group_uuid=d.get("group_uuid"), host=d.get("host"))
+
+
+def _instance(d: dict[str, Any]) -> InstanceRecord:
+    # request_spec is kept as a JSON string, so the update script sees a flat record.
+    if d.get("request_spec") is not None:
+        d["request_spec"] = json.loads(d["request_spec"])
+    return InstanceRecord.from_primitive(d)
+
+
+def _instance_json(record: InstanceRecord) -> str:
+    d = record.to_primitive()
+    if d["request_spec"] is not None:
+        d["request_spec"] = json.dumps(d["request_spec"])
+    return json.dumps(d)
+
+
+# --- the store ----------------------------------------------------------------------
+
+
+class RedisStore(Store):
+    """The store contract on one Redis (or one Redis Cluster slot).
+
+    ``keys`` names every key it uses (all under ``{key_prefix}:``);
+    ``stream_maxlen`` is the change stream's approximate bound.
+    """
+
+    def __init__(self, url: str, key_prefix: str, stream_maxlen: int = 100000,
+                 socket_timeout: float = 5.0) -> None:
+        self.keys = Keys.for_prefix(key_prefix)
+        self._maxlen = stream_maxlen
+        self._client = redis_client(url, socket_timeout)
+        self._scripts = Scripts.register(self._client)
+        k = self.keys
+        self._alloc_keys = (k.changes, k.providers, k.consumers, k.groups)
+        self._service_keys = (k.changes, k.services, k.heartbeats)
+
+    # providers
+
+    @_translated
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        raw = self._scripts.create_provider(
+            keys=(self.keys.changes, self.keys.providers, self.keys.provider_names),
+            args=(self._maxlen, uuid, name, parent_uuid or ""))
+        return _parse(_provider, raw, f"{self.keys.providers}[{uuid}]")
+
+    @_translated
+    def get_provider(self, uuid: str) -> Provider:
+        raw = self._client.hget(self.keys.providers, uuid)
+        if raw is None:
+            raise ProviderNotFound(uuid)
+        return _parse(_provider, raw, f"{self.keys.providers}[{uuid}]")
+
+    @_translated
+    def get_provider_by_name(self, name: str) -> Provider:
+        raw = self._scripts.provider_by_name(
+            keys=(self.keys.providers, self.keys.provider_names), args=(name,))
+        if raw is None:
+            raise ProviderNotFound(name)
+        return _parse(_provider, raw, f"{self.keys.provider_names}[{name}]")
+
+    @_translated
+    def list_providers(self) -> list[Provider]:
+        raws = self._client.hvals(self.keys.providers)
+        return sorted((_parse(_provider, raw, self.keys.providers) for raw in raws),
+                      key=lambda p: p.uuid)
+
+    def set_inventory(self, uuid: str, generation: int,
+                      inventories: Mapping[str, Inventory]) -> int:
+        check_inventories(inventories)
+        value = {rc: asdict(inv) for rc, inv in inventories.items()}
+        return self._update_provider(uuid, generation, "inventories", value)
+
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
+        return self._update_provider(uuid, generation, "traits", sorted(set(traits)))
+
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
+        return self._update_provider(uuid, generation, "aggregates", sorted(set(aggregates)))
+
+    @_translated
+    def _update_provider(self, uuid: str, generation: int, field: str, value: Any) -> int:
+        return int(self._scripts.update_provider(
+            keys=(self.keys.changes, self.keys.providers),
+            args=(self._maxlen, uuid, generation, field, json.dumps(value))))
+
+    @_translated
+    def put_aggregate(self, aggregate: Aggregate) -> None:
+        data = {"uuid": aggregate.uuid, "name": aggregate.name,
+                "metadata": dict(aggregate.metadata)}
+        self._scripts.put_aggregate(keys=(self.keys.changes, self.keys.aggregates),
+                                    args=(self._maxlen, aggregate.uuid, json.dumps(data)))
+
+    @_translated
+    def list_aggregates(self) -> list[Aggregate]:
+        raws = self._client.hvals(self.keys.aggregates)
+        return sorted((_parse(_aggregate, raw, self.keys.aggregates) for raw in raws),
+                      key=lambda a: a.uuid)
+
+    # allocations
+
+    @_translated
+    def claim(self, consumer_uuid: str, request: AllocationRequest,
+              group: GroupClaim | None = None) -> None:
+        check_allocation_request(request)
+        allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
+        group_args = (("", "", "", 0) if group is None else
+                      (group.group_uuid, group.policy, group.host, group.max_server_per_host))
+        self._scripts.claim(keys=self._alloc_keys, args=(
+            self._maxlen, consumer_uuid, allocations, request.project_id, request.user_id,
+            *group_args))
+
+    @_translated
+    def release(self, consumer_uuid: str) -> bool:
+        return bool(self._scripts.release(keys=self._alloc_keys,
+                                          args=(self._maxlen, consumer_uuid)))
+
+    @_translated
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None:
+        raw = self._client.hget(self.keys.consumers, consumer_uuid)
+        if raw is None:
+            return None
+        return _parse(_consumer, raw, f"{self.keys.consumers}[{consumer_uuid}]")
+
+    @_translated
+    def list_consumers(self) -> list[Consumer]:
+        raws = self._client.hvals(self.keys.consumers)
+        return sorted((_parse(_consumer, raw, self.keys.consumers) for raw in raws),
+                      key=lambda c: c.uuid)
+
+    @_translated
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        raw = self._client.hget(self.keys.groups, group_uuid)
+        if raw is None:
+            return {}
+        return _parse(lambda d: {host: int(n) for host, n in d.items()}, raw,
+                      f"{self.keys.groups}[{group_uuid}]")
+
+    # change feed
+
+    @_translated
+    def snapshot(self) -> Snapshot:
+        k = self.keys
+        cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
+            keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
+        seen = dict(zip(heartbeats[::2], heartbeats[1::2], strict=True))
+        return Snapshot(
+            cursor=cursor,
+            providers=sorted((_parse(_provider, raw, k.providers) for raw in providers),
+                             key=lambda p: p.uuid),
+            aggregates=sorted((_parse(_aggregate, raw, k.aggregates) for raw in aggregates),
+                              key=lambda a: a.uuid),
+            services=sorted((self._service(raw, seen) for raw in services),
+                            key=lambda s: s.host))
+
+    @_translated
+    def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
+        cursor_key(cursor)  # refuse what XRANGE would misread
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        entries = self._scripts.changes(keys=(self.keys.changes,), args=(cursor, limit))
+        return [self._change(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                for entry_id, flat in entries]
+
+    def _change(self, cursor: str, fields: dict[str, str]) -> Change:
+        where = f"{self.keys.changes}[{cursor}]"
+        kind = fields.get("k", "")
+        data: Any
+        if kind == "provider":
+            data = _parse(_provider, fields["d"], where)
+        elif kind == "usage":
+            data = _parse(_usage, fields["d"], where)
+        elif kind == "aggregate":
+            data = _parse(_aggregate, fields["d"], where)
+        elif kind == "service":
+            data = _parse(lambda d: _service(d, fields.get("hb")), fields["d"], where)
+        else:
+            raise CorruptRecord(key=where, reason=f"unknown change kind {kind!r}")
+        return Change(cursor=cursor, kind=kind, data=data)
+
+    # services
+
+    @_translated
+    def register_services(self, services: Iterable[Service]) -> None:
+        pairs = [value for s in services for value in (s.host, s.rpc_server)]
+        if pairs:
+            self._scripts.register_services(keys=self._service_keys,
+                                            args=(self._maxlen, *pairs))
+
+    @_translated
+    def heartbeat(self, hosts: Iterable[str], now: float) -> None:
+        seen = dict.fromkeys(hosts, repr(now))
+        if seen:
+            self._client.hset(self.keys.heartbeats, mapping=seen)
+
+    @_translated
+    def list_services(self) -> list[Service]:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hvals(self.keys.services)
+        pipe.hgetall(self.keys.heartbeats)
+        raws, seen = pipe.execute()
+        return sorted((self._service(raw, seen) for raw in raws), key=lambda s: s.host)
+
+    @_translated
+    def get_service(self, host: str) -> Service | None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hget(self.keys.services, host)
+        pipe.hget(self.keys.heartbeats, host)
+        raw, last_seen = pipe.execute()
+        if raw is None:
+            return None
+        return self._service(raw, {host: last_seen})
+
+    def _service(self, raw: str, seen: Mapping[str, str | None]) -> Service:
+        return _parse(lambda d: _service(d, seen.get(d["host"])), raw, self.keys.services)
+
+    @_translated
+    def set_service_disabled(self, host: str, disabled: bool,
+                             reason: str | None = None) -> None:
+        self._scripts.set_service_disabled(
+            keys=self._service_keys,
+            args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)))
+
+    @_translated
+    def record_build_result(self, host: str, success: bool) -> None:
+        self._scripts.record_build_result(keys=self._service_keys,
+                                          args=(self._maxlen, host, "1" if success else "0"))
+
+    # instance records
+
+    @_translated
+    def create_instances(self, records: Iterable[InstanceRecord]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for record in records:
+            pipe.hsetnx(self.keys.instances, record.uuid, _instance_json(record))
+        pipe.execute()
+
+    @_translated
+    def get_instance(self, uuid: str) -> InstanceRecord:
+        raw = self._client.hget(self.keys.instances, uuid)
+        if raw is None:
+            raise InstanceNotFound(uuid)
+        return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
+
+    @_translated
+    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
+                        **changes: Any) -> InstanceRecord | None:
+        check_instance_changes(changes)
+        if changes.get("request_spec") is not None:
+            changes["request_spec"] = json.dumps(dict(changes["request_spec"]))
+        expected = "" if expected_states is None else json.dumps(list(expected_states))
+        raw = self._scripts.update_instance(keys=(self.keys.instances,),
+                                            args=(uuid, expected, json.dumps(changes)))
+        if raw is None:
+            return None
+        return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
+
+    @_translated
+    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
+        if uuids is None:
+            raws = self._client.hvals(self.keys.instances)
+            return sorted((_parse(_instance, raw, self.keys.instances) for raw in raws),
+                          key=lambda r: r.uuid)
+        wanted = list(uuids)
+        raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
+        return [_parse(_instance, raw, self.keys.instances) for raw in raws if raw is not None]
+
+    # housekeeping
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except redis.RedisError:
+            return False
+
+    def close(self) -> None:
+        self._client.close()

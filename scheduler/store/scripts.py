@@ -1,0 +1,432 @@
+"""Every Lua script of the Redis store, one module constant each.
+
+Each write that must be atomic is one script, so it runs whole with nothing
+interleaved. Scripts make every check before their first write: a refusal
+returns an error reply and leaves nothing behind (Redis does not roll a
+script back). Every script that changes providers, usages, aggregates or
+service state appends to the change stream in the same script.
+
+Conventions, relied on by :mod:`scheduler.store.redis_store`:
+
+* A writing script gets the change stream as ``KEYS[1]`` and the stream's
+  approximate maximum length as ``ARGV[1]``.
+* A refusal is an error reply ``SCHEDULER <Code> <JSON fields>``, where
+  ``<Code>`` names the exception class and the fields are its arguments
+  (``ServiceNotFound`` is the one code without a class of its own).
+* Redis's cjson writes numbers with 14 significant digits (and an empty list
+  as ``{}``): exact for the integers it rewrites here (generations, usages,
+  counts), not for floats. So a provider's inventories, which carry
+  allocation ratios, are kept as JSON text inside the provider's JSON and
+  never re-encoded; and the instance script, whose records carry timestamps,
+  writes numbers with 17 digits itself.
+
+Change kinds written to the stream: ``provider`` (the whole provider JSON),
+``usage`` (``uuid``, ``generation``, ``usages``, ``consumers``), ``aggregate``
+and ``service`` (with the host's last heartbeat in field ``hb``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from redis.commands.core import Script
+
+# --- shared Lua helpers (prepended to the scripts that use them) --------------------
+
+_FAIL = """
+local function fail(code, fields)
+  return redis.error_reply('SCHEDULER ' .. code .. ' ' .. cjson.encode(fields))
+end
+"""
+
+_FEED = """
+local function feed(kind, data, ...)
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', kind, 'd', data, ...)
+end
+"""
+
+_SORTED_KEYS = """
+local function sorted_keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+"""
+
+_SAVE_USAGE = """
+local function save_usage(providers_key, uuid, p)
+  redis.call('HSET', providers_key, uuid, cjson.encode(p))
+  feed('usage', cjson.encode({uuid = uuid, generation = p.generation, usages = p.usages,
+                              consumers = p.consumers}))
+end
+"""
+
+_SAVE_SERVICE = """
+local function save_service(s)
+  redis.call('HSET', KEYS[2], s.host, cjson.encode(s))
+  feed('service', cjson.encode(s), 'hb', redis.call('HGET', KEYS[3], s.host) or '0')
+end
+"""
+
+_STREAM_INFO = """
+local function stream_info(stream)
+  local flat = redis.call('XINFO', 'STREAM', stream)
+  local info = {}
+  for i = 1, #flat, 2 do info[flat[i]] = flat[i + 1] end
+  return info
+end
+"""
+
+# --- allocations --------------------------------------------------------------------
+
+#: KEYS: changes, providers, consumers, groups.
+#: ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
+#: user, group uuid ('' for none), policy, host, max_server_per_host.
+#: Returns 1 when claimed, 0 when the consumer already holds exactly this.
+CLAIM = _FAIL + _FEED + _SORTED_KEYS + _SAVE_USAGE + """
+local consumer = ARGV[2]
+local allocations = cjson.decode(ARGV[3])
+
+local function covers(a, b)
+  for rp, amounts in pairs(a) do
+    local other = b[rp]
+    if type(other) ~= 'table' then return false end
+    for rc, amount in pairs(amounts) do
+      if other[rc] ~= amount then return false end
+    end
+  end
+  return true
+end
+
+local held = redis.call('HGET', KEYS[3], consumer)
+if held then
+  local old = cjson.decode(held).allocations
+  if covers(old, allocations) and covers(allocations, old) then return 0 end
+  return fail('ConsumerConflict', {consumer = consumer})
+end
+
+local rps = sorted_keys(allocations)
+local providers = {}
+for _, rp in ipairs(rps) do
+  local raw = redis.call('HGET', KEYS[2], rp)
+  if not raw then return fail('ProviderNotFound', {ident = rp}) end
+  local p = cjson.decode(raw)
+  local inventories = cjson.decode(p.inventories)
+  for _, rc in ipairs(sorted_keys(allocations[rp])) do
+    local amount = allocations[rp][rc]
+    local inv = inventories[rc]
+    if not inv then return fail('NoSuchInventory', {uuid = rp, rc = rc}) end
+    local max_unit = inv.max_unit  -- null: the total
+    if type(max_unit) ~= 'number' or max_unit > inv.total then max_unit = inv.total end
+    local rule, limit
+    if amount < inv.min_unit then
+      rule, limit = 'min_unit', inv.min_unit
+    elseif amount > max_unit then
+      rule, limit = 'max_unit', max_unit
+    elseif amount % inv.step_size ~= 0 then
+      rule, limit = 'step_size', inv.step_size
+    end
+    if rule then
+      return fail('UnitRuleViolation',
+                  {uuid = rp, rc = rc, requested = amount, rule = rule, limit = limit})
+    end
+    -- int() in Python truncates toward zero; so does this.
+    local capacity = (inv.total - inv.reserved) * inv.allocation_ratio
+    capacity = capacity >= 0 and math.floor(capacity) or math.ceil(capacity)
+    local free = capacity - (p.usages[rc] or 0)
+    if amount > free then
+      return fail('CapacityExceeded', {uuid = rp, rc = rc, requested = amount, free = free})
+    end
+  end
+  providers[rp] = p
+end
+
+local group, policy, host = ARGV[6], ARGV[7], ARGV[8]
+if group ~= '' then
+  local raw = redis.call('HGET', KEYS[4], group)
+  local members = raw and cjson.decode(raw) or {}
+  local here = members[host] or 0
+  if (policy == 'anti-affinity' and here >= tonumber(ARGV[9]))
+      or (policy == 'affinity' and here == 0 and next(members) ~= nil) then
+    return fail('GroupPolicyViolation', {group = group, policy = policy, host = host})
+  end
+  members[host] = here + 1
+  redis.call('HSET', KEYS[4], group, cjson.encode(members))
+end
+
+for _, rp in ipairs(rps) do
+  local p = providers[rp]
+  for rc, amount in pairs(allocations[rp]) do
+    p.usages[rc] = (p.usages[rc] or 0) + amount
+  end
+  p.consumers = p.consumers + 1
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+redis.call('HSET', KEYS[3], consumer, cjson.encode({
+  uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
+  generation = 1, group_uuid = group ~= '' and group or nil,
+  host = group ~= '' and host or nil}))
+return 1
+"""
+
+#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, consumer uuid.
+#: Returns 1 if the consumer held allocations, else 0.
+RELEASE = _FEED + _SORTED_KEYS + _SAVE_USAGE + """
+local held = redis.call('HGET', KEYS[3], ARGV[2])
+if not held then return 0 end
+local c = cjson.decode(held)
+for _, rp in ipairs(sorted_keys(c.allocations)) do
+  local p = cjson.decode(redis.call('HGET', KEYS[2], rp))
+  for rc, amount in pairs(c.allocations[rp]) do
+    local left = (p.usages[rc] or 0) - amount
+    if left > 0 then p.usages[rc] = left else p.usages[rc] = nil end
+  end
+  p.consumers = math.max(p.consumers - 1, 0)
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+if c.group_uuid then
+  local raw = redis.call('HGET', KEYS[4], c.group_uuid)
+  if raw then
+    local members = cjson.decode(raw)
+    local left = (members[c.host] or 0) - 1
+    if left > 0 then members[c.host] = left else members[c.host] = nil end
+    if next(members) == nil then
+      redis.call('HDEL', KEYS[4], c.group_uuid)
+    else
+      redis.call('HSET', KEYS[4], c.group_uuid, cjson.encode(members))
+    end
+  end
+end
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1
+"""
+
+# --- providers and aggregates -------------------------------------------------------
+
+#: KEYS: changes, providers, provider_names. ARGV: maxlen, uuid, name, parent
+#: uuid ('' for a root). Returns the new provider's JSON.
+CREATE_PROVIDER = _FAIL + _FEED + """
+local uuid, name, parent = ARGV[2], ARGV[3], ARGV[4]
+if redis.call('HEXISTS', KEYS[2], uuid) == 1 then return fail('ProviderExists', {ident = uuid}) end
+if redis.call('HEXISTS', KEYS[3], name) == 1 then return fail('ProviderExists', {ident = name}) end
+local root = uuid
+if parent ~= '' then
+  local raw = redis.call('HGET', KEYS[2], parent)
+  if not raw then return fail('ProviderNotFound', {ident = parent}) end
+  root = cjson.decode(raw).root_uuid
+else
+  parent = cjson.null
+end
+local data = cjson.encode({uuid = uuid, name = name, generation = 0, parent_uuid = parent,
+                           root_uuid = root, inventories = '{}', usages = {}, traits = {},
+                           aggregates = {}, consumers = 0})
+redis.call('HSET', KEYS[2], uuid, data)
+redis.call('HSET', KEYS[3], name, uuid)
+feed('provider', data)
+return data
+"""
+
+#: Replace one of a provider's ``inventories``, ``traits`` or ``aggregates``,
+#: guarded by its generation. KEYS: changes, providers. ARGV: maxlen, uuid,
+#: generation, field, value JSON. Returns the new generation.
+UPDATE_PROVIDER = _FAIL + _FEED + _SORTED_KEYS + """
+local uuid, expected, field = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local raw = redis.call('HGET', KEYS[2], uuid)
+if not raw then return fail('ProviderNotFound', {ident = uuid}) end
+local p = cjson.decode(raw)
+if p.generation ~= expected then
+  return fail('GenerationConflict', {uuid = uuid, expected = expected, actual = p.generation})
+end
+local value = cjson.decode(ARGV[5])
+if field == 'inventories' then
+  -- usages hold only positive amounts
+  for _, rc in ipairs(sorted_keys(p.usages)) do
+    if value[rc] == nil then
+      return fail('InventoryInUse', {uuid = uuid, rc = rc, used = p.usages[rc]})
+    end
+  end
+  value = ARGV[5]  -- kept as text, see the module docstring
+end
+p[field] = value
+p.generation = p.generation + 1
+local data = cjson.encode(p)
+redis.call('HSET', KEYS[2], uuid, data)
+feed('provider', data)
+return p.generation
+"""
+
+#: KEYS: changes, aggregates. ARGV: maxlen, uuid, aggregate JSON.
+PUT_AGGREGATE = _FEED + """
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+feed('aggregate', ARGV[3])
+return 1
+"""
+
+# --- services -----------------------------------------------------------------------
+
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, then host, rpc_server
+#: pairs. A new host starts enabled with no failed builds; a known one keeps
+#: its state and only a changed rpc_server is written (and fed).
+REGISTER_SERVICES = _FEED + _SAVE_SERVICE + """
+for i = 2, #ARGV, 2 do
+  local host, rpc_server = ARGV[i], ARGV[i + 1]
+  local raw = redis.call('HGET', KEYS[2], host)
+  if not raw then
+    save_service({host = host, rpc_server = rpc_server, disabled = false,
+                  disabled_reason = cjson.null, failed_builds = 0})
+  else
+    local s = cjson.decode(raw)
+    if s.rpc_server ~= rpc_server then
+      s.rpc_server = rpc_server
+      save_service(s)
+    end
+  end
+end
+return 1
+"""
+
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, host, '1' or '0',
+#: reason JSON (a string or null). Writes (and feeds) only a change.
+SET_SERVICE_DISABLED = _FAIL + _FEED + _SAVE_SERVICE + """
+local raw = redis.call('HGET', KEYS[2], ARGV[2])
+if not raw then return fail('ServiceNotFound', {ident = ARGV[2]}) end
+local s = cjson.decode(raw)
+local disabled, reason = ARGV[3] == '1', cjson.decode(ARGV[4])
+if s.disabled == disabled and s.disabled_reason == reason then return 0 end
+s.disabled, s.disabled_reason = disabled, reason
+save_service(s)
+return 1
+"""
+
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, host, '1' (success) or
+#: '0'. A failure counts one more failed build, a success resets the count;
+#: only a change is written (and fed).
+RECORD_BUILD_RESULT = _FAIL + _FEED + _SAVE_SERVICE + """
+local raw = redis.call('HGET', KEYS[2], ARGV[2])
+if not raw then return fail('ServiceNotFound', {ident = ARGV[2]}) end
+local s = cjson.decode(raw)
+local failed = ARGV[3] == '1' and 0 or s.failed_builds + 1
+if failed == s.failed_builds then return 0 end
+s.failed_builds = failed
+save_service(s)
+return 1
+"""
+
+# --- change feed --------------------------------------------------------------------
+
+#: KEYS: changes, providers, aggregates, services, heartbeats. Returns
+#: {cursor, provider JSONs, aggregate JSONs, service JSONs, heartbeats flat},
+#: read at one instant, so the cursor is exactly where the data stands.
+SNAPSHOT = _STREAM_INFO + """
+local cursor = '0-0'
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  cursor = stream_info(KEYS[1])['last-generated-id']
+end
+return {cursor, redis.call('HVALS', KEYS[2]), redis.call('HVALS', KEYS[3]),
+        redis.call('HVALS', KEYS[4]), redis.call('HGETALL', KEYS[5])}
+"""
+
+#: KEYS: changes. ARGV: cursor ('<ms>-<seq>', checked by the caller), count.
+#: Returns the entries after the cursor. StreamTruncated when entries after
+#: the cursor may have been trimmed (something was trimmed and the cursor is
+#: older than the first entry kept), or when the cursor is not from this
+#: stream (newer than its last id, or the stream is gone: the data was lost).
+CHANGES = _FAIL + _STREAM_INFO + """
+local cursor = ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if cursor == '0-0' then return {} end
+  return fail('StreamTruncated', {cursor = cursor})
+end
+
+local function older(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
+  a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
+  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
+end
+
+local info = stream_info(KEYS[1])
+local last = info['last-generated-id']
+local first = info['length'] > 0 and info['recorded-first-entry-id'] or last
+local trimmed = info['entries-added'] > info['length']
+if older(last, cursor) or (trimmed and older(cursor, first)) then
+  return fail('StreamTruncated', {cursor = cursor})
+end
+return redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', ARGV[2])
+"""
+
+# --- reads and instance records -----------------------------------------------------
+
+#: KEYS: providers, provider_names. ARGV: name. Returns the JSON or nil.
+PROVIDER_BY_NAME = """
+local uuid = redis.call('HGET', KEYS[2], ARGV[1])
+if not uuid then return false end
+return redis.call('HGET', KEYS[1], uuid)
+"""
+
+#: KEYS: instances. ARGV: uuid, expected states (JSON list, or '' for any),
+#: changes (JSON object of top-level fields; ``request_spec`` is itself a
+#: JSON string). Returns the new record's JSON, or nil when the state was not
+#: one of those expected (nothing written).
+UPDATE_INSTANCE = _FAIL + """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return fail('InstanceNotFound', {ident = ARGV[1]}) end
+local record = cjson.decode(raw)
+if ARGV[2] ~= '' then
+  local expected = false
+  for _, state in ipairs(cjson.decode(ARGV[2])) do
+    if record.state == state then expected = true end
+  end
+  if not expected then return false end
+end
+for field, value in pairs(cjson.decode(ARGV[3])) do record[field] = value end
+
+-- cjson would cut timestamps to 14 digits; records are flat, so write them here.
+local parts = {}
+for field, value in pairs(record) do
+  local text = type(value) == 'number' and string.format('%.17g', value) or cjson.encode(value)
+  parts[#parts + 1] = cjson.encode(field) .. ':' .. text
+end
+local data = '{' .. table.concat(parts, ',') .. '}'
+redis.call('HSET', KEYS[1], ARGV[1], data)
+return data
+"""
+
+
+@dataclass(frozen=True)
+class Scripts:
+    """The scripts registered with one client (each call is one EVALSHA)."""
+
+    claim: Script
+    release: Script
+    create_provider: Script
+    update_provider: Script
+    put_aggregate: Script
+    register_services: Script
+    set_service_disabled: Script
+    record_build_result: Script
+    snapshot: Script
+    changes: Script
+    provider_by_name: Script
+    update_instance: Script
+
+    @classmethod
+    def register(cls, client: redis.Redis) -> Scripts:
+        return cls(
+            claim=client.register_script(CLAIM),
+            release=client.register_script(RELEASE),
+            create_provider=client.register_script(CREATE_PROVIDER),
+            update_provider=client.register_script(UPDATE_PROVIDER),
+            put_aggregate=client.register_script(PUT_AGGREGATE),
+            register_services=client.register_script(REGISTER_SERVICES),
+            set_service_disabled=client.register_script(SET_SERVICE_DISABLED),
+            record_build_result=client.register_script(RECORD_BUILD_RESULT),
+            snapshot=client.register_script(SNAPSHOT),
+            changes=client.register_script(CHANGES),
+            provider_by_name=client.register_script(PROVIDER_BY_NAME),
+            update_instance=client.register_script(UPDATE_INSTANCE),
+        )

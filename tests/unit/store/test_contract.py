@@ -1,0 +1,761 @@
+"""The store contract, run against both implementations.
+
+Every test takes ``store`` (or ``make_store``) and runs twice: on the
+:class:`MemoryStore` and on a :class:`RedisStore` over the real Redis at
+``SCHEDULER_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``), each
+test under its own key prefix, deleted afterwards. If Redis does not answer,
+the Redis half fails: it is never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+import redis
+
+from scheduler.exceptions import (
+    CapacityExceeded,
+    ClaimFailed,
+    ConsumerConflict,
+    GenerationConflict,
+    GroupPolicyViolation,
+    InstanceNotFound,
+    InvalidRequest,
+    InventoryInUse,
+    NoSuchInventory,
+    NotFound,
+    ProviderExists,
+    ProviderNotFound,
+    StreamTruncated,
+    UnitRuleViolation,
+)
+from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
+from scheduler.store import (
+    Aggregate,
+    GroupClaim,
+    Inventory,
+    MemoryStore,
+    Provider,
+    RedisStore,
+    Service,
+    Store,
+)
+
+REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+MakeStore = Callable[..., Store]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
+    made: list[Store] = []
+
+    def make(stream_maxlen: int = 100000) -> Store:
+        store: Store
+        if request.param == "memory":
+            store = MemoryStore(stream_maxlen=stream_maxlen)
+        else:
+            store = RedisStore(REDIS_URL, f"test-store-{uuidlib.uuid4().hex}",
+                               stream_maxlen=stream_maxlen, socket_timeout=2.0)
+        if not store.ping():
+            pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        if isinstance(store, RedisStore):
+            with redis.Redis.from_url(REDIS_URL) as client:
+                client.delete(*store.keys.all())
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: MakeStore) -> Store:
+    return make_store()
+
+
+# --- one small factory ---------------------------------------------------------------
+
+DEFAULT_INVENTORY = {"VCPU": Inventory(total=8), "MEMORY_MB": Inventory(total=4096),
+                     "DISK_GB": Inventory(total=100)}
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+def make_host(store: Store, name: str | None = None,
+              inventories: dict[str, Inventory] | None = None,
+              parent_uuid: str | None = None) -> Provider:
+    """A provider with inventory (the default: 8 VCPU, 4096 MB, 100 GB)."""
+    provider = store.create_provider(new_uuid(), name or f"host-{new_uuid()[:8]}",
+                                     parent_uuid=parent_uuid)
+    store.set_inventory(provider.uuid, provider.generation,
+                        DEFAULT_INVENTORY if inventories is None else inventories)
+    return store.get_provider(provider.uuid)
+
+
+def ask(allocations: dict[str, dict[str, int]]) -> AllocationRequest:
+    return AllocationRequest(allocations=allocations, project_id="project", user_id="user")
+
+
+# --- providers ------------------------------------------------------------------------
+
+
+def test_create_provider_starts_at_generation_zero(store: Store) -> None:
+    uuid = new_uuid()
+    created = store.create_provider(uuid, "compute-1")
+    expected = Provider(uuid=uuid, name="compute-1", generation=0, root_uuid=uuid)
+    assert created == expected
+    assert store.get_provider(uuid) == expected
+    assert store.get_provider_by_name("compute-1") == expected
+    assert store.list_providers() == [expected]
+
+
+def test_nested_provider_shares_its_parents_root(store: Store) -> None:
+    root = store.create_provider(new_uuid(), "root")
+    child = store.create_provider(new_uuid(), "child", parent_uuid=root.uuid)
+    grandchild = store.create_provider(new_uuid(), "grandchild", parent_uuid=child.uuid)
+    assert (child.parent_uuid, child.root_uuid) == (root.uuid, root.uuid)
+    assert (grandchild.parent_uuid, grandchild.root_uuid) == (child.uuid, root.uuid)
+
+
+@pytest.mark.parametrize("clash", ["uuid", "name"])
+def test_create_provider_refuses_a_taken_uuid_or_name(store: Store, clash: str) -> None:
+    first = store.create_provider(new_uuid(), "taken")
+    uuid, name = (first.uuid, "other") if clash == "uuid" else (new_uuid(), "taken")
+    with pytest.raises(ProviderExists):
+        store.create_provider(uuid, name)
+    assert store.list_providers() == [first]
+
+
+def test_missing_providers_are_typed_errors(store: Store) -> None:
+    missing = new_uuid()
+    with pytest.raises(ProviderNotFound) as exc:
+        store.get_provider(missing)
+    assert exc.value.ident == missing
+    with pytest.raises(ProviderNotFound):
+        store.get_provider_by_name("nobody")
+    with pytest.raises(ProviderNotFound):
+        store.create_provider(new_uuid(), "orphan", parent_uuid=missing)
+    with pytest.raises(ProviderNotFound):
+        store.set_traits(missing, 0, ["X"])
+
+
+def test_provider_writes_replace_and_bump_the_generation(store: Store) -> None:
+    p = store.create_provider(new_uuid(), "h")
+    inventories = {"VCPU": Inventory(total=16, reserved=2, min_unit=1, max_unit=8,
+                                     step_size=1, allocation_ratio=0.1 + 0.2),
+                   "CUSTOM_GPU": Inventory(total=2)}
+    assert store.set_inventory(p.uuid, 0, inventories) == 1
+    assert store.set_traits(p.uuid, 1, ["HW_CPU_X86_AVX2", "COMPUTE_STATUS_DISABLED"]) == 2
+    assert store.set_aggregates(p.uuid, 2, [new_uuid() for _ in range(2)]) == 3
+    aggregates = {new_uuid()}
+    assert store.set_aggregates(p.uuid, 3, aggregates) == 4
+    assert store.set_traits(p.uuid, 4, []) == 5
+    got = store.get_provider(p.uuid)
+    # the ratio keeps every digit (0.30000000000000004), as the caller gave it
+    assert dict(got.inventories) == inventories
+    assert got.traits == frozenset()
+    assert got.aggregates == aggregates
+    assert got.generation == 5
+
+
+@pytest.mark.parametrize("write", [
+    pytest.param(lambda s, p, g: s.set_inventory(p, g, {"VCPU": Inventory(total=1)}),
+                 id="inventory"),
+    pytest.param(lambda s, p, g: s.set_traits(p, g, ["CUSTOM_X"]), id="traits"),
+    pytest.param(lambda s, p, g: s.set_aggregates(p, g, [new_uuid()]), id="aggregates"),
+])
+def test_stale_generation_is_a_conflict_and_writes_nothing(
+        store: Store, write: Callable[[Store, str, int], int]) -> None:
+    p = make_host(store)  # generation 1
+    before = store.get_provider(p.uuid)
+    with pytest.raises(GenerationConflict) as exc:
+        write(store, p.uuid, 0)
+    assert exc.value.kwargs == {"uuid": p.uuid, "expected": 0, "actual": 1}
+    assert store.get_provider(p.uuid) == before
+    assert write(store, p.uuid, 1) == 2
+
+
+def test_a_claim_makes_the_generation_stale(store: Store) -> None:
+    p = make_host(store)
+    store.claim(new_uuid(), ask({p.uuid: {"VCPU": 1}}))
+    with pytest.raises(GenerationConflict):
+        store.set_traits(p.uuid, p.generation, ["CUSTOM_X"])
+    assert store.get_provider(p.uuid).generation == p.generation + 1
+
+
+def test_inventory_in_use_cannot_be_removed(store: Store) -> None:
+    p = make_host(store)
+    store.claim(new_uuid(), ask({p.uuid: {"VCPU": 2}}))
+    gen = store.get_provider(p.uuid).generation
+    with pytest.raises(InventoryInUse) as exc:
+        store.set_inventory(p.uuid, gen, {"MEMORY_MB": Inventory(total=4096)})
+    assert exc.value.kwargs == {"uuid": p.uuid, "rc": "VCPU", "used": 2}
+    assert store.get_provider(p.uuid).generation == gen
+    # changing the amount, or dropping an unused class, is fine
+    assert store.set_inventory(p.uuid, gen, {"VCPU": Inventory(total=4)}) == gen + 1
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(Inventory(total=-1), id="negative-total"),
+    pytest.param(Inventory(total=4, reserved=-1), id="negative-reserved"),
+    pytest.param(Inventory(total=4, min_unit=0), id="min-unit-0"),
+    pytest.param(Inventory(total=4, step_size=0), id="step-size-0"),
+    pytest.param(Inventory(total=4, allocation_ratio=0.0), id="ratio-0"),
+])
+def test_nonsense_inventory_is_refused(store: Store, bad: Inventory) -> None:
+    p = store.create_provider(new_uuid(), "h")
+    with pytest.raises(InvalidRequest):
+        store.set_inventory(p.uuid, 0, {"VCPU": bad})
+    assert store.get_provider(p.uuid).generation == 0
+
+
+def test_aggregates_are_created_or_replaced(store: Store) -> None:
+    a, b = sorted([new_uuid(), new_uuid()])
+    store.put_aggregate(Aggregate(uuid=a, name="az1", metadata={"availability_zone": "az1"}))
+    store.put_aggregate(Aggregate(uuid=b, name="empty"))
+    store.put_aggregate(Aggregate(uuid=a, name="az1", metadata={"availability_zone": "az2"}))
+    assert store.list_aggregates() == [
+        Aggregate(uuid=a, name="az1", metadata={"availability_zone": "az2"}),
+        Aggregate(uuid=b, name="empty")]
+
+
+# --- claims ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityCase:
+    name: str
+    inventory: Inventory
+    capacity: int
+
+
+CAPACITY_CASES = [
+    CapacityCase("plain", Inventory(total=8), 8),
+    CapacityCase("reserved", Inventory(total=8, reserved=3), 5),
+    CapacityCase("overcommit", Inventory(total=8, allocation_ratio=4.0), 32),
+    CapacityCase("truncated", Inventory(total=10, reserved=3, allocation_ratio=1.5), 10),
+    CapacityCase("undercommit", Inventory(total=1024, reserved=512, allocation_ratio=0.9), 460),
+    CapacityCase("all-reserved", Inventory(total=4, reserved=4, allocation_ratio=16.0), 0),
+]
+
+
+@pytest.mark.parametrize("case", CAPACITY_CASES, ids=lambda c: c.name)
+def test_capacity_is_int_of_total_less_reserved_times_ratio(store: Store,
+                                                            case: CapacityCase) -> None:
+    assert case.inventory.capacity == case.capacity
+    p = make_host(store, inventories={"VCPU": case.inventory})
+    left = case.capacity
+    while left:  # one request never exceeds max_unit (the total), so fill in chunks
+        chunk = min(left, case.inventory.effective_max_unit)
+        store.claim(new_uuid(), ask({p.uuid: {"VCPU": chunk}}))
+        left -= chunk
+    with pytest.raises(CapacityExceeded) as exc:
+        store.claim(new_uuid(), ask({p.uuid: {"VCPU": 1}}))
+    assert exc.value.kwargs == {"uuid": p.uuid, "rc": "VCPU", "requested": 1, "free": 0}
+    got = store.get_provider(p.uuid)
+    assert got.usages.get("VCPU", 0) == case.capacity
+    assert got.free("VCPU") == 0
+
+
+def test_claim_over_several_providers(store: Store) -> None:
+    compute, pool = make_host(store), make_host(store)
+    consumer = new_uuid()
+    allocations = {compute.uuid: {"VCPU": 2, "MEMORY_MB": 512}, pool.uuid: {"DISK_GB": 20}}
+    store.claim(consumer, ask(allocations))
+    for before, used in ((compute, {"VCPU": 2, "MEMORY_MB": 512}), (pool, {"DISK_GB": 20})):
+        after = store.get_provider(before.uuid)
+        assert dict(after.usages) == used
+        assert after.generation == before.generation + 1
+        assert after.consumers == 1
+    held = store.get_consumer(consumer)
+    assert held is not None
+    assert held.allocations == allocations
+    assert (held.project_id, held.user_id, held.generation) == ("project", "user", 1)
+    assert (held.group_uuid, held.host) == (None, None)
+    assert store.list_consumers() == [held]
+
+
+def test_claim_is_all_or_nothing(store: Store) -> None:
+    first, second = sorted([make_host(store), make_host(store)], key=lambda p: p.uuid)
+    store.claim(new_uuid(), ask({second.uuid: {"VCPU": 7}}))
+    second = store.get_provider(second.uuid)
+    cursor = store.snapshot().cursor
+    consumer = new_uuid()
+    with pytest.raises(CapacityExceeded) as exc:
+        store.claim(consumer, ask({first.uuid: {"VCPU": 2}, second.uuid: {"VCPU": 2}}))
+    assert exc.value.kwargs["uuid"] == second.uuid
+    assert store.get_provider(first.uuid) == first
+    assert store.get_provider(second.uuid) == second
+    assert store.get_consumer(consumer) is None
+    assert store.changes(cursor) == []
+
+
+@dataclass(frozen=True)
+class RefusalCase:
+    name: str
+    inventory: Inventory
+    amounts: dict[str, int]
+    error: type[ClaimFailed]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+REFUSAL_CASES = [
+    RefusalCase("capacity", Inventory(total=4, reserved=1), {"VCPU": 4}, CapacityExceeded,
+                {"rc": "VCPU", "requested": 4, "free": 3}),
+    RefusalCase("no-such-inventory", Inventory(total=4), {"VCPU": 1, "DISK_GB": 1},
+                NoSuchInventory, {"rc": "DISK_GB"}),
+    RefusalCase("min-unit", Inventory(total=8, min_unit=2), {"VCPU": 1}, UnitRuleViolation,
+                {"rc": "VCPU", "requested": 1, "rule": "min_unit", "limit": 2}),
+    RefusalCase("max-unit", Inventory(total=8, max_unit=4), {"VCPU": 5}, UnitRuleViolation,
+                {"rc": "VCPU", "requested": 5, "rule": "max_unit", "limit": 4}),
+    RefusalCase("max-unit-defaults-to-total", Inventory(total=8, allocation_ratio=4.0),
+                {"VCPU": 9}, UnitRuleViolation, {"rule": "max_unit", "limit": 8}),
+    RefusalCase("step-size", Inventory(total=8, step_size=2), {"VCPU": 3}, UnitRuleViolation,
+                {"rc": "VCPU", "requested": 3, "rule": "step_size", "limit": 2}),
+    RefusalCase("zero-amount", Inventory(total=8), {"VCPU": 0}, UnitRuleViolation,
+                {"rule": "min_unit", "limit": 1}),
+]
+
+
+@pytest.mark.parametrize("case", REFUSAL_CASES, ids=lambda c: c.name)
+def test_each_refusal_has_its_type_and_writes_nothing(store: Store, case: RefusalCase) -> None:
+    p = make_host(store, inventories={"VCPU": case.inventory})
+    consumer = new_uuid()
+    with pytest.raises(case.error) as exc:
+        store.claim(consumer, ask({p.uuid: case.amounts}))
+    expected = {"uuid": p.uuid, **case.fields}
+    assert {k: exc.value.kwargs.get(k) for k in expected} == expected
+    assert store.get_provider(p.uuid) == p
+    assert store.get_consumer(consumer) is None
+
+
+def test_claim_on_a_missing_provider(store: Store) -> None:
+    p, missing = make_host(store), new_uuid()
+    with pytest.raises(ProviderNotFound) as exc:
+        store.claim(new_uuid(), ask({p.uuid: {"VCPU": 1}, missing: {"VCPU": 1}}))
+    assert exc.value.ident == missing
+    assert store.get_provider(p.uuid) == p
+
+
+@pytest.mark.parametrize("allocations", [{}, {"rp": {}}], ids=["no-provider", "no-amount"])
+def test_empty_allocation_request_is_invalid(store: Store,
+                                             allocations: dict[str, dict[str, int]]) -> None:
+    with pytest.raises(InvalidRequest):
+        store.claim(new_uuid(), ask(allocations))
+    assert store.list_consumers() == []
+
+
+def test_repeating_a_claim_is_a_no_op(store: Store) -> None:
+    p = make_host(store)
+    consumer, group = new_uuid(), GroupClaim(new_uuid(), "anti-affinity", "h1")
+    request = ask({p.uuid: {"VCPU": 2, "MEMORY_MB": 256}})
+    store.claim(consumer, request, group)
+    after_first = store.get_provider(p.uuid)
+    cursor = store.snapshot().cursor
+    store.claim(consumer, request, group)  # anti-affinity would refuse a second member
+    assert store.get_provider(p.uuid) == after_first
+    assert after_first.consumers == 1
+    assert store.group_hosts(group.group_uuid) == {"h1": 1}
+    assert store.changes(cursor) == []
+
+
+def test_a_different_claim_for_a_holding_consumer_conflicts(store: Store) -> None:
+    p = make_host(store)
+    consumer = new_uuid()
+    store.claim(consumer, ask({p.uuid: {"VCPU": 2}}))
+    held = store.get_provider(p.uuid)
+    with pytest.raises(ConsumerConflict) as exc:
+        store.claim(consumer, ask({p.uuid: {"VCPU": 3}}))
+    assert exc.value.kwargs == {"consumer": consumer}
+    assert store.get_provider(p.uuid) == held
+
+
+@dataclass(frozen=True)
+class GroupCase:
+    name: str
+    policy: str
+    max_server_per_host: int
+    steps: list[tuple[str, bool]]  # (host, accepted?) in order
+    members: dict[str, int]
+
+
+GROUP_CASES = [
+    GroupCase("anti-affinity-1", "anti-affinity", 1,
+              [("h1", True), ("h1", False), ("h2", True), ("h2", False)], {"h1": 1, "h2": 1}),
+    GroupCase("anti-affinity-2", "anti-affinity", 2,
+              [("h1", True), ("h1", True), ("h1", False), ("h2", True)], {"h1": 2, "h2": 1}),
+    GroupCase("affinity", "affinity", 1,
+              [("h2", True), ("h1", False), ("h2", True), ("h1", False)], {"h2": 2}),
+    GroupCase("soft-anti-affinity-is-not-checked", "soft-anti-affinity", 1,
+              [("h1", True), ("h1", True)], {"h1": 2}),
+]
+
+
+@pytest.mark.parametrize("case", GROUP_CASES, ids=lambda c: c.name)
+def test_strict_group_policies_are_checked_in_the_claim(store: Store, case: GroupCase) -> None:
+    hosts = {name: make_host(store, name) for name in ("h1", "h2")}
+    group = new_uuid()
+    for host, accepted in case.steps:
+        consumer = new_uuid()
+        claim = GroupClaim(group, case.policy, host, case.max_server_per_host)
+        if accepted:
+            store.claim(consumer, ask({hosts[host].uuid: {"VCPU": 1}}), claim)
+            continue
+        before = store.get_provider(hosts[host].uuid)
+        with pytest.raises(GroupPolicyViolation) as exc:
+            store.claim(consumer, ask({hosts[host].uuid: {"VCPU": 1}}), claim)
+        assert exc.value.kwargs == {"group": group, "policy": case.policy, "host": host}
+        assert store.get_provider(hosts[host].uuid) == before
+        assert store.get_consumer(consumer) is None
+    assert store.group_hosts(group) == case.members
+
+
+def test_release_restores_usage_group_members_and_consumers(store: Store) -> None:
+    p = make_host(store, "h1")
+    group = new_uuid()
+    claims = {new_uuid(): {"VCPU": n, "MEMORY_MB": 128 * n} for n in (1, 2)}
+    for consumer, amounts in claims.items():
+        store.claim(consumer, ask({p.uuid: amounts}),
+                    GroupClaim(group, "anti-affinity", "h1", max_server_per_host=2))
+    first, second = claims
+    assert store.release(first) is True
+    after = store.get_provider(p.uuid)
+    assert dict(after.usages) == {"VCPU": 2, "MEMORY_MB": 256}
+    assert after.consumers == 1
+    assert after.generation == p.generation + 3
+    assert store.group_hosts(group) == {"h1": 1}
+    assert store.get_consumer(first) is None
+    assert store.release(first) is False
+    assert store.get_provider(p.uuid) == after
+    assert store.release(second) is True
+    assert store.get_provider(p.uuid).usages == {}
+    assert store.get_provider(p.uuid).consumers == 0
+    assert store.group_hosts(group) == {}
+    assert store.list_consumers() == []
+
+
+def test_release_of_an_unknown_consumer(store: Store) -> None:
+    assert store.release(new_uuid()) is False
+
+
+# --- change feed ----------------------------------------------------------------------
+
+
+@dataclass
+class View:
+    """What a worker's host view keeps: a snapshot with changes applied."""
+
+    providers: dict[str, Provider]
+    aggregates: dict[str, Aggregate]
+    services: dict[str, Service]
+
+    @classmethod
+    def load(cls, store: Store) -> tuple[View, str]:
+        snap = store.snapshot()
+        return cls({p.uuid: p for p in snap.providers}, {a.uuid: a for a in snap.aggregates},
+                   {s.host: s for s in snap.services}), snap.cursor
+
+    def apply(self, store: Store, cursor: str, limit: int = 3) -> str:
+        while batch := store.changes(cursor, limit):
+            for change in batch:
+                if change.kind == "provider":
+                    self.providers[change.data.uuid] = change.data
+                elif change.kind == "usage":
+                    d = change.data
+                    self.providers[d["uuid"]] = replace(
+                        self.providers[d["uuid"]], generation=d["generation"],
+                        usages=d["usages"], consumers=d["consumers"])
+                elif change.kind == "aggregate":
+                    self.aggregates[change.data.uuid] = change.data
+                else:
+                    assert change.kind == "service"
+                    self.services[change.data.host] = change.data
+            cursor = batch[-1].cursor
+        return cursor
+
+
+def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
+    a = make_host(store, "a")
+    store.put_aggregate(Aggregate(uuid=new_uuid(), name="before"))
+    store.register_services([Service(host="a", rpc_server="sim-1")])
+    consumer = new_uuid()
+    store.claim(consumer, ask({a.uuid: {"VCPU": 4}}))
+    view, cursor = View.load(store)
+
+    b = make_host(store, "b")
+    store.claim(new_uuid(), ask({a.uuid: {"VCPU": 1}, b.uuid: {"DISK_GB": 10}}))
+    store.release(consumer)
+    store.set_traits(b.uuid, store.get_provider(b.uuid).generation, ["CUSTOM_FAST"])
+    agg = new_uuid()
+    store.put_aggregate(Aggregate(uuid=agg, name="az1", metadata={"availability_zone": "az1"}))
+    store.set_aggregates(a.uuid, store.get_provider(a.uuid).generation, [agg])
+    store.heartbeat(["a", "b"], 1000.5)
+    store.register_services([Service(host="b", rpc_server="sim-1")])
+    store.set_service_disabled("a", True, "maintenance")
+    store.record_build_result("b", success=False)
+
+    cursor = view.apply(store, cursor)
+    assert sorted(view.providers.values(), key=lambda p: p.uuid) == store.list_providers()
+    assert sorted(view.aggregates.values(), key=lambda a: a.uuid) == store.list_aggregates()
+    assert sorted(view.services.values(), key=lambda s: s.host) == store.list_services()
+    assert store.changes(cursor) == []
+    assert store.snapshot().cursor == cursor
+
+
+def test_changes_are_ordered_and_paged(store: Store) -> None:
+    cursor = store.snapshot().cursor
+    names = [f"agg-{i}" for i in range(5)]
+    for name in names:
+        store.put_aggregate(Aggregate(uuid=new_uuid(), name=name))
+    first, rest = store.changes(cursor, limit=2), store.changes(cursor)
+    assert [c.data.name for c in first] == names[:2]
+    assert [c.data.name for c in rest] == names
+    assert all(c.kind == "aggregate" for c in rest)
+    assert [c.data.name for c in store.changes(first[-1].cursor)] == names[2:]
+
+
+def test_claim_and_release_feed_absolute_usage(store: Store) -> None:
+    p = make_host(store)
+    cursor = store.snapshot().cursor
+    consumer = new_uuid()
+    store.claim(consumer, ask({p.uuid: {"VCPU": 3}}))
+    store.release(consumer)
+    changes = store.changes(cursor)
+    assert [(c.kind, c.data) for c in changes] == [
+        ("usage", {"uuid": p.uuid, "generation": p.generation + 1, "usages": {"VCPU": 3},
+                   "consumers": 1}),
+        ("usage", {"uuid": p.uuid, "generation": p.generation + 2, "usages": {},
+                   "consumers": 0})]
+
+
+def test_fresh_store_cursor_is_valid(make_store: MakeStore) -> None:
+    store = make_store(stream_maxlen=5)
+    cursor = store.snapshot().cursor
+    assert store.changes(cursor) == []
+    store.put_aggregate(Aggregate(uuid=new_uuid(), name="x"))
+    assert [c.data.name for c in store.changes(cursor)] == ["x"]
+
+
+def test_a_cursor_that_fell_off_the_stream_is_truncated(make_store: MakeStore) -> None:
+    store = make_store(stream_maxlen=5)
+    start = store.snapshot().cursor
+    # the Redis stream trims approximately (whole nodes of ~100 entries)
+    for i in range(300):
+        store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
+    with pytest.raises(StreamTruncated):
+        store.changes(start)
+    snap = store.snapshot()
+    assert store.changes(snap.cursor) == []
+    assert len(snap.aggregates) == 300
+
+
+@pytest.mark.parametrize("cursor", ["99999999999999-0", "not-a-cursor", ""])
+def test_a_cursor_this_feed_never_issued_is_truncated(store: Store, cursor: str) -> None:
+    store.put_aggregate(Aggregate(uuid=new_uuid(), name="x"))
+    with pytest.raises(StreamTruncated):
+        store.changes(cursor)
+
+
+# --- services -------------------------------------------------------------------------
+
+
+def test_services_register_heartbeat_and_list(store: Store) -> None:
+    store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h2", "h1")])
+    store.heartbeat(["h1", "h2", "h3"], 1234.25)
+    assert store.list_services() == [
+        Service(host="h1", rpc_server="sim-1", last_seen=1234.25),
+        Service(host="h2", rpc_server="sim-1", last_seen=1234.25)]
+    assert store.get_service("h3") is None  # a heartbeat does not register
+    now = time.time()
+    store.heartbeat(["h1"], now)
+    service = store.get_service("h1")
+    assert service is not None
+    assert service.last_seen == now
+
+
+def test_heartbeats_are_not_fed(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    cursor = store.snapshot().cursor
+    store.heartbeat(["h1"], 5.0)
+    assert store.changes(cursor) == []
+
+
+def test_service_state_changes_are_fed_once(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    store.heartbeat(["h1"], 7.5)
+    cursor = store.snapshot().cursor
+    store.set_service_disabled("h1", True, "maintenance")
+    store.set_service_disabled("h1", True, "maintenance")  # no change, not fed
+    store.record_build_result("h1", success=False)
+    store.record_build_result("h1", success=False)
+    store.record_build_result("h1", success=True)
+    store.record_build_result("h1", success=True)  # already 0, not fed
+    store.register_services([Service(host="h1", rpc_server="sim-1")])  # unchanged
+    store.register_services([Service(host="h1", rpc_server="sim-2")])
+    store.set_service_disabled("h1", False)
+    fed = [(c.data.disabled, c.data.disabled_reason, c.data.failed_builds, c.data.rpc_server)
+           for c in store.changes(cursor)]
+    assert fed == [(True, "maintenance", 0, "sim-1"), (True, "maintenance", 1, "sim-1"),
+                   (True, "maintenance", 2, "sim-1"), (True, "maintenance", 0, "sim-1"),
+                   (True, "maintenance", 0, "sim-2"), (False, None, 0, "sim-2")]
+    assert all(c.kind == "service" and c.data.last_seen == 7.5 for c in store.changes(cursor))
+
+
+def test_registering_again_keeps_the_service_state(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    store.set_service_disabled("h1", True, "broken")
+    store.record_build_result("h1", success=False)
+    store.register_services([Service(host="h1", rpc_server="sim-2")])
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-2", disabled=True,
+                                              disabled_reason="broken", failed_builds=1)
+
+
+@pytest.mark.parametrize("write", [
+    pytest.param(lambda s: s.set_service_disabled("ghost", True), id="disable"),
+    pytest.param(lambda s: s.record_build_result("ghost", success=False), id="build-result"),
+])
+def test_unknown_service_is_not_found(store: Store, write: Callable[[Store], None]) -> None:
+    with pytest.raises(NotFound):
+        write(store)
+    assert store.list_services() == []
+
+
+# --- instance records -----------------------------------------------------------------
+
+
+def test_instances_create_is_idempotent_and_list_is_sorted(store: Store) -> None:
+    a, b = sorted([new_uuid(), new_uuid()])
+    store.create_instances([InstanceRecord(uuid=b), InstanceRecord(uuid=a, attempts=1)])
+    store.create_instances([InstanceRecord(uuid=a, state=ERROR)])  # left as it is
+    assert store.get_instance(a) == InstanceRecord(uuid=a, attempts=1)
+    assert [r.uuid for r in store.list_instances()] == [a, b]
+    assert [r.uuid for r in store.list_instances([b, new_uuid(), a])] == [b, a]
+    assert store.list_instances([]) == []
+    with pytest.raises(InstanceNotFound):
+        store.get_instance(new_uuid())
+
+
+def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
+    uuid = new_uuid()
+    spec = {"flavor": {"name": "m1", "vcpus": 1, "memory_mb": 512, "extra_specs": {}},
+            "ignore_hosts": [], "scheduler_hints": {}, "group": None}
+    store.create_instances([InstanceRecord(uuid=uuid, request_spec=spec, created_at=1.5)])
+    now = time.time()
+    updated = store.update_instance(uuid, state=ACTIVE, task_state=None, host="h1",
+                                    node="h1", attempts=2, updated_at=now, deadline=now + 0.1)
+    expected = InstanceRecord(uuid=uuid, state=ACTIVE, task_state=None, host="h1", node="h1",
+                              attempts=2, request_spec=spec, created_at=1.5, updated_at=now,
+                              deadline=now + 0.1)
+    assert updated == expected
+    assert store.get_instance(uuid) == expected
+
+
+@pytest.mark.parametrize("expected_states, applies", [
+    pytest.param([BUILDING], True, id="expected"),
+    pytest.param([BUILDING, ERROR], True, id="one-of"),
+    pytest.param([ACTIVE, ERROR], False, id="not-expected"),
+    pytest.param([], False, id="none-expected"),
+])
+def test_instance_update_with_expected_states(store: Store, expected_states: list[str],
+                                              applies: bool) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid)])
+    result = store.update_instance(uuid, expected_states=expected_states, state=ERROR,
+                                   fault="No valid host was found.")
+    if applies:
+        assert result == InstanceRecord(uuid=uuid, state=ERROR,
+                                        fault="No valid host was found.")
+        assert store.get_instance(uuid) == result
+    else:
+        assert result is None
+        assert store.get_instance(uuid) == InstanceRecord(uuid=uuid)
+
+
+def test_instance_update_refuses_unknown_fields_and_instances(store: Store) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid)])
+    with pytest.raises(TypeError):
+        store.update_instance(uuid, colour="blue")
+    with pytest.raises(TypeError):
+        store.update_instance(uuid, uuid=new_uuid())
+    with pytest.raises(InstanceNotFound):
+        store.update_instance(new_uuid(), state=ERROR)
+    assert store.get_instance(uuid) == InstanceRecord(uuid=uuid)
+
+
+# --- concurrency ----------------------------------------------------------------------
+
+
+def run_threads(count: int, target: Callable[[int], None]) -> None:
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            target(i)
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_racing_claims_never_overcommit(store: Store) -> None:
+    p = make_host(store, inventories={"VCPU": Inventory(total=6, allocation_ratio=2.0)})
+    refused = []
+
+    def worker(i: int) -> None:
+        rng = random.Random(i)
+        for _ in range(25):
+            consumer = new_uuid()
+            try:
+                store.claim(consumer, ask({p.uuid: {"VCPU": rng.randint(1, 3)}}))
+            except CapacityExceeded:
+                refused.append(consumer)
+            if rng.random() < 0.4:
+                store.release(consumer)
+
+    run_threads(8, worker)
+    got = store.get_provider(p.uuid)
+    live = store.list_consumers()
+    assert got.usages.get("VCPU", 0) == sum(c.allocations[p.uuid]["VCPU"] for c in live)
+    assert got.usages.get("VCPU", 0) <= 12
+    assert got.consumers == len(live)
+    assert refused  # the race was real: capacity ran out
+
+
+def test_racing_anti_affinity_claims_place_one_member(store: Store) -> None:
+    p = make_host(store, "h1")
+    group = new_uuid()
+    placed = []
+
+    def worker(i: int) -> None:
+        consumer = new_uuid()
+        try:
+            store.claim(consumer, ask({p.uuid: {"VCPU": 1}}),
+                        GroupClaim(group, "anti-affinity", "h1"))
+            placed.append(consumer)
+        except GroupPolicyViolation:
+            pass
+
+    run_threads(8, worker)
+    assert len(placed) == 1
+    assert store.group_hosts(group) == {"h1": 1}
+    assert store.get_provider(p.uuid).consumers == 1
