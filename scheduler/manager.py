@@ -66,7 +66,16 @@ class DecisionStats:
         self._lock = threading.Lock()
         self.decisions = 0
         self.no_valid_host = 0
-        self.seconds = 0.0
+        self.seconds = 0.0  # summed per decision, waits for the engine included
+        self.first_start: float | None = None
+        self.last_end = 0.0
+
+    @property
+    def per_second(self) -> float:
+        """Decisions per second of wall time, from the first one's start to the last one's end."""
+        if self.first_start is None or self.last_end <= self.first_start:
+            return 0.0
+        return self.decisions / (self.last_end - self.first_start)
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -78,11 +87,14 @@ class DecisionStats:
             failed = True
             raise
         finally:
-            elapsed = time.perf_counter() - start
+            end = time.perf_counter()
             with self._lock:
+                if self.first_start is None:
+                    self.first_start = start
+                self.last_end = max(self.last_end, end)
                 self.decisions += 1
                 self.no_valid_host += failed
-                self.seconds += elapsed
+                self.seconds += end - start
 
 
 class SchedulerEndpoint:

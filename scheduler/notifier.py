@@ -22,22 +22,26 @@ LOG = get_logger(__name__)
 class Notifier:
     def __init__(self, transport: oslo_messaging.Transport | None, host: str,
                  topic: str = "notifications", enabled: bool = True) -> None:
-        driver = "messagingv2" if enabled and transport is not None else "noop"
-        self._notifier = oslo_messaging.Notifier(
-            transport, publisher_id=f"scheduler.{host}", driver=driver, topics=[topic])
+        self._notifier: oslo_messaging.Notifier | None = None
+        if enabled and transport is not None:
+            self._notifier = oslo_messaging.Notifier(
+                transport, publisher_id=f"scheduler.{host}", driver="messagingv2",
+                topics=[topic])
 
     def info(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
-        self._emit(self._notifier.info, ctxt, event_type, payload)
+        self._emit("info", ctxt, event_type, payload)
 
     def error(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
-        self._emit(self._notifier.error, ctxt, event_type, payload)
+        self._emit("error", ctxt, event_type, payload)
 
-    def _emit(self, method: Any, ctxt: Any, event_type: str,
+    def _emit(self, priority: str, ctxt: Any, event_type: str,
               payload: Mapping[str, Any]) -> None:
+        if self._notifier is None:
+            return
         # A notification that cannot be sent must not fail the request it
         # describes: the decision and the claim already happened.
         try:
-            method(ctxt, event_type, dict(payload))
+            getattr(self._notifier, priority)(ctxt, event_type, dict(payload))
         except Exception as exc:  # noqa: BLE001 - logged, the request goes on
             LOG.warning("notification_failed", event_type=event_type, error=repr(exc))
 

@@ -107,7 +107,8 @@ def _str_map(data: Mapping[str, Any], key: str, what: str) -> dict[str, str]:
     return out
 
 
-def _str_list(data: Mapping[str, Any], key: str, what: str, max_items: int = 1000) -> tuple[str, ...]:
+def _str_list(data: Mapping[str, Any], key: str, what: str,
+              max_items: int = 1000) -> tuple[str, ...]:
     value = data.get(key) or []
     if not isinstance(value, list | tuple):
         raise InvalidRequest(reason=f"{what}.{key} must be a list, got {type(value).__name__}")
@@ -416,7 +417,8 @@ class InstanceRecord:
         return {
             "uuid": self.uuid, "state": self.state, "task_state": self.task_state,
             "host": self.host, "node": self.node, "attempts": self.attempts,
-            "tried_hosts": list(self.tried_hosts), "fault": self.fault, "fault_details": self.fault_details,
+            "tried_hosts": list(self.tried_hosts), "fault": self.fault,
+            "fault_details": self.fault_details,
             "request_spec": dict(self.request_spec) if self.request_spec else None,
             "created_at": self.created_at, "updated_at": self.updated_at,
             "deadline": self.deadline,

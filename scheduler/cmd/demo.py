@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--build-time", type=float, default=0.02,
                    help="Seconds a simulated build takes (default 0.02).")
     p.add_argument("--vcpus", type=int, default=16, help="CPUs per host (default 16).")
-    p.add_argument("--memory-mb", type=int, default=32768, help="Memory per host (default 32768).")
+    p.add_argument("--memory-mb", type=int, default=49152, help="Memory per host (default 49152).")
     p.add_argument("--disk-gb", type=int, default=500, help="Disk per host (default 500).")
     p.add_argument("--seed", type=int, default=42, help="Seed of the failure draws.")
     p.add_argument("--timeout", type=float, default=120.0, help="Seconds to wait at most.")
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     stats = scheduler.endpoint.stats
     print(format_report(report))
     print(f"decisions: {stats.decisions} ({stats.no_valid_host} no valid host), "
-          f"{stats.decisions / stats.seconds if stats.seconds else 0:,.0f} per second of "
-          f"scheduler time; builds ok {sim.builds_ok}, failed {sim.builds_failed}")
+          f"{stats.per_second:,.0f} per second; builds ok {sim.builds_ok}, "
+          f"failed {sim.builds_failed}")
     print(format_fill(store.list_providers()))
 
     scheduler.stop()
