@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         server.wait()
     sim.stop()
     transport.cleanup()
+    store.wipe()
     store.close()
     return 1 if report.timed_out else 0
 

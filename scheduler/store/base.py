@@ -296,6 +296,10 @@ class Store(abc.ABC):
     def ping(self) -> bool:
         """True if the backing service answers."""
 
+    @abc.abstractmethod
+    def wipe(self) -> None:
+        """Delete everything under this store's key prefix (tests, demo runs)."""
+
     def close(self) -> None:  # noqa: B027  # pragma: no cover - trivial default
         """Release connections."""
 

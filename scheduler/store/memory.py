@@ -375,3 +375,12 @@ class MemoryStore(Store):
 
     def ping(self) -> bool:
         return True
+
+    def wipe(self) -> None:
+        with self._lock:
+            for table in (self._providers, self._names, self._aggregates, self._consumers,
+                          self._groups, self._services, self._heartbeats, self._instances):
+                table.clear()
+            # The feed keeps its cursor numbering: a view holding an old cursor
+            # must see the wipe as a truncation, not as an empty stream.
+            self._feed.clear()

@@ -472,5 +472,9 @@ class RedisStore(Store):
         except redis.RedisError:
             return False
 
+    @_translated
+    def wipe(self) -> None:
+        self._client.delete(*self.keys.all())
+
     def close(self) -> None:
         self._client.close()

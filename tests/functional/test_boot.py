@@ -209,3 +209,16 @@ def test_two_workers_share_the_topic_without_overcommit(cluster: Cluster) -> Non
     assert states == {"ACTIVE": 18, "ERROR": 6}, result["summary"]
     for p in cluster.store.list_providers():
         assert p.usages.get("MEMORY_MB", 0) <= p.inventories["MEMORY_MB"].capacity
+
+
+def test_one_simulator_serves_a_thousand_hosts(cluster: Cluster) -> None:
+    cluster.start_conductor()
+    compute = cluster.start_compute(1000, "--build-time", "0.01")
+    cluster.start_worker()
+    assert len(cluster.store.list_services()) == 1000
+    assert {s.rpc_server for s in cluster.store.list_services()} == {
+        next(e["rpc_server"] for e in compute.log_events()
+             if e.get("event") == "compute_sim_started")}
+    result = cluster.boot("--count", "50", "--per-request", "10")
+    assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 50}
+    assert len({i["host"] for i in result["instances"]}) == 50, "spread over empty hosts"

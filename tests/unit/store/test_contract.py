@@ -759,3 +759,16 @@ def test_racing_anti_affinity_claims_place_one_member(store: Store) -> None:
     assert len(placed) == 1
     assert store.group_hosts(group) == {"h1": 1}
     assert store.get_provider(p.uuid).consumers == 1
+
+
+def test_wipe_forgets_everything_under_the_prefix(make_store: MakeStore) -> None:
+    store, neighbour = make_store(), make_store()
+    host = make_host(store)
+    kept = make_host(neighbour)
+    store.claim(new_uuid(), ask({host.uuid: {"VCPU": 1}}))
+    store.create_instances([InstanceRecord(uuid=new_uuid())])
+    store.wipe()
+    assert store.list_providers() == []
+    assert store.list_consumers() == []
+    assert store.list_instances() == []
+    assert [p.uuid for p in neighbour.list_providers()] == [kept.uuid]
