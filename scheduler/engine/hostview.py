@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
 from scheduler.store.base import Aggregate, Change, Provider, Service, Store
@@ -106,6 +107,10 @@ class HostView:
         self._services_interval = settings.services_refresh_interval
         self._cursor: str | None = None
         self._services_read_at = -math.inf
+        # What hosts report beyond inventory (capabilities, stats), for the
+        # host filters and weighers; fed below wherever services, aggregates
+        # or rows change (see scheduler/engine/capabilities.py).
+        self.capabilities = HostCapabilities(store)
         self._clear()
 
     # --- reading the store ----------------------------------------------------------
@@ -167,6 +172,7 @@ class HostView:
         self._consumers[:n] = [p.consumers for p in hosts]
         self._agg_set[:n] = [self._agg_code(frozenset(p.aggregates)) for p in hosts]
         self._read_services(snap.services, now)
+        self.capabilities.load(self._index, snap.services, snap.aggregates)
         self._cursor = snap.cursor
         LOG.info("host_view_loaded", hosts=n, cursor=snap.cursor)
 
@@ -183,12 +189,14 @@ class HostView:
         for rc, amount in resources.items():
             self._used[self._rc_row(rc), index] += amount
         self._consumers[index] += 1
+        self.capabilities.consumed(index, +1)
 
     def unconsume(self, index: int, resources: Mapping[str, int]) -> None:
         """Undo :meth:`consume` (a dry run, or claims released after a failure)."""
         for rc, amount in resources.items():
             self._used[self._rc_row(rc), index] -= amount
         self._consumers[index] -= 1
+        self.capabilities.consumed(index, -1)
 
     # --- questions the pipeline asks ------------------------------------------------
 
@@ -295,6 +303,7 @@ class HostView:
         self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
         self._set_zones: list[frozenset[str]] | None = None
         self._services: dict[str, Service] = {}
+        self.capabilities.clear()
 
     def _ensure_rows(self, rows: int) -> None:
         if rows <= self._rows:
@@ -311,6 +320,7 @@ class HostView:
             grown[:self._rows] = old
             setattr(self, attr, grown)
         self._rows = new_rows
+        self.capabilities.grow(new_rows)
 
     def _rc_row(self, rc: str) -> int:
         j = self._rc.get(rc)
@@ -345,6 +355,7 @@ class HostView:
         elif change.kind == "aggregate":
             self._aggregates[change.data.uuid] = change.data
             self._set_zones = None
+            self.capabilities.put_aggregate(change.data)
         elif change.kind == "service":
             service: Service = change.data
             self._services[service.host] = service
@@ -409,6 +420,7 @@ class HostView:
         self._last_seen[i] = max(self._last_seen[i], service.last_seen)
         self._disabled[i] = service.disabled
         self._failed_builds[i] = service.failed_builds
+        self.capabilities.put_service(i, service)
 
     def _read_services(self, services: Iterable[Service], now: float) -> None:
         """Apply service records in bulk (heartbeats only ever move forward)."""

@@ -376,9 +376,14 @@ class Engine:
 
 
 def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
-    """The policy check the store makes inside the claim (strict policies only)."""
+    """The group membership the claim records, with the policy the store checks.
+
+    The store checks only the strict policies; a soft group's claim still
+    records the member, so the soft (anti-)affinity weighers of later
+    requests see where the group's instances are.
+    """
     group = spec.group
-    if group is None or not group.is_strict:
+    if group is None:
         return None
     return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
 

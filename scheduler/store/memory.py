@@ -45,12 +45,15 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
     check_allocation_request,
     check_instance_changes,
     check_inventories,
+    check_reports,
     cursor_key,
+    freeze_json,
 )
 
 
@@ -303,6 +306,19 @@ class MemoryStore(Store):
                     continue
                 self._services[service.host] = known
                 self._append("service", self._service(service.host))
+
+    def report_services(self, reports: Iterable[ServiceReport]) -> None:
+        checked = check_reports(reports)
+        with self._lock:
+            for report in checked:
+                self._known_service(report.host)
+            for report in checked:
+                changes: dict[str, Any] = {}
+                if report.capabilities is not None:
+                    changes["capabilities"] = freeze_json(report.capabilities)
+                if report.stats is not None:
+                    changes["stats"] = MappingProxyType(dict(report.stats))
+                self._change_service(self._services[report.host], **changes)
 
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         with self._lock:

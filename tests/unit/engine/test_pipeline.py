@@ -204,10 +204,13 @@ def test_strict_group_claims_carry_the_policy() -> None:
     assert claim == GroupClaim(GROUP_UUID, "anti-affinity", chosen, 2)
 
 
-def test_soft_group_claims_carry_no_policy() -> None:
+def test_soft_group_claims_record_the_member() -> None:
+    # The store checks no soft policy, but records the member for later weighing.
     store = FeedStore([host("h1")])
     engine(store).select("req", spec(group=group("soft-anti-affinity")), [uuid_of("i1")])
-    assert [claim for _, _, claim in store.claims] == [None]
+    assert [claim for _, _, claim in store.claims] == [
+        GroupClaim(GROUP_UUID, "soft-anti-affinity", "h1", 1)]
+    assert store.group_hosts(GROUP_UUID) == {"h1": 1}
 
 
 # --- alternates -----------------------------------------------------------------------

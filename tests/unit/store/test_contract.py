@@ -46,6 +46,7 @@ from scheduler.store import (
     Provider,
     RedisStore,
     Service,
+    ServiceReport,
     Store,
 )
 
@@ -400,6 +401,8 @@ GROUP_CASES = [
               [("h2", True), ("h1", False), ("h2", True), ("h1", False)], {"h2": 2}),
     GroupCase("soft-anti-affinity-is-not-checked", "soft-anti-affinity", 1,
               [("h1", True), ("h1", True)], {"h1": 2}),
+    GroupCase("soft-affinity-is-not-checked", "soft-affinity", 1,
+              [("h1", True), ("h2", True)], {"h1": 1, "h2": 1}),
 ]
 
 
@@ -505,6 +508,8 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
     store.register_services([Service(host="b", rpc_server="sim-1")])
     store.set_service_disabled("a", True, "maintenance")
     store.record_build_result("b", success=False)
+    store.report_services([ServiceReport("a", capabilities={"cpu_arch": "x86_64"},
+                                         stats={"num_io_ops": 1})])
 
     cursor = view.apply(store, cursor)
     assert sorted(view.providers.values(), key=lambda p: p.uuid) == store.list_providers()
@@ -630,6 +635,67 @@ def test_unknown_service_is_not_found(store: Store, write: Callable[[Store], Non
     with pytest.raises(NotFound):
         write(store)
     assert store.list_services() == []
+
+
+CAPABILITIES = {"cpu_arch": "x86_64", "hypervisor_version": 6002000,
+                "supported_instances": [["x86_64", "kvm", "hvm"]],
+                "cpu_info": {"vendor": "Intel", "features": ["avx", "sse"]}, "ratio": 1.5}
+
+
+def test_reports_are_kept_frozen_and_fed_only_when_they_change(store: Store) -> None:
+    store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
+    store.heartbeat(["h1"], 3.5)
+    cursor = store.snapshot().cursor
+    store.report_services([ServiceReport("h1", capabilities=CAPABILITIES, stats={"n": 1}),
+                           ServiceReport("h2", stats={})])
+    store.report_services([ServiceReport("h1", capabilities=dict(CAPABILITIES))])  # same
+    store.report_services([ServiceReport("h1", stats={"n": 2})])  # capabilities kept
+    store.heartbeat(["h1"], 9.0)  # not fed, changes no report
+    fed = [(c.data.host, dict(c.data.stats), c.data.last_seen) for c in store.changes(cursor)]
+    assert fed == [("h1", {"n": 1}, 3.5), ("h1", {"n": 2}, 3.5)]  # h2's empty stats: no change
+    service = store.get_service("h1")
+    assert service is not None
+    assert service.capabilities == CAPABILITIES | {
+        "supported_instances": (("x86_64", "kvm", "hvm"),),
+        "cpu_info": {"vendor": "Intel", "features": ("avx", "sse")}}
+    assert service.stats == {"n": 2}
+    with pytest.raises(TypeError):
+        service.capabilities["cpu_arch"] = "ppc64"  # type: ignore[index]
+
+
+def test_reports_survive_other_service_writes(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    store.report_services([ServiceReport("h1", capabilities={"a": "b"}, stats={"n": 3})])
+    store.set_service_disabled("h1", True, "maintenance")
+    store.record_build_result("h1", success=False)
+    store.register_services([Service(host="h1", rpc_server="sim-2")])
+    assert store.list_services() == [Service(
+        host="h1", rpc_server="sim-2", disabled=True, disabled_reason="maintenance",
+        failed_builds=1, capabilities={"a": "b"}, stats={"n": 3})]
+    assert store.snapshot().services == store.list_services()
+
+
+@pytest.mark.parametrize("report", [
+    pytest.param(ServiceReport("h1", stats={"n": -1}), id="negative-stat"),
+    pytest.param(ServiceReport("h1", stats={"n": 1.5}), id="fractional-stat"),
+    pytest.param(ServiceReport("h1", stats={"n": True}), id="boolean-stat"),
+    pytest.param(ServiceReport("h1", capabilities=["x86_64"]), id="capabilities-not-a-mapping"),
+])
+def test_nonsense_reports_are_refused(store: Store, report: ServiceReport) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    with pytest.raises(InvalidRequest):
+        store.report_services([report])
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")
+
+
+def test_a_report_for_an_unknown_host_writes_nothing(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    cursor = store.snapshot().cursor
+    with pytest.raises(NotFound):
+        store.report_services([ServiceReport("h1", stats={"n": 1}),
+                               ServiceReport("ghost", stats={"n": 1})])
+    assert store.changes(cursor) == []
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")
 
 
 # --- instance records -----------------------------------------------------------------
