@@ -17,14 +17,10 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-DEFAULT_FILTERS = [
-    "ComputeFilter",
-    "AvailabilityZoneFilter",
-    "ServerGroupAntiAffinityFilter",
-    "ServerGroupAffinityFilter",
-    "RetryFilter",
-]
-DEFAULT_WEIGHERS = ["RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher"]
+from scheduler.engine import settings as _settings
+
+DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
+DEFAULT_WEIGHERS = list(_settings.DEFAULT_WEIGHERS)
 
 default_opts = [
     cfg.StrOpt(
@@ -95,8 +91,68 @@ filter_scheduler_opts = [
                  help="How strongly hosts with recent build failures are avoided. The host's "
                  "count of failed builds (reset by a success) is multiplied by this and "
                  "subtracted; 0 ignores failures."),
+    cfg.FloatOpt("io_ops_weight_multiplier", default=-1.0,
+                 help="Weight of the builds in progress on a host. Negative (the default) "
+                 "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
+                 "ones."),
+    cfg.FloatOpt("num_instances_weight_multiplier", default=0.0,
+                 help="Weight of the instance count of a host. Positive prefers hosts with "
+                 "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
+                 "weigher off."),
+    cfg.FloatOpt("soft_affinity_weight_multiplier", default=1.0, min=0.0,
+                 help="How strongly members of a soft-affinity group are drawn to the hosts "
+                 "already running members of their group.\n\nPossible values: 0 or more "
+                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
+                 "instead)."),
+    cfg.FloatOpt("soft_anti_affinity_weight_multiplier", default=1.0, min=0.0,
+                 help="How strongly members of a soft-anti-affinity group are pushed away from "
+                 "the hosts already running members of their group.\n\nPossible values: 0 "
+                 "or more."),
+    cfg.FloatOpt("image_props_weight_multiplier", default=0.0,
+                 help="Weight of the instances on a host whose image shares properties with "
+                 "the requested image. Positive packs alike instances together, negative "
+                 "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
+                 "image_props_weight_setting."),
+    cfg.ListOpt("image_props_weight_setting", default=[],
+                help="Which image properties the image properties weigher counts, and how "
+                "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). Empty: "
+                "every property counts 1; otherwise unlisted properties count 0."),
+    cfg.FloatOpt("hypervisor_version_weight_multiplier", default=1.0,
+                 help="Weight of the reported hypervisor version. Positive prefers newer "
+                 "hypervisors, negative older ones. Versions of different hypervisor types "
+                 "do not compare: keep such hosts in separate aggregates."),
+    cfg.IntOpt("max_instances_per_host", default=50, min=0,
+               help="NumInstancesFilter rejects hosts holding at least this many instances "
+               "(0 rejects every host)."),
+    cfg.IntOpt("max_io_ops_per_host", default=8, min=0,
+               help="IoOpsFilter rejects hosts with at least this many builds in progress."),
+    cfg.ListOpt("isolated_hosts", default=[],
+                help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
+                "Related options: isolated_images, "
+                "restrict_isolated_hosts_to_isolated_images."),
+    cfg.ListOpt("isolated_images", default=[],
+                help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
+                "volume-backed request has no image and counts as a non-isolated one."),
+    cfg.BoolOpt("restrict_isolated_hosts_to_isolated_images", default=True,
+                help="Whether isolated_hosts take isolated images only. With False they take "
+                "any image, while isolated images still go only to isolated hosts."),
+    cfg.StrOpt("image_properties_default_architecture",
+               help="Architecture assumed for an image that names none "
+               "(ImagePropertiesFilter); unset, such an image asks for no architecture."),
     cfg.StrOpt("default_availability_zone", default="nova",
                help="Zone of a host that no aggregate places in a zone."),
+]
+
+pci_group = cfg.OptGroup("pci", title="PCI passthrough",
+                         help="The PCI devices flavors may ask for by alias.")
+
+pci_opts = [
+    cfg.MultiStrOpt("alias", default=[],
+                    help="A PCI alias as JSON, one per line: {\"name\": \"a1\", "
+                    "\"vendor_id\": \"8086\", \"product_id\": \"154d\"}. A flavor asks "
+                    "for devices with the extra spec pci_passthrough:alias=a1:2 "
+                    "(PciPassthroughFilter). Without product_id any product of the vendor "
+                    "matches."),
 ]
 
 redis_group = cfg.OptGroup("redis", title="The placement store",
@@ -159,6 +215,7 @@ _GROUPS = [
     (None, default_opts),
     (scheduler_group, scheduler_opts),
     (filter_scheduler_group, filter_scheduler_opts),
+    (pci_group, pci_opts),
     (redis_group, redis_opts),
     (notifications_group, notifications_opts),
     (compute_group, compute_opts),

@@ -85,7 +85,7 @@ def version_to_int(text: str) -> int:
     return numbers[0] * 1_000_000 + numbers[1] * 1_000 + numbers[2]
 
 
-_COMPARISON = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([0-9.]+)\s*")
+_COMPARISON = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*")
 _COMPARE: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
     ">": operator.gt, ">=": operator.ge,

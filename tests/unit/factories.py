@@ -1,8 +1,9 @@
 """The one factory for hosts, requests and a small store the engine tests run on.
 
 ``host("h1", ram=8192, used={"MEMORY_MB": 1024})`` makes a root provider and
-its service record; :class:`FeedStore` holds them and speaks the part of the
-store contract the engine uses (snapshot, change feed, services, claim,
+its service record (``capabilities=`` / ``stats=``: what its compute
+reports); :class:`FeedStore` holds them and speaks the part of the store
+contract the engine uses (snapshot, change feed, services, claim,
 release, consumers, group members), with knobs for what tests provoke: a
 claim conflict on a host, a truncated feed, another worker's writes.
 """
@@ -13,6 +14,7 @@ import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
@@ -31,6 +33,7 @@ from scheduler.objects import (
     VCPU,
     AllocationRequest,
     Flavor,
+    Image,
     RequestSpec,
     ServerGroup,
 )
@@ -42,6 +45,7 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
 )
@@ -68,8 +72,13 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
          min_unit: Mapping[str, int] | None = None, step: Mapping[str, int] | None = None,
          extra: Mapping[str, Inventory] | None = None, aggregates: Iterable[str] = (),
          up: bool = True, disabled: bool = False, failed_builds: int = 0,
-         service: bool = True) -> Host:
-    """A compute host: a root provider named after it, and its service record."""
+         service: bool = True, capabilities: Mapping[str, Any] | None = None,
+         stats: Mapping[str, int] | None = None, consumers: int = 0) -> Host:
+    """A compute host: a root provider named after it, and its service record.
+
+    ``consumers`` is how many instances hold allocations on it (for the
+    instance-count filter and weigher; ``used`` is their usage).
+    """
     totals = {VCPU: vcpus, MEMORY_MB: ram, DISK_GB: disk}
     reserved, ratios = reserved or {}, ratios or {}
     max_unit, min_unit, step = max_unit or {}, min_unit or {}, step or {}
@@ -80,10 +89,12 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
         for rc, total in totals.items() if total}
     inventories.update(extra or {})
     provider = Provider(uuid=uuid_of(name), name=name, generation=1, inventories=inventories,
-                        usages=dict(used or {}), aggregates=frozenset(aggregates))
+                        usages=dict(used or {}), aggregates=frozenset(aggregates),
+                        consumers=consumers)
     record = Service(host=name, rpc_server="compute-sim",
                      last_seen=NOW - 1 if up else NOW - 3600, disabled=disabled,
-                     failed_builds=failed_builds) if service else None
+                     failed_builds=failed_builds, capabilities=dict(capabilities or {}),
+                     stats=dict(stats or {})) if service else None
     return Host(provider, record)
 
 
@@ -92,11 +103,22 @@ def az(name: str, zone: str) -> Aggregate:
     return Aggregate(uuid=uuid_of(name), name=name, metadata={"availability_zone": zone})
 
 
-def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10, **fields: object) -> RequestSpec:
+def aggregate(name: str, **metadata: str) -> Aggregate:
+    """An aggregate with this metadata (its uuid derives from ``name``)."""
+    return Aggregate(uuid=uuid_of(name), name=name, metadata=metadata)
+
+
+def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10,
+         extra_specs: Mapping[str, str] | None = None,
+         image_properties: Mapping[str, str] | None = None, image_id: str | None = None,
+         **fields: object) -> RequestSpec:
     """A request for one flavor; ``fields`` set any other RequestSpec field."""
-    flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk)
-    return RequestSpec(flavor=flavor, project_id="project", user_id="user",
-                       **fields)  # type: ignore[arg-type]
+    flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk,
+                    extra_specs=extra_specs or {})
+    if image_properties is not None or image_id is not None:
+        fields["image"] = Image(id=image_id, properties=image_properties or {})
+    fields = {"project_id": "project", "user_id": "user", **fields}
+    return RequestSpec(flavor=flavor, **fields)  # type: ignore[arg-type]
 
 
 def group(policy: str, max_server_per_host: int = 1) -> ServerGroup:
@@ -129,8 +151,8 @@ def engine(store: FeedStore, **overrides: object) -> Engine:
 def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate] = (),
              now: float = NOW) -> None:
     """Write hosts into a real store through its contract (usage comes from claims only)."""
-    for aggregate in aggregates:
-        store.put_aggregate(aggregate)
+    for agg in aggregates:
+        store.put_aggregate(agg)
     hosts = list(hosts)
     for h in hosts:
         p = h.provider
@@ -147,6 +169,8 @@ def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate
             store.set_service_disabled(service.host, True)
         for _ in range(service.failed_builds):
             store.record_build_result(service.host, success=False)
+    store.report_services(ServiceReport(s.host, s.capabilities, s.stats) for s in services
+                          if s.capabilities or s.stats)
 
 
 class FeedStore:

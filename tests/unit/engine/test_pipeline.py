@@ -23,6 +23,7 @@ from tests.unit.factories import (
 
 # Weighers off unless a test is about ranking: then hosts tie and the pick is seeded.
 FLAT = {"weighers": ()}
+RESOURCE_WEIGHERS = ("RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher")
 
 
 def hosts_free(store: FeedStore) -> dict[str, int]:
@@ -102,7 +103,7 @@ def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
 def test_weighers_rank_and_the_best_is_claimed() -> None:
     store = FeedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
                        host("flaky", failed_builds=2)])
-    result = engine(store).schedule("req", spec(), [uuid_of("i1")])
+    result = engine(store, weighers=RESOURCE_WEIGHERS).schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["idle"]
     trace = result.traces[0]
     assert [w.host for w in trace.top] == ["idle", "busy", "flaky"]
@@ -396,6 +397,7 @@ def test_trace_counts_survivors_per_stage() -> None:
                                     claim=False)
     stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
     assert stages == [("candidates", 4), ("ComputeFilter", 3), ("AvailabilityZoneFilter", 3),
-                      ("RetryFilter", 2), ("ServerGroupAffinityFilter", 2),
-                      ("ServerGroupAntiAffinityFilter", 2)]
+                      ("RetryFilter", 2), ("ComputeCapabilitiesFilter", 2),
+                      ("ImagePropertiesFilter", 2), ("ServerGroupAntiAffinityFilter", 2),
+                      ("ServerGroupAffinityFilter", 2)]
     assert result.traces[0].host in {"ok1", "ok2"}
