@@ -10,6 +10,13 @@ the remaining alternates; a success is reported to the conductor.
 
 Builds are idempotent per instance uuid: a repeated cast for an instance this
 host already has is ignored.
+
+Each host reports its capabilities once at registration (architecture,
+hypervisor type and version, supported instances, NUMA cells, PCI devices
+and any other attribute, as ``capabilities`` describes) and its stats
+whenever a build starts or ends: builds in progress (``num_io_ops``) and, per
+image property value, how many of its instances run such an image. Reports
+go to the store only when they change, never with heartbeats.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler.exceptions import GenerationConflict, ProviderExists
+from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
+from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
 from scheduler.rpc import ConductorClient
-from scheduler.store import Aggregate, Inventory, Service, Store
+from scheduler.store import Aggregate, Inventory, Service, ServiceReport, Store
 
 LOG = get_logger(__name__)
 
@@ -118,7 +126,8 @@ class ComputeSimulator:
                  hosts: Sequence[str], rpc_server: str, shape: HostShape,
                  build_time: float = 0.05, fail_rate: float = 0.0,
                  fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, capabilities: CapabilityReport | None = None,
+                 report_stats: bool = True) -> None:
         self.store = store
         self.conductor = conductor
         self.hosts = list(hosts)
@@ -136,6 +145,11 @@ class ComputeSimulator:
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
+        self.capabilities = capabilities
+        self.report_stats = report_stats
+        self._report_lock = threading.Lock()  # reports leave in the order they were made
+        self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
+        self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
 
     # --- registration ---------------------------------------------------------------
 
@@ -159,6 +173,12 @@ class ComputeSimulator:
             self._report(uuid, inventories, aggregates)
         self.store.register_services(
             Service(host=h, rpc_server=self.rpc_server, last_seen=time.time())
+            for h in self.hosts)
+        capabilities = (self.capabilities.to_primitive()
+                        if self.capabilities is not None else None)
+        self.store.report_services(
+            ServiceReport(h, capabilities=capabilities,
+                          stats=self._stats(h) if self.report_stats else None)
             for h in self.hosts)
         self.heartbeat()
         LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
@@ -187,6 +207,23 @@ class ComputeSimulator:
     def heartbeat(self) -> None:
         self.store.heartbeat(self.hosts, time.time())
 
+    def _stats(self, host: str) -> dict[str, int]:
+        return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
+
+    def _count(self, host: str, io_ops: int, image: dict[str, str] | None = None) -> None:
+        """Change a host's counters and report them (in order, and only if enabled)."""
+        with self._report_lock:
+            self._io_ops[host] = max(self._io_ops[host] + io_ops, 0)
+            for prop, value in (image or {}).items():
+                stat = image_property_stat(prop, str(value))
+                self._image_counts[host][stat] = self._image_counts[host].get(stat, 0) + 1
+            if not self.report_stats:
+                return
+            try:
+                self.store.report_services([ServiceReport(host, stats=self._stats(host))])
+            except StoreError as exc:  # a later report carries the counts again
+                LOG.warning("stats_report_failed", host=host, error=exc.message)
+
     def stop(self) -> None:
         self._runner.stop()
 
@@ -207,6 +244,7 @@ class ComputeSimulator:
                 self._instances[instance_uuid] = chosen.host
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
+            self._count(chosen.host, +1)
             self._runner.later(self.build_time,
                                lambda: self._finish_build(ctxt, instance_uuid, spec, chosen,
                                                           alternates))
@@ -216,6 +254,8 @@ class ComputeSimulator:
         with bind_request(request_id=getattr(ctxt, "request_id", None),
                           instance_uuid=instance_uuid, host=chosen.host):
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
+            image = dict(spec.image.properties) if spec.image is not None else {}
+            self._count(chosen.host, -1, None if failed else image)
             if failed:
                 with self._lock:
                     self._instances.pop(instance_uuid, None)
