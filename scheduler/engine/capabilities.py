@@ -189,6 +189,11 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _jsonable(value: Any) -> Any:
+    """For json.dumps: a read-only mapping as a dict, anything else as text."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
+
+
 def _thaw(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _thaw(v) for k, v in value.items()}
@@ -218,7 +223,7 @@ class _Categorical:
         grown[:len(self.codes)] = self.codes
         self.codes = grown
 
-    def set(self, row: int, value: Any) -> None:
+    def set(self, row: int | np.ndarray, value: Any) -> None:
         if value is None:
             self.codes[row] = 0
             return
@@ -259,6 +264,8 @@ class _Parsed:
     pci: Mapping[tuple[str, str], int]
 
 
+#: Distinct reports remembered, parsed.
+_CACHE_SIZE = 4096
 #: A stat column's value on a host that does not report that stat.
 _UNREPORTED = -1
 
@@ -287,6 +294,7 @@ class HostCapabilities:
         self._row_keys: dict[int, tuple[frozenset[str], frozenset[str],
                                         frozenset[tuple[str, str]]]] = {}
         self._parsed: dict[int, tuple[Mapping[str, Any], _Parsed]] = {}
+        self._parsed_text: dict[str, _Parsed] = {}
         self._aggregates: dict[str, Aggregate] = {}
         self._agg_epoch = 0
         self._pooled: tuple[int, list[Mapping[str, frozenset[str]]]] = (-1, [])
@@ -314,14 +322,45 @@ class HostCapabilities:
 
     def load(self, index: Mapping[str, int], services: Iterable[Service],
              aggregates: Iterable[Aggregate]) -> None:
-        """Fill every row from a snapshot (``index``: host name -> row)."""
+        """Fill every row from a snapshot (``index``: host name -> row).
+
+        Column by column: hosts sharing a report are written together, so
+        the Python work per host is a couple of dict operations.
+        """
         self.clear()
         self.grow(len(index))
         self._aggregates = {agg.uuid: agg for agg in aggregates}
+        groups: dict[int, tuple[_Parsed, list[int]]] = {}
+        stats: dict[str, tuple[list[int], list[int]]] = {}
         for service in services:
             row = index.get(service.host)
-            if row is not None:
-                self.put_service(row, service)
+            if row is None:
+                continue
+            parsed = self._parse(service)
+            groups.setdefault(id(parsed), (parsed, []))[1].append(row)
+            for name, value in _stats(service).items():
+                rows, values = stats.setdefault(name, ([], []))
+                rows.append(row)
+                values.append(value)
+            self._row_keys[row] = (frozenset(), frozenset(_stats(service)), frozenset())
+        for parsed, row_list in groups.values():
+            rows = np.array(row_list, dtype=np.int64)
+            for key, value in parsed.attributes.items():
+                self._attribute(key).set(rows, value)
+            self._supported.set(rows, parsed.supported)
+            self._version[rows] = parsed.version
+            for pool, count in parsed.pci.items():
+                self._column(self._pci, pool)[rows] = count
+            self._put_numa(rows, parsed.numa)
+            keys = (frozenset(parsed.attributes), frozenset(parsed.pci))
+            for row in row_list:
+                self._row_keys[row] = (keys[0], self._row_keys[row][1], keys[1])
+        for name, (row_list, values) in stats.items():
+            self._column(self._stats, name, _UNREPORTED)[row_list] = values
+        if IO_OPS_STAT in stats:
+            rows = np.array(stats[IO_OPS_STAT][0], dtype=np.int64)
+            self._counts_io[rows] = True
+            self._io_ops[rows] = self._stats[IO_OPS_STAT][rows]
 
     def put_service(self, row: int, service: Service) -> None:
         """Write what ``service`` reports into ``row`` (replacing what it held)."""
@@ -335,7 +374,7 @@ class HostCapabilities:
             self._attribute(key).set(row, value)
         self._supported.set(row, parsed.supported)
         self._version[row] = parsed.version
-        stats = {k: v for k, v in service.stats.items() if isinstance(v, int)}
+        stats = _stats(service)
         for name in old_stats - stats.keys():
             self._stats[name][row] = _UNREPORTED
         for name, value in stats.items():
@@ -510,7 +549,7 @@ class HostCapabilities:
             column = store[key] = np.full(self._rows, fill, dtype=np.int64)
         return column
 
-    def _put_numa(self, row: int, cells: tuple[NumaCell, ...]) -> None:
+    def _put_numa(self, row: int | np.ndarray, cells: tuple[NumaCell, ...]) -> None:
         if len(cells) > self._numa.shape[1]:
             wider = np.zeros((self._rows, len(cells), 2), dtype=np.int64)
             wider[:, :self._numa.shape[1]] = self._numa
@@ -520,30 +559,50 @@ class HostCapabilities:
             self._numa[row, k] = (cell.cpus, cell.memory_mb)
 
     def _parse(self, service: Service) -> _Parsed:
-        """The report as row values; cached per report object (hosts share them)."""
+        """The report as row values, cached: hosts share a handful of reports.
+
+        The cache is looked up by the report object first (the stores hand
+        out one object per distinct report), then by its canonical JSON.
+        """
         report = service.capabilities
         if not report:
             return _NOTHING
         hit = self._parsed.get(id(report))
         if hit is not None and hit[0] is report:
             return hit[1]
+        text = json.dumps(report, sort_keys=True, default=_jsonable)
+        parsed = self._parsed_text.get(text)
+        if parsed is None:
+            parsed = self._parse_report(service.host, report)
+            if len(self._parsed_text) >= _CACHE_SIZE:
+                self._parsed_text.clear()
+            self._parsed_text[text] = parsed
+        if len(self._parsed) >= _CACHE_SIZE:
+            self._parsed.clear()
+        self._parsed[id(report)] = (report, parsed)
+        return parsed
+
+    @staticmethod
+    def _parse_report(host: str, report: Mapping[str, Any]) -> _Parsed:
         try:
             typed = CapabilityReport.from_primitive(report)
         except ValueError as exc:
-            LOG.warning("capability_report_unreadable", host=service.host, error=str(exc))
+            LOG.warning("capability_report_unreadable", host=host, error=str(exc))
             return _NOTHING
         pci: dict[tuple[str, str], int] = {}
         for pool in typed.pci_devices:
             key = (pool.vendor_id, pool.product_id)
             pci[key] = pci.get(key, 0) + pool.count
-        parsed = _Parsed(attributes=MappingProxyType(typed.attributes()),
-                         version=typed.hypervisor_version,
-                         supported=frozenset(typed.supported_instances) or None,
-                         numa=typed.numa_cells, pci=MappingProxyType(pci))
-        if len(self._parsed) >= 4096:
-            self._parsed.clear()
-        self._parsed[id(report)] = (report, parsed)
-        return parsed
+        return _Parsed(attributes=MappingProxyType(typed.attributes()),
+                       version=typed.hypervisor_version,
+                       supported=frozenset(typed.supported_instances) or None,
+                       numa=typed.numa_cells, pci=MappingProxyType(pci))
+
+
+def _stats(service: Service) -> dict[str, int]:
+    """The integer stats of a service record (anything else is ignored)."""
+    return {name: max(value, 0) for name, value in service.stats.items()
+            if isinstance(value, int) and not isinstance(value, bool)}
 
 
 def _grown(column: np.ndarray, rows: int, fill: Any = 0) -> np.ndarray:

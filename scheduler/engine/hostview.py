@@ -12,7 +12,9 @@ Python loop over hosts:
   ``failed_builds``, and ``agg_set``, a code for the host's set of aggregates
   (hosts share a handful of distinct sets, so a question about aggregates or
   availability zones is asked once per set and broadcast by code);
-* ``names`` / ``uuids`` lists and name and uuid -> index dicts.
+* ``names`` / ``uuids`` lists and name and uuid -> index dicts;
+* ``capabilities``: what the hosts' computes report beyond inventory, for
+  the host filters and weighers (:mod:`scheduler.engine.capabilities`).
 
 The view is built from :meth:`Store.snapshot` and kept fresh by applying
 :meth:`Store.changes` deltas; when the cursor has fallen off the stream

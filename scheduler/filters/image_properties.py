@@ -55,8 +55,7 @@ class ImagePropertiesFilter(BaseFilter):
         asked = [v for v in (wanted.arch, wanted.hv_type, wanted.vm_mode) if v]
 
         def supported(triples: frozenset[Triple] | None) -> bool:
-            return bool(triples) and any(all(v in t for v in asked)
-                                         for t in triples)  # type: ignore[union-attr]
+            return triples is not None and any(all(v in t for v in asked) for t in triples)
 
         keep = view.capabilities.supported_mask(supported, candidates)
         if wanted.version is not None:

@@ -309,13 +309,17 @@ class MemoryStore(Store):
 
     def report_services(self, reports: Iterable[ServiceReport]) -> None:
         checked = check_reports(reports)
+        frozen: dict[int, Any] = {}  # hosts reporting one object share its frozen copy
         with self._lock:
             for report in checked:
                 self._known_service(report.host)
             for report in checked:
                 changes: dict[str, Any] = {}
                 if report.capabilities is not None:
-                    changes["capabilities"] = freeze_json(report.capabilities)
+                    key = id(report.capabilities)
+                    if key not in frozen:
+                        frozen[key] = freeze_json(report.capabilities)
+                    changes["capabilities"] = frozen[key]
                 if report.stats is not None:
                     changes["stats"] = MappingProxyType(dict(report.stats))
                 self._change_service(self._services[report.host], **changes)

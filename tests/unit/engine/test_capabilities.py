@@ -150,3 +150,36 @@ def test_instance_rows_follow_allocations_to_the_root_host() -> None:
     rows = view.capabilities.instance_rows([uuid_of("vm1"), uuid_of("vm2"), uuid_of("ghost")],
                                            view.index_of_uuid)
     assert sorted(view.names[r] for r in rows) == ["h1", "h2"]
+
+
+def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
+    reports = [
+        ({"hypervisor_version": 5, "ssd": "yes", "numa_cells": [{"cpus": 2, "memory_mb": 9}],
+          "pci_devices": [{"vendor_id": "8086", "product_id": "1", "count": 3}]},
+         {"num_io_ops": 2, "gpus": 1}),
+        ({"hypervisor_version": 6, "cpu_info": {"vendor": "AMD"}}, {}),
+        ({}, {"gpus": 0}),
+    ]
+    hosts = [host(f"h{i}", capabilities=caps, stats=stats)
+             for i, (caps, stats) in enumerate(reports * 3)]
+    snapshot = loaded(FeedStore(hosts))
+    store = FeedStore()
+    fed = loaded(store)
+    for h in hosts:
+        store.put_provider(h)
+    fed.refresh(NOW)
+    idx = everyone(snapshot)
+    assert fed.names == snapshot.names
+    for view in (snapshot, fed):
+        view.consume(0, {"VCPU": 1})
+    for question in (
+            lambda v: v.capabilities.hypervisor_version(idx),
+            lambda v: v.capabilities.io_ops(idx),
+            lambda v: v.capabilities.reports_attribute("ssd", idx),
+            lambda v: v.capabilities.attribute_mask("cpu_info:vendor", lambda x: x == "AMD", idx),
+            lambda v: v.capabilities.stat("gpus", idx),
+            lambda v: v.capabilities.reports_stat("gpus", idx),
+            lambda v: v.capabilities.pci_free("8086", "1", idx),
+            lambda v: v.capabilities.numa_cells(idx)[0]):
+        assert question(snapshot).tolist() == question(fed).tolist()
+    assert snapshot.capabilities.io_ops(idx)[:3].tolist() == [3, 0, 0]
