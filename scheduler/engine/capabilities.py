@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from scheduler.exceptions import NotFound, StoreError
+from scheduler.exceptions import ProviderNotFound
 from scheduler.image_meta import canonical_arch, canonical_hv_type, canonical_vm_mode
 from scheduler.store.base import Aggregate, Service, Store
 
@@ -512,15 +512,12 @@ class HostCapabilities:
 
         Read from the store (a round trip per instance: hints name a few);
         an instance the store does not know is on no host. An allocation on
-        a nested provider counts for its root.
+        a nested provider counts for its root. A store that cannot be
+        reached raises, as the claim would.
         """
         rows: set[int] = set()
         for uuid in instance_uuids:
-            try:
-                consumer = self._store.get_consumer(uuid)
-            except StoreError:
-                LOG.warning("hint_instance_unreadable", instance_uuid=uuid)
-                continue
+            consumer = self._store.get_consumer(uuid)
             if consumer is None:
                 continue
             for provider in consumer.allocations:
@@ -528,7 +525,7 @@ class HostCapabilities:
                 if row is None:
                     try:
                         root = self._store.get_provider(provider).root_uuid
-                    except (NotFound, StoreError):
+                    except ProviderNotFound:  # deleted meanwhile
                         continue
                     row = row_of_provider(root) if root else None
                 if row is not None:
