@@ -32,6 +32,7 @@ from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
+    GroupPolicyViolation,
     NoValidHost,
     ProviderNotFound,
     StoreError,
@@ -49,6 +50,7 @@ TRACE_TOP = 5
 # Rejection reasons of the engine's own stages (filters bring their own).
 OVER_LIMIT = "beyond max_placement_results"
 CLAIM_CONFLICT = "claim conflict"
+GROUP_CONFLICT = "server group policy (refused at claim)"
 NOT_TRIED = "not tried (claim_attempts exhausted)"
 
 
@@ -211,10 +213,13 @@ class Engine:
                     alternates = (self._alternates(ranked, weights, index, ctx)
                                   if return_alternates else [])
                     selections.append([primary, *alternates])
-            except BaseException:
+            except BaseException as exc:
                 # All or nothing: release what this call claimed.
                 self._release(claimed)
                 self._unconsume(consumed, ctx.resources)
+                if isinstance(exc, NoValidHost):
+                    # Every decision so far, the failed one last (for explain).
+                    exc.traces = traces
                 raise
             if not claim:
                 self._unconsume(consumed, ctx.resources)
@@ -312,7 +317,11 @@ class Engine:
                     self.view.refresh_provider(selection.provider_uuid)
                 continue
             return index, selection
-        trace.reject(CLAIM_CONFLICT, len(trace.conflicts))
+        # Say why the claims failed: a strict group policy the store enforced
+        # (another worker placed a member there first) or plain capacity.
+        for kind, count in Counter(kind for _, kind in trace.conflicts).items():
+            trace.reject(GROUP_CONFLICT if kind == GroupPolicyViolation.__name__
+                         else CLAIM_CONFLICT, count)
         trace.reject(NOT_TRIED, len(ranked) - len(trace.conflicts))
         raise self._no_valid_host(trace)
 
