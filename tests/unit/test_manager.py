@@ -110,23 +110,26 @@ def snapshot_of_view(r: Rig) -> dict[str, np.ndarray]:
 
 
 def test_explain_reports_an_unplaceable_request_with_counted_reasons() -> None:
-    r = rig(host("big-0", ram=65536, disabled=True), host("big-1", ram=65536, up=False),
+    r = rig(*(host(f"big-{i}", ram=65536) for i in range(2)),
             *(host(f"small-{i}", ram=8192) for i in range(3)))
+    _members_on(r, "big-0", "big-1")
     before = snapshot_of_view(r)
 
-    raw = r.endpoint.explain(ADMIN, spec(ram=32768).to_primitive())
+    request = spec(ram=32768, group=group("anti-affinity"))
+    raw = r.endpoint.explain(ADMIN, request.to_primitive())
 
     report = ExplainReport.from_primitive(raw)
     assert report.placeable is False
     assert report.request_id == "req-admin"
     (only,) = report.instances
     assert only.summary == ("0/5 hosts available: 3 insufficient MEMORY_MB, "
-                            "2 host down or disabled")
+                            "2 server group anti-affinity")
     assert report.summary == only.summary
-    assert [(s.stage, s.survivors) for s in only.stages][:2] == [("candidates", 2),
-                                                                ("ComputeFilter", 0)]
+    survivors = {s.stage: s.survivors for s in only.stages}
+    assert (survivors["candidates"], survivors["ServerGroupAntiAffinityFilter"]) == (2, 0)
     assert only.host is None and only.top == ()
-    assert r.store.consumers == {} and r.store.claims == []
+    assert set(r.store.consumers) == {uuid_of("member-big-0"), uuid_of("member-big-1")}
+    assert len(r.store.claims) == 2, "explain claimed nothing"
     after = snapshot_of_view(r)
     assert all(np.array_equal(before[k], after[k]) for k in before)
     assert r.notifier.sent == [] and r.conductor.calls == [] and r.compute.calls == []
@@ -280,11 +283,15 @@ def _too_big() -> RequestSpec:
                        image=Image(properties={f"trait:{TRAIT}": "required"}))
 
 
-def _fill_group(r: Rig) -> None:
-    for n, name in enumerate(HOSTS):
-        p = next(p for p in r.store.providers.values() if p.name == name)
-        r.store.claim(uuid_of(f"member-{n}"), _allocation(p.uuid),
+def _members_on(r: Rig, *names: str) -> None:
+    """One member of the anti-affinity group on each named host."""
+    for name in names:
+        r.store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
                       GroupClaim(GROUP_UUID, "anti-affinity", name))
+
+
+def _fill_group(r: Rig) -> None:
+    _members_on(r, *HOSTS)
 
 
 def _allocation(rp: str) -> AllocationRequest:
@@ -368,16 +375,15 @@ def test_a_failure_tells_the_user_only_the_generic_reason(
     assert errors and all(p["reason"] == user_sees for p in errors)
     if admin_sees is not None:
         assert any(admin_sees in d for d in _admin_details(r, raised))
-    members = {uuid_of(f"member-{n}") for n in range(len(HOSTS))}  # see _fill_group
+    members = {uuid_of(f"member-{name}") for name in HOSTS}  # see _fill_group
     assert set(r.store.consumers) - members == held, "nothing the request claimed is left"
 
 
 def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
     # The free host has the least RAM: the weighers rank it last.
     store = FeedStore([*(host(name) for name in HOSTS[:3]), host(HOSTS[3], ram=16384)])
-    for n, name in enumerate(HOSTS[:3]):
-        p = next(p for p in store.providers.values() if p.name == name)
-        store.claim(uuid_of(f"member-{n}"), _allocation(p.uuid),
+    for name in HOSTS[:3]:
+        store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
                     GroupClaim(GROUP_UUID, "anti-affinity", name))
     eng = engine(StaleGroup(store))  # type: ignore[arg-type]
     placed = eng.schedule("req", spec(group=group("anti-affinity")), [uuid_of("new")])
