@@ -13,7 +13,7 @@ aggregates. Users only ever see ``NoValidHost.USER_MESSAGE``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +149,8 @@ class ExplainReport:
     ``instances`` holds one explanation per instance examined: all of them
     when the request would be placed; otherwise those up to and including
     the first that found no host (the engine stops there: all or nothing).
+    Only the first and the last examined keep their top weighed hosts (a
+    thousand-instance request would otherwise answer with megabytes).
     ``weighers`` maps each enabled weigher to its multiplier.
     """
 
@@ -179,11 +181,12 @@ class ExplainReport:
     @classmethod
     def build(cls, request_id: str, spec: RequestSpec, traces: Sequence[InstanceTrace],
               weighers: Mapping[str, float], placeable: bool) -> ExplainReport:
+        instances = [InstanceExplanation.from_trace(t) for t in traces]
+        for n in range(1, len(instances) - 1):
+            instances[n] = replace(instances[n], top=())
         return cls(request_id=request_id, flavor=spec.flavor.name,
                    resources=dict(spec.resources), num_instances=spec.num_instances,
-                   placeable=placeable,
-                   instances=tuple(InstanceExplanation.from_trace(t) for t in traces),
-                   weighers=dict(weighers))
+                   placeable=placeable, instances=tuple(instances), weighers=dict(weighers))
 
     def to_primitive(self) -> dict[str, Any]:
         return {

@@ -152,6 +152,8 @@ def test_explain_of_a_placeable_request_shows_top_hosts_and_claims_nothing() -> 
         assert set(weighed.contributions) == set(report.weighers)
         assert weighed.weight == pytest.approx(sum(weighed.contributions.values()))
     assert first.summary == "7/7 hosts available"
+    # Only the first and the last keep their top hosts (the reply stays small).
+    assert [bool(i.top) for i in report.instances] == [True, False, True]
     assert r.store.consumers == {} and r.store.claims == []
     after = snapshot_of_view(r)
     assert all(np.array_equal(before[k], after[k]) for k in before)
