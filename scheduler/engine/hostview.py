@@ -94,10 +94,10 @@ class _Column:
 
 
 class _KidColumn:
-    """Like :class:`_Column`, for the child-provider table."""
+    """Like :class:`_Column`, for the child-provider table (``kid_x`` reads ``_k_x``)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = "_" + name
+        self._attr = "_k_" + name.removeprefix("kid_")
 
     def __get__(self, view: HostView, owner: type | None = None) -> np.ndarray:
         return getattr(view, self._attr)[..., :view.kid_size]

@@ -371,13 +371,18 @@ class Engine:
             return []
         assert ctx.request is not None  # set by schedule()
         positions = np.flatnonzero(ranked != (-1 if primary is None else primary))
-        fresh = place(self.view, ctx.request, ranked[positions])
-        out = []
-        for at in range(min(wanted, len(fresh))):
-            index = int(fresh.hosts[at])
-            weight = float(weights[positions[np.flatnonzero(ranked[positions] == index)[0]]])
-            out.append(self._selection(index, weight, fresh.allocations(self.view, at),
-                                       ctx.spec))
+        out: list[Selection] = []
+        # Best first, in growing chunks: usually the first few still fit.
+        start, chunk = 0, 4 * wanted
+        while len(out) < wanted and start < len(positions):
+            part = positions[start:start + chunk]
+            fresh = place(self.view, ctx.request, ranked[part])
+            for at in range(min(wanted - len(out), len(fresh))):
+                index = int(fresh.hosts[at])
+                weight = float(weights[part[np.flatnonzero(ranked[part] == index)[0]]])
+                out.append(self._selection(index, weight, fresh.allocations(self.view, at),
+                                           ctx.spec))
+            start, chunk = start + chunk, chunk * 4
         return out
 
     # --- helpers --------------------------------------------------------------------

@@ -214,7 +214,7 @@ class _Step:
             self.drop(root if not on_kids else root | self.any_kid(kid), reason)
         return root, kid
 
-    def unsuffixed(self, group: RequestGroup) -> list[Slot]:
+    def unsuffixed(self, group: RequestGroup, shared: bool) -> list[Slot]:
         v = self.view
         _root, kid_usable = self.conditions(group, on_kids=False)
         if not group.resources:  # nothing to split: its traits are the root's
@@ -240,7 +240,8 @@ class _Step:
             kid &= kid_usable
             self.drop(root | self.any_kid(kid), reasons.insufficient(rc))
             who = self.choose(root, kid, root_score, kid_score)
-            self.take(rc, amount, who)
+            if shared:  # numbered groups follow: they must see what this takes
+                self.take(rc, amount, who)
             slots.append(Slot({rc: amount}, who))
         if wanted and len(self.kids) and slots:
             self._check_union(group, slots)
@@ -319,7 +320,7 @@ def place(view: HostView, request: ResourceRequest, hosts: np.ndarray | None = N
     of ``hosts`` is kept. Host constraints are not asked here (see
     :func:`host_constraint_mask`)."""
     step = _Step(view, hosts, alive, reject)
-    slots = step.unsuffixed(request.unsuffixed)
+    slots = step.unsuffixed(request.unsuffixed, shared=bool(request.numbered))
     for group in request.numbered:
         slots.append(step.numbered(group, request.isolate))
     return step.result(slots)
