@@ -258,6 +258,11 @@ class HostView:
     def kid_uuids(self) -> list[str]:
         return self._kid_uuids
 
+    def kids_offer(self, rc: str) -> bool:
+        """Has any child provider ever had inventory of ``rc``? (If not, asking
+        the child table about it can be skipped.)"""
+        return rc in self._kid_classes
+
     def index_of(self, name: str) -> int | None:
         return self._index.get(name)
 
@@ -265,12 +270,14 @@ class HostView:
         """Row of a child provider in the ``kid_*`` columns."""
         return self._kid_index.get(uuid)
 
-    def kids_of(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The child providers of the hosts in ``idx``: their rows, and for each
-        the position of its host in ``idx``."""
+    def kids_of(self, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The child providers of the hosts in ``idx`` (None: every host): their
+        rows, and for each the position of its host in ``idx``."""
         if not self.kid_size:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
+        if idx is None:
+            return np.arange(self.kid_size), self._k_host[:self.kid_size]
         where = np.full(self.size, -1, dtype=np.int64)
         where[idx] = np.arange(len(idx))
         pos = where[self._k_host[:self.kid_size]]
@@ -280,8 +287,10 @@ class HostView:
     # providers: ``kid=False`` asks hosts' root providers (rows are host
     # indices), ``kid=True`` child providers (rows are kid rows).
 
-    def _count(self, rows: np.ndarray | slice) -> int:
-        return len(range(self.size)[rows]) if isinstance(rows, slice) else len(rows)
+    def _count(self, rows: np.ndarray | slice, kid: bool = False) -> int:
+        if isinstance(rows, slice):
+            return len(range(self.kid_size if kid else self.size)[rows])
+        return len(rows)
 
     def can_give(self, rc: str, amount: int, rows: np.ndarray | slice, kid: bool = False,
                  extra: np.ndarray | None = None) -> np.ndarray:
@@ -290,7 +299,7 @@ class HostView:
         min_unit, max_unit and step_size. A provider without the class cannot."""
         j = self._rc.get(rc)
         if j is None:
-            return np.zeros(self._count(rows), dtype=bool)
+            return np.zeros(self._count(rows, kid), dtype=bool)
         p = "_k" if kid else ""
         free = getattr(self, p + "_capacity")[j, rows] - getattr(self, p + "_used")[j, rows]
         if extra is not None:
@@ -305,7 +314,7 @@ class HostView:
         """Mask of the providers in ``rows`` that have ``trait``."""
         bit = self._trait_ids.get(trait)
         if bit is None:
-            return np.zeros(self._count(rows), dtype=bool)
+            return np.zeros(self._count(rows, kid), dtype=bool)
         bits = self._k_trait_bits if kid else self._trait_bits
         return (bits[rows, bit // _WORD] & np.uint64(1 << (bit % _WORD))) != 0
 
@@ -314,14 +323,14 @@ class HostView:
         """Mask of the providers in ``rows`` that have at least one of ``traits``."""
         words = self._words(self._trait_ids, traits, self._trait_words)
         if not words.any():
-            return np.zeros(self._count(rows), dtype=bool)
+            return np.zeros(self._count(rows, kid), dtype=bool)
         bits = self._k_trait_bits if kid else self._trait_bits
         return (bits[rows] & words).any(axis=1)
 
     def trait_count(self, traits: Iterable[str], rows: np.ndarray | slice,
                     kid: bool = False) -> np.ndarray:
         """How many of ``traits`` each provider in ``rows`` has."""
-        count = np.zeros(self._count(rows), dtype=np.int64)
+        count = np.zeros(self._count(rows, kid), dtype=np.int64)
         for trait in traits:
             count += self.has_trait(trait, rows, kid)
         return count
@@ -342,7 +351,7 @@ class HostView:
         uuids = [uuid for token in aggregates for uuid in self._resolve_aggregate(token)]
         words = self._words(self._agg_ids, uuids, self._agg_words)
         if not words.any():
-            return np.zeros(self._count(rows), dtype=bool)
+            return np.zeros(self._count(rows, kid), dtype=bool)
         if kid:
             bits = self._k_agg_bits[rows] | self._agg_bits[self._k_host[rows]]
         else:
@@ -453,6 +462,7 @@ class HostView:
         self._kid_uuids: list[str] = []
         self._kid_index: dict[str, int] = {}
         self._kid_pending: dict[str, list[Provider]] = {}  # root uuid -> kids seen before it
+        self._kid_classes: set[str] = set()  # classes some child has inventory of
         for attr, dtype, _fill in _RC_COLUMNS:
             setattr(self, "_k" + attr, np.zeros((0, 0), dtype=dtype))
         self._k_host = np.zeros(0, dtype=np.int64)
@@ -638,6 +648,7 @@ class HostView:
             self._rc_row(rc)
         for attr, _dtype, fill in _RC_COLUMNS:
             getattr(self, "_k" + attr)[:, k] = fill
+        self._kid_classes.update(p.inventories)
         for rc, inv in p.inventories.items():
             j = self._rc[rc]
             self._k_total[j, k] = inv.total

@@ -354,8 +354,9 @@ class Engine:
                 LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
                          error=type(exc).__name__)
                 trace.conflicts.append((selection.host, type(exc).__name__))
-                if isinstance(exc, ClaimFailed):
-                    self.view.refresh_provider(selection.provider_uuid)
+                if isinstance(exc, ClaimFailed):  # re-read the tree's providers it asked
+                    for provider_uuid in selection.allocation_request.allocations:
+                        self.view.refresh_provider(provider_uuid)
                 continue
             return index, selection
         trace.reject(CLAIM_CONFLICT, len(trace.conflicts))

@@ -127,8 +127,10 @@ class _Step:
         self.rows: np.ndarray | slice = slice(0, view.size) if hosts is None else hosts
         self.hosts = np.arange(view.size) if hosts is None else hosts
         self.n = len(self.hosts)
-        self.kids, self.kpos = view.kids_of(self.hosts) if view.kid_size else (
-            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.kids, self.kpos = view.kids_of(hosts)
+        # rows to ask the kid table with: a slice (no copy) when it is all of it
+        self.krows: np.ndarray | slice = (slice(0, view.kid_size) if hosts is None
+                                          else self.kids)
         self.alive = np.ones(self.n, dtype=bool) if alive is None else alive.copy()
         self._reject = reject
         # what earlier groups of this request already take, per class, per provider
@@ -154,9 +156,9 @@ class _Step:
         v = self.view
         root = v.can_give(rc, amount, self.rows,
                           extra=self.extra_root.get(rc) if shared else None)
-        kid = (v.can_give(rc, amount, self.kids, kid=True,
+        kid = (v.can_give(rc, amount, self.krows, kid=True,
                           extra=self.extra_kid.get(rc) if shared else None)
-               if len(self.kids) else np.zeros(0, dtype=bool))
+               if len(self.kids) and v.kids_offer(rc) else np.zeros(len(self.kids), dtype=bool))
         return root, kid
 
     def take(self, rc: str, amount: int, who: np.ndarray) -> None:
@@ -177,8 +179,12 @@ class _Step:
         cand = np.flatnonzero(kid_ok)
         if not len(cand):
             return who
-        score = kid_score[cand] if kid_score is not None else np.zeros(len(cand), np.int64)
-        order = np.lexsort((cand, -score, self.kpos[cand]))
+        if kid_score is None:  # first child per host: a stable sort keeps row order
+            score = np.zeros(len(cand), np.int64)
+            order = np.argsort(self.kpos[cand], kind="stable")
+        else:
+            score = kid_score[cand]
+            order = np.lexsort((cand, -score, self.kpos[cand]))
         cand, score = cand[order], score[order]
         pos = self.kpos[cand]
         first = np.ones(len(cand), dtype=bool)
@@ -210,7 +216,7 @@ class _Step:
         for test, reason in checks:
             root &= test(self.rows, False)
             if len(self.kids):
-                kid &= test(self.kids, True)  # type: ignore[arg-type]
+                kid &= test(self.krows, True)
             self.drop(root if not on_kids else root | self.any_kid(kid), reason)
         return root, kid
 
@@ -221,19 +227,19 @@ class _Step:
             kid_usable = np.zeros(len(self.kids), dtype=bool)
         wanted = set(group.required_traits).union(*group.any_traits)
         for trait in sorted(group.required_traits):  # somewhere usable in the tree
-            kid_has = (v.has_trait(trait, self.kids, kid=True) & kid_usable
+            kid_has = (v.has_trait(trait, self.krows, kid=True) & kid_usable
                        if len(self.kids) else kid_usable)
             self.drop(v.has_trait(trait, self.rows) | self.any_kid(kid_has),
                       reasons.missing_trait(trait))
         for clause in group.any_traits:
-            kid_has = (v.in_any_trait(clause, self.kids, kid=True) & kid_usable
+            kid_has = (v.in_any_trait(clause, self.krows, kid=True) & kid_usable
                        if len(self.kids) else kid_usable)
             self.drop(v.in_any_trait(clause, self.rows) | self.any_kid(kid_has),
                       reasons.none_of_traits(clause))
         root_score = kid_score = None
         if wanted and len(self.kids):
             root_score = v.trait_count(wanted, self.rows)
-            kid_score = v.trait_count(wanted, self.kids, kid=True)
+            kid_score = v.trait_count(wanted, self.krows, kid=True)
         slots: list[Slot] = []
         for rc, amount in group.resources.items():
             root, kid = self.can_give(rc, amount, shared=False)
@@ -252,7 +258,7 @@ class _Step:
         v = self.view
 
         def chosen_have(test: Callable[[np.ndarray | slice, bool], np.ndarray]) -> np.ndarray:
-            on_root, on_kid = test(self.rows, False), test(self.kids, True)
+            on_root, on_kid = test(self.rows, False), test(self.krows, True)
             found = np.zeros(self.n, dtype=bool)
             for slot in slots:
                 found |= np.where(slot.who == ROOT, on_root,
@@ -272,12 +278,12 @@ class _Step:
         for trait in sorted(group.required_traits):
             root &= v.has_trait(trait, self.rows)
             if len(self.kids):
-                kid &= v.has_trait(trait, self.kids, kid=True)
+                kid &= v.has_trait(trait, self.krows, kid=True)
             self.drop(root | self.any_kid(kid), reasons.missing_trait(trait, s))
         for clause in group.any_traits:
             root &= v.in_any_trait(clause, self.rows)
             if len(self.kids):
-                kid &= v.in_any_trait(clause, self.kids, kid=True)
+                kid &= v.in_any_trait(clause, self.krows, kid=True)
             self.drop(root | self.any_kid(kid), reasons.none_of_traits(clause, s))
         for rc, amount in group.resources.items():
             r, k = self.can_give(rc, amount, shared=False)
@@ -306,9 +312,9 @@ class _Step:
         out = []
         for slot in slots:
             who = slot.who[keep]
-            out.append(Slot(slot.resources,
-                            np.where(who >= 0, self.kids[np.maximum(who, 0)], who)
-                            if len(self.kids) else who))
+            if len(self.kids) and (who >= 0).any():  # kid positions -> kid table rows
+                who = np.where(who >= 0, self.kids[np.maximum(who, 0)], who)
+            out.append(Slot(slot.resources, who))
         return Placement(self.hosts[keep], tuple(out))
 
 

@@ -250,3 +250,16 @@ def test_invalid_extra_specs_are_refused_before_anything_is_claimed() -> None:
         engine(store).select("req", spec(extra_specs={"resources:VCPUS": "1"}),
                              [uuid_of("i1")])
     assert store.consumers == {}
+
+
+def test_a_claim_refused_on_a_child_rereads_the_child() -> None:
+    store = FeedStore([host("best", children=gpus("best", "CUSTOM_T4", vgpus=1)),
+                       host("second", used={MEMORY_MB: 1000},
+                            children=gpus("second", "CUSTOM_T4", vgpus=1))])
+    eng = engine(store, weighers=("RAMWeigher",))
+    eng.view.refresh(0.0)
+    store.use("best-gpu0", {GPU: 1}, fed=False)  # another worker took it, unseen yet
+    result = eng.schedule("req", spec(extra_specs={"resources1:VGPU": "1"}), [uuid_of("i1")])
+    assert result.traces[0].host == "second"
+    assert result.traces[0].conflicts == [("best", "CapacityExceeded")]
+    assert len(result.selections[0]) == 1  # "best" is known to be full now: no alternate
