@@ -48,7 +48,14 @@ from scheduler.exceptions import (
 )
 from scheduler.filters.base import BaseFilter
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
-from scheduler.request_filters import RequestFilter, enabled_request_filters
+from scheduler.request_filters import (
+    AvailabilityZoneRequestFilter,
+    DisabledComputesRequestFilter,
+    ImageTypeRequestFilter,
+    IsolatedAggregatesRequestFilter,
+    RequestFilter,
+    TenantAggregatesRequestFilter,
+)
 from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import Consumer, GroupClaim, Store
 from scheduler.weighers.base import BaseWeigher
@@ -144,7 +151,21 @@ class Engine:
         self.settings = settings
         self._clock = clock
         self.view = HostView(store, settings)
-        self.request_filters: list[RequestFilter] = enabled_request_filters(settings)
+        self.request_filters: list[RequestFilter] = [cls(settings) for cls, on in (
+            # Disabled computes first: the most common reason a host is out,
+            # and the max_placement_results cut must never be spent on them.
+            (DisabledComputesRequestFilter, settings.compute_status_filter),
+            # The availability zone: a request names at most one, and it
+            # removes whole aggregates of hosts.
+            (AvailabilityZoneRequestFilter, settings.query_placement_for_availability_zone),
+            # The project's own aggregates, when some are reserved for it.
+            (TenantAggregatesRequestFilter, settings.limit_tenants_to_placement_aggregate),
+            # Aggregates reserved for traits the request does not ask for;
+            # after the groups are parsed, whose required traits it reads.
+            (IsolatedAggregatesRequestFilter, settings.enable_isolated_aggregate_filtering),
+            # The image's disk format, last: a trait every host usually has.
+            (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
+        ) if on]
         self.filters: list[tuple[str, BaseFilter]] = [
             (name, cls(settings))
             for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
@@ -251,10 +272,8 @@ class Engine:
         return Counter(self.store.group_hosts(spec.group.uuid))
 
     def _request_filters(self, request: ResourceRequest, spec: RequestSpec) -> ResourceRequest:
-        """The enabled request filters, in scheduler.request_filters.ORDER:
-        disabled computes first (the cut must never be spent on them), then
-        the availability zone, the project's aggregates, aggregates isolated
-        by traits, the image's disk format. Each adds one host constraint."""
+        """The enabled request filters, in the order wired in ``__init__``;
+        each may add one host constraint (a new request, never this one)."""
         for request_filter in self.request_filters:
             request = request_filter.apply(request, spec, self.view.aggregates)
         return request

@@ -11,14 +11,12 @@ from scheduler.engine import reasons
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import Image, RequestSpec
 from scheduler.request_filters import (
-    ORDER,
     AvailabilityZoneRequestFilter,
     DisabledComputesRequestFilter,
     ImageTypeRequestFilter,
     IsolatedAggregatesRequestFilter,
     RequestFilter,
     TenantAggregatesRequestFilter,
-    enabled_request_filters,
 )
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED, HostConstraint
 from scheduler.store.base import Aggregate
@@ -106,20 +104,22 @@ def test_request_filter(case: Case) -> None:
         assert out.groups == request.groups
 
 
-@pytest.mark.parametrize(("options", "names"), [
-    pytest.param({}, ["DisabledComputesRequestFilter", "AvailabilityZoneRequestFilter"],
-                 id="nova-defaults"),
-    pytest.param({option.OPTION: True for option in ORDER},
-                 [cls.__name__ for cls in ORDER], id="all-on-in-order"),
-    pytest.param({option.OPTION: False for option in ORDER}, [], id="all-off"),
+ORDER = [DisabledComputesRequestFilter, AvailabilityZoneRequestFilter,
+         TenantAggregatesRequestFilter, IsolatedAggregatesRequestFilter, ImageTypeRequestFilter]
+ALL_ON = {cls.OPTION: True for cls in ORDER}
+
+
+@pytest.mark.parametrize(("options", "wired"), [
+    pytest.param({}, ORDER[:2], id="nova-defaults"),
+    pytest.param(ALL_ON, ORDER, id="all-on-in-order"),
+    pytest.param({cls.OPTION: False for cls in ORDER}, [], id="all-off"),
 ])
-def test_enabled_request_filters(options: dict, names: list[str]) -> None:
-    assert [type(f).__name__ for f in enabled_request_filters(settings(**options))] == names
+def test_the_engine_wires_the_enabled_ones_in_order(options: dict,
+                                                    wired: list[type[RequestFilter]]) -> None:
+    assert [type(f) for f in engine(FeedStore(), **options).request_filters] == wired
 
 
 # --- through the engine -----------------------------------------------------------------
-
-ALL_ON = {cls.OPTION: True for cls in ORDER}
 
 
 @pytest.mark.parametrize(("hosts", "aggregates", "request_", "chosen", "reasons_"), [
