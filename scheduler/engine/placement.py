@@ -26,9 +26,10 @@ Semantics (Placement's, and where we differ):
   groups on distinct providers; ``none`` lets them share, their amounts
   added up (and added to the unsuffixed group's on a shared provider).
 * A provider's aggregates include its root's.
-* **One allocation per host**: groups are placed in order, each on the first
-  fitting provider (the root, then children in the order the view met
-  them). **We differ**: Placement enumerates every allocation of every tree
+* **One allocation per host**: the unsuffixed group first, then the
+  numbered groups, those with the most conditions (traits, aggregates)
+  first, each on the first fitting provider (the root, then children in the
+  order the view met them). **We differ**: Placement enumerates every allocation of every tree
   (and pays ~0.2 ms per matching provider for it); a tree that fits only
   under another assignment of groups to providers is not found here, and
   is counted under :data:`~scheduler.engine.reasons.GROUPS_DO_NOT_FIT`.
@@ -327,6 +328,15 @@ def place(view: HostView, request: ResourceRequest, hosts: np.ndarray | None = N
     :func:`host_constraint_mask`)."""
     step = _Step(view, hosts, alive, reject)
     slots = step.unsuffixed(request.unsuffixed, shared=bool(request.numbered))
-    for group in request.numbered:
+    for group in sorted(request.numbered, key=_most_particular_first):
         slots.append(step.numbered(group, request.isolate))
     return step.result(slots)
+
+
+def _most_particular_first(group: RequestGroup) -> tuple[int, str]:
+    """Numbered groups with more conditions choose their provider first, so a
+    plain group does not take the one provider a particular group needs."""
+    conditions = (len(group.required_traits) + len(group.forbidden_traits)
+                  + len(group.any_traits) + len(group.member_of)
+                  + len(group.forbidden_aggregates))
+    return -conditions, group.suffix
