@@ -373,7 +373,9 @@ class HostView:
 
     def shortfalls(self, resources: Mapping[str, int],
                    idx: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
-        """Per requested resource class, a mask of the hosts that cannot give it.
+        """Per requested resource class, a mask of the hosts whose root provider
+        cannot give it (its own inventory only; the candidate step asks the
+        child providers too, see :mod:`scheduler.engine.placement`).
 
         A host cannot give ``amount`` of a class if its free capacity is
         smaller, or the amount breaks ``max_unit``, ``min_unit`` or
@@ -396,7 +398,7 @@ class HostView:
         return out
 
     def fits(self, resources: Mapping[str, int], idx: np.ndarray) -> np.ndarray:
-        """Mask of the hosts in ``idx`` with room for ``resources``."""
+        """Mask of the hosts in ``idx`` whose root provider has room for ``resources``."""
         ok = np.ones(len(idx), dtype=bool)
         for _rc, bad in self.shortfalls(resources, idx):
             ok &= ~bad
