@@ -8,9 +8,9 @@ heartbeated and is down. A disabled service takes no new instances.
 The candidate step already removes down hosts, and disabled ones through the
 disabled-computes request filter (the forbidden trait
 COMPUTE_STATUS_DISABLED), both before ``max_placement_results`` cuts the
-candidates. This filter stays as the check on the view's service records:
-it catches a host that went down or was disabled since, and disabled hosts
-when ``[scheduler] compute_status_filter`` is off (then after the cut).
+candidates. With both on, this filter removes nothing; it is what removes
+disabled hosts when ``[scheduler] compute_status_filter`` is off (then after
+the cut, as in Nova before its status trait).
 """
 
 from __future__ import annotations
