@@ -125,8 +125,9 @@ class HostConstraint:
     """A condition on the compute node itself (the root provider).
 
     Request filters add these; hosts failing one are counted under
-    ``reason``. ``member_of`` None sets no condition; an empty set matches no
-    host (how a filter says "nothing can serve this request", with why).
+    ``reason``, and the hosts left after it under ``stage``. ``member_of``
+    None sets no condition; an empty set matches no host (how a filter says
+    "nothing can serve this request", with why).
     """
 
     reason: str
@@ -134,6 +135,8 @@ class HostConstraint:
     forbidden_traits: frozenset[str] = frozenset()
     member_of: frozenset[str] | None = None
     forbidden_aggregates: frozenset[str] = frozenset()
+    #: Who added it (a request filter's name), for the trace's stages.
+    stage: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -169,11 +172,6 @@ class ResourceRequest:
     def required_traits(self) -> frozenset[str]:
         """Every trait some group requires (for aggregates isolated by traits)."""
         return frozenset().union(*(g.required_traits for g in self.groups))
-
-    @property
-    def is_flat(self) -> bool:
-        """One group and no host constraint: the fast path of the candidate step."""
-        return len(self.groups) == 1 and not self.host_constraints
 
     def with_constraint(self, constraint: HostConstraint) -> ResourceRequest:
         """A new request with one more host constraint (this one is left as it is)."""

@@ -72,6 +72,10 @@ CLAIM_CONFLICT = reasons.CLAIM_CONFLICT
 NOT_TRIED = reasons.NOT_TRIED
 insufficient = reasons.insufficient
 
+#: Trace stage names of the candidate step (request filters add their own).
+HOSTS_UP = "hosts up"
+CANDIDATES = "candidates"
+
 #: (host index, allocations) of a claim accounted for in the view.
 Consumed = tuple[int, Mapping[str, Mapping[str, int]]]
 
@@ -291,10 +295,12 @@ class Engine:
             ok = host_constraint_mask(view, constraint, every)
             trace.reject(constraint.reason, int(np.count_nonzero(alive & ~ok)))
             alive &= ok
+            trace.survived(constraint.stage or constraint.reason, int(np.count_nonzero(alive)))
         # Hosts that stopped heartbeating, also before the cut.
         up = np.abs(ctx.now - view.last_seen) <= self.settings.service_down_time
         trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(alive & ~up)))
         alive &= up
+        trace.survived(HOSTS_UP, int(np.count_nonzero(alive)))
         # Traits, aggregates and capacity per request group, over the trees.
         placement = place(view, request, alive=alive, reject=trace.reject)
         limit = self.settings.max_placement_results
@@ -303,7 +309,7 @@ class Engine:
             positions = (np.sort(rng.choice(len(placement), limit, replace=False))
                          if self.settings.randomize_candidates else np.arange(limit))
             placement = placement.take(positions)
-        trace.survived("candidates", len(placement))
+        trace.survived(CANDIDATES, len(placement))
         return placement
 
     def _filter(self, candidates: np.ndarray, ctx: PlacementContext,

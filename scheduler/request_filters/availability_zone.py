@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine import reasons
 from scheduler.request_filters.base import RequestFilter
-from scheduler.resource_request import HostConstraint
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -43,12 +42,12 @@ class AvailabilityZoneRequestFilter(RequestFilter):
                  if a.metadata.get(AZ_KEY)}
         named = frozenset(uuid for uuid, z in zoned.items() if z == zone)
         if named:
-            return request.with_constraint(HostConstraint(reason=reasons.NOT_IN_ZONE,
+            return request.with_constraint(self.constraint(reasons.NOT_IN_ZONE,
                                                           member_of=named))
         if zone == self.settings.default_availability_zone:
             if not zoned:
                 return request
-            return request.with_constraint(HostConstraint(
-                reason=reasons.NOT_IN_ZONE, forbidden_aggregates=frozenset(zoned)))
-        return request.with_constraint(HostConstraint(reason=reasons.UNKNOWN_ZONE,
+            return request.with_constraint(self.constraint(
+                reasons.NOT_IN_ZONE, forbidden_aggregates=frozenset(zoned)))
+        return request.with_constraint(self.constraint(reasons.UNKNOWN_ZONE,
                                                       member_of=frozenset()))

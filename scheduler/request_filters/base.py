@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scheduler.resource_request import HostConstraint
 
 if TYPE_CHECKING:
     from scheduler.engine.settings import EngineSettings
@@ -29,6 +31,10 @@ class RequestFilter(abc.ABC):
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
+
+    def constraint(self, reason: str, **conditions: Any) -> HostConstraint:
+        """A host constraint from this filter (its stage is the filter's name)."""
+        return HostConstraint(reason=reason, stage=type(self).__name__, **conditions)
 
     @abc.abstractmethod
     def apply(self, request: ResourceRequest, spec: RequestSpec,

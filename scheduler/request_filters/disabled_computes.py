@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine import reasons
 from scheduler.request_filters.base import RequestFilter
-from scheduler.resource_request import COMPUTE_STATUS_DISABLED, HostConstraint
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -32,5 +32,5 @@ class DisabledComputesRequestFilter(RequestFilter):
 
     def apply(self, request: ResourceRequest, spec: RequestSpec,
               aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
-        return request.with_constraint(HostConstraint(
-            reason=reasons.DISABLED, forbidden_traits=frozenset({COMPUTE_STATUS_DISABLED})))
+        return request.with_constraint(self.constraint(
+            reasons.DISABLED, forbidden_traits=frozenset({COMPUTE_STATUS_DISABLED})))

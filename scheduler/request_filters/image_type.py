@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine import reasons
 from scheduler.request_filters.base import RequestFilter
-from scheduler.resource_request import HostConstraint
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -41,6 +40,5 @@ class ImageTypeRequestFilter(RequestFilter):
         image = spec.image
         if spec.is_bfv or image is None or not image.disk_format:
             return request
-        return request.with_constraint(HostConstraint(
-            reason=reasons.image_type(image.disk_format),
+        return request.with_constraint(self.constraint(reasons.image_type(image.disk_format),
             required_traits=frozenset({image_type_trait(image.disk_format)})))

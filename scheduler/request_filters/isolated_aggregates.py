@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine import reasons
 from scheduler.request_filters.base import RequestFilter
-from scheduler.resource_request import HostConstraint
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -44,5 +43,5 @@ class IsolatedAggregatesRequestFilter(RequestFilter):
                            if (traits := isolating_traits(a)) and not traits <= wanted)
         if not closed:
             return request
-        return request.with_constraint(HostConstraint(
-            reason=reasons.TRAIT_ISOLATED_AGGREGATE, forbidden_aggregates=closed))
+        return request.with_constraint(self.constraint(
+            reasons.TRAIT_ISOLATED_AGGREGATE, forbidden_aggregates=closed))

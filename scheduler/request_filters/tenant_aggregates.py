@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine import reasons
 from scheduler.request_filters.base import RequestFilter
-from scheduler.resource_request import HostConstraint
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -50,9 +49,9 @@ class TenantAggregatesRequestFilter(RequestFilter):
         mine = frozenset(a.uuid for a in aggregates.values()
                          if reserved_for(a, spec.project_id))
         if mine:
-            return request.with_constraint(HostConstraint(
-                reason=reasons.NOT_IN_TENANT_AGGREGATE, member_of=mine))
+            return request.with_constraint(self.constraint(
+                reasons.NOT_IN_TENANT_AGGREGATE, member_of=mine))
         if self.settings.placement_aggregate_required_for_tenants:
-            return request.with_constraint(HostConstraint(
-                reason=reasons.NO_TENANT_AGGREGATE, member_of=frozenset()))
+            return request.with_constraint(self.constraint(
+                reasons.NO_TENANT_AGGREGATE, member_of=frozenset()))
         return request

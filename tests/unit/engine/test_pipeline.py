@@ -86,8 +86,8 @@ def test_max_placement_results_limits_candidates() -> None:
     result = engine(store, max_placement_results=2, **FLAT).schedule(
         "req", spec(), [uuid_of("i1")], claim=False)
     assert result.traces[0].reasons == {"insufficient MEMORY_MB": 3, OVER_LIMIT: 4}
-    assert (result.traces[0].stages[0].stage, result.traces[0].stages[0].survivors) == (
-        "candidates", 2)
+    assert [(s.stage, s.survivors) for s in result.traces[0].stages[:3]] == [
+        ("DisabledComputesRequestFilter", 9), ("hosts up", 9), ("candidates", 2)]
 
 
 def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
@@ -395,7 +395,8 @@ def test_trace_counts_survivors_per_stage() -> None:
     result = engine(store).schedule("req", spec(ignore_hosts=("tried",)), [uuid_of("i1")],
                                     claim=False)
     stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
-    assert stages == [("candidates", 3), ("ComputeFilter", 3), ("AvailabilityZoneFilter", 3),
+    assert stages == [("DisabledComputesRequestFilter", 5), ("hosts up", 4),
+                      ("candidates", 3), ("ComputeFilter", 3), ("AvailabilityZoneFilter", 3),
                       ("RetryFilter", 2), ("ServerGroupAffinityFilter", 2),
                       ("ServerGroupAntiAffinityFilter", 2)]
     assert result.traces[0].host in {"ok1", "ok2"}
