@@ -42,6 +42,12 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         service_down_time=float(sc.service_down_time),
         claim_attempts=sc.claim_attempts,
         default_availability_zone=fs.default_availability_zone,
+        compute_status_filter=sc.compute_status_filter,
+        query_placement_for_availability_zone=sc.query_placement_for_availability_zone,
+        limit_tenants_to_placement_aggregate=sc.limit_tenants_to_placement_aggregate,
+        placement_aggregate_required_for_tenants=sc.placement_aggregate_required_for_tenants,
+        enable_isolated_aggregate_filtering=sc.enable_isolated_aggregate_filtering,
+        query_placement_for_image_type_support=sc.query_placement_for_image_type_support,
     )
 
 

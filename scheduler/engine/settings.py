@@ -34,7 +34,9 @@ class EngineSettings:
     a weigher whose option is absent uses its own default. ``claim_attempts``
     bounds how many hosts one instance tries when claims conflict with other
     workers. ``services_refresh_interval`` bounds how often heartbeats (which
-    are not in the change feed) are re-read.
+    are not in the change feed) are re-read. The request-filter switches
+    are the ``[scheduler]`` options of the same names (see
+    :mod:`scheduler.request_filters`).
     """
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
@@ -48,6 +50,13 @@ class EngineSettings:
     claim_attempts: int = 5
     default_availability_zone: str = "nova"
     services_refresh_interval: float = 2.0
+    # request filters (scheduler.request_filters), on or off as Nova's defaults
+    compute_status_filter: bool = True
+    query_placement_for_availability_zone: bool = True
+    limit_tenants_to_placement_aggregate: bool = False
+    placement_aggregate_required_for_tenants: bool = False
+    enable_isolated_aggregate_filtering: bool = False
+    query_placement_for_image_type_support: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))

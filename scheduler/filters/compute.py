@@ -5,10 +5,12 @@ seconds of the request (``|now - last_seen| <= service_down_time``, as Nova's
 service group driver measures it); a host with no service record has never
 heartbeated and is down. A disabled service takes no new instances.
 
-Nova also removes disabled hosts earlier, in placement (a forbidden status
-trait), before ``max_placement_results`` cuts the candidates. Until the
-request filters do that here, this filter is where disabled hosts go, so with
-a cut some candidate slots may be taken by disabled hosts.
+The candidate step already removes down hosts, and disabled ones through the
+disabled-computes request filter (the forbidden trait
+COMPUTE_STATUS_DISABLED), both before ``max_placement_results`` cuts the
+candidates. With both on, this filter removes nothing; it is what removes
+disabled hosts when ``[scheduler] compute_status_filter`` is off (then after
+the cut, as in Nova before its status trait).
 """
 
 from __future__ import annotations

@@ -343,7 +343,7 @@ FAILURES = [
     pytest.param(lambda r: _run(r, spec(ram=16384, num_instances=9)), NoValidHost.USER_MESSAGE,
                  "(instance ", id="run_instance-multi-instance-overflow"),
     pytest.param(lambda r: _select(r, _too_big()), NoValidHost.USER_MESSAGE,
-                 "insufficient MEMORY_MB", id="select_destinations-no-room"),
+                 f"missing trait {TRAIT}", id="select_destinations-no-room"),
     pytest.param(lambda r: _resize(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE,
                  None, id="resize-no-room"),
     pytest.param(lambda r: _run(r, {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
