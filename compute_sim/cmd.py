@@ -1,7 +1,10 @@
 """``compute-sim``: one process simulating N compute hosts.
 
 Example: ``compute-sim --config-file etc/scheduler/scheduler.conf --hosts 1000
---fail-rate 0.1 --build-time 0.05``. Hosts are named ``<prefix>-0000`` ...;
+--fail-rate 0.1 --build-time 0.05``; ``--traits HW_CPU_X86_AVX512F --traits-on
+100`` gives the first 100 hosts a trait, ``--vgpus-per-host 4`` each host a
+GPU child provider, ``--aggregate gold:filter_tenant_id=p1`` an aggregate.
+Hosts are named ``<prefix>-0000`` ...;
 run several simulators side by side with different ``--name-prefix``.
 
 Every host of one simulator reports the same capabilities: ``--cpu-arch``,
@@ -24,7 +27,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_sim.manager import ComputeSimulator, HostShape
+from compute_sim.manager import AggregateSpec, ComputeSimulator, HostShape, Topology
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
@@ -63,6 +66,20 @@ cli_opts = [
     cfg.BoolOpt("report-stats", default=True,
                 help="Report builds in progress and image property counts as builds start "
                 "and end (for the I/O ops and image properties filters and weighers)."),
+    cfg.ListOpt("traits", default=[],
+                help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
+                "COMPUTE_IMAGE_TYPE_QCOW2."),
+    cfg.IntOpt("traits-on", min=0,
+               help="Only the first N hosts report --traits (default: all of them)."),
+    cfg.MultiStrOpt("aggregate", default=[],
+                    help="An aggregate every host joins, as name or name:key=value,... "
+                    "(e.g. gold:filter_tenant_id=p1). Repeat for several."),
+    cfg.IntOpt("vgpus-per-host", default=0, min=0,
+               help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child."),
+    cfg.IntOpt("gpus-per-host", default=1, min=1,
+               help="GPU child providers per host (with --vgpus-per-host)."),
+    cfg.ListOpt("gpu-traits", default=["CUSTOM_VGPU"],
+                help="Traits of each GPU child provider."),
 ]
 
 
@@ -117,11 +134,15 @@ def build_simulator(conf: cfg.ConfigOpts, store, transport, server_name: str  # 
                       reserved_host_disk_gb=c.reserved_host_disk_gb,
                       reserved_host_cpus=c.reserved_host_cpus)
     hosts = [f"{conf.name_prefix}-{i:04d}" for i in range(conf.hosts)]
+    topology = Topology(traits=tuple(conf.traits), traits_on=conf.traits_on,
+                        aggregates=tuple(AggregateSpec.parse(a) for a in conf.aggregate),
+                        vgpus_per_gpu=conf.vgpus_per_host, gpus_per_host=conf.gpus_per_host,
+                        gpu_traits=tuple(conf.gpu_traits))
     return ComputeSimulator(store, rpc.ConductorClient(transport), hosts, server_name, shape,
                             build_time=conf.build_time, fail_rate=conf.fail_rate,
                             fail_hosts=conf.fail_hosts,
                             availability_zones=conf.availability_zones, seed=conf.seed,
-                            capabilities=capability_report(conf),
+                            topology=topology, capabilities=capability_report(conf),
                             report_stats=conf.report_stats)
 
 

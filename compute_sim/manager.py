@@ -1,7 +1,9 @@
 """Simulated compute hosts: many in one process, each a real resource provider.
 
 Each host registers as a root resource provider with VCPU, MEMORY_MB and
-DISK_GB inventory, heartbeats, and is reached over RPC on topic ``compute``
+DISK_GB inventory (and, if asked, traits, aggregates with metadata, and GPU
+child providers with VGPU inventory and traits of their own), heartbeats,
+and is reached over RPC on topic ``compute``
 through the one server name this process listens on (its service records
 say so). A build "takes" ``build_time`` seconds and fails with probability
 ``fail_rate`` (or always, on the hosts named in ``fail_hosts``). A failed
@@ -17,6 +19,13 @@ and any other attribute, as ``capabilities`` describes) and its stats
 whenever a build starts or ends: builds in progress (``num_io_ops``) and, per
 image property value, how many of its instances run such an image. Reports
 go to the store only when they change, never with heartbeats.
+
+Reporting is guarded by provider generations: a write that meets a stale
+generation re-reads the provider and decides again from what it now holds
+(:meth:`ComputeSimulator._report`), never repeating the write blindly. The
+simulator owns the traits it reports; it keeps ``COMPUTE_STATUS_DISABLED``
+(the store writes it with the service record) and ``CUSTOM_*`` traits it
+does not report (an operator's).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_p
 from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ConductorClient
 from scheduler.store import Aggregate, Inventory, Service, ServiceReport, Store
 
@@ -53,6 +63,59 @@ def provider_uuid(host: str) -> str:
 
 def aggregate_uuid(name: str) -> str:
     return str(uuidlib.uuid5(PROVIDER_NAMESPACE, f"aggregate:{name}"))
+
+
+def gpu_name(host: str, n: int) -> str:
+    """The name of a host's ``n``-th GPU child provider."""
+    return f"{host}-gpu{n}"
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """An aggregate every host of the simulator joins, with its metadata.
+
+    Read from ``name`` or ``name:key=value,key=value`` (``--aggregate``).
+    """
+
+    name: str
+    metadata: dict[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> AggregateSpec:
+        name, _, pairs = text.partition(":")
+        metadata = {}
+        for pair in filter(None, (p.strip() for p in pairs.split(","))):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"aggregate metadata must be key=value, got {pair!r}")
+            metadata[key.strip()] = value.strip()
+        if not name.strip():
+            raise ValueError(f"an aggregate needs a name: {text!r}")
+        return cls(name.strip(), metadata)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Traits, aggregates and child providers of the simulated hosts.
+
+    ``traits`` go on the first ``traits_on`` hosts (None: all of them);
+    ``vgpus_per_gpu`` > 0 gives each host ``gpus_per_host`` GPU child
+    providers, each with that much VGPU inventory and ``gpu_traits``.
+    """
+
+    traits: tuple[str, ...] = ()
+    traits_on: int | None = None
+    aggregates: tuple[AggregateSpec, ...] = ()
+    vgpus_per_gpu: int = 0
+    gpus_per_host: int = 1
+    gpu_traits: tuple[str, ...] = ("CUSTOM_VGPU",)
+
+    def host_traits(self, position: int) -> frozenset[str]:
+        on = self.traits_on is None or position < self.traits_on
+        return frozenset(self.traits) if on else frozenset()
+
+    def gpus(self) -> int:
+        return self.gpus_per_host if self.vgpus_per_gpu > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -126,7 +189,8 @@ class ComputeSimulator:
                  hosts: Sequence[str], rpc_server: str, shape: HostShape,
                  build_time: float = 0.05, fail_rate: float = 0.0,
                  fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
-                 seed: int | None = None, capabilities: CapabilityReport | None = None,
+                 seed: int | None = None, topology: Topology = Topology(),
+                 capabilities: CapabilityReport | None = None,
                  report_stats: bool = True) -> None:
         self.store = store
         self.conductor = conductor
@@ -138,6 +202,7 @@ class ComputeSimulator:
         self.fail_rate = fail_rate
         self.fail_hosts = set(fail_hosts)
         self.availability_zones = list(availability_zones)
+        self.topology = topology
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._instances: dict[str, str] = {}  # instance uuid -> host
@@ -154,23 +219,35 @@ class ComputeSimulator:
     # --- registration ---------------------------------------------------------------
 
     def register(self) -> None:
-        """Create (or find again) each host's provider, set its inventory and zone."""
+        """Create (or find again) each host's providers; report inventory,
+        traits, zone and aggregates."""
         zone_aggs = {}
         for zone in self.availability_zones:
             agg = Aggregate(uuid=aggregate_uuid(zone), name=zone,
                             metadata={"availability_zone": zone})
             self.store.put_aggregate(agg)
             zone_aggs[zone] = agg.uuid
+        shared = set()
+        for spec in self.topology.aggregates:
+            agg = Aggregate(uuid=aggregate_uuid(spec.name), name=spec.name,
+                            metadata=spec.metadata)
+            self.store.put_aggregate(agg)
+            shared.add(agg.uuid)
         inventories = self.shape.inventories()
+        gpu_inventory = {"VGPU": Inventory(total=self.topology.vgpus_per_gpu)}
         for i, host in enumerate(self.hosts):
             uuid = provider_uuid(host)
-            try:
-                self.store.create_provider(uuid, host)
-            except ProviderExists:
-                pass
-            aggregates = ({zone_aggs[self.availability_zones[i % len(self.availability_zones)]]}
-                          if self.availability_zones else set())
-            self._report(uuid, inventories, aggregates)
+            self._create(uuid, host)
+            aggregates = set(shared)
+            if self.availability_zones:
+                zones = self.availability_zones
+                aggregates.add(zone_aggs[zones[i % len(zones)]])
+            self._report(uuid, inventories, aggregates, self.topology.host_traits(i))
+            for n in range(self.topology.gpus()):
+                name = gpu_name(host, n)
+                self._create(provider_uuid(name), name, parent_uuid=uuid)
+                self._report(provider_uuid(name), gpu_inventory, set(),
+                             frozenset(self.topology.gpu_traits))
         self.store.register_services(
             Service(host=h, rpc_server=self.rpc_server, last_seen=time.time())
             for h in self.hosts)
@@ -183,22 +260,41 @@ class ComputeSimulator:
         self.heartbeat()
         LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
 
-    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
-                attempts: int = 5) -> None:
-        """Write inventory and aggregates guarded by the provider generation.
+    def _create(self, uuid: str, name: str, parent_uuid: str | None = None) -> None:
+        try:
+            self.store.create_provider(uuid, name, parent_uuid)
+        except ProviderExists:
+            pass  # a restarted simulator finds its providers again
 
-        On a conflict, re-read and decide: if what the store now holds is what
-        this host reports, nothing is written; otherwise write on the fresh
-        generation. Never a blind repeat.
+    @staticmethod
+    def traits_to_write(current: frozenset[str], reported: frozenset[str]) -> frozenset[str]:
+        """The traits a provider should hold: what this host reports, plus the
+        ones it does not own (the status trait, an operator's CUSTOM_* ones)."""
+        kept = {t for t in current
+                if t == COMPUTE_STATUS_DISABLED or (t.startswith("CUSTOM_") and t not in reported)}
+        return frozenset(kept) | reported
+
+    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
+                traits: frozenset[str] = frozenset(), attempts: int = 5) -> None:
+        """Write inventory, aggregates and traits, guarded by the provider generation.
+
+        Each attempt reads the provider and writes only what differs from
+        this host's report, each write on the generation the previous one
+        returned. On a conflict (someone else wrote in between: an operator,
+        the store disabling the service), re-read and decide again from what
+        the store now holds; never a blind repeat.
         """
         for _ in range(attempts):
             provider = self.store.get_provider(uuid)
+            generation = provider.generation
             try:
                 if dict(provider.inventories) != inventories:
-                    self.store.set_inventory(uuid, provider.generation, inventories)
-                    provider = self.store.get_provider(uuid)
+                    generation = self.store.set_inventory(uuid, generation, inventories)
                 if set(provider.aggregates) != aggregates:
-                    self.store.set_aggregates(uuid, provider.generation, aggregates)
+                    generation = self.store.set_aggregates(uuid, generation, aggregates)
+                wanted = self.traits_to_write(provider.traits, traits)
+                if provider.traits != wanted:
+                    self.store.set_traits(uuid, generation, wanted)
                 return
             except GenerationConflict:
                 LOG.info("provider_generation_conflict", provider=uuid)

@@ -4,8 +4,14 @@
 compute, scheduling failures from the scheduler. A reschedule claims the next
 alternate with nothing but what its Selection holds and casts the build
 there, with no scheduler round trip; an alternate whose resources were taken
-meanwhile is skipped. When the alternates run out the instance goes to ERROR
-with "max retries exceeded", distinct from "no valid host".
+meanwhile is skipped, and so is one a strict server-group policy now forbids
+(the claim carries the group check, exactly as the scheduler's claim does, so
+a reschedule cannot put two anti-affinity members on one host). When the
+alternates run out the instance goes to ERROR with "max retries exceeded",
+distinct from "no valid host".
+
+What a user reads (``fault``) is generic; which hosts were tried and why they
+failed goes to the admin-only ``fault_details``.
 
 :class:`Booter` is the API side: it creates instance records, sends the
 scheduling RPCs and waits for every instance to reach a final state.
@@ -22,7 +28,14 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler.exceptions import ClaimFailed, MaxRetriesExceeded, NoValidHost
+from scheduler.exceptions import (
+    ClaimFailed,
+    Forbidden,
+    InvalidRequest,
+    MaxRetriesExceeded,
+    NoValidHost,
+    ProviderNotFound,
+)
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     ACTIVE,
@@ -36,9 +49,21 @@ from scheduler.objects import (
     ServerGroup,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
-from scheduler.store import Store
+from scheduler.store import GroupClaim, Store
 
 LOG = get_logger(__name__)
+
+
+def group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
+    """The server-group check a claim of ``spec`` on ``host`` must carry.
+
+    The same rule as the scheduler's claims: strict policies are checked (and
+    the consumer recorded as a member) inside the atomic claim.
+    """
+    group = spec.group
+    if group is None or not group.is_strict:
+        return None
+    return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
 
 
 class ConductorEndpoint:
@@ -71,13 +96,16 @@ class ConductorEndpoint:
             tried = (*record.tried_hosts, failed_host)
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
+            skipped: list[str] = []
             for i, alternate in enumerate(alternates):
                 try:
-                    self.store.claim(instance_uuid, alternate.allocation_request)
-                except ClaimFailed as exc:
-                    # Taken meanwhile by someone else: try the next one.
+                    self.store.claim(instance_uuid, alternate.allocation_request,
+                                     group_claim(spec, alternate.host))
+                except (ClaimFailed, ProviderNotFound) as exc:
+                    # Taken meanwhile by someone else (or gone): try the next one.
                     LOG.info("alternate_skipped", alternate=alternate.host,
                              reason=type(exc).__name__)
+                    skipped.append(f"{alternate.host} ({type(exc).__name__})")
                     continue
                 self.store.update_instance(instance_uuid, expected_states=[BUILDING],
                                            attempts=attempts, host=alternate.host,
@@ -91,8 +119,11 @@ class ConductorEndpoint:
                 attempts=attempts, host=None, tried_hosts=tried,
                 fault=MaxRetriesExceeded.USER_MESSAGE,
                 fault_details=f"max retries exceeded; hosts tried: {', '.join(tried)}; "
-                f"last failure: {reason}", updated_at=time.time())
-            LOG.warning("max_retries_exceeded", attempts=attempts, tried=tried)
+                f"last failure: {reason}"
+                + (f"; alternates refused: {', '.join(skipped)}" if skipped else ""),
+                updated_at=time.time())
+            LOG.warning("max_retries_exceeded", attempts=attempts, tried=tried,
+                        skipped=skipped)
 
     def schedule_failed(self, ctxt: Any, instance_uuids: list[str], reason: str,
                         details: str) -> None:
@@ -186,15 +217,21 @@ class Booter:
         try:
             selections = self.scheduler.select_destinations(ctxt, spec, uuids)
         except NoValidHost as exc:
-            for uuid in uuids:
-                self.store.update_instance(uuid, expected_states=[BUILDING], state=ERROR,
-                                           task_state=None, fault=NoValidHost.USER_MESSAGE,
-                                           fault_details=exc.details, updated_at=time.time())
+            self._failed(uuids, NoValidHost.USER_MESSAGE, exc.details)
+            return
+        except (InvalidRequest, Forbidden) as exc:
+            self._failed(uuids, exc.message, exc.message)
             return
         single = spec.replace(num_instances=1)
         for uuid, per_instance in zip(uuids, selections, strict=True):
             self.compute.build_and_run_instance(ctxt, uuid, single, per_instance[0],
                                                 per_instance[1:])
+
+    def _failed(self, uuids: Sequence[str], fault: str, details: str) -> None:
+        for uuid in uuids:
+            self.store.update_instance(uuid, expected_states=[BUILDING], state=ERROR,
+                                       task_state=None, fault=fault, fault_details=details,
+                                       updated_at=time.time())
 
     def wait(self, uuids: Sequence[str], timeout: float, started: float,
              poll: float = 0.1) -> BootReport:

@@ -58,6 +58,29 @@ scheduler_opts = [
     cfg.IntOpt("claim_attempts", default=5, min=1, max=100,
                help="How many hosts an instance falls through to when another worker's claim "
                "got to its chosen host first."),
+    cfg.BoolOpt("compute_status_filter", default=True,
+                help="Keep hosts whose compute service is disabled out of the candidates, "
+                "before the max_placement_results cut, as the forbidden trait "
+                "COMPUTE_STATUS_DISABLED (which the store keeps in step with the service "
+                "record). Off leaves disabled hosts to the ComputeFilter, after the cut."),
+    cfg.BoolOpt("query_placement_for_availability_zone", default=True,
+                help="Narrow a request for an availability zone to the hosts of the "
+                "aggregates naming that zone, before the candidate step. A zone that no "
+                "aggregate names (other than the default zone) finds no host.\n\n"
+                "Related options: [filter_scheduler] default_availability_zone."),
+    cfg.BoolOpt("limit_tenants_to_placement_aggregate", default=False,
+                help="Send a project's requests only to the aggregates whose "
+                "filter_tenant_id* metadata names the project, when there are any.\n\n"
+                "Related options: placement_aggregate_required_for_tenants."),
+    cfg.BoolOpt("placement_aggregate_required_for_tenants", default=False,
+                help="With limit_tenants_to_placement_aggregate: a project that no aggregate "
+                "names finds no host (rather than any host)."),
+    cfg.BoolOpt("enable_isolated_aggregate_filtering", default=False,
+                help="Keep requests out of aggregates whose trait:<TRAIT>=required metadata "
+                "names a trait the request does not require."),
+    cfg.BoolOpt("query_placement_for_image_type_support", default=False,
+                help="Send a request only to hosts with the COMPUTE_IMAGE_TYPE_<FORMAT> trait "
+                "of its image's disk_format (volume-backed requests are not narrowed)."),
     cfg.StrOpt("health_listen", default="127.0.0.1",
                help="Address of the health and metrics HTTP endpoint."),
     cfg.PortOpt("health_port", default=0,
@@ -70,8 +93,12 @@ filter_scheduler_group = cfg.OptGroup(
 
 filter_scheduler_opts = [
     cfg.ListOpt("enabled_filters", default=DEFAULT_FILTERS,
-                help="Host filters to run, in order. Each name is an entry point in the "
-                "scheduler.filters group; an unknown name stops start-up."),
+                help="Host filters to run, in order, on the candidates. Each name is an entry "
+                "point in the scheduler.filters group; an unknown name stops start-up. "
+                "Disabled hosts and availability zones are handled before the candidates by "
+                "the request filters ([scheduler] compute_status_filter, "
+                "query_placement_for_availability_zone); with one of those off, list "
+                "ComputeFilter or AvailabilityZoneFilter here to keep that policy."),
     cfg.ListOpt("weighers", default=DEFAULT_WEIGHERS,
                 help="Weighers to apply. Each name is an entry point in the "
                 "scheduler.weighers group; an unknown name stops start-up."),

@@ -48,14 +48,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.exceptions import InvalidRequest
+from scheduler.resource_request import is_placement_key
 
 #: Scope of the specs the ComputeCapabilitiesFilter reads.
 CAPABILITIES_SCOPE = "capabilities"
 #: Scope of the specs the AggregateInstanceExtraSpecsFilter reads.
 AGGREGATE_SCOPE = "aggregate_instance_extra_specs"
-#: Keys without a namespace that are not host requirements: placement reads
-#: them (granular request groups), so no host filter matches them.
-PLACEMENT_KEYS = frozenset({"group_policy"})
 
 _NUMERIC: dict[str, Callable[[float, float], bool]] = {
     "=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -141,13 +139,14 @@ def scoped_key(key: str, scope: str) -> str | None:
     """The attribute ``key`` names for a filter reading ``scope``, or None.
 
     ``<scope>:rest`` gives ``rest``; a key without a namespace is read by
-    every scope (as in Nova), except the few placement reads
-    (:data:`PLACEMENT_KEYS`); a key in another namespace (``hw:``,
-    ``trait:``, ``resources:``) is not this filter's.
+    every scope (as in Nova), except those the candidate step reads
+    (``group_policy``, ``required[N]``, ``member_of[N]``:
+    :func:`scheduler.resource_request.is_placement_key`); a key in another
+    namespace (``hw:``, ``trait:``, ``resources:``) is not this filter's.
     """
     head, sep, rest = key.partition(":")
     if not sep:
-        return None if key in PLACEMENT_KEYS else key
+        return None if is_placement_key(key) else key
     return rest if head == scope and rest else None
 
 

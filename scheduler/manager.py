@@ -5,7 +5,22 @@ Each method is cut by stage; the decision itself lives in
 :class:`InvalidRequest` on a call, and on a cast becomes an ERROR
 notification plus a ``schedule_failed`` to the conductor (which puts the
 instances in ERROR). Nothing is claimed for a request that fails, and the
-worker keeps serving.
+worker keeps serving. A request spec is validated whole as soon as it is
+read (:meth:`SchedulerEndpoint._read_spec`): its fields and resource extra
+specs by :meth:`RequestSpec.from_primitive`, then what the host filters will
+read (operator extra specs, image properties, NUMA, PCI aliases) by
+:func:`~scheduler.filters.validation.validate_request`.
+
+What a user may read about a failure is decided in one place,
+:func:`user_reason`: for no valid host it is always the generic
+``NoValidHost.USER_MESSAGE``, never a host, filter, aggregate or trait name;
+the count of hosts per reason goes to the admin-only fault details and the
+logs. Invalid input and refusals say what is wrong with the request itself
+(built from its field names and values only, never from the cloud's state).
+
+``explain`` (admin only) runs the pipeline as a dry run and returns the
+:class:`~scheduler.explain.ExplainReport`; forcing a host or requesting a
+destination is admin-only too (:mod:`scheduler.policy`).
 """
 
 from __future__ import annotations
@@ -19,8 +34,11 @@ from typing import Any
 
 import oslo_messaging
 
+from scheduler import policy
 from scheduler.engine.pipeline import Engine
-from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
+from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, SchedulerError
+from scheduler.explain import ExplainReport
+from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
 from scheduler.notifier import Notifier
 from scheduler.objects import (
@@ -33,6 +51,37 @@ from scheduler.objects import (
 from scheduler.rpc import ComputeClient, ConductorClient
 
 LOG = get_logger(__name__)
+
+#: What a user reads when scheduling failed for a reason that is not theirs
+#: to fix (an internal error); the error itself goes to the logs.
+INTERNAL_ERROR_MESSAGE = "An error occurred while scheduling."
+
+#: Namespace of the instance uuids ``explain`` makes up for its dry run.
+_EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
+
+
+def user_reason(exc: BaseException) -> str:
+    """The part of a failure a user may read: the one place that decides it.
+
+    No valid host is always the generic message (the reasons name hosts,
+    filters, traits and aggregates: admin details). Invalid input and
+    refusals describe the request itself. Anything else is an internal error
+    the user cannot act on.
+    """
+    if isinstance(exc, NoValidHost):
+        return NoValidHost.USER_MESSAGE
+    if isinstance(exc, InvalidRequest | Forbidden):
+        return exc.message
+    return INTERNAL_ERROR_MESSAGE
+
+
+def admin_details(exc: BaseException) -> str:
+    """The admin-only account of a failure (fault details, logs)."""
+    if isinstance(exc, NoValidHost):
+        return exc.details or NoValidHost.USER_MESSAGE
+    if isinstance(exc, SchedulerError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _request_id(ctxt: Any) -> str:
@@ -98,9 +147,10 @@ class DecisionStats:
 
 
 class SchedulerEndpoint:
-    """topic ``scheduler``: select_destinations (call), run_instance and resize (casts)."""
+    """topic ``scheduler``: select_destinations and explain (calls), run_instance
+    and resize (casts). Serves every version up to 1.1 (see SchedulerClient)."""
 
-    target = oslo_messaging.Target(version="1.0")
+    target = oslo_messaging.Target(version="1.1")
 
     def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
                  notifier: Notifier) -> None:
@@ -110,12 +160,25 @@ class SchedulerEndpoint:
         self.notifier = notifier
         self.stats = DecisionStats()
 
+    def _read_spec(self, request_spec: Any, new_flavor: Flavor | None = None) -> RequestSpec:
+        """The typed request spec (with ``new_flavor`` for a resize), validated
+        whole before anything is selected or claimed.
+
+        :raises InvalidRequest: naming the field, extra spec or image property.
+        """
+        spec = RequestSpec.from_primitive(request_spec)
+        if new_flavor is not None:
+            spec = spec.replace(flavor=new_flavor, num_instances=1)
+            spec.resource_request  # noqa: B018 - the new flavor's resource extra specs
+        validate_request(spec, self.engine.settings)
+        return spec
+
     def _select(self, request_id: str, spec: RequestSpec, uuids: Sequence[str],
                 return_alternates: bool = True) -> list[list[Selection]]:
         with self.stats.timed():
             return self.engine.select(request_id, spec, uuids, return_alternates=return_alternates)
 
-    # --- call -----------------------------------------------------------------------
+    # --- calls ----------------------------------------------------------------------
 
     @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden)
     def select_destinations(self, ctxt: Any, request_spec: Any, instance_uuids: Any,
@@ -123,7 +186,8 @@ class SchedulerEndpoint:
         """Selections per instance, primary first; the primaries are claimed."""
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id):
-            spec = RequestSpec.from_primitive(request_spec)
+            spec = self._read_spec(request_spec)
+            policy.check_request(ctxt, spec)
             uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
             if not isinstance(return_alternates, bool):
                 raise InvalidRequest(reason="return_alternates must be a boolean")
@@ -136,8 +200,44 @@ class SchedulerEndpoint:
                     end["state"] = "error"
                     self._notify_failure(ctxt, "select_destinations", uuids, exc)
                     raise
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 end["hosts"] = [s[0].host for s in selections]
             return [[s.to_primitive() for s in per] for per in selections]
+
+    @oslo_messaging.expected_exceptions(InvalidRequest, Forbidden)
+    def explain(self, ctxt: Any, request_spec: Any) -> dict[str, Any]:
+        """Admin only: the pipeline as a dry run, and why it decided as it did.
+
+        Nothing is claimed and the worker's view is left as it was (the
+        engine consumes for later instances of the request, then gives it
+        back). Returns :meth:`ExplainReport.to_primitive`.
+        """
+        request_id = _request_id(ctxt)
+        with bind_request(request_id=request_id):
+            try:
+                policy.require_admin(ctxt, "explain")
+            except Forbidden:
+                LOG.warning("explain_refused", user_id=getattr(ctxt, "user_id", None),
+                            project_id=getattr(ctxt, "project_id", None))
+                raise
+            spec = self._read_spec(request_spec)
+            uuids = [str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
+                     for n in range(spec.num_instances)]
+            # The weighers that run: a multiplier of 0 turns one off.
+            weighers = {name: w.multiplier for name, w in self.engine.weighers if w.multiplier}
+            try:
+                result = self.engine.schedule(request_id, spec, uuids, return_alternates=False,
+                                              claim=False)
+                report = ExplainReport.build(request_id, spec, result.traces, weighers,
+                                             placeable=True)
+            except NoValidHost as exc:
+                report = ExplainReport.build(request_id, spec, exc.traces, weighers,
+                                             placeable=False)
+            LOG.info("explained", user_id=getattr(ctxt, "user_id", None),
+                     placeable=report.placeable, details=report.summary)
+            return report.to_primitive()
 
     # --- casts ----------------------------------------------------------------------
 
@@ -149,21 +249,24 @@ class SchedulerEndpoint:
                        "instance_uuids": _safe_uuids(instance_uuids)}
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
-                    spec = RequestSpec.from_primitive(request_spec)
+                    spec = self._read_spec(request_spec)
+                    policy.check_request(ctxt, spec)
                     uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
-                    selections = self._select(request_id, spec, uuids)
-                except InvalidRequest as exc:
+                except (InvalidRequest, Forbidden) as exc:
                     end["state"] = "error"
-                    LOG.warning("run_instance_invalid", reason=exc.message)
-                    self._fail(ctxt, "run_instance", payload["instance_uuids"],
-                               exc.message, exc.message)
+                    LOG.warning("run_instance_refused", reason=exc.message)
+                    self._fail(ctxt, "run_instance", payload["instance_uuids"], exc)
                     return
+                try:
+                    selections = self._select(request_id, spec, uuids)
                 except NoValidHost as exc:
                     end["state"] = "error"
-                    LOG.info("no_valid_host", details=exc.details,
-                             instance_uuids=list(uuids))
-                    self._fail(ctxt, "run_instance", uuids, exc.message, exc.details)
+                    LOG.info("no_valid_host", details=exc.details, instance_uuids=list(uuids))
+                    self._fail(ctxt, "run_instance", uuids, exc)
                     return
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 for uuid, per_instance in zip(uuids, selections, strict=True):
                     self._cast_build(ctxt, uuid, spec, per_instance)
                 end["hosts"] = [s[0].host for s in selections]
@@ -193,22 +296,27 @@ class SchedulerEndpoint:
                     if not isinstance(source_host, str) or not source_host:
                         raise InvalidRequest(reason="source_host must be a host name")
                     flavor = Flavor.from_primitive(new_flavor)
-                    spec = RequestSpec.from_primitive(request_spec).replace(
-                        flavor=flavor, num_instances=1)
+                    spec = self._read_spec(request_spec, new_flavor=flavor)
+                    policy.check_request(ctxt, spec)
                     spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
-                    migration_uuid = str(uuidlib.uuid5(uuidlib.UUID(uuid), request_id))
-                    selections = self._select(request_id, spec, [migration_uuid])
-                except InvalidRequest as exc:
+                except (InvalidRequest, Forbidden) as exc:
                     end["state"] = "error"
+                    LOG.warning("resize_refused", reason=exc.message)
                     self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
-                    self.conductor.resize_result(ctxt, str(instance_uuid), "", None, False,
-                                                 exc.message)
+                    self.conductor.resize_result(ctxt, str(instance_uuid)[:64], "", None, False,
+                                                 user_reason(exc))
                     return
+                migration_uuid = str(uuidlib.uuid5(uuidlib.UUID(uuid), request_id))
+                try:
+                    selections = self._select(request_id, spec, [migration_uuid])
                 except NoValidHost as exc:
                     end["state"] = "error"
                     self._notify_failure(ctxt, "resize", [uuid], exc)
-                    self.conductor.resize_result(ctxt, uuid, "", None, False, exc.message)
+                    self.conductor.resize_result(ctxt, uuid, "", None, False, user_reason(exc))
                     return
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
                 self.compute.prep_resize(ctxt, uuid, migration_uuid, flavor, spec, primary,
@@ -217,15 +325,15 @@ class SchedulerEndpoint:
     # --- failures -------------------------------------------------------------------
 
     def _notify_failure(self, ctxt: Any, action: str, uuids: Sequence[str],
-                        exc: InvalidRequest | NoValidHost) -> None:
+                        exc: BaseException) -> None:
         # The notification carries the user-safe reason only; admin details
         # stay in the logs and the instance's admin-only fault details.
         self.notifier.error(ctxt, f"scheduler.{action}", {
-            "instance_uuids": list(uuids), "state": "error", "reason": exc.message})
+            "instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)})
 
-    def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], reason: str,
-              details: str) -> None:
-        self.notifier.error(ctxt, f"scheduler.{action}", {
-            "instance_uuids": list(uuids), "state": "error", "reason": reason})
+    def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException) -> None:
+        """ERROR notification, and the instances to ERROR: user-safe fault, admin details."""
+        self._notify_failure(ctxt, action, uuids, exc)
         if uuids:
-            self.conductor.schedule_failed(ctxt, list(uuids), reason, details)
+            self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc),
+                                           admin_details(exc))

@@ -75,6 +75,12 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         image_properties_default_architecture=fs.image_properties_default_architecture,
         image_props_weight_setting=_weight_setting(fs.image_props_weight_setting),
         pci_aliases=_pci_aliases(conf.pci.alias),
+        compute_status_filter=sc.compute_status_filter,
+        query_placement_for_availability_zone=sc.query_placement_for_availability_zone,
+        limit_tenants_to_placement_aggregate=sc.limit_tenants_to_placement_aggregate,
+        placement_aggregate_required_for_tenants=sc.placement_aggregate_required_for_tenants,
+        enable_isolated_aggregate_filtering=sc.enable_isolated_aggregate_filtering,
+        query_placement_for_image_type_support=sc.query_placement_for_image_type_support,
     )
 
 

@@ -14,14 +14,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-#: The filters that run by default, in order (cheapest and most selective
-#: first): Nova's defaults (ComputeFilter, ComputeCapabilitiesFilter,
-#: ImagePropertiesFilter, ServerGroupAntiAffinityFilter,
-#: ServerGroupAffinityFilter), plus the availability zone and retry filters,
-#: which are how this scheduler honours zones and resize's excluded source.
+#: The host filters that run by default, in order (cheapest and most
+#: selective first), the one list every default derives from: Nova 34's
+#: defaults (ComputeFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter,
+#: ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter), plus the retry
+#: filter, which is how this scheduler honours resize's excluded source and
+#: hosts already tried. Availability zones, like disabled hosts, are the
+#: request filters' (before the candidate step, on by default), as in Nova;
+#: the AvailabilityZoneFilter stays available for a cloud that turns
+#: ``query_placement_for_availability_zone`` off, and ComputeFilter removes
+#: disabled hosts when ``compute_status_filter`` is off.
 DEFAULT_FILTERS: tuple[str, ...] = (
     "ComputeFilter",
-    "AvailabilityZoneFilter",
     "RetryFilter",
     "ComputeCapabilitiesFilter",
     "ImagePropertiesFilter",
@@ -79,7 +83,9 @@ class EngineSettings:
     workers. ``services_refresh_interval`` bounds how often heartbeats (which
     are not in the change feed) are re-read. The host filters' and weighers'
     own settings follow, named as their ``[filter_scheduler]`` options;
-    ``pci_aliases`` maps alias names to the devices they stand for.
+    ``pci_aliases`` maps alias names to the devices they stand for. The
+    request-filter switches are the ``[scheduler]`` options of the same names
+    (see :mod:`scheduler.request_filters`).
     """
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
@@ -102,6 +108,13 @@ class EngineSettings:
     image_properties_default_architecture: str | None = None
     image_props_weight_setting: Mapping[str, float] = field(default_factory=dict)
     pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    # request filters (scheduler.request_filters), on or off as Nova's defaults
+    compute_status_filter: bool = True
+    query_placement_for_availability_zone: bool = True
+    limit_tenants_to_placement_aggregate: bool = False
+    placement_aggregate_required_for_tenants: bool = False
+    enable_isolated_aggregate_filtering: bool = False
+    query_placement_for_image_type_support: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))

@@ -14,9 +14,10 @@ Hosts share a handful of aggregate sets, so each spec is evaluated once per
 distinct set among the candidates and broadcast by the set code.
 
 **We differ from Nova**: unreadable requirements are refused when the
-request is validated; and ``group_policy``, which placement reads for
-granular request groups, is not taken for an aggregate key (Nova would
-reject every host for it).
+request is validated; and ``group_policy``, ``required[N]`` and
+``member_of[N]``, which the candidate step reads (granular request groups,
+traits, aggregates), are not taken for aggregate keys (Nova would reject
+every host for them).
 """
 
 from __future__ import annotations

@@ -67,9 +67,10 @@ def requested_devices(spec: RequestSpec, aliases: Mapping[str, PciAlias]
     for name, count in requested_aliases(spec).items():
         alias = aliases.get(name)
         if alias is None:
-            known = ", ".join(sorted(aliases)) or "none"
+            # The message names the request's own alias only: the configured
+            # ones are the cloud's, and a user reads this message.
             raise InvalidRequest(reason=f"flavor.extra_specs {ALIAS_SPEC!r} names PCI alias "
-                                 f"{name!r}, which is not configured (known: {known})")
+                                 f"{name!r}, which is not configured")
         key = (alias.vendor_id, alias.product_id)
         devices[key] = devices.get(key, 0) + count
     return devices

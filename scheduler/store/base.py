@@ -26,6 +26,11 @@ Semantics (Placement's, where it is good):
 * Every provider, usage, aggregate and service-state write (reports of
   capabilities and stats included, heartbeats not) appends a
   :class:`Change` to the feed, so a worker's host view stays fresh by deltas.
+* Disabling a service sets the trait ``COMPUTE_STATUS_DISABLED`` on its root
+  provider in the same atomic write (and enabling clears it).
+* Nested providers: a child names its parent; every provider knows its
+  root. One claim may span the providers of a tree (or any providers): it
+  checks them all and writes them all, or nothing.
 """
 
 from __future__ import annotations
@@ -291,7 +296,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_service_disabled(self, host: str, disabled: bool,
-                             reason: str | None = None) -> None: ...
+                             reason: str | None = None) -> None:
+        """Disable or enable a service and, in the same atomic step, add or
+        remove the trait ``COMPUTE_STATUS_DISABLED`` on the root provider
+        named after the host (if there is one), bumping its generation. The
+        trait is what the disabled-computes request filter forbids."""
 
     @abc.abstractmethod
     def record_build_result(self, host: str, success: bool) -> None:

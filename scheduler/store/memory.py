@@ -37,6 +37,7 @@ from scheduler.exceptions import (
     UnitRuleViolation,
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -354,6 +355,13 @@ class MemoryStore(Store):
         with self._lock:
             self._change_service(self._known_service(host), disabled=disabled,
                                  disabled_reason=reason)
+            # The same step keeps the root provider's status trait in line.
+            uuid = self._names.get(host)
+            provider = self._providers.get(uuid) if uuid else None
+            if (provider is not None and provider.parent_uuid is None
+                    and (COMPUTE_STATUS_DISABLED in provider.traits) != disabled):
+                traits = provider.traits ^ {COMPUTE_STATUS_DISABLED}
+                self._rewrite(provider, traits=frozenset(traits))
 
     def record_build_result(self, host: str, success: bool) -> None:
         with self._lock:

@@ -454,7 +454,7 @@ class RedisStore(Store):
     def set_service_disabled(self, host: str, disabled: bool,
                              reason: str | None = None) -> None:
         self._scripts.set_service_disabled(
-            keys=self._service_keys,
+            keys=(*self._service_keys, self.keys.provider_names, self.keys.providers),
             args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)))
 
     @_translated

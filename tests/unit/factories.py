@@ -2,10 +2,12 @@
 
 ``host("h1", ram=8192, used={"MEMORY_MB": 1024})`` makes a root provider and
 its service record (``capabilities=`` / ``stats=``: what its compute
-reports); :class:`FeedStore` holds them and speaks the part of the store
-contract the engine uses (snapshot, change feed, services, claim,
-release, consumers, group members), with knobs for what tests provoke: a
-claim conflict on a host, a truncated feed, another worker's writes.
+reports; ``traits=``, ``aggregates=``, and child providers made with
+:func:`child`, e.g. a GPU pool); :class:`FeedStore` holds them and speaks
+the part of the store contract the engine uses (snapshot, change feed,
+services, claim, release, consumers, group members), with knobs for what
+tests provoke: a claim conflict on a host, a truncated feed, another
+worker's writes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from scheduler.objects import (
     RequestSpec,
     ServerGroup,
 )
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -64,6 +67,33 @@ def uuid_of(name: str) -> str:
 class Host:
     provider: Provider
     service: Service | None
+    children: tuple[Provider, ...] = ()
+
+    @property
+    def providers(self) -> tuple[Provider, ...]:
+        """The root first, then its children."""
+        return (self.provider, *self.children)
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child provider to hang under a host (see :func:`child`)."""
+
+    name: str
+    inventories: Mapping[str, Inventory]
+    used: Mapping[str, int]
+    traits: frozenset[str]
+    aggregates: frozenset[str]
+
+
+def child(name: str, *, inventory: Mapping[str, int] | None = None,
+          used: Mapping[str, int] | None = None, traits: Iterable[str] = (),
+          aggregates: Iterable[str] = (), max_unit: Mapping[str, int] | None = None) -> Child:
+    """A child provider (a GPU pool, a NUMA cell): ``inventory`` is totals per class."""
+    max_unit = max_unit or {}
+    return Child(name, {rc: Inventory(total=n, max_unit=max_unit.get(rc))
+                        for rc, n in (inventory or {}).items()},
+                 dict(used or {}), frozenset(traits), frozenset(aggregates))
 
 
 def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
@@ -71,10 +101,13 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
          ratios: Mapping[str, float] | None = None, max_unit: Mapping[str, int] | None = None,
          min_unit: Mapping[str, int] | None = None, step: Mapping[str, int] | None = None,
          extra: Mapping[str, Inventory] | None = None, aggregates: Iterable[str] = (),
+         traits: Iterable[str] = (), children: Iterable[Child] = (),
          up: bool = True, disabled: bool = False, failed_builds: int = 0,
          service: bool = True, capabilities: Mapping[str, Any] | None = None,
          stats: Mapping[str, int] | None = None, consumers: int = 0) -> Host:
-    """A compute host: a root provider named after it, and its service record.
+    """A compute host: a root provider named after it, its service record and
+    its child providers. A disabled host carries COMPUTE_STATUS_DISABLED, as
+    the store keeps it.
 
     ``consumers`` is how many instances hold allocations on it (for the
     instance-count filter and weigher; ``used`` is their usage).
@@ -88,14 +121,19 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
                       allocation_ratio=ratios.get(rc, 1.0))
         for rc, total in totals.items() if total}
     inventories.update(extra or {})
-    provider = Provider(uuid=uuid_of(name), name=name, generation=1, inventories=inventories,
+    traits = frozenset(traits) | ({COMPUTE_STATUS_DISABLED} if disabled else set())
+    root = uuid_of(name)
+    provider = Provider(uuid=root, name=name, generation=1, inventories=inventories,
                         usages=dict(used or {}), aggregates=frozenset(aggregates),
-                        consumers=consumers)
+                        traits=traits, consumers=consumers)
+    kids = tuple(Provider(uuid=uuid_of(c.name), name=c.name, generation=1, parent_uuid=root,
+                          root_uuid=root, inventories=dict(c.inventories), usages=dict(c.used),
+                          traits=c.traits, aggregates=c.aggregates) for c in children)
     record = Service(host=name, rpc_server="compute-sim",
                      last_seen=NOW - 1 if up else NOW - 3600, disabled=disabled,
                      failed_builds=failed_builds, capabilities=dict(capabilities or {}),
                      stats=dict(stats or {})) if service else None
-    return Host(provider, record)
+    return Host(provider, record, kids)
 
 
 def az(name: str, zone: str) -> Aggregate:
@@ -114,7 +152,7 @@ def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10,
          **fields: object) -> RequestSpec:
     """A request for one flavor; ``fields`` set any other RequestSpec field."""
     flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk,
-                    extra_specs=extra_specs or {})
+                    extra_specs=dict(extra_specs or {}))
     if image_properties is not None or image_id is not None:
         fields["image"] = Image(id=image_id, properties=image_properties or {})
     fields = {"project_id": "project", "user_id": "user", **fields}
@@ -155,12 +193,15 @@ def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate
         store.put_aggregate(agg)
     hosts = list(hosts)
     for h in hosts:
-        p = h.provider
-        assert not p.usages, "a store's usage comes from claims"
-        generation = store.create_provider(p.uuid, p.name).generation
-        generation = store.set_inventory(p.uuid, generation, p.inventories)
-        if p.aggregates:
-            store.set_aggregates(p.uuid, generation, p.aggregates)
+        for p in h.providers:
+            assert not p.usages, "a store's usage comes from claims"
+            generation = store.create_provider(p.uuid, p.name, p.parent_uuid).generation
+            generation = store.set_inventory(p.uuid, generation, p.inventories)
+            if p.aggregates:
+                generation = store.set_aggregates(p.uuid, generation, p.aggregates)
+            own = p.traits - {COMPUTE_STATUS_DISABLED}  # the store sets that one
+            if own:
+                store.set_traits(p.uuid, generation, own)
     services = [h.service for h in hosts if h.service is not None]
     store.register_services(services)
     for service in services:
@@ -191,7 +232,8 @@ class FeedStore:
         self.conflict_on: set[str] = set()
         self.claims: list[tuple[str, str, GroupClaim | None]] = []
         for h in hosts:
-            self.providers[h.provider.uuid] = h.provider
+            for p in h.providers:
+                self.providers[p.uuid] = p
             if h.service is not None:
                 self.services[h.service.host] = h.service
 
@@ -243,7 +285,8 @@ class FeedStore:
                 inv = p.inventories[rc]
                 if amount > min(p.free(rc), inv.effective_max_unit):
                     raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=p.free(rc))
-        host_name = self.providers[next(iter(request.allocations))].name
+        first = self.providers[next(iter(request.allocations))]
+        host_name = self.providers[first.root_uuid or first.uuid].name
         if group is not None:
             members = self.group_hosts(group.group_uuid)
             if (group.policy == "affinity" and members and host_name not in members) or (
@@ -278,11 +321,12 @@ class FeedStore:
         self._add_usage(uuid_of(name), amounts, +1, fed)
 
     def put_provider(self, h: Host) -> None:
-        """A provider created or replaced (fed as a provider change)."""
-        old = self.providers.get(h.provider.uuid)
-        provider = replace(h.provider, generation=old.generation + 1 if old else 1)
-        self.providers[provider.uuid] = provider
-        self._append("provider", provider)
+        """A host's providers created or replaced (fed as provider changes)."""
+        for p in h.providers:
+            old = self.providers.get(p.uuid)
+            provider = replace(p, generation=old.generation + 1 if old else 1)
+            self.providers[provider.uuid] = provider
+            self._append("provider", provider)
         if h.service is not None:
             self.put_service(h.service)
 

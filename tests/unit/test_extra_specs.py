@@ -68,6 +68,12 @@ def test_match(value: Any, requirement: str, matches: bool) -> None:
     pytest.param("trait:HW_CPU_X86_AVX", AGGREGATE_SCOPE, None, id="trait-namespace"),
     pytest.param("capabilities:", CAPABILITIES_SCOPE, None, id="empty-key"),
     pytest.param("group_policy", AGGREGATE_SCOPE, None, id="placement-key"),
+    pytest.param("required", CAPABILITIES_SCOPE, None, id="placement-required"),
+    pytest.param("required2", AGGREGATE_SCOPE, None, id="placement-numbered-required"),
+    pytest.param("member_of", AGGREGATE_SCOPE, None, id="placement-member-of"),
+    pytest.param("member_of_gpu", CAPABILITIES_SCOPE, None, id="placement-named-member-of"),
+    pytest.param("requiredness", AGGREGATE_SCOPE, "requiredness",
+                 id="not-a-group-suffix-is-an-aggregate-key"),
 ])
 def test_scoped_key(key: str, scope: str, attribute: str | None) -> None:
     assert scoped_key(key, scope) == attribute

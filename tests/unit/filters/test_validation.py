@@ -34,8 +34,9 @@ def test_bad_requests_are_refused_naming_the_spec(request_: RequestSpec, message
 def test_pci_aliases_are_checked_against_the_configured_ones() -> None:
     request = spec(extra_specs={"pci_passthrough:alias": "gpu:1"})
     validate_request(request)  # syntax only, without settings
-    with pytest.raises(InvalidRequest, match="not configured"):
+    with pytest.raises(InvalidRequest, match="not configured") as err:
         validate_request(request, settings(pci_aliases={"nic": PciAlias("nic", "8086")}))
+    assert "nic" not in err.value.message, "a user must not learn the cloud's aliases"
 
 
 def test_a_good_request_passes() -> None:

@@ -838,3 +838,88 @@ def test_wipe_forgets_everything_under_the_prefix(make_store: MakeStore) -> None
     assert store.list_consumers() == []
     assert store.list_instances() == []
     assert [p.uuid for p in neighbour.list_providers()] == [kept.uuid]
+
+
+# --- nested providers and the disabled-status trait ----------------------------------
+
+
+def make_tree(store: Store) -> tuple[Provider, Provider]:
+    """A compute root and a GPU child with 2 VGPU."""
+    root = make_host(store)
+    gpu = make_host(store, inventories={"VGPU": Inventory(total=2)}, parent_uuid=root.uuid)
+    return root, gpu
+
+
+def test_a_claim_spans_a_tree_and_its_release_restores_it(store: Store) -> None:
+    root, gpu = make_tree(store)
+    consumer = new_uuid()
+    allocations = {root.uuid: {"VCPU": 2, "MEMORY_MB": 1024}, gpu.uuid: {"VGPU": 1}}
+    store.claim(consumer, ask(allocations))
+    assert dict(store.get_provider(root.uuid).usages) == {"VCPU": 2, "MEMORY_MB": 1024}
+    assert dict(store.get_provider(gpu.uuid).usages) == {"VGPU": 1}
+    assert store.get_consumer(consumer).allocations == allocations  # type: ignore[union-attr]
+    assert store.release(consumer)
+    assert dict(store.get_provider(root.uuid).usages) == {}
+    assert dict(store.get_provider(gpu.uuid).usages) == {}
+
+
+@pytest.mark.parametrize(("gpu_ask", "error"), [
+    pytest.param({"VGPU": 3}, UnitRuleViolation, id="child-max-unit"),
+    pytest.param({"VGPU": 1, "VCPU": 1}, NoSuchInventory, id="child-lacks-the-class"),
+])
+def test_a_tree_claim_refused_on_the_child_writes_nothing_on_the_root(
+        store: Store, gpu_ask: dict[str, int], error: type[ClaimFailed]) -> None:
+    root, gpu = make_tree(store)
+    with pytest.raises(error):
+        store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: gpu_ask}))
+    assert store.get_provider(root.uuid) == root
+    assert store.get_provider(gpu.uuid) == gpu
+    assert store.list_consumers() == []
+
+
+def test_a_tree_claim_never_overcommits_the_child(store: Store) -> None:
+    root, gpu = make_tree(store)
+    store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: {"VGPU": 2}}))
+    with pytest.raises(CapacityExceeded) as exc:
+        store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: {"VGPU": 1}}))
+    assert exc.value.kwargs["uuid"] == gpu.uuid
+    assert dict(store.get_provider(root.uuid).usages) == {"VCPU": 1}
+
+
+@pytest.mark.parametrize("traits", [[], ["CUSTOM_X"]], ids=["no-traits", "with-traits"])
+def test_disabling_a_service_sets_the_status_trait_in_the_same_write(
+        store: Store, traits: list[str]) -> None:
+    p = make_host(store, name="h1")
+    if traits:
+        store.set_traits(p.uuid, p.generation, traits)
+    p = store.get_provider(p.uuid)
+    store.register_services([Service(host="h1", rpc_server="sim")])
+    cursor = store.snapshot().cursor
+
+    store.set_service_disabled("h1", True, "maintenance")
+    disabled = store.get_provider(p.uuid)
+    assert disabled.traits == {*traits, "COMPUTE_STATUS_DISABLED"}
+    assert disabled.generation == p.generation + 1
+    fed = store.changes(cursor)
+    assert [c.kind for c in fed] == ["service", "provider"]
+    assert fed[1].data == disabled
+    # A trait write on the generation read before the disable is stale: the
+    # reporter re-reads, and sees the status trait.
+    with pytest.raises(GenerationConflict):
+        store.set_traits(p.uuid, p.generation, traits)
+
+    store.set_service_disabled("h1", True, "maintenance")  # nothing changes
+    assert store.get_provider(p.uuid) == disabled
+    store.set_service_disabled("h1", False)
+    enabled = store.get_provider(p.uuid)
+    assert enabled.traits == frozenset(traits)
+    assert enabled.generation == disabled.generation + 1
+
+
+def test_the_status_trait_catches_up_with_a_provider_made_later(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim")])
+    store.set_service_disabled("h1", True)  # no provider yet: the service alone
+    p = make_host(store, name="h1")
+    assert "COMPUTE_STATUS_DISABLED" not in p.traits
+    store.set_service_disabled("h1", True)  # the service is unchanged, the trait is set
+    assert "COMPUTE_STATUS_DISABLED" in store.get_provider(p.uuid).traits

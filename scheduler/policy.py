@@ -1,0 +1,52 @@
+"""Who may do what: the admin-only operations and request fields.
+
+The scheduler trusts the request context its caller sends, as Nova's scheduler
+trusts the conductor's: the API in front decides who is an admin and says so
+in ``is_admin``. What is checked here is that the operations which reveal the
+cloud's layout or bypass its placement rules are asked for in an admin
+context:
+
+* ``explain`` — it names hosts, filters, traits and aggregates;
+* forcing a host or node, or requesting a destination — they steer a request
+  past the weighers (we differ from Nova, which also skips every filter for a
+  forced host: here a forced request still passes through the filters and the
+  atomic claim, so it cannot overcommit).
+
+A refusal is :class:`~scheduler.exceptions.Forbidden` with a message that
+says what needs an admin context and names nothing of the cloud.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.exceptions import Forbidden
+
+#: Request spec fields only an admin may set, and what setting them means.
+#: A field listed here that the request spec does not (yet) have is skipped,
+#: so this is the one place to name a new admin-only field.
+ADMIN_ONLY_FIELDS: dict[str, str] = {
+    "force_hosts": "forcing a host",
+    "force_nodes": "forcing a node",
+    "requested_destination": "requesting a destination",
+}
+
+
+def is_admin(ctxt: Any) -> bool:
+    """True only for a context that says ``is_admin`` (roles alone do not count)."""
+    return getattr(ctxt, "is_admin", False) is True
+
+
+def require_admin(ctxt: Any, action: str) -> None:
+    """:class:`Forbidden` unless ``ctxt`` is an admin context."""
+    if not is_admin(ctxt):
+        raise Forbidden(reason=f"{action} requires an admin context")
+
+
+def check_request(ctxt: Any, spec: Any) -> None:
+    """:class:`Forbidden` when a non-admin request sets an admin-only field."""
+    if is_admin(ctxt):
+        return
+    for name, action in ADMIN_ONLY_FIELDS.items():
+        if getattr(spec, name, None):
+            raise Forbidden(reason=f"{action} requires an admin context")
