@@ -31,6 +31,10 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "ImagePropertiesFilter",
     "ServerGroupAntiAffinityFilter",
     "ServerGroupAffinityFilter",
+    # A request for PCI devices or a NUMA layout that no filter checks would be
+    # placed anywhere; both filters cost nothing for requests without them.
+    "PciPassthroughFilter",
+    "NUMATopologyFilter",
 )
 #: Every weigher this project ships (Nova's default is all of its weighers);
 #: those whose multiplier defaults to 0 cost nothing until an operator sets it.

@@ -423,7 +423,8 @@ def test_trace_counts_survivors_per_stage() -> None:
     assert stages == [("DisabledComputesRequestFilter", 5), ("hosts up", 4),
                       ("candidates", 3), ("ComputeFilter", 3), ("RetryFilter", 2),
                       ("ComputeCapabilitiesFilter", 2), ("ImagePropertiesFilter", 2),
-                      ("ServerGroupAntiAffinityFilter", 2), ("ServerGroupAffinityFilter", 2)]
+                      ("ServerGroupAntiAffinityFilter", 2), ("ServerGroupAffinityFilter", 2),
+                      ("PciPassthroughFilter", 2), ("NUMATopologyFilter", 2)]
     assert result.traces[0].reasons == {"disabled": 1, "host down": 1,
                                         "insufficient MEMORY_MB": 1, "host already tried": 1}
     assert result.traces[0].host in {"ok1", "ok2"}
