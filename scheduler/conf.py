@@ -84,7 +84,10 @@ scheduler_opts = [
     cfg.StrOpt("health_listen", default="127.0.0.1",
                help="Address of the health and metrics HTTP endpoint."),
     cfg.PortOpt("health_port", default=0,
-                help="Port of the health and metrics endpoint; 0 turns it off."),
+                help="Port of the health (/healthz) and Prometheus (/metrics) endpoint; 0 "
+                "turns it off. With several workers, worker n listens on health_port + n.\n\n"
+                "/healthz answers 200 while the broker and the store answer, 503 "
+                "(degraded) while one does not."),
 ]
 
 filter_scheduler_group = cfg.OptGroup(

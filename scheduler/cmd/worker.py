@@ -15,8 +15,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+import oslo_messaging
+
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler import health, log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.service import SchedulerService, describe, make_store
 
@@ -34,9 +36,22 @@ def _serve_one(index: int) -> None:
     service = SchedulerService(conf, transport, notification_transport, store,
                                server_name=f"{conf.host}.{os.getpid()}")
     service.start()
+    http = None
+    if conf.scheduler.health_port:
+        # One endpoint per worker process: the n-th forked worker listens on
+        # health_port + n, so every process can be probed and scraped.
+        monitor = health.HealthMonitor({
+            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+            "store": store.ping,
+        })
+        monitor.start()
+        http = health.serve(monitor, conf.scheduler.health_listen,
+                            conf.scheduler.health_port + index)
 
     def _stop() -> None:
         LOG.info("worker_stopping")
+        if http is not None:
+            http.shutdown()
         service.stop()
         transport.cleanup()
         notification_transport.cleanup()

@@ -1,0 +1,32 @@
+"""The worker's health and metrics endpoint, on a real worker process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+from tests.functional.conftest import Cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_worker_reports_healthy_and_exposes_metrics(cluster: Cluster) -> None:
+    port = free_port()
+    cluster.write_config(scheduler={"health_port": port})
+    cluster.start_conductor()
+    cluster.start_compute(3)
+    worker = cluster.start_worker()
+    worker.wait_for("health_endpoint")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+        assert response.status == 200
+        body = json.loads(response.read())
+    assert (body["status"], body["broker"], body["store"]) == ("healthy", "up", "up")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    assert 'scheduler_dependency_up{dependency="broker"} 1.0' in text
+    assert "scheduler_decision_seconds_bucket" in text
