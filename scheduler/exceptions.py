@@ -67,6 +67,23 @@ class NoValidHost(SchedulerError):
         self.kwargs = {"details": self.details, "reasons": self.reasons}
 
 
+class SchedulerUnavailable(SchedulerError):
+    """A call could not be served for now: the worker cannot reach its store.
+
+    Its message is all a caller learns (never the store's address or the
+    error it gave); the worker logs the rest. Try again later.
+    """
+
+    msg = "the scheduler is unavailable for now; try again later"
+
+
+class InternalError(SchedulerError):
+    """A call failed for a reason that is not the caller's to fix (logged in full
+    by the worker); its message says nothing more."""
+
+    msg = "An error occurred while scheduling."
+
+
 class MaxRetriesExceeded(SchedulerError):
     """Every alternate of an instance was tried and failed."""
 

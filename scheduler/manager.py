@@ -36,12 +36,21 @@ import oslo_messaging
 
 from scheduler import policy
 from scheduler.engine.pipeline import Engine
-from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, SchedulerError
+from scheduler.exceptions import (
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    NoValidHost,
+    SchedulerError,
+    SchedulerUnavailable,
+    StoreUnavailable,
+)
 from scheduler.explain import ExplainReport
 from scheduler.filters.validation import validate_request
-from scheduler.log import bind_request, get_logger
+from scheduler.log import bind_request, get_logger, mask_secrets
 from scheduler.notifier import Notifier
 from scheduler.objects import (
+    MAX_INSTANCES_PER_REQUEST,
     Flavor,
     RequestSpec,
     Selection,
@@ -54,7 +63,7 @@ LOG = get_logger(__name__)
 
 #: What a user reads when scheduling failed for a reason that is not theirs
 #: to fix (an internal error); the error itself goes to the logs.
-INTERNAL_ERROR_MESSAGE = "An error occurred while scheduling."
+INTERNAL_ERROR_MESSAGE = InternalError.msg
 
 #: Namespace of the instance uuids ``explain`` makes up for its dry run.
 _EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
@@ -70,18 +79,37 @@ def user_reason(exc: BaseException) -> str:
     """
     if isinstance(exc, NoValidHost):
         return NoValidHost.USER_MESSAGE
-    if isinstance(exc, InvalidRequest | Forbidden):
+    if isinstance(exc, InvalidRequest | Forbidden | SchedulerUnavailable):
         return exc.message
     return INTERNAL_ERROR_MESSAGE
 
 
 def admin_details(exc: BaseException) -> str:
-    """The admin-only account of a failure (fault details, logs)."""
+    """The admin-only account of a failure (fault details, logs), with any
+    password an error's text may quote masked."""
     if isinstance(exc, NoValidHost):
         return exc.details or NoValidHost.USER_MESSAGE
     if isinstance(exc, SchedulerError):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}"
+        return mask_secrets(exc.message)
+    return mask_secrets(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def call_errors(method: str) -> Iterator[None]:
+    """What a call raises to its caller: its own typed refusals as they are; a
+    store that cannot be reached as :class:`SchedulerUnavailable`; anything
+    else as :class:`InternalError`. Neither says more than its generic
+    message (no address, no traceback); the worker logs the error itself."""
+    try:
+        yield
+    except (InvalidRequest, Forbidden, NoValidHost):
+        raise
+    except StoreUnavailable as exc:
+        LOG.warning("store_unavailable", method=method, error=exc.message)
+        raise SchedulerUnavailable() from None
+    except Exception:
+        LOG.exception("call_failed", method=method)
+        raise InternalError() from None
 
 
 def _request_id(ctxt: Any) -> str:
@@ -148,9 +176,9 @@ class DecisionStats:
 
 class SchedulerEndpoint:
     """topic ``scheduler``: select_destinations and explain (calls), run_instance
-    and resize (casts). Serves every version up to 1.1 (see SchedulerClient)."""
+    and resize (casts). Serves every version up to 1.2 (see SchedulerClient)."""
 
-    target = oslo_messaging.Target(version="1.1")
+    target = oslo_messaging.Target(version="1.2")
 
     def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
                  notifier: Notifier) -> None:
@@ -180,12 +208,13 @@ class SchedulerEndpoint:
 
     # --- calls ----------------------------------------------------------------------
 
-    @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden)
+    @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden,
+                                        SchedulerUnavailable, InternalError)
     def select_destinations(self, ctxt: Any, request_spec: Any, instance_uuids: Any,
                             return_alternates: bool = True) -> list[list[dict[str, Any]]]:
         """Selections per instance, primary first; the primaries are claimed."""
         request_id = _request_id(ctxt)
-        with bind_request(request_id=request_id):
+        with bind_request(request_id=request_id), call_errors("select_destinations"):
             spec = self._read_spec(request_spec)
             policy.check_request(ctxt, spec)
             uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
@@ -206,7 +235,8 @@ class SchedulerEndpoint:
                 end["hosts"] = [s[0].host for s in selections]
             return [[s.to_primitive() for s in per] for per in selections]
 
-    @oslo_messaging.expected_exceptions(InvalidRequest, Forbidden)
+    @oslo_messaging.expected_exceptions(InvalidRequest, Forbidden, SchedulerUnavailable,
+                                        InternalError)
     def explain(self, ctxt: Any, request_spec: Any) -> dict[str, Any]:
         """Admin only: the pipeline as a dry run, and why it decided as it did.
 
@@ -215,7 +245,7 @@ class SchedulerEndpoint:
         back). Returns :meth:`ExplainReport.to_primitive`.
         """
         request_id = _request_id(ctxt)
-        with bind_request(request_id=request_id):
+        with bind_request(request_id=request_id), call_errors("explain"):
             try:
                 policy.require_admin(ctxt, "explain")
             except Forbidden:
@@ -242,21 +272,36 @@ class SchedulerEndpoint:
     # --- casts ----------------------------------------------------------------------
 
     def run_instance(self, ctxt: Any, request_spec: Any, instance_uuids: Any) -> None:
-        """Select, claim and cast a build per instance; failures go to the conductor."""
+        """Select, claim and cast a build per instance; failures go to the conductor.
+
+        A request is read whole first, so the notifications carry the spec as
+        understood (a refused one: only its readable instance uuids, never a
+        bulky or malformed payload). Bad input, no valid host and internal
+        errors put the instances in ERROR (through the conductor) with the
+        user-safe reason. A store that cannot be reached fails nothing: the
+        request is dropped, logged, and the conductor re-drives it once its
+        deadline passes (scheduling is idempotent per instance uuid).
+        """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id):
-            payload = {"request_spec": request_spec if isinstance(request_spec, dict) else None,
-                       "instance_uuids": _safe_uuids(instance_uuids)}
+            spec: RequestSpec | None = None
+            refused: InvalidRequest | Forbidden | None = None
+            try:
+                spec = self._read_spec(request_spec)
+                policy.check_request(ctxt, spec)
+                uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
+            except (InvalidRequest, Forbidden) as exc:
+                refused = exc
+                uuids = tuple(_safe_uuids(instance_uuids)[:MAX_INSTANCES_PER_REQUEST])
+            payload = {"request_spec": spec.to_primitive() if refused is None and spec else None,
+                       "instance_uuids": list(uuids)}
             with self.notifier.action(ctxt, "run_instance", payload) as end:
-                try:
-                    spec = self._read_spec(request_spec)
-                    policy.check_request(ctxt, spec)
-                    uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
-                except (InvalidRequest, Forbidden) as exc:
+                if refused is not None:
                     end["state"] = "error"
-                    LOG.warning("run_instance_refused", reason=exc.message)
-                    self._fail(ctxt, "run_instance", payload["instance_uuids"], exc)
+                    LOG.warning("run_instance_refused", reason=refused.message)
+                    self._fail(ctxt, "run_instance", uuids, refused)
                     return
+                assert spec is not None
                 try:
                     selections = self._select(request_id, spec, uuids)
                 except NoValidHost as exc:
@@ -264,9 +309,16 @@ class SchedulerEndpoint:
                     LOG.info("no_valid_host", details=exc.details, instance_uuids=list(uuids))
                     self._fail(ctxt, "run_instance", uuids, exc)
                     return
-                except BaseException:
+                except StoreUnavailable as exc:
                     end["state"] = "error"
-                    raise
+                    LOG.warning("store_unavailable", method="run_instance", error=exc.message,
+                                instance_uuids=list(uuids))
+                    return
+                except Exception as exc:
+                    end["state"] = "error"
+                    LOG.exception("run_instance_failed", instance_uuids=list(uuids))
+                    self._fail(ctxt, "run_instance", uuids, exc)
+                    return
                 for uuid, per_instance in zip(uuids, selections, strict=True):
                     self._cast_build(ctxt, uuid, spec, per_instance)
                 end["hosts"] = [s[0].host for s in selections]

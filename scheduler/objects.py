@@ -35,6 +35,17 @@ MAX_VCPUS = 4096
 MAX_MEMORY_MB = 64 * 1024 * 1024
 MAX_DISK_GB = 1024 * 1024
 MAX_SWAP_MB = 1024 * 1024
+#: Bounds on the size of what one request may carry: a request spec within
+#: them stays well under 1 MB, so an oversized message is refused by name at
+#: validation instead of being worked on (Nova's API bounds extra specs and
+#: image properties to 255 characters a value, too).
+MAX_EXTRA_SPECS = 256
+MAX_IMAGE_PROPERTIES = 128
+MAX_IMAGE_PROPERTY_LENGTH = 1024  # an image signature runs to some 700 characters
+MAX_VALUE_LENGTH = 255
+MAX_HINT_VALUES = 256  # across all scheduler hints
+MAX_IGNORE_HOSTS = 256
+MAX_FORCED = 100
 
 GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 
@@ -99,15 +110,20 @@ def _bool(data: Mapping[str, Any], key: str, what: str, default: bool = False) -
     return value
 
 
-def _str_map(data: Mapping[str, Any], key: str, what: str) -> dict[str, str]:
+def _str_map(data: Mapping[str, Any], key: str, what: str, max_entries: int,
+             max_value: int = MAX_VALUE_LENGTH) -> dict[str, str]:
     value = data.get(key) or {}
     _require_mapping(value, f"{what}.{key}")
+    if len(value) > max_entries:
+        raise InvalidRequest(reason=f"{what}.{key} has more than {max_entries} entries")
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidRequest(reason=f"{what}.{key} must map strings to strings")
-        if len(k) > 255 or len(v) > 4096:
-            raise InvalidRequest(reason=f"{what}.{key} entry {k[:40]!r} is too long")
+        if len(k) > MAX_VALUE_LENGTH or len(v) > max_value:
+            raise InvalidRequest(reason=f"{what}.{key} entry {k[:40]!r} is too long "
+                                 f"(keys up to {MAX_VALUE_LENGTH}, values up to "
+                                 f"{max_value} characters)")
         out[k] = v
     return out
 
@@ -120,8 +136,9 @@ def _str_list(data: Mapping[str, Any], key: str, what: str,
     if len(value) > max_items:
         raise InvalidRequest(reason=f"{what}.{key} has more than {max_items} items")
     for item in value:
-        if not isinstance(item, str) or not item or len(item) > 255:
-            raise InvalidRequest(reason=f"{what}.{key} must hold non-empty strings")
+        if not isinstance(item, str) or not item or len(item) > MAX_VALUE_LENGTH:
+            raise InvalidRequest(reason=f"{what}.{key} must hold non-empty strings of up to "
+                                 f"{MAX_VALUE_LENGTH} characters")
     return tuple(value)
 
 
@@ -137,11 +154,11 @@ def validate_uuid(value: Any, what: str) -> str:
 def validate_instance_uuids(value: Any, num_instances: int) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise InvalidRequest(reason="instance_uuids must be a list")
-    uuids = tuple(validate_uuid(v, "instance_uuids[]") for v in value)
-    if len(uuids) != num_instances:
+    if len(value) != num_instances:  # before reading them: the list may be huge
         raise InvalidRequest(
-            reason=f"instance_uuids has {len(uuids)} entries but num_instances is "
+            reason=f"instance_uuids has {len(value)} entries but num_instances is "
             f"{num_instances}")
+    uuids = tuple(validate_uuid(v, "instance_uuids[]") for v in value)
     if len(set(uuids)) != len(uuids):
         raise InvalidRequest(reason="instance_uuids holds duplicates")
     return uuids
@@ -184,7 +201,7 @@ class Flavor:
             root_gb=_int(data, "root_gb", w, 0, MAX_DISK_GB, 0),
             ephemeral_gb=_int(data, "ephemeral_gb", w, 0, MAX_DISK_GB, 0),
             swap_mb=_int(data, "swap_mb", w, 0, MAX_SWAP_MB, 0),
-            extra_specs=_str_map(data, "extra_specs", w),
+            extra_specs=_str_map(data, "extra_specs", w, MAX_EXTRA_SPECS),
         )
 
 
@@ -218,7 +235,9 @@ class Image:
             raise InvalidRequest(reason=f"image.disk_format must be lower-case letters, digits, "
                                  f"'-' or '_', got {disk_format[:64]!r}")
         return cls(id=_str(data, "id", w, optional=True),
-                   properties=_str_map(data, "properties", w), disk_format=disk_format)
+                   properties=_str_map(data, "properties", w, MAX_IMAGE_PROPERTIES,
+                                       MAX_IMAGE_PROPERTY_LENGTH),
+                   disk_format=disk_format)
 
 
 @dataclass(frozen=True)
@@ -251,11 +270,44 @@ class ServerGroup:
 
 
 @dataclass(frozen=True)
+class Destination:
+    """Where an admin asks an instance to go: a host, and optionally its node.
+
+    Unlike a forced host, a requested destination names exactly one host
+    (Nova's ``RequestSpec.requested_destination``, used for targeted moves).
+    """
+
+    host: str
+    node: str | None = None
+
+    FIELDS = {"host", "node"}
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {"host": self.host, "node": self.node}
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> Destination:
+        w = "requested_destination"
+        data = _require_mapping(data, w)
+        _check_fields(data, w, cls.FIELDS, {"host"})
+        return cls(host=_str(data, "host", w),  # type: ignore[arg-type]
+                   node=_str(data, "node", w, optional=True) or None)
+
+
+@dataclass(frozen=True)
 class RequestSpec:
     """What to place: one flavor, ``num_instances`` times.
 
     ``ignore_hosts`` are hosts already tried for this request (the retry
     filter keeps them out). ``availability_zone`` narrows to one zone.
+
+    ``force_hosts`` / ``force_nodes`` (any of them) and
+    ``requested_destination`` narrow the request to the hosts they name;
+    only an admin may set them (:mod:`scheduler.policy`), and the request
+    still passes through the filters and the atomic claim
+    (:mod:`scheduler.request_filters.destination`). They are left out of
+    :meth:`to_primitive` when unset, so a spec without them reads the same
+    as it did before they existed.
     """
 
     flavor: Flavor
@@ -268,9 +320,15 @@ class RequestSpec:
     group: ServerGroup | None = None
     ignore_hosts: tuple[str, ...] = ()
     scheduler_hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    force_hosts: tuple[str, ...] = ()
+    force_nodes: tuple[str, ...] = ()
+    requested_destination: Destination | None = None
 
     FIELDS = {"flavor", "project_id", "user_id", "num_instances", "image",
-              "availability_zone", "is_bfv", "group", "ignore_hosts", "scheduler_hints"}
+              "availability_zone", "is_bfv", "group", "ignore_hosts", "scheduler_hints",
+              "force_hosts", "force_nodes", "requested_destination"}
+    #: The fields that steer a request to named hosts (admin only).
+    DESTINATION_FIELDS = ("force_hosts", "force_nodes", "requested_destination")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scheduler_hints", _frozen_map(self.scheduler_hints))
@@ -304,8 +362,13 @@ class RequestSpec:
 
         return replace(self, **changes)
 
+    @property
+    def has_destination(self) -> bool:
+        """True if the spec forces a host or node or requests a destination."""
+        return bool(self.force_hosts or self.force_nodes or self.requested_destination)
+
     def to_primitive(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "flavor": self.flavor.to_primitive(),
             "project_id": self.project_id,
             "user_id": self.user_id,
@@ -317,14 +380,21 @@ class RequestSpec:
             "ignore_hosts": list(self.ignore_hosts),
             "scheduler_hints": {k: list(v) for k, v in self.scheduler_hints.items()},
         }
+        if self.force_hosts:
+            out["force_hosts"] = list(self.force_hosts)
+        if self.force_nodes:
+            out["force_nodes"] = list(self.force_nodes)
+        if self.requested_destination is not None:
+            out["requested_destination"] = self.requested_destination.to_primitive()
+        return out
 
     @classmethod
     def from_primitive(cls, data: Any) -> RequestSpec:
         w = "request_spec"
         data = _require_mapping(data, w)
         _check_fields(data, w, cls.FIELDS, {"flavor", "project_id", "user_id"})
-        hints_raw = _require_mapping(data.get("scheduler_hints") or {}, f"{w}.scheduler_hints")
-        hints = {str(k): _str_list(hints_raw, k, f"{w}.scheduler_hints") for k in hints_raw}
+        hints = _hints(data, w)
+        destination = data.get("requested_destination")
         spec = cls(
             flavor=Flavor.from_primitive(data["flavor"]),
             project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
@@ -335,11 +405,32 @@ class RequestSpec:
             is_bfv=_bool(data, "is_bfv", w),
             group=(ServerGroup.from_primitive(data["group"])
                    if data.get("group") is not None else None),
-            ignore_hosts=_str_list(data, "ignore_hosts", w),
+            ignore_hosts=_str_list(data, "ignore_hosts", w, MAX_IGNORE_HOSTS),
             scheduler_hints=hints,
+            force_hosts=_str_list(data, "force_hosts", w, MAX_FORCED),
+            force_nodes=_str_list(data, "force_nodes", w, MAX_FORCED),
+            requested_destination=(Destination.from_primitive(destination)
+                                   if destination is not None else None),
         )
         spec.resource_request  # noqa: B018 - validates the resource extra specs
         return spec
+
+
+def _hints(data: Mapping[str, Any], what: str) -> dict[str, tuple[str, ...]]:
+    """Scheduler hints: names to lists of strings, at most MAX_HINT_VALUES values in all."""
+    w = f"{what}.scheduler_hints"
+    raw = _require_mapping(data.get("scheduler_hints") or {}, w)
+    hints: dict[str, tuple[str, ...]] = {}
+    total = 0
+    for key in raw:
+        if not isinstance(key, str) or not key or len(key) > MAX_VALUE_LENGTH:
+            raise InvalidRequest(reason=f"{w} names must be strings of 1 to "
+                                 f"{MAX_VALUE_LENGTH} characters")
+        hints[key] = _str_list(raw, key, w, MAX_HINT_VALUES)
+        total += len(hints[key])
+        if total > MAX_HINT_VALUES:
+            raise InvalidRequest(reason=f"{w} hold more than {MAX_HINT_VALUES} values in all")
+    return hints
 
 
 # --- results ------------------------------------------------------------------------

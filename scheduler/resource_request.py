@@ -134,8 +134,8 @@ class HostConstraint:
 
     Request filters add these; hosts failing one are counted under
     ``reason``, and the hosts left after it under ``stage``. ``member_of``
-    None sets no condition; an empty set matches no host (how a filter says
-    "nothing can serve this request", with why).
+    (and ``hosts``) None sets no condition; an empty set matches no host (how
+    a filter says "nothing can serve this request", with why).
     """
 
     reason: str
@@ -143,6 +143,10 @@ class HostConstraint:
     forbidden_traits: frozenset[str] = frozenset()
     member_of: frozenset[str] | None = None
     forbidden_aggregates: frozenset[str] = frozenset()
+    #: Host names the node must be one of (None: any); matched ignoring case
+    #: when ``ignore_case`` (as forced hosts are).
+    hosts: frozenset[str] | None = None
+    ignore_case: bool = False
     #: Who added it (a request filter's name), for the trace's stages.
     stage: str = field(default="", compare=False)
 

@@ -87,24 +87,35 @@ class SchedulerClient:
       1.0 - select_destinations, run_instance, resize.
       1.1 - explain(request_spec): admin only; the pipeline as a dry run,
             returning an ExplainReport.
+      1.2 - a request_spec may carry force_hosts, force_nodes and
+            requested_destination (admin only). A spec that sets none of
+            them is sent at its method's own version, so an older worker
+            still serves it; one that sets any is sent at 1.2, so an older
+            worker refuses it (UnsupportedVersion) rather than ignoring it.
     """
 
-    VERSION = "1.1"
+    VERSION = "1.2"
     #: The version each method sends.
     SENDS = {"select_destinations": "1.0", "run_instance": "1.0", "resize": "1.0",
              "explain": "1.1"}
+    #: The version a request spec with a forced host or destination needs.
+    DESTINATION_VERSION = "1.2"
 
     def __init__(self, transport: oslo_messaging.Transport, topic: str = SCHEDULER_TOPIC,
                  timeout: float | None = None) -> None:
         self._client = _client(transport, topic, self.VERSION, timeout)
 
-    def _prepare(self, method: str, **kwargs: Any) -> Any:
-        return self._client.prepare(version=self.SENDS[method], **kwargs)
+    def _prepare(self, method: str, spec: RequestSpec | None = None, **kwargs: Any) -> Any:
+        version = self.SENDS[method]
+        if spec is not None and spec.has_destination:
+            version = max(version, self.DESTINATION_VERSION,
+                          key=lambda v: tuple(int(n) for n in v.split(".")))
+        return self._client.prepare(version=version, **kwargs)
 
     def select_destinations(self, ctxt: RequestContext, spec: RequestSpec,
                             instance_uuids: Sequence[str], return_alternates: bool = True,
                             timeout: float | None = None) -> list[list[Selection]]:
-        cctxt = self._prepare("select_destinations", timeout=timeout)
+        cctxt = self._prepare("select_destinations", spec, timeout=timeout)
         raw = cctxt.call(ctxt, "select_destinations", request_spec=spec.to_primitive(),
                          instance_uuids=list(instance_uuids),
                          return_alternates=return_alternates)
@@ -112,20 +123,20 @@ class SchedulerClient:
 
     def run_instance(self, ctxt: RequestContext, spec: RequestSpec,
                      instance_uuids: Sequence[str]) -> None:
-        cctxt = self._prepare("run_instance")
+        cctxt = self._prepare("run_instance", spec)
         cctxt.cast(ctxt, "run_instance", request_spec=spec.to_primitive(),
                    instance_uuids=list(instance_uuids))
 
     def resize(self, ctxt: RequestContext, instance_uuid: str, source_host: str,
                new_flavor: Flavor, spec: RequestSpec) -> None:
-        cctxt = self._prepare("resize")
+        cctxt = self._prepare("resize", spec)
         cctxt.cast(ctxt, "resize", instance_uuid=instance_uuid, source_host=source_host,
                    new_flavor=new_flavor.to_primitive(), request_spec=spec.to_primitive())
 
     def explain(self, ctxt: RequestContext, spec: RequestSpec,
                 timeout: float | None = None) -> ExplainReport:
         """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise)."""
-        cctxt = self._prepare("explain", timeout=timeout)
+        cctxt = self._prepare("explain", spec, timeout=timeout)
         raw = cctxt.call(ctxt, "explain", request_spec=spec.to_primitive())
         return ExplainReport.from_primitive(raw)
 

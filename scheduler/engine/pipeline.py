@@ -51,6 +51,7 @@ from scheduler.filters.base import BaseFilter
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
 from scheduler.request_filters import (
     AvailabilityZoneRequestFilter,
+    DestinationRequestFilter,
     DisabledComputesRequestFilter,
     ImageTypeRequestFilter,
     IsolatedAggregatesRequestFilter,
@@ -163,7 +164,11 @@ class Engine:
         self._clock = clock
         self.view = HostView(store, settings)
         self.request_filters: list[RequestFilter] = [cls(settings) for cls, on in (
-            # Disabled computes first: the most common reason a host is out,
+            # An admin's forced host or requested destination first: it names
+            # the few hosts the request may go to, so every other host is
+            # counted under that reason and the later ones explain the rest.
+            (DestinationRequestFilter, True),
+            # Disabled computes next: the most common reason a host is out,
             # and the max_placement_results cut must never be spent on them.
             (DisabledComputesRequestFilter, settings.compute_status_filter),
             # The availability zone: a request names at most one, and it

@@ -116,6 +116,12 @@ def host_constraint_mask(view: HostView, constraint: HostConstraint,
         ok &= view.in_any(constraint.member_of, rows)
     if constraint.forbidden_aggregates:
         ok &= ~view.in_any(constraint.forbidden_aggregates, rows)
+    if constraint.hosts is not None:
+        named = np.zeros(view.size, dtype=bool)
+        names = sorted(constraint.hosts)
+        named[view.indices_of_ignoring_case(names) if constraint.ignore_case
+              else view.indices_of(names)] = True
+        ok &= named[rows]
     return ok
 
 

@@ -39,6 +39,9 @@ NOT_IN_ZONE = "not in the requested availability zone"
 NOT_IN_TENANT_AGGREGATE = "not in an aggregate of the project"
 NO_TENANT_AGGREGATE = "no aggregate for the project"
 TRAIT_ISOLATED_AGGREGATE = "in an aggregate isolated by traits"
+NOT_FORCED_HOST = "not a forced host"
+NOT_FORCED_NODE = "not a forced node"
+NOT_REQUESTED_DESTINATION = "not the requested destination"
 
 
 def _group(reason: str, suffix: str) -> str:

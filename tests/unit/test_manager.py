@@ -20,18 +20,32 @@ import pytest
 from scheduler import policy
 from scheduler.engine.pipeline import GROUP_CONFLICT, TRACE_TOP
 from scheduler.engine.settings import PciAlias
-from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, StoreUnavailable
+from scheduler.exceptions import (
+    CorruptRecord,
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    NoValidHost,
+    SchedulerUnavailable,
+    StoreUnavailable,
+)
 from scheduler.explain import ExplainReport
 from scheduler.manager import INTERNAL_ERROR_MESSAGE, SchedulerEndpoint, user_reason
 from scheduler.notifier import Notifier
-from scheduler.objects import MEMORY_MB, AllocationRequest, Flavor, Image, RequestSpec
+from scheduler.objects import (
+    MEMORY_MB,
+    AllocationRequest,
+    Destination,
+    Flavor,
+    Image,
+    RequestSpec,
+)
 from scheduler.rpc import RequestContext
 from scheduler.store.base import GroupClaim
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
     FeedStore,
-    az,
     engine,
     group,
     host,
@@ -461,49 +475,124 @@ def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
     assert str(err.value) == NoValidHost.USER_MESSAGE
 
 
+#: What a store's failure may quote: never to be read by a user or a caller.
+STORE_SECRET = "redis://:s3cret@10.0.0.9:6379"
+
+
 class Broken(FeedStore):
+    """A store whose server-group read fails with ``error``."""
+
+    def __init__(self, hosts: Any, error: Exception) -> None:
+        super().__init__(hosts)
+        self.error = error
+
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
-        raise StoreUnavailable(reason="redis://:s3cret@10.0.0.9:6379 refused")
+        raise self.error
 
 
-def test_an_internal_error_is_not_reported_to_the_user_as_its_text() -> None:
-    assert user_reason(StoreUnavailable(reason="x")) == INTERNAL_ERROR_MESSAGE
-    r = rig()
-    r.endpoint.engine.store = Broken([host(n) for n in HOSTS])  # type: ignore[assignment]
-    with pytest.raises(StoreUnavailable):
-        _run(r, spec(group=group("anti-affinity")))
+def _broken(r: Rig, error: Exception) -> Rig:
+    r.endpoint.engine.store = Broken([host(n) for n in HOSTS], error)  # type: ignore[assignment]
+    return r
+
+
+UNREACHABLE = StoreUnavailable(reason=f"{STORE_SECRET} refused")
+CORRUPT = CorruptRecord(key="{vmsched}:groups[g1]", reason="JSONDecodeError at 0")
+BUG = RuntimeError(f"a bug that quotes {STORE_SECRET}")
+
+
+@pytest.mark.parametrize("error, fails_instances, details", [
+    # The store is down: nothing is failed, the conductor re-drives the request.
+    pytest.param(UNREACHABLE, False, None, id="store-unreachable"),
+    # What the store holds cannot be read: the request fails, reported.
+    pytest.param(CORRUPT, True, "corrupt record at {vmsched}:groups[g1]: JSONDecodeError at 0",
+                 id="corrupt-record"),
+    pytest.param(BUG, True, "RuntimeError: a bug that quotes redis://:***@10.0.0.9:6379",
+                 id="unexpected-error"),
+])
+def test_a_cast_survives_a_store_failure_and_says_only_the_generic_reason(
+        error: Exception, fails_instances: bool, details: str | None) -> None:
+    r = _broken(rig(), error)
+    _run(r, spec(group=group("anti-affinity")))  # raises nothing: the worker keeps serving
     (end,) = [p for _, e, p in r.notifier.sent if e.endswith(".end")]
     assert end["state"] == "error"
-    assert "s3cret" not in repr(r.notifier.sent)
+    failed = [args for name, args in r.conductor.calls if name == "schedule_failed"]
+    if fails_instances:
+        [(_, reason, admin)] = failed
+        assert reason == INTERNAL_ERROR_MESSAGE
+        assert admin == details
+    else:
+        assert failed == []
+    assert "s3cret" not in repr(r.notifier.sent) + repr(r.conductor.calls)
+    assert r.store.claims == [] and r.compute.calls == []
 
 
-ZONE_IS_ADMIN_ONLY = {"availability_zone": "choosing a zone"}
-
-
-@pytest.mark.parametrize("send, user_sees", [
-    pytest.param(lambda r, ctxt: _run(r, spec(availability_zone="az1"), ctxt),
-                 "forbidden: choosing a zone requires an admin context", id="run_instance"),
-    pytest.param(lambda r, ctxt: _resize(r, spec(availability_zone="az1"), ctxt),
-                 "forbidden: choosing a zone requires an admin context", id="resize"),
-    pytest.param(lambda r, ctxt: _select(r, spec(availability_zone="az1"), ctxt),
-                 "forbidden: choosing a zone requires an admin context",
-                 id="select_destinations"),
+@pytest.mark.parametrize("error, raised", [
+    pytest.param(UNREACHABLE, SchedulerUnavailable, id="store-unreachable"),
+    pytest.param(CORRUPT, InternalError, id="corrupt-record"),
+    pytest.param(BUG, InternalError, id="unexpected-error"),
 ])
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda r: _select(r, spec(group=group("anti-affinity"))),
+                 id="select_destinations"),
+    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
+        ADMIN, spec(group=group("anti-affinity")).to_primitive()), id="explain"),
+])
+def test_a_call_answers_a_store_failure_with_a_generic_typed_error(
+        call: Callable[[Rig], Any], error: Exception, raised: type[Exception]) -> None:
+    r = _broken(rig(), error)
+    with pytest.raises(raised) as err:
+        call(r)
+    assert err.value.message == raised.msg
+    assert user_reason(err.value) == (INTERNAL_ERROR_MESSAGE if raised is InternalError
+                                      else SchedulerUnavailable.msg)
+    assert not _cloud_names(r) & set(err.value.message.split())
+
+
+FORCED = [
+    pytest.param({"force_hosts": (HOSTS[1],)}, "forcing a host", id="force_hosts"),
+    pytest.param({"force_nodes": (HOSTS[1],)}, "forcing a node", id="force_nodes"),
+    pytest.param({"requested_destination": Destination(HOSTS[1])}, "requesting a destination",
+                 id="requested_destination"),
+]
+PATHS = [
+    pytest.param(lambda r, request, ctxt: _run(r, request, ctxt), id="run_instance"),
+    pytest.param(lambda r, request, ctxt: _resize(r, request, ctxt), id="resize"),
+    pytest.param(lambda r, request, ctxt: _select(r, request, ctxt), id="select_destinations"),
+]
+
+
+@pytest.mark.parametrize("fields, refused", FORCED)
+@pytest.mark.parametrize("send", PATHS)
 def test_an_admin_only_field_is_refused_for_a_member_on_every_path(
-        monkeypatch: pytest.MonkeyPatch, send: Callable[[Rig, RequestContext], Any],
-        user_sees: str) -> None:
-    # Today's request spec has no forcing field yet; stand one in.
-    monkeypatch.setattr(policy, "ADMIN_ONLY_FIELDS", ZONE_IS_ADMIN_ONLY)
+        send: Callable[[Rig, RequestSpec, RequestContext], Any], fields: dict[str, Any],
+        refused: str) -> None:
+    request = spec(**fields)
+    for ctxt in (USER, ROLE_ONLY):
+        r = rig()
+        raised: BaseException | None = None
+        try:
+            send(r, request, ctxt)
+        except Forbidden as exc:
+            raised = exc
+        user_sees = f"forbidden: {refused} requires an admin context"
+        texts = _user_facing(r, raised)
+        assert texts and all(user_sees in t for t in texts)
+        assert not any(HOSTS[1] in t for t in texts), "the refusal does not echo the host"
+        assert r.store.claims == [] and r.compute.calls == []
+    # The same request from an admin context goes where it was sent, claimed.
+    admin = rig()
+    send(admin, request, ADMIN)
+    [(_, claimed_on, _)] = admin.store.claims
+    assert claimed_on == HOSTS[1]
+
+
+@pytest.mark.parametrize("fields, refused", FORCED)
+def test_a_forced_request_that_does_not_fit_tells_the_admin_why_and_the_user_nothing(
+        fields: dict[str, Any], refused: str) -> None:
     r = rig()
-    raised: BaseException | None = None
-    try:
-        send(r, USER)
-    except Forbidden as exc:
-        raised = exc
-    assert _user_facing(r, raised) and all(user_sees in t for t in _user_facing(r, raised))
+    with pytest.raises(NoValidHost) as err:
+        _select(r, spec(ram=10**6, **fields), ADMIN)
+    assert str(err.value) == NoValidHost.USER_MESSAGE
+    assert err.value.details.startswith("0/4 hosts available: 3 not ")
+    assert "insufficient MEMORY_MB" in err.value.details
     assert r.store.claims == []
-    # The same request from an admin context is served.
-    admin = rig(*(host(n, aggregates=[uuid_of("az1")]) for n in HOSTS))
-    admin.endpoint.engine.store.put_aggregate(az("az1", "az1"))  # type: ignore[attr-defined]
-    send(admin, ADMIN)
-    assert len(admin.store.claims) == 1

@@ -9,6 +9,7 @@ import pytest
 from scheduler.exceptions import InvalidRequest
 from scheduler.objects import (
     AllocationRequest,
+    Destination,
     InstanceRecord,
     RequestSpec,
     Selection,
@@ -59,6 +60,32 @@ def spec_with(path: str, value: object) -> dict:
     pytest.param(spec_with("is_bfv", "yes"), "is_bfv must be a boolean", id="bfv-string"),
     pytest.param(["not", "a", "dict"], "request_spec must be an object", id="list-spec"),
     pytest.param(None, "request_spec must be an object", id="none-spec"),
+    # Forcing and destinations: typed and bounded (who may set them is policy's).
+    pytest.param(spec_with("force_hosts", "h1"), "force_hosts must be a list, got str",
+                 id="force-hosts-string"),
+    pytest.param(spec_with("force_nodes", [""]), "force_nodes must hold non-empty strings",
+                 id="force-nodes-empty-name"),
+    pytest.param(spec_with("force_hosts", [f"h{i}" for i in range(101)]),
+                 "force_hosts has more than 100 items", id="too-many-forced"),
+    pytest.param(spec_with("requested_destination", {"node": "n1"}),
+                 "requested_destination is missing field(s): host", id="destination-no-host"),
+    pytest.param(spec_with("requested_destination", {"host": "h", "cell": "c"}),
+                 "requested_destination has unknown field(s): cell", id="destination-cell"),
+    # Sizes: a spec within every bound stays well under 1 MB.
+    pytest.param(spec_with("flavor.extra_specs", {f"k{i}": "v" for i in range(257)}),
+                 "flavor.extra_specs has more than 256 entries", id="too-many-extra-specs"),
+    pytest.param(spec_with("flavor.extra_specs", {"k": "v" * 256}),
+                 "flavor.extra_specs entry 'k' is too long", id="extra-spec-too-long"),
+    pytest.param(spec_with("image", {"properties": {"p": "v" * 1025}}),
+                 "image.properties entry 'p' is too long", id="image-property-too-long"),
+    pytest.param(spec_with("scheduler_hints", {f"h{i}": ["x"] * 9 for i in range(30)}),
+                 "scheduler_hints hold more than 256 values in all", id="too-many-hint-values"),
+    pytest.param(spec_with("scheduler_hints", {"": ["x"]}),
+                 "scheduler_hints names must be strings", id="empty-hint-name"),
+    pytest.param(spec_with("ignore_hosts", ["h"] * 257), "ignore_hosts has more than 256 items",
+                 id="too-many-ignored"),
+    pytest.param(spec_with("user_id", "u" * (2 * 1024 * 1024)),
+                 "user_id is longer than 255 characters", id="two-megabyte-field"),
 ])
 def test_invalid_specs_are_refused_with_a_clear_reason(data: object, message: str) -> None:
     with pytest.raises(InvalidRequest) as err:
@@ -76,6 +103,19 @@ def test_round_trip_keeps_every_field() -> None:
     assert again == spec
     assert again.group is not None and again.group.max_server_per_host == 2
     assert again.scheduler_hints["same_host"] == ("abc",)
+
+
+def test_forcing_fields_round_trip_and_are_left_out_when_unset() -> None:
+    plain = RequestSpec.from_primitive(copy.deepcopy(GOOD))
+    assert not set(plain.to_primitive()) & set(RequestSpec.DESTINATION_FIELDS)
+    assert not plain.has_destination
+    data = {**copy.deepcopy(GOOD), "force_hosts": ["h1", "h2"], "force_nodes": ["h2"],
+            "requested_destination": {"host": "h2", "node": None}}
+    forced = RequestSpec.from_primitive(data)
+    assert forced.has_destination
+    assert forced.force_hosts == ("h1", "h2") and forced.force_nodes == ("h2",)
+    assert forced.requested_destination == Destination("h2")
+    assert RequestSpec.from_primitive(forced.to_primitive()) == forced
 
 
 @pytest.mark.parametrize("flavor, bfv, expected", [

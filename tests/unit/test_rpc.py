@@ -40,10 +40,10 @@ REPORT = ExplainReport(
 class Recorder:
     """Records every method called on it, with its context and arguments.
 
-    Serves every version up to ``version`` (1.1 unless told), as a worker does.
+    Serves every version up to ``version`` (1.2 unless told), as a worker does.
     """
 
-    def __init__(self, version: str = "1.1") -> None:
+    def __init__(self, version: str = "1.2") -> None:
         self.target = oslo_messaging.Target(version=version)
         self.calls: list[tuple[str, Any, dict[str, Any]]] = []
         self.event = threading.Event()
@@ -182,7 +182,33 @@ def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(transport: An
 ])
 def test_each_method_pins_the_version_that_introduced_it(method: str, version: str) -> None:
     assert rpc.SchedulerClient.SENDS[method] == version
-    assert rpc.SchedulerClient.VERSION == "1.1"
+    assert rpc.SchedulerClient.VERSION == "1.2"
+
+
+FORCED = SPEC.replace(force_hosts=("h1",))
+
+
+@pytest.mark.parametrize("send", [
+    pytest.param(lambda c: c.select_destinations(ADMIN, FORCED, ["i-1"]),
+                 id="select_destinations"),
+    pytest.param(lambda c: c.explain(ADMIN, FORCED), id="explain"),
+])
+def test_a_forced_spec_is_sent_at_1_2_so_an_older_worker_refuses_it(transport: Any,
+                                                                    send: Any) -> None:
+    """A 1.1 worker would refuse the unknown field anyway; a 1.0 one must not
+    even be asked (it could not say why)."""
+    old = rpc.SchedulerClient(transport, topic=OLD_TOPIC, timeout=5)
+    with pytest.raises(oslo_messaging.UnsupportedVersion) as err:
+        send(old)
+    assert err.value.version == "1.2"
+
+
+def test_a_forced_spec_reaches_a_current_worker_whole(transport: Any,
+                                                      recorder: Recorder) -> None:
+    rpc.SchedulerClient(transport).run_instance(ADMIN, FORCED, ["i-1"])
+    name, ctxt, kwargs = _wait(recorder)
+    assert kwargs["request_spec"]["force_hosts"] == ["h1"]
+    assert RequestSpec.from_primitive(kwargs["request_spec"]) == FORCED
 
 
 def test_a_1_0_worker_still_serves_a_1_1_client_except_explain(transport: Any) -> None:

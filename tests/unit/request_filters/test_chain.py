@@ -9,6 +9,7 @@ from scheduler.exceptions import NoValidHost
 from scheduler.objects import Image, RequestSpec
 from scheduler.request_filters import (
     AvailabilityZoneRequestFilter,
+    DestinationRequestFilter,
     DisabledComputesRequestFilter,
     ImageTypeRequestFilter,
     IsolatedAggregatesRequestFilter,
@@ -35,7 +36,9 @@ ALL_ON = {cls.OPTION: True for cls in ORDER}
 ])
 def test_the_engine_wires_the_enabled_ones_in_order(options: dict,
                                                     wired: list[type[RequestFilter]]) -> None:
-    assert [type(f) for f in engine(FeedStore(), **options).request_filters] == wired
+    # The destination filter reads the request's own fields: always on, first.
+    assert [type(f) for f in engine(FeedStore(), **options).request_filters] == [
+        DestinationRequestFilter, *wired]
 
 
 # --- through the engine -----------------------------------------------------------------
