@@ -52,7 +52,7 @@ import structlog
 from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
-from scheduler.store.base import Aggregate, Change, Provider, Service, Store
+from scheduler.store.base import CORRUPT_CHANGE, Aggregate, Change, Provider, Service, Store
 
 LOG = structlog.get_logger(__name__)
 
@@ -612,6 +612,11 @@ class HostView:
             i = self._index.get(service.host)
             if i is not None:
                 self._put_service(i, service)
+        elif change.kind == CORRUPT_CHANGE:
+            # Foreign or damaged: the view may miss one update of one provider,
+            # which costs at worst a refused claim (the claim re-checks).
+            LOG.error("corrupt_change_skipped", cursor=change.cursor,
+                      key=change.data.kwargs.get("key"), reason=change.data.kwargs.get("reason"))
         else:
             LOG.warning("host_view_unknown_change", kind=change.kind, cursor=change.cursor)
 

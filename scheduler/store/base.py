@@ -167,6 +167,10 @@ class Consumer:
     host: str | None = None
 
 
+#: The kind of a change-feed entry that cannot be read (see :class:`Change`).
+CORRUPT_CHANGE = "corrupt"
+
+
 @dataclass(frozen=True)
 class Change:
     """One entry of the change feed.
@@ -176,7 +180,11 @@ class Change:
     kind ``aggregate``: an :class:`Aggregate`;
     kind ``service``: a :class:`Service` (disabled state, failed-build count,
     capabilities or stats changed; plain heartbeats are not fed, they are
-    read with ``list_services``).
+    read with ``list_services``);
+    kind ``corrupt`` (:data:`CORRUPT_CHANGE`): an entry the store cannot read
+    (something foreign or damaged in the feed); ``data`` is the
+    :class:`~scheduler.exceptions.CorruptRecord` naming it. Readers log it and
+    move past it.
     """
 
     cursor: str

@@ -15,7 +15,11 @@ Guarantees, on top of the contract in :mod:`scheduler.store.base`:
   back-off (a timeout is not retried). A retried write may have landed
   already: claims and releases are idempotent and provider writes then see
   their own generation bump as a conflict, but a failed build may count
-  twice. A value this code cannot read raises :class:`CorruptRecord`.
+  twice. A value this code cannot read raises :class:`CorruptRecord` when it
+  is the one record asked for; a list (and a snapshot) skips it, logging
+  ``corrupt_record`` with its key, so one bad value under the prefix never
+  stops a worker from serving the rest; a change-feed entry it cannot read
+  comes back as a ``corrupt`` change, so readers log it once and move past.
 * Lists come back sorted: providers, aggregates, consumers and instances by
   uuid, services by host (instances asked for by uuid: in the order asked,
   the missing ones left out).
@@ -58,8 +62,10 @@ from scheduler.exceptions import (
     StreamTruncated,
     UnitRuleViolation,
 )
+from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store.base import (
+    CORRUPT_CHANGE,
     Aggregate,
     Change,
     Consumer,
@@ -79,6 +85,8 @@ from scheduler.store.base import (
 )
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import Scripts
+
+LOG = get_logger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -145,7 +153,8 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
     hosts, _, path = rest.partition("/")
     service, _, db = path.strip("/").partition("/")
     if not hosts or not service:
-        raise ValueError(f"a Sentinel URL needs hosts and a service name: {url!r}")
+        raise ValueError(f"a Sentinel URL needs hosts and a service name: "
+                         f"{mask_secrets(url)!r}")
     sentinels = []
     for hostport in hosts.split(","):
         host, _, port = hostport.rpartition(":")
@@ -162,8 +171,24 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
 def _parse(build: Callable[[dict[str, Any]], T], raw: str, where: str) -> T:
     try:
         return build(json.loads(raw))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CorruptRecord(key=where, reason=repr(exc)) from exc
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        raise CorruptRecord(key=where, reason=repr(exc)[:200]) from exc
+
+
+def _each(build: Callable[[dict[str, Any]], T], pairs: Iterable[tuple[str, str]],
+          key: str) -> Iterable[T]:
+    """The records of a hash's (field, value) pairs that can be read; the others
+    are logged (``corrupt_record``, with the key and field) and skipped."""
+    for name, raw in pairs:
+        try:
+            yield _parse(build, raw, f"{key}[{name}]")
+        except CorruptRecord as exc:
+            LOG.error("corrupt_record", key=exc.kwargs["key"], reason=exc.kwargs["reason"])
+
+
+def _pairs(flat: list[str]) -> Iterable[tuple[str, str]]:
+    """HGETALL's flat reply as (field, value) pairs."""
+    return zip(flat[::2], flat[1::2], strict=True)
 
 
 def _provider(d: dict[str, Any]) -> Provider:
@@ -291,9 +316,8 @@ class RedisStore(Store):
 
     @_translated
     def list_providers(self) -> list[Provider]:
-        raws = self._client.hvals(self.keys.providers)
-        return sorted((_parse(_provider, raw, self.keys.providers) for raw in raws),
-                      key=lambda p: p.uuid)
+        pairs = self._client.hgetall(self.keys.providers).items()
+        return sorted(_each(_provider, pairs, self.keys.providers), key=lambda p: p.uuid)
 
     def set_inventory(self, uuid: str, generation: int,
                       inventories: Mapping[str, Inventory]) -> int:
@@ -322,9 +346,8 @@ class RedisStore(Store):
 
     @_translated
     def list_aggregates(self) -> list[Aggregate]:
-        raws = self._client.hvals(self.keys.aggregates)
-        return sorted((_parse(_aggregate, raw, self.keys.aggregates) for raw in raws),
-                      key=lambda a: a.uuid)
+        pairs = self._client.hgetall(self.keys.aggregates).items()
+        return sorted(_each(_aggregate, pairs, self.keys.aggregates), key=lambda a: a.uuid)
 
     # allocations
 
@@ -353,9 +376,8 @@ class RedisStore(Store):
 
     @_translated
     def list_consumers(self) -> list[Consumer]:
-        raws = self._client.hvals(self.keys.consumers)
-        return sorted((_parse(_consumer, raw, self.keys.consumers) for raw in raws),
-                      key=lambda c: c.uuid)
+        pairs = self._client.hgetall(self.keys.consumers).items()
+        return sorted(_each(_consumer, pairs, self.keys.consumers), key=lambda c: c.uuid)
 
     @_translated
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
@@ -372,15 +394,14 @@ class RedisStore(Store):
         k = self.keys
         cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
             keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
-        seen = dict(zip(heartbeats[::2], heartbeats[1::2], strict=True))
+        seen = dict(_pairs(heartbeats))
         return Snapshot(
             cursor=cursor,
-            providers=sorted((_parse(_provider, raw, k.providers) for raw in providers),
+            providers=sorted(_each(_provider, _pairs(providers), k.providers),
                              key=lambda p: p.uuid),
-            aggregates=sorted((_parse(_aggregate, raw, k.aggregates) for raw in aggregates),
+            aggregates=sorted(_each(_aggregate, _pairs(aggregates), k.aggregates),
                               key=lambda a: a.uuid),
-            services=sorted((self._service(raw, seen) for raw in services),
-                            key=lambda s: s.host))
+            services=self._services(_pairs(services), seen))
 
     @_translated
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
@@ -395,16 +416,22 @@ class RedisStore(Store):
         where = f"{self.keys.changes}[{cursor}]"
         kind = fields.get("k", "")
         data: Any
-        if kind == "provider":
-            data = _parse(_provider, fields["d"], where)
-        elif kind == "usage":
-            data = _parse(_usage, fields["d"], where)
-        elif kind == "aggregate":
-            data = _parse(_aggregate, fields["d"], where)
-        elif kind == "service":
-            data = _parse(lambda d: _service(d, fields.get("hb")), fields["d"], where)
-        else:
-            raise CorruptRecord(key=where, reason=f"unknown change kind {kind!r}")
+        try:
+            if kind == "provider":
+                data = _parse(_provider, fields["d"], where)
+            elif kind == "usage":
+                data = _parse(_usage, fields["d"], where)
+            elif kind == "aggregate":
+                data = _parse(_aggregate, fields["d"], where)
+            elif kind == "service":
+                data = _parse(lambda d: _service(d, fields.get("hb")), fields["d"], where)
+            else:
+                raise CorruptRecord(key=where, reason=f"unknown change kind {kind[:64]!r}")
+        except KeyError:
+            return Change(cursor=cursor, kind=CORRUPT_CHANGE,
+                          data=CorruptRecord(key=where, reason="no data field"))
+        except CorruptRecord as exc:
+            return Change(cursor=cursor, kind=CORRUPT_CHANGE, data=exc)
         return Change(cursor=cursor, kind=kind, data=data)
 
     # services
@@ -432,10 +459,10 @@ class RedisStore(Store):
     @_translated
     def list_services(self) -> list[Service]:
         pipe = self._client.pipeline(transaction=True)
-        pipe.hvals(self.keys.services)
+        pipe.hgetall(self.keys.services)
         pipe.hgetall(self.keys.heartbeats)
-        raws, seen = pipe.execute()
-        return sorted((self._service(raw, seen) for raw in raws), key=lambda s: s.host)
+        services, seen = pipe.execute()
+        return self._services(services.items(), seen)
 
     @_translated
     def get_service(self, host: str) -> Service | None:
@@ -449,6 +476,11 @@ class RedisStore(Store):
 
     def _service(self, raw: str, seen: Mapping[str, str | None]) -> Service:
         return _parse(lambda d: _service(d, seen.get(d["host"])), raw, self.keys.services)
+
+    def _services(self, pairs: Iterable[tuple[str, str]],
+                  seen: Mapping[str, str | None]) -> list[Service]:
+        return sorted(_each(lambda d: _service(d, seen.get(d["host"])), pairs,
+                            self.keys.services), key=lambda s: s.host)
 
     @_translated
     def set_service_disabled(self, host: str, disabled: bool,
@@ -494,12 +526,12 @@ class RedisStore(Store):
     @_translated
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
         if uuids is None:
-            raws = self._client.hvals(self.keys.instances)
-            return sorted((_parse(_instance, raw, self.keys.instances) for raw in raws),
-                          key=lambda r: r.uuid)
+            pairs = self._client.hgetall(self.keys.instances).items()
+            return sorted(_each(_instance, pairs, self.keys.instances), key=lambda r: r.uuid)
         wanted = list(uuids)
         raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
-        return [_parse(_instance, raw, self.keys.instances) for raw in raws if raw is not None]
+        return list(_each(_instance, ((uuid, raw) for uuid, raw in zip(wanted, raws, strict=True)
+                                      if raw is not None), self.keys.instances))
 
     # housekeeping
 

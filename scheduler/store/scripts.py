@@ -385,15 +385,16 @@ return written
 # --- change feed --------------------------------------------------------------------
 
 #: KEYS: changes, providers, aggregates, services, heartbeats. Returns
-#: {cursor, provider JSONs, aggregate JSONs, service JSONs, heartbeats flat},
-#: read at one instant, so the cursor is exactly where the data stands.
+#: {cursor, then each hash flat (field, value, ...): providers, aggregates,
+#: services, heartbeats}, read at one instant, so the cursor is exactly where
+#: the data stands (the fields name a value the reader cannot parse).
 SNAPSHOT = _STREAM_INFO + """
 local cursor = '0-0'
 if redis.call('EXISTS', KEYS[1]) == 1 then
   cursor = stream_info(KEYS[1])['last-generated-id']
 end
-return {cursor, redis.call('HVALS', KEYS[2]), redis.call('HVALS', KEYS[3]),
-        redis.call('HVALS', KEYS[4]), redis.call('HGETALL', KEYS[5])}
+return {cursor, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
+        redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
 """
 
 #: KEYS: changes. ARGV: cursor ('<ms>-<seq>', checked by the caller), count.

@@ -1,0 +1,135 @@
+"""Foreign or damaged values under the store's key prefix: reported, never
+crashed on.
+
+A list (and the snapshot a worker loads) skips a value it cannot read and logs
+``corrupt_record`` with its key; asking for that one record raises
+:class:`CorruptRecord`; a change-feed entry it cannot read comes back as a
+``corrupt`` change, which the host view logs once and moves past. A worker's
+engine over such a store goes on placing requests. Runs on the real Redis
+(these faults cannot happen in the in-memory store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+import structlog
+
+from scheduler.exceptions import CorruptRecord, NoValidHost
+from scheduler.objects import InstanceRecord
+from scheduler.store import RedisStore
+from scheduler.store.base import CORRUPT_CHANGE
+from tests.unit.factories import engine, host, populate, spec, uuid_of
+
+REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+GARBAGE = "{not json"
+FIELD = "00000000-0000-4000-8000-00000000dead"
+
+
+@pytest.fixture
+def store() -> Iterator[RedisStore]:
+    store = RedisStore(REDIS_URL, f"test-corrupt-{uuidlib.uuid4().hex}", socket_timeout=2.0)
+    if not store.ping():
+        pytest.fail(f"Redis at {REDIS_URL} does not answer")
+    populate(store, [host("h1", ram=4096), host("h2", ram=4096)])
+    store.create_instances([InstanceRecord(uuid=uuid_of("i-ok"))])
+    yield store
+    store.wipe()
+    store.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(REDIS_URL, decode_responses=True) as client:
+        yield client
+
+
+#: (hash, a bad value, the list that must skip it, the get that must raise)
+BAD_VALUES = [
+    pytest.param("providers", GARBAGE, lambda s: s.list_providers(),
+                 lambda s: s.get_provider(FIELD), id="provider-not-json"),
+    pytest.param("providers", json.dumps({"uuid": FIELD}), lambda s: s.list_providers(),
+                 lambda s: s.get_provider(FIELD), id="provider-missing-fields"),
+    pytest.param("providers", "[" * 100000, lambda s: s.snapshot().providers,
+                 lambda s: s.get_provider(FIELD), id="provider-nested-too-deep"),
+    pytest.param("aggregates", json.dumps([1, 2]), lambda s: s.list_aggregates(), None,
+                 id="aggregate-a-list"),
+    pytest.param("consumers", GARBAGE, lambda s: s.list_consumers(),
+                 lambda s: s.get_consumer(FIELD), id="consumer-not-json"),
+    pytest.param("services", json.dumps({"host": "ghost"}), lambda s: s.list_services(), None,
+                 id="service-missing-fields"),
+    pytest.param("services", GARBAGE, lambda s: s.snapshot().services, None,
+                 id="service-in-the-snapshot"),
+    pytest.param("instances", GARBAGE, lambda s: s.list_instances(),
+                 lambda s: s.get_instance(FIELD), id="instance-not-json"),
+    pytest.param("instances", json.dumps({"state": "ACTIVE"}),
+                 lambda s: s.list_instances([uuid_of("i-ok"), FIELD]),
+                 lambda s: s.get_instance(FIELD), id="instance-asked-by-uuid"),
+]
+
+
+@pytest.mark.parametrize("hash_name, value, listed, get", BAD_VALUES)
+def test_a_list_skips_what_it_cannot_read_and_logs_its_key(
+        store: RedisStore, raw: redis.Redis, hash_name: str, value: str,
+        listed: Callable[[RedisStore], list[Any]], get: Callable[[RedisStore], Any] | None
+        ) -> None:
+    before = listed(store)
+    key = getattr(store.keys, hash_name)
+    raw.hset(key, FIELD, value)
+    with structlog.testing.capture_logs() as logs:
+        after = listed(store)
+    assert after == before, "the readable records, and only they"
+    [logged] = [e for e in logs if e["event"] == "corrupt_record"]
+    assert logged["key"] == f"{key}[{FIELD}]" and logged["log_level"] == "error"
+    if get is not None:
+        with pytest.raises(CorruptRecord) as err:
+            get(store)
+        assert FIELD in err.value.kwargs["key"]
+
+
+@pytest.mark.parametrize("fields", [
+    pytest.param({"k": "provider", "d": GARBAGE}, id="provider-not-json"),
+    pytest.param({"k": "usage", "d": json.dumps({"uuid": FIELD})}, id="usage-missing-fields"),
+    pytest.param({"k": "teleport", "d": "{}"}, id="unknown-kind"),
+    pytest.param({"x": "y"}, id="no-kind-no-data"),
+])
+def test_a_change_it_cannot_read_is_a_corrupt_change_and_the_view_moves_past_it(
+        store: RedisStore, raw: redis.Redis, fields: dict[str, str]) -> None:
+    eng = engine(store)  # type: ignore[arg-type]
+    eng.view.refresh(0.0)
+    cursor = store.snapshot().cursor
+    raw.xadd(store.keys.changes, fields)
+    [change] = store.changes(cursor)
+    assert change.kind == CORRUPT_CHANGE
+    assert isinstance(change.data, CorruptRecord)
+    assert change.data.kwargs["key"] == f"{store.keys.changes}[{change.cursor}]"
+    with structlog.testing.capture_logs() as logs:
+        eng.view.refresh(0.0)
+        eng.view.refresh(0.0)
+    assert [e["event"] for e in logs].count("corrupt_change_skipped") == 1, "logged once"
+
+
+def test_a_worker_over_a_store_with_foreign_values_keeps_placing(
+        store: RedisStore, raw: redis.Redis) -> None:
+    k = store.keys
+    raw.hset(k.providers, FIELD, GARBAGE)
+    raw.hset(k.aggregates, "foreign", "42")
+    raw.hset(k.services, "ghost", GARBAGE)
+    raw.hset(k.groups, "not-a-group", GARBAGE)
+    raw.xadd(k.changes, {"k": "provider", "d": GARBAGE})
+    eng = engine(store)  # type: ignore[arg-type]
+    placed = [eng.select(f"req-{n}", spec(ram=2048, disk=1), [uuid_of(f"i{n}")])[0][0].host
+              for n in range(2)]
+    assert sorted(placed) == ["h1", "h2"]
+    # And its view keeps following the store past more garbage.
+    raw.xadd(k.changes, {"k": "usage", "d": "[]"})
+    eng.select("req-2", spec(ram=2048, disk=1), [uuid_of("i2")])
+    with pytest.raises(NoValidHost):
+        eng.select("req-3", spec(ram=4096, disk=1), [uuid_of("i3")])
+    assert len(store.list_consumers()) == 3
