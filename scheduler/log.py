@@ -43,11 +43,30 @@ def mask_secrets(text: str) -> str:
 def _mask_processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
                     ) -> MutableMapping[str, Any]:
     for key, value in list(event_dict.items()):
-        if isinstance(value, str):
-            event_dict[key] = mask_secrets(value)
-        elif isinstance(value, BaseException):
-            event_dict[key] = mask_secrets(repr(value))
+        event_dict[key] = _masked(value)
     return event_dict
+
+
+def _masked(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string in it masked (lists and dicts too, a few levels
+    deep; an exception as its masked repr)."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, BaseException):
+        return mask_secrets(repr(value))
+    if depth < 4 and isinstance(value, list | tuple):
+        return [_masked(v, depth + 1) for v in value]
+    if depth < 4 and isinstance(value, dict):
+        return {k: _masked(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _add_process(process: str) -> Any:
+    def processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+                  ) -> MutableMapping[str, Any]:
+        event_dict.setdefault("process", process)
+        return event_dict
+    return processor
 
 
 def _drop_noise(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
@@ -69,7 +88,9 @@ def setup(*, json_lines: bool | None = None, level: str = "INFO",
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if process:
-        structlog.contextvars.bind_contextvars(process=process)
+        # On every line, whichever thread logs it (context variables do not
+        # follow the RPC server's worker threads).
+        shared.append(_add_process(process))
     renderer: Any = (structlog.processors.JSONRenderer() if json_lines
                      else structlog.dev.ConsoleRenderer(colors=False))
     formatter = structlog.stdlib.ProcessorFormatter(

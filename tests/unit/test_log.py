@@ -42,3 +42,31 @@ def test_json_lines_are_masked_and_carry_request_keys(monkeypatch: pytest.Monkey
     assert all(line["request_id"] == "req-1" for line in lines)
     assert all(line["instance_uuid"] == "i-1" for line in lines)
     assert "topsecret" not in stream.getvalue()
+
+
+def test_secrets_inside_lists_and_mappings_are_masked_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log.setup(json_lines=True, level="INFO")
+    log.get_logger("test").info("urls", urls=["rabbit://u:topsecret@h//"],
+                                conf={"redis": {"url": "redis://:topsecret@h:6379"}})
+    assert "topsecret" not in stream.getvalue()
+    [line] = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert line["urls"] == ["rabbit://u:***@h//"]
+
+
+def test_every_line_names_its_process_whichever_thread_logs_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log.setup(json_lines=True, level="INFO", process="scheduler-worker.2")
+    worker = threading.Thread(target=lambda: log.get_logger("test").info("from_a_thread"))
+    worker.start()
+    worker.join()
+    log.get_logger("test").info("from_main")
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert [(x["event"], x["process"]) for x in lines] == [
+        ("from_a_thread", "scheduler-worker.2"), ("from_main", "scheduler-worker.2")]

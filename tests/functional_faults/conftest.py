@@ -1,0 +1,406 @@
+"""Fault tier: private RabbitMQ and Redis nodes the tests may stop, restart and
+lock down, real processes, and faults injected mid-storm.
+
+* One private RabbitMQ node per session (its own node name, AMQP port,
+  distribution port, data and log directories, owned by the ``rabbitmq``
+  user), with a TLS listener beside the plain one. Every test of this tier
+  talks to it, in a virtual host of its own; the restart test stops and
+  starts it. The shared broker on 5672 is never touched.
+* Private ``redis-server`` processes on ports and directories of their own
+  (append-only persistence, passwords, ACL users, TLS), made per test where a
+  test needs to restart or lock down its store; other tests use the shared
+  Redis under a key prefix of their own (never restarted, never flushed).
+* A self-signed CA and a server certificate for ``localhost``, made with
+  ``openssl`` once per session.
+
+Nothing here is skipped: a missing ``rabbitmq-server``, ``redis-server`` or
+``openssl`` fails the tier. After every test the store's accounting is
+checked (usage == sum of live allocations, within capacity).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.store import Store, open_store
+from tests.functional.conftest import Cluster, Process
+
+SHARED_REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: The private node's administrator (created in it, with every permission).
+ADMIN_USER, ADMIN_PASSWORD = "ftest-admin", "ftest-admin-pw"
+
+#: Back-off bounds for the daemons of this tier: reconnect within seconds of
+#: a broker coming back, so a test waits seconds, not the 30 s default.
+RABBIT_BACKOFF = {"rabbit_retry_interval": 1, "rabbit_retry_backoff": 1,
+                  "rabbit_interval_max": 3, "kombu_reconnect_delay": 0.5}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+               interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _need(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        pytest.fail(f"the fault tier needs {program} on PATH", pytrace=False)
+    return path
+
+
+def _private_dir(prefix: str, owner: str | None = None) -> Path:
+    """A directory under /tmp the given user may write (pytest's tmp_path is
+    root-only, and the broker runs as ``rabbitmq``)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o755)
+    if owner:
+        shutil.chown(path, owner, owner)
+    return path
+
+
+# --- certificates ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certs:
+    """A CA and a server certificate for ``localhost`` (files readable by all)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+@pytest.fixture(scope="session")
+def certs() -> Iterator[Certs]:
+    _need("openssl")
+    base = _private_dir("sched-certs-")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    ca_key, ca, key, csr, cert = (base / n for n in ("ca.key", "ca.pem", "server.key",
+                                                     "server.csr", "server.pem"))
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
+            str(ca), "-days", "2", "-subj", "/CN=scheduler-test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+            "-subj", "/CN=localhost")
+    ext = base / "ext.cnf"
+    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+            "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    for path in base.iterdir():
+        path.chmod(0o644)
+    yield Certs(ca=ca, cert=cert, key=key)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+# --- the private RabbitMQ node --------------------------------------------------------
+
+
+class PrivateRabbit:
+    """A RabbitMQ node of the tests' own: start, stop, restart, rabbitmqctl."""
+
+    def __init__(self, certs: Certs) -> None:
+        _need("rabbitmq-server")
+        self.base = _private_dir("sched-rabbit-", owner="rabbitmq")
+        self.node = f"ftest{uuidlib.uuid4().hex[:8]}@localhost"
+        self.port, self.tls_port, self.dist_port = free_port(), free_port(), free_port()
+        for name in ("mnesia", "log"):
+            (self.base / name).mkdir()
+        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "rabbitmq.conf").write_text("\n".join([
+            f"listeners.tcp.default = 127.0.0.1:{self.port}",
+            f"listeners.ssl.default = 127.0.0.1:{self.tls_port}",
+            f"ssl_options.cacertfile = {certs.ca}",
+            f"ssl_options.certfile = {certs.cert}",
+            f"ssl_options.keyfile = {certs.key}",
+            "ssl_options.verify = verify_none",
+            "ssl_options.fail_if_no_peer_cert = false",
+            "loopback_users = none",
+            "log.console = false",
+            "log.file.level = warning",
+        ]) + "\n")
+        for path in self.base.rglob("*"):
+            shutil.chown(path, "rabbitmq", "rabbitmq")
+        self.env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
+            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.base / "rabbit.pid"),
+        }
+        self.stops = 0
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        out = subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], env=self.env,
+                             capture_output=True, timeout=timeout)
+        if out.returncode:
+            raise AssertionError(f"rabbitmqctl {args[0]} failed: {out.stderr.decode()[-2000:]}")
+        return out.stdout.decode()
+
+    def start(self) -> None:
+        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True,
+                       capture_output=True, timeout=60)
+        self.ctl("wait", str(self.base / "rabbit.pid"), "--timeout", "90", timeout=120)
+        self.ctl("await_startup", "--timeout", "90", timeout=120)
+        wait_until(lambda: port_open(self.port), 30, "the private broker's AMQP port")
+
+    def stop(self) -> None:
+        """Stop the node and wait until its OS process is gone and its ports closed."""
+        pid = self._pid()
+        self.ctl("stop", timeout=90)
+        if pid is not None:
+            wait_until(lambda: not _alive(pid), 60, "the broker's process to exit")
+        wait_until(lambda: not port_open(self.port), 30, "the broker's port to close")
+        self.stops += 1
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        pid = self._pid()
+        try:
+            self.ctl("stop", timeout=60)
+        except (AssertionError, subprocess.TimeoutExpired):
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _pid(self) -> int | None:
+        try:
+            return int((self.base / "rabbit.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def add_vhost(self, vhost: str, user: str = ADMIN_USER) -> None:
+        self.ctl("add_vhost", vhost)
+        self.ctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+
+    def url(self, vhost: str, user: str = ADMIN_USER, password: str = ADMIN_PASSWORD,
+            tls: bool = False, host: str = "127.0.0.1") -> str:
+        return (f"rabbit://{user}:{password}@{host}:{self.tls_port if tls else self.port}/"
+                f"{vhost}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def private_rabbit(certs: Certs) -> Iterator[PrivateRabbit]:
+    node = PrivateRabbit(certs)
+    node.start()
+    try:
+        node.ctl("add_user", ADMIN_USER, ADMIN_PASSWORD)
+        node.ctl("set_user_tags", ADMIN_USER, "administrator")
+        yield node
+    finally:
+        node.destroy()
+
+
+# --- private Redis servers ------------------------------------------------------------
+
+
+class PrivateRedis:
+    """A redis-server of the test's own (append-only, on its own port and dir)."""
+
+    def __init__(self, *args: str, tls: Certs | None = None) -> None:
+        _need("redis-server")
+        self.dir = _private_dir("sched-redis-")
+        self.port = free_port()
+        self.tls = tls
+        self.args = ["--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
+                     "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
+                     "--logfile", str(self.dir / "redis.log"), *args]
+        if tls is not None:
+            self.args = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
+                         str(tls.cert), "--tls-key-file", str(tls.key), "--tls-ca-cert-file",
+                         str(tls.ca), "--tls-auth-clients", "no", *self.args]
+        else:
+            self.args = ["--port", str(self.port), *self.args]
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(["redis-server", *self.args], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+        wait_until(lambda: port_open(self.port), 30, "the private Redis")
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM: Redis syncs its append-only file first)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            self.popen.wait(30)
+        wait_until(lambda: not port_open(self.port), 30, "the private Redis to close")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def url(self, user: str = "", password: str = "", host: str = "127.0.0.1") -> str:
+        auth = f"{user}:{password}@" if password else ""
+        if self.tls is not None:
+            return f"rediss://{auth}{host}:{self.port}/0?ssl_ca_certs={self.tls.ca}"
+        return f"redis://{auth}{host}:{self.port}/0"
+
+    def destroy(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[Callable[..., PrivateRedis]]:
+    """Start private Redis servers: ``private_redis(*redis_args, tls=certs)``."""
+    made: list[PrivateRedis] = []
+
+    def make(*args: str, tls: Certs | None = None) -> PrivateRedis:
+        server = PrivateRedis(*args, tls=tls)
+        made.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in made:
+        server.destroy()
+
+
+# --- a deployment on the private broker -------------------------------------------------
+
+
+@dataclass
+class FaultCluster(Cluster):
+    """A :class:`Cluster` on the private broker (a vhost of its own) and on the
+    store at ``redis_url`` (the shared Redis under a prefix of its own, or a
+    private one). ``rabbit_url`` overrides the transport URL (another user,
+    TLS); ``rabbit_options`` go to ``[oslo_messaging_rabbit]``."""
+
+    broker: PrivateRabbit | None = None
+    redis_url: str = SHARED_REDIS_URL
+    rabbit_url: str | None = None
+    rabbit_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.broker is not None
+        self.vhost = f"test-{self.ident}"
+        self.prefix = f"test-{self.ident}"
+        self.broker.add_vhost(self.vhost)
+        self.transport_url = self.rabbit_url or self.broker.url(self.vhost)
+        self.store: Store = open_store(self.redis_url, self.prefix)
+        self.extra_conf.setdefault("redis", {})["url"] = self.redis_url
+        self.extra_conf.setdefault("oslo_messaging_rabbit", {}).update(
+            {**RABBIT_BACKOFF, **self.rabbit_options})
+        self.write_config()
+
+    def close(self) -> None:
+        for proc in self.processes:
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in self.processes:
+            proc.stop()
+        try:
+            self.store.wipe()
+        finally:
+            self.store.close()
+            assert self.broker is not None
+            if port_open(self.broker.port):
+                self.broker.ctl("delete_vhost", self.vhost)
+
+    def logs(self) -> str:
+        """Everything every process of this deployment wrote."""
+        return "".join(p.log_path.read_text(errors="replace") for p in self.processes)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_redis_up() -> None:
+    host, _, port = SHARED_REDIS_URL.split("//", 1)[1].split("/", 1)[0].rpartition(":")
+    if not port_open(int(port), host):
+        pytest.fail(f"the fault tier needs Redis at {SHARED_REDIS_URL} (see .ci/run)",
+                    pytrace=False)
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path, private_rabbit: PrivateRabbit
+                 ) -> Iterator[Callable[..., FaultCluster]]:
+    """Build deployments (``make_cluster(redis_url=..., rabbit_url=...)``); each is
+    checked (accounting) and torn down after the test."""
+    made: list[FaultCluster] = []
+
+    def make(**kwargs: Any) -> FaultCluster:
+        sub = tmp_path / f"cluster-{len(made)}"
+        sub.mkdir()
+        c = FaultCluster(sub, broker=private_rabbit, **kwargs)
+        made.append(c)
+        return c
+
+    yield make
+    try:
+        for c in made:
+            c.check_accounting()
+    finally:
+        for c in made:
+            c.close()
+
+
+@pytest.fixture
+def cluster(make_cluster: Callable[..., FaultCluster]) -> FaultCluster:
+    return make_cluster()
+
+
+# --- probes ---------------------------------------------------------------------------
+
+
+def healthz(port: int) -> tuple[int, dict[str, Any]]:
+    """The worker's /healthz: (HTTP status, body)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+__all__ = ["Certs", "FaultCluster", "PrivateRabbit", "PrivateRedis", "Process", "free_port",
+           "healthz", "port_open", "wait_until"]
