@@ -20,13 +20,14 @@ from typing import Any
 import oslo_messaging
 
 from scheduler.engine.pipeline import Engine
-from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
+from scheduler.exceptions import ConsumerConflict, Forbidden, InvalidRequest, NoValidHost
 from scheduler.log import bind_request, get_logger
 from scheduler.notifier import Notifier
 from scheduler.objects import (
     Flavor,
     RequestSpec,
     Selection,
+    migration_uuid_for,
     validate_instance_uuids,
     validate_uuid,
 )
@@ -103,12 +104,13 @@ class SchedulerEndpoint:
     target = oslo_messaging.Target(version="1.0")
 
     def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
-                 notifier: Notifier) -> None:
+                 notifier: Notifier, allow_resize_to_same_host: bool = False) -> None:
         self.engine = engine
         self.compute = compute
         self.conductor = conductor
         self.notifier = notifier
         self.stats = DecisionStats()
+        self.allow_resize_to_same_host = allow_resize_to_same_host
 
     def _select(self, request_id: str, spec: RequestSpec, uuids: Sequence[str],
                 return_alternates: bool = True) -> list[list[Selection]]:
@@ -182,37 +184,82 @@ class SchedulerEndpoint:
 
     def resize(self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any,
                request_spec: Any) -> None:
-        """Select a destination other than the source, claim the new flavor for a
-        migration consumer there, and cast prep_resize to it."""
+        """Park the instance's allocation on a migration consumer, claim the new
+        flavor for the instance on a destination (plus alternates), and cast
+        prep_resize there.
+
+        The source is excluded unless ``allow_resize_to_same_host``. A resize
+        that cannot be placed hands the allocation back to the instance, which
+        stays ACTIVE on its source; the conductor records the fault. A
+        re-driven resize (same request id, so the same migration) finds the
+        move done and the destination claimed, and casts prep_resize again.
+        """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id, instance_uuid=str(instance_uuid)[:64]):
-            payload = {"instance_uuid": str(instance_uuid)[:64], "source_host": source_host}
+            payload = {"instance_uuid": str(instance_uuid)[:64], "source_host": source_host,
+                       "new_flavor": new_flavor.get("name") if isinstance(new_flavor, dict)
+                       else None}
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:
-                    uuid = validate_uuid(instance_uuid, "instance_uuid")
-                    if not isinstance(source_host, str) or not source_host:
-                        raise InvalidRequest(reason="source_host must be a host name")
-                    flavor = Flavor.from_primitive(new_flavor)
-                    spec = RequestSpec.from_primitive(request_spec).replace(
-                        flavor=flavor, num_instances=1)
-                    spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
-                    migration_uuid = str(uuidlib.uuid5(uuidlib.UUID(uuid), request_id))
-                    selections = self._select(request_id, spec, [migration_uuid])
+                    uuid, flavor, spec = self._resize_request(instance_uuid, source_host,
+                                                              new_flavor, request_spec)
+                    migration_uuid = migration_uuid_for(uuid, request_id)
+                    self._park(uuid, migration_uuid)
                 except InvalidRequest as exc:
                     end["state"] = "error"
+                    LOG.warning("resize_invalid", reason=exc.message)
                     self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
                     self.conductor.resize_result(ctxt, str(instance_uuid), "", None, False,
-                                                 exc.message)
+                                                 exc.message, exc.message)
                     return
+                end["migration_uuid"] = migration_uuid
+                try:
+                    selections = self._select(request_id, spec, [uuid])
                 except NoValidHost as exc:
                     end["state"] = "error"
+                    LOG.info("resize_no_valid_host", details=exc.details)
+                    self._unpark(uuid, migration_uuid)
                     self._notify_failure(ctxt, "resize", [uuid], exc)
-                    self.conductor.resize_result(ctxt, uuid, "", None, False, exc.message)
+                    self.conductor.resize_result(ctxt, uuid, migration_uuid, None, False,
+                                                 exc.message, exc.details)
                     return
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
+                LOG.info("resize_scheduled", host=primary.host, migration_uuid=migration_uuid,
+                         alternates=[a.host for a in alternates])
                 self.compute.prep_resize(ctxt, uuid, migration_uuid, flavor, spec, primary,
                                          alternates)
+
+    def _resize_request(self, instance_uuid: Any, source_host: Any, new_flavor: Any,
+                        request_spec: Any) -> tuple[str, Flavor, RequestSpec]:
+        uuid = validate_uuid(instance_uuid, "instance_uuid")
+        if not isinstance(source_host, str) or not source_host:
+            raise InvalidRequest(reason="source_host must be a host name")
+        flavor = Flavor.from_primitive(new_flavor)
+        spec = RequestSpec.from_primitive(request_spec).replace(flavor=flavor, num_instances=1)
+        if not self.allow_resize_to_same_host:
+            spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
+        return uuid, flavor, spec
+
+    def _park(self, instance_uuid: str, migration_uuid: str) -> None:
+        """Move the instance's allocation to the migration consumer (once)."""
+        store = self.engine.store
+        try:
+            if store.move_allocations(instance_uuid, migration_uuid):
+                return
+        except ConsumerConflict:
+            return  # the migration holds the source already: this is a re-drive
+        if store.get_consumer(migration_uuid) is None:
+            raise InvalidRequest(reason=f"instance {instance_uuid} holds no allocation to resize")
+
+    def _unpark(self, instance_uuid: str, migration_uuid: str) -> None:
+        """Hand the source's allocation back to the instance (nothing was placed)."""
+        try:
+            self.engine.store.move_allocations(migration_uuid, instance_uuid)
+        except ConsumerConflict:
+            # The instance holds a claim again: a racing copy of this request
+            # placed it, and that copy owns the migration now.
+            LOG.warning("resize_unpark_superseded", migration_uuid=migration_uuid)
 
     # --- failures -------------------------------------------------------------------
 

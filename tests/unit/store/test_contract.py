@@ -755,6 +755,22 @@ def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
     assert store.get_instance(uuid) == expected
 
 
+def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, request_id="req-1", deadline=2.5)])
+    flavor = {"name": "m1.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 80,
+              "ephemeral_gb": 0, "swap_mb": 0, "extra_specs": {}}
+    updated = store.update_instance(uuid, redrives=2, migration_uuid=new_uuid(),
+                                    new_flavor=flavor, source_host="h1", source_node="h1")
+    assert updated is not None
+    assert store.get_instance(uuid) == updated
+    assert (updated.request_id, updated.redrives, updated.new_flavor, updated.source_host,
+            updated.deadline) == ("req-1", 2, flavor, "h1", 2.5)
+    cleared = store.update_instance(uuid, migration_uuid=None, new_flavor=None, deadline=None)
+    assert cleared is not None and cleared.new_flavor is None and cleared.deadline is None
+    assert store.list_instances_due(10.0) == []
+
+
 @pytest.mark.parametrize("expected_states, applies", [
     pytest.param([BUILDING], True, id="expected"),
     pytest.param([BUILDING, ERROR], True, id="one-of"),
