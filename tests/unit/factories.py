@@ -5,6 +5,8 @@ its service record; :class:`FeedStore` holds them and speaks the part of the
 store contract the engine uses (snapshot, change feed, services, claim,
 release, consumers, group members), with knobs for what tests provoke: a
 claim conflict on a host, a truncated feed, another worker's writes.
+:class:`Recorded` stands in for an RPC client (the conductor, compute and
+simulator tests read what would have been sent).
 """
 
 from __future__ import annotations
@@ -299,3 +301,37 @@ class FeedStore:
     @staticmethod
     def _cursor(n: int) -> str:
         return f"0-{n}"
+
+
+class Recorded:
+    """Stands in for an RPC client: records every method called on it.
+
+    ``answers`` maps a method name to what it returns (a callable is called
+    with the arguments, and may raise).
+    """
+
+    def __init__(self, **answers: object) -> None:
+        self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+        self._answers = answers
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def method(*args: object, **kwargs: object) -> object:
+            self.calls.append((name, args, kwargs))
+            answer = self._answers.get(name)
+            return answer(*args, **kwargs) if callable(answer) else answer
+
+        return method
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.calls]
+
+    def last(self, name: str) -> tuple[tuple[object, ...], dict[str, object]]:
+        """The arguments of the last call of ``name``."""
+        for called, args, kwargs in reversed(self.calls):
+            if called == name:
+                return args, kwargs
+        raise AssertionError(f"{name} was not called; calls: {self.names}")
