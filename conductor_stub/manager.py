@@ -387,14 +387,21 @@ class BootReport:
     def no_valid_host(self) -> int:
         return sum(1 for r in self.instances if r.fault == NoValidHost.USER_MESSAGE)
 
+    @property
+    def redriven(self) -> int:
+        """Instances whose request the conductor had to send again."""
+        return sum(1 for r in self.instances if r.redrives)
+
     def to_primitive(self) -> dict[str, Any]:
         return {
             "summary": {"total": len(self.instances), "states": dict(self.by_state),
                         "rescheduled": self.rescheduled, "no_valid_host": self.no_valid_host,
+                        "redriven": self.redriven,
                         "seconds": round(self.seconds, 3), "requests": self.requests,
                         "timed_out": self.timed_out},
             "instances": [{"uuid": r.uuid, "state": r.state, "host": r.host,
-                           "attempts": r.attempts, "fault": r.fault} for r in self.instances],
+                           "attempts": r.attempts, "redrives": r.redrives, "fault": r.fault}
+                          for r in self.instances],
         }
 
 
