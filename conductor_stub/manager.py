@@ -10,9 +10,10 @@ the next alternate is claimed with nothing but what its Selection holds and
 the build (or prep_resize) cast there, with no scheduler round trip; an
 alternate whose resources were taken meanwhile is skipped for the next one
 (Nova's bug 1837955 gave up instead). With alternates off, the scheduler is
-asked again with the hosts already tried ignored. Either way at most
-``max_attempts`` hosts are tried; then the instance goes to ERROR with "max
-retries exceeded", distinct from "no valid host" (a resize instead stays
+asked again with the hosts already tried ignored, up to ``max_attempts``
+hosts (with alternates, their number is the bound: the scheduler returns
+``max_attempts - 1``). When they run out the instance goes to ERROR with
+"max retries exceeded", distinct from "no valid host" (a resize instead stays
 ACTIVE on its source, with that fault).
 
 Results are checked against the store before they count: a build result
@@ -158,7 +159,9 @@ class ConductorEndpoint:
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
         details = (f"max retries exceeded: {attempts} attempt(s), hosts tried: "
                    f"{', '.join(tried)}; last failure: {reason}")
-        if attempts >= self.settings.max_attempts:
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            # (With alternates, their number is the bound: the scheduler gave
+            # max_attempts - 1 of them.)
             self._build_failed(uuid, MaxRetriesExceeded.USER_MESSAGE, details, attempts, tried)
             return
         # Record the attempt first (and push the deadline), so a conductor that
@@ -257,7 +260,7 @@ class ConductorEndpoint:
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
         details = (f"max retries exceeded: {attempts} destination(s) tried: "
                    f"{', '.join(tried)}; last failure: {reason}")
-        if attempts >= self.settings.max_attempts:
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
             records.fail_resize(self.store, record, MaxRetriesExceeded.USER_MESSAGE, details,
                                 clock=self._clock)
             return

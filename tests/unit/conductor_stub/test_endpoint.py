@@ -122,7 +122,7 @@ class RescheduleCase:
     remaining: tuple[str, ...] = ()  # with these alternates
     state: str = BUILDING
     fault: str | None = None
-    skipped: int = 0
+    asks_scheduler: bool = False
 
 
 RESCHEDULE_CASES = [
@@ -132,13 +132,16 @@ RESCHEDULE_CASES = [
                    fault=MaxRetriesExceeded.USER_MESSAGE),
     RescheduleCase("no-alternates-left", alternates=(), state=ERROR,
                    fault=MaxRetriesExceeded.USER_MESSAGE),
-    RescheduleCase("max-attempts-reached", attempts=2, state=ERROR,
-                   fault=MaxRetriesExceeded.USER_MESSAGE),
+    RescheduleCase("alternates-left-after-max-attempts-are-still-tried", attempts=2,
+                   built_on="h2", remaining=("h3",)),
+    RescheduleCase("alternates-off-max-attempts-reached", attempts=2, return_alternates=False,
+                   scheduler="h4", state=ERROR, fault=MaxRetriesExceeded.USER_MESSAGE),
     RescheduleCase("superseded-by-a-re-driven-copy", held_on="h4"),
     RescheduleCase("alternates-off-asks-the-scheduler", return_alternates=False,
-                   scheduler="h4", built_on="h4"),
+                   scheduler="h4", built_on="h4", asks_scheduler=True),
     RescheduleCase("alternates-off-no-valid-host", return_alternates=False,
-                   scheduler=no_valid_host, state=ERROR, fault=NoValidHost.USER_MESSAGE),
+                   scheduler=no_valid_host, state=ERROR, fault=NoValidHost.USER_MESSAGE,
+                   asks_scheduler=True),
 ]
 
 
@@ -170,11 +173,13 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
         assert [s.host for s in remaining] == list(case.remaining)  # type: ignore[attr-defined]
         assert holder(store, uuid) == case.built_on
         assert (record.host, record.task_state, record.attempts, record.tried_hosts,
-                record.deadline) == (case.built_on, SPAWNING, 1, ("h1",),
+                record.deadline) == (case.built_on, SPAWNING, case.attempts + 1,
+                                     ("h0",) * case.attempts + ("h1",),
                                      NOW + ConductorSettings().build_timeout)
     if case.held_on is None and case.state == ERROR:
         assert store.get_consumer(uuid) is None
-    if not case.return_alternates:
+    assert ("select_destinations" in scheduler.names) is case.asks_scheduler
+    if case.asks_scheduler:
         (_, spec, _), kwargs = scheduler.last("select_destinations")
         assert spec.ignore_hosts == ("h1",) and kwargs == {"return_alternates": False}
 
