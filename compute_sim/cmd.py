@@ -1,23 +1,38 @@
 """``compute-sim``: one process simulating N compute hosts.
 
 Example: ``compute-sim --config-file etc/scheduler/scheduler.conf --hosts 1000
---fail-rate 0.1 --build-time 0.05``. Hosts are named ``<prefix>-0000`` ...;
+--fail-rate 0.1 --build-time 0.05``; ``--traits HW_CPU_X86_AVX512F --traits-on
+100`` gives the first 100 hosts a trait, ``--vgpus-per-host 4`` each host a
+GPU child provider, ``--aggregate gold:filter_tenant_id=p1`` an aggregate.
+Hosts are named ``<prefix>-0000`` ...;
 run several simulators side by side with different ``--name-prefix``.
+
+Every host of one simulator reports the same capabilities: ``--cpu-arch``,
+``--hypervisor-type``, ``--hypervisor-version`` (one supported instance
+triple ``[arch, type, hvm]`` from them), ``--numa-cells 8:32768,8:32768``
+(CPUs:MB per cell), ``--pci-devices 8086:154d:4`` (vendor:product:count) and
+``--capability key=value`` for anything else (``cpu_info:vendor=Intel``
+nests; a JSON value such as ``["avx","sse"]`` is read as JSON). Run
+simulators with different options for a mixed fleet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from oslo_config import cfg
 
-from compute_sim.manager import ComputeSimulator, HostShape
+from compute_sim.manager import AggregateSpec, ComputeSimulator, HostShape, Topology
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
+from scheduler.engine.capabilities import CapabilityReport
+from scheduler.image_meta import version_to_int
 from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("compute_sim")
@@ -40,7 +55,75 @@ cli_opts = [
     cfg.ListOpt("availability-zones", default=[],
                 help="Spread the hosts over these zones, round robin (one aggregate each)."),
     cfg.IntOpt("seed", help="Seed of the failure draws, for a replayable run."),
+    cfg.StrOpt("cpu-arch", default="x86_64", help="CPU architecture the hosts report."),
+    cfg.StrOpt("hypervisor-type", default="kvm", help="Hypervisor type the hosts report."),
+    cfg.StrOpt("hypervisor-version", default="8.0.0",
+               help="Hypervisor version the hosts report (major.minor.patch)."),
+    cfg.ListOpt("numa-cells", default=[],
+                help="NUMA cells per host as cpus:memory_mb, e.g. 8:32768,8:32768."),
+    cfg.ListOpt("pci-devices", default=[],
+                help="Free PCI devices per host as vendor:product:count, e.g. 8086:154d:4."),
+    cfg.MultiStrOpt("capability", default=[],
+                    help="Another reported attribute as key=value (repeatable); a key with "
+                    "':' nests (cpu_info:vendor=Intel); a JSON value is read as JSON."),
+    cfg.BoolOpt("report-stats", default=True,
+                help="Report builds in progress and image property counts as builds start "
+                "and end (for the I/O ops and image properties filters and weighers)."),
+    cfg.ListOpt("traits", default=[],
+                help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
+                "COMPUTE_IMAGE_TYPE_QCOW2."),
+    cfg.IntOpt("traits-on", min=0,
+               help="Only the first N hosts report --traits (default: all of them)."),
+    cfg.MultiStrOpt("aggregate", default=[],
+                    help="An aggregate every host joins, as name or name:key=value,... "
+                    "(e.g. gold:filter_tenant_id=p1). Repeat for several."),
+    cfg.IntOpt("vgpus-per-host", default=0, min=0,
+               help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child."),
+    cfg.IntOpt("gpus-per-host", default=1, min=1,
+               help="GPU child providers per host (with --vgpus-per-host)."),
+    cfg.ListOpt("gpu-traits", default=["CUSTOM_VGPU"],
+                help="Traits of each GPU child provider."),
 ]
+
+
+def _nested(key: str, value: Any, into: dict[str, Any]) -> None:
+    head, sep, rest = key.partition(":")
+    if not sep:
+        into[key] = value
+        return
+    inner = into.setdefault(head, {})
+    if not isinstance(inner, dict):
+        raise ValueError(f"--capability {key}: {head} is already a value")
+    _nested(rest, value, inner)
+
+
+def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
+    """What every host of this simulator reports, from its options.
+
+    :raises ValueError: an option value that cannot be read.
+    """
+    extra: dict[str, Any] = {}
+    for item in conf.capability:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--capability {item!r} is not key=value")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        _nested(key, value, extra)
+    cells, pools = [], []
+    for cell in conf.numa_cells:
+        cpus, _, memory = cell.partition(":")
+        cells.append({"cpus": int(cpus), "memory_mb": int(memory)})
+    for pool in conf.pci_devices:
+        vendor, product, count = pool.split(":")
+        pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
+    return CapabilityReport.from_primitive({
+        **extra, "cpu_arch": conf.cpu_arch, "hypervisor_type": conf.hypervisor_type,
+        "hypervisor_version": version_to_int(conf.hypervisor_version),
+        "supported_instances": [[conf.cpu_arch, conf.hypervisor_type, "hvm"]],
+        "numa_cells": cells, "pci_devices": pools})
 
 
 def build_simulator(conf: cfg.ConfigOpts, store, transport, server_name: str  # type: ignore[no-untyped-def]
@@ -54,12 +137,18 @@ def build_simulator(conf: cfg.ConfigOpts, store, transport, server_name: str  # 
                       reserved_host_disk_gb=c.reserved_host_disk_gb,
                       reserved_host_cpus=c.reserved_host_cpus)
     hosts = [f"{conf.name_prefix}-{i:04d}" for i in range(conf.hosts)]
+    topology = Topology(traits=tuple(conf.traits), traits_on=conf.traits_on,
+                        aggregates=tuple(AggregateSpec.parse(a) for a in conf.aggregate),
+                        vgpus_per_gpu=conf.vgpus_per_host, gpus_per_host=conf.gpus_per_host,
+                        gpu_traits=tuple(conf.gpu_traits))
     return ComputeSimulator(store, rpc.ConductorClient(transport), hosts, server_name, shape,
                             build_time=conf.build_time, fail_rate=conf.fail_rate,
                             fail_hosts=conf.fail_hosts,
                             availability_zones=conf.availability_zones, seed=conf.seed,
                             compute=rpc.ComputeClient(transport, ServiceResolver(store)),
-                            fail_resize_hosts=conf.fail_resize_hosts)
+                            fail_resize_hosts=conf.fail_resize_hosts,
+                            topology=topology, capabilities=capability_report(conf),
+                            report_stats=conf.report_stats)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

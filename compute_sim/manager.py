@@ -1,7 +1,9 @@
 """Simulated compute hosts: many in one process, each a real resource provider.
 
 Each host registers as a root resource provider with VCPU, MEMORY_MB and
-DISK_GB inventory, heartbeats, and is reached over RPC on topic ``compute``
+DISK_GB inventory (and, if asked, traits, aggregates with metadata, and GPU
+child providers with VGPU inventory and traits of their own), heartbeats,
+and is reached over RPC on topic ``compute``
 through the one server name this process listens on (its service records
 say so). A build "takes" ``build_time`` seconds and fails with probability
 ``fail_rate`` (or always, on the hosts named in ``fail_hosts``). A failed
@@ -24,6 +26,22 @@ claim *before* handing the resize back for a retry on the alternates.
 ``revert_resize`` (on the destination) drops the instance's and hands the
 migration's back to it, in one atomic step. Every step is idempotent per
 migration, so the conductor may re-drive any of them.
+
+Each host reports its capabilities once at registration (architecture,
+hypervisor type and version, supported instances, NUMA cells, PCI devices
+and any other attribute, as ``capabilities`` describes) and its stats
+whenever a build or a resize's prep starts or ends: operations in progress
+(``num_io_ops``, as Nova counts a resize's prep) and, per image property
+value, how many of its instances run such an image (counted when a build
+succeeds; a resize does not move the count). Reports go to the store only
+when they change, never with heartbeats.
+
+Reporting is guarded by provider generations: a write that meets a stale
+generation re-reads the provider and decides again from what it now holds
+(:meth:`ComputeSimulator._report`), never repeating the write blindly. The
+simulator owns the traits it reports; it keeps ``COMPUTE_STATUS_DISABLED``
+(the store writes it with the service record) and ``CUSTOM_*`` traits it
+does not report (an operator's).
 """
 
 from __future__ import annotations
@@ -40,11 +58,13 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler.exceptions import GenerationConflict, ProviderExists
+from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
+from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
-from scheduler.store import Aggregate, Inventory, Service, Store
+from scheduler.store import Aggregate, Inventory, Service, ServiceReport, Store
 
 LOG = get_logger(__name__)
 
@@ -71,6 +91,59 @@ def provider_uuid(host: str) -> str:
 
 def aggregate_uuid(name: str) -> str:
     return str(uuidlib.uuid5(PROVIDER_NAMESPACE, f"aggregate:{name}"))
+
+
+def gpu_name(host: str, n: int) -> str:
+    """The name of a host's ``n``-th GPU child provider."""
+    return f"{host}-gpu{n}"
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """An aggregate every host of the simulator joins, with its metadata.
+
+    Read from ``name`` or ``name:key=value,key=value`` (``--aggregate``).
+    """
+
+    name: str
+    metadata: dict[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> AggregateSpec:
+        name, _, pairs = text.partition(":")
+        metadata = {}
+        for pair in filter(None, (p.strip() for p in pairs.split(","))):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"aggregate metadata must be key=value, got {pair!r}")
+            metadata[key.strip()] = value.strip()
+        if not name.strip():
+            raise ValueError(f"an aggregate needs a name: {text!r}")
+        return cls(name.strip(), metadata)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Traits, aggregates and child providers of the simulated hosts.
+
+    ``traits`` go on the first ``traits_on`` hosts (None: all of them);
+    ``vgpus_per_gpu`` > 0 gives each host ``gpus_per_host`` GPU child
+    providers, each with that much VGPU inventory and ``gpu_traits``.
+    """
+
+    traits: tuple[str, ...] = ()
+    traits_on: int | None = None
+    aggregates: tuple[AggregateSpec, ...] = ()
+    vgpus_per_gpu: int = 0
+    gpus_per_host: int = 1
+    gpu_traits: tuple[str, ...] = ("CUSTOM_VGPU",)
+
+    def host_traits(self, position: int) -> frozenset[str]:
+        on = self.traits_on is None or position < self.traits_on
+        return frozenset(self.traits) if on else frozenset()
+
+    def gpus(self) -> int:
+        return self.gpus_per_host if self.vgpus_per_gpu > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -145,7 +218,9 @@ class ComputeSimulator:
                  build_time: float = 0.05, fail_rate: float = 0.0,
                  fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
                  seed: int | None = None, compute: ComputeClient | None = None,
-                 fail_resize_hosts: Sequence[str] = ()) -> None:
+                 fail_resize_hosts: Sequence[str] = (), topology: Topology = Topology(),
+                 capabilities: CapabilityReport | None = None,
+                 report_stats: bool = True) -> None:
         self.store = store
         self.conductor = conductor
         self.hosts = list(hosts)
@@ -156,6 +231,7 @@ class ComputeSimulator:
         self.fail_rate = fail_rate
         self.fail_hosts = set(fail_hosts)
         self.availability_zones = list(availability_zones)
+        self.topology = topology
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._builds: dict[tuple[str, str], str] = {}  # (instance, host) -> BUILD_*
@@ -167,49 +243,91 @@ class ComputeSimulator:
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
+        self.capabilities = capabilities
+        self.report_stats = report_stats
+        self._report_lock = threading.Lock()  # reports leave in the order they were made
+        self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
+        self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
 
     # --- registration ---------------------------------------------------------------
 
     def register(self) -> None:
-        """Create (or find again) each host's provider, set its inventory and zone."""
+        """Create (or find again) each host's providers; report inventory,
+        traits, zone and aggregates."""
         zone_aggs = {}
         for zone in self.availability_zones:
             agg = Aggregate(uuid=aggregate_uuid(zone), name=zone,
                             metadata={"availability_zone": zone})
             self.store.put_aggregate(agg)
             zone_aggs[zone] = agg.uuid
+        shared = set()
+        for spec in self.topology.aggregates:
+            agg = Aggregate(uuid=aggregate_uuid(spec.name), name=spec.name,
+                            metadata=spec.metadata)
+            self.store.put_aggregate(agg)
+            shared.add(agg.uuid)
         inventories = self.shape.inventories()
+        gpu_inventory = {"VGPU": Inventory(total=self.topology.vgpus_per_gpu)}
         for i, host in enumerate(self.hosts):
             uuid = provider_uuid(host)
-            try:
-                self.store.create_provider(uuid, host)
-            except ProviderExists:
-                pass
-            aggregates = ({zone_aggs[self.availability_zones[i % len(self.availability_zones)]]}
-                          if self.availability_zones else set())
-            self._report(uuid, inventories, aggregates)
+            self._create(uuid, host)
+            aggregates = set(shared)
+            if self.availability_zones:
+                zones = self.availability_zones
+                aggregates.add(zone_aggs[zones[i % len(zones)]])
+            self._report(uuid, inventories, aggregates, self.topology.host_traits(i))
+            for n in range(self.topology.gpus()):
+                name = gpu_name(host, n)
+                self._create(provider_uuid(name), name, parent_uuid=uuid)
+                self._report(provider_uuid(name), gpu_inventory, set(),
+                             frozenset(self.topology.gpu_traits))
         self.store.register_services(
             Service(host=h, rpc_server=self.rpc_server, last_seen=time.time())
+            for h in self.hosts)
+        capabilities = (self.capabilities.to_primitive()
+                        if self.capabilities is not None else None)
+        self.store.report_services(
+            ServiceReport(h, capabilities=capabilities,
+                          stats=self._stats(h) if self.report_stats else None)
             for h in self.hosts)
         self.heartbeat()
         LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
 
-    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
-                attempts: int = 5) -> None:
-        """Write inventory and aggregates guarded by the provider generation.
+    def _create(self, uuid: str, name: str, parent_uuid: str | None = None) -> None:
+        try:
+            self.store.create_provider(uuid, name, parent_uuid)
+        except ProviderExists:
+            pass  # a restarted simulator finds its providers again
 
-        On a conflict, re-read and decide: if what the store now holds is what
-        this host reports, nothing is written; otherwise write on the fresh
-        generation. Never a blind repeat.
+    @staticmethod
+    def traits_to_write(current: frozenset[str], reported: frozenset[str]) -> frozenset[str]:
+        """The traits a provider should hold: what this host reports, plus the
+        ones it does not own (the status trait, an operator's CUSTOM_* ones)."""
+        kept = {t for t in current
+                if t == COMPUTE_STATUS_DISABLED or (t.startswith("CUSTOM_") and t not in reported)}
+        return frozenset(kept) | reported
+
+    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
+                traits: frozenset[str] = frozenset(), attempts: int = 5) -> None:
+        """Write inventory, aggregates and traits, guarded by the provider generation.
+
+        Each attempt reads the provider and writes only what differs from
+        this host's report, each write on the generation the previous one
+        returned. On a conflict (someone else wrote in between: an operator,
+        the store disabling the service), re-read and decide again from what
+        the store now holds; never a blind repeat.
         """
         for _ in range(attempts):
             provider = self.store.get_provider(uuid)
+            generation = provider.generation
             try:
                 if dict(provider.inventories) != inventories:
-                    self.store.set_inventory(uuid, provider.generation, inventories)
-                    provider = self.store.get_provider(uuid)
+                    generation = self.store.set_inventory(uuid, generation, inventories)
                 if set(provider.aggregates) != aggregates:
-                    self.store.set_aggregates(uuid, provider.generation, aggregates)
+                    generation = self.store.set_aggregates(uuid, generation, aggregates)
+                wanted = self.traits_to_write(provider.traits, traits)
+                if provider.traits != wanted:
+                    self.store.set_traits(uuid, generation, wanted)
                 return
             except GenerationConflict:
                 LOG.info("provider_generation_conflict", provider=uuid)
@@ -217,6 +335,23 @@ class ComputeSimulator:
 
     def heartbeat(self) -> None:
         self.store.heartbeat(self.hosts, time.time())
+
+    def _stats(self, host: str) -> dict[str, int]:
+        return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
+
+    def _count(self, host: str, io_ops: int, image: dict[str, str] | None = None) -> None:
+        """Change a host's counters and report them (in order, and only if enabled)."""
+        with self._report_lock:
+            self._io_ops[host] = max(self._io_ops[host] + io_ops, 0)
+            for prop, value in (image or {}).items():
+                stat = image_property_stat(prop, str(value))
+                self._image_counts[host][stat] = self._image_counts[host].get(stat, 0) + 1
+            if not self.report_stats:
+                return
+            try:
+                self.store.report_services([ServiceReport(host, stats=self._stats(host))])
+            except StoreError as exc:  # a later report carries the counts again
+                LOG.warning("stats_report_failed", host=host, error=exc.message)
 
     def stop(self) -> None:
         self._runner.stop()
@@ -246,6 +381,7 @@ class ComputeSimulator:
                 return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
+            self._count(chosen.host, +1)
             self._runner.later(self.build_time,
                                lambda: self._finish_build(ctxt, instance_uuid, spec, chosen,
                                                           alternates))
@@ -256,6 +392,8 @@ class ComputeSimulator:
                           instance_uuid=instance_uuid, host=chosen.host):
             key = (instance_uuid, chosen.host)
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
+            image = dict(spec.image.properties) if spec.image is not None else {}
+            self._count(chosen.host, -1, None if failed else image)
             if failed:
                 # Release before handing back, so the retry can never be refused
                 # for resources its own failed attempt still holds; and while
@@ -329,6 +467,7 @@ class ComputeSimulator:
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
+            self._count(chosen.host, +1)
             self._runner.later(self.build_time, lambda: self._finish_prep(
                 ctxt, instance_uuid, migration_uuid, spec, chosen, alternates))
 
@@ -338,6 +477,7 @@ class ComputeSimulator:
                           instance_uuid=instance_uuid, host=chosen.host,
                           migration_uuid=migration_uuid):
             key = (migration_uuid, chosen.host)
+            self._count(chosen.host, -1)
             if chosen.host in self.fail_resize_hosts:
                 # Nova's bug 1741125 was a retry refused for the resources its
                 # own failed attempt still held: release first, then hand back.
@@ -368,11 +508,18 @@ class ComputeSimulator:
                                      chosen.host, chosen.node)
 
     def _source_host(self, migration_uuid: str) -> str | None:
-        """The host of the migration's allocation: where the instance comes from."""
+        """The host of the migration's allocation: where the instance comes from
+        (the root of the provider tree it is allocated from: a child provider,
+        such as a GPU pool, is not a host)."""
         held = self.store.get_consumer(migration_uuid)
         if held is None:
             return None
-        return held.host or self.store.get_provider(next(iter(held.allocations))).name
+        if held.host:
+            return held.host
+        provider = self.store.get_provider(next(iter(held.allocations)))
+        if provider.root_uuid and provider.root_uuid != provider.uuid:
+            provider = self.store.get_provider(provider.root_uuid)
+        return provider.name
 
     def resize_instance(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
                         dest_host: str, dest_node: str) -> None:

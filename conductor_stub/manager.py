@@ -12,9 +12,16 @@ alternate whose resources were taken meanwhile is skipped for the next one
 (Nova's bug 1837955 gave up instead). With alternates off, the scheduler is
 asked again with the hosts already tried ignored, up to ``max_attempts``
 hosts (with alternates, their number is the bound: the scheduler returns
-``max_attempts - 1``). When they run out the instance goes to ERROR with
-"max retries exceeded", distinct from "no valid host" (a resize instead stays
-ACTIVE on its source, with that fault).
+``max_attempts - 1``). An alternate a strict server-group policy now forbids
+is skipped too: its claim carries the group check, exactly as the
+scheduler's claim does, so a reschedule cannot put two anti-affinity members
+on one host. When they run out the instance goes to ERROR with "max retries
+exceeded", distinct from "no valid host" (a resize instead stays ACTIVE on
+its source, with that fault).
+
+What a user reads (``fault``) is generic, decided by
+:func:`scheduler.policy.user_reason`; which hosts were tried, which
+alternates were refused and why go to the admin-only ``fault_details``.
 
 Results are checked against the store before they count: a build result
 from a host that does not hold the instance's claim, or a failure report
@@ -41,12 +48,16 @@ import oslo_messaging
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings
+from scheduler import policy
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
+    Forbidden,
+    InvalidRequest,
     MaxRetriesExceeded,
     NoValidHost,
     ProviderNotFound,
+    SchedulerError,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -73,12 +84,21 @@ def _request_id(ctxt: Any) -> str | None:
     return getattr(ctxt, "request_id", None)
 
 
-def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
-    """The strict server-group check a claim of an alternate makes in the store."""
+def group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
+    """The server-group check a claim of ``spec`` on ``host`` must carry.
+
+    The same rule as the scheduler's claims: strict policies are checked (and
+    the consumer recorded as a member) inside the atomic claim.
+    """
     group = spec.group
     if group is None or not group.is_strict:
         return None
     return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
+
+
+def _refused(refused: list[str]) -> str:
+    """The admin details' account of the alternates refused at their claim."""
+    return f"; alternates refused: {', '.join(refused)}" if refused else ""
 
 
 class ConductorEndpoint:
@@ -162,7 +182,7 @@ class ConductorEndpoint:
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
             # (With alternates, their number is the bound: the scheduler gave
             # max_attempts - 1 of them.)
-            self._build_failed(uuid, MaxRetriesExceeded.USER_MESSAGE, details, attempts, tried)
+            self._build_failed(uuid, MaxRetriesExceeded(), details, attempts, tried)
             return
         # Record the attempt first (and push the deadline), so a conductor that
         # dies below leaves a record the sweeper re-drives.
@@ -174,8 +194,9 @@ class ConductorEndpoint:
         if not self.settings.return_alternates:
             self._build_via_scheduler(ctxt, uuid, spec, attempts, tried)
             return
+        refused: list[str] = []
         for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate)
+            outcome = self._claim_alternate(uuid, spec, alternate, refused)
             if outcome is None:
                 return  # superseded
             if not outcome:
@@ -186,7 +207,8 @@ class ConductorEndpoint:
             self.compute.build_and_run_instance(ctxt, uuid, spec.replace(num_instances=1),
                                                 alternate, alternates[i + 1:])
             return
-        self._build_failed(uuid, MaxRetriesExceeded.USER_MESSAGE, details, attempts, tried)
+        self._build_failed(uuid, MaxRetriesExceeded(), details + _refused(refused), attempts,
+                           tried)
 
     def _build_via_scheduler(self, ctxt: Any, uuid: str, spec: RequestSpec, attempts: int,
                              tried: tuple[str, ...]) -> None:
@@ -195,8 +217,8 @@ class ConductorEndpoint:
                              ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried))))
         try:
             selection = self._select_again(ctxt, uuid, retry)
-        except NoValidHost as exc:
-            self._build_failed(uuid, exc.message, f"{exc.details} (after {attempts} "
+        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+            self._build_failed(uuid, exc, f"{policy.admin_details(exc)} (after {attempts} "
                                f"attempt(s), hosts tried: {', '.join(tried)})", attempts, tried)
             return
         if selection is None or not self._placed(uuid, selection, BUILDING):
@@ -205,13 +227,17 @@ class ConductorEndpoint:
                  ignored=list(retry.ignore_hosts))
         self.compute.build_and_run_instance(ctxt, uuid, retry, selection, [])
 
-    def _build_failed(self, uuid: str, fault: str, details: str, attempts: int,
+    def _build_failed(self, uuid: str, exc: SchedulerError, details: str, attempts: int,
                       tried: tuple[str, ...]) -> None:
+        """BUILDING -> ERROR: the user reads what the policy allows of ``exc``,
+        the admin ``details``."""
         self.store.update_instance(uuid, expected_states=[BUILDING], attempts=attempts,
                                    tried_hosts=tried)
-        if records.fail_build(self.store, uuid, fault, details, clock=self._clock):
-            LOG.warning("max_retries_exceeded" if fault == MaxRetriesExceeded.USER_MESSAGE
-                        else "reschedule_no_valid_host", attempts=attempts, tried=tried)
+        if records.fail_build(self.store, uuid, policy.user_reason(exc), details,
+                              clock=self._clock):
+            LOG.warning("max_retries_exceeded" if isinstance(exc, MaxRetriesExceeded)
+                        else "reschedule_failed", attempts=attempts, tried=tried,
+                        error=type(exc).__name__)
 
     # --- resizes --------------------------------------------------------------------
 
@@ -261,8 +287,8 @@ class ConductorEndpoint:
         details = (f"max retries exceeded: {attempts} destination(s) tried: "
                    f"{', '.join(tried)}; last failure: {reason}")
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
-            records.fail_resize(self.store, record, MaxRetriesExceeded.USER_MESSAGE, details,
-                                clock=self._clock)
+            records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
+                                details, clock=self._clock)
             return
         record = self.store.update_instance(
             uuid, expected_states=[RESIZING], attempts=attempts, tried_hosts=tried,
@@ -276,9 +302,9 @@ class ConductorEndpoint:
                 retry = retry.replace(ignore_hosts=(*retry.ignore_hosts, record.source_host))
             try:
                 selection = self._select_again(ctxt, uuid, retry)
-            except NoValidHost as exc:
-                records.fail_resize(self.store, record, exc.message, exc.details,
-                                    clock=self._clock)
+            except (NoValidHost, InvalidRequest, Forbidden) as exc:
+                records.fail_resize(self.store, record, policy.user_reason(exc),
+                                    policy.admin_details(exc), clock=self._clock)
                 return
             if selection is None or not self._placed(uuid, selection, RESIZING):
                 return
@@ -287,8 +313,9 @@ class ConductorEndpoint:
             self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection,
                                      [])
             return
+        refused: list[str] = []
         for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate)
+            outcome = self._claim_alternate(uuid, spec, alternate, refused)
             if outcome is None:
                 return
             if not outcome:
@@ -299,8 +326,8 @@ class ConductorEndpoint:
             self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, spec, alternate,
                                      alternates[i + 1:])
             return
-        records.fail_resize(self.store, record, MaxRetriesExceeded.USER_MESSAGE, details,
-                            clock=self._clock)
+        records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
+                            details + _refused(refused), clock=self._clock)
 
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
@@ -325,19 +352,22 @@ class ConductorEndpoint:
 
     # --- shared steps ---------------------------------------------------------------
 
-    def _claim_alternate(self, uuid: str, spec: RequestSpec,
-                         alternate: Selection) -> bool | None:
-        """Claim an alternate for the instance: True if claimed, False if its
-        resources were taken meanwhile (skip to the next), None if the instance
-        holds a claim already (a re-driven copy placed it: stop here)."""
+    def _claim_alternate(self, uuid: str, spec: RequestSpec, alternate: Selection,
+                         refused: list[str]) -> bool | None:
+        """Claim an alternate for the instance, with the strict group check:
+        True if claimed; False if its resources were taken meanwhile, the
+        group policy now forbids it or it is gone (noted in ``refused``: skip
+        to the next); None if the instance holds a claim already (a re-driven
+        copy placed it: stop here)."""
         try:
             self.store.claim(uuid, alternate.allocation_request,
-                             _group_claim(spec, alternate.host))
+                             group_claim(spec, alternate.host))
         except ConsumerConflict:
             LOG.info("reschedule_superseded", alternate=alternate.host)
             return None
         except (ClaimFailed, ProviderNotFound) as exc:
             LOG.info("alternate_skipped", alternate=alternate.host, reason=type(exc).__name__)
+            refused.append(f"{alternate.host} ({type(exc).__name__})")
             return False
         return True
 
@@ -460,9 +490,11 @@ class Booter:
         try:
             selections = self.scheduler.select_destinations(
                 ctxt, spec, uuids, return_alternates=self.return_alternates)
-        except NoValidHost as exc:
+        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+            # The user reads what the policy allows; the admin details say why.
             for uuid in uuids:
-                records.fail_build(self.store, uuid, NoValidHost.USER_MESSAGE, exc.details)
+                records.fail_build(self.store, uuid, policy.user_reason(exc),
+                                   policy.admin_details(exc))
             return
         except oslo_messaging.MessagingTimeout:
             # No answer: the records keep their deadlines, the conductor re-drives.

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings
 from conductor_stub.resize import Resizer, request_context
+from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -59,6 +60,9 @@ from scheduler.rpc import SchedulerClient
 from scheduler.store import Store
 
 LOG = get_logger(__name__)
+
+#: What the user reads when the conductor gave up (as the policy says).
+TIMED_OUT = policy.user_reason(RequestTimedOut())
 
 #: Records handled per sweep at most (the rest wait for the next one).
 SWEEP_BATCH = 1000
@@ -118,7 +122,7 @@ class Sweeper:
     def _boot(self, record: InstanceRecord) -> None:
         timeout = self.settings.build_timeout
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_build(self.store, record.uuid, RequestTimedOut.USER_MESSAGE,
+            if records.fail_build(self.store, record.uuid, TIMED_OUT,
                                   self._timed_out(record, "boot", timeout),
                                   cleanup_after=timeout, clock=self._clock):
                 self.counts["timed_out"] += 1
@@ -133,7 +137,7 @@ class Sweeper:
 
     def _resize(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_resize(self.store, record, RequestTimedOut.USER_MESSAGE,
+            if records.fail_resize(self.store, record, TIMED_OUT,
                                    self._timed_out(record, "resize",
                                                    self.settings.resize_timeout),
                                    clock=self._clock):

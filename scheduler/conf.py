@@ -17,14 +17,10 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-DEFAULT_FILTERS = [
-    "ComputeFilter",
-    "AvailabilityZoneFilter",
-    "ServerGroupAntiAffinityFilter",
-    "ServerGroupAffinityFilter",
-    "RetryFilter",
-]
-DEFAULT_WEIGHERS = ["RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher"]
+from scheduler.engine import settings as _settings
+
+DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
+DEFAULT_WEIGHERS = list(_settings.DEFAULT_WEIGHERS)
 
 default_opts = [
     cfg.StrOpt(
@@ -67,6 +63,29 @@ scheduler_opts = [
                 "excluded (as a host already tried), so a resize always moves the instance; "
                 "on, a one-host cloud can still resize (the old and new flavor are both "
                 "held on that host until the resize is confirmed or reverted)."),
+    cfg.BoolOpt("compute_status_filter", default=True,
+                help="Keep hosts whose compute service is disabled out of the candidates, "
+                "before the max_placement_results cut, as the forbidden trait "
+                "COMPUTE_STATUS_DISABLED (which the store keeps in step with the service "
+                "record). Off leaves disabled hosts to the ComputeFilter, after the cut."),
+    cfg.BoolOpt("query_placement_for_availability_zone", default=True,
+                help="Narrow a request for an availability zone to the hosts of the "
+                "aggregates naming that zone, before the candidate step. A zone that no "
+                "aggregate names (other than the default zone) finds no host.\n\n"
+                "Related options: [filter_scheduler] default_availability_zone."),
+    cfg.BoolOpt("limit_tenants_to_placement_aggregate", default=False,
+                help="Send a project's requests only to the aggregates whose "
+                "filter_tenant_id* metadata names the project, when there are any.\n\n"
+                "Related options: placement_aggregate_required_for_tenants."),
+    cfg.BoolOpt("placement_aggregate_required_for_tenants", default=False,
+                help="With limit_tenants_to_placement_aggregate: a project that no aggregate "
+                "names finds no host (rather than any host)."),
+    cfg.BoolOpt("enable_isolated_aggregate_filtering", default=False,
+                help="Keep requests out of aggregates whose trait:<TRAIT>=required metadata "
+                "names a trait the request does not require."),
+    cfg.BoolOpt("query_placement_for_image_type_support", default=False,
+                help="Send a request only to hosts with the COMPUTE_IMAGE_TYPE_<FORMAT> trait "
+                "of its image's disk_format (volume-backed requests are not narrowed)."),
     cfg.StrOpt("health_listen", default="127.0.0.1",
                help="Address of the health and metrics HTTP endpoint."),
     cfg.PortOpt("health_port", default=0,
@@ -79,8 +98,12 @@ filter_scheduler_group = cfg.OptGroup(
 
 filter_scheduler_opts = [
     cfg.ListOpt("enabled_filters", default=DEFAULT_FILTERS,
-                help="Host filters to run, in order. Each name is an entry point in the "
-                "scheduler.filters group; an unknown name stops start-up."),
+                help="Host filters to run, in order, on the candidates. Each name is an entry "
+                "point in the scheduler.filters group; an unknown name stops start-up. "
+                "Disabled hosts and availability zones are handled before the candidates by "
+                "the request filters ([scheduler] compute_status_filter, "
+                "query_placement_for_availability_zone); with one of those off, list "
+                "ComputeFilter or AvailabilityZoneFilter here to keep that policy."),
     cfg.ListOpt("weighers", default=DEFAULT_WEIGHERS,
                 help="Weighers to apply. Each name is an entry point in the "
                 "scheduler.weighers group; an unknown name stops start-up."),
@@ -100,8 +123,68 @@ filter_scheduler_opts = [
                  help="How strongly hosts with recent build failures are avoided. The host's "
                  "count of failed builds (reset by a success) is multiplied by this and "
                  "subtracted; 0 ignores failures."),
+    cfg.FloatOpt("io_ops_weight_multiplier", default=-1.0,
+                 help="Weight of the builds in progress on a host. Negative (the default) "
+                 "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
+                 "ones."),
+    cfg.FloatOpt("num_instances_weight_multiplier", default=0.0,
+                 help="Weight of the instance count of a host. Positive prefers hosts with "
+                 "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
+                 "weigher off."),
+    cfg.FloatOpt("soft_affinity_weight_multiplier", default=1.0, min=0.0,
+                 help="How strongly members of a soft-affinity group are drawn to the hosts "
+                 "already running members of their group.\n\nPossible values: 0 or more "
+                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
+                 "instead)."),
+    cfg.FloatOpt("soft_anti_affinity_weight_multiplier", default=1.0, min=0.0,
+                 help="How strongly members of a soft-anti-affinity group are pushed away from "
+                 "the hosts already running members of their group.\n\nPossible values: 0 "
+                 "or more."),
+    cfg.FloatOpt("image_props_weight_multiplier", default=0.0,
+                 help="Weight of the instances on a host whose image shares properties with "
+                 "the requested image. Positive packs alike instances together, negative "
+                 "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
+                 "image_props_weight_setting."),
+    cfg.ListOpt("image_props_weight_setting", default=[],
+                help="Which image properties the image properties weigher counts, and how "
+                "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). Empty: "
+                "every property counts 1; otherwise unlisted properties count 0."),
+    cfg.FloatOpt("hypervisor_version_weight_multiplier", default=1.0,
+                 help="Weight of the reported hypervisor version. Positive prefers newer "
+                 "hypervisors, negative older ones. Versions of different hypervisor types "
+                 "do not compare: keep such hosts in separate aggregates."),
+    cfg.IntOpt("max_instances_per_host", default=50, min=0,
+               help="NumInstancesFilter rejects hosts holding at least this many instances "
+               "(0 rejects every host)."),
+    cfg.IntOpt("max_io_ops_per_host", default=8, min=0,
+               help="IoOpsFilter rejects hosts with at least this many builds in progress."),
+    cfg.ListOpt("isolated_hosts", default=[],
+                help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
+                "Related options: isolated_images, "
+                "restrict_isolated_hosts_to_isolated_images."),
+    cfg.ListOpt("isolated_images", default=[],
+                help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
+                "volume-backed request has no image and counts as a non-isolated one."),
+    cfg.BoolOpt("restrict_isolated_hosts_to_isolated_images", default=True,
+                help="Whether isolated_hosts take isolated images only. With False they take "
+                "any image, while isolated images still go only to isolated hosts."),
+    cfg.StrOpt("image_properties_default_architecture",
+               help="Architecture assumed for an image that names none "
+               "(ImagePropertiesFilter); unset, such an image asks for no architecture."),
     cfg.StrOpt("default_availability_zone", default="nova",
                help="Zone of a host that no aggregate places in a zone."),
+]
+
+pci_group = cfg.OptGroup("pci", title="PCI passthrough",
+                         help="The PCI devices flavors may ask for by alias.")
+
+pci_opts = [
+    cfg.MultiStrOpt("alias", default=[],
+                    help="A PCI alias as JSON, one per line: {\"name\": \"a1\", "
+                    "\"vendor_id\": \"8086\", \"product_id\": \"154d\"}. A flavor asks "
+                    "for devices with the extra spec pci_passthrough:alias=a1:2 "
+                    "(PciPassthroughFilter). Without product_id any product of the vendor "
+                    "matches."),
 ]
 
 redis_group = cfg.OptGroup("redis", title="The placement store",
@@ -185,6 +268,7 @@ _GROUPS = [
     (None, default_opts),
     (scheduler_group, scheduler_opts),
     (filter_scheduler_group, filter_scheduler_opts),
+    (pci_group, pci_opts),
     (redis_group, redis_opts),
     (notifications_group, notifications_opts),
     (compute_group, compute_opts),

@@ -8,6 +8,8 @@ logging a traceback on the server.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SchedulerError(Exception):
     """Base of every error this project raises on purpose."""
@@ -58,6 +60,9 @@ class NoValidHost(SchedulerError):
         super().__init__(self.USER_MESSAGE)
         self.details = details
         self.reasons = dict(reasons or {})
+        #: The engine's decision traces up to the failure (the failed instance
+        #: last), for ``explain`` and the logs. Local only: not sent over RPC.
+        self.traces: list[Any] = []
         # What oslo.messaging sends across RPC, so the caller rebuilds it whole.
         self.kwargs = {"details": self.details, "reasons": self.reasons}
 

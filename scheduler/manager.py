@@ -5,7 +5,22 @@ Each method is cut by stage; the decision itself lives in
 :class:`InvalidRequest` on a call, and on a cast becomes an ERROR
 notification plus a ``schedule_failed`` to the conductor (which puts the
 instances in ERROR). Nothing is claimed for a request that fails, and the
-worker keeps serving.
+worker keeps serving. A request spec is validated whole as soon as it is
+read (:meth:`SchedulerEndpoint._read_spec`): its fields and resource extra
+specs by :meth:`RequestSpec.from_primitive`, then what the host filters will
+read (operator extra specs, image properties, NUMA, PCI aliases) by
+:func:`~scheduler.filters.validation.validate_request`.
+
+What a user may read about a failure is decided in one place,
+:func:`scheduler.policy.user_reason`: for no valid host it is always the generic
+``NoValidHost.USER_MESSAGE``, never a host, filter, aggregate or trait name;
+the count of hosts per reason goes to the admin-only fault details and the
+logs. Invalid input and refusals say what is wrong with the request itself
+(built from its field names and values only, never from the cloud's state).
+
+``explain`` (admin only) runs the pipeline as a dry run and returns the
+:class:`~scheduler.explain.ExplainReport`; forcing a host or requesting a
+destination is admin-only too (:mod:`scheduler.policy`).
 """
 
 from __future__ import annotations
@@ -19,8 +34,11 @@ from typing import Any
 
 import oslo_messaging
 
+from scheduler import policy
 from scheduler.engine.pipeline import Engine
 from scheduler.exceptions import ConsumerConflict, Forbidden, InvalidRequest, NoValidHost
+from scheduler.explain import ExplainReport
+from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
 from scheduler.notifier import Notifier
 from scheduler.objects import (
@@ -31,9 +49,13 @@ from scheduler.objects import (
     validate_instance_uuids,
     validate_uuid,
 )
+from scheduler.policy import admin_details, user_reason
 from scheduler.rpc import ComputeClient, ConductorClient
 
 LOG = get_logger(__name__)
+
+#: Namespace of the instance uuids ``explain`` makes up for its dry run.
+_EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
 
 
 def _request_id(ctxt: Any) -> str:
@@ -99,9 +121,10 @@ class DecisionStats:
 
 
 class SchedulerEndpoint:
-    """topic ``scheduler``: select_destinations (call), run_instance and resize (casts)."""
+    """topic ``scheduler``: select_destinations and explain (calls), run_instance
+    and resize (casts). Serves every version up to 1.1 (see SchedulerClient)."""
 
-    target = oslo_messaging.Target(version="1.0")
+    target = oslo_messaging.Target(version="1.1")
 
     def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
                  notifier: Notifier, allow_resize_to_same_host: bool = False) -> None:
@@ -112,12 +135,25 @@ class SchedulerEndpoint:
         self.stats = DecisionStats()
         self.allow_resize_to_same_host = allow_resize_to_same_host
 
+    def _read_spec(self, request_spec: Any, new_flavor: Flavor | None = None) -> RequestSpec:
+        """The typed request spec (with ``new_flavor`` for a resize), validated
+        whole before anything is selected or claimed.
+
+        :raises InvalidRequest: naming the field, extra spec or image property.
+        """
+        spec = RequestSpec.from_primitive(request_spec)
+        if new_flavor is not None:
+            spec = spec.replace(flavor=new_flavor, num_instances=1)
+            spec.resource_request  # noqa: B018 - the new flavor's resource extra specs
+        validate_request(spec, self.engine.settings)
+        return spec
+
     def _select(self, request_id: str, spec: RequestSpec, uuids: Sequence[str],
                 return_alternates: bool = True) -> list[list[Selection]]:
         with self.stats.timed():
             return self.engine.select(request_id, spec, uuids, return_alternates=return_alternates)
 
-    # --- call -----------------------------------------------------------------------
+    # --- calls ----------------------------------------------------------------------
 
     @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden)
     def select_destinations(self, ctxt: Any, request_spec: Any, instance_uuids: Any,
@@ -125,7 +161,8 @@ class SchedulerEndpoint:
         """Selections per instance, primary first; the primaries are claimed."""
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id):
-            spec = RequestSpec.from_primitive(request_spec)
+            spec = self._read_spec(request_spec)
+            policy.check_request(ctxt, spec)
             uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
             if not isinstance(return_alternates, bool):
                 raise InvalidRequest(reason="return_alternates must be a boolean")
@@ -138,8 +175,44 @@ class SchedulerEndpoint:
                     end["state"] = "error"
                     self._notify_failure(ctxt, "select_destinations", uuids, exc)
                     raise
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 end["hosts"] = [s[0].host for s in selections]
             return [[s.to_primitive() for s in per] for per in selections]
+
+    @oslo_messaging.expected_exceptions(InvalidRequest, Forbidden)
+    def explain(self, ctxt: Any, request_spec: Any) -> dict[str, Any]:
+        """Admin only: the pipeline as a dry run, and why it decided as it did.
+
+        Nothing is claimed and the worker's view is left as it was (the
+        engine consumes for later instances of the request, then gives it
+        back). Returns :meth:`ExplainReport.to_primitive`.
+        """
+        request_id = _request_id(ctxt)
+        with bind_request(request_id=request_id):
+            try:
+                policy.require_admin(ctxt, "explain")
+            except Forbidden:
+                LOG.warning("explain_refused", user_id=getattr(ctxt, "user_id", None),
+                            project_id=getattr(ctxt, "project_id", None))
+                raise
+            spec = self._read_spec(request_spec)
+            uuids = [str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
+                     for n in range(spec.num_instances)]
+            # The weighers that run: a multiplier of 0 turns one off.
+            weighers = {name: w.multiplier for name, w in self.engine.weighers if w.multiplier}
+            try:
+                result = self.engine.schedule(request_id, spec, uuids, return_alternates=False,
+                                              claim=False)
+                report = ExplainReport.build(request_id, spec, result.traces, weighers,
+                                             placeable=True)
+            except NoValidHost as exc:
+                report = ExplainReport.build(request_id, spec, exc.traces, weighers,
+                                             placeable=False)
+            LOG.info("explained", user_id=getattr(ctxt, "user_id", None),
+                     placeable=report.placeable, details=report.summary)
+            return report.to_primitive()
 
     # --- casts ----------------------------------------------------------------------
 
@@ -151,21 +224,24 @@ class SchedulerEndpoint:
                        "instance_uuids": _safe_uuids(instance_uuids)}
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
-                    spec = RequestSpec.from_primitive(request_spec)
+                    spec = self._read_spec(request_spec)
+                    policy.check_request(ctxt, spec)
                     uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
-                    selections = self._select(request_id, spec, uuids)
-                except InvalidRequest as exc:
+                except (InvalidRequest, Forbidden) as exc:
                     end["state"] = "error"
-                    LOG.warning("run_instance_invalid", reason=exc.message)
-                    self._fail(ctxt, "run_instance", payload["instance_uuids"],
-                               exc.message, exc.message)
+                    LOG.warning("run_instance_refused", reason=exc.message)
+                    self._fail(ctxt, "run_instance", payload["instance_uuids"], exc)
                     return
+                try:
+                    selections = self._select(request_id, spec, uuids)
                 except NoValidHost as exc:
                     end["state"] = "error"
-                    LOG.info("no_valid_host", details=exc.details,
-                             instance_uuids=list(uuids))
-                    self._fail(ctxt, "run_instance", uuids, exc.message, exc.details)
+                    LOG.info("no_valid_host", details=exc.details, instance_uuids=list(uuids))
+                    self._fail(ctxt, "run_instance", uuids, exc)
                     return
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 for uuid, per_instance in zip(uuids, selections, strict=True):
                     self._cast_build(ctxt, uuid, spec, per_instance)
                 end["hosts"] = [s[0].host for s in selections]
@@ -201,17 +277,20 @@ class SchedulerEndpoint:
                        else None}
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:
-                    uuid, flavor, spec = self._resize_request(instance_uuid, source_host,
+                    uuid, flavor, spec = self._resize_request(ctxt, instance_uuid, source_host,
                                                               new_flavor, request_spec)
                     migration_uuid = migration_uuid_for(uuid, request_id)
                     self._park(uuid, migration_uuid)
-                except InvalidRequest as exc:
+                except (InvalidRequest, Forbidden) as exc:
                     end["state"] = "error"
-                    LOG.warning("resize_invalid", reason=exc.message)
+                    LOG.warning("resize_refused", reason=exc.message)
                     self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
-                    self.conductor.resize_result(ctxt, str(instance_uuid), "", None, False,
-                                                 exc.message, exc.message)
+                    self.conductor.resize_result(ctxt, str(instance_uuid)[:64], "", None, False,
+                                                 user_reason(exc), admin_details(exc))
                     return
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 end["migration_uuid"] = migration_uuid
                 try:
                     selections = self._select(request_id, spec, [uuid])
@@ -221,8 +300,11 @@ class SchedulerEndpoint:
                     self._unpark(uuid, migration_uuid)
                     self._notify_failure(ctxt, "resize", [uuid], exc)
                     self.conductor.resize_result(ctxt, uuid, migration_uuid, None, False,
-                                                 exc.message, exc.details)
+                                                 user_reason(exc), admin_details(exc))
                     return
+                except BaseException:
+                    end["state"] = "error"
+                    raise
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
                 LOG.info("resize_scheduled", host=primary.host, migration_uuid=migration_uuid,
@@ -230,13 +312,18 @@ class SchedulerEndpoint:
                 self.compute.prep_resize(ctxt, uuid, migration_uuid, flavor, spec, primary,
                                          alternates)
 
-    def _resize_request(self, instance_uuid: Any, source_host: Any, new_flavor: Any,
-                        request_spec: Any) -> tuple[str, Flavor, RequestSpec]:
+    def _resize_request(self, ctxt: Any, instance_uuid: Any, source_host: Any,
+                        new_flavor: Any, request_spec: Any
+                        ) -> tuple[str, Flavor, RequestSpec]:
+        """The resize's instance, new flavor and request spec (with the new
+        flavor), validated whole and checked against the policy like any
+        request, before anything is moved or claimed."""
         uuid = validate_uuid(instance_uuid, "instance_uuid")
         if not isinstance(source_host, str) or not source_host:
             raise InvalidRequest(reason="source_host must be a host name")
         flavor = Flavor.from_primitive(new_flavor)
-        spec = RequestSpec.from_primitive(request_spec).replace(flavor=flavor, num_instances=1)
+        spec = self._read_spec(request_spec, new_flavor=flavor)
+        policy.check_request(ctxt, spec)
         if not self.allow_resize_to_same_host:
             spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
         return uuid, flavor, spec
@@ -264,15 +351,15 @@ class SchedulerEndpoint:
     # --- failures -------------------------------------------------------------------
 
     def _notify_failure(self, ctxt: Any, action: str, uuids: Sequence[str],
-                        exc: InvalidRequest | NoValidHost) -> None:
+                        exc: BaseException) -> None:
         # The notification carries the user-safe reason only; admin details
         # stay in the logs and the instance's admin-only fault details.
         self.notifier.error(ctxt, f"scheduler.{action}", {
-            "instance_uuids": list(uuids), "state": "error", "reason": exc.message})
+            "instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)})
 
-    def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], reason: str,
-              details: str) -> None:
-        self.notifier.error(ctxt, f"scheduler.{action}", {
-            "instance_uuids": list(uuids), "state": "error", "reason": reason})
+    def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException) -> None:
+        """ERROR notification, and the instances to ERROR: user-safe fault, admin details."""
+        self._notify_failure(ctxt, action, uuids, exc)
         if uuids:
-            self.conductor.schedule_failed(ctxt, list(uuids), reason, details)
+            self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc),
+                                           admin_details(exc))

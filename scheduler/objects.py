@@ -9,13 +9,18 @@ names the offending field. Past this module nobody digs in dicts.
 from __future__ import annotations
 
 import math
+import re
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.exceptions import InvalidRequest
+
+if TYPE_CHECKING:
+    from scheduler.resource_request import ResourceRequest
 
 VCPU = "VCPU"
 MEMORY_MB = "MEMORY_MB"
@@ -194,24 +199,35 @@ class Flavor:
 
 @dataclass(frozen=True)
 class Image:
+    """The image to boot. ``disk_format`` (``qcow2``, ``raw`` ...) is what the
+    image-type request filter asks hosts to support; None is not checked."""
+
     id: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    disk_format: str | None = None
 
-    FIELDS = {"id", "properties"}
+    FIELDS = {"id", "properties", "disk_format"}
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "properties", _frozen_map(self.properties))
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"id": self.id, "properties": dict(self.properties)}
+        out: dict[str, Any] = {"id": self.id, "properties": dict(self.properties)}
+        if self.disk_format is not None:
+            out["disk_format"] = self.disk_format
+        return out
 
     @classmethod
     def from_primitive(cls, data: Any) -> Image:
         w = "image"
         data = _require_mapping(data, w)
         _check_fields(data, w, cls.FIELDS)
+        disk_format = _str(data, "disk_format", w, optional=True, max_len=64)
+        if disk_format is not None and not re.fullmatch(r"[a-z0-9_-]+", disk_format):
+            raise InvalidRequest(reason=f"image.disk_format must be lower-case letters, digits, "
+                                 f"'-' or '_', got {disk_format[:64]!r}")
         return cls(id=_str(data, "id", w, optional=True),
-                   properties=_str_map(data, "properties", w))
+                   properties=_str_map(data, "properties", w), disk_format=disk_format)
 
 
 @dataclass(frozen=True)
@@ -280,6 +296,18 @@ class RequestSpec:
         wanted = {VCPU: f.vcpus, MEMORY_MB: f.memory_mb, DISK_GB: disk}
         return {rc: amount for rc, amount in wanted.items() if amount > 0}
 
+    @cached_property
+    def resource_request(self) -> ResourceRequest:
+        """The typed resource request (groups, traits, aggregates) of this spec.
+
+        :raises InvalidRequest: a resource, trait or aggregate extra spec (or
+            image trait) is malformed; :meth:`from_primitive` asks for it, so
+            such a spec is refused at validation.
+        """
+        from scheduler.resource_request import parse
+
+        return parse(self)
+
     def replace(self, **changes: Any) -> RequestSpec:
         from dataclasses import replace
 
@@ -306,7 +334,7 @@ class RequestSpec:
         _check_fields(data, w, cls.FIELDS, {"flavor", "project_id", "user_id"})
         hints_raw = _require_mapping(data.get("scheduler_hints") or {}, f"{w}.scheduler_hints")
         hints = {str(k): _str_list(hints_raw, k, f"{w}.scheduler_hints") for k in hints_raw}
-        return cls(
+        spec = cls(
             flavor=Flavor.from_primitive(data["flavor"]),
             project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
             user_id=_str(data, "user_id", w),  # type: ignore[arg-type]
@@ -319,6 +347,8 @@ class RequestSpec:
             ignore_hosts=_str_list(data, "ignore_hosts", w),
             scheduler_hints=hints,
         )
+        spec.resource_request  # noqa: B018 - validates the resource extra specs
+        return spec
 
 
 # --- results ------------------------------------------------------------------------

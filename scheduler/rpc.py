@@ -19,6 +19,7 @@ import oslo_messaging
 from oslo_config import cfg
 from oslo_context import context as oslo_context
 
+from scheduler.explain import ExplainReport
 from scheduler.objects import Flavor, RequestSpec, Selection
 
 #: Modules whose exceptions are rebuilt on the caller's side.
@@ -78,20 +79,32 @@ def _client(transport: oslo_messaging.Transport, topic: str, version: str,
 class SchedulerClient:
     """Client of the scheduler worker (topic ``scheduler``).
 
+    Each method pins the version that introduced it, so a newer client still
+    talks to an older worker for everything that worker knows (a rolling
+    upgrade); a worker serves every 1.x up to its own.
+
     Versions:
       1.0 - select_destinations, run_instance, resize.
+      1.1 - explain(request_spec): admin only; the pipeline as a dry run,
+            returning an ExplainReport.
     """
 
-    VERSION = "1.0"
+    VERSION = "1.1"
+    #: The version each method sends.
+    SENDS = {"select_destinations": "1.0", "run_instance": "1.0", "resize": "1.0",
+             "explain": "1.1"}
 
     def __init__(self, transport: oslo_messaging.Transport, topic: str = SCHEDULER_TOPIC,
                  timeout: float | None = None) -> None:
         self._client = _client(transport, topic, self.VERSION, timeout)
 
+    def _prepare(self, method: str, **kwargs: Any) -> Any:
+        return self._client.prepare(version=self.SENDS[method], **kwargs)
+
     def select_destinations(self, ctxt: RequestContext, spec: RequestSpec,
                             instance_uuids: Sequence[str], return_alternates: bool = True,
                             timeout: float | None = None) -> list[list[Selection]]:
-        cctxt = self._client.prepare(version=self.VERSION, timeout=timeout)
+        cctxt = self._prepare("select_destinations", timeout=timeout)
         raw = cctxt.call(ctxt, "select_destinations", request_spec=spec.to_primitive(),
                          instance_uuids=list(instance_uuids),
                          return_alternates=return_alternates)
@@ -99,15 +112,22 @@ class SchedulerClient:
 
     def run_instance(self, ctxt: RequestContext, spec: RequestSpec,
                      instance_uuids: Sequence[str]) -> None:
-        cctxt = self._client.prepare(version=self.VERSION)
+        cctxt = self._prepare("run_instance")
         cctxt.cast(ctxt, "run_instance", request_spec=spec.to_primitive(),
                    instance_uuids=list(instance_uuids))
 
     def resize(self, ctxt: RequestContext, instance_uuid: str, source_host: str,
                new_flavor: Flavor, spec: RequestSpec) -> None:
-        cctxt = self._client.prepare(version=self.VERSION)
+        cctxt = self._prepare("resize")
         cctxt.cast(ctxt, "resize", instance_uuid=instance_uuid, source_host=source_host,
                    new_flavor=new_flavor.to_primitive(), request_spec=spec.to_primitive())
+
+    def explain(self, ctxt: RequestContext, spec: RequestSpec,
+                timeout: float | None = None) -> ExplainReport:
+        """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise)."""
+        cctxt = self._prepare("explain", timeout=timeout)
+        raw = cctxt.call(ctxt, "explain", request_spec=spec.to_primitive())
+        return ExplainReport.from_primitive(raw)
 
     def cast_raw(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
         """Send arbitrary arguments: for tests that check what bad input does."""

@@ -16,7 +16,7 @@ from oslo_config import cfg
 
 from scheduler import rpc
 from scheduler.engine.pipeline import Engine
-from scheduler.engine.settings import EngineSettings
+from scheduler.engine.settings import EngineSettings, PciAlias
 from scheduler.exceptions import StoreUnavailable
 from scheduler.log import get_logger
 from scheduler.manager import SchedulerEndpoint
@@ -26,10 +26,34 @@ from scheduler.store import Store, open_store
 LOG = get_logger(__name__)
 
 _MULTIPLIERS = ("ram_weight_multiplier", "cpu_weight_multiplier", "disk_weight_multiplier",
-                "build_failure_weight_multiplier")
+                "build_failure_weight_multiplier", "io_ops_weight_multiplier",
+                "num_instances_weight_multiplier", "soft_affinity_weight_multiplier",
+                "soft_anti_affinity_weight_multiplier", "image_props_weight_multiplier",
+                "hypervisor_version_weight_multiplier")
+
+
+def _weight_setting(pairs: list[str]) -> dict[str, float]:
+    """``["os_distro=10", ...]`` as a mapping; a malformed pair stops start-up."""
+    setting: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            setting[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"[filter_scheduler] image_props_weight_setting: {pair!r} is "
+                             "not property=number") from None
+    return setting
+
+
+def _pci_aliases(texts: list[str]) -> dict[str, PciAlias]:
+    aliases = [PciAlias.from_json(text) for text in texts]
+    return {alias.name: alias for alias in aliases}
 
 
 def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
+    """The engine's settings from the options; a malformed value raises ValueError."""
     fs, sc = conf.filter_scheduler, conf.scheduler
     return EngineSettings(
         enabled_filters=tuple(fs.enabled_filters),
@@ -42,6 +66,21 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         service_down_time=float(sc.service_down_time),
         claim_attempts=sc.claim_attempts,
         default_availability_zone=fs.default_availability_zone,
+        max_instances_per_host=fs.max_instances_per_host,
+        max_io_ops_per_host=fs.max_io_ops_per_host,
+        isolated_hosts=tuple(fs.isolated_hosts),
+        isolated_images=tuple(fs.isolated_images),
+        restrict_isolated_hosts_to_isolated_images=(
+            fs.restrict_isolated_hosts_to_isolated_images),
+        image_properties_default_architecture=fs.image_properties_default_architecture,
+        image_props_weight_setting=_weight_setting(fs.image_props_weight_setting),
+        pci_aliases=_pci_aliases(conf.pci.alias),
+        compute_status_filter=sc.compute_status_filter,
+        query_placement_for_availability_zone=sc.query_placement_for_availability_zone,
+        limit_tenants_to_placement_aggregate=sc.limit_tenants_to_placement_aggregate,
+        placement_aggregate_required_for_tenants=sc.placement_aggregate_required_for_tenants,
+        enable_isolated_aggregate_filtering=sc.enable_isolated_aggregate_filtering,
+        query_placement_for_image_type_support=sc.query_placement_for_image_type_support,
     )
 
 

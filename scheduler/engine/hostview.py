@@ -12,7 +12,9 @@ Python loop over hosts:
   ``failed_builds``, and ``agg_set``, a code for the host's set of aggregates
   (hosts share a handful of distinct sets, so a question about aggregates or
   availability zones is asked once per set and broadcast by code);
-* ``names`` / ``uuids`` lists and name and uuid -> index dicts.
+* ``names`` / ``uuids`` lists and name and uuid -> index dicts;
+* ``capabilities``: what the hosts' computes report beyond inventory, for
+  the host filters and weighers (:mod:`scheduler.engine.capabilities`).
 
 The view is built from :meth:`Store.snapshot` and kept fresh by applying
 :meth:`Store.changes` deltas; when the cursor has fallen off the stream
@@ -20,9 +22,18 @@ The view is built from :meth:`Store.snapshot` and kept fresh by applying
 services are re-read with :meth:`Store.list_services` at most every
 ``services_refresh_interval`` seconds.
 
-A host is a root provider named after it (node = host name). Nested providers
-are not offered yet: changes for non-root providers are skipped, and each row
-keeps its provider uuid so that allocations can later span a tree.
+A host is a root provider named after it (node = host name). Its child
+providers (a GPU or PCI pool, a NUMA cell: any provider whose root is the
+host) live in a second table of the same per-class columns (``kid_*``), each
+row knowing its host; their inventories count toward the host, and the
+candidate step (:mod:`scheduler.engine.placement`) asks both tables.
+
+Traits and aggregates are bitsets: every trait name and aggregate uuid the
+view has seen gets a bit, and each provider row holds ``uint64`` words of
+them (hosts and children alike), so "required", "forbidden", "any of" and
+"member of" are mask operations over all providers at once. A child
+provider counts as a member of its root's aggregates too (as Placement
+has it).
 
 Only the first :attr:`size` rows of the buffers are hosts (they grow by
 doubling); the public column attributes return exactly those rows.
@@ -32,11 +43,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import structlog
 
+from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
 from scheduler.store.base import Aggregate, Change, Provider, Service, Store
@@ -49,6 +62,7 @@ CHANGES_BATCH = 1000
 AZ_METADATA_KEY = "availability_zone"
 
 _INITIAL_ROWS = 64
+_WORD = 64
 
 # Per resource class buffers: (attribute, dtype, fill value of an absent inventory).
 _RC_COLUMNS: tuple[tuple[str, type, Any], ...] = (
@@ -82,6 +96,16 @@ class _Column:
         return getattr(view, self._attr)[..., :view.size]
 
 
+class _KidColumn:
+    """Like :class:`_Column`, for the child-provider table (``kid_x`` reads ``_k_x``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = "_k_" + name.removeprefix("kid_")
+
+    def __get__(self, view: HostView, owner: type | None = None) -> np.ndarray:
+        return getattr(view, self._attr)[..., :view.kid_size]
+
+
 class HostView:
     """Columnar cache of the hosts a worker schedules onto."""
 
@@ -99,6 +123,13 @@ class HostView:
     disabled = _Column()
     failed_builds = _Column()
     agg_set = _Column()
+    trait_bits = _Column()
+    agg_bits = _Column()
+    kid_capacity = _KidColumn()
+    kid_used = _KidColumn()
+    kid_host = _KidColumn()
+    kid_trait_bits = _KidColumn()
+    kid_agg_bits = _KidColumn()
 
     def __init__(self, store: Store, settings: EngineSettings) -> None:
         self._store = store
@@ -106,6 +137,10 @@ class HostView:
         self._services_interval = settings.services_refresh_interval
         self._cursor: str | None = None
         self._services_read_at = -math.inf
+        # What hosts report beyond inventory (capabilities, stats), for the
+        # host filters and weighers; fed below wherever services, aggregates
+        # or rows change (see scheduler/engine/capabilities.py).
+        self.capabilities = HostCapabilities(store)
         self._clear()
 
     # --- reading the store ----------------------------------------------------------
@@ -140,7 +175,7 @@ class HostView:
         snap = self._store.snapshot()
         self._clear()
         self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
-        hosts = [p for p in snap.providers if p.parent_uuid is None]  # see module doc
+        hosts = [p for p in snap.providers if p.parent_uuid is None]
         n = self.size = len(hosts)
         self._ensure_rows(n)
         self.names = [p.name for p in hosts]
@@ -166,9 +201,16 @@ class HostView:
         self._generation[:n] = [p.generation for p in hosts]
         self._consumers[:n] = [p.consumers for p in hosts]
         self._agg_set[:n] = [self._agg_code(frozenset(p.aggregates)) for p in hosts]
+        for i, p in enumerate(hosts):
+            if p.traits or p.aggregates:
+                self._set_bits(self._trait_bits, self._agg_bits, i, p)
+        for p in snap.providers:
+            if p.parent_uuid is not None:
+                self._put_kid(p)
         self._read_services(snap.services, now)
+        self.capabilities.load(self._index, snap.services, snap.aggregates)
         self._cursor = snap.cursor
-        LOG.info("host_view_loaded", hosts=n, cursor=snap.cursor)
+        LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
 
     def refresh_provider(self, uuid: str) -> None:
         """Re-read one provider (after a claim on it was refused)."""
@@ -183,12 +225,29 @@ class HostView:
         for rc, amount in resources.items():
             self._used[self._rc_row(rc), index] += amount
         self._consumers[index] += 1
+        self.capabilities.consumed(index, +1)
 
     def unconsume(self, index: int, resources: Mapping[str, int]) -> None:
         """Undo :meth:`consume` (a dry run, or claims released after a failure)."""
         for rc, amount in resources.items():
             self._used[self._rc_row(rc), index] -= amount
         self._consumers[index] -= 1
+        self.capabilities.consumed(index, -1)
+
+    def consume_allocation(self, index: int,
+                           allocations: Mapping[str, Mapping[str, int]], sign: int = 1) -> None:
+        """Account locally for a claim of ``allocations`` (per provider uuid) on
+        host ``index``, its root and children alike; ``sign=-1`` undoes it."""
+        for uuid, resources in allocations.items():
+            k = self._kid_index.get(uuid)
+            for rc, amount in resources.items():
+                j = self._rc_row(rc)
+                if k is None:
+                    self._used[j, self._uuid_index[uuid]] += sign * amount
+                else:
+                    self._k_used[j, k] += sign * amount
+        self._consumers[index] += sign
+        self.capabilities.consumed(index, sign)
 
     # --- questions the pipeline asks ------------------------------------------------
 
@@ -201,8 +260,114 @@ class HostView:
         """The distinct aggregate sets; ``agg_set`` holds an index into this."""
         return tuple(self._agg_sets)
 
+    @property
+    def aggregates(self) -> Mapping[str, Aggregate]:
+        """Every aggregate the store holds, by uuid (name and metadata)."""
+        return MappingProxyType(self._aggregates)
+
+    @property
+    def kid_uuids(self) -> list[str]:
+        return self._kid_uuids
+
+    def kids_offer(self, rc: str) -> bool:
+        """Has any child provider ever had inventory of ``rc``? (If not, asking
+        the child table about it can be skipped.)"""
+        return rc in self._kid_classes
+
     def index_of(self, name: str) -> int | None:
         return self._index.get(name)
+
+    def kid_index_of(self, uuid: str) -> int | None:
+        """Row of a child provider in the ``kid_*`` columns."""
+        return self._kid_index.get(uuid)
+
+    def kids_of(self, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The child providers of the hosts in ``idx`` (None: every host): their
+        rows, and for each the position of its host in ``idx``."""
+        if not self.kid_size:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        if idx is None:
+            return np.arange(self.kid_size), self._k_host[:self.kid_size]
+        where = np.full(self.size, -1, dtype=np.int64)
+        where[idx] = np.arange(len(idx))
+        pos = where[self._k_host[:self.kid_size]]
+        kids = np.flatnonzero(pos >= 0)
+        return kids, pos[kids]
+
+    # providers: ``kid=False`` asks hosts' root providers (rows are host
+    # indices), ``kid=True`` child providers (rows are kid rows).
+
+    def _count(self, rows: np.ndarray | slice, kid: bool = False) -> int:
+        if isinstance(rows, slice):
+            return len(range(self.kid_size if kid else self.size)[rows])
+        return len(rows)
+
+    def can_give(self, rc: str, amount: int, rows: np.ndarray | slice, kid: bool = False,
+                 extra: np.ndarray | None = None) -> np.ndarray:
+        """Mask of the providers in ``rows`` that can give ``amount`` of ``rc``:
+        free capacity (less ``extra``, already promised in this request), and
+        min_unit, max_unit and step_size. A provider without the class cannot."""
+        j = self._rc.get(rc)
+        if j is None:
+            return np.zeros(self._count(rows, kid), dtype=bool)
+        p = "_k" if kid else ""
+        free = getattr(self, p + "_capacity")[j, rows] - getattr(self, p + "_used")[j, rows]
+        if extra is not None:
+            free = free - extra
+        ok = free >= amount
+        ok &= getattr(self, p + "_max_unit")[j, rows] >= amount
+        ok &= getattr(self, p + "_min_unit")[j, rows] <= amount
+        ok &= amount % getattr(self, p + "_step")[j, rows] == 0
+        return ok
+
+    def has_trait(self, trait: str, rows: np.ndarray | slice, kid: bool = False) -> np.ndarray:
+        """Mask of the providers in ``rows`` that have ``trait``."""
+        bit = self._trait_ids.get(trait)
+        if bit is None:
+            return np.zeros(self._count(rows, kid), dtype=bool)
+        bits = self._k_trait_bits if kid else self._trait_bits
+        return (bits[rows, bit // _WORD] & np.uint64(1 << (bit % _WORD))) != 0
+
+    def in_any_trait(self, traits: Iterable[str], rows: np.ndarray | slice,
+                     kid: bool = False) -> np.ndarray:
+        """Mask of the providers in ``rows`` that have at least one of ``traits``."""
+        words = self._words(self._trait_ids, traits, self._trait_words)
+        if not words.any():
+            return np.zeros(self._count(rows, kid), dtype=bool)
+        bits = self._k_trait_bits if kid else self._trait_bits
+        return (bits[rows] & words).any(axis=1)
+
+    def trait_count(self, traits: Iterable[str], rows: np.ndarray | slice,
+                    kid: bool = False) -> np.ndarray:
+        """How many of ``traits`` each provider in ``rows`` has."""
+        count = np.zeros(self._count(rows, kid), dtype=np.int64)
+        for trait in traits:
+            count += self.has_trait(trait, rows, kid)
+        return count
+
+    @staticmethod
+    def _words(ids: Mapping[str, int], names: Iterable[str], width: int) -> np.ndarray:
+        words = np.zeros(width, dtype=np.uint64)
+        for name in names:
+            bit = ids.get(name)
+            if bit is not None:
+                words[bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+        return words
+
+    def in_any(self, aggregates: Iterable[str], rows: np.ndarray | slice,
+               kid: bool = False) -> np.ndarray:
+        """Mask of the providers in ``rows`` that are members of any of
+        ``aggregates`` (uuids or names), a child through its root too."""
+        uuids = [uuid for token in aggregates for uuid in self._resolve_aggregate(token)]
+        words = self._words(self._agg_ids, uuids, self._agg_words)
+        if not words.any():
+            return np.zeros(self._count(rows, kid), dtype=bool)
+        if kid:
+            bits = self._k_agg_bits[rows] | self._agg_bits[self._k_host[rows]]
+        else:
+            bits = self._agg_bits[rows]
+        return (bits & words).any(axis=1)
 
     def index_of_uuid(self, uuid: str) -> int | None:
         return self._uuid_index.get(uuid)
@@ -219,7 +384,9 @@ class HostView:
 
     def shortfalls(self, resources: Mapping[str, int],
                    idx: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
-        """Per requested resource class, a mask of the hosts that cannot give it.
+        """Per requested resource class, a mask of the hosts whose root provider
+        cannot give it (its own inventory only; the candidate step asks the
+        child providers too, see :mod:`scheduler.engine.placement`).
 
         A host cannot give ``amount`` of a class if its free capacity is
         smaller, or the amount breaks ``max_unit``, ``min_unit`` or
@@ -242,7 +409,7 @@ class HostView:
         return out
 
     def fits(self, resources: Mapping[str, int], idx: np.ndarray) -> np.ndarray:
-        """Mask of the hosts in ``idx`` with room for ``resources``."""
+        """Mask of the hosts in ``idx`` whose root provider has room for ``resources``."""
         ok = np.ones(len(idx), dtype=bool)
         for _rc, bad in self.shortfalls(resources, idx):
             ok &= ~bad
@@ -294,7 +461,28 @@ class HostView:
         self._agg_sets: list[frozenset[str]] = [frozenset()]
         self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
         self._set_zones: list[frozenset[str]] | None = None
+        self._agg_names: dict[str, list[str]] | None = None
         self._services: dict[str, Service] = {}
+        # traits and aggregates: a bit each, words of them per provider row
+        self._trait_ids: dict[str, int] = {}
+        self._agg_ids: dict[str, int] = {}
+        self._trait_words = self._agg_words = 1
+        self._trait_bits = np.zeros((0, 1), dtype=np.uint64)
+        self._agg_bits = np.zeros((0, 1), dtype=np.uint64)
+        # child providers
+        self.kid_size = 0
+        self._kid_rows = 0
+        self._kid_uuids: list[str] = []
+        self._kid_index: dict[str, int] = {}
+        self._kid_pending: dict[str, list[Provider]] = {}  # root uuid -> kids seen before it
+        self._kid_classes: set[str] = set()  # classes some child has inventory of
+        for attr, dtype, _fill in _RC_COLUMNS:
+            setattr(self, "_k" + attr, np.zeros((0, 0), dtype=dtype))
+        self._k_host = np.zeros(0, dtype=np.int64)
+        self._k_generation = np.zeros(0, dtype=np.int64)
+        self._k_trait_bits = np.zeros((0, 1), dtype=np.uint64)
+        self._k_agg_bits = np.zeros((0, 1), dtype=np.uint64)
+        self.capabilities.clear()
 
     def _ensure_rows(self, rows: int) -> None:
         if rows <= self._rows:
@@ -310,7 +498,75 @@ class HostView:
             grown = np.full(new_rows, fill, dtype=dtype)
             grown[:self._rows] = old
             setattr(self, attr, grown)
+        for attr in ("_trait_bits", "_agg_bits"):
+            old = getattr(self, attr)
+            grown = np.zeros((new_rows, old.shape[1]), dtype=np.uint64)
+            grown[:self._rows] = old
+            setattr(self, attr, grown)
         self._rows = new_rows
+        self.capabilities.grow(new_rows)
+
+    def _ensure_kid_rows(self, rows: int) -> None:
+        if rows <= self._kid_rows:
+            return
+        new_rows = max(rows, 2 * self._kid_rows, _INITIAL_ROWS)
+        for attr, dtype, fill in _RC_COLUMNS:
+            old = getattr(self, "_k" + attr)
+            grown = np.full((old.shape[0], new_rows), fill, dtype=dtype)
+            grown[:, :self._kid_rows] = old
+            setattr(self, "_k" + attr, grown)
+        for attr, fill in (("_k_host", -1), ("_k_generation", -1)):
+            old = getattr(self, attr)
+            grown = np.full(new_rows, fill, dtype=np.int64)
+            grown[:self._kid_rows] = old
+            setattr(self, attr, grown)
+        for attr in ("_k_trait_bits", "_k_agg_bits"):
+            old = getattr(self, attr)
+            grown = np.zeros((new_rows, old.shape[1]), dtype=np.uint64)
+            grown[:self._kid_rows] = old
+            setattr(self, attr, grown)
+        self._kid_rows = new_rows
+
+    def _bit(self, ids: dict[str, int], name: str, kind: str) -> int:
+        """The bit of a trait (``kind="trait"``) or aggregate, widening the words."""
+        bit = ids.get(name)
+        if bit is None:
+            bit = ids[name] = len(ids)
+            words = bit // _WORD + 1
+            if words > getattr(self, f"_{kind}_words"):
+                setattr(self, f"_{kind}_words", words)
+                for attr in (f"_{kind}_bits", f"_k_{kind}_bits"):
+                    old = getattr(self, attr)
+                    setattr(self, attr, np.hstack(
+                        [old, np.zeros((old.shape[0], 1), dtype=np.uint64)]))
+        return bit
+
+    def _set_bits(self, trait_bits: np.ndarray, agg_bits: np.ndarray, i: int,
+                  p: Provider) -> None:
+        """Write provider ``p``'s traits and aggregates into row ``i``.
+
+        ``trait_bits`` / ``agg_bits`` name the table (hosts or kids); they are
+        looked up again after each new bit, which may widen (replace) them.
+        """
+        t_attr = "_trait_bits" if trait_bits is self._trait_bits else "_k_trait_bits"
+        a_attr = "_agg_bits" if agg_bits is self._agg_bits else "_k_agg_bits"
+        t_bits = [self._bit(self._trait_ids, t, "trait") for t in p.traits]
+        a_bits = [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]
+        for attr, bits in ((t_attr, t_bits), (a_attr, a_bits)):
+            table = getattr(self, attr)
+            table[i] = 0
+            for bit in bits:
+                table[i, bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+
+    def _resolve_aggregate(self, token: str) -> list[str]:
+        """An aggregate named by uuid or by name: the uuids it may mean."""
+        if token in self._agg_ids or token in self._aggregates:
+            return [token]
+        if self._agg_names is None:
+            self._agg_names = {}
+            for agg in self._aggregates.values():
+                self._agg_names.setdefault(agg.name, []).append(agg.uuid)
+        return self._agg_names.get(token, [])
 
     def _rc_row(self, rc: str) -> int:
         j = self._rc.get(rc)
@@ -320,6 +576,9 @@ class HostView:
             for attr, dtype, fill in _RC_COLUMNS:
                 old = getattr(self, attr)
                 setattr(self, attr, np.vstack([old, np.full((1, self._rows), fill, dtype=dtype)]))
+                old = getattr(self, "_k" + attr)
+                setattr(self, "_k" + attr,
+                        np.vstack([old, np.full((1, self._kid_rows), fill, dtype=dtype)]))
         return j
 
     def _agg_code(self, aggregates: frozenset[str]) -> int:
@@ -345,6 +604,8 @@ class HostView:
         elif change.kind == "aggregate":
             self._aggregates[change.data.uuid] = change.data
             self._set_zones = None
+            self._agg_names = None
+            self.capabilities.put_aggregate(change.data)
         elif change.kind == "service":
             service: Service = change.data
             self._services[service.host] = service
@@ -356,7 +617,8 @@ class HostView:
 
     def _put_provider(self, p: Provider) -> None:
         if p.parent_uuid is not None:
-            return  # nested providers are not offered yet (see module doc)
+            self._put_kid(p)
+            return
         i = self._uuid_index.get(p.uuid)
         if i is None:
             i = self._add_row(p)
@@ -380,11 +642,56 @@ class HostView:
         self._generation[i] = p.generation
         self._consumers[i] = p.consumers
         self._agg_set[i] = self._agg_code(frozenset(p.aggregates))
+        self._set_bits(self._trait_bits, self._agg_bits, i, p)
+
+    def _put_kid(self, p: Provider) -> None:
+        """A child provider: its row in the kid table, counted toward its root's host."""
+        root = p.root_uuid or p.parent_uuid or ""
+        host = self._uuid_index.get(root)
+        if host is None:  # its root is not in the view yet: add it with the root
+            self._kid_pending.setdefault(root, []).append(p)
+            return
+        k = self._kid_index.get(p.uuid)
+        if k is None:
+            k = self.kid_size
+            self._ensure_kid_rows(k + 1)
+            self.kid_size = k + 1
+            self._kid_uuids.append(p.uuid)
+            self._kid_index[p.uuid] = k
+        elif p.generation < self._k_generation[k]:
+            return
+        for rc in (*p.inventories, *p.usages):
+            self._rc_row(rc)
+        for attr, _dtype, fill in _RC_COLUMNS:
+            getattr(self, "_k" + attr)[:, k] = fill
+        self._kid_classes.update(p.inventories)
+        for rc, inv in p.inventories.items():
+            j = self._rc[rc]
+            self._k_total[j, k] = inv.total
+            self._k_reserved[j, k] = inv.reserved
+            self._k_ratio[j, k] = inv.allocation_ratio
+            self._k_capacity[j, k] = inv.capacity
+            self._k_min_unit[j, k] = inv.min_unit
+            self._k_max_unit[j, k] = inv.effective_max_unit
+            self._k_step[j, k] = inv.step_size
+        for rc, amount in p.usages.items():
+            self._k_used[self._rc[rc], k] = amount
+        self._k_host[k] = host
+        self._k_generation[k] = p.generation
+        self._set_bits(self._k_trait_bits, self._k_agg_bits, k, p)
 
     def _put_usage(self, data: Mapping[str, Any]) -> None:
+        k = self._kid_index.get(data["uuid"])
+        if k is not None:
+            if data["generation"] >= self._k_generation[k]:
+                self._k_used[:, k] = 0
+                for rc, amount in data["usages"].items():
+                    self._k_used[self._rc_row(rc), k] = amount
+                self._k_generation[k] = data["generation"]
+            return
         i = self._uuid_index.get(data["uuid"])
         if i is None or data["generation"] < self._generation[i]:
-            return  # not a host (nested), or older than what the view holds
+            return  # unknown, or older than what the view holds
         self._used[:, i] = 0
         for rc, amount in data["usages"].items():
             self._used[self._rc_row(rc), i] = amount
@@ -403,12 +710,15 @@ class HostView:
         service = self._services.get(p.name)
         if service is not None:
             self._put_service(i, service)
+        for kid in self._kid_pending.pop(p.uuid, ()):
+            self._put_kid(kid)
         return i
 
     def _put_service(self, i: int, service: Service) -> None:
         self._last_seen[i] = max(self._last_seen[i], service.last_seen)
         self._disabled[i] = service.disabled
         self._failed_builds[i] = service.failed_builds
+        self.capabilities.put_service(i, service)
 
     def _read_services(self, services: Iterable[Service], now: float) -> None:
         """Apply service records in bulk (heartbeats only ever move forward)."""

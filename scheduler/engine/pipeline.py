@@ -6,6 +6,14 @@ columnar :class:`~scheduler.engine.hostview.HostView`, so every per-host
 question is an array operation; Python loops only run over the short final
 list (the subset pick, claim fall-through and alternates).
 
+Before any host is examined the request spec becomes a typed
+:class:`~scheduler.resource_request.ResourceRequest` (refused with
+InvalidRequest if malformed), and the enabled request filters
+(:mod:`scheduler.request_filters`) add their constraints to it. The
+candidate step (:mod:`scheduler.engine.placement`) then asks every host's
+provider tree at once; disabled and down hosts are removed before the
+``max_placement_results`` cut.
+
 Every decision is reproducible: the random draws for one instance come from
 a generator seeded with the request id and the instance uuid, so replaying
 the same request on the same view gives the same hosts. Each instance leaves
@@ -25,19 +33,31 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
+from scheduler.engine import reasons
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
+from scheduler.engine.placement import Placement, host_constraint_mask, place
 from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, load_plugins
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
+    GroupPolicyViolation,
     NoValidHost,
     ProviderNotFound,
     StoreError,
 )
 from scheduler.filters.base import BaseFilter
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
+from scheduler.request_filters import (
+    AvailabilityZoneRequestFilter,
+    DisabledComputesRequestFilter,
+    ImageTypeRequestFilter,
+    IsolatedAggregatesRequestFilter,
+    RequestFilter,
+    TenantAggregatesRequestFilter,
+)
+from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import Consumer, GroupClaim, Store
 from scheduler.weighers.base import BaseWeigher
 
@@ -46,15 +66,25 @@ LOG = structlog.get_logger(__name__)
 #: How many of the best weighed hosts a trace keeps.
 TRACE_TOP = 5
 
-# Rejection reasons of the engine's own stages (filters bring their own).
-OVER_LIMIT = "beyond max_placement_results"
-CLAIM_CONFLICT = "claim conflict"
-NOT_TRIED = "not tried (claim_attempts exhausted)"
+# Rejection reasons of the engine's own stages live in scheduler.engine.reasons
+# (filters bring their own); these names stay importable from here.
+OVER_LIMIT = reasons.OVER_LIMIT
+CLAIM_CONFLICT = reasons.CLAIM_CONFLICT
+GROUP_CONFLICT = reasons.GROUP_CONFLICT
+NOT_TRIED = reasons.NOT_TRIED
+insufficient = reasons.insufficient
 
+#: Trace stage names of the candidate step (request filters add their own).
+HOSTS_UP = "hosts up"
+CANDIDATES = "candidates"
 
-def insufficient(rc: str) -> str:
-    """The rejection reason of a host without room for ``rc``."""
-    return f"insufficient {rc}"
+#: (request-filter switch, host filter) pairs that enforce one policy: with
+#: the switch off, only that host filter keeps it (disabled hosts, zones).
+_POLICY_FILTERS = (("compute_status_filter", "ComputeFilter"),
+                   ("query_placement_for_availability_zone", "AvailabilityZoneFilter"))
+
+#: (host index, allocations) of a claim accounted for in the view.
+Consumed = tuple[int, Mapping[str, Mapping[str, int]]]
 
 
 @dataclass(frozen=True)
@@ -132,12 +162,33 @@ class Engine:
         self.settings = settings
         self._clock = clock
         self.view = HostView(store, settings)
+        self.request_filters: list[RequestFilter] = [cls(settings) for cls, on in (
+            # Disabled computes first: the most common reason a host is out,
+            # and the max_placement_results cut must never be spent on them.
+            (DisabledComputesRequestFilter, settings.compute_status_filter),
+            # The availability zone: a request names at most one, and it
+            # removes whole aggregates of hosts.
+            (AvailabilityZoneRequestFilter, settings.query_placement_for_availability_zone),
+            # The project's own aggregates, when some are reserved for it.
+            (TenantAggregatesRequestFilter, settings.limit_tenants_to_placement_aggregate),
+            # Aggregates reserved for traits the request does not ask for;
+            # after the groups are parsed, whose required traits it reads.
+            (IsolatedAggregatesRequestFilter, settings.enable_isolated_aggregate_filtering),
+            # The image's disk format, last: a trait every host usually has.
+            (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
+        ) if on]
         self.filters: list[tuple[str, BaseFilter]] = [
             (name, cls(settings))
             for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
         self.weighers: list[tuple[str, BaseWeigher]] = [
             (name, cls(settings))
             for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers, BaseWeigher)]
+        # A policy that both a request filter and a host filter can enforce
+        # is not enforced at all when an operator turns off the one and
+        # leaves the other out: say so at start-up.
+        for option, host_filter in _POLICY_FILTERS:
+            if not getattr(settings, option) and host_filter not in settings.enabled_filters:
+                LOG.warning("policy_not_enforced", option=option, host_filter=host_filter)
         self._lock = threading.Lock()
 
     def select(self, ctx_request_id: str, spec: RequestSpec, instance_uuids: Sequence[str],
@@ -163,10 +214,17 @@ class Engine:
             # changes stale costs at worst a claim conflict, never an
             # overcommit: the claim re-checks capacity atomically.
             self.view.refresh(now)
-            ctx = PlacementContext(spec=spec, resources=spec.resources, now=now,
-                                   group_members=self._group_members(spec))
+            # Validate: the typed resource request (flavor, overrides, traits,
+            # aggregates, granular groups); a bad one is refused with
+            # InvalidRequest before anything is chosen or claimed.
+            request = spec.resource_request
+            # Request filters turn policy into constraints, once per request
+            # (each returns a new request; see _request_filters for the order).
+            request = self._request_filters(request, spec)
+            ctx = PlacementContext(spec=spec, resources=request.resources, now=now,
+                                   group_members=self._group_members(spec), request=request)
             claimed: list[str] = []
-            consumed: list[int] = []
+            consumed: list[Consumed] = []
             selections: list[list[Selection]] = []
             traces: list[InstanceTrace] = []
             try:
@@ -179,11 +237,13 @@ class Engine:
                     # must find the instance it already placed, never claim twice
                     # (the stages below still run, for its alternates).
                     held = self.store.get_consumer(instance_uuid) if claim else None
-                    # Candidates: capacity is the most selective question and
-                    # what placement answers; the limit bounds all that follows.
-                    candidates = self._candidates(ctx, rng, trace)
+                    # Candidates: host constraints, liveness, then the provider
+                    # trees with room for every request group; what placement
+                    # answers. Disabled and down hosts go before the cut, and
+                    # the cut bounds all that follows.
+                    placement = self._candidates(ctx, rng, trace)
                     # Host filters, in configured order, on candidates only.
-                    candidates = self._filter(candidates, ctx, trace)
+                    candidates = self._filter(placement.hosts, ctx, trace)
                     if held is None and not len(candidates):
                         raise self._no_valid_host(trace)
                     # Weighers rank the survivors (a shuffle first breaks ties at random).
@@ -196,12 +256,13 @@ class Engine:
                         # first) falls through to the next best, boundedly.
                         order = self._pick(len(ranked), rng)
                         index, primary = self._claim(instance_uuid, ranked, weights, order,
-                                                     ctx, claim, trace)
+                                                     placement, ctx, claim, trace)
                         if index is not None:
                             # Consume in the view and count the group member,
                             # so the next instance of this request sees both.
-                            self.view.consume(index, ctx.resources)
-                            consumed.append(index)
+                            allocations = primary.allocation_request.allocations
+                            self.view.consume_allocation(index, allocations)
+                            consumed.append((index, allocations))
                             ctx.group_members[primary.host] += 1
                             if claim:
                                 claimed.append(instance_uuid)
@@ -211,13 +272,16 @@ class Engine:
                     alternates = (self._alternates(ranked, weights, index, ctx)
                                   if return_alternates else [])
                     selections.append([primary, *alternates])
-            except BaseException:
+            except BaseException as exc:
                 # All or nothing: release what this call claimed.
                 self._release(claimed)
-                self._unconsume(consumed, ctx.resources)
+                self._unconsume(consumed)
+                if isinstance(exc, NoValidHost):
+                    # Every decision so far, the failed one last (for explain).
+                    exc.traces = traces
                 raise
             if not claim:
-                self._unconsume(consumed, ctx.resources)
+                self._unconsume(consumed)
             return ScheduleResult(selections, traces)
 
     # --- stages ---------------------------------------------------------------------
@@ -227,21 +291,42 @@ class Engine:
             return Counter()
         return Counter(self.store.group_hosts(spec.group.uuid))
 
+    def _request_filters(self, request: ResourceRequest, spec: RequestSpec) -> ResourceRequest:
+        """The enabled request filters, in the order wired in ``__init__``;
+        each may add one host constraint (a new request, never this one)."""
+        for request_filter in self.request_filters:
+            request = request_filter.apply(request, spec, self.view.aggregates)
+        return request
+
     def _candidates(self, ctx: PlacementContext, rng: np.random.Generator,
-                    trace: InstanceTrace) -> np.ndarray:
-        """Hosts with room for the request, at most ``max_placement_results``."""
-        fits = np.ones(self.view.size, dtype=bool)
-        for rc, short in self.view.shortfalls(ctx.resources):
-            trace.reject(insufficient(rc), int(np.count_nonzero(short & fits)))
-            fits &= ~short
-        candidates = np.flatnonzero(fits)
+                    trace: InstanceTrace) -> Placement:
+        """Hosts whose provider trees can take the request, at most
+        ``max_placement_results``, with where each request group lands."""
+        view, request = self.view, ctx.request
+        assert request is not None  # set by schedule()
+        every = slice(0, view.size)
+        alive = np.ones(view.size, dtype=bool)
+        # The request filters' constraints on the compute node, in their order.
+        for constraint in request.host_constraints:
+            ok = host_constraint_mask(view, constraint, every)
+            trace.reject(constraint.reason, int(np.count_nonzero(alive & ~ok)))
+            alive &= ok
+            trace.survived(constraint.stage or constraint.reason, int(np.count_nonzero(alive)))
+        # Hosts that stopped heartbeating, also before the cut.
+        up = np.abs(ctx.now - view.last_seen) <= self.settings.service_down_time
+        trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(alive & ~up)))
+        alive &= up
+        trace.survived(HOSTS_UP, int(np.count_nonzero(alive)))
+        # Traits, aggregates and capacity per request group, over the trees.
+        placement = place(view, request, alive=alive, reject=trace.reject)
         limit = self.settings.max_placement_results
-        if len(candidates) > limit:
-            trace.reject(OVER_LIMIT, len(candidates) - limit)
-            candidates = (rng.choice(candidates, limit, replace=False)
-                          if self.settings.randomize_candidates else candidates[:limit])
-        trace.survived("candidates", len(candidates))
-        return candidates
+        if len(placement) > limit:
+            trace.reject(OVER_LIMIT, len(placement) - limit)
+            positions = (np.sort(rng.choice(len(placement), limit, replace=False))
+                         if self.settings.randomize_candidates else np.arange(limit))
+            placement = placement.take(positions)
+        trace.survived(CANDIDATES, len(placement))
+        return placement
 
     def _filter(self, candidates: np.ndarray, ctx: PlacementContext,
                 trace: InstanceTrace) -> np.ndarray:
@@ -282,7 +367,7 @@ class Engine:
         return [first, *(p for p in range(min(count, attempts + 1)) if p != first)][:attempts]
 
     def _claim(self, instance_uuid: str, ranked: np.ndarray, weights: np.ndarray,
-               order: list[int], ctx: PlacementContext, claim: bool,
+               order: list[int], placement: Placement, ctx: PlacementContext, claim: bool,
                trace: InstanceTrace) -> tuple[int | None, Selection]:
         """Claim the first host of ``order`` the store accepts.
 
@@ -292,7 +377,9 @@ class Engine:
         """
         for position in order:
             index = int(ranked[position])
-            selection = self._selection(index, float(weights[position]), ctx.spec)
+            at = int(np.searchsorted(placement.hosts, index))
+            selection = self._selection(index, float(weights[position]),
+                                        placement.allocations(self.view, at), ctx.spec)
             if not claim:
                 return index, selection
             try:
@@ -308,33 +395,53 @@ class Engine:
                 LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
                          error=type(exc).__name__)
                 trace.conflicts.append((selection.host, type(exc).__name__))
-                if isinstance(exc, ClaimFailed):
-                    self.view.refresh_provider(selection.provider_uuid)
+                if isinstance(exc, ClaimFailed):  # re-read the tree's providers it asked
+                    for provider_uuid in selection.allocation_request.allocations:
+                        self.view.refresh_provider(provider_uuid)
                 continue
             return index, selection
-        trace.reject(CLAIM_CONFLICT, len(trace.conflicts))
+        # Say why the claims failed: a strict group policy the store enforced
+        # (another worker placed a member there first) or plain capacity.
+        for kind, count in Counter(kind for _, kind in trace.conflicts).items():
+            trace.reject(GROUP_CONFLICT if kind == GroupPolicyViolation.__name__
+                         else CLAIM_CONFLICT, count)
         trace.reject(NOT_TRIED, len(ranked) - len(trace.conflicts))
         raise self._no_valid_host(trace)
 
     def _alternates(self, ranked: np.ndarray, weights: np.ndarray, primary: int | None,
                     ctx: PlacementContext) -> list[Selection]:
-        """Up to ``max_attempts - 1`` other hosts, best first, each with room now."""
+        """Up to ``max_attempts - 1`` other hosts, best first, each with room now
+        (the request placed again on their trees as the view stands)."""
         wanted = self.settings.max_attempts - 1
         if not wanted:
             return []
+        assert ctx.request is not None  # set by schedule()
         positions = np.flatnonzero(ranked != (-1 if primary is None else primary))
-        positions = positions[self.view.fits(ctx.resources, ranked[positions])][:wanted]
-        return [self._selection(int(ranked[p]), float(weights[p]), ctx.spec)
-                for p in positions]
+        out: list[Selection] = []
+        # Best first, in growing chunks: usually the first few still fit.
+        start, chunk = 0, 4 * wanted
+        while len(out) < wanted and start < len(positions):
+            part = positions[start:start + chunk]
+            fresh = place(self.view, ctx.request, ranked[part])
+            for at in range(min(wanted - len(out), len(fresh))):
+                index = int(fresh.hosts[at])
+                weight = float(weights[part[np.flatnonzero(ranked[part] == index)[0]]])
+                out.append(self._selection(index, weight, fresh.allocations(self.view, at),
+                                           ctx.spec))
+            start, chunk = start + chunk, chunk * 4
+        return out
 
     # --- helpers --------------------------------------------------------------------
 
-    def _selection(self, index: int, weight: float, spec: RequestSpec) -> Selection:
-        name, provider_uuid = self.view.names[index], self.view.uuids[index]
+    def _selection(self, index: int, weight: float,
+                   allocations: Mapping[str, Mapping[str, int]],
+                   spec: RequestSpec) -> Selection:
+        """A destination; its provider is the host's root, its allocation request
+        lists every provider of the tree the request takes from."""
+        name = self.view.names[index]
         return Selection(
-            host=name, node=name, provider_uuid=provider_uuid,
-            allocation_request=AllocationRequest({provider_uuid: spec.resources},
-                                                 spec.project_id, spec.user_id),
+            host=name, node=name, provider_uuid=self.view.uuids[index],
+            allocation_request=AllocationRequest(allocations, spec.project_id, spec.user_id),
             weight=weight)
 
     def _held(self, held: Consumer, ranked: np.ndarray, weights: np.ndarray,
@@ -370,15 +477,20 @@ class Engine:
                 # Keep releasing the others; the caller gets the original error.
                 LOG.exception("release_failed", instance_uuid=consumer)
 
-    def _unconsume(self, indices: Sequence[int], resources: Mapping[str, int]) -> None:
-        for index in indices:
-            self.view.unconsume(index, resources)
+    def _unconsume(self, consumed: Sequence[Consumed]) -> None:
+        for index, allocations in consumed:
+            self.view.consume_allocation(index, allocations, sign=-1)
 
 
 def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
-    """The policy check the store makes inside the claim (strict policies only)."""
+    """The group membership the claim records, with the policy the store checks.
+
+    The store checks only the strict policies; a soft group's claim still
+    records the member, so the soft (anti-)affinity weighers of later
+    requests see where the group's instances are.
+    """
     group = spec.group
-    if group is None or not group.is_strict:
+    if group is None:
         return None
     return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
 

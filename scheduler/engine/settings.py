@@ -8,22 +8,73 @@ imports the global config, so a test builds exactly the settings it means.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
-#: Every filter this project ships, in the order they run by default
-#: (cheapest and most selective first).
+#: The host filters that run by default, in order (cheapest and most
+#: selective first), the one list every default derives from: Nova 34's
+#: defaults (ComputeFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter,
+#: ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter), plus the retry
+#: filter, which is how this scheduler honours resize's excluded source and
+#: hosts already tried. Availability zones, like disabled hosts, are the
+#: request filters' (before the candidate step, on by default), as in Nova;
+#: the AvailabilityZoneFilter stays available for a cloud that turns
+#: ``query_placement_for_availability_zone`` off, and ComputeFilter removes
+#: disabled hosts when ``compute_status_filter`` is off.
 DEFAULT_FILTERS: tuple[str, ...] = (
     "ComputeFilter",
-    "AvailabilityZoneFilter",
     "RetryFilter",
-    "ServerGroupAffinityFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
     "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+    # A request for PCI devices or a NUMA layout that no filter checks would be
+    # placed anywhere; both filters cost nothing for requests without them.
+    "PciPassthroughFilter",
+    "NUMATopologyFilter",
 )
-#: Every weigher this project ships.
-DEFAULT_WEIGHERS: tuple[str, ...] = ("RAMWeigher", "CPUWeigher", "DiskWeigher",
-                                     "BuildFailureWeigher")
+#: Every weigher this project ships (Nova's default is all of its weighers);
+#: those whose multiplier defaults to 0 cost nothing until an operator sets it.
+DEFAULT_WEIGHERS: tuple[str, ...] = (
+    "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
+    "BuildFailureWeigher", "ServerGroupSoftAffinityWeigher",
+    "ServerGroupSoftAntiAffinityWeigher", "ImagePropertiesWeigher", "HypervisorVersionWeigher",
+)
+
+
+@dataclass(frozen=True)
+class PciAlias:
+    """A name a flavor asks for PCI devices by (``pci_passthrough:alias = name:count``).
+
+    ``product_id`` None matches any product of the vendor.
+    """
+
+    name: str
+    vendor_id: str
+    product_id: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> PciAlias:
+        """Nova's ``[pci] alias`` form: ``{"name": "a1", "vendor_id": "8086",
+        "product_id": "154d"}``; other keys (device_type, numa_policy) are ignored.
+
+        :raises ValueError: naming what is wrong.
+        """
+        try:
+            data: Any = json.loads(text)
+        except ValueError:
+            raise ValueError(f"PCI alias is not JSON: {text!r}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"PCI alias must be a JSON object: {text!r}")
+        name, vendor, product = data.get("name"), data.get("vendor_id"), data.get("product_id")
+        if not isinstance(name, str) or not name or not isinstance(vendor, str) or not vendor:
+            raise ValueError(f"PCI alias needs a name and a vendor_id: {text!r}")
+        if product is not None and not isinstance(product, str):
+            raise ValueError(f"PCI alias product_id must be a string: {text!r}")
+        return cls(name, vendor.lower(), product.lower() if product else None)
 
 
 @dataclass(frozen=True)
@@ -34,7 +85,11 @@ class EngineSettings:
     a weigher whose option is absent uses its own default. ``claim_attempts``
     bounds how many hosts one instance tries when claims conflict with other
     workers. ``services_refresh_interval`` bounds how often heartbeats (which
-    are not in the change feed) are re-read.
+    are not in the change feed) are re-read. The host filters' and weighers'
+    own settings follow, named as their ``[filter_scheduler]`` options;
+    ``pci_aliases`` maps alias names to the devices they stand for. The
+    request-filter switches are the ``[scheduler]`` options of the same names
+    (see :mod:`scheduler.request_filters`).
     """
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
@@ -48,10 +103,35 @@ class EngineSettings:
     claim_attempts: int = 5
     default_availability_zone: str = "nova"
     services_refresh_interval: float = 2.0
+    # the host filters and weighers
+    max_instances_per_host: int = 50
+    max_io_ops_per_host: int = 8
+    isolated_hosts: tuple[str, ...] = ()
+    isolated_images: tuple[str, ...] = ()
+    restrict_isolated_hosts_to_isolated_images: bool = True
+    image_properties_default_architecture: str | None = None
+    image_props_weight_setting: Mapping[str, float] = field(default_factory=dict)
+    pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    # request filters (scheduler.request_filters), on or off as Nova's defaults
+    compute_status_filter: bool = True
+    query_placement_for_availability_zone: bool = True
+    limit_tenants_to_placement_aggregate: bool = False
+    placement_aggregate_required_for_tenants: bool = False
+    enable_isolated_aggregate_filtering: bool = False
+    query_placement_for_image_type_support: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))
         object.__setattr__(self, "weighers", tuple(self.weighers))
+        object.__setattr__(self, "isolated_hosts", tuple(self.isolated_hosts))
+        object.__setattr__(self, "isolated_images", tuple(self.isolated_images))
+        object.__setattr__(self, "image_props_weight_setting",
+                           MappingProxyType({k: float(v) for k, v in
+                                             self.image_props_weight_setting.items()}))
+        object.__setattr__(self, "pci_aliases", MappingProxyType(dict(self.pci_aliases)))
+        for name in ("max_instances_per_host", "max_io_ops_per_host"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         object.__setattr__(self, "weight_multipliers",
                            MappingProxyType({k: float(v)
                                              for k, v in self.weight_multipliers.items()}))

@@ -4,6 +4,13 @@ A host belongs to the zones named by its aggregates' ``availability_zone``
 metadata; a host in none belongs to ``default_availability_zone``. A request
 without a zone is not restricted.
 
+Not among the default filters: the availability-zone request filter
+(``[scheduler] query_placement_for_availability_zone``, on by default) narrows
+the request to the zone before the candidate step, as Nova does since it
+removed this filter; with that on, this filter removes nothing. Enable it
+when the request filter is off, or requests for a zone go anywhere. Its
+reason is the request filter's, so the counts read the same.
+
 **We differ from Nova**: in Nova a requested zone that no aggregate names
 restricts nothing at the scheduler (its API validated zones earlier). Here a
 request for a zone with no hosts finds no host, and NoValidHost says why.
@@ -15,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine import reasons
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -25,7 +33,7 @@ if TYPE_CHECKING:
 class AvailabilityZoneFilter(BaseFilter):
     """Keeps hosts in the requested availability zone."""
 
-    REASON = "not in the requested availability zone"
+    REASON = reasons.NOT_IN_ZONE
 
     def applies(self, ctx: PlacementContext) -> bool:
         return ctx.spec.availability_zone is not None

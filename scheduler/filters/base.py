@@ -10,7 +10,7 @@ on the view's columns.
 
 Every filter names what it rejects in a class-level ``REASON``; the engine
 counts the hosts each filter removed under that reason, so NoValidHost can
-say "0/20 hosts available: 5 host down or disabled, ...".
+say "0/20 hosts available: 15 insufficient MEMORY_MB, 5 disabled".
 
 Filters are plugins: registered as entry points in group
 ``scheduler.filters`` and built once, with the engine's settings.

@@ -5,10 +5,18 @@ seconds of the request (``|now - last_seen| <= service_down_time``, as Nova's
 service group driver measures it); a host with no service record has never
 heartbeated and is down. A disabled service takes no new instances.
 
-Nova also removes disabled hosts earlier, in placement (a forbidden status
-trait), before ``max_placement_results`` cuts the candidates. Until the
-request filters do that here, this filter is where disabled hosts go, so with
-a cut some candidate slots may be taken by disabled hosts.
+The candidate step already removes down hosts, and disabled ones through the
+disabled-computes request filter (the forbidden trait
+COMPUTE_STATUS_DISABLED), both before ``max_placement_results`` cuts the
+candidates. With both on, this filter removes nothing; it is what removes
+disabled hosts when ``[scheduler] compute_status_filter`` is off (then after
+the cut, as in Nova before its status trait).
+
+In the engine a down host never reaches this filter (the candidate step
+removes it first, with the same clock and window, as "host down"), so what
+it removes there is disabled hosts, counted as "disabled": the same reason
+the disabled-computes request filter counts them under, so NoValidHost and
+``explain`` read the same whichever stage removed them.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine import reasons
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -27,7 +36,7 @@ if TYPE_CHECKING:
 class ComputeFilter(BaseFilter):
     """Keeps hosts whose service is up and enabled."""
 
-    REASON = "host down or disabled"
+    REASON = reasons.DISABLED
 
     def passes(self, view: HostView, candidates: np.ndarray,
                ctx: PlacementContext) -> np.ndarray:

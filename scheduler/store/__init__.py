@@ -17,6 +17,7 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Provider",
     "RedisStore",
     "Service",
+    "ServiceReport",
     "Snapshot",
     "Store",
     "open_store",

@@ -26,8 +26,14 @@ Semantics (Placement's, where it is good):
 * A move hands one consumer's allocations to another in one atomic step
   (a resize parks the instance's allocation on its migration consumer, and a
   revert hands it back): usage does not change, a repeated move is a no-op.
-* Every provider, usage, aggregate and service-state write appends a
+* Every provider, usage, aggregate and service-state write (reports of
+  capabilities and stats included, heartbeats not) appends a
   :class:`Change` to the feed, so a worker's host view stays fresh by deltas.
+* Disabling a service sets the trait ``COMPUTE_STATUS_DISABLED`` on its root
+  provider in the same atomic write (and enabling clears it).
+* Nested providers: a child names its parent; every provider knows its
+  root. One claim may span the providers of a tree (or any providers): it
+  checks them all and writes them all, or nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import abc
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.exceptions import InvalidRequest, StreamTruncated
@@ -108,6 +115,11 @@ class Service:
 
     ``rpc_server`` is the oslo.messaging server name to cast to on topic
     ``compute`` (one simulator process serves many hosts under one name).
+    ``capabilities`` (what the host is: architecture, hypervisor, NUMA cells,
+    PCI devices, any attribute) and ``stats`` (counters such as builds in
+    progress) are what the compute reports with :meth:`Store.report_services`;
+    the store keeps them as given (JSON values) and never interprets them
+    (:mod:`scheduler.engine.capabilities` reads them).
     """
 
     host: str
@@ -116,6 +128,17 @@ class Service:
     disabled: bool = False
     disabled_reason: str | None = None
     failed_builds: int = 0
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    stats: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServiceReport:
+    """What one compute reports beyond heartbeats; None leaves that part as it is."""
+
+    host: str
+    capabilities: Mapping[str, Any] | None = None
+    stats: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,8 +177,9 @@ class Change:
     kind ``provider``: ``data`` is the whole provider (a :class:`Provider`);
     kind ``usage``: ``data`` is ``{"uuid", "generation", "usages", "consumers"}``;
     kind ``aggregate``: an :class:`Aggregate`;
-    kind ``service``: a :class:`Service` (disabled state or failed-build count
-    changed; plain heartbeats are not fed, they are read with ``list_services``).
+    kind ``service``: a :class:`Service` (disabled state, failed-build count,
+    capabilities or stats changed; plain heartbeats are not fed, they are
+    read with ``list_services``).
     """
 
     cursor: str
@@ -270,6 +294,15 @@ class Store(abc.ABC):
         """Create or update service records (host, rpc_server), fed as changes."""
 
     @abc.abstractmethod
+    def report_services(self, reports: Iterable[ServiceReport]) -> None:
+        """Replace what computes report (capabilities, stats) in one atomic step.
+
+        Only a part that changed is written and fed as a ``service`` change,
+        so a compute may report as often as it likes. :class:`NotFound` (kind
+        ``service``) if a host has no service record; then nothing is written.
+        """
+
+    @abc.abstractmethod
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         """Record that these hosts are alive at ``now`` (not fed as changes)."""
 
@@ -281,7 +314,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_service_disabled(self, host: str, disabled: bool,
-                             reason: str | None = None) -> None: ...
+                             reason: str | None = None) -> None:
+        """Disable or enable a service and, in the same atomic step, add or
+        remove the trait ``COMPUTE_STATUS_DISABLED`` on the root provider
+        named after the host (if there is one), bumping its generation. The
+        trait is what the disabled-computes request filter forbids."""
 
     @abc.abstractmethod
     def record_build_result(self, host: str, success: bool) -> None:
@@ -361,6 +398,31 @@ def check_move(source_uuid: str, target_uuid: str) -> None:
     """:class:`InvalidRequest` for a move of a consumer onto itself."""
     if source_uuid == target_uuid:
         raise InvalidRequest(reason=f"cannot move allocations of {source_uuid} onto itself")
+
+
+def check_reports(reports: Iterable[ServiceReport]) -> list[ServiceReport]:
+    """The reports as a list; :class:`InvalidRequest` unless every stat is a
+    non-negative integer and the capabilities are a JSON object."""
+    out = list(reports)
+    for report in out:
+        if report.capabilities is not None and not isinstance(report.capabilities, Mapping):
+            raise InvalidRequest(reason=f"capabilities of {report.host} must be a mapping")
+        for name, value in (report.stats or {}).items():
+            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
+                    value, int) or value < 0:
+                raise InvalidRequest(
+                    reason=f"stat {name!r} of {report.host} must be a non-negative integer")
+    return out
+
+
+def freeze_json(value: Any) -> Any:
+    """A read-only deep copy of a JSON value (objects as mapping proxies, arrays
+    as tuples): what both stores hand out for reported capabilities."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze_json(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze_json(v) for v in value)
+    return value
 
 
 def check_instance_changes(changes: Mapping[str, Any]) -> None:

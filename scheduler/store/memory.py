@@ -38,6 +38,7 @@ from scheduler.exceptions import (
     UnitRuleViolation,
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -46,13 +47,16 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
     check_allocation_request,
     check_instance_changes,
     check_inventories,
     check_move,
+    check_reports,
     cursor_key,
+    freeze_json,
 )
 
 
@@ -338,6 +342,23 @@ class MemoryStore(Store):
                 self._services[service.host] = known
                 self._append("service", self._service(service.host))
 
+    def report_services(self, reports: Iterable[ServiceReport]) -> None:
+        checked = check_reports(reports)
+        frozen: dict[int, Any] = {}  # hosts reporting one object share its frozen copy
+        with self._lock:
+            for report in checked:
+                self._known_service(report.host)
+            for report in checked:
+                changes: dict[str, Any] = {}
+                if report.capabilities is not None:
+                    key = id(report.capabilities)
+                    if key not in frozen:
+                        frozen[key] = freeze_json(report.capabilities)
+                    changes["capabilities"] = frozen[key]
+                if report.stats is not None:
+                    changes["stats"] = MappingProxyType(dict(report.stats))
+                self._change_service(self._services[report.host], **changes)
+
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         with self._lock:
             self._heartbeats.update(dict.fromkeys(hosts, now))
@@ -368,6 +389,13 @@ class MemoryStore(Store):
         with self._lock:
             self._change_service(self._known_service(host), disabled=disabled,
                                  disabled_reason=reason)
+            # The same step keeps the root provider's status trait in line.
+            uuid = self._names.get(host)
+            provider = self._providers.get(uuid) if uuid else None
+            if (provider is not None and provider.parent_uuid is None
+                    and (COMPUTE_STATUS_DISABLED in provider.traits) != disabled):
+                traits = provider.traits ^ {COMPUTE_STATUS_DISABLED}
+                self._rewrite(provider, traits=frozenset(traits))
 
     def record_build_result(self, host: str, success: bool) -> None:
         with self._lock:

@@ -67,13 +67,16 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
     check_allocation_request,
     check_instance_changes,
     check_inventories,
     check_move,
+    check_reports,
     cursor_key,
+    freeze_json,
 )
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import Scripts
@@ -188,9 +191,36 @@ def _aggregate(d: dict[str, Any]) -> Aggregate:
 
 
 def _service(d: dict[str, Any], last_seen: str | None) -> Service:
+    # Reported capabilities and stats are kept as JSON text inside the JSON
+    # (see scripts.py); records written before they existed have neither.
     return Service(host=d["host"], rpc_server=d["rpc_server"], last_seen=float(last_seen or 0),
                    disabled=bool(d["disabled"]), disabled_reason=d["disabled_reason"],
-                   failed_builds=int(d["failed_builds"]))
+                   failed_builds=int(d["failed_builds"]),
+                   capabilities=_reported(d.get("capabilities") or "{}"),
+                   stats=_reported(d.get("stats") or "{}"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reported(text: str) -> Mapping[str, Any]:
+    """A reported JSON object, frozen; cached, since many hosts report the same."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"a report must be a JSON object, got {type(value).__name__}")
+    return freeze_json(value)
+
+
+def _report_text(value: Mapping[str, Any] | None) -> str:
+    """A report as the canonical JSON text the store keeps ('' for no change)."""
+    if value is None:
+        return ""
+    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    """For json.dumps: a read-only mapping (a frozen report) as a dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _consumer(d: dict[str, Any]) -> Consumer:
@@ -396,6 +426,13 @@ class RedisStore(Store):
                                             args=(self._maxlen, *pairs))
 
     @_translated
+    def report_services(self, reports: Iterable[ServiceReport]) -> None:
+        args = [value for r in check_reports(reports)
+                for value in (r.host, _report_text(r.capabilities), _report_text(r.stats))]
+        if args:
+            self._scripts.report_services(keys=self._service_keys, args=(self._maxlen, *args))
+
+    @_translated
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         seen = dict.fromkeys(hosts, repr(now))
         if seen:
@@ -426,7 +463,7 @@ class RedisStore(Store):
     def set_service_disabled(self, host: str, disabled: bool,
                              reason: str | None = None) -> None:
         self._scripts.set_service_disabled(
-            keys=self._service_keys,
+            keys=(*self._service_keys, self.keys.provider_names, self.keys.providers),
             args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)))
 
     @_translated

@@ -348,17 +348,43 @@ end
 return 1
 """
 
-#: KEYS: changes, services, heartbeats. ARGV: maxlen, host, '1' or '0',
-#: reason JSON (a string or null). Writes (and feeds) only a change.
+#: KEYS: changes, services, heartbeats, provider_names, providers. ARGV:
+#: maxlen, host, '1' or '0', reason JSON (a string or null). In the same
+#: step, the host's root provider (the provider named after it, if any) gets
+#: or loses the trait COMPUTE_STATUS_DISABLED, its generation bumped, so the
+#: trait and the service record never disagree. Writes (and feeds) only a
+#: change; returns 1 if anything changed.
 SET_SERVICE_DISABLED = _FAIL + _FEED + _SAVE_SERVICE + """
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
 if not raw then return fail('ServiceNotFound', {ident = ARGV[2]}) end
 local s = cjson.decode(raw)
 local disabled, reason = ARGV[3] == '1', cjson.decode(ARGV[4])
-if s.disabled == disabled and s.disabled_reason == reason then return 0 end
-s.disabled, s.disabled_reason = disabled, reason
-save_service(s)
-return 1
+local changed = 0
+if s.disabled ~= disabled or s.disabled_reason ~= reason then
+  s.disabled, s.disabled_reason = disabled, reason
+  save_service(s)
+  changed = 1
+end
+local uuid = redis.call('HGET', KEYS[4], ARGV[2])
+local praw = uuid and redis.call('HGET', KEYS[5], uuid)
+if praw then
+  local p = cjson.decode(praw)
+  local traits, has = {}, false
+  for _, t in ipairs(p.traits) do
+    if t == 'COMPUTE_STATUS_DISABLED' then has = true else traits[#traits + 1] = t end
+  end
+  if p.parent_uuid == cjson.null and has ~= disabled then
+    if disabled then traits[#traits + 1] = 'COMPUTE_STATUS_DISABLED' end
+    table.sort(traits)
+    p.traits = traits
+    p.generation = p.generation + 1
+    local data = cjson.encode(p)
+    redis.call('HSET', KEYS[5], uuid, data)
+    feed('provider', data)
+    changed = 1
+  end
+end
+return changed
 """
 
 #: KEYS: changes, services, heartbeats. ARGV: maxlen, host, '1' (success) or
@@ -373,6 +399,46 @@ if failed == s.failed_builds then return 0 end
 s.failed_builds = failed
 save_service(s)
 return 1
+"""
+
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, then (host,
+#: capabilities, stats) triples, each part the JSON text to keep or '' to
+#: leave it as it is. Every host must have a record (ServiceNotFound, nothing
+#: written). The texts are kept verbatim (the caller writes canonical JSON),
+#: so a report compares as text and only a change is written (and fed).
+#: Returns how many services changed.
+REPORT_SERVICES = _FAIL + _FEED + _SAVE_SERVICE + """
+local services = {}
+for i = 2, #ARGV, 3 do
+  local host = ARGV[i]
+  if not services[host] then
+    local raw = redis.call('HGET', KEYS[2], host)
+    if not raw then return fail('ServiceNotFound', {ident = host}) end
+    services[host] = cjson.decode(raw)
+  end
+end
+local changed = {}
+for i = 2, #ARGV, 3 do
+  local s, capabilities, stats = services[ARGV[i]], ARGV[i + 1], ARGV[i + 2]
+  -- a record written before reports existed holds neither: as if '{}'
+  if capabilities ~= '' and (s.capabilities or '{}') ~= capabilities then
+    s.capabilities = capabilities
+    changed[#changed + 1] = s
+  end
+  if stats ~= '' and (s.stats or '{}') ~= stats then
+    s.stats = stats
+    changed[#changed + 1] = s
+  end
+end
+local seen, written = {}, 0
+for _, s in ipairs(changed) do
+  if not seen[s.host] then
+    seen[s.host] = true
+    save_service(s)
+    written = written + 1
+  end
+end
+return written
 """
 
 # --- change feed --------------------------------------------------------------------
@@ -486,6 +552,7 @@ class Scripts:
     register_services: Script
     set_service_disabled: Script
     record_build_result: Script
+    report_services: Script
     snapshot: Script
     changes: Script
     provider_by_name: Script
@@ -504,6 +571,7 @@ class Scripts:
             register_services=client.register_script(REGISTER_SERVICES),
             set_service_disabled=client.register_script(SET_SERVICE_DISABLED),
             record_build_result=client.register_script(RECORD_BUILD_RESULT),
+            report_services=client.register_script(REPORT_SERVICES),
             snapshot=client.register_script(SNAPSHOT),
             changes=client.register_script(CHANGES),
             provider_by_name=client.register_script(PROVIDER_BY_NAME),

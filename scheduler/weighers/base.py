@@ -13,6 +13,15 @@ highest total wins. As in Nova:
 When every candidate has the same value, all score 0. With one candidate
 left nothing is weighed.
 
+Per-aggregate multipliers, as in Nova: an aggregate whose metadata sets a
+weigher's option (``ram_weight_multiplier = -1.0``) overrides the configured
+multiplier on its hosts; a host in several such aggregates takes the lowest
+value; a host whose aggregates give a value that is not a number keeps
+the configured multiplier (logged). The override multiplies the already normalised score, host
+by host. **We differ from Nova**: a weigher whose *configured* multiplier is
+0 does not run at all, so aggregate metadata rescales weighers that are on
+but cannot turn one on for some hosts.
+
 Weighers are plugins: registered as entry points in group
 ``scheduler.weighers`` and built once, with the engine's settings.
 """
@@ -68,4 +77,14 @@ class BaseWeigher(abc.ABC):
     def weigh(self, view: HostView, candidates: np.ndarray,
               ctx: PlacementContext) -> np.ndarray:
         """This weigher's contribution per candidate: scaled raw times multiplier."""
-        return self.multiplier * normalise(self.raw(view, candidates, ctx), self.SCALING)
+        scaled = normalise(self.raw(view, candidates, ctx), self.SCALING)
+        return self.multipliers(view, candidates) * scaled
+
+    def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
+        """The multiplier per candidate: the configured one, or its aggregates' lowest
+        override (see the module docstring); one float when no aggregate overrides."""
+        per_set = view.capabilities.aggregate_multipliers(
+            self.MULTIPLIER_OPTION, self.multiplier, view.aggregate_sets)
+        if per_set is None:
+            return self.multiplier
+        return per_set[view.agg_set[candidates]]

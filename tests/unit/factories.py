@@ -1,12 +1,15 @@
 """The one factory for hosts, requests and a small store the engine tests run on.
 
 ``host("h1", ram=8192, used={"MEMORY_MB": 1024})`` makes a root provider and
-its service record; :class:`FeedStore` holds them and speaks the part of the
-store contract the engine uses (snapshot, change feed, services, claim,
-release, consumers, group members), with knobs for what tests provoke: a
-claim conflict on a host, a truncated feed, another worker's writes.
-:class:`Recorded` stands in for an RPC client (the conductor, compute and
-simulator tests read what would have been sent).
+its service record (``capabilities=`` / ``stats=``: what its compute
+reports; ``traits=``, ``aggregates=``, and child providers made with
+:func:`child`, e.g. a GPU pool); :class:`FeedStore` holds them and speaks
+the part of the store contract the engine uses (snapshot, change feed,
+services, claim, release, moves, consumers, group members), with knobs
+for what tests provoke: a claim conflict on a host, a truncated feed,
+another worker's writes, an instance already running. :class:`Recorded`
+stands in for an RPC client (the conductor, compute and simulator tests
+read what would have been sent).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
@@ -33,9 +37,11 @@ from scheduler.objects import (
     VCPU,
     AllocationRequest,
     Flavor,
+    Image,
     RequestSpec,
     ServerGroup,
 )
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -44,6 +50,7 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     Service,
+    ServiceReport,
     Snapshot,
     Store,
 )
@@ -62,6 +69,33 @@ def uuid_of(name: str) -> str:
 class Host:
     provider: Provider
     service: Service | None
+    children: tuple[Provider, ...] = ()
+
+    @property
+    def providers(self) -> tuple[Provider, ...]:
+        """The root first, then its children."""
+        return (self.provider, *self.children)
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child provider to hang under a host (see :func:`child`)."""
+
+    name: str
+    inventories: Mapping[str, Inventory]
+    used: Mapping[str, int]
+    traits: frozenset[str]
+    aggregates: frozenset[str]
+
+
+def child(name: str, *, inventory: Mapping[str, int] | None = None,
+          used: Mapping[str, int] | None = None, traits: Iterable[str] = (),
+          aggregates: Iterable[str] = (), max_unit: Mapping[str, int] | None = None) -> Child:
+    """A child provider (a GPU pool, a NUMA cell): ``inventory`` is totals per class."""
+    max_unit = max_unit or {}
+    return Child(name, {rc: Inventory(total=n, max_unit=max_unit.get(rc))
+                        for rc, n in (inventory or {}).items()},
+                 dict(used or {}), frozenset(traits), frozenset(aggregates))
 
 
 def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
@@ -69,9 +103,17 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
          ratios: Mapping[str, float] | None = None, max_unit: Mapping[str, int] | None = None,
          min_unit: Mapping[str, int] | None = None, step: Mapping[str, int] | None = None,
          extra: Mapping[str, Inventory] | None = None, aggregates: Iterable[str] = (),
+         traits: Iterable[str] = (), children: Iterable[Child] = (),
          up: bool = True, disabled: bool = False, failed_builds: int = 0,
-         service: bool = True) -> Host:
-    """A compute host: a root provider named after it, and its service record."""
+         service: bool = True, capabilities: Mapping[str, Any] | None = None,
+         stats: Mapping[str, int] | None = None, consumers: int = 0) -> Host:
+    """A compute host: a root provider named after it, its service record and
+    its child providers. A disabled host carries COMPUTE_STATUS_DISABLED, as
+    the store keeps it.
+
+    ``consumers`` is how many instances hold allocations on it (for the
+    instance-count filter and weigher; ``used`` is their usage).
+    """
     totals = {VCPU: vcpus, MEMORY_MB: ram, DISK_GB: disk}
     reserved, ratios = reserved or {}, ratios or {}
     max_unit, min_unit, step = max_unit or {}, min_unit or {}, step or {}
@@ -81,12 +123,19 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
                       allocation_ratio=ratios.get(rc, 1.0))
         for rc, total in totals.items() if total}
     inventories.update(extra or {})
-    provider = Provider(uuid=uuid_of(name), name=name, generation=1, inventories=inventories,
-                        usages=dict(used or {}), aggregates=frozenset(aggregates))
+    traits = frozenset(traits) | ({COMPUTE_STATUS_DISABLED} if disabled else set())
+    root = uuid_of(name)
+    provider = Provider(uuid=root, name=name, generation=1, inventories=inventories,
+                        usages=dict(used or {}), aggregates=frozenset(aggregates),
+                        traits=traits, consumers=consumers)
+    kids = tuple(Provider(uuid=uuid_of(c.name), name=c.name, generation=1, parent_uuid=root,
+                          root_uuid=root, inventories=dict(c.inventories), usages=dict(c.used),
+                          traits=c.traits, aggregates=c.aggregates) for c in children)
     record = Service(host=name, rpc_server="compute-sim",
                      last_seen=NOW - 1 if up else NOW - 3600, disabled=disabled,
-                     failed_builds=failed_builds) if service else None
-    return Host(provider, record)
+                     failed_builds=failed_builds, capabilities=dict(capabilities or {}),
+                     stats=dict(stats or {})) if service else None
+    return Host(provider, record, kids)
 
 
 def az(name: str, zone: str) -> Aggregate:
@@ -94,11 +143,22 @@ def az(name: str, zone: str) -> Aggregate:
     return Aggregate(uuid=uuid_of(name), name=name, metadata={"availability_zone": zone})
 
 
-def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10, **fields: object) -> RequestSpec:
+def aggregate(name: str, **metadata: str) -> Aggregate:
+    """An aggregate with this metadata (its uuid derives from ``name``)."""
+    return Aggregate(uuid=uuid_of(name), name=name, metadata=metadata)
+
+
+def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10,
+         extra_specs: Mapping[str, str] | None = None,
+         image_properties: Mapping[str, str] | None = None, image_id: str | None = None,
+         **fields: object) -> RequestSpec:
     """A request for one flavor; ``fields`` set any other RequestSpec field."""
-    flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk)
-    return RequestSpec(flavor=flavor, project_id="project", user_id="user",
-                       **fields)  # type: ignore[arg-type]
+    flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk,
+                    extra_specs=dict(extra_specs or {}))
+    if image_properties is not None or image_id is not None:
+        fields["image"] = Image(id=image_id, properties=image_properties or {})
+    fields = {"project_id": "project", "user_id": "user", **fields}
+    return RequestSpec(flavor=flavor, **fields)  # type: ignore[arg-type]
 
 
 def group(policy: str, max_server_per_host: int = 1) -> ServerGroup:
@@ -131,16 +191,19 @@ def engine(store: FeedStore, **overrides: object) -> Engine:
 def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate] = (),
              now: float = NOW) -> None:
     """Write hosts into a real store through its contract (usage comes from claims only)."""
-    for aggregate in aggregates:
-        store.put_aggregate(aggregate)
+    for agg in aggregates:
+        store.put_aggregate(agg)
     hosts = list(hosts)
     for h in hosts:
-        p = h.provider
-        assert not p.usages, "a store's usage comes from claims"
-        generation = store.create_provider(p.uuid, p.name).generation
-        generation = store.set_inventory(p.uuid, generation, p.inventories)
-        if p.aggregates:
-            store.set_aggregates(p.uuid, generation, p.aggregates)
+        for p in h.providers:
+            assert not p.usages, "a store's usage comes from claims"
+            generation = store.create_provider(p.uuid, p.name, p.parent_uuid).generation
+            generation = store.set_inventory(p.uuid, generation, p.inventories)
+            if p.aggregates:
+                generation = store.set_aggregates(p.uuid, generation, p.aggregates)
+            own = p.traits - {COMPUTE_STATUS_DISABLED}  # the store sets that one
+            if own:
+                store.set_traits(p.uuid, generation, own)
     services = [h.service for h in hosts if h.service is not None]
     store.register_services(services)
     for service in services:
@@ -149,6 +212,8 @@ def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate
             store.set_service_disabled(service.host, True)
         for _ in range(service.failed_builds):
             store.record_build_result(service.host, success=False)
+    store.report_services(ServiceReport(s.host, s.capabilities, s.stats) for s in services
+                          if s.capabilities or s.stats)
 
 
 class FeedStore:
@@ -169,7 +234,8 @@ class FeedStore:
         self.conflict_on: set[str] = set()
         self.claims: list[tuple[str, str, GroupClaim | None]] = []
         for h in hosts:
-            self.providers[h.provider.uuid] = h.provider
+            for p in h.providers:
+                self.providers[p.uuid] = p
             if h.service is not None:
                 self.services[h.service.host] = h.service
 
@@ -221,7 +287,8 @@ class FeedStore:
                 inv = p.inventories[rc]
                 if amount > min(p.free(rc), inv.effective_max_unit):
                     raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=p.free(rc))
-        host_name = self.providers[next(iter(request.allocations))].name
+        first = self.providers[next(iter(request.allocations))]
+        host_name = self.providers[first.root_uuid or first.uuid].name
         if group is not None:
             members = self.group_hosts(group.group_uuid)
             if (group.policy == "affinity" and members and host_name not in members) or (
@@ -245,7 +312,32 @@ class FeedStore:
             self._add_usage(rp, amounts, -1)
         return True
 
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        """The contract's move: usage stays, the consumer holding it changes."""
+        held = self.consumers.get(source_uuid)
+        if held is None:
+            return False
+        if target_uuid in self.consumers:
+            if not replace:
+                raise ConsumerConflict(consumer=target_uuid)
+            self.release(target_uuid)
+        del self.consumers[source_uuid]
+        self.consumers[target_uuid] = _renamed(held, target_uuid)
+        return True
+
     # --- what tests provoke ---------------------------------------------------------
+
+    def place(self, consumer_uuid: str, name: str, amounts: Mapping[str, int]) -> None:
+        """An instance already running on host ``name`` (a resize's subject).
+
+        Held like a claim, but not one of the ``claims`` a test counts.
+        """
+        rp = uuid_of(name)
+        self.consumers[consumer_uuid] = Consumer(uuid=consumer_uuid,
+                                                 allocations={rp: dict(amounts)},
+                                                 project_id="p", user_id="u", host=name)
+        self._add_usage(rp, amounts, +1)
 
     def use(self, name: str, amounts: Mapping[str, int], fed: bool = True) -> None:
         """Another worker's claim on host ``name``.
@@ -256,11 +348,12 @@ class FeedStore:
         self._add_usage(uuid_of(name), amounts, +1, fed)
 
     def put_provider(self, h: Host) -> None:
-        """A provider created or replaced (fed as a provider change)."""
-        old = self.providers.get(h.provider.uuid)
-        provider = replace(h.provider, generation=old.generation + 1 if old else 1)
-        self.providers[provider.uuid] = provider
-        self._append("provider", provider)
+        """A host's providers created or replaced (fed as provider changes)."""
+        for p in h.providers:
+            old = self.providers.get(p.uuid)
+            provider = replace(p, generation=old.generation + 1 if old else 1)
+            self.providers[provider.uuid] = provider
+            self._append("provider", provider)
         if h.service is not None:
             self.put_service(h.service)
 
@@ -335,3 +428,7 @@ class Recorded:
             if called == name:
                 return args, kwargs
         raise AssertionError(f"{name} was not called; calls: {self.names}")
+
+
+def _renamed(consumer: Consumer, uuid: str) -> Consumer:
+    return replace(consumer, uuid=uuid, generation=1)

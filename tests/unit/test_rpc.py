@@ -1,6 +1,6 @@
-"""The RPC boundary: what each client method sends at the version it pins, and
-that the context and typed errors cross it (over oslo.messaging's fake://
-driver)."""
+"""The RPC boundary: what each client method sends at the version it pins
+(scheduler: 1.0, and 1.1 for explain; compute and conductor: 1.1), and that
+the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ import pytest
 
 from scheduler import conf as conf_mod
 from scheduler import rpc
-from scheduler.exceptions import InvalidRequest, NoValidHost
+from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
+from scheduler.explain import (
+    ExplainReport,
+    InstanceExplanation,
+    StageSurvivors,
+    WeighedHostReport,
+)
 from scheduler.objects import AllocationRequest, Flavor, RequestSpec, Selection
 
 RP = "7f1c9a52-0b7e-4d0a-8d7c-3e2b1a0c9d88"
@@ -22,14 +28,23 @@ SPEC = RequestSpec(flavor=Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb
                    project_id="p", user_id="u")
 SEL = Selection(host="h1", node="h1", provider_uuid=RP, weight=0.5,
                 allocation_request=AllocationRequest({RP: {"VCPU": 1}}, "p", "u"))
+REPORT = ExplainReport(
+    request_id="req-abc", flavor="m1.tiny", resources={"VCPU": 1, "MEMORY_MB": 512},
+    num_instances=1, placeable=True, weighers={"RAMWeigher": 1.0},
+    instances=(InstanceExplanation(
+        position=0, hosts=3, stages=(StageSurvivors("candidates", 2),),
+        reasons={"insufficient MEMORY_MB": 1},
+        top=(WeighedHostReport("h1", 1.0, {"RAMWeigher": 1.0}),), host="h1"),))
 
 
 class Recorder:
-    """Records every method called on it, with its context and arguments."""
+    """Records every method called on it, with its context and arguments.
 
-    target = oslo_messaging.Target(version="1.1")
+    Serves every version up to ``version`` (1.1 unless told), as a worker does.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, version: str = "1.1") -> None:
+        self.target = oslo_messaging.Target(version=version)
         self.calls: list[tuple[str, Any, dict[str, Any]]] = []
         self.event = threading.Event()
         self.raise_next: Exception | None = None
@@ -38,14 +53,14 @@ class Recorder:
         if name.startswith("_"):
             raise AttributeError(name)
 
-        @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost)
+        @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden)
         def method(ctxt: Any, **kwargs: Any) -> Any:
             self.calls.append((name, ctxt, kwargs))
             self.event.set()
             if self.raise_next is not None:
                 exc, self.raise_next = self.raise_next, None
                 raise exc
-            return [[SEL.to_primitive()]]
+            return REPORT.to_primitive() if name == "explain" else [[SEL.to_primitive()]]
 
         return method
 
@@ -65,6 +80,8 @@ def servers(transport: Any) -> Iterator[Recorder]:
     servers = [rpc.get_server(transport, topic, server, [rec])
                for topic, server in ((rpc.SCHEDULER_TOPIC, "s1"), (rpc.COMPUTE_TOPIC, "sim-1"),
                                      (rpc.CONDUCTOR_TOPIC, "c1"))]
+    # A worker that only knows 1.0, on a topic of its own.
+    servers.append(rpc.get_server(transport, OLD_TOPIC, "old-1", [Recorder(version="1.0")]))
     for s in servers:
         s.start()
     yield rec
@@ -86,6 +103,8 @@ def _wait(rec: Recorder) -> tuple[str, Any, dict[str, Any]]:
 
 
 CTXT = rpc.RequestContext(request_id="req-abc", user_id="u", project_id="p", roles=["member"])
+ADMIN = rpc.RequestContext.admin(request_id="req-adm", user_id="ops", project_id="admin")
+OLD_TOPIC = "scheduler-1.0"
 
 
 def test_select_destinations_sends_v1_arguments_and_context(transport: Any,
@@ -185,7 +204,8 @@ def test_resize_casts_send_v1_1_arguments(transport: Any, recorder: Recorder, se
 
 
 @pytest.mark.parametrize("client, version", [
-    pytest.param(rpc.SchedulerClient, "1.0", id="scheduler"),
+    # The scheduler client's newest version; each method sends its own (below).
+    pytest.param(rpc.SchedulerClient, "1.1", id="scheduler"),
     pytest.param(rpc.ComputeClient, "1.1", id="compute"),
     pytest.param(rpc.ConductorClient, "1.1", id="conductor"),
 ])
@@ -204,3 +224,36 @@ def test_typed_errors_cross_the_boundary_whole(transport: Any, recorder: Recorde
     recorder.raise_next = InvalidRequest(reason="flavor.vcpus must be an integer")
     with pytest.raises(InvalidRequest, match="flavor.vcpus must be an integer"):
         client.select_destinations(CTXT, SPEC, ["i-1"])
+
+
+def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(transport: Any,
+                                                                  recorder: Recorder) -> None:
+    report = rpc.SchedulerClient(transport).explain(ADMIN, SPEC)
+    name, ctxt, kwargs = _wait(recorder)
+    assert (name, kwargs) == ("explain", {"request_spec": SPEC.to_primitive()})
+    assert ctxt.is_admin is True and ctxt.request_id == "req-adm"
+    assert report == REPORT
+
+
+@pytest.mark.parametrize("method, version", [
+    pytest.param("select_destinations", "1.0", id="select_destinations"),
+    pytest.param("run_instance", "1.0", id="run_instance"),
+    pytest.param("resize", "1.0", id="resize"),
+    pytest.param("explain", "1.1", id="explain"),
+])
+def test_each_method_pins_the_version_that_introduced_it(method: str, version: str) -> None:
+    assert rpc.SchedulerClient.SENDS[method] == version
+    assert rpc.SchedulerClient.VERSION == "1.1"
+
+
+def test_a_1_0_worker_still_serves_a_1_1_client_except_explain(transport: Any) -> None:
+    client = rpc.SchedulerClient(transport, topic=OLD_TOPIC, timeout=5)
+    assert client.select_destinations(CTXT, SPEC, ["i-1"]) == [[SEL]]
+    with pytest.raises(oslo_messaging.UnsupportedVersion):
+        client.explain(ADMIN, SPEC)
+
+
+def test_forbidden_crosses_the_boundary_typed(transport: Any, recorder: Recorder) -> None:
+    recorder.raise_next = Forbidden(reason="explain requires an admin context")
+    with pytest.raises(Forbidden, match="explain requires an admin context"):
+        rpc.SchedulerClient(transport).explain(CTXT, SPEC)

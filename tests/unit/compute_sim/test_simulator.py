@@ -1,5 +1,6 @@
 """The compute simulator on the in-memory store: builds idempotent per instance
-and host, claims released only by their own attempt, the resize walk."""
+and host, claims released only by their own attempt, the resize walk (on
+hosts with child providers too, and counted in the hosts' stats)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import ComputeSimulator, HostShape, provider_uuid
+from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
+from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.objects import AllocationRequest, Selection
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore
@@ -25,7 +27,8 @@ class Sim:
     """A simulator of hosts h1..h3 and what it sent."""
 
     def __init__(self, build_time: float, fail_hosts: tuple[str, ...] = (),
-                 fail_resize_hosts: tuple[str, ...] = ()) -> None:
+                 fail_resize_hosts: tuple[str, ...] = (),
+                 topology: Topology = Topology()) -> None:
         self.store = MemoryStore()
         self.seen: list[tuple[str, bool]] = []  # (call, instance held?) at reschedule time
         self.conductor = Recorded(reschedule=self._note)
@@ -33,7 +36,8 @@ class Sim:
         self.sim = ComputeSimulator(
             self.store, self.conductor, ["h1", "h2", "h3"], "sim",  # type: ignore[arg-type]
             HostShape(), build_time=build_time, fail_hosts=fail_hosts,
-            compute=self.compute, fail_resize_hosts=fail_resize_hosts)  # type: ignore[arg-type]
+            compute=self.compute, fail_resize_hosts=fail_resize_hosts,  # type: ignore[arg-type]
+            topology=topology)
         self.sim.register()
 
     def _note(self, ctxt: Any, uuid: str, *args: Any, **kwargs: Any) -> None:
@@ -51,6 +55,10 @@ class Sim:
         self.sim.prep_resize(CTXT, INSTANCE, MIGRATION, SPEC.flavor.to_primitive(),
                              SPEC.to_primitive(), selection(host).to_primitive(),
                              [selection("h3").to_primitive()])
+
+    def io_ops(self, host: str) -> int:
+        (service,) = [s for s in self.store.list_services() if s.host == host]
+        return int(service.stats.get(IO_OPS_STAT, 0))
 
     def wait(self, name: str, count: int = 1) -> None:
         deadline = time.monotonic() + 5
@@ -177,3 +185,27 @@ def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) ->
     assert {c.uuid: names[next(iter(c.allocations))]
             for c in sim.store.list_consumers()} == holders
     assert sim.conductor.names == ["resize_confirmed" if confirm else "resize_reverted"]
+
+
+def test_a_prep_counts_as_an_io_op_on_the_destination_while_under_way(make: Any) -> None:
+    sim = make(build_time=0.3)
+    sim.claim(MIGRATION, "h1")
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2")
+    sim.prep("h2")  # a duplicate is not counted twice
+    assert (sim.io_ops("h1"), sim.io_ops("h2")) == (0, 1)
+    sim.wait("resize_instance")
+    assert sim.io_ops("h2") == 0
+
+
+def test_the_source_is_the_root_of_a_parked_allocation_on_a_tree(make: Any) -> None:
+    sim = make(build_time=0.0, topology=Topology(vgpus_per_gpu=2))
+    gpu = provider_uuid(gpu_name("h1", 0))
+    # The child provider listed first: a GPU pool is not a host to cast to.
+    sim.store.claim(MIGRATION, AllocationRequest(
+        {gpu: {"VGPU": 1}, provider_uuid("h1"): SPEC.resources}, "p", "u"))
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2")
+    sim.wait("resize_instance")
+    (_, source, *_), _ = sim.compute.last("resize_instance")
+    assert source == "h1"

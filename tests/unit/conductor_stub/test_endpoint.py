@@ -10,7 +10,7 @@ import pytest
 
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
-from scheduler.exceptions import MaxRetriesExceeded, NoValidHost
+from scheduler.exceptions import Forbidden, InvalidRequest, MaxRetriesExceeded, NoValidHost
 from scheduler.objects import (
     ACTIVE,
     BUILDING,
@@ -109,6 +109,18 @@ def no_valid_host(*args: Any, **kwargs: Any) -> Any:
     raise NoValidHost(details="0/4 hosts available: 4 host already tried")
 
 
+def refused(exc: Exception) -> Any:
+    """A scheduler that refuses the retry (its spec fails validation or policy)."""
+    def select(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+    return select
+
+
+INVALID = InvalidRequest(reason="flavor.extra_specs 'pci_passthrough:alias' names PCI alias "
+                         "'gpu', which is not configured")
+FORBIDDEN = Forbidden(reason="forcing a host requires an admin context")
+
+
 @dataclass(frozen=True)
 class RescheduleCase:
     name: str
@@ -141,6 +153,12 @@ RESCHEDULE_CASES = [
                    scheduler="h4", built_on="h4", asks_scheduler=True),
     RescheduleCase("alternates-off-no-valid-host", return_alternates=False,
                    scheduler=no_valid_host, state=ERROR, fault=NoValidHost.USER_MESSAGE,
+                   asks_scheduler=True),
+    RescheduleCase("alternates-off-retry-refused-at-validation", return_alternates=False,
+                   scheduler=refused(INVALID), state=ERROR, fault=INVALID.message,
+                   asks_scheduler=True),
+    RescheduleCase("alternates-off-retry-forbidden", return_alternates=False,
+                   scheduler=refused(FORBIDDEN), state=ERROR, fault=FORBIDDEN.message,
                    asks_scheduler=True),
 ]
 
@@ -282,3 +300,64 @@ def test_resize_confirmed_or_reverted(confirm: bool, host: str, flavor: str) -> 
     assert (record.state, record.host, record.migration_uuid, record.source_host) == (
         ACTIVE, host, None, None)
     assert RequestSpec.from_primitive(dict(record.request_spec or {})).flavor.name == flavor
+
+
+# --- what a user reads ------------------------------------------------------------------
+
+HOSTS = ("h1", "h2", "h3", "h4")
+
+
+def _every_alternate_taken(store: MemoryStore) -> str:
+    uuid = building(store)
+    fill(store, "h2")
+    fill(store, "h3")
+    endpoint(store)[0].reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom on h1",
+                                  [selection(h).to_primitive() for h in ("h2", "h3")])
+    return uuid
+
+
+def _build_retry_finds_no_host(store: MemoryStore) -> str:
+    uuid = building(store)
+    conductor, _ = endpoint(store, Recorded(select_destinations=no_valid_host),
+                            return_alternates=False)
+    conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom on h1", [])
+    return uuid
+
+
+def _resize_alternates_exhausted(store: MemoryStore) -> str:
+    uuid, migration = resizing(store, "h1", None)
+    big = SPEC.replace(flavor=BIG)
+    fill(store, "h3")
+    endpoint(store)[0].reschedule(CTXT, uuid, big.to_primitive(), "h2", "boom on h2",
+                                  [selection("h3", big).to_primitive()],
+                                  migration_uuid=migration)
+    return uuid
+
+
+def _resize_retry_finds_no_host(store: MemoryStore) -> str:
+    uuid, migration = resizing(store, "h1", None)
+    conductor, _ = endpoint(store, Recorded(select_destinations=no_valid_host),
+                            return_alternates=False)
+    conductor.reschedule(CTXT, uuid, SPEC.replace(flavor=BIG).to_primitive(), "h2",
+                         "boom on h2", [], migration_uuid=migration)
+    return uuid
+
+
+@pytest.mark.parametrize("provoke, state, fault, details", [
+    pytest.param(_every_alternate_taken, ERROR, MaxRetriesExceeded.USER_MESSAGE,
+                 "alternates refused: h2 (CapacityExceeded), h3 (CapacityExceeded)",
+                 id="build-every-alternate-taken"),
+    pytest.param(_build_retry_finds_no_host, ERROR, NoValidHost.USER_MESSAGE,
+                 "0/4 hosts available", id="build-retry-through-the-scheduler"),
+    pytest.param(_resize_alternates_exhausted, ACTIVE, MaxRetriesExceeded.USER_MESSAGE,
+                 "alternates refused: h3 (CapacityExceeded)", id="resize-alternates-taken"),
+    pytest.param(_resize_retry_finds_no_host, ACTIVE, NoValidHost.USER_MESSAGE,
+                 "0/4 hosts available", id="resize-retry-through-the-scheduler"),
+])
+def test_a_failed_reschedule_tells_the_user_only_the_generic_reason(
+        provoke: Any, state: str, fault: str, details: str) -> None:
+    store = cloud(*HOSTS)
+    record = store.get_instance(provoke(store))
+    assert (record.state, record.fault) == (state, fault)
+    assert not [h for h in HOSTS if h in (record.fault or "")], record.fault
+    assert details in (record.fault_details or ""), record.fault_details

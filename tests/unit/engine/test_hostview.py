@@ -7,8 +7,17 @@ import pytest
 
 from scheduler.engine.hostview import CHANGES_BATCH, HostView
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
-from scheduler.store.base import Inventory, Provider, Service
-from tests.unit.factories import NOW, FeedStore, az, host, settings, uuid_of, view_of
+from scheduler.store.base import Aggregate, Inventory, Provider, Service
+from tests.unit.factories import (
+    NOW,
+    FeedStore,
+    az,
+    child,
+    host,
+    settings,
+    uuid_of,
+    view_of,
+)
 
 
 def everyone(view: HostView) -> np.ndarray:
@@ -103,14 +112,85 @@ def test_hosts_sharing_aggregates_share_a_code() -> None:
     assert view.aggregate_sets[codes[1]] == frozenset()
 
 
-def test_nested_providers_are_not_hosts() -> None:
+def test_nested_providers_are_not_hosts_but_count_toward_theirs() -> None:
     child = Provider(uuid=uuid_of("h1-gpu"), name="h1-gpu", parent_uuid=uuid_of("h1"),
                      root_uuid=uuid_of("h1"), inventories={"CUSTOM_GPU": Inventory(total=2)})
-    store = FeedStore([host("h1")])
+    store = FeedStore([host("h0"), host("h1")])
     store.providers[child.uuid] = child
     view = HostView(store, settings())  # type: ignore[arg-type]
     view.refresh(NOW)
-    assert view.names == ["h1"]
+    assert view.names == ["h0", "h1"]
+    assert view.kid_uuids == [child.uuid]
+    assert view.kid_host.tolist() == [1]
+    kids, positions = view.kids_of(np.array([1, 0]))
+    assert (kids.tolist(), positions.tolist()) == ([0], [0])
+    assert view.can_give("CUSTOM_GPU", 2, kids, kid=True).tolist() == [True]
+    assert view.can_give("CUSTOM_GPU", 1, kids, kid=True,
+                         extra=np.array([2])).tolist() == [False]
+
+
+def test_follows_child_providers_and_their_usage() -> None:
+    store = FeedStore([host("h1")])
+    view = loaded(store)
+    store.put_provider(host("h1", children=[child("h1-gpu", inventory={"VGPU": 4},
+                                                  traits=["CUSTOM_T4"])]))
+    store.use("h1-gpu", {"VGPU": 3})
+    view.refresh(NOW)
+    j = view.resource_classes.index("VGPU")
+    assert (view.kid_capacity[j].tolist(), view.kid_used[j].tolist()) == ([4], [3])
+    assert view.has_trait("CUSTOM_T4", np.array([0]), kid=True).tolist() == [True]
+    view.consume_allocation(0, {uuid_of("h1-gpu"): {"VGPU": 1}, uuid_of("h1"): {VCPU: 2}})
+    assert view.kid_used[j].tolist() == [4]
+    assert view.consumers.tolist() == [1]
+    view.consume_allocation(0, {uuid_of("h1-gpu"): {"VGPU": 1}, uuid_of("h1"): {VCPU: 2}},
+                            sign=-1)
+    assert view.kid_used[j].tolist() == [3]
+    assert view.free(VCPU, everyone(view)).tolist() == [16]
+
+
+def test_a_child_seen_before_its_root_waits_for_it() -> None:
+    store = FeedStore()
+    view = loaded(store)
+    h = host("h1", children=[child("h1-gpu", inventory={"VGPU": 1})])
+    store._append("provider", h.children[0])
+    store.put_provider(host("h1"))
+    view.refresh(NOW)
+    assert view.kid_host.tolist() == [0]
+
+
+def test_traits_and_aggregates_are_bits_past_one_word() -> None:
+    many = [f"CUSTOM_T{i}" for i in range(130)]
+    view = view_of(host("h0", traits=many[:70], aggregates=["a1"]),
+                   host("h1", traits=many[60:], aggregates=["a2"]))
+    idx = everyone(view)
+    assert view.has_trait("CUSTOM_T0", idx).tolist() == [True, False]
+    assert view.has_trait("CUSTOM_T65", idx).tolist() == [True, True]
+    assert view.has_trait("CUSTOM_T129", idx).tolist() == [False, True]
+    assert view.has_trait("CUSTOM_UNKNOWN", idx).tolist() == [False, False]
+    assert view.in_any_trait(["CUSTOM_T1", "CUSTOM_T128"], idx).tolist() == [True, True]
+    assert view.trait_count(["CUSTOM_T65", "CUSTOM_T0", "CUSTOM_T100"], idx).tolist() == [2, 2]
+    assert view.in_any(["a2", "nope"], idx).tolist() == [False, True]
+
+
+def test_trait_changes_replace_the_bits() -> None:
+    store = FeedStore([host("h1", traits=["CUSTOM_A"])])
+    view = loaded(store)
+    store.put_provider(host("h1", traits=["CUSTOM_B"]))
+    view.refresh(NOW)
+    idx = everyone(view)
+    assert view.has_trait("CUSTOM_A", idx).tolist() == [False]
+    assert view.has_trait("CUSTOM_B", idx).tolist() == [True]
+
+
+def test_aggregates_by_name_and_a_child_through_its_root() -> None:
+    gold = Aggregate(uuid=uuid_of("gold"), name="gold")
+    view = view_of(host("h1", aggregates=[gold.uuid],
+                        children=[child("h1-gpu", inventory={"VGPU": 1})]),
+                   host("h2", children=[child("h2-gpu", inventory={"VGPU": 1},
+                                              aggregates=[gold.uuid])]),
+                   aggregates=[gold])
+    assert view.in_any(["gold"], everyone(view)).tolist() == [True, False]
+    assert view.in_any(["gold"], np.arange(view.kid_size), kid=True).tolist() == [True, True]
 
 
 def test_a_host_without_service_record_is_never_seen() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import structlog.testing
 
 from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine
 from scheduler.engine.plugins import UnknownPlugin
@@ -23,6 +24,7 @@ from tests.unit.factories import (
 
 # Weighers off unless a test is about ranking: then hosts tie and the pick is seeded.
 FLAT = {"weighers": ()}
+RESOURCE_WEIGHERS = ("RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher")
 
 
 def hosts_free(store: FeedStore) -> dict[str, int]:
@@ -41,18 +43,18 @@ def primaries(selections: list) -> list[str]:
         [host(f"small{i}", ram=512) for i in range(15)]
         + [host(f"down{i}", up=False) for i in range(3)]
         + [host(f"off{i}", disabled=True) for i in range(2)],
-        spec(ram=1024), "0/20 hosts available: 15 insufficient MEMORY_MB, 5 host down or disabled",
-        {"insufficient MEMORY_MB": 15, "host down or disabled": 5}, id="kube-style-summary"),
+        spec(ram=1024), "0/20 hosts available: 2 disabled, 3 host down, 15 insufficient MEMORY_MB",
+        {"disabled": 2, "host down": 3, "insufficient MEMORY_MB": 15}, id="kube-style-summary"),
     pytest.param(
         [host("tiny", vcpus=1, ram=512), host("lowram", ram=512), host("gone", up=False)],
-        spec(vcpus=2, ram=1024), "0/3 hosts available: 1 insufficient VCPU, "
-        "1 insufficient MEMORY_MB, 1 host down or disabled",
-        {"insufficient VCPU": 1, "insufficient MEMORY_MB": 1, "host down or disabled": 1},
+        spec(vcpus=2, ram=1024), "0/3 hosts available: 1 host down, 1 insufficient VCPU, "
+        "1 insufficient MEMORY_MB",
+        {"insufficient VCPU": 1, "insufficient MEMORY_MB": 1, "host down": 1},
         id="each-host-counted-once-by-its-first-stage"),
     pytest.param(
         [host("h1"), host("h2")], spec(availability_zone="atlantis"),
-        "0/2 hosts available: 2 not in the requested availability zone",
-        {"not in the requested availability zone": 2}, id="zone-with-no-hosts"),
+        "0/2 hosts available: 2 unknown availability zone",
+        {"unknown availability zone": 2}, id="zone-with-no-hosts"),
     pytest.param(
         [host("h1"), host("H2")], spec(ignore_hosts=("h1", "h2")),
         "0/2 hosts available: 2 host already tried", {"host already tried": 2},
@@ -81,10 +83,13 @@ def test_capacity_honours_ratio_and_reserved() -> None:
 
 
 def test_max_placement_results_limits_candidates() -> None:
-    store = FeedStore([host(f"h{i}", up=i >= 3) for i in range(6)])
-    with pytest.raises(NoValidHost) as err:
-        engine(store, max_placement_results=3).select("req", spec(), [uuid_of("i1")])
-    assert err.value.reasons == {OVER_LIMIT: 3, "host down or disabled": 3}
+    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 32768}) for i in range(3)]
+                      + [host(f"ok{i}") for i in range(6)])
+    result = engine(store, max_placement_results=2, **FLAT).schedule(
+        "req", spec(), [uuid_of("i1")], claim=False)
+    assert result.traces[0].reasons == {"insufficient MEMORY_MB": 3, OVER_LIMIT: 4}
+    assert [(s.stage, s.survivors) for s in result.traces[0].stages[:3]] == [
+        ("DisabledComputesRequestFilter", 9), ("hosts up", 9), ("candidates", 2)]
 
 
 def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
@@ -102,7 +107,7 @@ def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
 def test_weighers_rank_and_the_best_is_claimed() -> None:
     store = FeedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
                        host("flaky", failed_builds=2)])
-    result = engine(store).schedule("req", spec(), [uuid_of("i1")])
+    result = engine(store, weighers=RESOURCE_WEIGHERS).schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["idle"]
     trace = result.traces[0]
     assert [w.host for w in trace.top] == ["idle", "busy", "flaky"]
@@ -204,10 +209,13 @@ def test_strict_group_claims_carry_the_policy() -> None:
     assert claim == GroupClaim(GROUP_UUID, "anti-affinity", chosen, 2)
 
 
-def test_soft_group_claims_carry_no_policy() -> None:
+def test_soft_group_claims_record_the_member() -> None:
+    # The store checks no soft policy, but records the member for later weighing.
     store = FeedStore([host("h1")])
     engine(store).select("req", spec(group=group("soft-anti-affinity")), [uuid_of("i1")])
-    assert [claim for _, _, claim in store.claims] == [None]
+    assert [claim for _, _, claim in store.claims] == [
+        GroupClaim(GROUP_UUID, "soft-anti-affinity", "h1", 1)]
+    assert store.group_hosts(GROUP_UUID) == {"h1": 1}
 
 
 # --- alternates -----------------------------------------------------------------------
@@ -386,13 +394,37 @@ def test_plugins_load_in_configured_order() -> None:
     assert isinstance(eng, Engine)
 
 
+@pytest.mark.parametrize("overrides, unenforced", [
+    pytest.param({}, [], id="defaults-enforce-both"),
+    pytest.param({"compute_status_filter": False}, [], id="status-off-compute-filter-on"),
+    pytest.param({"compute_status_filter": False, "enabled_filters": ("RetryFilter",)},
+                 ["compute_status_filter"], id="status-off-no-compute-filter"),
+    pytest.param({"query_placement_for_availability_zone": False},
+                 ["query_placement_for_availability_zone"], id="zone-request-filter-off"),
+    pytest.param({"query_placement_for_availability_zone": False,
+                  "enabled_filters": ("ComputeFilter", "AvailabilityZoneFilter")}, [],
+                 id="zone-host-filter-instead"),
+])
+def test_a_policy_left_to_no_filter_is_warned_at_construction(
+        overrides: dict, unenforced: list[str]) -> None:
+    with structlog.testing.capture_logs() as logs:
+        engine(FeedStore(), **overrides)
+    assert [e["option"] for e in logs if e["event"] == "policy_not_enforced"] == unenforced
+
+
 def test_trace_counts_survivors_per_stage() -> None:
+    # The default pipeline: request filters and liveness before the candidates,
+    # then the default host filters (disabled hosts never reach ComputeFilter).
     store = FeedStore([host("small", ram=512), host("down", up=False), host("tried"),
-                       host("ok1"), host("ok2")])
+                       host("off", disabled=True), host("ok1"), host("ok2")])
     result = engine(store).schedule("req", spec(ignore_hosts=("tried",)), [uuid_of("i1")],
                                     claim=False)
     stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
-    assert stages == [("candidates", 4), ("ComputeFilter", 3), ("AvailabilityZoneFilter", 3),
-                      ("RetryFilter", 2), ("ServerGroupAffinityFilter", 2),
-                      ("ServerGroupAntiAffinityFilter", 2)]
+    assert stages == [("DisabledComputesRequestFilter", 5), ("hosts up", 4),
+                      ("candidates", 3), ("ComputeFilter", 3), ("RetryFilter", 2),
+                      ("ComputeCapabilitiesFilter", 2), ("ImagePropertiesFilter", 2),
+                      ("ServerGroupAntiAffinityFilter", 2), ("ServerGroupAffinityFilter", 2),
+                      ("PciPassthroughFilter", 2), ("NUMATopologyFilter", 2)]
+    assert result.traces[0].reasons == {"disabled": 1, "host down": 1,
+                                        "insufficient MEMORY_MB": 1, "host already tried": 1}
     assert result.traces[0].host in {"ok1", "ok2"}

@@ -46,6 +46,7 @@ from scheduler.store import (
     Provider,
     RedisStore,
     Service,
+    ServiceReport,
     Store,
 )
 
@@ -400,6 +401,8 @@ GROUP_CASES = [
               [("h2", True), ("h1", False), ("h2", True), ("h1", False)], {"h2": 2}),
     GroupCase("soft-anti-affinity-is-not-checked", "soft-anti-affinity", 1,
               [("h1", True), ("h1", True)], {"h1": 2}),
+    GroupCase("soft-affinity-is-not-checked", "soft-affinity", 1,
+              [("h1", True), ("h2", True)], {"h1": 1, "h2": 1}),
 ]
 
 
@@ -598,6 +601,8 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
     store.register_services([Service(host="b", rpc_server="sim-1")])
     store.set_service_disabled("a", True, "maintenance")
     store.record_build_result("b", success=False)
+    store.report_services([ServiceReport("a", capabilities={"cpu_arch": "x86_64"},
+                                         stats={"num_io_ops": 1})])
 
     cursor = view.apply(store, cursor)
     assert sorted(view.providers.values(), key=lambda p: p.uuid) == store.list_providers()
@@ -723,6 +728,67 @@ def test_unknown_service_is_not_found(store: Store, write: Callable[[Store], Non
     with pytest.raises(NotFound):
         write(store)
     assert store.list_services() == []
+
+
+CAPABILITIES = {"cpu_arch": "x86_64", "hypervisor_version": 6002000,
+                "supported_instances": [["x86_64", "kvm", "hvm"]],
+                "cpu_info": {"vendor": "Intel", "features": ["avx", "sse"]}, "ratio": 1.5}
+
+
+def test_reports_are_kept_frozen_and_fed_only_when_they_change(store: Store) -> None:
+    store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
+    store.heartbeat(["h1"], 3.5)
+    cursor = store.snapshot().cursor
+    store.report_services([ServiceReport("h1", capabilities=CAPABILITIES, stats={"n": 1}),
+                           ServiceReport("h2", stats={})])
+    store.report_services([ServiceReport("h1", capabilities=dict(CAPABILITIES))])  # same
+    store.report_services([ServiceReport("h1", stats={"n": 2})])  # capabilities kept
+    store.heartbeat(["h1"], 9.0)  # not fed, changes no report
+    fed = [(c.data.host, dict(c.data.stats), c.data.last_seen) for c in store.changes(cursor)]
+    assert fed == [("h1", {"n": 1}, 3.5), ("h1", {"n": 2}, 3.5)]  # h2's empty stats: no change
+    service = store.get_service("h1")
+    assert service is not None
+    assert service.capabilities == CAPABILITIES | {
+        "supported_instances": (("x86_64", "kvm", "hvm"),),
+        "cpu_info": {"vendor": "Intel", "features": ("avx", "sse")}}
+    assert service.stats == {"n": 2}
+    with pytest.raises(TypeError):
+        service.capabilities["cpu_arch"] = "ppc64"  # type: ignore[index]
+
+
+def test_reports_survive_other_service_writes(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    store.report_services([ServiceReport("h1", capabilities={"a": "b"}, stats={"n": 3})])
+    store.set_service_disabled("h1", True, "maintenance")
+    store.record_build_result("h1", success=False)
+    store.register_services([Service(host="h1", rpc_server="sim-2")])
+    assert store.list_services() == [Service(
+        host="h1", rpc_server="sim-2", disabled=True, disabled_reason="maintenance",
+        failed_builds=1, capabilities={"a": "b"}, stats={"n": 3})]
+    assert store.snapshot().services == store.list_services()
+
+
+@pytest.mark.parametrize("report", [
+    pytest.param(ServiceReport("h1", stats={"n": -1}), id="negative-stat"),
+    pytest.param(ServiceReport("h1", stats={"n": 1.5}), id="fractional-stat"),
+    pytest.param(ServiceReport("h1", stats={"n": True}), id="boolean-stat"),
+    pytest.param(ServiceReport("h1", capabilities=["x86_64"]), id="capabilities-not-a-mapping"),
+])
+def test_nonsense_reports_are_refused(store: Store, report: ServiceReport) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    with pytest.raises(InvalidRequest):
+        store.report_services([report])
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")
+
+
+def test_a_report_for_an_unknown_host_writes_nothing(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    cursor = store.snapshot().cursor
+    with pytest.raises(NotFound):
+        store.report_services([ServiceReport("h1", stats={"n": 1}),
+                               ServiceReport("ghost", stats={"n": 1})])
+    assert store.changes(cursor) == []
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")
 
 
 # --- instance records -----------------------------------------------------------------
@@ -899,3 +965,88 @@ def test_wipe_forgets_everything_under_the_prefix(make_store: MakeStore) -> None
     assert store.list_consumers() == []
     assert store.list_instances() == []
     assert [p.uuid for p in neighbour.list_providers()] == [kept.uuid]
+
+
+# --- nested providers and the disabled-status trait ----------------------------------
+
+
+def make_tree(store: Store) -> tuple[Provider, Provider]:
+    """A compute root and a GPU child with 2 VGPU."""
+    root = make_host(store)
+    gpu = make_host(store, inventories={"VGPU": Inventory(total=2)}, parent_uuid=root.uuid)
+    return root, gpu
+
+
+def test_a_claim_spans_a_tree_and_its_release_restores_it(store: Store) -> None:
+    root, gpu = make_tree(store)
+    consumer = new_uuid()
+    allocations = {root.uuid: {"VCPU": 2, "MEMORY_MB": 1024}, gpu.uuid: {"VGPU": 1}}
+    store.claim(consumer, ask(allocations))
+    assert dict(store.get_provider(root.uuid).usages) == {"VCPU": 2, "MEMORY_MB": 1024}
+    assert dict(store.get_provider(gpu.uuid).usages) == {"VGPU": 1}
+    assert store.get_consumer(consumer).allocations == allocations  # type: ignore[union-attr]
+    assert store.release(consumer)
+    assert dict(store.get_provider(root.uuid).usages) == {}
+    assert dict(store.get_provider(gpu.uuid).usages) == {}
+
+
+@pytest.mark.parametrize(("gpu_ask", "error"), [
+    pytest.param({"VGPU": 3}, UnitRuleViolation, id="child-max-unit"),
+    pytest.param({"VGPU": 1, "VCPU": 1}, NoSuchInventory, id="child-lacks-the-class"),
+])
+def test_a_tree_claim_refused_on_the_child_writes_nothing_on_the_root(
+        store: Store, gpu_ask: dict[str, int], error: type[ClaimFailed]) -> None:
+    root, gpu = make_tree(store)
+    with pytest.raises(error):
+        store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: gpu_ask}))
+    assert store.get_provider(root.uuid) == root
+    assert store.get_provider(gpu.uuid) == gpu
+    assert store.list_consumers() == []
+
+
+def test_a_tree_claim_never_overcommits_the_child(store: Store) -> None:
+    root, gpu = make_tree(store)
+    store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: {"VGPU": 2}}))
+    with pytest.raises(CapacityExceeded) as exc:
+        store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: {"VGPU": 1}}))
+    assert exc.value.kwargs["uuid"] == gpu.uuid
+    assert dict(store.get_provider(root.uuid).usages) == {"VCPU": 1}
+
+
+@pytest.mark.parametrize("traits", [[], ["CUSTOM_X"]], ids=["no-traits", "with-traits"])
+def test_disabling_a_service_sets_the_status_trait_in_the_same_write(
+        store: Store, traits: list[str]) -> None:
+    p = make_host(store, name="h1")
+    if traits:
+        store.set_traits(p.uuid, p.generation, traits)
+    p = store.get_provider(p.uuid)
+    store.register_services([Service(host="h1", rpc_server="sim")])
+    cursor = store.snapshot().cursor
+
+    store.set_service_disabled("h1", True, "maintenance")
+    disabled = store.get_provider(p.uuid)
+    assert disabled.traits == {*traits, "COMPUTE_STATUS_DISABLED"}
+    assert disabled.generation == p.generation + 1
+    fed = store.changes(cursor)
+    assert [c.kind for c in fed] == ["service", "provider"]
+    assert fed[1].data == disabled
+    # A trait write on the generation read before the disable is stale: the
+    # reporter re-reads, and sees the status trait.
+    with pytest.raises(GenerationConflict):
+        store.set_traits(p.uuid, p.generation, traits)
+
+    store.set_service_disabled("h1", True, "maintenance")  # nothing changes
+    assert store.get_provider(p.uuid) == disabled
+    store.set_service_disabled("h1", False)
+    enabled = store.get_provider(p.uuid)
+    assert enabled.traits == frozenset(traits)
+    assert enabled.generation == disabled.generation + 1
+
+
+def test_the_status_trait_catches_up_with_a_provider_made_later(store: Store) -> None:
+    store.register_services([Service(host="h1", rpc_server="sim")])
+    store.set_service_disabled("h1", True)  # no provider yet: the service alone
+    p = make_host(store, name="h1")
+    assert "COMPUTE_STATUS_DISABLED" not in p.traits
+    store.set_service_disabled("h1", True)  # the service is unchanged, the trait is set
+    assert "COMPUTE_STATUS_DISABLED" in store.get_provider(p.uuid).traits

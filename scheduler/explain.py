@@ -1,0 +1,213 @@
+"""The answer to "why no host?": what ``explain`` returns.
+
+An :class:`ExplainReport` is built from the engine's decision traces of a dry
+run (nothing claimed) and crosses the RPC boundary as primitives. Per
+instance it holds each stage's survivors, the hosts removed per reason (a
+host is counted once, by the first stage that removed it) and the best
+weighed hosts with each weigher's contribution to their weight.
+
+Everything here is admin-only: it names hosts, filters, traits and
+aggregates. Users only ever see ``NoValidHost.USER_MESSAGE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from scheduler.exceptions import InvalidRequest
+
+if TYPE_CHECKING:
+    from scheduler.engine.pipeline import InstanceTrace
+    from scheduler.objects import RequestSpec
+
+
+def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(reason=f"{what} must be an object, got {type(data).__name__}")
+    return data
+
+
+def summary_line(available: int, hosts: int, reasons: Mapping[str, int]) -> str:
+    """``0/1200 hosts available: 800 insufficient MEMORY_MB, 100 disabled``.
+
+    Reasons are listed most hosts first (ties by name), as an operator reads
+    them: the biggest obstacle leads.
+    """
+    ordered = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    counts = ", ".join(f"{n} {reason}" for reason, n in ordered if n)
+    return f"{available}/{hosts} hosts available" + (f": {counts}" if counts else "")
+
+
+@dataclass(frozen=True)
+class StageSurvivors:
+    """How many hosts were left after one stage (``candidates`` or a filter)."""
+
+    stage: str
+    survivors: int
+
+
+@dataclass(frozen=True)
+class WeighedHostReport:
+    """One of the best weighed hosts: its weight and each weigher's part of it.
+
+    A contribution is the weigher's normalised score times its multiplier;
+    the contributions add up to ``weight``.
+    """
+
+    host: str
+    weight: float
+    contributions: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "contributions", _frozen(self.contributions))
+
+
+@dataclass(frozen=True)
+class InstanceExplanation:
+    """The dry-run decision for one instance of the request.
+
+    ``host`` is where it would go, or None when no host was left for it.
+    """
+
+    position: int
+    hosts: int
+    stages: tuple[StageSurvivors, ...]
+    reasons: Mapping[str, int]
+    top: tuple[WeighedHostReport, ...]
+    host: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "top", tuple(self.top))
+        object.__setattr__(self, "reasons", _frozen(self.reasons))
+
+    @property
+    def placed(self) -> bool:
+        return self.host is not None
+
+    @property
+    def available(self) -> int:
+        """Hosts that passed every stage (0 when the instance found none)."""
+        if not self.placed:
+            return 0
+        return self.stages[-1].survivors if self.stages else self.hosts
+
+    @property
+    def summary(self) -> str:
+        return summary_line(self.available, self.hosts, self.reasons)
+
+    @classmethod
+    def from_trace(cls, trace: InstanceTrace) -> InstanceExplanation:
+        return cls(
+            position=trace.position, hosts=trace.hosts,
+            stages=tuple(StageSurvivors(s.stage, s.survivors) for s in trace.stages),
+            reasons=dict(trace.reasons),
+            top=tuple(WeighedHostReport(w.host, w.weight, dict(w.contributions))
+                      for w in trace.top),
+            host=trace.host)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "position": self.position, "hosts": self.hosts,
+            "stages": [{"stage": s.stage, "survivors": s.survivors} for s in self.stages],
+            "reasons": dict(self.reasons),
+            "top": [{"host": w.host, "weight": w.weight, "contributions": dict(w.contributions)}
+                    for w in self.top],
+            "host": self.host, "available": self.available, "summary": self.summary,
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> InstanceExplanation:
+        data = _mapping(data, "explanation")
+        try:
+            return cls(
+                position=int(data["position"]), hosts=int(data["hosts"]),
+                stages=tuple(StageSurvivors(str(s["stage"]), int(s["survivors"]))
+                             for s in data["stages"]),
+                reasons={str(k): int(v) for k, v in _mapping(data["reasons"],
+                                                             "reasons").items()},
+                top=tuple(WeighedHostReport(str(w["host"]), float(w["weight"]),
+                                            {str(k): float(v)
+                                             for k, v in w["contributions"].items()})
+                          for w in data["top"]),
+                host=data["host"] if data["host"] is None else str(data["host"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidRequest(reason=f"malformed explanation: {exc!r}") from None
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """What ``explain`` found for a request spec, nothing claimed.
+
+    ``instances`` holds one explanation per instance examined: all of them
+    when the request would be placed; otherwise those up to and including
+    the first that found no host (the engine stops there: all or nothing).
+    Only the first and the last examined keep their top weighed hosts (a
+    thousand-instance request would otherwise answer with megabytes).
+    ``weighers`` maps each weigher that ran to its multiplier (an enabled
+    weigher whose multiplier is 0 does not run, and is left out).
+    """
+
+    request_id: str
+    flavor: str
+    resources: Mapping[str, int]
+    num_instances: int
+    placeable: bool
+    instances: tuple[InstanceExplanation, ...]
+    weighers: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resources", _frozen(self.resources))
+        object.__setattr__(self, "instances", tuple(self.instances))
+        object.__setattr__(self, "weighers", _frozen(self.weighers))
+
+    @property
+    def failed(self) -> InstanceExplanation | None:
+        """The instance that found no host, if any."""
+        return next((i for i in self.instances if not i.placed), None)
+
+    @property
+    def summary(self) -> str:
+        """The failed instance's summary, or the first instance's when all fit."""
+        chosen = self.failed or (self.instances[0] if self.instances else None)
+        return chosen.summary if chosen else "no instance examined"
+
+    @classmethod
+    def build(cls, request_id: str, spec: RequestSpec, traces: Sequence[InstanceTrace],
+              weighers: Mapping[str, float], placeable: bool) -> ExplainReport:
+        instances = [InstanceExplanation.from_trace(t) for t in traces]
+        for n in range(1, len(instances) - 1):
+            instances[n] = replace(instances[n], top=())
+        return cls(request_id=request_id, flavor=spec.flavor.name,
+                   resources=dict(spec.resources), num_instances=spec.num_instances,
+                   placeable=placeable, instances=tuple(instances), weighers=dict(weighers))
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id, "flavor": self.flavor,
+            "resources": dict(self.resources), "num_instances": self.num_instances,
+            "placeable": self.placeable, "summary": self.summary,
+            "weighers": dict(self.weighers),
+            "instances": [i.to_primitive() for i in self.instances],
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> ExplainReport:
+        data = _mapping(data, "explain report")
+        try:
+            return cls(
+                request_id=str(data["request_id"]), flavor=str(data["flavor"]),
+                resources={str(k): int(v) for k, v in data["resources"].items()},
+                num_instances=int(data["num_instances"]), placeable=bool(data["placeable"]),
+                instances=tuple(InstanceExplanation.from_primitive(i)
+                                for i in data["instances"]),
+                weighers={str(k): float(v) for k, v in data["weighers"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidRequest(reason=f"malformed explain report: {exc!r}") from None

@@ -1,0 +1,30 @@
+"""IoOpsFilter: rejects hosts with ``max_io_ops_per_host`` builds in progress.
+
+Builds are I/O heavy (image download, disk creation); a host busy with many
+builds is a poor place for one more. The count is what the compute last
+reported (its ``num_io_ops`` stat) plus the instances this worker placed
+there since (see :mod:`scheduler.engine.capabilities`); a host that reports
+no count passes. As in Nova, a host passes with fewer than the limit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.filters.base import BaseFilter
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class IoOpsFilter(BaseFilter):
+    """Keeps hosts with fewer than ``max_io_ops_per_host`` builds in progress."""
+
+    REASON = "too many builds in progress"
+
+    def passes(self, view: HostView, candidates: np.ndarray,
+               ctx: PlacementContext) -> np.ndarray:
+        return view.capabilities.io_ops(candidates) < self.settings.max_io_ops_per_host

@@ -1,0 +1,25 @@
+"""Request filters: policy turned into constraints before the candidate step.
+
+Each module holds one filter that reads the request spec (and the
+aggregates the host view knows) and returns a NEW
+:class:`~scheduler.resource_request.ResourceRequest` with a
+:class:`~scheduler.resource_request.HostConstraint` added; none changes the
+request it was given. Each is turned on by its own ``[scheduler]`` option
+(off or on as Nova's defaults are); the pipeline
+(:meth:`scheduler.engine.pipeline.Engine.__init__`) wires the enabled ones in
+one fixed order, so the hosts they remove are counted before any capacity
+question, and before the ``max_placement_results`` cut.
+"""
+
+from __future__ import annotations
+
+from scheduler.request_filters.availability_zone import AvailabilityZoneRequestFilter
+from scheduler.request_filters.base import RequestFilter
+from scheduler.request_filters.disabled_computes import DisabledComputesRequestFilter
+from scheduler.request_filters.image_type import ImageTypeRequestFilter
+from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
+from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
+
+__all__ = ["AvailabilityZoneRequestFilter", "DisabledComputesRequestFilter",
+           "ImageTypeRequestFilter", "IsolatedAggregatesRequestFilter", "RequestFilter",
+           "TenantAggregatesRequestFilter"]

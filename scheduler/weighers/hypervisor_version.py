@@ -1,0 +1,35 @@
+"""HypervisorVersionWeigher: prefers hosts with newer hypervisors.
+
+The raw weight is the hypervisor version the host's compute reports (an
+integer, ``major * 1,000,000 + minor * 1,000 + patch``; 0 when unknown),
+scaled between the candidates' minimum and maximum. Versions of different
+hypervisor types do not compare: keep such hosts in separate aggregates
+(per-aggregate multipliers can then differ).
+
+``hypervisor_version_weight_multiplier`` (default 1.0): positive prefers
+**newer** hypervisors (hosts already upgraded), negative older ones; 0
+disables the weigher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.weighers.base import BY_RANGE, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class HypervisorVersionWeigher(BaseWeigher):
+    """Reported hypervisor version (positive multiplier: newer is better)."""
+
+    MULTIPLIER_OPTION = "hypervisor_version_weight_multiplier"
+    SCALING = BY_RANGE
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.capabilities.hypervisor_version(candidates)

@@ -1,0 +1,35 @@
+"""IoOpsWeigher: prefers hosts with fewer builds in progress.
+
+The raw weight is the host's builds in progress (its reported ``num_io_ops``
+plus what this worker placed there since; see
+:mod:`scheduler.engine.capabilities`), scaled by the candidates' maximum as
+Nova scales it.
+
+``io_ops_weight_multiplier`` (default -1.0): a negative multiplier **spreads**
+the I/O of builds (the quietest host wins); a positive one prefers busy
+hosts; 0 disables the weigher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.weighers.base import BY_MAX, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class IoOpsWeigher(BaseWeigher):
+    """Builds in progress (negative multiplier: fewer is better)."""
+
+    MULTIPLIER_OPTION = "io_ops_weight_multiplier"
+    DEFAULT_MULTIPLIER = -1.0
+    SCALING = BY_MAX
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.capabilities.io_ops(candidates)

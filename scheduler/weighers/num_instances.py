@@ -1,0 +1,34 @@
+"""NumInstancesWeigher: weighs hosts by how many instances they run.
+
+The raw weight is the host's consumers in the store (instances and
+in-flight migrations), kept current within a request, scaled between the
+candidates' minimum and maximum.
+
+``num_instances_weight_multiplier`` (default 0.0, off): a positive multiplier
+**packs** (hosts with more instances win); a negative one **spreads** by
+instance count rather than by free resources.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.weighers.base import BY_RANGE, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+class NumInstancesWeigher(BaseWeigher):
+    """Instance count (positive multiplier: more is better)."""
+
+    MULTIPLIER_OPTION = "num_instances_weight_multiplier"
+    DEFAULT_MULTIPLIER = 0.0
+    SCALING = BY_RANGE
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return view.consumers[candidates]

@@ -1,0 +1,57 @@
+"""ServerGroupSoftAffinityWeigher: draws members of a soft-affinity group to the
+hosts already running members of their group.
+
+The raw weight is the number of the group's members on the host: those the
+store records (soft groups' claims record their members, unchecked) plus
+the instances placed earlier in the same request. Scaled between the
+candidates' minimum and maximum. Requests outside a soft-affinity group
+weigh nothing.
+
+``soft_affinity_weight_multiplier`` (default 1.0): larger values make
+affinity win over the resource weighers; 0 disables it. **We differ from
+Nova**, which warns about a negative value and uses it: here the option
+refuses it (use a soft-anti-affinity group to spread).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.weighers.base import BY_RANGE, BaseWeigher
+
+if TYPE_CHECKING:
+    from scheduler.engine.context import PlacementContext
+    from scheduler.engine.hostview import HostView
+
+
+def group_members(view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+                  policy: str) -> np.ndarray:
+    """Members of the request's group per candidate, when its policy is ``policy``."""
+    members = np.zeros(len(candidates))
+    group = ctx.spec.group
+    if group is None or group.policy != policy:
+        return members
+    known = [(row, n) for host, n in ctx.group_members.items()
+             if n > 0 and (row := view.index_of(host)) is not None]
+    if not known:
+        return members
+    known.sort()
+    rows = np.array([row for row, _ in known], dtype=np.int64)
+    counts = np.array([n for _, n in known], dtype=np.float64)
+    at = np.searchsorted(rows, candidates).clip(max=len(rows) - 1)
+    hit = rows[at] == candidates
+    members[hit] = counts[at[hit]]
+    return members
+
+
+class ServerGroupSoftAffinityWeigher(BaseWeigher):
+    """Members of the request's soft-affinity group on the host (more is better)."""
+
+    MULTIPLIER_OPTION = "soft_affinity_weight_multiplier"
+    SCALING = BY_RANGE
+
+    def raw(self, view: HostView, candidates: np.ndarray,
+            ctx: PlacementContext) -> np.ndarray:
+        return group_members(view, candidates, ctx, "soft-affinity")

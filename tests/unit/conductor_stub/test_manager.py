@@ -1,0 +1,136 @@
+"""The conductor's side of failures: reschedules keep the group policy, and a
+user reads only generic faults while the admin details say what happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conductor_stub.manager import Booter, ConductorEndpoint, group_claim
+from scheduler.exceptions import Forbidden, InvalidRequest, MaxRetriesExceeded, NoValidHost
+from scheduler.objects import (
+    ERROR,
+    AllocationRequest,
+    InstanceRecord,
+    RequestSpec,
+    Selection,
+)
+from scheduler.rpc import RequestContext
+from scheduler.store.base import GroupClaim
+from scheduler.store.memory import MemoryStore
+from tests.unit.factories import GROUP_UUID, group, host, populate, spec, uuid_of
+
+HOSTS = ("cmp-a", "cmp-b", "cmp-c")
+CTXT = RequestContext(request_id="req-1", user_id="u", project_id="p")
+
+
+class Compute:
+    def __init__(self) -> None:
+        self.builds: list[tuple[str, str, list[str]]] = []
+
+    def build_and_run_instance(self, ctxt: Any, instance_uuid: str, spec: RequestSpec,
+                               selection: Selection, alternates: list[Selection]) -> None:
+        self.builds.append((instance_uuid, selection.host, [a.host for a in alternates]))
+
+
+def _store(ram: int = 4096) -> MemoryStore:
+    store = MemoryStore()
+    populate(store, [host(name, ram=ram) for name in HOSTS])
+    return store
+
+
+def _selection(name: str, ram: int = 1024) -> Selection:
+    rp = uuid_of(name)
+    return Selection(host=name, node=name, provider_uuid=rp, weight=0.0,
+                     allocation_request=AllocationRequest({rp: {"MEMORY_MB": ram}}, "p", "u"))
+
+
+def _reschedule(store: MemoryStore, request: RequestSpec, alternates: list[str],
+                ram: int = 1024) -> tuple[InstanceRecord, Compute]:
+    uuid = uuid_of("rescheduled")
+    store.create_instances([InstanceRecord(uuid=uuid, attempts=1, tried_hosts=())])
+    compute = Compute()
+    ConductorEndpoint(store, compute).reschedule(  # type: ignore[arg-type]
+        CTXT, uuid, request.to_primitive(), "cmp-failed", "simulated build failure",
+        [_selection(a, ram).to_primitive() for a in alternates])
+    return store.get_instance(uuid), compute
+
+
+@pytest.mark.parametrize("policy, expected", [
+    pytest.param("anti-affinity", GroupClaim(GROUP_UUID, "anti-affinity", "h", 1),
+                 id="anti-affinity"),
+    pytest.param("affinity", GroupClaim(GROUP_UUID, "affinity", "h", 1), id="affinity"),
+    pytest.param("soft-anti-affinity", None, id="soft-anti-affinity"),
+    pytest.param(None, None, id="no-group"),
+])
+def test_group_claim_is_made_for_strict_policies_only(policy: str | None,
+                                                      expected: GroupClaim | None) -> None:
+    request = spec(group=group(policy)) if policy else spec()
+    assert group_claim(request, "h") == expected
+
+
+def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -> None:
+    store = _store()
+    # Another member of the group landed on cmp-a after the alternates were picked.
+    store.claim(uuid_of("member"), _selection("cmp-a").allocation_request,
+                GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"))
+    record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
+    assert record.host == "cmp-b" and record.attempts == 2
+    assert compute.builds == [(record.uuid, "cmp-b", [])]
+    assert store.group_hosts(GROUP_UUID) == {"cmp-a": 1, "cmp-b": 1}
+
+
+def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
+    store = _store(ram=2048)
+    store.claim(uuid_of("member"), _selection("cmp-a").allocation_request,
+                GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"))
+    store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
+    record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
+    assert record.state == ERROR and compute.builds == []
+    assert record.fault == MaxRetriesExceeded.USER_MESSAGE
+    assert not any(name in record.fault for name in (*HOSTS, "cmp-failed", GROUP_UUID))
+    assert record.fault_details == (
+        "max retries exceeded: 2 attempt(s), hosts tried: cmp-failed; last failure: simulated "
+        "build failure; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
+        "(CapacityExceeded)")
+    assert store.get_consumer(record.uuid) is None
+
+
+def test_schedule_failed_keeps_the_fault_and_the_admin_details_apart() -> None:
+    store = _store()
+    uuid = uuid_of("failed")
+    store.create_instances([InstanceRecord(uuid=uuid)])
+    ConductorEndpoint(store, Compute()).schedule_failed(  # type: ignore[arg-type]
+        CTXT, [uuid], NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient MEMORY_MB")
+    record = store.get_instance(uuid)
+    assert (record.state, record.fault, record.fault_details) == (
+        ERROR, NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient MEMORY_MB")
+
+
+class Scheduler:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def select_destinations(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("error, fault, details", [
+    pytest.param(NoValidHost(details="0/3 hosts available: 3 insufficient VCPU"),
+                 NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient VCPU",
+                 id="no-valid-host"),
+    pytest.param(InvalidRequest(reason="flavor.vcpus must be an integer"),
+                 "invalid request: flavor.vcpus must be an integer",
+                 "invalid request: flavor.vcpus must be an integer", id="invalid-request"),
+    pytest.param(Forbidden(reason="forcing a host requires an admin context"),
+                 "forbidden: forcing a host requires an admin context",
+                 "forbidden: forcing a host requires an admin context", id="forbidden"),
+])
+def test_select_destinations_mode_puts_refused_instances_in_error(
+        error: Exception, fault: str, details: str) -> None:
+    store = _store()
+    booter = Booter(store, Scheduler(error), Compute())  # type: ignore[arg-type]
+    uuids = booter.boot(CTXT, spec().flavor, 2, per_request=2, mode="select_destinations")
+    records = store.list_instances(uuids)
+    assert [(r.state, r.fault, r.fault_details) for r in records] == [(ERROR, fault, details)] * 2

@@ -1,0 +1,30 @@
+"""Running one filter over a handful of hosts, for the filter tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from scheduler.engine.hostview import HostView
+from scheduler.filters.base import BaseFilter
+from scheduler.objects import RequestSpec
+from scheduler.store.base import Aggregate
+from tests.unit.factories import NOW, FeedStore, Host, context, settings
+
+
+def kept(filter_cls: type[BaseFilter], hosts: Iterable[Host], request: RequestSpec,
+         aggregates: Iterable[Aggregate] = (), members: Mapping[str, int] | None = None,
+         store: FeedStore | None = None, **overrides: object) -> list[str]:
+    """Names of the hosts the filter keeps, in view order (all when it does not apply)."""
+    store = store or FeedStore(hosts, aggregates)
+    view = HostView(store, settings(**overrides))  # type: ignore[arg-type]
+    view.refresh(NOW)
+    idx = np.arange(view.size)
+    ctx = context(request, members=members)
+    f = filter_cls(settings(**overrides))
+    if not f.applies(ctx):
+        return list(view.names)
+    mask = f.passes(view, idx, ctx)
+    assert mask.dtype == bool and mask.shape == idx.shape
+    return [view.names[i] for i in idx[mask]]

@@ -1,0 +1,519 @@
+"""The scheduler endpoint: explain (admin only, a dry run), admin-only request
+fields, and that every failure path tells the user only the generic reason
+while the admin details carry the counts.
+
+The endpoint runs on a real engine over the tests' FeedStore; compute,
+conductor and notifier are recorders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid as uuidlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import oslo_messaging
+import pytest
+
+from scheduler import policy
+from scheduler.engine.pipeline import GROUP_CONFLICT, TRACE_TOP
+from scheduler.engine.settings import PciAlias
+from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, StoreUnavailable
+from scheduler.explain import ExplainReport
+from scheduler.manager import SchedulerEndpoint
+from scheduler.notifier import Notifier
+from scheduler.objects import MEMORY_MB, AllocationRequest, Flavor, Image, RequestSpec
+from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
+from scheduler.rpc import RequestContext
+from scheduler.store.base import GroupClaim
+from tests.unit.factories import (
+    GROUP_UUID,
+    NOW,
+    FeedStore,
+    az,
+    engine,
+    group,
+    host,
+    spec,
+    uuid_of,
+)
+
+ADMIN = RequestContext.admin(request_id="req-admin", user_id="ops", project_id="admin")
+USER = RequestContext(request_id="req-user", user_id="alice", project_id="p",
+                      roles=["member"])
+#: A role called admin is not an admin context: only is_admin counts.
+ROLE_ONLY = RequestContext(request_id="req-role", user_id="bob", project_id="p",
+                           roles=["admin"])
+TRAIT = "HW_CPU_X86_AVX512F"
+HOSTS = ("compute-secret-000", "compute-secret-001", "compute-secret-002",
+         "compute-secret-003")
+
+
+class RecordingNotifier(Notifier):
+    def __init__(self) -> None:
+        super().__init__(None, "test")
+        self.sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    def _emit(self, priority: str, ctxt: Any, event_type: str,
+              payload: Mapping[str, Any]) -> None:
+        self.sent.append((priority, event_type, dict(payload)))
+
+
+class Recorder:
+    """Any method call is recorded as (name, kwargs-ish args)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda ctxt, *args: self.calls.append((name, args))
+
+
+@dataclasses.dataclass
+class Rig:
+    store: FeedStore
+    endpoint: SchedulerEndpoint
+    notifier: RecordingNotifier
+    conductor: Recorder
+    compute: Recorder
+
+
+def rig(*hosts: Any, **overrides: Any) -> Rig:
+    store = FeedStore(hosts or [host(name) for name in HOSTS])
+    notifier, conductor, compute = RecordingNotifier(), Recorder(), Recorder()
+    endpoint = SchedulerEndpoint(engine(store, **overrides), compute,  # type: ignore[arg-type]
+                                 conductor, notifier)  # type: ignore[arg-type]
+    return Rig(store, endpoint, notifier, conductor, compute)
+
+
+def unwrapped(call: Callable[..., Any]) -> Callable[..., Any]:
+    """An endpoint method as its caller sees it: the typed error, not the
+    ExpectedException wrapper oslo.messaging's decorator puts around it."""
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except oslo_messaging.ExpectedException as wrapped:
+            raise wrapped.exc_info[1] from None
+    return inner
+
+
+def snapshot_of_view(r: Rig) -> dict[str, np.ndarray]:
+    view = r.endpoint.engine.view
+    view.refresh(NOW)
+    return {"used": view._used[:, :view.size].copy(),
+            "consumers": view._consumers[:view.size].copy()}
+
+
+# --- explain ------------------------------------------------------------------------
+
+
+def test_explain_reports_an_unplaceable_request_with_counted_reasons() -> None:
+    r = rig(*(host(f"big-{i}", ram=65536) for i in range(2)),
+            *(host(f"small-{i}", ram=8192) for i in range(3)))
+    _members_on(r, "big-0", "big-1")
+    before = snapshot_of_view(r)
+
+    request = spec(ram=32768, group=group("anti-affinity"))
+    raw = r.endpoint.explain(ADMIN, request.to_primitive())
+
+    report = ExplainReport.from_primitive(raw)
+    assert report.placeable is False
+    assert report.request_id == "req-admin"
+    (only,) = report.instances
+    assert only.summary == ("0/5 hosts available: 3 insufficient MEMORY_MB, "
+                            "2 server group anti-affinity")
+    assert report.summary == only.summary
+    survivors = {s.stage: s.survivors for s in only.stages}
+    assert (survivors["candidates"], survivors["ServerGroupAntiAffinityFilter"]) == (2, 0)
+    assert only.host is None and only.top == ()
+    assert set(r.store.consumers) == {uuid_of("member-big-0"), uuid_of("member-big-1")}
+    assert len(r.store.claims) == 2, "explain claimed nothing"
+    after = snapshot_of_view(r)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert r.notifier.sent == [] and r.conductor.calls == [] and r.compute.calls == []
+
+
+def test_explain_of_a_placeable_request_shows_top_hosts_and_claims_nothing() -> None:
+    r = rig(*(host(f"h{i}", ram=4096 * (i + 1)) for i in range(7)))
+    before = snapshot_of_view(r)
+
+    report = ExplainReport.from_primitive(
+        r.endpoint.explain(ADMIN, spec(ram=2048, num_instances=3).to_primitive()))
+
+    assert report.placeable is True
+    assert [i.position for i in report.instances] == [0, 1, 2]
+    first = report.instances[0]
+    assert first.host == "h6", "the most free RAM wins under the default weighers"
+    assert len(first.top) == TRACE_TOP
+    assert first.top[0].host == "h6"
+    for weighed in first.top:
+        assert set(weighed.contributions) == set(report.weighers)
+        assert weighed.weight == pytest.approx(sum(weighed.contributions.values()))
+    assert first.summary == "7/7 hosts available"
+    # Only the first and the last keep their top hosts (the reply stays small).
+    assert [bool(i.top) for i in report.instances] == [True, False, True]
+    assert r.store.consumers == {} and r.store.claims == []
+    after = snapshot_of_view(r)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_explain_of_a_multi_instance_request_stops_at_the_first_unplaced() -> None:
+    r = rig(host("a", ram=2048), host("b", ram=1024))
+    report = ExplainReport.from_primitive(
+        r.endpoint.explain(ADMIN, spec(ram=1024, num_instances=5).to_primitive()))
+    assert report.placeable is False
+    assert sorted(i.host or "-" for i in report.instances) == ["-", "a", "a", "b"]
+    assert report.instances[-1].host is None
+    assert report.failed is not None and report.failed.position == 3
+    assert report.summary == "0/2 hosts available: 2 insufficient MEMORY_MB"
+    assert r.store.consumers == {}
+
+
+@pytest.mark.parametrize("ctxt", [
+    pytest.param(USER, id="member"),
+    pytest.param(ROLE_ONLY, id="admin-role-without-is_admin"),
+    pytest.param(RequestContext(), id="anonymous"),
+])
+def test_explain_refuses_a_non_admin_context(ctxt: RequestContext) -> None:
+    r = rig()
+    with pytest.raises(Forbidden) as err:
+        unwrapped(r.endpoint.explain)(ctxt, spec().to_primitive())
+    assert err.value.message == "forbidden: explain requires an admin context"
+    assert r.store.claims == []
+
+
+def test_explain_refuses_before_reading_the_request() -> None:
+    # A non-admin learns nothing, not even whether the spec would validate.
+    with pytest.raises(Forbidden):
+        unwrapped(rig().endpoint.explain)(USER, {"colour": "red"})
+
+
+def test_explain_validates_the_request_of_an_admin() -> None:
+    with pytest.raises(InvalidRequest, match="unknown field"):
+        unwrapped(rig().endpoint.explain)(ADMIN, {**spec().to_primitive(), "colour": "red"})
+
+
+# --- admin-only request fields ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ForcingSpec:
+    """Stands in for a request spec with the admin-only fields set."""
+
+    force_hosts: tuple[str, ...] = ()
+    force_nodes: tuple[str, ...] = ()
+    requested_destination: object = None
+
+
+@pytest.mark.parametrize("fields, ctxt, refused", [
+    pytest.param({"force_hosts": ("h1",)}, USER, "forcing a host", id="force-host-member"),
+    pytest.param({"force_nodes": ("n1",)}, USER, "forcing a node", id="force-node-member"),
+    pytest.param({"requested_destination": {"host": "h1"}}, USER, "requesting a destination",
+                 id="destination-member"),
+    pytest.param({"force_hosts": ("h1",)}, ROLE_ONLY, "forcing a host",
+                 id="force-host-role-only"),
+    pytest.param({"force_hosts": ("h1",)}, ADMIN, None, id="force-host-admin"),
+    pytest.param({}, USER, None, id="nothing-forced-member"),
+])
+def test_admin_only_request_fields(fields: dict[str, Any], ctxt: RequestContext,
+                                   refused: str | None) -> None:
+    if refused is None:
+        policy.check_request(ctxt, ForcingSpec(**fields))
+        return
+    with pytest.raises(Forbidden) as err:
+        policy.check_request(ctxt, ForcingSpec(**fields))
+    assert err.value.message == f"forbidden: {refused} requires an admin context"
+
+
+def test_every_forcing_field_of_the_request_spec_is_admin_only() -> None:
+    # A tripwire for new fields: whatever steers a request to a named host or
+    # node must be listed in policy.ADMIN_ONLY_FIELDS.
+    steering = {f for f in RequestSpec.FIELDS if "force" in f or "destination" in f}
+    assert steering <= set(policy.ADMIN_ONLY_FIELDS)
+
+
+# --- what a user reads about a failure ----------------------------------------------
+
+
+def _cloud_names(r: Rig) -> set[str]:
+    """Everything of the cloud a user must never read: hosts, providers, filters,
+    weighers, their reasons, traits."""
+    eng = r.endpoint.engine
+    names = {p.name for p in r.store.providers.values()} | set(r.store.providers)
+    names |= {name for name, _ in eng.filters} | {f.REASON for _, f in eng.filters}
+    names |= {name for name, _ in eng.weighers}
+    names |= {TRAIT, "insufficient", "hosts available", "claim", GROUP_UUID}
+    return names
+
+
+def _user_facing(r: Rig, raised: BaseException | None) -> list[str]:
+    """Every failure reason a user may read: faults, ERROR notifications, resize
+    results, and the message of an error a call raised."""
+    texts: list[str] = []
+    for name, args in r.conductor.calls:
+        if name == "schedule_failed":
+            texts.append(args[1])  # (instance_uuids, reason, details)
+        elif name == "resize_result":
+            texts.append(str(args[4]))  # (uuid, migration, host, success, reason, details)
+    texts += [repr(payload) for priority, _, payload in r.notifier.sent if priority == "error"]
+    if raised is not None:
+        texts.append(str(raised))
+    return texts
+
+
+def _failed_ends(r: Rig) -> list[str]:
+    """The .end notifications of failed requests. Like every .start and .end they
+    are for operators (a successful one names the hosts), so only their state
+    is checked."""
+    return [repr(payload) for _, event_type, payload in r.notifier.sent
+            if event_type.endswith(".end") and payload.get("state") == "error"]
+
+
+def _admin_details(r: Rig, raised: BaseException | None) -> list[str]:
+    details = [args[2] for name, args in r.conductor.calls if name == "schedule_failed"]
+    details += [args[5] for name, args in r.conductor.calls if name == "resize_result"]
+    if isinstance(raised, NoValidHost):
+        details.append(raised.details)
+    return details
+
+
+def _too_big() -> RequestSpec:
+    flavor = Flavor(name="huge", vcpus=1, memory_mb=10**6,
+                    extra_specs={f"trait:{TRAIT}": "required"})
+    return RequestSpec(flavor=flavor, project_id="p", user_id="u",
+                       image=Image(properties={f"trait:{TRAIT}": "required"}))
+
+
+def _members_on(r: Rig, *names: str) -> None:
+    """One member of the anti-affinity group on each named host."""
+    for name in names:
+        r.store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
+                      GroupClaim(GROUP_UUID, "anti-affinity", name))
+
+
+def _fill_group(r: Rig) -> None:
+    _members_on(r, *HOSTS)
+
+
+def _allocation(rp: str) -> AllocationRequest:
+    return AllocationRequest({rp: {MEMORY_MB: 1}}, "p", "u")
+
+
+class StaleGroup:
+    """The store as seen by a worker that read the group's members just before
+    another worker placed its own: the claim (on the real store) knows better."""
+
+    def __init__(self, store: FeedStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        return {}
+
+
+def _run(r: Rig, request: RequestSpec | dict[str, Any], ctxt: RequestContext = USER) -> None:
+    if isinstance(request, RequestSpec):
+        raw, count = request.to_primitive(), request.num_instances
+    else:  # bad input: one instance uuid, as the caller created one record
+        raw, count = request, 1
+    r.endpoint.run_instance(ctxt, raw, [str(uuidlib.uuid4()) for _ in range(count)])
+
+
+def _select(r: Rig, request: RequestSpec, ctxt: RequestContext = USER) -> None:
+    unwrapped(r.endpoint.select_destinations)(
+        ctxt, request.to_primitive(), [str(uuidlib.uuid4()) for _ in range(request.num_instances)])
+
+
+#: The instance the resize cases resize: it runs on HOSTS[0] (see _resize).
+RESIZED = uuid_of("resized")
+
+
+def _resize(r: Rig, request: RequestSpec, ctxt: RequestContext = USER) -> None:
+    r.store.place(RESIZED, HOSTS[0], {MEMORY_MB: 512})
+    r.endpoint.resize(ctxt, RESIZED, HOSTS[0], request.flavor.to_primitive(),
+                      request.to_primitive())
+
+
+FAILURES = [
+    pytest.param(lambda r: _run(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE,
+                 "insufficient MEMORY_MB", id="run_instance-no-room"),
+    pytest.param(lambda r: _run(r, _too_big()), NoValidHost.USER_MESSAGE,
+                 "0/4 hosts available", id="run_instance-trait-and-room"),
+    pytest.param(lambda r: (_fill_group(r), _run(r, spec(group=group("anti-affinity")))),
+                 NoValidHost.USER_MESSAGE, "server group anti-affinity",
+                 id="run_instance-group-full"),
+    pytest.param(lambda r: _run(r, spec(ram=16384, num_instances=9)), NoValidHost.USER_MESSAGE,
+                 "(instance ", id="run_instance-multi-instance-overflow"),
+    pytest.param(lambda r: _select(r, _too_big()), NoValidHost.USER_MESSAGE,
+                 f"missing trait {TRAIT}", id="select_destinations-no-room"),
+    pytest.param(lambda r: _resize(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE,
+                 "insufficient MEMORY_MB", id="resize-no-room"),
+    pytest.param(lambda r: _run(r, {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
+                                    "project_id": "p", "user_id": "u"}),
+                 "invalid request: flavor.vcpus must be an integer, got str",
+                 "flavor.vcpus", id="run_instance-invalid-input"),
+    pytest.param(lambda r: _resize(r, spec().replace(project_id="")),
+                 "invalid request: request_spec.project_id must not be empty", None,
+                 id="resize-invalid-input"),
+    # What the host filters read is refused at validation, naming the spec.
+    pytest.param(lambda r: _run(r, spec(extra_specs={"capabilities:vcpus": ">= many"})),
+                 "invalid request: flavor.extra_specs 'capabilities:vcpus' = '>= many': "
+                 "operator '>=' compares numbers and 'many' is not one",
+                 "'capabilities:vcpus'", id="run_instance-unreadable-operator"),
+    pytest.param(lambda r: _run(r, spec(image_properties={"img_hv_requested_version": "new"})),
+                 "invalid request: image.properties 'img_hv_requested_version' = 'new': "
+                 "'new' is not a comparison such as '>=6.0'",
+                 "img_hv_requested_version", id="run_instance-unreadable-image-property"),
+    pytest.param(lambda r: _run(r, spec(extra_specs={"pci_passthrough:alias": "gpu:1"})),
+                 "invalid request: flavor.extra_specs 'pci_passthrough:alias' names PCI "
+                 "alias 'gpu', which is not configured", "'gpu'",
+                 id="run_instance-unconfigured-pci-alias"),
+    pytest.param(lambda r: _resize(r, spec(vcpus=3, extra_specs={"hw:numa_nodes": "2"})),
+                 "invalid request: hw:numa_nodes = 2 does not divide the flavor's 3 vCPUs "
+                 "and 1024 MB evenly: give hw:numa_cpus.N and hw:numa_mem.N for every node",
+                 None, id="resize-impossible-numa-split"),
+    pytest.param(lambda r: r.endpoint.resize(
+                     USER, str(uuidlib.uuid4()), HOSTS[0],
+                     Flavor(name="new", vcpus=1, memory_mb=1024,
+                            extra_specs={"resources:VCPU": "lots"}).to_primitive(),
+                     spec().to_primitive()),
+                 "invalid request: extra spec 'resources:VCPU': amount must be an integer "
+                 "from 0 to 2147483647, got 'lots'", None,
+                 id="resize-new-flavor-unreadable-resources"),
+]
+
+
+@pytest.mark.parametrize("provoke, user_sees, admin_sees", FAILURES)
+def test_a_failure_tells_the_user_only_the_generic_reason(
+        provoke: Callable[[Rig], Any], user_sees: str, admin_sees: str | None) -> None:
+    r = rig()
+    raised: BaseException | None = None
+    held = {u: c.allocations for u, c in r.store.consumers.items()}
+    try:
+        provoke(r)
+    except (NoValidHost, InvalidRequest) as exc:
+        raised = exc
+    texts = _user_facing(r, raised)
+    assert texts, "the failure reached the user somehow"
+    for text in texts:
+        assert user_sees in text
+        leaked = {name for name in _cloud_names(r) if name in text}
+        assert not leaked, f"user-facing text names {leaked}: {text!r}"
+    assert _failed_ends(r), "every failed .start has its .end, marked error"
+    errors = [p for prio, _, p in r.notifier.sent if prio == "error"]
+    assert errors and all(p["reason"] == user_sees for p in errors)
+    if admin_sees is not None:
+        assert any(admin_sees in d for d in _admin_details(r, raised))
+    members = {uuid_of(f"member-{name}") for name in HOSTS}  # see _fill_group
+    left = {u: c.allocations for u, c in r.store.consumers.items() if u not in members}
+    if RESIZED in left:  # a failed resize hands the source's allocation back whole
+        assert left.pop(RESIZED) == {uuid_of(HOSTS[0]): {MEMORY_MB: 512}}
+    assert left == held, "nothing the request claimed (or moved) is left"
+
+
+@pytest.mark.parametrize("call, names", [
+    pytest.param(lambda r: _select(r, spec(extra_specs={"aggregate_instance_extra_specs:az":
+                                                         "<or>"})),
+                 "'aggregate_instance_extra_specs:az' = '<or>'",
+                 id="select_destinations-bare-or"),
+    pytest.param(lambda r: _select(r, spec(vcpus=4, extra_specs={"hw:numa_nodes": "2",
+                                                                 "hw:numa_cpus.0": "0-1"})),
+                 "hw:numa_cpus.N and hw:numa_mem.N", id="select_destinations-numa"),
+    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
+                     ADMIN, spec(image_properties={"hw_architecture": "pdp11"}).to_primitive()),
+                 "image.properties 'hw_architecture' = 'pdp11'", id="explain-image-arch"),
+    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
+                     ADMIN, spec(extra_specs={"pci_passthrough:alias": "nic:x"}).to_primitive()),
+                 "'pci_passthrough:alias' = 'nic:x'", id="explain-pci-syntax"),
+])
+def test_a_call_with_specs_the_filters_cannot_read_is_refused_before_selection(
+        call: Callable[[Rig], Any], names: str) -> None:
+    r = rig()
+    with pytest.raises(InvalidRequest) as err:
+        call(r)
+    assert names in err.value.message
+    leaked = {name for name in _cloud_names(r) if name in err.value.message}
+    assert not leaked, f"the refusal names {leaked}"
+    assert r.store.claims == [] and r.notifier.sent == [] and r.compute.calls == []
+
+
+def test_a_configured_pci_alias_passes_validation_and_is_placed() -> None:
+    devices = {"pci_devices": [{"vendor_id": "8086", "product_id": "154d", "count": 2}]}
+    r = rig(host("plain"), host("with-nics", capabilities=devices),
+            pci_aliases={"nic": PciAlias("nic", "8086", "154d")})
+    _select(r, spec(extra_specs={"pci_passthrough:alias": "nic:2"}))
+    assert [name for _, name, _ in r.store.claims] == ["with-nics"]
+
+
+def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
+    # The free host has the least RAM: the weighers rank it last.
+    store = FeedStore([*(host(name) for name in HOSTS[:3]), host(HOSTS[3], ram=16384)])
+    for name in HOSTS[:3]:
+        store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
+                    GroupClaim(GROUP_UUID, "anti-affinity", name))
+    eng = engine(StaleGroup(store))  # type: ignore[arg-type]
+    placed = eng.schedule("req", spec(group=group("anti-affinity")), [uuid_of("new")])
+    trace = placed.traces[0]
+    assert trace.host == HOSTS[3], "fell through to the one host without a member"
+    assert [kind for _, kind in trace.conflicts] == ["GroupPolicyViolation"] * 3
+    assert store.claims[-1][2] == GroupClaim(GROUP_UUID, "anti-affinity", HOSTS[3])
+
+    with pytest.raises(NoValidHost) as err:
+        eng.schedule("req2", spec(group=group("anti-affinity")), [uuid_of("newer")])
+    assert err.value.reasons == {GROUP_CONFLICT: 4}
+    assert err.value.details == f"0/4 hosts available: 4 {GROUP_CONFLICT}"
+    assert str(err.value) == NoValidHost.USER_MESSAGE
+
+
+class Broken(FeedStore):
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        raise StoreUnavailable(reason="redis://:s3cret@10.0.0.9:6379 refused")
+
+
+def test_an_internal_error_is_not_reported_to_the_user_as_its_text() -> None:
+    assert user_reason(StoreUnavailable(reason="x")) == INTERNAL_ERROR_MESSAGE
+    r = rig()
+    r.endpoint.engine.store = Broken([host(n) for n in HOSTS])  # type: ignore[assignment]
+    with pytest.raises(StoreUnavailable):
+        _run(r, spec(group=group("anti-affinity")))
+    (end,) = [p for _, e, p in r.notifier.sent if e.endswith(".end")]
+    assert end["state"] == "error"
+    assert "s3cret" not in repr(r.notifier.sent)
+
+
+ZONE_IS_ADMIN_ONLY = {"availability_zone": "choosing a zone"}
+
+
+@pytest.mark.parametrize("send, user_sees", [
+    pytest.param(lambda r, ctxt: _run(r, spec(availability_zone="az1"), ctxt),
+                 "forbidden: choosing a zone requires an admin context", id="run_instance"),
+    pytest.param(lambda r, ctxt: _resize(r, spec(availability_zone="az1"), ctxt),
+                 "forbidden: choosing a zone requires an admin context", id="resize"),
+    pytest.param(lambda r, ctxt: _select(r, spec(availability_zone="az1"), ctxt),
+                 "forbidden: choosing a zone requires an admin context",
+                 id="select_destinations"),
+])
+def test_an_admin_only_field_is_refused_for_a_member_on_every_path(
+        monkeypatch: pytest.MonkeyPatch, send: Callable[[Rig, RequestContext], Any],
+        user_sees: str) -> None:
+    # Today's request spec has no forcing field yet; stand one in.
+    monkeypatch.setattr(policy, "ADMIN_ONLY_FIELDS", ZONE_IS_ADMIN_ONLY)
+    r = rig()
+    raised: BaseException | None = None
+    try:
+        send(r, USER)
+    except Forbidden as exc:
+        raised = exc
+    assert _user_facing(r, raised) and all(user_sees in t for t in _user_facing(r, raised))
+    assert r.store.claims == []
+    # The same request from an admin context is served.
+    admin = rig(*(host(n, aggregates=[uuid_of("az1")]) for n in HOSTS))
+    admin.endpoint.engine.store.put_aggregate(az("az1", "az1"))  # type: ignore[attr-defined]
+    send(admin, ADMIN)
+    assert len(admin.store.claims) == 1
