@@ -171,6 +171,22 @@ class Cluster:
         assert out.returncode == 0, out.stderr.decode()[-4000:]
         return json.loads(out.stdout)
 
+    def conductor_stub(self, *args: str, timeout: float = 120.0,
+                       config_files: tuple[Path, ...] = ()) -> tuple[int, str, str]:
+        """Run ``conductor-stub`` (extra config files read after the cluster's)."""
+        files = [arg for f in config_files for arg in ("--config-file", str(f))]
+        out = subprocess.run(
+            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
+             str(self.config_file), *files, *args], capture_output=True, timeout=timeout)
+        return out.returncode, out.stdout.decode(), out.stderr.decode()
+
+    def resize(self, uuid: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
+        """``conductor-stub resize UUID ... --json``; the instance as it ended."""
+        code, stdout, stderr = self.conductor_stub(
+            "resize", uuid, "--json", "--timeout", str(timeout), *args, timeout=timeout + 60)
+        assert code in (0, 1), stderr[-4000:]
+        return {"exit_code": code, **json.loads(stdout)}
+
     def check_accounting(self) -> None:
         """Usage == sum of live allocations, and <= capacity, on every provider."""
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
