@@ -34,7 +34,7 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler import policy
+from scheduler import health, policy
 from scheduler.engine.pipeline import Engine
 from scheduler.exceptions import ConsumerConflict, Forbidden, InvalidRequest, NoValidHost
 from scheduler.explain import ExplainReport
@@ -104,13 +104,21 @@ class DecisionStats:
     def timed(self) -> Iterator[None]:
         start = time.perf_counter()
         failed = False
+        outcome = "error"
         try:
             yield
+            outcome = "placed"
         except NoValidHost:
             failed = True
+            outcome = "no_valid_host"
+            raise
+        except InvalidRequest:
+            outcome = "invalid"
             raise
         finally:
             end = time.perf_counter()
+            health.DECISIONS.labels(outcome).inc()
+            health.DECISION_SECONDS.observe(end - start)
             with self._lock:
                 if self.first_start is None:
                     self.first_start = start
