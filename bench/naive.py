@@ -210,8 +210,8 @@ class NaiveScheduler:
         return True
 
     def select(self, spec: RequestSpec, instance_uuids: Sequence[str],
-               now: float) -> list[list[str]]:
-        """Per instance, the chosen host then its alternates (names)."""
+               now: float) -> list[list[tuple[str, float]]]:
+        """Per instance, the chosen host then its alternates, each with its weight."""
         resources = spec.resources
         group = spec.group
         req = Request(spec, now, sum(h.group_members[group.uuid] for h in self.hosts)
@@ -232,13 +232,12 @@ class NaiveScheduler:
                     scaled = _normalise(raw, weigher.minval_by_max)
                     multiplier = getattr(weigher, "multiplier", 1.0)
                     totals = [t + multiplier * s for t, s in zip(totals, scaled, strict=True)]
-            ranked = [h for _, h in sorted(zip(totals, candidates, strict=True),
-                                           key=lambda pair: -pair[0])]
-            chosen = ranked[0]
+            ranked = sorted(zip(totals, candidates, strict=True), key=lambda pair: -pair[0])
+            weight, chosen = ranked[0]
             chosen.consume(resources)
             if group is not None:
                 chosen.group_members[group.uuid] += 1
                 req.group_size += 1
-            alternates = [h for h in ranked[1:] if self._fits(h, resources)]
-            out.append([chosen.name, *(h.name for h in alternates[:self.max_attempts - 1])])
+            alternates = [(h.name, w) for w, h in ranked[1:] if self._fits(h, resources)]
+            out.append([(chosen.name, weight), *alternates[:self.max_attempts - 1]])
         return out

@@ -9,6 +9,7 @@ file, so a real worker can be started against it).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -76,6 +77,11 @@ class Bench:
         self._plans: dict[int, list[cloud.HostPlan]] = {}
         self._redis: dict[int, RedisCloud] = {}
         self._tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+        self._conf_parsed = False
+
+    @property
+    def cores(self) -> int:
+        return os.cpu_count() or 1
 
     def plan(self, hosts: int) -> list[cloud.HostPlan]:
         if hosts not in self._plans:
@@ -112,6 +118,21 @@ class Bench:
         path = self._tmp / f"{name}-{time.monotonic_ns()}"
         path.mkdir()
         return Cluster(path)
+
+    def transport(self, cluster: Cluster) -> Any:
+        """An oslo.messaging transport into ``cluster``'s vhost (the caller cleans it up).
+
+        Options live on the global ``cfg.CONF`` (a private ConfigOpts breaks
+        oslo.messaging 18.3 silently); it is parsed once, with no files.
+        """
+        from scheduler import conf as conf_mod
+        from scheduler import rpc
+
+        if not self._conf_parsed:
+            conf_mod.set_defaults()
+            conf_mod.CONF([], project="scheduler", default_config_files=[])
+            self._conf_parsed = True
+        return rpc.get_transport(conf_mod.CONF, url=cluster.transport_url)
 
     def close(self) -> None:
         for hosts in list(self._redis):
