@@ -27,11 +27,12 @@ def available() -> bool:
 
 
 def record(pid: int, seconds: float, raw_path: Path, rate: int = 200) -> subprocess.Popen[bytes]:
-    """Start sampling ``pid`` (all its threads, idle ones left out) for ``seconds``."""
+    """Start sampling ``pid`` for ``seconds``: only the thread holding the GIL, so the
+    samples say where the process's Python CPU time goes (waits are left out)."""
     return subprocess.Popen(
         [_executable() or "py-spy", "record", "--pid", str(pid),
          "--duration", str(max(1, round(seconds))), "--rate", str(rate),
-         "--format", "raw", "--output", str(raw_path), "--nonblocking"],
+         "--format", "raw", "--output", str(raw_path), "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -56,7 +57,7 @@ def summarise(raw_path: Path, title: str, top: int = 30) -> str:
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
-    lines = [title, f"{total} samples (active threads only)", "",
+    lines = [title, f"{total} samples of the thread holding the GIL", "",
              "own time (top of stack):"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
     lines += ["", "inclusive (anywhere in the stack):"]

@@ -76,10 +76,12 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
         if row["call"] == "select_destinations":
             add("rabbit_ratio", f"{row['callers']} caller(s), calls/s", row["ratio_to_echo"],
                 0.8, "min")
-    storm = _find(cases.get("bootstorm", {}).get("rows", []), workers=2)
     cores = cases.get("bootstorm", {}).get("cores")
-    add("storm_ratio", "instances/s, 2 workers over 1", storm and storm["ratio_to_one_worker"],
-        1.6, "min", f"{cores} cores shared by every process of the run" if cores else "")
+    for mode in ("streamed", "backlog"):
+        storm = _find(cases.get("bootstorm", {}).get("rows", []), workers=2, mode=mode)
+        add("storm_ratio", f"{mode}: ACTIVE/s, 2 workers over 1",
+            storm and storm["ratio_to_one_worker"], 1.6, "min",
+            f"{cores} cores shared by every process of the run" if cores else "")
     mem = _find(cases.get("memory", {}).get("rows", []), hosts=100000)
     add("rss_100k", "VmRSS after the view loaded", mem and mem["rss_mb"], 300.0, "max")
     load = _find(cases.get("hostview", {}).get("cold_load", []), hosts=100000)
@@ -204,7 +206,7 @@ def _rabbit_md(case: dict[str, Any]) -> str:
 
 
 def _storm_md(case: dict[str, Any]) -> str:
-    rows = [[r["workers"], r["instances"], r["hosts"],
+    rows = [[r["mode"], r["workers"], r["instances"], r["hosts"],
              ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
              r["rescheduled"],
              r["seconds"], r["instances_per_s"], r["median_ms"] / 1000, r["p99_ms"] / 1000,
@@ -213,10 +215,17 @@ def _storm_md(case: dict[str, Any]) -> str:
         "## 4. Boot storm",
         "",
         "conductor → worker(s) → compute simulator over RabbitMQ and Redis, "
-        f"{case['cores']} cores for every process (conductor, simulator, workers, broker, "
-        "Redis). Latency per instance: created_at to updated_at when ACTIVE.",
+        f"{case['cores']} cores for every process (booting client, conductor, simulator, "
+        "workers, broker, Redis). Latency per instance: created_at to updated_at when ACTIVE. "
+        "*streamed*: the boot client sends one run_instance per instance while the workers "
+        "serve; the span runs from the first created_at. *backlog*: the workers are paused "
+        "(SIGSTOP) while the client queues every request, then resumed; the span runs from "
+        "the resume (latencies then include the queueing), and "
+        f"`rabbit_qos_prefetch_count = {case.get('prefetch')}` lets the worker processes "
+        "share the backlog (RabbitMQ's default, unlimited, hands it all to one).",
         "",
-        _table(["workers", "instances", "hosts", "final states", "rescheduled", "span (s)",
+        _table(["mode", "workers", "instances", "hosts", "final states", "rescheduled",
+                "span (s)",
                 "ACTIVE/s", "p50 (s)", "p99 (s)", "ratio to 1 worker"], rows),
     ])
 
@@ -301,7 +310,7 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
     if "bootstorm" in cases:
         rows = cases["bootstorm"]["rows"]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.8))
-        labels = [f"{r['workers']} worker(s)" for r in rows]
+        labels = [f"{r['mode']}\n{r['workers']} worker(s)" for r in rows]
         a1.bar(labels, [r["instances_per_s"] or 0 for r in rows], color="tab:blue")
         a1.set_ylabel("ACTIVE instances per second")
         a1.set_title(f"{rows[0]['instances']} instances, {rows[0]['hosts']} hosts")

@@ -57,8 +57,8 @@ FULL = Sizes()
 QUICK = Sizes(
     engine_hosts=(100, 1000), naive_hosts=(100, 1000), engine_single=(30, 1.0),
     engine_multi=(5, 1.0), naive_decisions=(5, 1.0), profile_decisions=20,
-    hostview_hosts=(1000,), cold_loads=1, writer_rate=200, catchup_seconds=1.5,
-    catchup_pace=20.0, memory_hosts=(1000,), rabbit_hosts=50, rabbit_seconds=0.5,
+    hostview_hosts=(1000,), cold_loads=1, writer_rate=200, catchup_seconds=1.0,
+    catchup_pace=20.0, memory_hosts=(1000,), rabbit_hosts=100, rabbit_seconds=0.5,
     rabbit_rounds=1, storm_instances=40, storm_hosts=20, storm_timeout=60.0)
 
 

@@ -147,6 +147,7 @@ def _profile(bench: Bench, decider: Decider, store_kind: str, hosts: int) -> str
 
 def _relative(text: str) -> str:
     """Profiles name files by absolute path; keep them readable from any checkout."""
-    for prefix in (sysconfig.get_paths()["purelib"], str(Path(__file__).parents[2])):
+    paths = sysconfig.get_paths()
+    for prefix in (paths["purelib"], paths["stdlib"], str(Path(__file__).parents[2])):
         text = text.replace(prefix + "/", "")
     return text

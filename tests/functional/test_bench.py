@@ -66,9 +66,10 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]],
     pytest.param("rabbit", lambda c: {(r["call"], r["callers"]) for r in c["rows"]} == {
         (call, n) for call in ("echo", "select_destinations") for n in (1, 16)},
         id="rabbit-echo-and-select-at-1-and-16"),
-    pytest.param("bootstorm", lambda c: [r["workers"] for r in c["rows"]] == [1, 2]
-                 and all(r["states"].get("ACTIVE") for r in c["rows"]),
-                 id="bootstorm-1-and-2-workers-reach-active"),
+    pytest.param("bootstorm", lambda c: [(r["mode"], r["workers"]) for r in c["rows"]] == [
+        ("streamed", 1), ("streamed", 2), ("backlog", 1), ("backlog", 2)]
+        and all(r["states"].get("ACTIVE") for r in c["rows"]),
+        id="bootstorm-both-modes-1-and-2-workers-reach-active"),
     pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]),
                  id="memory-rss"),
 ])

@@ -29,8 +29,11 @@ def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any
                                        "ratio_to_echo": 0.85}]}},
                  "rabbit_ratio", "16 caller", "met", id="rabbit-ratio-met"),
     pytest.param({"bootstorm": {"cores": 2, "rows": [
-        {"workers": 2, "ratio_to_one_worker": 1.2}]}}, "storm_ratio", "2 workers",
-        "**missed**", id="storm-ratio-missed"),
+        {"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.2}]}}, "storm_ratio",
+        "backlog", "**missed**", id="storm-ratio-missed"),
+    pytest.param({"bootstorm": {"cores": 2, "rows": [
+        {"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.7}]}}, "storm_ratio",
+        "streamed", "not measured", id="storm-streamed-not-run"),
     pytest.param({"memory": {"rows": [{"hosts": 100000, "rss_mb": 250.0}]}}, "rss_100k",
                  "VmRSS", "met", id="rss-met"),
     pytest.param({"hostview": {"cold_load": [{"hosts": 100000, "load_ms": 6000.0}]}},
