@@ -47,7 +47,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                         "worker if installed) into OUT/profiles")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"where to write results (default {DEFAULT_OUT})")
-    return parser.parse_args(argv)
+    parser.add_argument("--update-readme", type=Path, metavar="README",
+                        help="also put the summary between the bench markers of README "
+                        "(refused with --quick or --case: the README shows full runs)")
+    args = parser.parse_args(argv)
+    if args.update_readme and (args.quick or args.case):
+        parser.error("--update-readme needs a full run (no --quick, no --case)")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.close()
     results["machine"]["load_average_at_end"] = machine.load_average()
     results["seconds"] = time.perf_counter() - started
-    report.write(results, out, log=bench.log)
+    report.write(results, out, log=bench.log, readme=args.update_readme)
     return 0
 
 

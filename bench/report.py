@@ -245,6 +245,54 @@ def _memory_md(case: dict[str, Any]) -> str:
     ])
 
 
+# --- README -------------------------------------------------------------------------
+
+README_START = "<!-- bench:start (written by python -m bench --update-readme) -->"
+README_END = "<!-- bench:end -->"
+
+
+def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) -> str:
+    """The README's summary of a full run: machine, targets, headline rows, plots."""
+    m = results["machine"]
+    cases = results["cases"]
+    parts = [
+        README_START,
+        f"Latest full run: {results['started_at']}, {m['cpu']}, {m['cores']} cores, "
+        f"{m['memory_gb']} GB, Python {m['python']}, oslo.messaging "
+        f"{m['packages'].get('oslo.messaging')}, Redis {m.get('redis_server')}, RabbitMQ "
+        f"{m.get('rabbitmq_server')}; load average {m['load_average_at_start']} at the "
+        f"start (other work shared the machine). Every table, the profiles and the method: "
+        f"[{results_dir}/results.md]({results_dir}/results.md).",
+        "",
+        _table(["target", "measured on", "value", "status"],
+               [[t["target"], t["measured_on"], t["value"], t["status"]]
+                for t in results["targets"]]),
+    ]
+    engine = cases.get("engine", {})
+    if engine:
+        rows = [[r["store"], r["hosts"], r["median_ms"], r["p99_ms"], r["requests_per_s"]]
+                for r in engine["rows"] if r["request"] == "1 instance"]
+        parts += ["", "Engine in-process, 1 instance with 2 alternates, claim included (ms):",
+                  "", _table(["store", "hosts", "median", "p99", "decisions/s"], rows)]
+        naive = [[r["hosts"], r["median_ms"], r["engine_median_ms"], f"{r['speedup']:.0f}x"]
+                 for r in engine.get("naive", [])]
+        if naive:
+            parts += ["", "Against the naive Nova-style loop in the same run (ms):", "",
+                      _table(["hosts", "naive", "engine", "ratio"], naive)]
+    parts += ["", " ".join(f"![{p}]({results_dir}/{p})" for p in plots), README_END]
+    return "\n".join(parts)
+
+
+def update_readme(readme: Path, block: str) -> None:
+    """Replace the text between the bench markers of ``readme`` with ``block``."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no {README_START!r} ... {README_END!r} markers")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(head + block + tail)
+
+
 # --- plots --------------------------------------------------------------------------
 
 
@@ -346,13 +394,17 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
     return made
 
 
-def write(results: dict[str, Any], out: Path,
-          log: Callable[[str], None] = print) -> list[Path]:
+def write(results: dict[str, Any], out: Path, log: Callable[[str], None] = print,
+          readme: Path | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     results["targets"] = targets(results["cases"])
     made = plots(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     (out / "results.md").write_text(markdown(results, made))
     paths = [out / "results.json", out / "results.md", *(out / p for p in made)]
+    if readme is not None:
+        where = out.resolve().relative_to(readme.resolve().parent).as_posix()
+        update_readme(readme, readme_block(results, made, where))
+        paths.append(readme)
     log("wrote " + ", ".join(str(p) for p in paths))
     return paths
