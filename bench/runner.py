@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -104,13 +106,13 @@ class Bench:
                                      prefix=cluster.prefix, processes=POPULATE_PROCESSES)
             self.log(f"  populated {hosts} hosts in Redis in {seconds:.1f}s")
             self._redis[hosts] = RedisCloud(cluster, hosts_plan, seconds)
-        rc = self._redis[hosts]
-        rc.refresh_heartbeats()
-        return rc
+            self._redis[hosts].start_heartbeats(self.redis_url)
+        return self._redis[hosts]
 
     def drop_redis_cloud(self, hosts: int) -> None:
         rc = self._redis.pop(hosts, None)
         if rc is not None:
+            rc.stop_heartbeats()
             rc.cluster.close()
 
     def cluster(self, name: str) -> Cluster:
@@ -142,13 +144,26 @@ class Bench:
 
 @dataclass
 class RedisCloud:
+    """A populated Redis store in its cluster, its live hosts heartbeating from
+    another process (:mod:`bench.heartbeater`) every 10 s, as compute nodes do."""
+
     cluster: Cluster
     plan: list[cloud.HostPlan]
     populate_seconds: float
+    heartbeater: subprocess.Popen[bytes] | None = None
 
     @property
     def store(self) -> Store:
         return self.cluster.store
 
-    def refresh_heartbeats(self) -> None:
-        cloud.refresh_heartbeats(self.store, self.plan)
+    def start_heartbeats(self, redis_url: str) -> None:
+        names = self.cluster.tmp / "live-hosts.txt"
+        names.write_text("\n".join(h.name for h in self.plan if not h.down))
+        self.heartbeater = subprocess.Popen(
+            [sys.executable, "-m", "bench.heartbeater", "--url", redis_url,
+             "--prefix", self.cluster.prefix, "--hosts-file", str(names)])
+
+    def stop_heartbeats(self) -> None:
+        if self.heartbeater is not None and self.heartbeater.poll() is None:
+            self.heartbeater.terminate()
+            self.heartbeater.wait()
