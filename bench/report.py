@@ -193,17 +193,25 @@ def _hostview_md(case: dict[str, Any]) -> str:
 
 def _rabbit_md(case: dict[str, Any]) -> str:
     rows = [[r["callers"], r["call"], r["calls_per_s"], r["median_ms"], r["p99_ms"], r["n"],
-             (f"{r['ratio_to_echo']:.2f} (≥ 0.8: {_met(r['ratio_to_echo'], 0.8, 'min')})"
-              if r.get("ratio_to_echo") is not None else "")] for r in case["rows"]]
+             (f"{r['ratio_to_echo']:.2f}" + (f" (≥ 0.8: {_met(r['ratio_to_echo'], 0.8, 'min')})"
+                                             if r["call"] == "select_destinations" else "")
+              if r.get("ratio_to_echo") is not None else ""),
+             r.get("server_cpu_ms_per_call"), r.get("callers_cpu_ms_per_call"),
+             r.get("broker_cpu_ms_per_call"), r.get("redis_cpu_ms_per_call"),
+             r.get("machine_busy_cores")] for r in case["rows"]]
     return "\n".join([
         "## 3. Over RabbitMQ",
         "",
         f"One worker process on {case['hosts']:,} hosts (Redis store) and a bare "
         "oslo.messaging echo server answering the same call with a same-sized canned "
-        "response; same client, alternating rounds.",
+        "response; same client, alternating rounds. A second worker with notifications off "
+        "shows what the two notifications of every call cost. CPU per call (ms) is read "
+        "from /proc for the answering process, the calling process, the broker and Redis; "
+        "busy cores is the whole machine's.",
         "",
-        _table(["callers", "call", "calls/s", "median", "p99", "n", "throughput ratio"],
-               rows),
+        _table(["callers", "call", "calls/s", "median", "p99", "n", "throughput ratio",
+                "server CPU/call", "caller CPU/call", "broker CPU/call", "Redis CPU/call",
+                "busy cores"], rows),
     ])
 
 
@@ -212,7 +220,9 @@ def _storm_md(case: dict[str, Any]) -> str:
              ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
              r["rescheduled"],
              r["seconds"], r["instances_per_s"], r["median_ms"] / 1000, r["p99_ms"] / 1000,
-             r["ratio_to_one_worker"]] for r in case["rows"]]
+             r["ratio_to_one_worker"], r.get("machine_busy_cores"),
+             ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items())]
+            for r in case["rows"]]
     return "\n".join([
         "## 4. Boot storm",
         "",
@@ -228,7 +238,8 @@ def _storm_md(case: dict[str, Any]) -> str:
         "",
         _table(["mode", "workers", "instances", "hosts", "final states", "rescheduled",
                 "span (s)",
-                "ACTIVE/s", "p50 (s)", "p99 (s)", "ratio to 1 worker"], rows),
+                "ACTIVE/s", "p50 (s)", "p99 (s)", "ratio to 1 worker", "busy cores",
+                "CPU seconds over the span"], rows),
     ])
 
 
@@ -340,13 +351,16 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         rows = cases["rabbit"]["rows"]
         callers = sorted({r["callers"] for r in rows})
         fig, ax = plt.subplots(figsize=(6, 4))
-        width = 0.38
-        for k, (call, colour) in enumerate((("echo", "tab:gray"),
-                                            ("select_destinations", "tab:blue"))):
+        calls = [c for c in ("echo", "select_destinations",
+                             "select_destinations, notifications off")
+                 if any(r["call"] == c for r in rows)]
+        width = 0.8 / len(calls)
+        for k, (call, colour) in enumerate(zip(calls, ("tab:gray", "tab:blue", "tab:cyan"),
+                                               strict=False)):
             vals = [_find(rows, callers=c, call=call)["calls_per_s"] for c in callers]
-            bars = ax.bar([i + (k - 0.5) * width for i in range(len(callers))], vals, width,
-                          color=colour, label=call)
-            if call == "select_destinations":
+            bars = ax.bar([i + (k - (len(calls) - 1) / 2) * width for i in range(len(callers))],
+                          vals, width, color=colour, label=call)
+            if call != "echo":
                 for bar, c in zip(bars, callers, strict=True):
                     r = _find(rows, callers=c, call=call)["ratio_to_echo"]
                     ax.annotate(f"{r:.2f}x echo", (bar.get_x() + bar.get_width() / 2,

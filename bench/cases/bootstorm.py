@@ -24,20 +24,26 @@ Two ways to storm:
   unlimited prefetch the whole backlog would be pushed to whichever worker
   process happened to be first, so here ``[oslo_messaging_rabbit]
   rabbit_qos_prefetch_count`` is 20, letting the processes share it.
+
+Over the measured span, the CPU seconds of the workers, conductor, compute
+simulator, broker, Redis and (streamed) the booting client are read from
+/proc, with how many of the machine's cores were busy: what the machine
+allowed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
 from scheduler.objects import ACTIVE, FINAL_STATES
@@ -90,9 +96,14 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
         conductor.wait_for("conductor_started", timeout=60)
         compute.wait_for("compute_sim_started", timeout=120)
         _wait_count(worker, "scheduler_started", workers, timeout=60)
+        meter = CpuMeter({"workers": family(worker.popen.pid), "conductor": [conductor.popen.pid],
+                          "compute": [compute.popen.pid]})
         if mode == "backlog":
-            paused = _family(worker.popen.pid)
+            paused = family(worker.popen.pid)
             _signal(paused, signal.SIGSTOP)
+        else:
+            meter.start()
+        client_cpu = _children_cpu()
         out = subprocess.run(
             [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
              str(cluster.config_file), "boot", "--count", str(sizes.storm_instances),
@@ -100,11 +111,15 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
             capture_output=True, text=True, timeout=sizes.storm_timeout)
         if out.returncode:
             raise RuntimeError(f"conductor-stub boot failed: {out.stderr[-2000:]}")
+        client_cpu = _children_cpu() - client_cpu
         uuids = json.loads(out.stdout)["instances"]
         resumed = time.time()
+        if mode == "backlog":
+            meter.start()
         _signal(paused, signal.SIGCONT)
         paused = []
         records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
+        cpu = meter.stop()
         cluster.check_accounting()
     finally:
         _signal(paused, signal.SIGCONT)
@@ -124,14 +139,16 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
     row.update(mode=mode, workers=workers, instances=len(uuids), hosts=sizes.storm_hosts,
                fail_rate=sizes.storm_fail_rate, states=dict(states),
                rescheduled=sum(1 for r in active if r.attempts > 1),
-               seconds=span, instances_per_s=len(active) / span if span > 0 else None)
+               seconds=span, instances_per_s=len(active) / span if span > 0 else None,
+               machine_busy_cores=cpu.pop("machine_busy_cores"),
+               cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
+               | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}))
     return row
 
 
-def _family(pid: int) -> list[int]:
-    """``pid`` and its children (the worker processes a supervisor forked)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [pid, *(int(c) for c in children)]
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _signal(pids: list[int], sig: int) -> None:

@@ -64,8 +64,11 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]],
     pytest.param("hostview", lambda c: all(r["load_ms"] > 0 for r in c["cold_load"]),
                  id="hostview-cold-load"),
     pytest.param("rabbit", lambda c: {(r["call"], r["callers"]) for r in c["rows"]} == {
-        (call, n) for call in ("echo", "select_destinations") for n in (1, 16)},
+        (call, n) for call in ("echo", "select_destinations",
+                               "select_destinations, notifications off") for n in (1, 16)},
         id="rabbit-echo-and-select-at-1-and-16"),
+    pytest.param("rabbit", lambda c: all(r["server_cpu_ms_per_call"] > 0 for r in c["rows"]),
+                 id="rabbit-server-cpu-per-call"),
     pytest.param("bootstorm", lambda c: [(r["mode"], r["workers"]) for r in c["rows"]] == [
         ("streamed", 1), ("streamed", 2), ("backlog", 1), ("backlog", 2)]
         and all(r["states"].get("ACTIVE") for r in c["rows"]),
