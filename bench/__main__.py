@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import shlex
 import sys
@@ -50,8 +51,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--update-readme", type=Path, metavar="README",
                         help="also put the summary between the bench markers of README "
                         "(refused with --quick or --case: the README shows full runs)")
+    parser.add_argument("--rebuild-report", action="store_true",
+                        help="run nothing: rewrite results.md, the plots (and README with "
+                        "--update-readme) from OUT/results.json")
     args = parser.parse_args(argv)
-    if args.update_readme and (args.quick or args.case):
+    if args.update_readme and (args.quick or args.case) and not args.rebuild_report:
         parser.error("--update-readme needs a full run (no --quick, no --case)")
     return args
 
@@ -61,8 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setup(level="WARNING")
     # 16 callers on one transport trip oslo.messaging's call-queue "leak" warning.
     logging.getLogger("oslo_messaging").setLevel(logging.ERROR)
-    chosen = [name for name in CASES if not args.case or name in args.case]
     out: Path = args.out
+    if args.rebuild_report:
+        results = json.loads((out / "results.json").read_text())
+        if args.update_readme and results["quick"]:
+            raise SystemExit("--update-readme: the README shows full runs, not --quick ones")
+        report.write(results, out, readme=args.update_readme)
+        return 0
+    chosen = [name for name in CASES if not args.case or name in args.case]
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     bench = Bench(out, quick=args.quick, profile=args.profile,

@@ -106,12 +106,13 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         "## Machine",
         "",
         _table(["CPU", "cores", "memory", "Python", "numpy", "oslo.messaging", "kombu",
-                "redis-py", "hiredis", "Redis", "RabbitMQ", "load avg at start / end"],
+                "redis-py", "hiredis", "Redis", "RabbitMQ", "load avg (1/5/15 min) start → end"],
                [[m["cpu"], m["cores"], f"{m['memory_gb']} GB", m["python"],
                  m["packages"].get("numpy"), m["packages"].get("oslo.messaging"),
                  m["packages"].get("kombu"), m["packages"].get("redis"),
                  m["packages"].get("hiredis"), m.get("redis_server"), m.get("rabbitmq_server"),
-                 f"{m['load_average_at_start']} / {m.get('load_average_at_end')}"]]),
+                 f"{_load(m['load_average_at_start'])} → "
+                 f"{_load(m.get('load_average_at_end'))}"]]),
         "",
         "## Targets",
         "",
@@ -273,8 +274,9 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
         f"Latest full run: {results['started_at']}, {m['cpu']}, {m['cores']} cores, "
         f"{m['memory_gb']} GB, Python {m['python']}, oslo.messaging "
         f"{m['packages'].get('oslo.messaging')}, Redis {m.get('redis_server')}, RabbitMQ "
-        f"{m.get('rabbitmq_server')}; load average {m['load_average_at_start']} at the "
-        f"start (other work shared the machine). Every table, the profiles and the method: "
+        f"{m.get('rabbitmq_server')}; load average {_load(m['load_average_at_start'])} at the "
+        f"start and {_load(m.get('load_average_at_end'))} at the end (the machine was shared "
+        f"with other work). Every table, the profiles and the method: "
         f"[{results_dir}/results.md]({results_dir}/results.md).",
         "",
         _table(["target", "measured on", "value", "status"],
@@ -294,6 +296,10 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
                       _table(["hosts", "naive", "engine", "ratio"], naive)]
     parts += ["", " ".join(f"![{p}]({results_dir}/{p})" for p in plots), README_END]
     return "\n".join(parts)
+
+
+def _load(averages: Sequence[float] | None) -> str:
+    return " / ".join(f"{a:g}" for a in averages) if averages else "?"
 
 
 def update_readme(readme: Path, block: str) -> None:
@@ -374,14 +380,16 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
     if "bootstorm" in cases:
         rows = cases["bootstorm"]["rows"]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.8))
-        labels = [f"{r['mode']}\n{r['workers']} worker(s)" for r in rows]
+        labels = [f"{r['mode']}\n{r['workers']} worker" + ("s" if r["workers"] > 1 else "")
+                  for r in rows]
         a1.bar(labels, [r["instances_per_s"] or 0 for r in rows], color="tab:blue")
         a1.set_ylabel("ACTIVE instances per second")
         a1.set_title(f"{rows[0]['instances']} instances, {rows[0]['hosts']} hosts")
         xs = range(len(rows))
         a2.bar([x - 0.2 for x in xs], [r["median_ms"] / 1000 for r in rows], 0.4, label="p50")
         a2.bar([x + 0.2 for x in xs], [r["p99_ms"] / 1000 for r in rows], 0.4, label="p99")
-        a2.set_xticks(list(xs), labels)
+        a2.set_xticks(list(xs), labels, fontsize=8)
+        a1.tick_params(axis="x", labelsize=8)
         a2.set_ylabel("request to ACTIVE (s)")
         a2.legend(fontsize=8)
         save(fig, "bootstorm.png")
