@@ -43,6 +43,8 @@ class Sizes:
     writer_rate: int = 1000
     catchup_seconds: float = 6.0
     catchup_pace: float = 50.0  # decisions per second while catching up
+    #: the catch-up runs: with the default services re-read, and with it deferred
+    catchup_deferred: tuple[bool, ...] = (False, True)
     memory_hosts: tuple[int, ...] = (10000, 100000)
     rabbit_hosts: int = 1000
     rabbit_seconds: float = 4.0
@@ -52,6 +54,7 @@ class Sizes:
     storm_hosts: int = 500
     storm_fail_rate: float = 0.1
     storm_workers: tuple[int, ...] = (1, 2)
+    storm_modes: tuple[str, ...] = ("streamed", "backlog")
     storm_timeout: float = 600.0
 
 
@@ -60,8 +63,9 @@ QUICK = Sizes(
     engine_hosts=(100, 1000), naive_hosts=(100, 1000), engine_single=(30, 1.0),
     engine_multi=(5, 1.0), naive_decisions=(5, 1.0), profile_decisions=20,
     hostview_hosts=(1000,), cold_loads=1, writer_rate=200, catchup_seconds=1.0,
-    catchup_pace=20.0, memory_hosts=(1000,), rabbit_hosts=100, rabbit_seconds=0.5,
-    rabbit_rounds=1, storm_instances=40, storm_hosts=20, storm_timeout=60.0)
+    catchup_pace=20.0, catchup_deferred=(False,), memory_hosts=(1000,), rabbit_hosts=100,
+    rabbit_seconds=0.5, rabbit_rounds=1, storm_instances=40, storm_hosts=20,
+    storm_modes=("backlog",), storm_timeout=60.0)
 
 
 class Bench:

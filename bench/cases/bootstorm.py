@@ -52,7 +52,6 @@ from tests.functional.cluster import Cluster
 FLAVOR = "m1.small"
 
 
-MODES = ("streamed", "backlog")
 PREFETCH = 20
 
 
@@ -62,7 +61,7 @@ def run(bench: Bench) -> dict[str, Any]:
     # every process restarted between them, which is cheaper than a new vhost.
     cluster = bench.cluster("storm")
     try:
-        for mode in MODES:
+        for mode in bench.sizes.storm_modes:
             for workers in bench.sizes.storm_workers:
                 rows.append(_storm(bench, cluster, workers, mode))
                 row = rows[-1]

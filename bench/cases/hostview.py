@@ -39,7 +39,8 @@ def run(bench: Bench) -> dict[str, Any]:
         rc = bench.redis_cloud(hosts)
         loads.append(_cold_load(bench, rc.store, hosts))
         bench.log(f"  cold load {loads[-1]['load_ms']:.0f} ms")
-        for services in (DEFAULT_SERVICES, DEFERRED_SERVICES):
+        for deferred in sizes.catchup_deferred:
+            services = DEFERRED_SERVICES if deferred else DEFAULT_SERVICES
             catchup.append(_catchup(bench, rc, hosts, services))
             bench.log(f"  catch-up, services {services}: "
                       f"{catchup[-1]['cost_per_decision_ms']:.3f} ms per decision "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import uuid as uuidlib
@@ -76,12 +77,17 @@ def run(bench: Bench) -> dict[str, Any]:
     bench.log(f"rabbit: workers and echo server, {sizes.rabbit_hosts} hosts")
     rc = bench.redis_cloud(sizes.rabbit_hosts)
     cluster = rc.cluster
-    worker = cluster.start_worker(name="worker-rabbit")
+    worker = cluster.start("worker-rabbit", "scheduler.cmd.worker")
     # A second worker, on its own topic, with notifications off: how much of a
     # call's cost is the two notifications every select_destinations publishes.
-    cluster.write_config(scheduler={"topic": QUIET_TOPIC}, notifications={"enabled": False})
-    quiet = cluster.start_worker(name="worker-quiet")
-    cluster.write_config(scheduler={"topic": "scheduler"}, notifications={"enabled": True})
+    # (A second --config-file overrides the cluster's for that process only.)
+    quiet_conf = cluster.tmp / "quiet.conf"
+    quiet_conf.write_text(f"[scheduler]\ntopic = {QUIET_TOPIC}\n"
+                          "[notifications]\nenabled = False\n")
+    quiet = cluster.start("worker-quiet", "scheduler.cmd.worker", "--config-file",
+                          str(quiet_conf))
+    for proc in (worker, quiet):
+        proc.wait_for("scheduler_started", timeout=60)
     transport = bench.transport(cluster)
     claimed: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -141,10 +147,13 @@ def run(bench: Bench) -> dict[str, Any]:
                       f"(median {ech['median_ms']:.2f} ms), ratio {sel['ratio_to_echo']:.2f}")
     finally:
         transport.cleanup()
-        for proc in list(cluster.processes):
-            if proc.name in ("echo", "worker-rabbit", "worker-quiet"):
-                proc.stop()
-                cluster.processes.remove(proc)
+        ours = [p for p in cluster.processes if p.name in ("echo", "worker-rabbit",
+                                                              "worker-quiet")]
+        for proc in ours:  # all at once: each takes a second to drain
+            proc.popen.send_signal(signal.SIGTERM)
+        for proc in ours:
+            proc.stop()
+            cluster.processes.remove(proc)
     for uuid in claimed:
         rc.store.release(uuid)
     return {"rows": rows, "hosts": sizes.rabbit_hosts, "profiles": profiles}
