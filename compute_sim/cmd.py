@@ -33,7 +33,7 @@ from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.image_meta import version_to_int
-from scheduler.service import make_store
+from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("compute_sim")
 
@@ -48,6 +48,9 @@ cli_opts = [
                  help="Probability that a build fails (then it is rescheduled)."),
     cfg.ListOpt("fail-hosts", default=[],
                 help="Hosts on which every build fails (for tests and demos)."),
+    cfg.ListOpt("fail-resize-hosts", default=[],
+                help="Hosts on which every prep_resize fails (the resize is then retried "
+                "on its alternates)."),
     cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
     cfg.ListOpt("availability-zones", default=[],
                 help="Spread the hosts over these zones, round robin (one aggregate each)."),
@@ -142,6 +145,8 @@ def build_simulator(conf: cfg.ConfigOpts, store, transport, server_name: str  # 
                             build_time=conf.build_time, fail_rate=conf.fail_rate,
                             fail_hosts=conf.fail_hosts,
                             availability_zones=conf.availability_zones, seed=conf.seed,
+                            compute=rpc.ComputeClient(transport, ServiceResolver(store)),
+                            fail_resize_hosts=conf.fail_resize_hosts,
                             topology=topology, capabilities=capability_report(conf),
                             report_stats=conf.report_stats)
 

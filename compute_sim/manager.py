@@ -10,15 +10,31 @@ say so). A build "takes" ``build_time`` seconds and fails with probability
 build releases its claim and hands the instance back to the conductor with
 the remaining alternates; a success is reported to the conductor.
 
-Builds are idempotent per instance uuid: a repeated cast for an instance this
-host already has is ignored.
+Builds are idempotent per instance uuid and host: a repeated cast for a
+build still under way is ignored, one for a build that succeeded reports the
+success again (the first report may have been lost), and one after a failure
+is a new attempt. A failed build releases the instance's claim only if that
+claim is on this host: a stale attempt never drops the live one's.
+
+A resize walks prep -> resize -> finish as in Nova: ``prep_resize`` on the
+destination (which fails on the hosts named in ``fail_resize_hosts``),
+``resize_instance`` on the source, ``finish_resize`` on the destination,
+then ``resize_result`` to the conductor. The source is the host of the
+migration consumer's allocation. A failed prep releases the destination's
+claim *before* handing the resize back for a retry on the alternates.
+``confirm_resize`` (on the source) drops the migration's allocation;
+``revert_resize`` (on the destination) drops the instance's and hands the
+migration's back to it, in one atomic step. Every step is idempotent per
+migration, so the conductor may re-drive any of them.
 
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
-whenever a build starts or ends: builds in progress (``num_io_ops``) and, per
-image property value, how many of its instances run such an image. Reports
-go to the store only when they change, never with heartbeats.
+whenever a build or a resize's prep starts or ends: operations in progress
+(``num_io_ops``, as Nova counts a resize's prep) and, per image property
+value, how many of its instances run such an image (counted when a build
+succeeds; a resize does not move the count). Reports go to the store only
+when they change, never with heartbeats.
 
 Reporting is guarded by provider generations: a write that meets a stale
 generation re-reads the provider and decides again from what it now holds
@@ -47,7 +63,7 @@ from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
-from scheduler.rpc import ConductorClient
+from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store import Aggregate, Inventory, Service, ServiceReport, Store
 
 LOG = get_logger(__name__)
@@ -55,6 +71,18 @@ LOG = get_logger(__name__)
 #: Provider uuids are derived from host names, so a restarted simulator finds
 #: its providers again instead of registering duplicates.
 PROVIDER_NAMESPACE = uuidlib.UUID("5b1d7a40-2f5e-4c1e-9a57-6f0b6c2d9e11")
+
+
+# What one host knows of a build it was cast.
+BUILD_RUNNING = "running"
+BUILD_ACTIVE = "active"
+BUILD_FAILED = "failed"
+# What the destination knows of a resize: prepping, handed to the source,
+# finished (the instance runs here), or failed / abandoned.
+STEP_PREP = "prep"
+STEP_RESIZING = "resizing"
+STEP_FINISHED = "finished"
+STEP_FAILED = "failed"
 
 
 def provider_uuid(host: str) -> str:
@@ -183,13 +211,14 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.0")
+    target = oslo_messaging.Target(version="1.1")
 
     def __init__(self, store: Store, conductor: ConductorClient,
                  hosts: Sequence[str], rpc_server: str, shape: HostShape,
                  build_time: float = 0.05, fail_rate: float = 0.0,
                  fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
-                 seed: int | None = None, topology: Topology = Topology(),
+                 seed: int | None = None, compute: ComputeClient | None = None,
+                 fail_resize_hosts: Sequence[str] = (), topology: Topology = Topology(),
                  capabilities: CapabilityReport | None = None,
                  report_stats: bool = True) -> None:
         self.store = store
@@ -205,8 +234,12 @@ class ComputeSimulator:
         self.topology = topology
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._instances: dict[str, str] = {}  # instance uuid -> host
+        self._builds: dict[tuple[str, str], str] = {}  # (instance, host) -> BUILD_*
         self._failing: set[str] = set()  # hosts whose last build failed
+        # Resizes: to cast the walk's next step, and what steps this process has seen.
+        self.compute = compute
+        self.fail_resize_hosts = set(fail_resize_hosts)
+        self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
@@ -323,7 +356,7 @@ class ComputeSimulator:
     def stop(self) -> None:
         self._runner.stop()
 
-    # --- RPC endpoint ---------------------------------------------------------------
+    # --- RPC endpoint: builds -------------------------------------------------------
 
     def build_and_run_instance(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
                                selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
@@ -333,11 +366,19 @@ class ComputeSimulator:
             if chosen.host not in self._host_set:
                 LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
                 return
+            key = (instance_uuid, chosen.host)
             with self._lock:
-                if instance_uuid in self._instances:
-                    LOG.info("build_duplicate_ignored")
-                    return
-                self._instances[instance_uuid] = chosen.host
+                status = self._builds.get(key)
+                if status is None or status == BUILD_FAILED:
+                    self._builds[key] = BUILD_RUNNING
+            if status == BUILD_RUNNING:
+                LOG.info("build_duplicate_ignored")
+                return
+            if status == BUILD_ACTIVE:
+                # Built already: the first report may have been lost, say it again.
+                LOG.info("build_duplicate_reported")
+                self.conductor.build_succeeded(ctxt, instance_uuid, chosen.host, chosen.node)
+                return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
@@ -349,18 +390,21 @@ class ComputeSimulator:
                       chosen: Selection, alternates: list[Selection]) -> None:
         with bind_request(request_id=getattr(ctxt, "request_id", None),
                           instance_uuid=instance_uuid, host=chosen.host):
+            key = (instance_uuid, chosen.host)
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
             self._count(chosen.host, -1, None if failed else image)
             if failed:
+                # Release before handing back, so the retry can never be refused
+                # for resources its own failed attempt still holds; and while
+                # this build still counts as running, so a duplicate cast
+                # arriving meanwhile is not taken for a new attempt.
+                self._release_if_here(instance_uuid, chosen)
                 with self._lock:
-                    self._instances.pop(instance_uuid, None)
+                    self._builds[key] = BUILD_FAILED
                     self.builds_failed += 1
                     first_failure = chosen.host not in self._failing
                     self._failing.add(chosen.host)
-                # Release before handing back, so the retry can never be refused
-                # for resources its own failed attempt still holds.
-                self.store.release(instance_uuid)
                 self.store.record_build_result(chosen.host, success=False)
                 LOG.info("build_failed", first_failure=first_failure,
                          alternates=len(alternates))
@@ -368,6 +412,7 @@ class ComputeSimulator:
                                           "simulated build failure", alternates)
                 return
             with self._lock:
+                self._builds[key] = BUILD_ACTIVE
                 self.builds_ok += 1
                 was_failing = chosen.host in self._failing
                 self._failing.discard(chosen.host)
@@ -376,11 +421,143 @@ class ComputeSimulator:
             LOG.info("build_succeeded")
             self.conductor.build_succeeded(ctxt, instance_uuid, chosen.host, chosen.node)
 
+    def _release_if_here(self, consumer_uuid: str, chosen: Selection) -> bool:
+        """Release the consumer's claim if it is the one on this host.
+
+        A stale attempt (a re-driven request's duplicate) must not drop the
+        claim of the attempt that is live on another host.
+        """
+        held = self.store.get_consumer(consumer_uuid)
+        if held is None or chosen.provider_uuid not in held.allocations:
+            return False
+        return self.store.release(consumer_uuid)
+
+    # --- RPC endpoint: resize ---------------------------------------------------------
+
     def prep_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
                     new_flavor: dict[str, Any], request_spec: dict[str, Any],
                     selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
+        """On the destination: check in, then hand over to the source (or fail)."""
         chosen = Selection.from_primitive(selection)
-        with bind_request(instance_uuid=instance_uuid, host=chosen.host):
-            LOG.info("prep_resize", migration_uuid=migration_uuid)
-            self._runner.later(self.build_time, lambda: self.conductor.resize_result(
-                ctxt, instance_uuid, migration_uuid, chosen.host, True))
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, host=chosen.host,
+                          migration_uuid=migration_uuid):
+            if chosen.host not in self._host_set:
+                LOG.error("prep_resize_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            key = (migration_uuid, chosen.host)
+            with self._lock:
+                step = self._migrations.get(key)
+                if step is None or step == STEP_FAILED:
+                    self._migrations[key] = STEP_PREP
+            if step == STEP_PREP:
+                LOG.info("prep_resize_duplicate_ignored")
+                return
+            if step == STEP_RESIZING:
+                # A re-drive: a later step may have been lost, so walk it again
+                # (every step is idempotent).
+                LOG.info("prep_resize_duplicate_walks_again")
+                self._hand_over(ctxt, instance_uuid, migration_uuid, chosen)
+                return
+            if step == STEP_FINISHED:
+                LOG.info("prep_resize_duplicate_reported")
+                self.conductor.resize_result(ctxt, instance_uuid, migration_uuid, chosen.host,
+                                             True)
+                return
+            LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
+            spec = RequestSpec.from_primitive(request_spec)
+            alternates = [Selection.from_primitive(s) for s in host_list]
+            self._count(chosen.host, +1)
+            self._runner.later(self.build_time, lambda: self._finish_prep(
+                ctxt, instance_uuid, migration_uuid, spec, chosen, alternates))
+
+    def _finish_prep(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
+                     spec: RequestSpec, chosen: Selection, alternates: list[Selection]) -> None:
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, host=chosen.host,
+                          migration_uuid=migration_uuid):
+            key = (migration_uuid, chosen.host)
+            self._count(chosen.host, -1)
+            if chosen.host in self.fail_resize_hosts:
+                # Nova's bug 1741125 was a retry refused for the resources its
+                # own failed attempt still held: release first, then hand back.
+                released = self._release_if_here(instance_uuid, chosen)
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                LOG.info("prep_resize_failed", released=released, alternates=len(alternates))
+                self.conductor.reschedule(ctxt, instance_uuid, spec, chosen.host,
+                                          "simulated resize failure", alternates,
+                                          migration_uuid=migration_uuid)
+                return
+            with self._lock:
+                self._migrations[key] = STEP_RESIZING
+            self._hand_over(ctxt, instance_uuid, migration_uuid, chosen)
+
+    def _hand_over(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
+                   chosen: Selection) -> None:
+        source = self._source_host(migration_uuid)
+        if source is None:
+            # The migration holds nothing: the conductor gave the resize up
+            # (and handed the allocation back). Nothing to walk.
+            with self._lock:
+                self._migrations[(migration_uuid, chosen.host)] = STEP_FAILED
+            LOG.warning("resize_abandoned")
+            return
+        assert self.compute is not None, "a simulator that resizes needs a compute client"
+        self.compute.resize_instance(ctxt, source, instance_uuid, migration_uuid,
+                                     chosen.host, chosen.node)
+
+    def _source_host(self, migration_uuid: str) -> str | None:
+        """The host of the migration's allocation: where the instance comes from
+        (the root of the provider tree it is allocated from: a child provider,
+        such as a GPU pool, is not a host)."""
+        held = self.store.get_consumer(migration_uuid)
+        if held is None:
+            return None
+        if held.host:
+            return held.host
+        provider = self.store.get_provider(next(iter(held.allocations)))
+        if provider.root_uuid and provider.root_uuid != provider.uuid:
+            provider = self.store.get_provider(provider.root_uuid)
+        return provider.name
+
+    def resize_instance(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
+                        dest_host: str, dest_node: str) -> None:
+        """On the source: "copy the disk", then let the destination finish."""
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, migration_uuid=migration_uuid,
+                          dest_host=dest_host):
+            LOG.info("resize_instance")
+            assert self.compute is not None, "a simulator that resizes needs a compute client"
+            compute = self.compute
+            self._runner.later(self.build_time, lambda: compute.finish_resize(
+                ctxt, dest_host, dest_node, instance_uuid, migration_uuid))
+
+    def finish_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
+                      dest_host: str, dest_node: str) -> None:
+        """On the destination: the instance runs here now; tell the conductor."""
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, host=dest_host,
+                          migration_uuid=migration_uuid):
+            with self._lock:
+                again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
+                self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
+            LOG.info("finish_resize_reported_again" if again else "finish_resize")
+            self.conductor.resize_result(ctxt, instance_uuid, migration_uuid, dest_host, True)
+
+    def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+        """On the source: drop the source's allocation (the migration's)."""
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, migration_uuid=migration_uuid):
+            released = self.store.release(migration_uuid)
+            LOG.info("resize_confirmed", released=released)
+            self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
+
+    def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+        """On the destination: drop the instance's allocation here and hand the
+        source's back to it, in one step."""
+        with bind_request(request_id=getattr(ctxt, "request_id", None),
+                          instance_uuid=instance_uuid, migration_uuid=migration_uuid):
+            moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
+            LOG.info("resize_reverted", moved=moved)
+            self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)

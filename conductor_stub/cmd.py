@@ -1,14 +1,17 @@
 """``conductor-stub``: the API + conductor role, cut to what drives the scheduler.
 
-``conductor-stub serve`` owns instance records and receives build results
-(run it as a daemon next to the workers). ``conductor-stub boot --count N
---flavor NAME --wait`` boots instances and prints what became of them.
+``conductor-stub serve`` owns instance records, receives build and resize
+results and re-drives the requests it has not heard back on (run it as a
+daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
+--wait`` boots instances and prints what became of them. ``conductor-stub
+resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -16,11 +19,15 @@ from oslo_config import cfg
 
 from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.records import ConductorSettings
+from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_report
+from conductor_stub.resize import Resizer, finished, settled, summary
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.exceptions import SchedulerError
+from scheduler.objects import RESIZED, RESIZING, Flavor, InstanceRecord
 from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("conductor_stub")
@@ -51,23 +58,60 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
                       help="Print one JSON object (summary and per-instance list).")
 
 
+    resize = subparsers.add_parser(
+        "resize", help="Resize an ACTIVE instance; or confirm / revert a RESIZED one.")
+    resize.add_argument("uuid", help="The instance.")
+    resize.add_argument("--flavor", help="Flavor name from the catalog to resize to (not "
+                        "needed to confirm or revert an instance already RESIZED).")
+    finish = resize.add_mutually_exclusive_group()
+    finish.add_argument("--confirm", action="store_true",
+                        help="Once resized, confirm: drop the source's allocation.")
+    finish.add_argument("--revert", action="store_true",
+                        help="Once resized, revert: back to the source and the old flavor.")
+    resize.add_argument("--wait", action="store_true",
+                        help="Wait until the resize is RESIZED or has failed (--confirm and "
+                        "--revert always wait, then wait for the instance to be ACTIVE).")
+    resize.add_argument("--timeout", type=float, default=300.0,
+                        help="Seconds to wait at most (default 300).")
+    resize.add_argument("--json", action="store_true", help="Print the instance as JSON.")
+
+
 command_opt = cfg.SubCommandOpt("command", title="Commands", handler=_add_commands,
-                                help="serve | boot")
+                                help="serve | boot | resize")
+
+
+def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
+    c = conf.conductor
+    return ConductorSettings(
+        build_timeout=float(c.build_timeout), resize_timeout=float(c.resize_timeout),
+        max_redrives=c.max_redrives, sweep_interval=c.sweep_interval,
+        return_alternates=c.return_alternates, max_attempts=conf.scheduler.max_attempts,
+        allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host)
 
 
 def _serve(conf: cfg.ConfigOpts) -> None:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
-    endpoint = ConductorEndpoint(store, rpc.ComputeClient(transport, ServiceResolver(store)))
+    settings = conductor_settings(conf)
+    compute = rpc.ComputeClient(transport, ServiceResolver(store))
+    scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
+    endpoint = ConductorEndpoint(store, compute, scheduler, settings)
     server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host, [endpoint])
+    sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
+    stop = threading.Event()
+    sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
     server.start()
-    LOG.info("conductor_started")
+    sweeping.start()
+    LOG.info("conductor_started", build_timeout=settings.build_timeout,
+             max_redrives=settings.max_redrives, return_alternates=settings.return_alternates)
 
     def _stop() -> None:
+        stop.set()
         server.stop()
         server.wait()
+        sweeping.join(timeout=5)
         transport.cleanup()
-        LOG.info("conductor_stopped")
+        LOG.info("conductor_stopped", redriven=dict(sweeper.counts))
 
     wait_for_signal(_stop)
 
@@ -85,8 +129,11 @@ def _boot(conf: cfg.ConfigOpts) -> int:
         return 2
     transport = rpc.get_transport(conf)
     store = make_store(conf)
+    settings = conductor_settings(conf)
     booter = Booter(store, rpc.SchedulerClient(transport, conf.scheduler.topic),
-                    rpc.ComputeClient(transport, ServiceResolver(store)))
+                    rpc.ComputeClient(transport, ServiceResolver(store)),
+                    build_timeout=settings.build_timeout,
+                    return_alternates=settings.return_alternates)
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
     uuids = booter.boot(ctxt, catalog[args.flavor], args.count, per_request=args.per_request,
@@ -102,6 +149,53 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     return 1 if report.timed_out else 0
 
 
+def _resize(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    catalog = load_catalog(conf.conductor.flavors_file)
+    if args.flavor is not None and args.flavor not in catalog:
+        print(f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
+              f"{', '.join(sorted(catalog))}", file=sys.stderr)
+        return 2
+    if args.flavor is None and not (args.confirm or args.revert):
+        print("conductor-stub resize: give --flavor to resize, or --confirm / --revert",
+              file=sys.stderr)
+        return 2
+    transport = rpc.get_transport(conf)
+    store = make_store(conf)
+    resizer = Resizer(store, rpc.SchedulerClient(transport, conf.scheduler.topic),
+                      rpc.ComputeClient(transport, ServiceResolver(store)),
+                      conductor_settings(conf))
+    try:
+        record, timed_out = _run_resize(resizer, args, catalog)
+    finally:
+        transport.cleanup()
+    print(json.dumps(summary(record)) if args.json
+          else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, [])))
+    failed = record.state == RESIZING or (args.flavor is not None and record.fault is not None)
+    return 1 if timed_out or failed else 0
+
+
+def _run_resize(resizer: Resizer, args, catalog: dict[str, Flavor]  # type: ignore[no-untyped-def]
+                ) -> tuple[InstanceRecord, bool]:
+    started = time.monotonic()
+
+    def left() -> float:
+        return max(args.timeout - (time.monotonic() - started), 0.0)
+
+    if args.flavor is not None:
+        record = resizer.start(args.uuid, catalog[args.flavor])
+        if not (args.wait or args.confirm or args.revert):
+            return record, False
+        record, timed_out = resizer.wait(args.uuid, settled, left())
+        if timed_out or record.state != RESIZED or not (args.confirm or args.revert):
+            return record, timed_out
+    if args.confirm:
+        resizer.confirm(args.uuid)
+    else:
+        resizer.revert(args.uuid)
+    return resizer.wait(args.uuid, finished, left())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
     conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="conductor-stub",
@@ -112,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if conf.command.name == "serve":
             _serve(conf)
             return 0
+        if conf.command.name == "resize":
+            return _resize(conf)
         return _boot(conf)
     except SchedulerError as exc:
         print(f"conductor-stub: {exc.message}", file=sys.stderr)

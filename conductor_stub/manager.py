@@ -1,20 +1,38 @@
 """The conductor: owner of instance records, receiver of results, rescheduler.
 
-:class:`ConductorEndpoint` serves topic ``conductor``: build results from
-compute, scheduling failures from the scheduler. A reschedule claims the next
-alternate with nothing but what its Selection holds and casts the build
-there, with no scheduler round trip; an alternate whose resources were taken
-meanwhile is skipped, and so is one a strict server-group policy now forbids
-(the claim carries the group check, exactly as the scheduler's claim does, so
-a reschedule cannot put two anti-affinity members on one host). When the
-alternates run out the instance goes to ERROR with "max retries exceeded",
-distinct from "no valid host".
+:class:`ConductorEndpoint` serves topic ``conductor``: build and resize
+results from compute, scheduling failures from the scheduler. State changes
+go through :mod:`conductor_stub.records` (a compare-and-set on the record's
+state decides every race before allocations are touched).
 
-What a user reads (``fault``) is generic; which hosts were tried and why they
-failed goes to the admin-only ``fault_details``.
+A failed build or resize destination is rescheduled: with alternates on,
+the next alternate is claimed with nothing but what its Selection holds and
+the build (or prep_resize) cast there, with no scheduler round trip; an
+alternate whose resources were taken meanwhile is skipped for the next one
+(Nova's bug 1837955 gave up instead). With alternates off, the scheduler is
+asked again with the hosts already tried ignored, up to ``max_attempts``
+hosts (with alternates, their number is the bound: the scheduler returns
+``max_attempts - 1``). An alternate a strict server-group policy now forbids
+is skipped too: its claim carries the group check, exactly as the
+scheduler's claim does, so a reschedule cannot put two anti-affinity members
+on one host. When they run out the instance goes to ERROR with "max retries
+exceeded", distinct from "no valid host" (a resize instead stays ACTIVE on
+its source, with that fault).
 
-:class:`Booter` is the API side: it creates instance records, sends the
-scheduling RPCs and waits for every instance to reach a final state.
+What a user reads (``fault``) is generic, decided by
+:func:`scheduler.policy.user_reason`; which hosts were tried, which
+alternates were refused and why go to the admin-only ``fault_details``.
+
+Results are checked against the store before they count: a build result
+from a host that does not hold the instance's claim, or a failure report
+while the instance holds a claim elsewhere, comes from a stale attempt (a
+duplicate of a re-driven request) and is ignored; the live attempt reports
+for itself. A result for an instance already in ERROR releases whatever a
+late attempt claimed for it.
+
+:class:`Booter` is the API side of a boot: it creates instance records (each
+with a deadline, see :mod:`conductor_stub.redrive`), sends the scheduling
+RPCs and waits for every instance to reach a final state.
 """
 
 from __future__ import annotations
@@ -22,19 +40,24 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import oslo_messaging
 
+from conductor_stub import records
+from conductor_stub.records import ConductorSettings
+from scheduler import policy
 from scheduler.exceptions import (
     ClaimFailed,
+    ConsumerConflict,
     Forbidden,
     InvalidRequest,
     MaxRetriesExceeded,
     NoValidHost,
     ProviderNotFound,
+    SchedulerError,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -42,6 +65,9 @@ from scheduler.objects import (
     BUILDING,
     ERROR,
     FINAL_STATES,
+    RESIZED,
+    RESIZING,
+    SPAWNING,
     Flavor,
     InstanceRecord,
     RequestSpec,
@@ -52,6 +78,10 @@ from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import GroupClaim, Store
 
 LOG = get_logger(__name__)
+
+
+def _request_id(ctxt: Any) -> str | None:
+    return getattr(ctxt, "request_id", None)
 
 
 def group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
@@ -66,80 +96,307 @@ def group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
     return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
 
 
+def _refused(refused: list[str]) -> str:
+    """The admin details' account of the alternates refused at their claim."""
+    return f"; alternates refused: {', '.join(refused)}" if refused else ""
+
+
 class ConductorEndpoint:
-    """topic ``conductor``: build_succeeded, reschedule, schedule_failed, resize_result."""
+    """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
+    resize_result, resize_confirmed, resize_reverted."""
 
-    target = oslo_messaging.Target(version="1.0")
+    target = oslo_messaging.Target(version="1.1")
 
-    def __init__(self, store: Store, compute: ComputeClient) -> None:
+    def __init__(self, store: Store, compute: ComputeClient,
+                 scheduler: SchedulerClient | None = None,
+                 settings: ConductorSettings | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.compute = compute
+        self.scheduler = scheduler
+        self.settings = settings or ConductorSettings()
+        self._clock = clock
+
+    # --- builds ---------------------------------------------------------------------
 
     def build_succeeded(self, ctxt: Any, instance_uuid: str, host: str, node: str) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=host):
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
+                          host=host):
             record = self.store.get_instance(instance_uuid)
-            done = self.store.update_instance(
-                instance_uuid, expected_states=[BUILDING], state=ACTIVE, task_state=None,
-                host=host, node=node, attempts=record.attempts + 1, updated_at=time.time())
-            LOG.info("instance_active" if done else "late_build_result_ignored")
-
-    def reschedule(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
-                   failed_host: str, reason: str, host_list: list[dict[str, Any]]) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, failed_host=failed_host):
-            record = self.store.get_instance(instance_uuid)
-            if record.state != BUILDING:
-                LOG.info("reschedule_ignored", state=record.state)
+            if record.state == BUILDING:
+                if not records.holds_on(self.store, instance_uuid, host):
+                    LOG.info("stale_build_result_ignored")
+                    return
+                done = self.store.update_instance(
+                    instance_uuid, expected_states=[BUILDING], state=ACTIVE, task_state=None,
+                    host=host, node=node, attempts=record.attempts + 1, deadline=None,
+                    updated_at=self._clock())
+                if done is not None:
+                    LOG.info("instance_active", attempts=done.attempts)
+                    return
+                record = self.store.get_instance(instance_uuid)
+            if record.state == ERROR:
+                # Given up, then built by a late attempt: what it holds is no one's.
+                released = self.store.release(instance_uuid)
+                LOG.info("late_build_result_released", released=released)
                 return
-            attempts = record.attempts + 1
-            tried = (*record.tried_hosts, failed_host)
-            spec = RequestSpec.from_primitive(request_spec)
-            alternates = [Selection.from_primitive(s) for s in host_list]
-            skipped: list[str] = []
-            for i, alternate in enumerate(alternates):
-                try:
-                    self.store.claim(instance_uuid, alternate.allocation_request,
-                                     group_claim(spec, alternate.host))
-                except (ClaimFailed, ProviderNotFound) as exc:
-                    # Taken meanwhile by someone else (or gone): try the next one.
-                    LOG.info("alternate_skipped", alternate=alternate.host,
-                             reason=type(exc).__name__)
-                    skipped.append(f"{alternate.host} ({type(exc).__name__})")
-                    continue
-                self.store.update_instance(instance_uuid, expected_states=[BUILDING],
-                                           attempts=attempts, host=alternate.host,
-                                           tried_hosts=tried, updated_at=time.time())
-                LOG.info("rescheduled", alternate=alternate.host, attempts=attempts)
-                self.compute.build_and_run_instance(ctxt, instance_uuid, spec, alternate,
-                                                    alternates[i + 1:])
-                return
-            self.store.update_instance(
-                instance_uuid, expected_states=[BUILDING], state=ERROR, task_state=None,
-                attempts=attempts, host=None, tried_hosts=tried,
-                fault=MaxRetriesExceeded.USER_MESSAGE,
-                fault_details=f"max retries exceeded; hosts tried: {', '.join(tried)}; "
-                f"last failure: {reason}"
-                + (f"; alternates refused: {', '.join(skipped)}" if skipped else ""),
-                updated_at=time.time())
-            LOG.warning("max_retries_exceeded", attempts=attempts, tried=tried,
-                        skipped=skipped)
+            LOG.info("late_build_result_ignored", state=record.state)
 
     def schedule_failed(self, ctxt: Any, instance_uuids: list[str], reason: str,
                         details: str) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None)):
+        with bind_request(request_id=_request_id(ctxt)):
             for uuid in instance_uuids:
-                self.store.update_instance(uuid, expected_states=[BUILDING], state=ERROR,
-                                           task_state=None, fault=reason,
-                                           fault_details=details, updated_at=time.time())
+                if self.store.get_consumer(uuid) is not None:
+                    # Another copy of a re-driven request placed it: that one reports.
+                    LOG.info("schedule_failed_superseded", instance_uuid=uuid)
+                    continue
+                records.fail_build(self.store, uuid, reason, details, clock=self._clock)
             LOG.info("schedule_failed", instance_uuids=instance_uuids, reason=reason)
 
+    def reschedule(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
+                   failed_host: str, reason: str, host_list: list[dict[str, Any]],
+                   migration_uuid: str | None = None) -> None:
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
+                          failed_host=failed_host):
+            spec = RequestSpec.from_primitive(request_spec)
+            alternates = [Selection.from_primitive(s) for s in host_list]
+            if migration_uuid:
+                self._reschedule_resize(ctxt, instance_uuid, migration_uuid, spec,
+                                        failed_host, reason, alternates)
+            else:
+                self._reschedule_build(ctxt, instance_uuid, spec, failed_host, reason,
+                                       alternates)
+
+    def _reschedule_build(self, ctxt: Any, uuid: str, spec: RequestSpec, failed_host: str,
+                          reason: str, alternates: list[Selection]) -> None:
+        record = self.store.get_instance(uuid)
+        if record.state != BUILDING:
+            LOG.info("reschedule_ignored", state=record.state)
+            return
+        if self.store.get_consumer(uuid) is not None:
+            LOG.info("reschedule_superseded")
+            return
+        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
+        details = (f"max retries exceeded: {attempts} attempt(s), hosts tried: "
+                   f"{', '.join(tried)}; last failure: {reason}")
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            # (With alternates, their number is the bound: the scheduler gave
+            # max_attempts - 1 of them.)
+            self._build_failed(uuid, MaxRetriesExceeded(), details, attempts, tried)
+            return
+        # Record the attempt first (and push the deadline), so a conductor that
+        # dies below leaves a record the sweeper re-drives.
+        if self.store.update_instance(
+                uuid, expected_states=[BUILDING], attempts=attempts, tried_hosts=tried,
+                task_state=SPAWNING, host=None, node=None, updated_at=self._clock(),
+                deadline=self._clock() + self.settings.build_timeout) is None:
+            return
+        if not self.settings.return_alternates:
+            self._build_via_scheduler(ctxt, uuid, spec, attempts, tried)
+            return
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused)
+            if outcome is None:
+                return  # superseded
+            if not outcome:
+                continue
+            if not self._placed(uuid, alternate, BUILDING):
+                return
+            LOG.info("rescheduled", alternate=alternate.host, attempts=attempts)
+            self.compute.build_and_run_instance(ctxt, uuid, spec.replace(num_instances=1),
+                                                alternate, alternates[i + 1:])
+            return
+        self._build_failed(uuid, MaxRetriesExceeded(), details + _refused(refused), attempts,
+                           tried)
+
+    def _build_via_scheduler(self, ctxt: Any, uuid: str, spec: RequestSpec, attempts: int,
+                             tried: tuple[str, ...]) -> None:
+        """Alternates off: ask the scheduler again, the hosts tried ignored."""
+        retry = spec.replace(num_instances=1,
+                             ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried))))
+        try:
+            selection = self._select_again(ctxt, uuid, retry)
+        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+            self._build_failed(uuid, exc, f"{policy.admin_details(exc)} (after {attempts} "
+                               f"attempt(s), hosts tried: {', '.join(tried)})", attempts, tried)
+            return
+        if selection is None or not self._placed(uuid, selection, BUILDING):
+            return
+        LOG.info("rescheduled_via_scheduler", host=selection.host, attempts=attempts,
+                 ignored=list(retry.ignore_hosts))
+        self.compute.build_and_run_instance(ctxt, uuid, retry, selection, [])
+
+    def _build_failed(self, uuid: str, exc: SchedulerError, details: str, attempts: int,
+                      tried: tuple[str, ...]) -> None:
+        """BUILDING -> ERROR: the user reads what the policy allows of ``exc``,
+        the admin ``details``."""
+        self.store.update_instance(uuid, expected_states=[BUILDING], attempts=attempts,
+                                   tried_hosts=tried)
+        if records.fail_build(self.store, uuid, policy.user_reason(exc), details,
+                              clock=self._clock):
+            LOG.warning("max_retries_exceeded" if isinstance(exc, MaxRetriesExceeded)
+                        else "reschedule_failed", attempts=attempts, tried=tried,
+                        error=type(exc).__name__)
+
+    # --- resizes --------------------------------------------------------------------
+
     def resize_result(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                      host: str | None, success: bool, reason: str | None = None) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid):
-            LOG.info("resize_result", migration_uuid=migration_uuid, host=host, success=success,
-                     reason=reason)
+                      host: str | None, success: bool, reason: str | None = None,
+                      details: str | None = None) -> None:
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
+                          migration_uuid=migration_uuid, host=host):
+            record = self.store.get_instance(instance_uuid)
+            if not migration_uuid:  # refused before any migration was named
+                migration_uuid = record.migration_uuid or ""
+            if record.migration_uuid != migration_uuid:
+                if migration_uuid:
+                    records.undo_stale_migration(self.store, record, migration_uuid)
+                return
+            if record.state != RESIZING:
+                LOG.info("resize_result_duplicate", state=record.state)
+                return
+            if not success:
+                records.fail_resize(self.store, record, reason or "resize failed",
+                                    details or reason or "", clock=self._clock)
+                return
+            assert host is not None
+            if not records.holds_on(self.store, instance_uuid, host):
+                LOG.info("stale_resize_result_ignored")
+                return
+            done = self.store.update_instance(
+                instance_uuid, expected_states=[RESIZING], state=RESIZED, task_state=None,
+                host=host, node=host, deadline=None, updated_at=self._clock())
+            LOG.info("instance_resized" if done else "resize_result_late",
+                     source=record.source_host)
+
+    def _reschedule_resize(self, ctxt: Any, uuid: str, migration_uuid: str,
+                           spec: RequestSpec, failed_host: str, reason: str,
+                           alternates: list[Selection]) -> None:
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid:
+            records.undo_stale_migration(self.store, record, migration_uuid)
+            return
+        if record.state != RESIZING:
+            LOG.info("resize_reschedule_ignored", state=record.state)
+            return
+        if self.store.get_consumer(uuid) is not None:
+            LOG.info("resize_reschedule_superseded")
+            return
+        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
+        details = (f"max retries exceeded: {attempts} destination(s) tried: "
+                   f"{', '.join(tried)}; last failure: {reason}")
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
+                                details, clock=self._clock)
+            return
+        record = self.store.update_instance(
+            uuid, expected_states=[RESIZING], attempts=attempts, tried_hosts=tried,
+            updated_at=self._clock(), deadline=self._clock() + self.settings.resize_timeout)
+        if record is None:
+            return
+        new_flavor = spec.flavor
+        if not self.settings.return_alternates:
+            retry, _ = records.resize_spec(record)
+            if not self.settings.allow_resize_to_same_host and record.source_host:
+                retry = retry.replace(ignore_hosts=(*retry.ignore_hosts, record.source_host))
+            try:
+                selection = self._select_again(ctxt, uuid, retry)
+            except (NoValidHost, InvalidRequest, Forbidden) as exc:
+                records.fail_resize(self.store, record, policy.user_reason(exc),
+                                    policy.admin_details(exc), clock=self._clock)
+                return
+            if selection is None or not self._placed(uuid, selection, RESIZING):
+                return
+            LOG.info("resize_rescheduled_via_scheduler", host=selection.host,
+                     attempts=attempts)
+            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection,
+                                     [])
+            return
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused)
+            if outcome is None:
+                return
+            if not outcome:
+                continue
+            if not self._placed(uuid, alternate, RESIZING):
+                return
+            LOG.info("resize_rescheduled", alternate=alternate.host, attempts=attempts)
+            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, spec, alternate,
+                                     alternates[i + 1:])
+            return
+        records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
+                            details + _refused(refused), clock=self._clock)
+
+    def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
+                          migration_uuid=migration_uuid):
+            record = self.store.get_instance(instance_uuid)
+            if record.migration_uuid != migration_uuid or record.state != RESIZED:
+                LOG.info("resize_confirmed_duplicate", state=record.state)
+                return
+            done = records.finish_confirm(self.store, record, clock=self._clock)
+            LOG.info("resize_confirmed" if done else "resize_confirmed_late", host=record.host)
+
+    def resize_reverted(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
+                          migration_uuid=migration_uuid):
+            record = self.store.get_instance(instance_uuid)
+            if record.migration_uuid != migration_uuid or record.state != RESIZED:
+                LOG.info("resize_reverted_duplicate", state=record.state)
+                return
+            done = records.finish_revert(self.store, record, clock=self._clock)
+            LOG.info("resize_reverted" if done else "resize_reverted_late",
+                     host=record.source_host)
+
+    # --- shared steps ---------------------------------------------------------------
+
+    def _claim_alternate(self, uuid: str, spec: RequestSpec, alternate: Selection,
+                         refused: list[str]) -> bool | None:
+        """Claim an alternate for the instance, with the strict group check:
+        True if claimed; False if its resources were taken meanwhile, the
+        group policy now forbids it or it is gone (noted in ``refused``: skip
+        to the next); None if the instance holds a claim already (a re-driven
+        copy placed it: stop here)."""
+        try:
+            self.store.claim(uuid, alternate.allocation_request,
+                             group_claim(spec, alternate.host))
+        except ConsumerConflict:
+            LOG.info("reschedule_superseded", alternate=alternate.host)
+            return None
+        except (ClaimFailed, ProviderNotFound) as exc:
+            LOG.info("alternate_skipped", alternate=alternate.host, reason=type(exc).__name__)
+            refused.append(f"{alternate.host} ({type(exc).__name__})")
+            return False
+        return True
+
+    def _placed(self, uuid: str, selection: Selection, state: str) -> bool:
+        """Record where the instance is being built (or resized to); if it left
+        ``state`` meanwhile (given up), drop the claim just made."""
+        changes: dict[str, Any] = {"updated_at": self._clock()}
+        if state == BUILDING:
+            changes.update(host=selection.host, node=selection.node)
+        if self.store.update_instance(uuid, expected_states=[state], **changes) is not None:
+            return True
+        # Given up meanwhile. A resize given up has handed the source's
+        # allocation back to the instance, dropping this claim already.
+        if state == BUILDING:
+            self.store.release(uuid)
+        LOG.info("reschedule_given_up_meanwhile")
+        return False
+
+    def _select_again(self, ctxt: Any, uuid: str, spec: RequestSpec) -> Selection | None:
+        """Ask the scheduler for one host (claimed for the instance), or None if
+        it did not answer (the sweeper re-drives the request later)."""
+        if self.scheduler is None:
+            raise NoValidHost(details="no scheduler client to ask again")
+        try:
+            return self.scheduler.select_destinations(ctxt, spec, [uuid],
+                                                      return_alternates=False)[0][0]
+        except oslo_messaging.MessagingTimeout:
+            LOG.warning("select_again_timed_out")
+            return None
 
 
 @dataclass
@@ -163,24 +420,39 @@ class BootReport:
     def no_valid_host(self) -> int:
         return sum(1 for r in self.instances if r.fault == NoValidHost.USER_MESSAGE)
 
+    @property
+    def redriven(self) -> int:
+        """Instances whose request the conductor had to send again."""
+        return sum(1 for r in self.instances if r.redrives)
+
     def to_primitive(self) -> dict[str, Any]:
         return {
             "summary": {"total": len(self.instances), "states": dict(self.by_state),
                         "rescheduled": self.rescheduled, "no_valid_host": self.no_valid_host,
+                        "redriven": self.redriven,
                         "seconds": round(self.seconds, 3), "requests": self.requests,
                         "timed_out": self.timed_out},
             "instances": [{"uuid": r.uuid, "state": r.state, "host": r.host,
-                           "attempts": r.attempts, "fault": r.fault} for r in self.instances],
+                           "attempts": r.attempts, "redrives": r.redrives, "fault": r.fault}
+                          for r in self.instances],
         }
 
 
 class Booter:
-    """Boots instances the way an API + conductor would, and waits for them."""
+    """Boots instances the way an API + conductor would, and waits for them.
 
-    def __init__(self, store: Store, scheduler: SchedulerClient, compute: ComputeClient) -> None:
+    Each record is created with the request's id and a deadline
+    ``build_timeout`` seconds out, by which the conductor expects to have
+    heard back; past it, ``conductor-stub serve`` re-drives the request.
+    """
+
+    def __init__(self, store: Store, scheduler: SchedulerClient, compute: ComputeClient,
+                 build_timeout: float = 120.0, return_alternates: bool = True) -> None:
         self.store = store
         self.scheduler = scheduler
         self.compute = compute
+        self.build_timeout = build_timeout
+        self.return_alternates = return_alternates
         self.requests = 0
 
     def boot(self, ctxt: RequestContext, flavor: Flavor, count: int, *,
@@ -197,12 +469,13 @@ class Booter:
             spec = RequestSpec(flavor=flavor, project_id=project_id, user_id=user_id,
                                num_instances=n, group=group,
                                availability_zone=availability_zone)
+            req_ctxt = RequestContext(user_id=user_id, project_id=project_id,
+                                      roles=list(ctxt.roles), is_admin=ctxt.is_admin)
             now = time.time()
             self.store.create_instances(
                 InstanceRecord(uuid=u, request_spec=spec.to_primitive(), created_at=now,
-                               updated_at=now) for u in batch)
-            req_ctxt = RequestContext(user_id=user_id, project_id=project_id,
-                                      roles=list(ctxt.roles), is_admin=ctxt.is_admin)
+                               updated_at=now, request_id=req_ctxt.request_id,
+                               deadline=now + self.build_timeout) for u in batch)
             if mode == "run_instance":
                 self.scheduler.run_instance(req_ctxt, spec, batch)
             else:
@@ -215,23 +488,22 @@ class Booter:
                           uuids: Sequence[str]) -> None:
         """Nova's modern flow: ask for destinations, then cast the builds ourselves."""
         try:
-            selections = self.scheduler.select_destinations(ctxt, spec, uuids)
-        except NoValidHost as exc:
-            self._failed(uuids, NoValidHost.USER_MESSAGE, exc.details)
+            selections = self.scheduler.select_destinations(
+                ctxt, spec, uuids, return_alternates=self.return_alternates)
+        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+            # The user reads what the policy allows; the admin details say why.
+            for uuid in uuids:
+                records.fail_build(self.store, uuid, policy.user_reason(exc),
+                                   policy.admin_details(exc))
             return
-        except (InvalidRequest, Forbidden) as exc:
-            self._failed(uuids, exc.message, exc.message)
+        except oslo_messaging.MessagingTimeout:
+            # No answer: the records keep their deadlines, the conductor re-drives.
+            LOG.warning("select_destinations_timed_out", instance_uuids=list(uuids))
             return
         single = spec.replace(num_instances=1)
         for uuid, per_instance in zip(uuids, selections, strict=True):
             self.compute.build_and_run_instance(ctxt, uuid, single, per_instance[0],
                                                 per_instance[1:])
-
-    def _failed(self, uuids: Sequence[str], fault: str, details: str) -> None:
-        for uuid in uuids:
-            self.store.update_instance(uuid, expected_states=[BUILDING], state=ERROR,
-                                       task_state=None, fault=fault, fault_details=details,
-                                       updated_at=time.time())
 
     def wait(self, uuids: Sequence[str], timeout: float, started: float,
              poll: float = 0.1) -> BootReport:

@@ -20,6 +20,8 @@ def format_report(report: BootReport) -> str:
                  f"attempts of ACTIVE instances: "
                  + ", ".join(f"{k}x{v}" for k, v in sorted(attempts.items())))
     lines.append(f"no valid host: {report.no_valid_host}")
+    if report.redriven:
+        lines.append(f"re-driven (no answer before the deadline): {report.redriven}")
     faults = Counter(r.fault for r in report.instances if r.fault)
     for fault, n in faults.most_common():
         lines.append(f"  fault {n} x {fault!r}")

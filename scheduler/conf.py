@@ -58,6 +58,11 @@ scheduler_opts = [
     cfg.IntOpt("claim_attempts", default=5, min=1, max=100,
                help="How many hosts an instance falls through to when another worker's claim "
                "got to its chosen host first."),
+    cfg.BoolOpt("allow_resize_to_same_host", default=False,
+                help="Let a resize pick the host the instance is on. Off, the source host is "
+                "excluded (as a host already tried), so a resize always moves the instance; "
+                "on, a one-host cloud can still resize (the old and new flavor are both "
+                "held on that host until the resize is confirmed or reverted)."),
     cfg.BoolOpt("compute_status_filter", default=True,
                 help="Keep hosts whose compute service is disabled out of the candidates, "
                 "before the max_placement_results cut, as the forbidden trait "
@@ -238,7 +243,28 @@ conductor_opts = [
     cfg.StrOpt("flavors_file", default="",
                help="JSON file of flavors to add to the built-in m1.* catalog."),
     cfg.IntOpt("build_timeout", default=120, min=1,
-               help="Seconds an instance may stay in BUILDING before the conductor acts."),
+               help="Seconds the conductor waits to hear back on a boot it sent (the "
+               "scheduling request or a build) before it re-drives it. RPC casts are "
+               "delivered at most once, so a request can be lost with a worker or a broker; "
+               "a re-driven request is idempotent per instance.\n\nRelated options: "
+               "max_redrives, sweep_interval."),
+    cfg.IntOpt("resize_timeout", default=300, min=1,
+               help="Seconds the conductor waits to hear back on a resize step (the resize "
+               "itself, a confirm or a revert) before it re-drives it."),
+    cfg.IntOpt("max_redrives", default=3, min=0, max=100,
+               help="How many times the conductor re-drives one request it has not heard "
+               "back on. After that the request has timed out: a boot ends in ERROR "
+               "(its claim released), a resize leaves the instance ACTIVE on its source "
+               "with a fault."),
+    cfg.FloatOpt("sweep_interval", default=5.0, min=0.1,
+                 help="Seconds between the conductor's sweeps for requests past their "
+                 "deadline. The pending set is read from the store, so a restarted "
+                 "conductor carries on where the last one stopped."),
+    cfg.BoolOpt("return_alternates", default=True,
+                help="Reschedule a failed build or resize onto the alternate hosts the "
+                "scheduler returned with the first choice (no scheduler round trip). Off, "
+                "the conductor asks the scheduler again (select_destinations, with the "
+                "hosts already tried ignored), up to [scheduler] max_attempts hosts."),
 ]
 
 _GROUPS = [

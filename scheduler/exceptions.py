@@ -91,6 +91,13 @@ class MaxRetriesExceeded(SchedulerError):
     msg = USER_MESSAGE
 
 
+class RequestTimedOut(SchedulerError):
+    """The conductor re-drove a request as often as allowed and never heard back."""
+
+    USER_MESSAGE = "The request timed out."
+    msg = USER_MESSAGE
+
+
 # --- store --------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ read (operator extra specs, image properties, NUMA, PCI aliases) by
 :func:`~scheduler.filters.validation.validate_request`.
 
 What a user may read about a failure is decided in one place,
-:func:`user_reason`: for no valid host it is always the generic
+:func:`scheduler.policy.user_reason`: for no valid host it is always the generic
 ``NoValidHost.USER_MESSAGE``, never a host, filter, aggregate or trait name;
 the count of hosts per reason goes to the admin-only fault details and the
 logs. Invalid input and refusals say what is wrong with the request itself
@@ -34,64 +34,37 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler import policy
+from scheduler import health, policy
 from scheduler.engine.pipeline import Engine
 from scheduler.exceptions import (
+    ConsumerConflict,
     Forbidden,
     InternalError,
     InvalidRequest,
     NoValidHost,
-    SchedulerError,
     SchedulerUnavailable,
     StoreUnavailable,
 )
 from scheduler.explain import ExplainReport
 from scheduler.filters.validation import validate_request
-from scheduler.log import bind_request, get_logger, mask_secrets
+from scheduler.log import bind_request, get_logger
 from scheduler.notifier import Notifier
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
     Flavor,
     RequestSpec,
     Selection,
+    migration_uuid_for,
     validate_instance_uuids,
     validate_uuid,
 )
+from scheduler.policy import admin_details, user_reason
 from scheduler.rpc import ComputeClient, ConductorClient
 
 LOG = get_logger(__name__)
 
-#: What a user reads when scheduling failed for a reason that is not theirs
-#: to fix (an internal error); the error itself goes to the logs.
-INTERNAL_ERROR_MESSAGE = InternalError.msg
-
 #: Namespace of the instance uuids ``explain`` makes up for its dry run.
 _EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
-
-
-def user_reason(exc: BaseException) -> str:
-    """The part of a failure a user may read: the one place that decides it.
-
-    No valid host is always the generic message (the reasons name hosts,
-    filters, traits and aggregates: admin details). Invalid input and
-    refusals describe the request itself. Anything else is an internal error
-    the user cannot act on.
-    """
-    if isinstance(exc, NoValidHost):
-        return NoValidHost.USER_MESSAGE
-    if isinstance(exc, InvalidRequest | Forbidden | SchedulerUnavailable):
-        return exc.message
-    return INTERNAL_ERROR_MESSAGE
-
-
-def admin_details(exc: BaseException) -> str:
-    """The admin-only account of a failure (fault details, logs), with any
-    password an error's text may quote masked."""
-    if isinstance(exc, NoValidHost):
-        return exc.details or NoValidHost.USER_MESSAGE
-    if isinstance(exc, SchedulerError):
-        return mask_secrets(exc.message)
-    return mask_secrets(f"{type(exc).__name__}: {exc}")
 
 
 @contextmanager
@@ -158,13 +131,21 @@ class DecisionStats:
     def timed(self) -> Iterator[None]:
         start = time.perf_counter()
         failed = False
+        outcome = "error"
         try:
             yield
+            outcome = "placed"
         except NoValidHost:
             failed = True
+            outcome = "no_valid_host"
+            raise
+        except InvalidRequest:
+            outcome = "invalid"
             raise
         finally:
             end = time.perf_counter()
+            health.DECISIONS.labels(outcome).inc()
+            health.DECISION_SECONDS.observe(end - start)
             with self._lock:
                 if self.first_start is None:
                     self.first_start = start
@@ -181,12 +162,13 @@ class SchedulerEndpoint:
     target = oslo_messaging.Target(version="1.2")
 
     def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
-                 notifier: Notifier) -> None:
+                 notifier: Notifier, allow_resize_to_same_host: bool = False) -> None:
         self.engine = engine
         self.compute = compute
         self.conductor = conductor
         self.notifier = notifier
         self.stats = DecisionStats()
+        self.allow_resize_to_same_host = allow_resize_to_same_host
 
     def _read_spec(self, request_spec: Any, new_flavor: Flavor | None = None) -> RequestSpec:
         """The typed request spec (with ``new_flavor`` for a resize), validated
@@ -337,42 +319,106 @@ class SchedulerEndpoint:
 
     def resize(self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any,
                request_spec: Any) -> None:
-        """Select a destination other than the source, claim the new flavor for a
-        migration consumer there, and cast prep_resize to it."""
+        """Park the instance's allocation on a migration consumer, claim the new
+        flavor for the instance on a destination (plus alternates), and cast
+        prep_resize there.
+
+        The source is excluded unless ``allow_resize_to_same_host``. A resize
+        that cannot be placed hands the allocation back to the instance, which
+        stays ACTIVE on its source; the conductor records the fault. A
+        re-driven resize (same request id, so the same migration) finds the
+        move done and the destination claimed, and casts prep_resize again.
+        A store that cannot be reached fails nothing (the re-drive carries
+        on); an internal error hands the source back and fails the resize.
+        """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id, instance_uuid=str(instance_uuid)[:64]):
-            payload = {"instance_uuid": str(instance_uuid)[:64], "source_host": source_host}
+            payload = {"instance_uuid": str(instance_uuid)[:64], "source_host": source_host,
+                       "new_flavor": new_flavor.get("name") if isinstance(new_flavor, dict)
+                       else None}
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:
-                    uuid = validate_uuid(instance_uuid, "instance_uuid")
-                    if not isinstance(source_host, str) or not source_host:
-                        raise InvalidRequest(reason="source_host must be a host name")
-                    flavor = Flavor.from_primitive(new_flavor)
-                    spec = self._read_spec(request_spec, new_flavor=flavor)
-                    policy.check_request(ctxt, spec)
-                    spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
+                    uuid, flavor, spec = self._resize_request(ctxt, instance_uuid, source_host,
+                                                              new_flavor, request_spec)
+                    migration_uuid = migration_uuid_for(uuid, request_id)
+                    self._park(uuid, migration_uuid)
                 except (InvalidRequest, Forbidden) as exc:
                     end["state"] = "error"
                     LOG.warning("resize_refused", reason=exc.message)
-                    self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
-                    self.conductor.resize_result(ctxt, str(instance_uuid)[:64], "", None, False,
-                                                 user_reason(exc))
+                    self._resize_failed(ctxt, instance_uuid, "", exc)
                     return
-                migration_uuid = str(uuidlib.uuid5(uuidlib.UUID(uuid), request_id))
+                except StoreUnavailable as exc:
+                    end["state"] = "error"
+                    LOG.warning("store_unavailable", method="resize", error=exc.message)
+                    return  # nothing failed: the conductor re-drives the resize
+                except Exception as exc:
+                    end["state"] = "error"
+                    LOG.exception("resize_failed")
+                    self._resize_failed(ctxt, instance_uuid, "", exc)
+                    return
+                end["migration_uuid"] = migration_uuid
                 try:
-                    selections = self._select(request_id, spec, [migration_uuid])
+                    selections = self._select(request_id, spec, [uuid])
                 except NoValidHost as exc:
                     end["state"] = "error"
-                    self._notify_failure(ctxt, "resize", [uuid], exc)
-                    self.conductor.resize_result(ctxt, uuid, "", None, False, user_reason(exc))
+                    LOG.info("resize_no_valid_host", details=exc.details)
+                    self._unpark(uuid, migration_uuid)
+                    self._resize_failed(ctxt, uuid, migration_uuid, exc)
                     return
-                except BaseException:
+                except StoreUnavailable as exc:
+                    # The source stays parked on the migration: the re-driven
+                    # resize (same migration) carries on from here.
                     end["state"] = "error"
-                    raise
+                    LOG.warning("store_unavailable", method="resize", error=exc.message)
+                    return
+                except Exception as exc:
+                    end["state"] = "error"
+                    LOG.exception("resize_failed")
+                    self._unpark(uuid, migration_uuid)
+                    self._resize_failed(ctxt, uuid, migration_uuid, exc)
+                    return
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
+                LOG.info("resize_scheduled", host=primary.host, migration_uuid=migration_uuid,
+                         alternates=[a.host for a in alternates])
                 self.compute.prep_resize(ctxt, uuid, migration_uuid, flavor, spec, primary,
                                          alternates)
+
+    def _resize_request(self, ctxt: Any, instance_uuid: Any, source_host: Any,
+                        new_flavor: Any, request_spec: Any
+                        ) -> tuple[str, Flavor, RequestSpec]:
+        """The resize's instance, new flavor and request spec (with the new
+        flavor), validated whole and checked against the policy like any
+        request, before anything is moved or claimed."""
+        uuid = validate_uuid(instance_uuid, "instance_uuid")
+        if not isinstance(source_host, str) or not source_host:
+            raise InvalidRequest(reason="source_host must be a host name")
+        flavor = Flavor.from_primitive(new_flavor)
+        spec = self._read_spec(request_spec, new_flavor=flavor)
+        policy.check_request(ctxt, spec)
+        if not self.allow_resize_to_same_host:
+            spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, source_host))
+        return uuid, flavor, spec
+
+    def _park(self, instance_uuid: str, migration_uuid: str) -> None:
+        """Move the instance's allocation to the migration consumer (once)."""
+        store = self.engine.store
+        try:
+            if store.move_allocations(instance_uuid, migration_uuid):
+                return
+        except ConsumerConflict:
+            return  # the migration holds the source already: this is a re-drive
+        if store.get_consumer(migration_uuid) is None:
+            raise InvalidRequest(reason=f"instance {instance_uuid} holds no allocation to resize")
+
+    def _unpark(self, instance_uuid: str, migration_uuid: str) -> None:
+        """Hand the source's allocation back to the instance (nothing was placed)."""
+        try:
+            self.engine.store.move_allocations(migration_uuid, instance_uuid)
+        except ConsumerConflict:
+            # The instance holds a claim again: a racing copy of this request
+            # placed it, and that copy owns the migration now.
+            LOG.warning("resize_unpark_superseded", migration_uuid=migration_uuid)
 
     # --- failures -------------------------------------------------------------------
 
@@ -382,6 +428,14 @@ class SchedulerEndpoint:
         # stay in the logs and the instance's admin-only fault details.
         self.notifier.error(ctxt, f"scheduler.{action}", {
             "instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)})
+
+    def _resize_failed(self, ctxt: Any, instance_uuid: Any, migration_uuid: str,
+                       exc: BaseException) -> None:
+        """ERROR notification, and the resize's failure to the conductor (the
+        instance stays ACTIVE on its source)."""
+        self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
+        self.conductor.resize_result(ctxt, str(instance_uuid)[:64], migration_uuid, None, False,
+                                     user_reason(exc), admin_details(exc))
 
     def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException) -> None:
         """ERROR notification, and the instances to ERROR: user-safe fault, admin details."""

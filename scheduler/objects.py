@@ -151,6 +151,15 @@ def validate_uuid(value: Any, what: str) -> str:
         raise InvalidRequest(reason=f"{what} is not a valid UUID: {value[:64]!r}") from None
 
 
+def migration_uuid_for(instance_uuid: str, request_id: str) -> str:
+    """The migration consumer of one resize request of an instance.
+
+    Derived, not drawn: a re-driven resize (the same request, sent again with
+    the same request id) names the same migration, so its moves are no-ops.
+    """
+    return str(uuidlib.uuid5(uuidlib.UUID(instance_uuid), request_id))
+
+
 def validate_instance_uuids(value: Any, num_instances: int) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise InvalidRequest(reason="instance_uuids must be a list")
@@ -508,8 +517,16 @@ class Selection:
 BUILDING = "BUILDING"
 ACTIVE = "ACTIVE"
 ERROR = "ERROR"
-RESIZED = "RESIZED"
+RESIZING = "RESIZING"  # a resize is under way; the instance still runs on its source
+RESIZED = "RESIZED"  # resized on the destination, waiting for confirm or revert
 FINAL_STATES = frozenset({ACTIVE, ERROR})
+
+# Task states: what the conductor is waiting for (None: nothing).
+SCHEDULING = "scheduling"  # run_instance sent; no build heard of yet
+SPAWNING = "spawning"  # the conductor cast a build itself (a reschedule)
+RESIZE_PREP = "resize_prep"  # resize sent; prep -> resize -> finish under way
+RESIZE_CONFIRMING = "resize_confirming"
+RESIZE_REVERTING = "resize_reverting"
 
 
 @dataclass(frozen=True)
@@ -518,11 +535,18 @@ class InstanceRecord:
 
     ``fault`` is what the user sees (generic); ``fault_details`` is admin-only
     (which filter removed how many hosts, which host failed).
+
+    ``deadline`` is when the conductor re-drives the request it is waiting
+    on (None: it waits on nothing); ``redrives`` counts the re-drives so far;
+    ``request_id`` is the request's id, reused when it is re-driven. During a
+    resize, ``migration_uuid`` is the consumer holding the source's
+    allocation, ``new_flavor`` the flavor asked for (a Flavor primitive) and
+    ``source_host`` / ``source_node`` where the instance was.
     """
 
     uuid: str
     state: str = BUILDING
-    task_state: str | None = "scheduling"
+    task_state: str | None = SCHEDULING
     host: str | None = None
     node: str | None = None
     attempts: int = 0
@@ -533,6 +557,12 @@ class InstanceRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     deadline: float | None = None
+    request_id: str | None = None
+    redrives: int = 0
+    migration_uuid: str | None = None
+    new_flavor: Mapping[str, Any] | None = None
+    source_host: str | None = None
+    source_node: str | None = None
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -542,7 +572,10 @@ class InstanceRecord:
             "fault_details": self.fault_details,
             "request_spec": dict(self.request_spec) if self.request_spec else None,
             "created_at": self.created_at, "updated_at": self.updated_at,
-            "deadline": self.deadline,
+            "deadline": self.deadline, "request_id": self.request_id,
+            "redrives": self.redrives, "migration_uuid": self.migration_uuid,
+            "new_flavor": dict(self.new_flavor) if self.new_flavor else None,
+            "source_host": self.source_host, "source_node": self.source_node,
         }
 
     @classmethod

@@ -157,9 +157,10 @@ class ComputeClient:
 
     Versions:
       1.0 - build_and_run_instance, prep_resize.
+      1.1 - resize_instance, finish_resize, confirm_resize, revert_resize.
     """
 
-    VERSION = "1.0"
+    VERSION = "1.1"
 
     def __init__(self, transport: oslo_messaging.Transport,
                  resolve: Callable[[str], str]) -> None:
@@ -183,15 +184,45 @@ class ComputeClient:
                    request_spec=spec.to_primitive(), selection=selection.to_primitive(),
                    host_list=[a.to_primitive() for a in alternates])
 
+    def _cast(self, ctxt: RequestContext, host: str, method: str, **kwargs: Any) -> None:
+        cctxt = self._client.prepare(server=self._resolve(host), version=self.VERSION)
+        cctxt.cast(ctxt, method, **kwargs)
+
+    def resize_instance(self, ctxt: RequestContext, source_host: str, instance_uuid: str,
+                        migration_uuid: str, dest_host: str, dest_node: str) -> None:
+        """To the source: hand the instance over to the destination."""
+        self._cast(ctxt, source_host, "resize_instance", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid, dest_host=dest_host, dest_node=dest_node)
+
+    def finish_resize(self, ctxt: RequestContext, dest_host: str, dest_node: str,
+                      instance_uuid: str, migration_uuid: str) -> None:
+        """To the destination: bring the instance up there and report it resized."""
+        self._cast(ctxt, dest_host, "finish_resize", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid, dest_host=dest_host, dest_node=dest_node)
+
+    def confirm_resize(self, ctxt: RequestContext, source_host: str, instance_uuid: str,
+                       migration_uuid: str) -> None:
+        """To the source: drop the source's allocation (held by the migration)."""
+        self._cast(ctxt, source_host, "confirm_resize", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid)
+
+    def revert_resize(self, ctxt: RequestContext, dest_host: str, instance_uuid: str,
+                      migration_uuid: str) -> None:
+        """To the destination: drop its allocation and restore the source's."""
+        self._cast(ctxt, dest_host, "revert_resize", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid)
+
 
 class ConductorClient:
     """Client of the conductor (topic ``conductor``), owner of instance records.
 
     Versions:
       1.0 - build_succeeded, reschedule, schedule_failed, resize_result.
+      1.1 - reschedule takes migration_uuid (a failed resize destination),
+            resize_result takes details; resize_confirmed, resize_reverted.
     """
 
-    VERSION = "1.0"
+    VERSION = "1.1"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
@@ -204,10 +235,13 @@ class ConductorClient:
         self._cast(ctxt, "build_succeeded", instance_uuid=instance_uuid, host=host, node=node)
 
     def reschedule(self, ctxt: RequestContext, instance_uuid: str, spec: RequestSpec,
-                   failed_host: str, reason: str, alternates: Sequence[Selection]) -> None:
+                   failed_host: str, reason: str, alternates: Sequence[Selection],
+                   migration_uuid: str | None = None) -> None:
+        """A build (or, with ``migration_uuid``, a resize) failed on ``failed_host``."""
         self._cast(ctxt, "reschedule", instance_uuid=instance_uuid,
                    request_spec=spec.to_primitive(), failed_host=failed_host, reason=reason,
-                   host_list=[a.to_primitive() for a in alternates])
+                   host_list=[a.to_primitive() for a in alternates],
+                   migration_uuid=migration_uuid)
 
     def schedule_failed(self, ctxt: RequestContext, instance_uuids: Sequence[str],
                         reason: str, details: str) -> None:
@@ -215,6 +249,20 @@ class ConductorClient:
                    reason=reason, details=details)
 
     def resize_result(self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str,
-                      host: str | None, success: bool, reason: str | None = None) -> None:
+                      host: str | None, success: bool, reason: str | None = None,
+                      details: str | None = None) -> None:
+        """The resize finished on ``host``, or (not ``success``) could not be placed:
+        ``reason`` is user-safe, ``details`` admin-only."""
         self._cast(ctxt, "resize_result", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid, host=host, success=success, reason=reason)
+                   migration_uuid=migration_uuid, host=host, success=success, reason=reason,
+                   details=details)
+
+    def resize_confirmed(self, ctxt: RequestContext, instance_uuid: str,
+                         migration_uuid: str) -> None:
+        self._cast(ctxt, "resize_confirmed", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid)
+
+    def resize_reverted(self, ctxt: RequestContext, instance_uuid: str,
+                        migration_uuid: str) -> None:
+        self._cast(ctxt, "resize_reverted", instance_uuid=instance_uuid,
+                   migration_uuid=migration_uuid)

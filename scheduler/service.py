@@ -129,6 +129,7 @@ class SchedulerService:
             rpc.ComputeClient(transport, ServiceResolver(store)),
             rpc.ConductorClient(transport),
             notifier,
+            allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
         )
         self.server = rpc.get_server(transport, conf.scheduler.topic,
                                      server_name or conf.host, [self.endpoint])

@@ -9,8 +9,9 @@ removed per reason (``0/1200 hosts available: 800 insufficient MEMORY_MB,
 
 ``scheduler-admin hosts`` and ``scheduler-admin instance show UUID`` read the
 store directly: usage against capacity per resource class, up/down, disabled,
-failed builds; an instance's state, attempts, tried hosts, its user-facing
-fault and the admin-only fault details.
+failed builds; an instance's state, attempts, tried hosts, re-drives, its
+user-facing fault and the admin-only fault details (and during a resize the
+migration, with the source's allocation parked on it).
 
 Every command takes ``--json`` for one JSON document instead of text.
 """
@@ -365,12 +366,20 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- instance show ------------------------------------------------------------------
 
 
-def instance_view(record: InstanceRecord, allocations: Mapping[str, Mapping[str, int]]
+def instance_view(record: InstanceRecord, allocations: Mapping[str, Mapping[str, int]],
+                  migration_allocations: Mapping[str, Mapping[str, int]] | None = None
                   ) -> dict[str, Any]:
     """What ``instance show`` prints: the record without its request spec, plus
-    the allocations it holds (by provider name) and its flavor."""
+    the allocations it holds (by provider name) and its flavor; during a
+    resize, the migration too (the source's allocation is parked on it)."""
     spec = record.request_spec or {}
     flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
+    resize = None
+    if record.migration_uuid:
+        resize = {"migration_uuid": record.migration_uuid, "source_host": record.source_host,
+                  "new_flavor": (record.new_flavor or {}).get("name"),
+                  "allocations": {name: dict(amounts) for name, amounts
+                                  in (migration_allocations or {}).items()}}
     return {
         "uuid": record.uuid, "state": record.state, "task_state": record.task_state,
         "host": record.host, "node": record.node, "attempts": record.attempts,
@@ -378,6 +387,7 @@ def instance_view(record: InstanceRecord, allocations: Mapping[str, Mapping[str,
         "fault_details": record.fault_details,
         "flavor": flavor.get("name") if isinstance(flavor, Mapping) else None,
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
+        "redrives": record.redrives, "resize": resize,
         "created_at": record.created_at, "updated_at": record.updated_at,
     }
 
@@ -388,15 +398,22 @@ def format_instance(view: Mapping[str, Any]) -> str:
             return "-"
         return ", ".join(value) if isinstance(value, list) else str(value)
 
-    allocations = "; ".join(f"{name}: {_resources(amounts)}"
-                            for name, amounts in view["allocations"].items())
+    def held(allocations: Mapping[str, Mapping[str, int]]) -> str:
+        return "; ".join(f"{name}: {_resources(amounts)}"
+                         for name, amounts in allocations.items()) or "-"
+
+    resize = view.get("resize")
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
         ("host", f"{show(view['host'])} (node {show(view['node'])})"),
         ("attempts", show(view["attempts"])),
         ("tried hosts", show(view["tried_hosts"])),
-        ("allocations", allocations or "-"),
+        ("allocations", held(view["allocations"])),
+        *([("resize", f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
+                      f"migration {resize['migration_uuid']} holds "
+                      f"{held(resize['allocations'])}")] if resize else []),
+        ("re-drives", show(view.get("redrives", 0))),
         ("fault", show(view["fault"])),
         ("fault details", show(view["fault_details"]) + "   [admin only]"
          if view["fault_details"] else "-"),
@@ -408,10 +425,9 @@ def format_instance(view: Mapping[str, Any]) -> str:
                       *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
 
 
-def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
-    args = conf.command
-    record = store.get_instance(args.uuid)
-    consumer = store.get_consumer(record.uuid)
+def _held_by(store: Store, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
+    """A consumer's allocations by provider name."""
+    consumer = store.get_consumer(consumer_uuid)
     allocations: dict[str, Mapping[str, int]] = {}
     for rp, amounts in (consumer.allocations.items() if consumer else ()):
         try:
@@ -419,7 +435,15 @@ def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
         except NotFound:
             name = rp
         allocations[name] = amounts
-    view = instance_view(record, allocations)
+    return allocations
+
+
+def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
+    args = conf.command
+    record = store.get_instance(args.uuid)
+    view = instance_view(record, _held_by(store, record.uuid),
+                         _held_by(store, record.migration_uuid) if record.migration_uuid
+                         else None)
     print(json.dumps(view, indent=2) if args.json else format_instance(view))
     return 0
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
+from scheduler import health
 from scheduler.engine import reasons
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
@@ -399,6 +400,7 @@ class Engine:
             except (ClaimFailed, ProviderNotFound) as exc:
                 LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
                          error=type(exc).__name__)
+                health.CLAIM_CONFLICTS.inc()
                 trace.conflicts.append((selection.host, type(exc).__name__))
                 if isinstance(exc, ClaimFailed):  # re-read the tree's providers it asked
                     for provider_uuid in selection.allocation_request.allocations:

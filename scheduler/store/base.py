@@ -23,6 +23,9 @@ Semantics (Placement's, where it is good):
   :class:`NoSuchInventory`, :class:`UnitRuleViolation`,
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
 * Release is idempotent.
+* A move hands one consumer's allocations to another in one atomic step
+  (a resize parks the instance's allocation on its migration consumer, and a
+  revert hands it back): usage does not change, a repeated move is a no-op.
 * Every provider, usage, aggregate and service-state write (reports of
   capabilities and stats included, heartbeats not) appends a
   :class:`Change` to the feed, so a worker's host view stays fresh by deltas.
@@ -257,6 +260,21 @@ class Store(abc.ABC):
         """Drop all of a consumer's allocations; True if it held any."""
 
     @abc.abstractmethod
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        """Atomically hand ``source``'s allocations to ``target``; True if moved.
+
+        The amounts stay on the same providers (usage does not change); only
+        the consumer holding them does, with its project, user and server-group
+        membership. Every touched provider's generation is bumped and fed.
+        A source that holds nothing moves nothing and returns False, so a
+        repeated move is a no-op. A target that holds allocations raises
+        :class:`ConsumerConflict` and nothing is written, unless ``replace``:
+        then the target's allocations are dropped in the same step (a resize
+        revert drops the destination's claim and restores the source's).
+        """
+
+    @abc.abstractmethod
     def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
 
     @abc.abstractmethod
@@ -336,6 +354,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]: ...
 
+    @abc.abstractmethod
+    def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
+        """Records whose ``deadline`` is set and not after ``now``, earliest first.
+
+        At most ``limit``. This is the conductor's pending set: what it sent
+        and has not heard back on in time, read from the store so that a
+        restarted conductor finds it again.
+        """
+
     # housekeeping
     @abc.abstractmethod
     def ping(self) -> bool:
@@ -373,6 +400,12 @@ def check_allocation_request(request: AllocationRequest) -> None:
     """:class:`InvalidRequest` unless every named provider gets at least one amount."""
     if not request.allocations or not all(request.allocations.values()):
         raise InvalidRequest(reason="an allocation request needs an amount on every provider")
+
+
+def check_move(source_uuid: str, target_uuid: str) -> None:
+    """:class:`InvalidRequest` for a move of a consumer onto itself."""
+    if source_uuid == target_uuid:
+        raise InvalidRequest(reason=f"cannot move allocations of {source_uuid} onto itself")
 
 
 def check_reports(reports: Iterable[ServiceReport]) -> list[ServiceReport]:

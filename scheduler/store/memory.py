@@ -14,6 +14,7 @@ in the Redis store's order (by uuid; services by host).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections import deque
@@ -52,6 +53,7 @@ from scheduler.store.base import (
     check_allocation_request,
     check_instance_changes,
     check_inventories,
+    check_move,
     check_reports,
     cursor_key,
     freeze_json,
@@ -257,6 +259,38 @@ class MemoryStore(Store):
                 self._leave_group(consumer.group_uuid, consumer.host)
             return True
 
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        check_move(source_uuid, target_uuid)
+        with self._lock:
+            source = self._consumers.get(source_uuid)
+            if source is None:
+                return False
+            target = self._consumers.get(target_uuid)
+            if target is not None and not replace:
+                raise ConsumerConflict(consumer=target_uuid)
+            touched = {rp: (dict(self._providers[rp].usages), self._providers[rp].consumers)
+                       for rp in (*source.allocations, *(target.allocations if target else ()))}
+            if target is not None:
+                for rp, amounts in target.allocations.items():
+                    usages, consumers = touched[rp]
+                    for rc, amount in amounts.items():
+                        left = usages.get(rc, 0) - amount
+                        if left > 0:
+                            usages[rc] = left
+                        else:
+                            usages.pop(rc, None)
+                    touched[rp] = (usages, max(consumers - 1, 0))
+                if target.group_uuid is not None and target.host is not None:
+                    self._leave_group(target.group_uuid, target.host)
+            for rp in sorted(touched):
+                usages, consumers = touched[rp]
+                self._set_usage(self._providers[rp], usages, consumers)
+            del self._consumers[source_uuid]
+            self._consumers[target_uuid] = dataclasses.replace(source, uuid=target_uuid,
+                                                                 generation=1)
+            return True
+
     def get_consumer(self, consumer_uuid: str) -> Consumer | None:
         with self._lock:
             return self._consumers.get(consumer_uuid)
@@ -398,6 +432,12 @@ class MemoryStore(Store):
             if uuids is None:
                 return sorted(self._instances.values(), key=lambda r: r.uuid)
             return [self._instances[u] for u in uuids if u in self._instances]
+
+    def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
+        with self._lock:
+            due = [r for r in self._instances.values()
+                   if r.deadline is not None and r.deadline <= now]
+        return sorted(due, key=lambda r: (r.deadline, r.uuid))[:limit]
 
     # housekeeping
 

@@ -79,6 +79,7 @@ from scheduler.store.base import (
     check_allocation_request,
     check_instance_changes,
     check_inventories,
+    check_move,
     check_reports,
     cursor_key,
     freeze_json,
@@ -368,6 +369,14 @@ class RedisStore(Store):
                                           args=(self._maxlen, consumer_uuid)))
 
     @_translated
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        check_move(source_uuid, target_uuid)
+        return bool(self._scripts.move_allocations(
+            keys=self._alloc_keys,
+            args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0")))
+
+    @_translated
     def get_consumer(self, consumer_uuid: str) -> Consumer | None:
         raw = self._client.hget(self.keys.consumers, consumer_uuid)
         if raw is None:
@@ -532,6 +541,12 @@ class RedisStore(Store):
         raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
         return list(_each(_instance, ((uuid, raw) for uuid, raw in zip(wanted, raws, strict=True)
                                       if raw is not None), self.keys.instances))
+
+    @_translated
+    def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
+        raws = self._scripts.due_instances(keys=(self.keys.instances,),
+                                           args=(repr(float(now)), limit))
+        return [_parse(_instance, raw, self.keys.instances) for raw in raws]
 
     # housekeeping
 

@@ -205,6 +205,65 @@ redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
 
+_LEAVE_GROUP = """
+local function leave_group(groups_key, group_uuid, host)
+  local raw = redis.call('HGET', groups_key, group_uuid)
+  if not raw then return end
+  local members = cjson.decode(raw)
+  local left = (members[host] or 0) - 1
+  if left > 0 then members[host] = left else members[host] = nil end
+  if next(members) == nil then
+    redis.call('HDEL', groups_key, group_uuid)
+  else
+    redis.call('HSET', groups_key, group_uuid, cjson.encode(members))
+  end
+end
+"""
+
+#: Hand one consumer's allocations to another (a resize parks the instance's
+#: allocation on its migration consumer; a revert hands it back).
+#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, source uuid,
+#: target uuid, '1' to drop what the target holds first (else a target that
+#: holds anything is a ConsumerConflict). Returns 1 when moved, 0 when the
+#: source held nothing (nothing written: a repeated move is a no-op).
+MOVE_ALLOCATIONS = _FAIL + _FEED + _SORTED_KEYS + _SAVE_USAGE + _LEAVE_GROUP + """
+local source_raw = redis.call('HGET', KEYS[3], ARGV[2])
+if not source_raw then return 0 end
+local target_raw = redis.call('HGET', KEYS[3], ARGV[3])
+if target_raw and ARGV[4] ~= '1' then
+  return fail('ConsumerConflict', {consumer = ARGV[3]})
+end
+local source = cjson.decode(source_raw)
+local touched = {}
+local function provider(rp)
+  if not touched[rp] then touched[rp] = cjson.decode(redis.call('HGET', KEYS[2], rp)) end
+  return touched[rp]
+end
+if target_raw then
+  local target = cjson.decode(target_raw)
+  for rp, amounts in pairs(target.allocations) do
+    local p = provider(rp)
+    for rc, amount in pairs(amounts) do
+      local left = (p.usages[rc] or 0) - amount
+      if left > 0 then p.usages[rc] = left else p.usages[rc] = nil end
+    end
+    p.consumers = math.max(p.consumers - 1, 0)
+  end
+  if target.group_uuid then leave_group(KEYS[4], target.group_uuid, target.host) end
+end
+for rp in pairs(source.allocations) do provider(rp) end
+for _, rp in ipairs(sorted_keys(touched)) do
+  local p = touched[rp]
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+source.uuid = ARGV[3]
+source.generation = 1
+redis.call('HSET', KEYS[3], ARGV[3], cjson.encode(source))
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1
+"""
+
 # --- providers and aggregates -------------------------------------------------------
 
 #: KEYS: changes, providers, provider_names. ARGV: maxlen, uuid, name, parent
@@ -463,6 +522,24 @@ redis.call('HSET', KEYS[1], ARGV[1], data)
 return data
 """
 
+#: KEYS: instances. ARGV: now, limit. Returns the JSON of the records whose
+#: deadline is a number not after ``now``, earliest first, at most ``limit``.
+#: It reads every record (O(instances), ~1 us each): the conductor stub's
+#: pending set, swept every few seconds.
+DUE_INSTANCES = """
+local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due = {}
+for _, raw in ipairs(redis.call('HVALS', KEYS[1])) do
+  local deadline = cjson.decode(raw).deadline
+  if type(deadline) == 'number' and deadline <= now then
+    due[#due + 1] = {deadline, raw}
+  end
+end
+table.sort(due, function(a, b) return a[1] < b[1] end)
+local out = {}
+for i = 1, math.min(#due, limit) do out[i] = due[i][2] end
+return out
+"""
 
 @dataclass(frozen=True)
 class Scripts:
@@ -481,6 +558,8 @@ class Scripts:
     changes: Script
     provider_by_name: Script
     update_instance: Script
+    move_allocations: Script
+    due_instances: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> Scripts:
@@ -498,4 +577,6 @@ class Scripts:
             changes=client.register_script(CHANGES),
             provider_by_name=client.register_script(PROVIDER_BY_NAME),
             update_instance=client.register_script(UPDATE_INSTANCE),
+            move_allocations=client.register_script(MOVE_ALLOCATIONS),
+            due_instances=client.register_script(DUE_INSTANCES),
         )

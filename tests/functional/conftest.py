@@ -7,32 +7,29 @@ tests fail (never skip) — CI starts them first.
 
 After every test the cluster's accounting is checked from the store: each
 provider's usage equals the sum of its live allocations and never exceeds
-its capacity.
+its capacity. The process harness (:class:`Cluster`, :class:`Process`) is in
+``cluster.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
-import uuid as uuidlib
-from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scheduler.store import Store, open_store
-
-RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
-RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
-REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# The harness lives in its own module so the benchmark suite can use it too;
+# re-exported here for the tests that import it from conftest.
+from tests.functional.cluster import (  # noqa: F401
+    RABBIT_HOST,
+    RABBIT_PORT,
+    REDIS_URL,
+    Cluster,
+    Process,
+    rabbitmqctl,
+)
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -55,144 +52,6 @@ def services_up() -> None:
     if missing:
         pytest.fail("functional tests need " + " and ".join(missing) + " (see .ci/run)",
                     pytrace=False)
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
-
-
-@dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log_events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
-
-    def count(self, event: str) -> int:
-        return sum(1 for e in self.log_events() if e.get("event") == event)
-
-    def wait_for(self, event: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.count(event):
-                return
-            if self.popen.poll() is not None:
-                raise AssertionError(f"{self.name} exited ({self.popen.returncode}) before "
-                                     f"{event}:\n{self.log_path.read_text()[-4000:]}")
-            time.sleep(0.1)
-        raise AssertionError(f"{self.name} did not log {event} within {timeout}s:\n"
-                             f"{self.log_path.read_text()[-4000:]}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-@dataclass
-class Cluster:
-    """One isolated deployment: a vhost, a key prefix, a config file, processes."""
-
-    tmp: Path
-    ident: str = field(default_factory=lambda: uuidlib.uuid4().hex[:10])
-    processes: list[Process] = field(default_factory=list)
-    extra_conf: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.vhost = f"test-{self.ident}"
-        self.prefix = f"test-{self.ident}"
-        self.transport_url = (f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/"
-                              f"{self.vhost}")
-        rabbitmqctl("add_vhost", self.vhost)
-        rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
-        self.store: Store = open_store(REDIS_URL, self.prefix)
-        self.write_config()
-
-    @property
-    def config_file(self) -> Path:
-        return self.tmp / "scheduler.conf"
-
-    def write_config(self, **groups: dict[str, Any]) -> None:
-        for group, values in groups.items():
-            self.extra_conf.setdefault(group, {}).update(values)
-        conf: dict[str, dict[str, Any]] = {
-            "DEFAULT": {"transport_url": self.transport_url, "host": f"node-{self.ident}",
-                        "rpc_response_timeout": 30},
-            "redis": {"url": REDIS_URL, "key_prefix": self.prefix},
-            "compute": {"heartbeat_interval": 2},
-        }
-        for group, values in self.extra_conf.items():
-            conf.setdefault(group, {}).update(values)
-        lines = []
-        for group, values in conf.items():
-            lines.append(f"[{group}]")
-            lines += [f"{k} = {v}" for k, v in values.items()]
-        self.config_file.write_text("\n".join(lines) + "\n")
-
-    def start(self, name: str, module: str, *args: str, ready: str | None = None) -> Process:
-        log_path = self.tmp / f"{name}.log"
-        popen = subprocess.Popen(
-            [sys.executable, "-m", module, "--config-file", str(self.config_file), *args],
-            stdout=subprocess.DEVNULL, stderr=log_path.open("wb"))
-        proc = Process(name, popen, log_path)
-        self.processes.append(proc)
-        if ready:
-            proc.wait_for(ready, timeout=60)
-        return proc
-
-    def start_compute(self, hosts: int, *args: str, name: str = "compute") -> Process:
-        return self.start(name, "compute_sim.cmd", "--hosts", str(hosts), "--name-prefix",
-                          name, *args, ready="compute_sim_started")
-
-    def start_conductor(self) -> Process:
-        return self.start("conductor", "conductor_stub.cmd", "serve", ready="conductor_started")
-
-    def start_worker(self, name: str = "worker") -> Process:
-        return self.start(name, "scheduler.cmd.worker", ready="scheduler_started")
-
-    def boot(self, *args: str, timeout: float = 120.0) -> dict[str, Any]:
-        """``conductor-stub boot ... --wait --json``, as an operator would run it."""
-        out = subprocess.run(
-            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
-             str(self.config_file), "boot", "--wait", "--json", "--timeout", str(timeout),
-             *args], capture_output=True, timeout=timeout + 60)
-        assert out.returncode == 0, out.stderr.decode()[-4000:]
-        return json.loads(out.stdout)
-
-    def check_accounting(self) -> None:
-        """Usage == sum of live allocations, and <= capacity, on every provider."""
-        summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for consumer in self.store.list_consumers():
-            for rp, resources in consumer.allocations.items():
-                for rc, amount in resources.items():
-                    summed[rp][rc] += amount
-        for provider in self.store.list_providers():
-            for rc, inv in provider.inventories.items():
-                used = provider.usages.get(rc, 0)
-                assert used == summed[provider.uuid].get(rc, 0), (provider.name, rc)
-                assert used <= inv.capacity, (provider.name, rc, used, inv.capacity)
-
-    def close(self) -> None:
-        for proc in self.processes:  # all at once: each takes a second or two to drain
-            if proc.popen.poll() is None:
-                proc.popen.send_signal(signal.SIGTERM)
-        for proc in self.processes:
-            proc.stop()
-        self.store.wipe()
-        self.store.close()
-        rabbitmqctl("delete_vhost", self.vhost)
 
 
 @pytest.fixture

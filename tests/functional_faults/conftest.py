@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from scheduler.store import Store, open_store
-from tests.functional.conftest import Cluster, Process
+from tests.functional.cluster import Cluster, Process
 
 SHARED_REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The private node's administrator (created in it, with every permission).

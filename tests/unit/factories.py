@@ -5,9 +5,11 @@ its service record (``capabilities=`` / ``stats=``: what its compute
 reports; ``traits=``, ``aggregates=``, and child providers made with
 :func:`child`, e.g. a GPU pool); :class:`FeedStore` holds them and speaks
 the part of the store contract the engine uses (snapshot, change feed,
-services, claim, release, consumers, group members), with knobs for what
-tests provoke: a claim conflict on a host, a truncated feed, another
-worker's writes.
+services, claim, release, moves, consumers, group members), with knobs
+for what tests provoke: a claim conflict on a host, a truncated feed,
+another worker's writes, an instance already running. :class:`Recorded`
+stands in for an RPC client (the conductor, compute and simulator tests
+read what would have been sent).
 """
 
 from __future__ import annotations
@@ -310,7 +312,32 @@ class FeedStore:
             self._add_usage(rp, amounts, -1)
         return True
 
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        """The contract's move: usage stays, the consumer holding it changes."""
+        held = self.consumers.get(source_uuid)
+        if held is None:
+            return False
+        if target_uuid in self.consumers:
+            if not replace:
+                raise ConsumerConflict(consumer=target_uuid)
+            self.release(target_uuid)
+        del self.consumers[source_uuid]
+        self.consumers[target_uuid] = _renamed(held, target_uuid)
+        return True
+
     # --- what tests provoke ---------------------------------------------------------
+
+    def place(self, consumer_uuid: str, name: str, amounts: Mapping[str, int]) -> None:
+        """An instance already running on host ``name`` (a resize's subject).
+
+        Held like a claim, but not one of the ``claims`` a test counts.
+        """
+        rp = uuid_of(name)
+        self.consumers[consumer_uuid] = Consumer(uuid=consumer_uuid,
+                                                 allocations={rp: dict(amounts)},
+                                                 project_id="p", user_id="u", host=name)
+        self._add_usage(rp, amounts, +1)
 
     def use(self, name: str, amounts: Mapping[str, int], fed: bool = True) -> None:
         """Another worker's claim on host ``name``.
@@ -367,3 +394,41 @@ class FeedStore:
     @staticmethod
     def _cursor(n: int) -> str:
         return f"0-{n}"
+
+
+class Recorded:
+    """Stands in for an RPC client: records every method called on it.
+
+    ``answers`` maps a method name to what it returns (a callable is called
+    with the arguments, and may raise).
+    """
+
+    def __init__(self, **answers: object) -> None:
+        self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+        self._answers = answers
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def method(*args: object, **kwargs: object) -> object:
+            self.calls.append((name, args, kwargs))
+            answer = self._answers.get(name)
+            return answer(*args, **kwargs) if callable(answer) else answer
+
+        return method
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.calls]
+
+    def last(self, name: str) -> tuple[tuple[object, ...], dict[str, object]]:
+        """The arguments of the last call of ``name``."""
+        for called, args, kwargs in reversed(self.calls):
+            if called == name:
+                return args, kwargs
+        raise AssertionError(f"{name} was not called; calls: {self.names}")
+
+
+def _renamed(consumer: Consumer, uuid: str) -> Consumer:
+    return replace(consumer, uuid=uuid, generation=1)

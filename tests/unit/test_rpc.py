@@ -1,6 +1,6 @@
-"""The RPC boundary: what each client method sends at its version (1.0, and
-1.1 for explain), and that the context and typed errors cross it (over
-oslo.messaging's fake:// driver)."""
+"""The RPC boundary: what each client method sends at the version it pins
+(scheduler: 1.0, and 1.1 for explain; compute and conductor: 1.1), and that
+the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,8 @@ def test_select_destinations_sends_v1_arguments_and_context(transport: Any,
                                                              [SEL]),
                  "reschedule", {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
                                 "failed_host": "h1", "reason": "boom",
-                                "host_list": [SEL.to_primitive()]}, id="reschedule"),
+                                "host_list": [SEL.to_primitive()], "migration_uuid": None},
+                 id="reschedule"),
     pytest.param(lambda t: rpc.ConductorClient(t).schedule_failed(CTXT, ["i-1"], "r", "d"),
                  "schedule_failed", {"instance_uuids": ["i-1"], "reason": "r", "details": "d"},
                  id="schedule_failed"),
@@ -150,6 +151,66 @@ def test_casts_send_v1_arguments(transport: Any, recorder: Recorder, send: Any, 
     name, ctxt, kwargs = _wait(recorder)
     assert (name, kwargs) == (method, expected)
     assert ctxt.request_id == "req-abc"
+
+
+def compute(t: Any) -> rpc.ComputeClient:
+    return rpc.ComputeClient(t, lambda host: "sim-1")
+
+
+@pytest.mark.parametrize("send, method, expected", [
+    pytest.param(lambda t: compute(t).prep_resize(CTXT, "i-1", "m-1", SPEC.flavor, SPEC, SEL,
+                                                  [SEL]),
+                 "prep_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1",
+                                 "new_flavor": SPEC.flavor.to_primitive(),
+                                 "request_spec": SPEC.to_primitive(),
+                                 "selection": SEL.to_primitive(),
+                                 "host_list": [SEL.to_primitive()]}, id="prep_resize"),
+    pytest.param(lambda t: compute(t).resize_instance(CTXT, "h0", "i-1", "m-1", "h1", "n1"),
+                 "resize_instance", {"instance_uuid": "i-1", "migration_uuid": "m-1",
+                                     "dest_host": "h1", "dest_node": "n1"},
+                 id="resize_instance"),
+    pytest.param(lambda t: compute(t).finish_resize(CTXT, "h1", "n1", "i-1", "m-1"),
+                 "finish_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1",
+                                   "dest_host": "h1", "dest_node": "n1"}, id="finish_resize"),
+    pytest.param(lambda t: compute(t).confirm_resize(CTXT, "h0", "i-1", "m-1"),
+                 "confirm_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+                 id="confirm_resize"),
+    pytest.param(lambda t: compute(t).revert_resize(CTXT, "h1", "i-1", "m-1"),
+                 "revert_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+                 id="revert_resize"),
+    pytest.param(lambda t: rpc.ConductorClient(t).reschedule(CTXT, "i-1", SPEC, "h1", "boom",
+                                                             [], migration_uuid="m-1"),
+                 "reschedule", {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
+                                "failed_host": "h1", "reason": "boom", "host_list": [],
+                                "migration_uuid": "m-1"}, id="reschedule-of-a-resize"),
+    pytest.param(lambda t: rpc.ConductorClient(t).resize_result(CTXT, "i-1", "m-1", None,
+                                                                False, "r", "d"),
+                 "resize_result", {"instance_uuid": "i-1", "migration_uuid": "m-1",
+                                   "host": None, "success": False, "reason": "r",
+                                   "details": "d"}, id="resize_result"),
+    pytest.param(lambda t: rpc.ConductorClient(t).resize_confirmed(CTXT, "i-1", "m-1"),
+                 "resize_confirmed", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+                 id="resize_confirmed"),
+    pytest.param(lambda t: rpc.ConductorClient(t).resize_reverted(CTXT, "i-1", "m-1"),
+                 "resize_reverted", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+                 id="resize_reverted"),
+])
+def test_resize_casts_send_v1_1_arguments(transport: Any, recorder: Recorder, send: Any,
+                                          method: str, expected: dict[str, Any]) -> None:
+    send(transport)
+    name, ctxt, kwargs = _wait(recorder)
+    assert (name, kwargs) == (method, expected)
+    assert ctxt.request_id == "req-abc"
+
+
+@pytest.mark.parametrize("client, version", [
+    # The scheduler client's newest version; each method sends its own (below).
+    pytest.param(rpc.SchedulerClient, "1.2", id="scheduler"),
+    pytest.param(rpc.ComputeClient, "1.1", id="compute"),
+    pytest.param(rpc.ConductorClient, "1.1", id="conductor"),
+])
+def test_each_client_pins_its_version(client: type, version: str) -> None:
+    assert client.VERSION == version  # type: ignore[attr-defined]
 
 
 def test_typed_errors_cross_the_boundary_whole(transport: Any, recorder: Recorder) -> None:

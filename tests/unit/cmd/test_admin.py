@@ -319,6 +319,10 @@ RETRIED = InstanceRecord(
     fault_details="max retries exceeded; hosts tried: cmp-a, cmp-b, cmp-c; last failure: boom")
 ACTIVE = InstanceRecord(uuid=uuid_of("i-active"), state="ACTIVE", task_state=None,
                         host="cmp-a", node="cmp-a", attempts=1)
+RESIZED = InstanceRecord(uuid=uuid_of("i-resized"), state="RESIZED", task_state=None,
+                         host="cmp-b", node="cmp-b", attempts=1, redrives=1,
+                         migration_uuid=uuid_of("migration"), source_host="cmp-a",
+                         new_flavor={"name": "m1.large"})
 
 
 @pytest.mark.parametrize("record, allocations, expected", [
@@ -334,11 +338,16 @@ ACTIVE = InstanceRecord(uuid=uuid_of("i-active"), state="ACTIVE", task_state=Non
         "failure: boom   [admin only]"], id="max-retries"),
     pytest.param(ACTIVE, {"cmp-a": {"VCPU": 1, "MEMORY_MB": 2048}}, [
         "  host           cmp-a (node cmp-a)", "  allocations    cmp-a: VCPU=1, MEMORY_MB=2048",
-        "  fault          -", "  fault details  -"], id="active"),
+        "  fault          -", "  fault details  -", "  re-drives      0"], id="active"),
+    pytest.param(RESIZED, {"cmp-b": {"VCPU": 4}}, [
+        "  allocations    cmp-b: VCPU=4",
+        f"  resize         to m1.large from cmp-a; migration {uuid_of('migration')} holds "
+        "cmp-a: VCPU=1", "  re-drives      1"], id="resized"),
 ])
 def test_format_instance(record: InstanceRecord, allocations: dict[str, dict[str, int]],
                          expected: list[str]) -> None:
-    text = admin.format_instance(admin.instance_view(record, allocations))
+    text = admin.format_instance(admin.instance_view(record, allocations,
+                                                     {"cmp-a": {"VCPU": 1}}))
     lines = text.splitlines()
     assert lines[0] == f"instance {record.uuid}"
     for line in expected:

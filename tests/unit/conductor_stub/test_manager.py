@@ -91,8 +91,9 @@ def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> Non
     assert record.fault == MaxRetriesExceeded.USER_MESSAGE
     assert not any(name in record.fault for name in (*HOSTS, "cmp-failed", GROUP_UUID))
     assert record.fault_details == (
-        "max retries exceeded; hosts tried: cmp-failed; last failure: simulated build failure; "
-        "alternates refused: cmp-a (GroupPolicyViolation), cmp-b (CapacityExceeded)")
+        "max retries exceeded: 2 attempt(s), hosts tried: cmp-failed; last failure: simulated "
+        "build failure; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
+        "(CapacityExceeded)")
     assert store.get_consumer(record.uuid) is None
 
 

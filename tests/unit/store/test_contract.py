@@ -453,6 +453,99 @@ def test_release_of_an_unknown_consumer(store: Store) -> None:
     assert store.release(new_uuid()) is False
 
 
+# --- moving allocations between consumers (resize, revert) ---------------------------
+
+
+@dataclass(frozen=True)
+class MoveCase:
+    name: str
+    source: dict[str, int] | None  # what the source holds on host "a" (None: nothing)
+    target: dict[str, int] | None  # what the target holds on host "b"
+    replace: bool
+    moved: bool
+    usage_a: dict[str, int]  # usage afterwards
+    usage_b: dict[str, int]
+    holders: dict[str, str]  # consumer -> the provider it holds afterwards
+    conflict: bool = False
+
+
+MOVE_CASES = [
+    MoveCase("to-an-empty-target", {"VCPU": 2, "MEMORY_MB": 512}, None, False, True,
+             {"VCPU": 2, "MEMORY_MB": 512}, {}, {"target": "a"}),
+    MoveCase("empty-source-is-a-no-op", None, {"VCPU": 1}, False, False,
+             {}, {"VCPU": 1}, {"target": "b"}),
+    MoveCase("empty-source-with-replace-keeps-the-target", None, {"VCPU": 1}, True, False,
+             {}, {"VCPU": 1}, {"target": "b"}),
+    MoveCase("holding-target-conflicts", {"VCPU": 2}, {"VCPU": 1}, False, False,
+             {"VCPU": 2}, {"VCPU": 1}, {"source": "a", "target": "b"}, conflict=True),
+    MoveCase("replace-drops-the-targets-and-restores", {"VCPU": 2}, {"VCPU": 4, "DISK_GB": 5},
+             True, True, {"VCPU": 2}, {}, {"target": "a"}),
+]
+
+
+@pytest.mark.parametrize("case", MOVE_CASES, ids=lambda c: c.name)
+def test_move_allocations(store: Store, case: MoveCase) -> None:
+    hosts = {"a": make_host(store, "a"), "b": make_host(store, "b")}
+    consumers = {"source": new_uuid(), "target": new_uuid()}
+    for who, host, amounts in (("source", "a", case.source), ("target", "b", case.target)):
+        if amounts is not None:
+            store.claim(consumers[who], ask({hosts[host].uuid: amounts}))
+    before = {name: store.get_provider(h.uuid) for name, h in hosts.items()}
+    if case.conflict:
+        with pytest.raises(ConsumerConflict) as exc:
+            store.move_allocations(consumers["source"], consumers["target"], case.replace)
+        assert exc.value.kwargs == {"consumer": consumers["target"]}
+    else:
+        assert store.move_allocations(consumers["source"], consumers["target"],
+                                      case.replace) is case.moved
+    after = {name: store.get_provider(h.uuid) for name, h in hosts.items()}
+    assert dict(after["a"].usages) == case.usage_a
+    assert dict(after["b"].usages) == case.usage_b
+    held = {who: next(iter(c.allocations)) for who, uuid in consumers.items()
+            if (c := store.get_consumer(uuid)) is not None}
+    assert held == {who: hosts[h].uuid for who, h in case.holders.items()}
+    for name in hosts:
+        assert after[name].consumers == sum(1 for h in case.holders.values() if h == name)
+        if not case.moved:
+            assert after[name] == before[name], "nothing written"
+
+
+def test_a_move_keeps_project_user_and_group_and_feeds_absolute_usage(store: Store) -> None:
+    a, b = make_host(store, "a"), make_host(store, "b")
+    instance, migration, group = new_uuid(), new_uuid(), new_uuid()
+    store.claim(instance, ask({a.uuid: {"VCPU": 2}}), GroupClaim(group, "anti-affinity", "a"))
+    claimed = store.get_provider(a.uuid)
+    cursor = store.snapshot().cursor
+    assert store.move_allocations(instance, migration) is True
+    moved = store.get_consumer(migration)
+    assert moved is not None and store.get_consumer(instance) is None
+    assert (dict(moved.allocations), moved.project_id, moved.user_id, moved.group_uuid,
+            moved.host) == ({a.uuid: {"VCPU": 2}}, "project", "user", group, "a")
+    assert store.group_hosts(group) == {"a": 1}
+    a_now = store.get_provider(a.uuid)
+    assert a_now.generation == claimed.generation + 1
+    assert [(c.kind, c.data) for c in store.changes(cursor)] == [
+        ("usage", {"uuid": a.uuid, "generation": a_now.generation, "usages": {"VCPU": 2},
+                   "consumers": 1})]
+    # A revert: the instance claimed on b meanwhile; hand the migration's back.
+    store.claim(instance, ask({b.uuid: {"VCPU": 4}}), GroupClaim(group, "anti-affinity", "b"))
+    assert store.group_hosts(group) == {"a": 1, "b": 1}
+    assert store.move_allocations(migration, instance, replace=True) is True
+    assert store.group_hosts(group) == {"a": 1}
+    assert store.get_provider(b.uuid).usages == {}
+    assert store.get_provider(b.uuid).consumers == 0
+    assert store.move_allocations(migration, instance, replace=True) is False
+    assert store.release(instance) is True
+    assert store.group_hosts(group) == {}
+    assert store.list_consumers() == []
+
+
+def test_a_move_onto_itself_is_invalid(store: Store) -> None:
+    consumer = new_uuid()
+    with pytest.raises(InvalidRequest):
+        store.move_allocations(consumer, consumer)
+
+
 # --- change feed ----------------------------------------------------------------------
 
 
@@ -728,6 +821,22 @@ def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
     assert store.get_instance(uuid) == expected
 
 
+def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, request_id="req-1", deadline=2.5)])
+    flavor = {"name": "m1.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 80,
+              "ephemeral_gb": 0, "swap_mb": 0, "extra_specs": {}}
+    updated = store.update_instance(uuid, redrives=2, migration_uuid=new_uuid(),
+                                    new_flavor=flavor, source_host="h1", source_node="h1")
+    assert updated is not None
+    assert store.get_instance(uuid) == updated
+    assert (updated.request_id, updated.redrives, updated.new_flavor, updated.source_host,
+            updated.deadline) == ("req-1", 2, flavor, "h1", 2.5)
+    cleared = store.update_instance(uuid, migration_uuid=None, new_flavor=None, deadline=None)
+    assert cleared is not None and cleared.new_flavor is None and cleared.deadline is None
+    assert store.list_instances_due(10.0) == []
+
+
 @pytest.mark.parametrize("expected_states, applies", [
     pytest.param([BUILDING], True, id="expected"),
     pytest.param([BUILDING, ERROR], True, id="one-of"),
@@ -759,6 +868,24 @@ def test_instance_update_refuses_unknown_fields_and_instances(store: Store) -> N
     with pytest.raises(InstanceNotFound):
         store.update_instance(new_uuid(), state=ERROR)
     assert store.get_instance(uuid) == InstanceRecord(uuid=uuid)
+
+
+@pytest.mark.parametrize("limit, expected", [
+    pytest.param(1000, ["past", "just-now"], id="all-due"),
+    pytest.param(1, ["past"], id="earliest-first"),
+])
+def test_instances_due_are_those_past_their_deadline(store: Store, limit: int,
+                                                     expected: list[str]) -> None:
+    now = time.time()
+    deadlines = {"past": now - 10.25, "just-now": now, "future": now + 5, "none": None}
+    uuids = {name: new_uuid() for name in deadlines}
+    store.create_instances(InstanceRecord(uuid=uuids[name], deadline=deadline)
+                           for name, deadline in deadlines.items() if name != "just-now")
+    store.create_instances([InstanceRecord(uuid=uuids["just-now"])])
+    store.update_instance(uuids["just-now"], deadline=now)  # written by the update script
+    due = store.list_instances_due(now, limit)
+    assert [r.uuid for r in due] == [uuids[name] for name in expected]
+    assert due[0].deadline == deadlines["past"]
 
 
 # --- concurrency ----------------------------------------------------------------------

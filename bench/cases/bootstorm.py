@@ -1,0 +1,175 @@
+"""Case 4: a boot storm end to end, with one and with two worker processes.
+
+Each run starts from an empty store (its own vhost and key prefix): the conductor
+(``conductor_stub.cmd serve``), one compute simulator process for all hosts
+(``compute_sim.cmd``, builds failing at random with ``storm_fail_rate``,
+rescheduled by the conductor onto the alternates), and the worker with
+``[scheduler] workers`` = 1 or 2. ``conductor_stub.cmd boot`` creates the
+instance records and casts one ``run_instance`` per instance; the records
+are then polled (once a second, so the poll costs little) until every
+instance is ACTIVE or ERROR.
+
+Two ways to storm:
+
+* ``streamed``: the boot runs while the workers serve, as an operator would
+  run it. Per instance, latency is the record's ``updated_at`` when it became
+  ACTIVE less its ``created_at``; throughput is ACTIVE instances over the
+  span from the first ``created_at`` to the last ``updated_at``. On a small
+  machine this measures the booting client as much as the workers: it sends
+  one request per instance and shares the cores with everything else.
+* ``backlog``: the workers are paused (SIGSTOP) while the boot queues every
+  request, then resumed; throughput is ACTIVE instances over the span from
+  the resume to the last ``updated_at``, what the workers, compute and
+  conductor drain once the client is out of the way. With RabbitMQ's default
+  unlimited prefetch the whole backlog would be pushed to whichever worker
+  process happened to be first, so here ``[oslo_messaging_rabbit]
+  rabbit_qos_prefetch_count`` is 20, letting the processes share it.
+
+Over the measured span, the CPU seconds of the workers, conductor, compute
+simulator, broker, Redis and (streamed) the booting client are read from
+/proc, with how many of the machine's cores were busy: what the machine
+allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from bench.procstat import CpuMeter, family
+from bench.runner import Bench
+from bench.stats import ratio, summary
+from scheduler.objects import ACTIVE, FINAL_STATES
+from tests.functional.cluster import Cluster
+
+FLAVOR = "m1.small"
+
+
+PREFETCH = 20
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    rows = []
+    # One deployment (vhost, key prefix) for every storm: the store is wiped and
+    # every process restarted between them, which is cheaper than a new vhost.
+    cluster = bench.cluster("storm")
+    try:
+        for mode in bench.sizes.storm_modes:
+            for workers in bench.sizes.storm_workers:
+                rows.append(_storm(bench, cluster, workers, mode))
+                row = rows[-1]
+                bench.log(f"  {mode}, {workers} worker(s): {row['instances_per_s']:.0f} "
+                          f"instances/s, p50 {row['median_ms']:.0f} ms, "
+                          f"p99 {row['p99_ms']:.0f} ms, {row['states']}")
+            one = next((r for r in rows if r["workers"] == 1 and r["mode"] == mode), None)
+            for row in rows:
+                if row["mode"] == mode:
+                    row["ratio_to_one_worker"] = ratio(row["instances_per_s"],
+                                                       one["instances_per_s"] if one else None)
+    finally:
+        cluster.close()
+    return {"rows": rows, "cores": bench.cores, "prefetch": PREFETCH}
+
+
+def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str, Any]:
+    sizes = bench.sizes
+    bench.log(f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
+              f"hosts, {workers} worker(s)")
+    cluster.write_config(scheduler={"workers": workers})
+    if mode == "backlog":
+        cluster.write_config(oslo_messaging_rabbit={"rabbit_qos_prefetch_count": PREFETCH})
+    paused: list[int] = []
+    try:
+        conductor = cluster.start("conductor", "conductor_stub.cmd", "serve")
+        compute = cluster.start("compute", "compute_sim.cmd", "--hosts", str(sizes.storm_hosts),
+                                "--name-prefix", "storm", "--fail-rate",
+                                str(sizes.storm_fail_rate), "--seed", "7")
+        worker = cluster.start("worker", "scheduler.cmd.worker")
+        conductor.wait_for("conductor_started", timeout=60)
+        compute.wait_for("compute_sim_started", timeout=120)
+        _wait_count(worker, "scheduler_started", workers, timeout=60)
+        meter = CpuMeter({"workers": family(worker.popen.pid), "conductor": [conductor.popen.pid],
+                          "compute": [compute.popen.pid]})
+        if mode == "backlog":
+            paused = family(worker.popen.pid)
+            _signal(paused, signal.SIGSTOP)
+        else:
+            meter.start()
+        client_cpu = _children_cpu()
+        out = subprocess.run(
+            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
+             str(cluster.config_file), "boot", "--count", str(sizes.storm_instances),
+             "--flavor", FLAVOR, "--json"],
+            capture_output=True, text=True, timeout=sizes.storm_timeout)
+        if out.returncode:
+            raise RuntimeError(f"conductor-stub boot failed: {out.stderr[-2000:]}")
+        client_cpu = _children_cpu() - client_cpu
+        uuids = json.loads(out.stdout)["instances"]
+        resumed = time.time()
+        if mode == "backlog":
+            meter.start()
+        _signal(paused, signal.SIGCONT)
+        paused = []
+        records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
+        cpu = meter.stop()
+        cluster.check_accounting()
+    finally:
+        _signal(paused, signal.SIGCONT)
+        for proc in cluster.processes:  # all at once: each takes a second to drain
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in cluster.processes:
+            proc.stop()
+        cluster.processes.clear()
+        cluster.store.wipe()
+    states = Counter(r.state for r in records)
+    active = [r for r in records if r.state == ACTIVE]
+    latencies = [r.updated_at - r.created_at for r in active]
+    start = resumed if mode == "backlog" else min(r.created_at for r in records)
+    span = max(r.updated_at for r in records if r.state in FINAL_STATES) - start
+    row = summary(latencies)
+    row.update(mode=mode, workers=workers, instances=len(uuids), hosts=sizes.storm_hosts,
+               fail_rate=sizes.storm_fail_rate, states=dict(states),
+               rescheduled=sum(1 for r in active if r.attempts > 1),
+               seconds=span, instances_per_s=len(active) / span if span > 0 else None,
+               machine_busy_cores=cpu.pop("machine_busy_cores"),
+               cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
+               | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}))
+    return row
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+def _wait_count(proc: Any, event: str, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while proc.count(event) < count:
+        if time.monotonic() > deadline or proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} did not log {event} {count} times")
+        time.sleep(0.2)
+
+
+def _wait_final(store: Any, uuids: list[str], timeout: float) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        records = store.list_instances(uuids)
+        if len(records) == len(uuids) and all(r.state in FINAL_STATES for r in records):
+            return records
+        if time.monotonic() > deadline:
+            states = Counter(r.state for r in records)
+            raise RuntimeError(f"boot storm did not finish in {timeout}s: {dict(states)}")
+        time.sleep(1.0)

@@ -1,0 +1,152 @@
+"""Case 1: the engine in-process, against the in-memory store and Redis.
+
+Three kinds of request, each a fresh request id and fresh instance uuids,
+with alternates and the atomic claim (``Engine.select(..., claim=True)``):
+one instance (two alternates), ten instances, and ten instances in a new
+strict anti-affinity group. Decisions run back to back; the first decision
+of a fresh engine (which loads the host view) is reported apart. Every claim
+made is released afterwards. The baseline, the naive Nova-style loop of
+:mod:`bench.naive`, runs on the same cloud in the same run.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import sysconfig
+import time
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+from bench import cloud, naive
+from bench.runner import Bench
+from bench.stats import summary, timed_loop
+from scheduler.engine import Engine, EngineSettings
+from scheduler.objects import RequestSpec, ServerGroup
+from scheduler.store import Store
+
+SINGLE, MULTI, ANTI = "1 instance", "10 instances", "10 instances, anti-affinity"
+
+
+def request(kind: str) -> RequestSpec:
+    spec = RequestSpec(flavor=cloud.FLAVOR, project_id="bench", user_id="bench")
+    if kind == SINGLE:
+        return spec
+    if kind == MULTI:
+        return spec.replace(num_instances=10)
+    return spec.replace(num_instances=10,
+                        group=ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity"))
+
+
+class Decider:
+    """Back-to-back decisions on one engine, remembering what they claimed."""
+
+    def __init__(self, store: Store, settings: EngineSettings | None = None) -> None:
+        self.store = store
+        self.engine = Engine(store, settings or EngineSettings())
+        self.claimed: list[str] = []
+
+    def decide(self, kind: str, claim: bool = True) -> None:
+        spec = request(kind)
+        uuids = [str(uuidlib.uuid4()) for _ in range(spec.num_instances)]
+        self.engine.select(f"req-{uuidlib.uuid4()}", spec, uuids, return_alternates=True,
+                           claim=claim)
+        if claim:
+            self.claimed.extend(uuids)
+
+    def release(self) -> None:
+        for consumer in self.claimed:
+            self.store.release(consumer)
+        self.claimed.clear()
+
+
+def measure(decider: Decider, kind: str, count: int, budget: float,
+            claim: bool = True) -> dict[str, Any]:
+    timings, wall = timed_loop(lambda _i: decider.decide(kind, claim), count, budget)
+    row = summary(timings)
+    row["requests_per_s"] = len(timings) / wall
+    row["instances_per_s"] = row["requests_per_s"] * request(kind).num_instances
+    return row
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    sizes = bench.sizes
+    rows: list[dict[str, Any]] = []
+    naive_rows: list[dict[str, Any]] = []
+    profiles: list[str] = []
+    for store_kind in ("memory", "redis"):
+        for hosts in sizes.engine_hosts:
+            bench.log(f"engine: {store_kind}, {hosts} hosts")
+            if store_kind == "memory":
+                store = bench.memory_cloud(hosts)
+                if hosts in sizes.naive_hosts:
+                    naive_rows.append(_naive(store, hosts, sizes.naive_decisions))
+                # (Redis clouds have a heartbeating process of their own.)
+                cloud.refresh_heartbeats(store, bench.plan(hosts))
+            else:
+                store = bench.redis_cloud(hosts).store
+            decider = Decider(store)
+            started = time.perf_counter()
+            decider.decide(SINGLE)
+            first = time.perf_counter() - started
+            for kind, (count, budget) in ((SINGLE, sizes.engine_single),
+                                          (MULTI, sizes.engine_multi),
+                                          (ANTI, sizes.engine_multi)):
+                row = measure(decider, kind, count, budget)
+                row.update(store=store_kind, hosts=hosts, request=kind,
+                           first_decision_ms=first * 1000 if kind == SINGLE else None)
+                rows.append(row)
+                bench.log(f"  {kind}: median {row['median_ms']:.3f} ms, "
+                          f"p99 {row['p99_ms']:.3f} ms, {row['requests_per_s']:.0f}/s")
+            if bench.profile and (hosts >= 10000 or bench.quick):
+                profiles.append(_profile(bench, decider, store_kind, hosts))
+            decider.release()
+    for row in naive_rows:
+        engine = next(r for r in rows if r["store"] == "memory" and r["hosts"] == row["hosts"]
+                      and r["request"] == SINGLE)
+        row["engine_median_ms"] = engine["median_ms"]
+        row["speedup"] = row["median_ms"] / engine["median_ms"]
+    return {"rows": rows, "naive": naive_rows, "profiles": profiles}
+
+
+def _naive(store: Store, hosts: int, budget: tuple[int, float]) -> dict[str, Any]:
+    snapshot = store.snapshot()
+    snapshot = type(snapshot)(cursor=snapshot.cursor, providers=snapshot.providers,
+                              aggregates=snapshot.aggregates, services=store.list_services())
+    scheduler = naive.NaiveScheduler(naive.host_states(snapshot))
+    spec = request(SINGLE)
+    timings, wall = timed_loop(
+        lambda _i: scheduler.select(spec, [str(uuidlib.uuid4())], time.time()), *budget)
+    row = summary(timings)
+    row.update(hosts=hosts, request=SINGLE, requests_per_s=len(timings) / wall)
+    return row
+
+
+def _profile(bench: Bench, decider: Decider, store_kind: str, hosts: int) -> str:
+    """cProfile of single-instance decisions; the top of it, by own time, to a file."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(bench.sizes.profile_decisions):
+        decider.decide(SINGLE)
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(25)
+    name = f"profile-engine-{store_kind}-{hosts}.txt"
+    path = bench.out / "profiles" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"cProfile of {bench.sizes.profile_decisions} single-instance decisions "
+              f"(claim on), {store_kind} store, {hosts} hosts\n\n")
+    path.write_text(header + _relative(text.getvalue()))
+    return f"profiles/{name}"
+
+
+def _relative(text: str) -> str:
+    """Profiles name files by absolute path; keep them readable from any checkout."""
+    paths = sysconfig.get_paths()
+    for prefix in (paths["purelib"], paths["stdlib"], str(Path(__file__).parents[2])):
+        text = text.replace(prefix + "/", "")
+    return text

@@ -1,0 +1,179 @@
+"""The instance record's state machine, as the conductor drives it.
+
+Every transition is decided by a compare-and-set on the record's state
+(:meth:`Store.update_instance` with ``expected_states``) *before* anything
+is done to allocations, so when two actors race (a result arriving while the
+sweeper gives the request up, two copies of one re-driven request) exactly
+one of them wins and the loser changes nothing::
+
+    BUILDING --build_succeeded--> ACTIVE
+    BUILDING --no host / retries exhausted / timed out--> ERROR (claim released)
+    ACTIVE --resize--> RESIZING --finished on the destination--> RESIZED
+    RESIZING --cannot be placed / retries exhausted / timed out--> ACTIVE + fault
+                                            (the source's allocation handed back)
+    RESIZED --confirm--> ACTIVE on the destination (the source's allocation dropped)
+    RESIZED --revert--> ACTIVE on the source (the destination's dropped, the
+                                            source's handed back)
+
+An instance in ERROR holds no allocation: whatever a late attempt claims for
+it is released when its result arrives, and once more when the record's
+clean-up deadline passes (see :mod:`conductor_stub.redrive`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduler.exceptions import ProviderNotFound
+from scheduler.log import get_logger
+from scheduler.objects import (
+    ACTIVE,
+    BUILDING,
+    ERROR,
+    RESIZED,
+    RESIZING,
+    Flavor,
+    InstanceRecord,
+    RequestSpec,
+)
+from scheduler.store import Store
+
+LOG = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ConductorSettings:
+    """The conductor's options, read once and passed in.
+
+    ``build_timeout`` / ``resize_timeout``: seconds to wait for an answer
+    before re-driving; ``max_redrives``: re-drives before the request has
+    timed out; ``return_alternates``: reschedule onto the alternates (else
+    ask the scheduler again); ``max_attempts``: hosts tried per instance.
+    """
+
+    build_timeout: float = 120.0
+    resize_timeout: float = 300.0
+    max_redrives: int = 3
+    sweep_interval: float = 5.0
+    return_alternates: bool = True
+    max_attempts: int = 3
+    allow_resize_to_same_host: bool = False
+
+
+Clock = Callable[[], float]
+
+
+def holds_on(store: Store, consumer_uuid: str, host: str) -> bool:
+    """True if the consumer's allocation is on ``host``'s provider.
+
+    A result from a host that does not hold the instance's claim comes from a
+    stale attempt (a duplicate of a re-driven request): the live attempt is
+    elsewhere and will report for itself.
+    """
+    held = store.get_consumer(consumer_uuid)
+    if held is None:
+        return False
+    try:
+        provider = store.get_provider_by_name(host)
+    except ProviderNotFound:
+        return False
+    return provider.uuid in held.allocations
+
+
+def fail_build(store: Store, uuid: str, fault: str, details: str, *,
+               cleanup_after: float | None = None, clock: Clock = time.time) -> bool:
+    """BUILDING -> ERROR with ``fault``, then release the instance's claim.
+
+    With ``cleanup_after``, the record keeps a deadline that many seconds
+    out, when the sweeper releases once more whatever a late attempt claimed.
+    False if the instance was no longer BUILDING (nothing done).
+    """
+    now = clock()
+    done = store.update_instance(
+        uuid, expected_states=[BUILDING], state=ERROR, task_state=None, host=None, node=None,
+        fault=fault, fault_details=details, updated_at=now,
+        deadline=None if cleanup_after is None else now + cleanup_after)
+    if done is None:
+        return False
+    released = store.release(uuid)
+    LOG.info("instance_error", instance_uuid=uuid, fault=fault, released=released)
+    return True
+
+
+def fail_resize(store: Store, record: InstanceRecord, fault: str, details: str, *,
+                clock: Clock = time.time) -> bool:
+    """RESIZING -> ACTIVE on the source with ``fault``; hand the source's
+    allocation back to the instance, dropping any destination claim.
+
+    False if the resize was no longer under way (nothing done).
+    """
+    done = store.update_instance(
+        record.uuid, expected_states=[RESIZING], state=ACTIVE, task_state=None,
+        fault=fault, fault_details=details, migration_uuid=None, new_flavor=None,
+        source_host=None, source_node=None, deadline=None, updated_at=clock())
+    if done is None:
+        return False
+    moved = False
+    if record.migration_uuid:
+        moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
+    LOG.info("resize_failed", instance_uuid=record.uuid, fault=fault, restored=moved)
+    return True
+
+
+def finish_confirm(store: Store, record: InstanceRecord, *, clock: Clock = time.time) -> bool:
+    """RESIZED -> ACTIVE on the destination, with the new flavor."""
+    spec = dict(record.request_spec or {})
+    if record.new_flavor is not None:
+        spec["flavor"] = dict(record.new_flavor)
+    done = store.update_instance(
+        record.uuid, expected_states=[RESIZED], state=ACTIVE, task_state=None,
+        request_spec=spec or None, migration_uuid=None, new_flavor=None, source_host=None,
+        source_node=None, deadline=None, updated_at=clock())
+    return done is not None
+
+
+def finish_revert(store: Store, record: InstanceRecord, *, clock: Clock = time.time) -> bool:
+    """RESIZED -> ACTIVE on the source, with the old flavor."""
+    done = store.update_instance(
+        record.uuid, expected_states=[RESIZED], state=ACTIVE, task_state=None,
+        host=record.source_host, node=record.source_node, migration_uuid=None,
+        new_flavor=None, source_host=None, source_node=None, deadline=None,
+        updated_at=clock())
+    return done is not None
+
+
+def undo_stale_migration(store: Store, record: InstanceRecord, migration_uuid: str) -> None:
+    """A result for a migration the record is not (or no longer) in.
+
+    It comes from a late copy of a re-driven resize that ran after the resize
+    had ended: that copy parked the instance's allocation on the migration
+    again. Hand it back (dropping the claim the copy made), unless another
+    resize is under way, whose allocations must not be touched.
+    """
+    if record.state in (RESIZING, RESIZED) and record.migration_uuid:
+        LOG.error("stale_migration_left", instance_uuid=record.uuid,
+                  migration_uuid=migration_uuid, current=record.migration_uuid)
+        return
+    restored = store.move_allocations(migration_uuid, record.uuid, replace=True)
+    LOG.info("stale_migration_undone", instance_uuid=record.uuid,
+             migration_uuid=migration_uuid, restored=restored)
+
+
+def resize_spec(record: InstanceRecord) -> tuple[RequestSpec, Flavor]:
+    """The request spec of a record's resize (the new flavor, the hosts tried
+    ignored), and the new flavor."""
+    assert record.request_spec is not None and record.new_flavor is not None
+    flavor = Flavor.from_primitive(dict(record.new_flavor))
+    spec = RequestSpec.from_primitive(dict(record.request_spec))
+    ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
+    return spec.replace(flavor=flavor, num_instances=1, ignore_hosts=ignore), flavor
+
+
+def build_spec(record: InstanceRecord) -> RequestSpec:
+    """The request spec to schedule one instance again (the hosts tried ignored)."""
+    assert record.request_spec is not None
+    spec = RequestSpec.from_primitive(dict(record.request_spec))
+    ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
+    return spec.replace(num_instances=1, ignore_hosts=ignore)

@@ -1,0 +1,201 @@
+"""No request lost: the conductor's deadlines and re-drives.
+
+oslo.messaging delivers casts at most once (it acknowledges before the
+endpoint runs), so a worker killed with a backlog, or a broker that drops a
+message, loses requests and nobody is told. So every request the conductor
+sends is recorded with a deadline in the instance record, in the store, and
+:class:`Sweeper` (run by ``conductor-stub serve``) re-drives the ones it has
+not heard back on:
+
+* BUILDING: ``run_instance`` is sent again for the one instance, with the
+  same request id and the hosts already tried ignored. Scheduling is
+  idempotent per instance uuid (a claim the instance holds is reused, never
+  doubled) and a compute node ignores a build it already has (or reports
+  again one it finished).
+* RESIZING: ``resize`` is sent again with the same request id, so the same
+  migration: its move is a no-op and the destination's claim is reused.
+* RESIZED, confirming or reverting: the confirm or revert is cast again.
+
+After ``max_redrives`` re-drives the request has timed out: a boot ends in
+ERROR (claim released; the record keeps a clean-up deadline, when whatever
+a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
+source with a fault, and a confirm or revert is done here, in the store.
+So no instance stays in a transitional state past
+``(max_redrives + 1) * timeout`` plus one sweep.
+
+The pending set is read from the store on every sweep, never kept in
+memory, so a restarted conductor carries on where the last one stopped.
+
+Races, and why they are safe: a re-driven request whose first copy arrives
+late finds the instance's claim and reuses it (or, if the instance has
+finished meanwhile, its result is ignored); a result arriving after a
+re-drive wins or loses the compare-and-set on the record's state and the
+re-drive's own result is then ignored; a result for an instance already
+given up releases what it holds (see :mod:`conductor_stub.records`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from conductor_stub import records
+from conductor_stub.records import ConductorSettings
+from conductor_stub.resize import Resizer, request_context
+from scheduler import policy
+from scheduler.exceptions import RequestTimedOut
+from scheduler.log import bind_request, get_logger
+from scheduler.objects import (
+    BUILDING,
+    ERROR,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
+    InstanceRecord,
+)
+from scheduler.rpc import SchedulerClient
+from scheduler.store import Store
+
+LOG = get_logger(__name__)
+
+#: What the user reads when the conductor gave up (as the policy says).
+TIMED_OUT = policy.user_reason(RequestTimedOut())
+
+#: Records handled per sweep at most (the rest wait for the next one).
+SWEEP_BATCH = 1000
+
+
+class Sweeper:
+    """Re-drives the requests past their deadline; gives up after ``max_redrives``.
+
+    ``counts`` totals what every sweep did, by kind (``run_instance``,
+    ``resize``, ``confirm``, ``revert``, ``timed_out``, ``cleaned_up``).
+    """
+
+    def __init__(self, store: Store, scheduler: SchedulerClient, resizer: Resizer,
+                 settings: ConductorSettings, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.resizer = resizer
+        self.settings = settings
+        self._clock = clock
+        self.counts: Counter[str] = Counter()
+
+    def run(self, stop: threading.Event) -> None:
+        """Sweep every ``sweep_interval`` seconds until ``stop`` is set."""
+        while not stop.wait(self.settings.sweep_interval):
+            try:
+                self.sweep()
+            except Exception as exc:  # noqa: BLE001 - the store or broker is down: next sweep
+                LOG.warning("sweep_failed", error=repr(exc))
+
+    def sweep(self) -> int:
+        """Handle every record past its deadline; return how many there were."""
+        due = self.store.list_instances_due(self._clock(), SWEEP_BATCH)
+        for record in due:
+            with bind_request(instance_uuid=record.uuid, request_id=record.request_id):
+                try:
+                    self._handle(record)
+                except Exception as exc:  # noqa: BLE001 - one record must not stop the rest
+                    LOG.warning("redrive_failed", error=repr(exc))
+        return len(due)
+
+    def _handle(self, record: InstanceRecord) -> None:
+        if record.state == BUILDING:
+            self._boot(record)
+        elif record.state == RESIZING:
+            self._resize(record)
+        elif record.state == RESIZED and record.task_state in (RESIZE_CONFIRMING,
+                                                                RESIZE_REVERTING):
+            self._finish_resize(record)
+        elif record.state == ERROR:
+            self._clean_up(record)
+        else:  # nothing outstanding: a deadline left behind
+            self.store.update_instance(record.uuid, expected_states=[record.state],
+                                       deadline=None)
+
+    # --- one kind of request each ---------------------------------------------------
+
+    def _boot(self, record: InstanceRecord) -> None:
+        timeout = self.settings.build_timeout
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_build(self.store, record.uuid, TIMED_OUT,
+                                  self._timed_out(record, "boot", timeout),
+                                  cleanup_after=timeout, clock=self._clock):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="run_instance",
+                            redrives=record.redrives)
+            return
+        if self._push(record, BUILDING, timeout) is None:
+            return
+        self.scheduler.run_instance(request_context(record), records.build_spec(record),
+                                    [record.uuid])
+        self._redriven("run_instance", record)
+
+    def _resize(self, record: InstanceRecord) -> None:
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_resize(self.store, record, TIMED_OUT,
+                                   self._timed_out(record, "resize",
+                                                   self.settings.resize_timeout),
+                                   clock=self._clock):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="resize", redrives=record.redrives)
+            return
+        updated = self._push(record, RESIZING, self.settings.resize_timeout)
+        if updated is not None:
+            self.resizer.send_resize(updated)
+            self._redriven("resize", record)
+
+    def _finish_resize(self, record: InstanceRecord) -> None:
+        confirming = record.task_state == RESIZE_CONFIRMING
+        kind = "confirm" if confirming else "revert"
+        if record.redrives >= self.settings.max_redrives:
+            # Compute never answered: do in the store what it would have done.
+            assert record.migration_uuid is not None
+            if confirming:
+                self.store.release(record.migration_uuid)
+                done = records.finish_confirm(self.store, record, clock=self._clock)
+            else:
+                self.store.move_allocations(record.migration_uuid, record.uuid, replace=True)
+                done = records.finish_revert(self.store, record, clock=self._clock)
+            if done:
+                self.counts[f"{kind}_done_here"] += 1
+                LOG.warning("resize_finished_by_conductor", kind=kind,
+                            redrives=record.redrives)
+            return
+        updated = self._push(record, RESIZED, self.settings.resize_timeout)
+        if updated is not None:
+            (self.resizer.send_confirm if confirming else self.resizer.send_revert)(updated)
+            self._redriven(kind, record)
+
+    def _clean_up(self, record: InstanceRecord) -> None:
+        """An instance given up: release what a late attempt may have claimed."""
+        released = self.store.release(record.uuid)
+        self.store.update_instance(record.uuid, expected_states=[ERROR], deadline=None)
+        if released:
+            self.counts["cleaned_up"] += 1
+        LOG.info("given_up_instance_cleaned", released=released)
+
+    # --- helpers --------------------------------------------------------------------
+
+    def _push(self, record: InstanceRecord, state: str,
+              timeout: float) -> InstanceRecord | None:
+        """Count one more re-drive and set the next deadline, if still in ``state``."""
+        now = self._clock()
+        return self.store.update_instance(record.uuid, expected_states=[state],
+                                          redrives=record.redrives + 1, updated_at=now,
+                                          deadline=now + timeout)
+
+    def _redriven(self, kind: str, record: InstanceRecord) -> None:
+        self.counts[kind] += 1
+        LOG.info("request_redriven", kind=kind, redrive=record.redrives + 1,
+                 task_state=record.task_state, host=record.host)
+
+    @staticmethod
+    def _timed_out(record: InstanceRecord, what: str, timeout: float) -> str:
+        return (f"no answer to the {what} request after {record.redrives} re-drive(s), "
+                f"{timeout:g} s each (task {record.task_state}, host {record.host or 'none'}, "
+                f"hosts tried: {', '.join(record.tried_hosts) or 'none'})")

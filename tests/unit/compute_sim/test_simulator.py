@@ -1,0 +1,211 @@
+"""The compute simulator on the in-memory store: builds idempotent per instance
+and host, claims released only by their own attempt, the resize walk (on
+hosts with child providers too, and counted in the hosts' stats)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
+from scheduler.engine.capabilities import IO_OPS_STAT
+from scheduler.objects import AllocationRequest, Selection
+from scheduler.rpc import RequestContext
+from scheduler.store import MemoryStore
+from tests.unit.factories import Recorded, spec, uuid_of
+
+SPEC = spec(vcpus=1, ram=1024, disk=10)
+CTXT = RequestContext(request_id="req-sim")
+INSTANCE = uuid_of("instance")
+MIGRATION = uuid_of("migration")
+
+
+class Sim:
+    """A simulator of hosts h1..h3 and what it sent."""
+
+    def __init__(self, build_time: float, fail_hosts: tuple[str, ...] = (),
+                 fail_resize_hosts: tuple[str, ...] = (),
+                 topology: Topology = Topology()) -> None:
+        self.store = MemoryStore()
+        self.seen: list[tuple[str, bool]] = []  # (call, instance held?) at reschedule time
+        self.conductor = Recorded(reschedule=self._note)
+        self.compute = Recorded()
+        self.sim = ComputeSimulator(
+            self.store, self.conductor, ["h1", "h2", "h3"], "sim",  # type: ignore[arg-type]
+            HostShape(), build_time=build_time, fail_hosts=fail_hosts,
+            compute=self.compute, fail_resize_hosts=fail_resize_hosts,  # type: ignore[arg-type]
+            topology=topology)
+        self.sim.register()
+
+    def _note(self, ctxt: Any, uuid: str, *args: Any, **kwargs: Any) -> None:
+        self.seen.append(("reschedule", self.store.get_consumer(uuid) is not None))
+
+    def claim(self, consumer: str, host: str) -> None:
+        self.store.claim(consumer, AllocationRequest({provider_uuid(host): SPEC.resources},
+                                                     "p", "u"))
+
+    def build(self, host: str) -> None:
+        self.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(),
+                                        selection(host).to_primitive(), [])
+
+    def prep(self, host: str) -> None:
+        self.sim.prep_resize(CTXT, INSTANCE, MIGRATION, SPEC.flavor.to_primitive(),
+                             SPEC.to_primitive(), selection(host).to_primitive(),
+                             [selection("h3").to_primitive()])
+
+    def io_ops(self, host: str) -> int:
+        (service,) = [s for s in self.store.list_services() if s.host == host]
+        return int(service.stats.get(IO_OPS_STAT, 0))
+
+    def wait(self, name: str, count: int = 1) -> None:
+        deadline = time.monotonic() + 5
+        while self.conductor.names.count(name) + self.compute.names.count(name) < count:
+            assert time.monotonic() < deadline, f"no {name}: {self.conductor.names}"
+            time.sleep(0.01)
+
+
+def selection(host: str) -> Selection:
+    return Selection(host=host, node=host, provider_uuid=provider_uuid(host),
+                     allocation_request=AllocationRequest(
+                         {provider_uuid(host): SPEC.resources}, "p", "u"), weight=0.0)
+
+
+@pytest.fixture
+def make() -> Iterator[Any]:
+    made: list[Sim] = []
+
+    def build(*args: Any, **kwargs: Any) -> Sim:
+        made.append(Sim(*args, **kwargs))
+        return made[-1]
+
+    yield build
+    for sim in made:
+        sim.sim.stop()
+
+
+# --- builds -----------------------------------------------------------------------------
+
+
+def test_a_duplicate_of_a_running_build_is_ignored(make: Any) -> None:
+    sim = make(build_time=0.3)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    time.sleep(0.05)
+    assert sim.conductor.names == ["build_succeeded"] and sim.sim.builds_ok == 1
+
+
+def test_a_duplicate_of_a_finished_build_reports_again(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    sim.build("h1")  # the first report may have been lost
+    assert sim.conductor.names == ["build_succeeded", "build_succeeded"]
+    assert sim.sim.builds_ok == 1
+
+
+def test_a_cast_after_a_failure_is_a_new_attempt(make: Any) -> None:
+    sim = make(build_time=0.0, fail_hosts=("h1",))
+    for _ in range(2):
+        sim.claim(INSTANCE, "h1")
+        sim.build("h1")
+        sim.wait("reschedule", len(sim.seen) + 1)
+    assert sim.sim.builds_failed == 2
+    assert sim.seen == [("reschedule", False)] * 2, "released before handing back"
+
+
+@pytest.mark.parametrize("claim_on, kept", [
+    pytest.param("h1", False, id="own-claim-released"),
+    pytest.param("h2", True, id="live-claim-elsewhere-kept"),
+])
+def test_a_failed_build_releases_only_its_own_claim(make: Any, claim_on: str,
+                                                    kept: bool) -> None:
+    sim = make(build_time=0.0, fail_hosts=("h1",))
+    sim.claim(INSTANCE, claim_on)
+    sim.build("h1")
+    sim.wait("reschedule")
+    assert (sim.store.get_consumer(INSTANCE) is not None) is kept
+
+
+# --- resize -----------------------------------------------------------------------------
+
+
+def test_a_failed_prep_releases_the_destination_before_the_retry(make: Any) -> None:
+    sim = make(build_time=0.0, fail_resize_hosts=("h2",))
+    sim.claim(MIGRATION, "h1")  # the source, parked
+    sim.claim(INSTANCE, "h2")  # the destination's claim
+    sim.prep("h2")
+    sim.wait("reschedule")
+    assert sim.seen == [("reschedule", False)]
+    (_, _, _, failed, _, alternates), kwargs = sim.conductor.last("reschedule")
+    assert (failed, [a.host for a in alternates], kwargs) == (  # type: ignore[attr-defined]
+        "h2", ["h3"], {"migration_uuid": MIGRATION})
+    assert sim.store.get_consumer(MIGRATION) is not None, "the source stays parked"
+
+
+def test_prep_resize_finish_then_duplicates(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(MIGRATION, "h1")
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2")
+    sim.wait("resize_instance")
+    (_, source, instance, migration, dest, node), _ = sim.compute.last("resize_instance")
+    assert (source, instance, migration, dest, node) == ("h1", INSTANCE, MIGRATION, "h2", "h2")
+    sim.sim.resize_instance(CTXT, INSTANCE, MIGRATION, "h2", "h2")  # as the source would
+    sim.wait("finish_resize")
+    sim.sim.finish_resize(CTXT, INSTANCE, MIGRATION, "h2", "h2")  # as the destination would
+    assert sim.conductor.last("resize_result")[0][1:] == (INSTANCE, MIGRATION, "h2", True)
+    sim.prep("h2")  # a re-drive after the end: report again
+    assert sim.conductor.names.count("resize_result") == 2
+
+
+def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h2")  # the migration holds nothing: given up meanwhile
+    sim.prep("h2")
+    time.sleep(0.1)
+    assert sim.compute.calls == [] and sim.conductor.calls == []
+
+
+@pytest.mark.parametrize("confirm, holders", [
+    pytest.param(True, {INSTANCE: "h2"}, id="confirm-drops-the-source"),
+    pytest.param(False, {INSTANCE: "h1"}, id="revert-drops-the-destination"),
+])
+def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(MIGRATION, "h1")
+    sim.claim(INSTANCE, "h2")
+    (sim.sim.confirm_resize if confirm else sim.sim.revert_resize)(CTXT, INSTANCE, MIGRATION)
+    names = {p.uuid: p.name for p in sim.store.list_providers()}
+    assert {c.uuid: names[next(iter(c.allocations))]
+            for c in sim.store.list_consumers()} == holders
+    assert sim.conductor.names == ["resize_confirmed" if confirm else "resize_reverted"]
+
+
+def test_a_prep_counts_as_an_io_op_on_the_destination_while_under_way(make: Any) -> None:
+    sim = make(build_time=0.3)
+    sim.claim(MIGRATION, "h1")
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2")
+    sim.prep("h2")  # a duplicate is not counted twice
+    assert (sim.io_ops("h1"), sim.io_ops("h2")) == (0, 1)
+    sim.wait("resize_instance")
+    assert sim.io_ops("h2") == 0
+
+
+def test_the_source_is_the_root_of_a_parked_allocation_on_a_tree(make: Any) -> None:
+    sim = make(build_time=0.0, topology=Topology(vgpus_per_gpu=2))
+    gpu = provider_uuid(gpu_name("h1", 0))
+    # The child provider listed first: a GPU pool is not a host to cast to.
+    sim.store.claim(MIGRATION, AllocationRequest(
+        {gpu: {"VGPU": 1}, provider_uuid("h1"): SPEC.resources}, "p", "u"))
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2")
+    sim.wait("resize_instance")
+    (_, source, *_), _ = sim.compute.last("resize_instance")
+    assert source == "h1"
