@@ -53,11 +53,13 @@ from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
     Forbidden,
+    InternalError,
     InvalidRequest,
     MaxRetriesExceeded,
     NoValidHost,
     ProviderNotFound,
     SchedulerError,
+    SchedulerUnavailable,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -217,7 +219,7 @@ class ConductorEndpoint:
                              ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried))))
         try:
             selection = self._select_again(ctxt, uuid, retry)
-        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+        except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
             self._build_failed(uuid, exc, f"{policy.admin_details(exc)} (after {attempts} "
                                f"attempt(s), hosts tried: {', '.join(tried)})", attempts, tried)
             return
@@ -302,7 +304,7 @@ class ConductorEndpoint:
                 retry = retry.replace(ignore_hosts=(*retry.ignore_hosts, record.source_host))
             try:
                 selection = self._select_again(ctxt, uuid, retry)
-            except (NoValidHost, InvalidRequest, Forbidden) as exc:
+            except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
                 records.fail_resize(self.store, record, policy.user_reason(exc),
                                     policy.admin_details(exc), clock=self._clock)
                 return
@@ -394,8 +396,9 @@ class ConductorEndpoint:
         try:
             return self.scheduler.select_destinations(ctxt, spec, [uuid],
                                                       return_alternates=False)[0][0]
-        except oslo_messaging.MessagingTimeout:
-            LOG.warning("select_again_timed_out")
+        except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
+            # No answer, or the scheduler cannot reach the store for now.
+            LOG.warning("select_again_timed_out", error=type(exc).__name__)
             return None
 
 
@@ -490,15 +493,17 @@ class Booter:
         try:
             selections = self.scheduler.select_destinations(
                 ctxt, spec, uuids, return_alternates=self.return_alternates)
-        except (NoValidHost, InvalidRequest, Forbidden) as exc:
+        except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
             # The user reads what the policy allows; the admin details say why.
             for uuid in uuids:
                 records.fail_build(self.store, uuid, policy.user_reason(exc),
                                    policy.admin_details(exc))
             return
-        except oslo_messaging.MessagingTimeout:
-            # No answer: the records keep their deadlines, the conductor re-drives.
-            LOG.warning("select_destinations_timed_out", instance_uuids=list(uuids))
+        except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
+            # No answer, or not for now: the records keep their deadlines, the
+            # conductor re-drives.
+            LOG.warning("select_destinations_timed_out", instance_uuids=list(uuids),
+                        error=type(exc).__name__)
             return
         single = spec.replace(num_instances=1)
         for uuid, per_instance in zip(uuids, selections, strict=True):

@@ -544,9 +544,12 @@ class RedisStore(Store):
 
     @_translated
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
-        raws = self._scripts.due_instances(keys=(self.keys.instances,),
-                                           args=(repr(float(now)), limit))
-        return [_parse(_instance, raw, self.keys.instances) for raw in raws]
+        due, unreadable = self._scripts.due_instances(keys=(self.keys.instances,),
+                                                      args=(repr(float(now)), limit))
+        for name in unreadable:  # the script skipped them: say so
+            LOG.error("corrupt_record", key=f"{self.keys.instances}[{name}]",
+                      reason="not a JSON object")
+        return list(_each(_instance, _pairs(due), self.keys.instances))
 
     # housekeeping
 

@@ -522,23 +522,34 @@ redis.call('HSET', KEYS[1], ARGV[1], data)
 return data
 """
 
-#: KEYS: instances. ARGV: now, limit. Returns the JSON of the records whose
-#: deadline is a number not after ``now``, earliest first, at most ``limit``.
-#: It reads every record (O(instances), ~1 us each): the conductor stub's
-#: pending set, swept every few seconds.
+#: KEYS: instances. ARGV: now, limit. Returns {the records whose deadline is a
+#: number not after ``now``, earliest first, at most ``limit``, flat as
+#: (uuid, JSON) pairs; the uuids of values that are not a JSON object}. It
+#: reads every record (O(instances), ~1 us each): the conductor stub's
+#: pending set, swept every few seconds. A foreign or damaged value is
+#: skipped and named, never fails the sweep.
 DUE_INSTANCES = """
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local due = {}
-for _, raw in ipairs(redis.call('HVALS', KEYS[1])) do
-  local deadline = cjson.decode(raw).deadline
-  if type(deadline) == 'number' and deadline <= now then
-    due[#due + 1] = {deadline, raw}
+local due, unreadable = {}, {}
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  local ok, record = pcall(cjson.decode, flat[i + 1])
+  if ok and type(record) == 'table' then
+    local deadline = record.deadline
+    if type(deadline) == 'number' and deadline <= now then
+      due[#due + 1] = {deadline, flat[i], flat[i + 1]}
+    end
+  else
+    unreadable[#unreadable + 1] = flat[i]
   end
 end
 table.sort(due, function(a, b) return a[1] < b[1] end)
 local out = {}
-for i = 1, math.min(#due, limit) do out[i] = due[i][2] end
-return out
+for i = 1, math.min(#due, limit) do
+  out[#out + 1] = due[i][2]
+  out[#out + 1] = due[i][3]
+end
+return {out, unreadable}
 """
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ def store() -> Iterator[RedisStore]:
     if not store.ping():
         pytest.fail(f"Redis at {REDIS_URL} does not answer")
     populate(store, [host("h1", ram=4096), host("h2", ram=4096)])
-    store.create_instances([InstanceRecord(uuid=uuid_of("i-ok"))])
+    store.create_instances([InstanceRecord(uuid=uuid_of("i-ok")),
+                            InstanceRecord(uuid=uuid_of("i-due"), deadline=100.0)])
     yield store
     store.wipe()
     store.close()
@@ -71,6 +72,11 @@ BAD_VALUES = [
     pytest.param("instances", json.dumps({"state": "ACTIVE"}),
                  lambda s: s.list_instances([uuid_of("i-ok"), FIELD]),
                  lambda s: s.get_instance(FIELD), id="instance-asked-by-uuid"),
+    # The conductor's sweep: a value that is not a record never stops it.
+    pytest.param("instances", GARBAGE, lambda s: s.list_instances_due(2e9), None,
+                 id="instance-in-the-sweep"),
+    pytest.param("instances", json.dumps({"deadline": 1.0}),
+                 lambda s: s.list_instances_due(2e9), None, id="due-instance-missing-fields"),
 ]
 
 
