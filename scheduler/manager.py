@@ -85,8 +85,16 @@ def call_errors(method: str) -> Iterator[None]:
         raise InternalError() from None
 
 
+#: The longest request id taken from a caller (it is bound to every log line).
+MAX_REQUEST_ID = 128
+
+
 def _request_id(ctxt: Any) -> str:
-    return getattr(ctxt, "request_id", None) or f"req-{uuidlib.uuid4()}"
+    """The caller's request id, or a new one when it sent none or nonsense."""
+    value = getattr(ctxt, "request_id", None)
+    if isinstance(value, str) and 0 < len(value) <= MAX_REQUEST_ID:
+        return value
+    return f"req-{uuidlib.uuid4()}"
 
 
 def _safe_uuids(raw: Any) -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 
 from scheduler import rpc
 from scheduler.objects import Flavor, RequestSpec
-from tests.functional_faults.conftest import FaultCluster
+from tests.functional_faults.conftest import FaultCluster, PrivateRabbit
 
 TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
 SPEC = RequestSpec(flavor=TINY, project_id="p", user_id="u").to_primitive()
@@ -65,9 +65,10 @@ BAD_CASTS = [
     pytest.param(envelope("run_instance", [1, 2]), "application/json", id="args-a-list"),
     pytest.param(envelope("run_instance", {"request_spec": SPEC, "bogus": 1}),
                  "application/json", id="unexpected-argument"),
-    pytest.param(envelope("run_instance", {"request_spec": SPEC,
+    # A context of the wrong types gives no admin powers: forcing a host is refused.
+    pytest.param(envelope("run_instance", {"request_spec": {**SPEC, "force_hosts": ["h"]},
                                            "instance_uuids": [str(uuidlib.uuid4())]},
-                          context={"roles": 5, "is_admin": "yes", "request_id": ["x"]}),
+                          context={"roles": 5, "is_admin": "yes", "request_id": ["x"] * 9}),
                  "application/json", id="context-of-the-wrong-types"),
     pytest.param(envelope("run_instance", {"request_spec": {**SPEC, "user_id": "u" * (2 * MB)},
                                            "instance_uuids": [str(uuidlib.uuid4())]}),
@@ -95,15 +96,36 @@ BAD_CALLS = [
                  "InvalidRequest", id="arguments-of-the-wrong-types"),
     pytest.param("explain", {"request_spec": SPEC}, "1.1", "Forbidden",
                  id="explain-for-a-member"),
+    pytest.param("explain", {"request_spec": SPEC}, "1.1", "Forbidden",
+                 id="explain-for-a-truthy-is_admin"),
 ]
 
 
-@pytest.fixture
-def deployment(cluster: FaultCluster) -> Iterator[tuple[FaultCluster, Any]]:
-    cluster.start_conductor()
-    cluster.start_compute(3, "--build-time", "0.01")
-    worker = cluster.start_worker()
-    yield cluster, worker
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory,
+               private_rabbit: PrivateRabbit) -> Iterator[tuple[FaultCluster, Any]]:
+    """One deployment for every message of this module: each test checks the
+    same worker process is still there and serving."""
+    cluster = FaultCluster(tmp_path_factory.mktemp("raw-amqp"), broker=private_rabbit)
+    try:
+        cluster.start_conductor()
+        cluster.start_compute(3, "--build-time", "0.01")
+        worker = cluster.start_worker()
+        yield cluster, worker
+        cluster.check_accounting()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def transport(deployment: tuple[FaultCluster, Any]) -> Iterator[Any]:
+    from scheduler import conf as conf_mod
+
+    conf_mod.set_defaults()
+    conf_mod.CONF([], project="scheduler", default_config_files=[])
+    t = rpc.get_transport(conf_mod.CONF, url=deployment[0].transport_url)
+    yield t
+    t.cleanup()
 
 
 def amqp_url(cluster: FaultCluster) -> str:
@@ -136,20 +158,23 @@ def test_a_bad_cast_is_logged_and_dropped_and_the_worker_serves_on(
     cluster, worker = deployment
     pid = worker.popen.pid
     before = len(worker.log_events())
+    held = cluster.store.list_consumers()
     publish(cluster, body, content_type)
     assert serves(cluster, transport)
     assert worker.popen.poll() is None and worker.popen.pid == pid
     logged = worker.log_events()[before:]
     assert any(e.get("level") in ("error", "warning") for e in logged), \
         "the bad message was logged"
-    assert cluster.store.list_consumers() == [], "nothing claimed for it"
+    assert cluster.store.list_consumers() == held, "nothing claimed for it"
 
 
 @pytest.mark.parametrize("method, args, version, error", BAD_CALLS)
 def test_a_bad_call_is_answered_with_an_error_and_the_worker_serves_on(
-        deployment: tuple[FaultCluster, Any], transport: Any, method: str, args: Any,
-        version: str, error: str) -> None:
+        request: pytest.FixtureRequest, deployment: tuple[FaultCluster, Any], transport: Any,
+        method: str, args: Any, version: str, error: str) -> None:
     cluster, worker = deployment
+    context = ({"request_id": "req-1", "is_admin": "yes", "roles": ["admin"]}
+               if request.node.callspec.id == "explain-for-a-truthy-is_admin" else None)
     reply_q = f"test-reply-{uuidlib.uuid4().hex}"
     msg_id = uuidlib.uuid4().hex
     with kombu.Connection(amqp_url(cluster)) as conn:
@@ -159,8 +184,8 @@ def test_a_bad_call_is_answered_with_an_error_and_the_worker_serves_on(
         replies: list[dict[str, Any]] = []
         with conn.Consumer(queue, callbacks=[lambda body, msg: (replies.append(body),
                                                                 msg.ack())]):
-            conn.Producer().publish(envelope(method, args, version, reply_q=reply_q,
-                                             msg_id=msg_id),
+            conn.Producer().publish(envelope(method, args, version, context=context,
+                                             reply_q=reply_q, msg_id=msg_id),
                                     exchange="scheduler", routing_key="scheduler",
                                     content_type="application/json", content_encoding="utf-8")
             while not any(json.loads(r["oslo.message"]).get("ending") for r in replies):
