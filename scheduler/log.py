@@ -64,7 +64,7 @@ def _masked(value: Any, depth: int = 0) -> Any:
 def _add_process(process: str) -> Any:
     def processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
                   ) -> MutableMapping[str, Any]:
-        event_dict.setdefault("process", process)
+        event_dict["process"] = process
         return event_dict
     return processor
 
@@ -87,15 +87,16 @@ def setup(*, json_lines: bool | None = None, level: str = "INFO",
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    if process:
-        # On every line, whichever thread logs it (context variables do not
-        # follow the RPC server's worker threads).
-        shared.append(_add_process(process))
     renderer: Any = (structlog.processors.JSONRenderer() if json_lines
                      else structlog.dev.ConsoleRenderer(colors=False))
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[
+            # The process name on every line, whichever thread logs it (context
+            # variables do not follow the RPC server's threads), set here in the
+            # formatter: loggers a parent used before it forked a worker keep
+            # the parent's processors, never its formatter.
+            *([_add_process(process)] if process else []),
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
             _mask_processor,

@@ -14,6 +14,11 @@ candidate step (:mod:`scheduler.engine.placement`) then asks every host's
 provider tree at once; disabled and down hosts are removed before the
 ``max_placement_results`` cut.
 
+An instance that already holds a claim (a re-driven request) reuses it,
+never claims twice; unless the claim's host has stopped heartbeating, when
+the claim is released and the instance placed afresh on a live host (its
+build went down with the host, and nothing else would ever move it).
+
 Every decision is reproducible: the random draws for one instance come from
 a generator seeded with the request id and the instance uuid, so replaying
 the same request on the same view gives the same hosts. Each instance leaves
@@ -243,6 +248,11 @@ class Engine:
                     # must find the instance it already placed, never claim twice
                     # (the stages below still run, for its alternates).
                     held = self.store.get_consumer(instance_uuid) if claim else None
+                    if held is not None and self._on_a_down_host(held, now):
+                        # Its host died with the build (no result will come):
+                        # place it afresh, as if it had never been placed.
+                        self._release_from_down_host(held)
+                        held = None
                     # Candidates: host constraints, liveness, then the provider
                     # trees with room for every request group; what placement
                     # answers. Disabled and down hosts go before the cut, and
@@ -470,6 +480,24 @@ class Engine:
         LOG.info("allocation_reused", instance_uuid=held.uuid, host=host)
         return index, Selection(host=host, node=host, provider_uuid=provider_uuid,
                                 allocation_request=request, weight=weight)
+
+    def _on_a_down_host(self, held: Consumer, now: float) -> bool:
+        """Whether the host of a claim the instance holds has stopped heartbeating."""
+        for provider_uuid in held.allocations:
+            index = self.view.index_of_uuid(provider_uuid)
+            if index is not None:
+                return bool(abs(now - self.view.last_seen[index])
+                            > self.settings.service_down_time)
+        return False
+
+    def _release_from_down_host(self, held: Consumer) -> None:
+        """Drop a re-driven instance's claim on a host that is down, so it is placed
+        again on a live one (the conductor re-drives a boot whose build never
+        reported back; re-using the claim would send it to the dead host again)."""
+        host = next((self.view.names[i] for rp in held.allocations
+                     if (i := self.view.index_of_uuid(rp)) is not None), held.host)
+        self.store.release(held.uuid)
+        LOG.warning("allocation_on_down_host_released", instance_uuid=held.uuid, host=host)
 
     def _no_valid_host(self, trace: InstanceTrace) -> NoValidHost:
         details = trace.details()

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import structlog
 
 from scheduler.exceptions import NoValidHost
-from scheduler.objects import MEMORY_MB, VCPU
+from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
 from tests.unit.factories import engine, group, host, populate, spec, uuid_of
 
 memory = pytest.importorskip("scheduler.store.memory")
@@ -90,3 +91,20 @@ def test_released_request_leaves_nothing_and_reselect_reuses() -> None:
     again = eng.select("req2", spec(ram=1024), [uuid_of("i0")])
     assert first[0][0].host == again[0][0].host
     assert len(store.list_consumers()) == 1
+
+
+@pytest.mark.parametrize("up, placed_on, released", [
+    pytest.param(True, "h0", False, id="host-alive-claim-reused"),
+    pytest.param(False, "h1", True, id="host-down-placed-again"),
+])
+def test_a_redriven_request_reuses_its_claim_unless_the_host_is_down(
+        up: bool, placed_on: str, released: bool) -> None:
+    store = memory_store(host("h0", up=up), host("h1", ram=2048))
+    store.claim(uuid_of("i1"), AllocationRequest({uuid_of("h0"): {MEMORY_MB: 1024}}, "p", "u"))
+    with structlog.testing.capture_logs() as logs:
+        [[primary, *_]] = engine(store).select("req-again", spec(ram=1024), [uuid_of("i1")])
+    assert primary.host == placed_on
+    [held] = store.list_consumers()
+    assert held.uuid == uuid_of("i1") and list(held.allocations) == [uuid_of(placed_on)]
+    assert any(e["event"] == "allocation_on_down_host_released" for e in logs) is released
+    assert_usage_is_the_sum_of_allocations(store)
