@@ -145,13 +145,18 @@ class SchedulerService:
         LOG.info("scheduler_stopped")
 
     def _wait_for_store(self, max_delay: float = 10.0) -> None:
+        """Until the store answers, with bounded back-off, saying so each time
+        (a wrong password or an unreachable server would otherwise be a
+        silent hang at start)."""
         delay = 0.5
         while True:
+            error = "no answer (unreachable, or the credentials were refused)"
             try:
                 if self.store.ping():
                     return
             except StoreUnavailable as exc:
-                LOG.warning("store_unreachable", error=exc.message, retry_in=delay)
+                error = exc.message
+            LOG.warning("store_unreachable", error=error, retry_in=delay)
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
 
