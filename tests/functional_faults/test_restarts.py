@@ -76,8 +76,10 @@ def test_the_broker_restarted_mid_storm(cluster: FaultCluster,
         claims_reused=worker.count("allocation_reused"))
     print("\nbroker restart:", json.dumps(figures))
     assert in_flight > 0
+    # (How many messages the restart loses depends on what sat in the queues,
+    # and what was published before its consumer re-declared its queue: the
+    # re-drives are a figure here, not a condition.)
     assert figures["final_states"] == {"ACTIVE": 400}, figures
-    assert figures["instances_redriven"] > 0, "messages were lost with the queues, re-driven"
     assert worker.popen.poll() is None and conductor.popen.poll() is None
 
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import oslo_messaging
 import pytest
 
 from conductor_stub.manager import Booter, ConductorEndpoint, group_claim
-from scheduler.exceptions import Forbidden, InvalidRequest, MaxRetriesExceeded, NoValidHost
+from scheduler.exceptions import (
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    MaxRetriesExceeded,
+    NoValidHost,
+    SchedulerUnavailable,
+)
 from scheduler.objects import (
     ERROR,
     AllocationRequest,
@@ -16,6 +24,7 @@ from scheduler.objects import (
     RequestSpec,
     Selection,
 )
+from scheduler.policy import INTERNAL_ERROR_MESSAGE
 from scheduler.rpc import RequestContext
 from scheduler.store.base import GroupClaim
 from scheduler.store.memory import MemoryStore
@@ -126,6 +135,8 @@ class Scheduler:
     pytest.param(Forbidden(reason="forcing a host requires an admin context"),
                  "forbidden: forcing a host requires an admin context",
                  "forbidden: forcing a host requires an admin context", id="forbidden"),
+    pytest.param(InternalError(), INTERNAL_ERROR_MESSAGE, InternalError.msg,
+                 id="internal-error"),
 ])
 def test_select_destinations_mode_puts_refused_instances_in_error(
         error: Exception, fault: str, details: str) -> None:
@@ -134,3 +145,18 @@ def test_select_destinations_mode_puts_refused_instances_in_error(
     uuids = booter.boot(CTXT, spec().flavor, 2, per_request=2, mode="select_destinations")
     records = store.list_instances(uuids)
     assert [(r.state, r.fault, r.fault_details) for r in records] == [(ERROR, fault, details)] * 2
+
+
+@pytest.mark.parametrize("error", [
+    pytest.param(SchedulerUnavailable(), id="scheduler-cannot-reach-its-store"),
+    pytest.param(oslo_messaging.MessagingTimeout(), id="no-answer"),
+])
+def test_select_destinations_mode_leaves_the_instances_to_the_redrive(error: Exception) -> None:
+    """Not an answer about the request: the records keep building, with their
+    deadlines, and the conductor re-drives them."""
+    store = _store()
+    booter = Booter(store, Scheduler(error), Compute())  # type: ignore[arg-type]
+    uuids = booter.boot(CTXT, spec().flavor, 2, per_request=2, mode="select_destinations")
+    records = store.list_instances(uuids)
+    assert [(r.state, r.fault) for r in records] == [("BUILDING", None)] * 2
+    assert all(r.deadline is not None for r in records)
