@@ -99,11 +99,12 @@ def _request_id(ctxt: Any) -> str:
 
 def _safe_uuids(raw: Any) -> list[str]:
     """The instance uuids of a request that failed validation, as far as they are
-    readable, so the conductor can still put those instances in ERROR."""
+    readable, so the conductor can still put those instances in ERROR (the
+    first MAX_INSTANCES_PER_REQUEST of them: a request may hold any number)."""
     if not isinstance(raw, list | tuple):
         return []
     out = []
-    for value in raw:
+    for value in raw[:MAX_INSTANCES_PER_REQUEST]:
         try:
             out.append(validate_uuid(value, "instance_uuids[]"))
         except InvalidRequest:
@@ -282,7 +283,7 @@ class SchedulerEndpoint:
                 uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
             except (InvalidRequest, Forbidden) as exc:
                 refused = exc
-                uuids = tuple(_safe_uuids(instance_uuids)[:MAX_INSTANCES_PER_REQUEST])
+                uuids = tuple(_safe_uuids(instance_uuids))
             payload = {"request_spec": spec.to_primitive() if refused is None and spec else None,
                        "instance_uuids": list(uuids)}
             with self.notifier.action(ctxt, "run_instance", payload) as end:
