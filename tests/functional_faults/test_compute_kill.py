@@ -39,7 +39,10 @@ def test_a_compute_killed_with_builds_in_flight(cluster: FaultCluster) -> None:
         return {c.uuid for c in cluster.store.list_consumers()
                 if c.uuid in building and set(c.allocations) & doomed_rps}
 
-    wait_until(lambda: len(building_on_doomed()) >= 30, 60, "builds under way on the doomed")
+    # A handful is enough to prove the point; how many overlap depends on how
+    # fast the storm is sent, which a loaded machine slows down.
+    wait_until(lambda: len(building_on_doomed()) >= 5, 90, "builds under way on the doomed",
+               interval=0.05)
     doomed.popen.send_signal(signal.SIGKILL)
     doomed.popen.wait()
     lost_builds = building_on_doomed()
