@@ -183,7 +183,7 @@ class Change:
     kind ``aggregate``: an :class:`Aggregate`;
     kind ``service``: a :class:`Service` (disabled state, failed-build count,
     capabilities or stats changed; plain heartbeats are not fed, they are
-    read with ``list_services``);
+    read with ``heartbeats``);
     kind ``corrupt`` (:data:`CORRUPT_CHANGE`): an entry the store cannot read
     (something foreign or damaged in the feed); ``data`` is the
     :class:`~scheduler.exceptions.CorruptRecord` naming it. Readers log it and
@@ -313,6 +313,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         """Record that these hosts are alive at ``now`` (not fed as changes)."""
+
+    @abc.abstractmethod
+    def heartbeats(self) -> dict[str, float]:
+        """Every host's last heartbeat, by host (registered or not).
+
+        Liveness alone, one number per host and no service record read: what
+        a host view re-reads every ``services_refresh_interval``, since
+        heartbeats are not fed (everything else about a service is).
+        """
 
     @abc.abstractmethod
     def list_services(self) -> list[Service]: ...
