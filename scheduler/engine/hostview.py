@@ -18,9 +18,10 @@ Python loop over hosts:
 
 The view is built from :meth:`Store.snapshot` and kept fresh by applying
 :meth:`Store.changes` deltas; when the cursor has fallen off the stream
-(:class:`StreamTruncated`) it reloads. Heartbeats are not in the change feed:
-services are re-read with :meth:`Store.list_services` at most every
-``services_refresh_interval`` seconds.
+(:class:`StreamTruncated`) it reloads. Everything about a service is in the
+change feed except its heartbeats: those alone are re-read, one number per
+host (:meth:`Store.heartbeats`), at most every ``services_refresh_interval``
+seconds, and applied to ``last_seen`` as one array operation.
 
 A host is a root provider named after it (node = host name). Its child
 providers (a GPU or PCI pool, a NUMA cell: any provider whose root is the
@@ -41,6 +42,7 @@ doubling); the public column attributes return exactly those rows.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -80,6 +82,7 @@ _HOST_COLUMNS: tuple[tuple[str, type, Any], ...] = (
     ("_generation", np.int64, -1),
     ("_consumers", np.int64, 0),
     ("_last_seen", np.float64, -math.inf),  # no service record: never seen, so down
+    ("_has_service", np.bool_, False),
     ("_disabled", np.bool_, False),
     ("_failed_builds", np.int64, 0),
     ("_agg_set", np.int32, 0),
@@ -149,7 +152,7 @@ class HostView:
         """Catch up with the store: load once, then apply deltas.
 
         Falls back to a full reload when the cursor fell off the stream, and
-        re-reads services when ``services_refresh_interval`` has passed.
+        re-reads heartbeats when ``services_refresh_interval`` has passed.
         """
         if self._cursor is None:
             self.load(now)
@@ -168,7 +171,7 @@ class HostView:
             self.load(now)
             return
         if now - self._services_read_at >= self._services_interval:
-            self._read_services(self._store.list_services(), now)
+            self._read_heartbeats(self._store.heartbeats(), now)
 
     def load(self, now: float) -> None:
         """Rebuild the whole view from a snapshot, a column at a time."""
@@ -715,6 +718,7 @@ class HostView:
         return i
 
     def _put_service(self, i: int, service: Service) -> None:
+        self._has_service[i] = True
         self._last_seen[i] = max(self._last_seen[i], service.last_seen)
         self._disabled[i] = service.disabled
         self._failed_builds[i] = service.failed_builds
@@ -727,8 +731,24 @@ class HostView:
         n = len(known)
         rows = np.fromiter((self._index[s.host] for s in known), dtype=np.int64, count=n)
         seen = np.fromiter((s.last_seen for s in known), dtype=np.float64, count=n)
+        self._has_service[rows] = True
         self._last_seen[rows] = np.maximum(self._last_seen[rows], seen)
         self._disabled[rows] = np.fromiter((s.disabled for s in known), dtype=bool, count=n)
         self._failed_builds[rows] = np.fromiter((s.failed_builds for s in known),
                                                 dtype=np.int64, count=n)
+        self._services_read_at = now
+
+    def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:
+        """Move ``last_seen`` forward to these heartbeats, in bulk.
+
+        Only rows with a service record take one: a host that heartbeats
+        without having registered stays never seen, as it was.
+        """
+        rows = np.fromiter(map(self._index.get, seen, itertools.repeat(-1)), dtype=np.int64,
+                           count=len(seen))
+        when = np.fromiter(seen.values(), dtype=np.float64, count=len(seen))
+        keep = rows >= 0
+        keep[keep] = self._has_service[rows[keep]]
+        rows, when = rows[keep], when[keep]
+        self._last_seen[rows] = np.maximum(self._last_seen[rows], when)
         self._services_read_at = now

@@ -179,7 +179,7 @@ class Change:
     kind ``aggregate``: an :class:`Aggregate`;
     kind ``service``: a :class:`Service` (disabled state, failed-build count,
     capabilities or stats changed; plain heartbeats are not fed, they are
-    read with ``list_services``).
+    read with ``heartbeats``).
     """
 
     cursor: str
@@ -305,6 +305,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         """Record that these hosts are alive at ``now`` (not fed as changes)."""
+
+    @abc.abstractmethod
+    def heartbeats(self) -> dict[str, float]:
+        """Every host's last heartbeat, by host (registered or not).
+
+        Liveness alone, one number per host and no service record read: what
+        a host view re-reads every ``services_refresh_interval``, since
+        heartbeats are not fed (everything else about a service is).
+        """
 
     @abc.abstractmethod
     def list_services(self) -> list[Service]: ...

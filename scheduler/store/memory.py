@@ -6,18 +6,19 @@ all-in-one demo and fast unit tests. Every public method holds one
 as a Lua script is on Redis. Records handed out are immutable: a write
 replaces a provider rather than changing it, and mappings are read-only views.
 
-The change feed is a bounded deque whose cursors compare like Redis stream
-ids (``"<n>-0"``, n counting every change ever fed), and it raises
-:class:`StreamTruncated` by the same rule as the Redis store. Lists come back
+The change feed is a list whose cursors compare like Redis stream ids
+(``"<n>-0"``, n counting every change ever fed), so the change after a
+cursor is found by arithmetic, not by a scan: reading it costs what it
+returns, however long the feed. Past ``stream_maxlen`` it is trimmed back
+in one step once it holds twice as many (like Redis's approximate trim),
+and it raises :class:`StreamTruncated` by the same rule as the Redis store. Lists come back
 in the Redis store's order (by uuid; services by host).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -84,12 +85,15 @@ class MemoryStore(Store):
         self._services: dict[str, Service] = {}  # last_seen lives in _heartbeats
         self._heartbeats: dict[str, float] = {}
         self._instances: dict[str, InstanceRecord] = {}
-        self._feed: deque[Change] = deque(maxlen=stream_maxlen)
+        self._feed: list[Change] = []  # the last changes fed, oldest first
+        self._maxlen = stream_maxlen
         self._fed = 0  # changes ever fed: the last cursor is f"{_fed}-0"
 
     def _append(self, kind: str, data: Any) -> None:
         self._fed += 1
         self._feed.append(Change(cursor=f"{self._fed}-0", kind=kind, data=data))
+        if len(self._feed) >= 2 * self._maxlen:  # amortised: one trim per maxlen appends
+            del self._feed[:len(self._feed) - self._maxlen]
 
     # providers
 
@@ -322,7 +326,7 @@ class MemoryStore(Store):
                 raise StreamTruncated(cursor=cursor)
             # change n sits at index n - dropped - 1; the first after "<n>-<s>" is n + 1
             start = max(after[0] - dropped, 0)
-            return list(itertools.islice(self._feed, start, start + limit))
+            return self._feed[start:start + limit]
 
     # services
 
@@ -362,6 +366,10 @@ class MemoryStore(Store):
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         with self._lock:
             self._heartbeats.update(dict.fromkeys(hosts, now))
+
+    def heartbeats(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._heartbeats)
 
     def list_services(self) -> list[Service]:
         with self._lock:

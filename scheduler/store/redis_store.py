@@ -439,6 +439,14 @@ class RedisStore(Store):
             self._client.hset(self.keys.heartbeats, mapping=seen)
 
     @_translated
+    def heartbeats(self) -> dict[str, float]:
+        seen = self._client.hgetall(self.keys.heartbeats)
+        try:
+            return dict(zip(seen, map(float, seen.values()), strict=True))
+        except ValueError as exc:
+            raise CorruptRecord(key=self.keys.heartbeats, reason=repr(exc)) from exc
+
+    @_translated
     def list_services(self) -> list[Service]:
         pipe = self._client.pipeline(transaction=True)
         pipe.hvals(self.keys.services)

@@ -256,6 +256,9 @@ class FeedStore:
     def list_services(self) -> list[Service]:
         return list(self.services.values())
 
+    def heartbeats(self) -> dict[str, float]:
+        return {host: s.last_seen for host, s in self.services.items()}
+
     def get_provider(self, uuid: str) -> Provider:
         if uuid not in self.providers:
             raise ProviderNotFound(uuid)
@@ -366,7 +369,7 @@ class FeedStore:
         self._append("aggregate", aggregate)
 
     def heartbeat(self, name: str, now: float) -> None:
-        """A heartbeat: not fed, only seen through ``list_services``."""
+        """A heartbeat: not fed, only seen through ``heartbeats`` and ``list_services``."""
         self.services[name] = replace(self.services[name], last_seen=now)
 
     def truncate(self) -> None:

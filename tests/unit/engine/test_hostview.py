@@ -314,3 +314,22 @@ def test_heartbeats_are_reread_at_most_every_interval() -> None:
     assert view.last_seen.tolist() == [NOW - 3600]  # not yet re-read
     view.refresh(NOW + 2)
     assert view.last_seen.tolist() == [NOW + 1]
+
+
+def test_heartbeats_of_hosts_without_a_service_record_are_not_taken() -> None:
+    store = FeedStore([host("h1", up=False), host("h2", service=False)])
+    view = loaded(store, services_refresh_interval=2.0)
+    store.heartbeat("h1", NOW + 1)
+    store.services["h2"] = Service(host="h2", rpc_server="x", last_seen=NOW + 1)  # not fed
+    view.refresh(NOW + 2)
+    assert view.last_seen.tolist() == [NOW + 1, -np.inf]
+
+
+def test_only_heartbeats_are_reread_the_rest_comes_with_the_feed() -> None:
+    store = FeedStore([host("h1")])
+    view = loaded(store, services_refresh_interval=2.0)
+    store.services["h1"] = Service(host="h1", rpc_server="x", last_seen=NOW + 1,
+                                   disabled=True, failed_builds=2)  # not fed
+    view.refresh(NOW + 2)
+    assert (view.last_seen.tolist(), view.disabled.tolist(), view.failed_builds.tolist()) == (
+        [NOW + 1], [False], [0])

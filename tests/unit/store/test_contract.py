@@ -659,6 +659,16 @@ def test_a_cursor_that_fell_off_the_stream_is_truncated(make_store: MakeStore) -
     assert len(snap.aggregates) == 300
 
 
+def test_a_cursor_within_the_last_maxlen_changes_is_still_read(make_store: MakeStore) -> None:
+    store = make_store(stream_maxlen=5)
+    for i in range(300):
+        store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
+    cursor = store.snapshot().cursor  # from here on, the last 5 changes include it
+    for i in range(300, 304):
+        store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
+    assert [c.data.name for c in store.changes(cursor)] == [f"agg-{i}" for i in range(300, 304)]
+
+
 @pytest.mark.parametrize("cursor", ["99999999999999-0", "not-a-cursor", ""])
 def test_a_cursor_this_feed_never_issued_is_truncated(store: Store, cursor: str) -> None:
     store.put_aggregate(Aggregate(uuid=new_uuid(), name="x"))
@@ -688,6 +698,15 @@ def test_heartbeats_are_not_fed(store: Store) -> None:
     cursor = store.snapshot().cursor
     store.heartbeat(["h1"], 5.0)
     assert store.changes(cursor) == []
+
+
+def test_heartbeats_alone_are_read_by_host(store: Store) -> None:
+    assert store.heartbeats() == {}
+    store.register_services([Service(host="h1", rpc_server="sim-1")])
+    now = time.time()
+    store.heartbeat(["h1", "unregistered"], 1234.25)
+    store.heartbeat(["h1"], now)
+    assert store.heartbeats() == {"h1": now, "unregistered": 1234.25}  # exactly, as floats
 
 
 def test_service_state_changes_are_fed_once(store: Store) -> None:
