@@ -4,10 +4,23 @@ Published with oslo.messaging's Notifier (driver ``messagingv2``), publisher
 id ``scheduler.<host>``. :meth:`Notifier.action` makes the pairing a
 structural guarantee: the ``.end`` is sent in a ``finally``, so every
 ``.start`` has its ``.end`` even when the request fails.
+
+Publishing is off the request's path: a publish waits for the broker's
+confirm (about a millisecond of a worker's time per notification), so the
+request only queues the notification and one thread of the notifier's own
+publishes them, in the order queued (a ``.start`` always goes out before its
+``.end``), each in the logging context of the request that sent it. The
+queue is bounded (``queue_size``): when it is full, the request waits for
+room, so a notification is never dropped for lack of it.
+:meth:`Notifier.stop` publishes what is queued before it returns; whatever
+is notified after that is published on the caller's thread.
 """
 
 from __future__ import annotations
 
+import contextvars
+import queue
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -18,15 +31,27 @@ from scheduler.log import get_logger
 
 LOG = get_logger(__name__)
 
+#: Notifications waiting to be published, at most (then a request waits).
+QUEUE_SIZE = 1000
+
+#: One notification to publish: the logging context it was sent in, then
+#: priority, request context, event type and payload.
+_Pending = tuple[contextvars.Context, str, Any, str, dict[str, Any]]
+
 
 class Notifier:
     def __init__(self, transport: oslo_messaging.Transport | None, host: str,
-                 topic: str = "notifications", enabled: bool = True) -> None:
+                 topic: str = "notifications", enabled: bool = True,
+                 queue_size: int = QUEUE_SIZE) -> None:
         self._notifier: oslo_messaging.Notifier | None = None
         if enabled and transport is not None:
             self._notifier = oslo_messaging.Notifier(
                 transport, publisher_id=f"scheduler.{host}", driver="messagingv2",
                 topics=[topic])
+        self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=queue_size)
+        self._lock = threading.Lock()  # guards the publisher's start and stop
+        self._publisher: threading.Thread | None = None
+        self._stopped = False
 
     def info(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
         self._emit("info", ctxt, event_type, payload)
@@ -34,14 +59,47 @@ class Notifier:
     def error(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
         self._emit("error", ctxt, event_type, payload)
 
+    def stop(self, timeout: float = 30.0) -> None:
+        """Publish every notification queued so far, then stop the publisher."""
+        with self._lock:
+            self._stopped = True
+            publisher = self._publisher
+            if publisher is not None:
+                self._queue.put(None)
+        if publisher is not None:
+            publisher.join(timeout)
+            if publisher.is_alive():
+                LOG.warning("notifications_not_flushed", waiting=self._queue.qsize())
+
     def _emit(self, priority: str, ctxt: Any, event_type: str,
               payload: Mapping[str, Any]) -> None:
         if self._notifier is None:
             return
+        pending = (contextvars.copy_context(), priority, ctxt, event_type, dict(payload))
+        with self._lock:
+            if not self._stopped:
+                if self._publisher is None:
+                    self._publisher = threading.Thread(
+                        target=self._publish_queued, name="notifier", daemon=True)
+                    self._publisher.start()
+                self._queue.put(pending)  # waits while the queue is full
+                return
+        self._publish(*pending)  # stopped: on the caller's thread
+
+    def _publish_queued(self) -> None:
+        while (pending := self._queue.get()) is not None:
+            self._publish(*pending)
+
+    def _publish(self, logging_context: contextvars.Context, priority: str, ctxt: Any,
+                 event_type: str, payload: dict[str, Any]) -> None:
+        logging_context.run(self._send, priority, ctxt, event_type, payload)
+
+    def _send(self, priority: str, ctxt: Any, event_type: str, payload: dict[str, Any]) -> None:
+        assert self._notifier is not None  # only queued when there is one
         # A notification that cannot be sent must not fail the request it
         # describes: the decision and the claim already happened.
         try:
-            getattr(self._notifier, priority)(ctxt, event_type, dict(payload))
+            getattr(self._notifier, priority)(ctxt, event_type, payload)
         except Exception as exc:  # noqa: BLE001 - logged, the request goes on
             LOG.warning("notification_failed", event_type=event_type, error=repr(exc))
 

@@ -122,13 +122,14 @@ class SchedulerService:
                  server_name: str | None = None) -> None:
         self.store = store
         self.engine = Engine(store, engine_settings(conf))
-        notifier = Notifier(notification_transport, conf.host, topic=conf.notifications.topic,
-                            enabled=conf.notifications.enabled)
+        self.notifier = Notifier(notification_transport, conf.host,
+                                 topic=conf.notifications.topic,
+                                 enabled=conf.notifications.enabled)
         self.endpoint = SchedulerEndpoint(
             self.engine,
             rpc.ComputeClient(transport, ServiceResolver(store)),
             rpc.ConductorClient(transport),
-            notifier,
+            self.notifier,
             allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
         )
         self.server = rpc.get_server(transport, conf.scheduler.topic,
@@ -142,6 +143,7 @@ class SchedulerService:
     def stop(self) -> None:
         self.server.stop()
         self.server.wait()
+        self.notifier.stop()  # what the requests served notified, published
         LOG.info("scheduler_stopped")
 
     def _wait_for_store(self, max_delay: float = 10.0) -> None:
