@@ -10,8 +10,8 @@ writing, then while another process (:mod:`bench.claim_writer`) makes
 ``writer_rate`` claims per second on the same store. Every decision first
 applies the changes written since the one before; the difference between
 the two medians is what catching up costs a decision. Run twice: with the
-default settings, where the view also re-reads every service record (the
-heartbeats, which are not in the change feed) every
+default settings, where the view also re-reads the heartbeats (the one thing
+about a service that is not in the change feed, one number per host) every
 ``services_refresh_interval`` (2 s), and with that re-read deferred past the
 run, which isolates the change stream's own cost.
 """
@@ -42,7 +42,7 @@ def run(bench: Bench) -> dict[str, Any]:
         for deferred in sizes.catchup_deferred:
             services = DEFERRED_SERVICES if deferred else DEFAULT_SERVICES
             catchup.append(_catchup(bench, rc, hosts, services))
-            bench.log(f"  catch-up, services {services}: "
+            bench.log(f"  catch-up, heartbeats {services}: "
                       f"{catchup[-1]['cost_per_decision_ms']:.3f} ms per decision "
                       f"({catchup[-1]['changes_per_decision']:.0f} changes)")
     return {"cold_load": loads, "catchup": catchup}
