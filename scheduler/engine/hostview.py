@@ -632,25 +632,35 @@ class HostView:
             i = self._add_row(p)
         elif p.generation < self._generation[i]:
             return  # older than what the view holds (a provider re-read got ahead)
-        for rc in p.inventories:
+        for rc in (*p.inventories, *p.usages):
             self._rc_row(rc)
-        for attr, _dtype, fill in _RC_COLUMNS:
-            getattr(self, attr)[:, i] = fill
-        for rc, inv in p.inventories.items():
-            j = self._rc[rc]
-            self._total[j, i] = inv.total
-            self._reserved[j, i] = inv.reserved
-            self._ratio[j, i] = inv.allocation_ratio
-            self._capacity[j, i] = inv.capacity
-            self._min_unit[j, i] = inv.min_unit
-            self._max_unit[j, i] = inv.effective_max_unit
-            self._step[j, i] = inv.step_size
-        for rc, amount in p.usages.items():
-            self._used[self._rc_row(rc), i] = amount
+        self._write_resources("", i, p)
         self._generation[i] = p.generation
         self._consumers[i] = p.consumers
         self._agg_set[i] = self._agg_code(frozenset(p.aggregates))
         self._set_bits(self._trait_bits, self._agg_bits, i, p)
+
+    def _write_resources(self, prefix: str, col: int, p: Provider) -> None:
+        """Fill column ``col`` of the per-class buffers (``prefix`` "" for hosts,
+        "_k" for child providers) from ``p``'s inventories and usages; every
+        class ``p`` names already has its row."""
+        for attr, _dtype, fill in _RC_COLUMNS:
+            getattr(self, prefix + attr)[:, col] = fill
+        total, reserved, ratio, capacity, min_unit, max_unit, step, used = (
+            getattr(self, prefix + name) for name in (
+                "_total", "_reserved", "_ratio", "_capacity", "_min_unit", "_max_unit",
+                "_step", "_used"))
+        for rc, inv in p.inventories.items():
+            j = self._rc[rc]
+            total[j, col] = inv.total
+            reserved[j, col] = inv.reserved
+            ratio[j, col] = inv.allocation_ratio
+            capacity[j, col] = inv.capacity
+            min_unit[j, col] = inv.min_unit
+            max_unit[j, col] = inv.effective_max_unit
+            step[j, col] = inv.step_size
+        for rc, amount in p.usages.items():
+            used[self._rc[rc], col] = amount
 
     def _put_kid(self, p: Provider) -> None:
         """A child provider: its row in the kid table, counted toward its root's host."""
@@ -670,20 +680,8 @@ class HostView:
             return
         for rc in (*p.inventories, *p.usages):
             self._rc_row(rc)
-        for attr, _dtype, fill in _RC_COLUMNS:
-            getattr(self, "_k" + attr)[:, k] = fill
         self._kid_classes.update(p.inventories)
-        for rc, inv in p.inventories.items():
-            j = self._rc[rc]
-            self._k_total[j, k] = inv.total
-            self._k_reserved[j, k] = inv.reserved
-            self._k_ratio[j, k] = inv.allocation_ratio
-            self._k_capacity[j, k] = inv.capacity
-            self._k_min_unit[j, k] = inv.min_unit
-            self._k_max_unit[j, k] = inv.effective_max_unit
-            self._k_step[j, k] = inv.step_size
-        for rc, amount in p.usages.items():
-            self._k_used[self._rc[rc], k] = amount
+        self._write_resources("_k", k, p)
         self._k_host[k] = host
         self._k_generation[k] = p.generation
         self._set_bits(self._k_trait_bits, self._k_agg_bits, k, p)
