@@ -1,11 +1,21 @@
 """A worker process killed with SIGKILL mid-storm, and another started.
 
 Three workers are forked by one ``scheduler-worker`` (``[scheduler] workers =
-3``). While 600 boots pour in, one of them is killed with SIGKILL: every
-request it had pulled off the queue and not finished is lost (oslo.messaging
-acknowledged them on receipt). The supervisor starts another in its place,
-and the conductor re-drives what it does not hear back on. Afterwards every
-instance is ACTIVE or in ERROR with a reason, nothing is doubled or leaked.
+3``). While boots pour in, one of them is killed with SIGKILL: every request
+it had pulled off the queue and not finished is lost (oslo.messaging
+acknowledges a cast before the endpoint runs). The supervisor starts another
+in its place, and the conductor re-drives what it does not hear back on.
+Afterwards every instance is ACTIVE or in ERROR with a reason, nothing is
+doubled or leaked.
+
+A fast worker finishes a request in milliseconds, so a kill timed from the
+outside may well find it idle and lose nothing, which would leave the
+re-drive untested. To be sure the killed worker holds requests, the kill
+lands while the store is frozen (the test's private Redis stopped with
+SIGSTOP, for well under the store's socket timeout): the last part of the
+storm is cast meanwhile, each worker takes its share off the queue,
+acknowledges it and waits on the store, and then one worker dies holding
+its share.
 """
 
 from __future__ import annotations
@@ -13,9 +23,33 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
 
-from tests.functional_faults.conftest import FaultCluster, wait_until
+import pytest
+
+from conductor_stub.flavors import load_catalog
+from scheduler import rpc
+from scheduler.objects import InstanceRecord, RequestSpec
+from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
+
+#: Cast while the store is frozen; each of the three workers takes about a third.
+HELD = 60
+
+
+@pytest.fixture
+def cluster(private_redis: Callable[..., PrivateRedis],
+            make_cluster: Callable[..., FaultCluster]) -> Iterator[FaultCluster]:
+    """The deployment on a Redis of the test's own, so that it can be frozen
+    (asked for first, so that it outlives the deployment's checks)."""
+    redis = private_redis()
+    c = make_cluster(redis_url=redis.url())
+    c.private_redis = redis  # type: ignore[attr-defined]
+    yield c
+    if redis.popen is not None and redis.popen.poll() is None:
+        redis.popen.send_signal(signal.SIGCONT)
 
 
 def worker_pids(log: list[dict]) -> dict[str, list[int]]:
@@ -27,25 +61,41 @@ def worker_pids(log: list[dict]) -> dict[str, list[int]]:
     return pids
 
 
-def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster) -> None:
+def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transport) -> None:
     cluster.write_config(scheduler={"workers": 3}, conductor=FAST_CONDUCTOR)
     conductor = cluster.start_conductor()
     cluster.start_compute(40, "--build-time", "0.01")
     workers = cluster.start("workers", "scheduler.cmd.worker")
     wait_until(lambda: workers.count("scheduler_started") == 3, 60, "three workers")
-
-    storm = start_storm(cluster, 600, senders=3)
     doomed = "scheduler-worker.1"
-
-    def decided_by_doomed() -> int:
-        return sum(1 for e in workers.log_events() if e.get("process") == doomed
-                   and e.get("event") == "instance_scheduled")
-
-    wait_until(lambda: decided_by_doomed() >= 40, 60, f"{doomed} to be busy")
     [pid] = worker_pids(workers.log_events())[doomed]
-    os.kill(pid, signal.SIGKILL)
+
+    storm = start_storm(cluster, 600 - HELD, senders=3)
+    # The rest of the storm: records made now (the conductor's deadlines on
+    # them), the requests cast once the store is frozen.
+    spec = RequestSpec(flavor=load_catalog("")[storm.flavor], project_id="demo",
+                       user_id="demo", num_instances=1)
+    held = [str(uuidlib.uuid4()) for _ in range(HELD)]
+    now = time.time()
+    cluster.store.create_instances(
+        InstanceRecord(uuid=u, request_spec=spec.to_primitive(), created_at=now,
+                       updated_at=now, deadline=now + FAST_CONDUCTOR["build_timeout"])
+        for u in held)
+    storm.uuids += held
+    client = rpc.SchedulerClient(transport)
+
+    redis = cluster.private_redis  # type: ignore[attr-defined]
+    redis.popen.send_signal(signal.SIGSTOP)
+    try:
+        for u in held:
+            client.run_instance(rpc.RequestContext(user_id="demo", project_id="demo"),
+                                spec, [u])
+        time.sleep(1.0)  # every worker takes its share and blocks on the store
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        redis.popen.send_signal(signal.SIGCONT)
     in_flight = storm.mark_fault()
-    decided_before_kill = decided_by_doomed()
+
     # The supervisor notices and starts another worker in its place.
     wait_until(lambda: len(worker_pids(workers.log_events()).get(doomed, [])) == 2, 30,
                "a replacement worker")
@@ -55,7 +105,7 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster) -> None:
     records = assert_settled_cleanly(storm)
 
     figures = storm.figures(
-        decided_by_killed_worker=decided_before_kill,
+        held_by_the_workers_at_the_kill=HELD,
         replacement_pid=worker_pids(workers.log_events())[doomed][1],
         claims_reused=workers.count("allocation_reused"),
         redrives_logged=conductor.count("request_redriven"))
