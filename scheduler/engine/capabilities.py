@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -58,6 +58,7 @@ import structlog
 from scheduler.exceptions import ProviderNotFound
 from scheduler.image_meta import canonical_arch, canonical_hv_type, canonical_vm_mode
 from scheduler.store.base import Aggregate, Service, Store
+from scheduler.store.columns import ServiceColumns
 
 LOG = structlog.get_logger(__name__)
 
@@ -224,14 +225,17 @@ class _Categorical:
         self.codes = grown
 
     def set(self, row: int | np.ndarray, value: Any) -> None:
+        self.codes[row] = self.code(value)
+
+    def code(self, value: Any) -> int:
+        """The code of ``value`` (a new one for a value not seen before)."""
         if value is None:
-            self.codes[row] = 0
-            return
+            return 0
         code = self._code.get(value)
         if code is None:
             code = self._code[value] = len(self.values)
             self.values.append(value)
-        self.codes[row] = code
+        return code
 
     def mask(self, predicate: Callable[[Any], bool], idx: np.ndarray) -> np.ndarray:
         """``predicate`` of each host's value (None when not reported), per candidate."""
@@ -291,8 +295,10 @@ class HostCapabilities:
         self._stats: dict[str, np.ndarray] = {}
         self._pci: dict[tuple[str, str], np.ndarray] = {}
         self._numa = np.zeros((0, 0, 2), dtype=np.int64)  # row, cell, (cpus, memory_mb)
-        self._row_keys: dict[int, tuple[frozenset[str], frozenset[str],
-                                        frozenset[tuple[str, str]]]] = {}
+        # Which attribute and PCI columns, and which stat columns, a row has
+        # values in (so that a new report can clear what the old one set).
+        self._report_keys = _Categorical(0)
+        self._stat_keys = _Categorical(0)
         self._parsed: dict[int, tuple[Mapping[str, Any], _Parsed]] = {}
         self._parsed_text: dict[str, _Parsed] = {}
         self._aggregates: dict[str, Aggregate] = {}
@@ -306,7 +312,8 @@ class HostCapabilities:
         if rows <= self._rows:
             return
         rows = max(rows, 2 * self._rows)
-        for column in (*self._attributes.values(), self._supported):
+        for column in (*self._attributes.values(), self._supported, self._report_keys,
+                       self._stat_keys):
             column.grow(rows)
         self._version = _grown(self._version, rows)
         self._io_ops = _grown(self._io_ops, rows)
@@ -320,61 +327,59 @@ class HostCapabilities:
         self._numa = numa
         self._rows = rows
 
-    def load(self, index: Mapping[str, int], services: Iterable[Service],
+    def load(self, size: int, rows: np.ndarray, services: ServiceColumns,
              aggregates: Iterable[Aggregate]) -> None:
-        """Fill every row from a snapshot (``index``: host name -> row).
+        """Fill the columns from a snapshot's services, for a view of ``size``
+        rows (``rows``: each service's row in the view, -1 for none).
 
-        Column by column: hosts sharing a report are written together, so
-        the Python work per host is a couple of dict operations.
+        Capabilities a report at a time (hosts share a handful), stats a
+        stat at a time: array operations, with no Python work per host.
         """
         self.clear()
-        self.grow(len(index))
+        self.grow(size)
         self._aggregates = {agg.uuid: agg for agg in aggregates}
-        groups: dict[int, tuple[_Parsed, list[int]]] = {}
-        stats: dict[str, tuple[list[int], list[int]]] = {}
-        for service in services:
-            row = index.get(service.host)
-            if row is None:
-                continue
-            parsed = self._parse(service)
-            groups.setdefault(id(parsed), (parsed, []))[1].append(row)
-            for name, value in _stats(service).items():
-                rows, values = stats.setdefault(name, ([], []))
-                rows.append(row)
-                values.append(value)
-            self._row_keys[row] = (frozenset(), frozenset(_stats(service)), frozenset())
-        for parsed, row_list in groups.values():
-            rows = np.array(row_list, dtype=np.int64)
+        present = np.flatnonzero(rows >= 0)  # the services of hosts in the view
+        for code, which in _by_code(services.capabilities[present], present):
+            at = rows[which]
+            parsed = self._parse(services.hosts[which[0]], services.capability_reports[code])
             for key, value in parsed.attributes.items():
-                self._attribute(key).set(rows, value)
-            self._supported.set(rows, parsed.supported)
-            self._version[rows] = parsed.version
+                self._attribute(key).set(at, value)
+            self._supported.set(at, parsed.supported)
+            self._version[at] = parsed.version
             for pool, count in parsed.pci.items():
-                self._column(self._pci, pool)[rows] = count
-            self._put_numa(rows, parsed.numa)
-            keys = (frozenset(parsed.attributes), frozenset(parsed.pci))
-            for row in row_list:
-                self._row_keys[row] = (keys[0], self._row_keys[row][1], keys[1])
-        for name, (row_list, values) in stats.items():
-            self._column(self._stats, name, _UNREPORTED)[row_list] = values
-        if IO_OPS_STAT in stats:
-            rows = np.array(stats[IO_OPS_STAT][0], dtype=np.int64)
-            self._counts_io[rows] = True
-            self._io_ops[rows] = self._stats[IO_OPS_STAT][rows]
+                self._column(self._pci, pool)[at] = count
+            self._put_numa(at, parsed.numa)
+            self._report_keys.set(at, (frozenset(parsed.attributes), frozenset(parsed.pci)))
+        # Stats differ from host to host (counters): a column at a time, each
+        # stat's value per distinct report broadcast by code.
+        reports = [_stats(report) for report in services.stats_reports]
+        codes, at = services.stats[present], rows[present]
+        for name in dict.fromkeys(name for report in reports for name in report):
+            per_report = np.array([report.get(name, _UNREPORTED) for report in reports],
+                                  dtype=np.int64)
+            self._column(self._stats, name, _UNREPORTED)[at] = per_report[codes]
+        if IO_OPS_STAT in self._stats:
+            io_ops = self._stats[IO_OPS_STAT][at]
+            self._counts_io[at] = io_ops >= 0
+            self._io_ops[at] = np.maximum(io_ops, 0)
+        key_codes = np.array([self._stat_keys.code(frozenset(report)) for report in reports],
+                             dtype=np.int32)
+        self._stat_keys.codes[at] = key_codes[codes]
 
     def put_service(self, row: int, service: Service) -> None:
         """Write what ``service`` reports into ``row`` (replacing what it held)."""
         self.grow(row + 1)
-        parsed = self._parse(service)
-        old_attrs, old_stats, old_pci = self._row_keys.get(
-            row, (frozenset(), frozenset(), frozenset()))
+        parsed = self._parse(service.host, service.capabilities)
+        old_attrs, old_pci = self._report_keys.values[self._report_keys.codes[row]] or (
+            frozenset(), frozenset())
+        old_stats = self._stat_keys.values[self._stat_keys.codes[row]] or frozenset()
         for key in old_attrs - parsed.attributes.keys():
             self._attributes[key].set(row, None)
         for key, value in parsed.attributes.items():
             self._attribute(key).set(row, value)
         self._supported.set(row, parsed.supported)
         self._version[row] = parsed.version
-        stats = _stats(service)
+        stats = _stats(service.stats)
         for name in old_stats - stats.keys():
             self._stats[name][row] = _UNREPORTED
         for name, value in stats.items():
@@ -386,8 +391,8 @@ class HostCapabilities:
         for pool, count in parsed.pci.items():
             self._column(self._pci, pool)[row] = count
         self._put_numa(row, parsed.numa)
-        self._row_keys[row] = (frozenset(parsed.attributes), frozenset(stats),
-                               frozenset(parsed.pci))
+        self._report_keys.set(row, (frozenset(parsed.attributes), frozenset(parsed.pci)))
+        self._stat_keys.set(row, frozenset(stats))
 
     def put_aggregate(self, aggregate: Aggregate) -> None:
         self._aggregates[aggregate.uuid] = aggregate
@@ -555,13 +560,12 @@ class HostCapabilities:
         for k, cell in enumerate(cells):
             self._numa[row, k] = (cell.cpus, cell.memory_mb)
 
-    def _parse(self, service: Service) -> _Parsed:
-        """The report as row values, cached: hosts share a handful of reports.
+    def _parse(self, host: str, report: Mapping[str, Any]) -> _Parsed:
+        """A host's report as row values, cached: hosts share a handful of reports.
 
         The cache is looked up by the report object first (the stores hand
         out one object per distinct report), then by its canonical JSON.
         """
-        report = service.capabilities
         if not report:
             return _NOTHING
         hit = self._parsed.get(id(report))
@@ -570,7 +574,7 @@ class HostCapabilities:
         text = json.dumps(report, sort_keys=True, default=_jsonable)
         parsed = self._parsed_text.get(text)
         if parsed is None:
-            parsed = self._parse_report(service.host, report)
+            parsed = self._parse_report(host, report)
             if len(self._parsed_text) >= _CACHE_SIZE:
                 self._parsed_text.clear()
             self._parsed_text[text] = parsed
@@ -596,10 +600,21 @@ class HostCapabilities:
                        numa=typed.numa_cells, pci=MappingProxyType(pci))
 
 
-def _stats(service: Service) -> dict[str, int]:
-    """The integer stats of a service record (anything else is ignored)."""
-    return {name: max(value, 0) for name, value in service.stats.items()
+def _stats(report: Mapping[str, Any]) -> dict[str, int]:
+    """The integer stats of a stats report (anything else is ignored)."""
+    return {name: max(value, 0) for name, value in report.items()
             if isinstance(value, int) and not isinstance(value, bool)}
+
+
+def _by_code(codes: np.ndarray, items: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Each code present in ``codes``, with the ``items`` (aligned) that hold it."""
+    if not len(codes):
+        return
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    starts = np.flatnonzero(np.diff(ordered, prepend=-1))
+    for start, end in zip(starts, (*starts[1:], len(ordered)), strict=True):
+        yield int(ordered[start]), items[order[start:end]]
 
 
 def _grown(column: np.ndarray, rows: int, fill: Any = 0) -> np.ndarray:

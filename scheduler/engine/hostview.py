@@ -16,7 +16,8 @@ Python loop over hosts:
 * ``capabilities``: what the hosts' computes report beyond inventory, for
   the host filters and weighers (:mod:`scheduler.engine.capabilities`).
 
-The view is built from :meth:`Store.snapshot` and kept fresh by applying
+The view is built from :meth:`Store.compact_snapshot` (columns, no object
+per host; see :meth:`HostView.load`) and kept fresh by applying
 :meth:`Store.changes` deltas; when the cursor has fallen off the stream
 (:class:`StreamTruncated`) it reloads. Everything about a service is in the
 change feed except its heartbeats: those alone are re-read, one number per
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -54,7 +55,8 @@ import structlog
 from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
-from scheduler.store.base import CORRUPT_CHANGE, Aggregate, Change, Provider, Service, Store
+from scheduler.store.base import CORRUPT_CHANGE, Aggregate, Change, Inventory, Provider, Service, Store
+from scheduler.store.columns import ServiceColumns
 
 LOG = structlog.get_logger(__name__)
 
@@ -76,6 +78,17 @@ _RC_COLUMNS: tuple[tuple[str, type, Any], ...] = (
     ("_min_unit", np.int64, 0),
     ("_max_unit", np.int64, 0),
     ("_step", np.int64, 1),
+)
+# The per resource class buffers an Inventory fills, as _RC_COLUMNS has them,
+# with how each reads it: (attribute, dtype, fill value, reader).
+_INVENTORY_FIELDS: tuple[tuple[str, type, Any, Callable[[Inventory], Any]], ...] = (
+    ("_total", np.int64, 0, lambda inv: inv.total),
+    ("_reserved", np.int64, 0, lambda inv: inv.reserved),
+    ("_ratio", np.float64, 1.0, lambda inv: inv.allocation_ratio),
+    ("_capacity", np.int64, 0, lambda inv: inv.capacity),
+    ("_min_unit", np.int64, 0, lambda inv: inv.min_unit),
+    ("_max_unit", np.int64, 0, lambda inv: inv.effective_max_unit),
+    ("_step", np.int64, 1, lambda inv: inv.step_size),
 )
 # Per host buffers: (attribute, dtype, fill value of a new row).
 _HOST_COLUMNS: tuple[tuple[str, type, Any], ...] = (
@@ -174,44 +187,41 @@ class HostView:
             self._read_heartbeats(self._store.heartbeats(), now)
 
     def load(self, now: float) -> None:
-        """Rebuild the whole view from a snapshot, a column at a time."""
-        snap = self._store.snapshot()
+        """Rebuild the whole view from a compact snapshot, a column at a time.
+
+        A value hosts share (an inventory, a set of traits or aggregates, a
+        report) becomes row values once and is broadcast to its hosts by
+        code (``per_value[codes]``): no Python work per host but the name
+        and uuid indexes.
+        """
+        snap = self._store.compact_snapshot()
         self._clear()
-        self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
-        hosts = [p for p in snap.providers if p.parent_uuid is None]
+        hosts = snap.hosts
         n = self.size = len(hosts)
         self._ensure_rows(n)
-        self.names = [p.name for p in hosts]
-        self.uuids = [p.uuid for p in hosts]
-        self._index = {name: i for i, name in enumerate(self.names)}
-        self._uuid_index = {uuid: i for i, uuid in enumerate(self.uuids)}
-        for i, name in enumerate(self.names):
-            self._folded.setdefault(name.casefold(), []).append(i)
-        for rc in dict.fromkeys(rc for p in hosts for rc in (*p.inventories, *p.usages)):
+        self.names, self.uuids = hosts.names, hosts.uuids
+        self._index = dict(zip(self.names, range(n), strict=True))
+        self._uuid_index = dict(zip(self.uuids, range(n), strict=True))
+        self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
+        for rc in dict.fromkeys(itertools.chain(*hosts.inventories, hosts.usage)):
             j = self._rc_row(rc)
-            invs = [p.inventories.get(rc) for p in hosts]
-            rows = np.fromiter((inv is not None for inv in invs), dtype=bool, count=n)
-            held = [inv for inv in invs if inv is not None]
-            for attr, value in (("_total", lambda inv: inv.total),
-                                ("_reserved", lambda inv: inv.reserved),
-                                ("_ratio", lambda inv: inv.allocation_ratio),
-                                ("_capacity", lambda inv: inv.capacity),
-                                ("_min_unit", lambda inv: inv.min_unit),
-                                ("_max_unit", lambda inv: inv.effective_max_unit),
-                                ("_step", lambda inv: inv.step_size)):
-                getattr(self, attr)[j, :n][rows] = [value(inv) for inv in held]
-            self._used[j, :n] = [p.usages.get(rc, 0) for p in hosts]
-        self._generation[:n] = [p.generation for p in hosts]
-        self._consumers[:n] = [p.consumers for p in hosts]
-        self._agg_set[:n] = [self._agg_code(frozenset(p.aggregates)) for p in hosts]
-        for i, p in enumerate(hosts):
-            if p.traits or p.aggregates:
-                self._set_bits(self._trait_bits, self._agg_bits, i, p)
-        for p in snap.providers:
-            if p.parent_uuid is not None:
-                self._put_kid(p)
-        self._read_services(snap.services, now)
-        self.capabilities.load(self._index, snap.services, snap.aggregates)
+            for attr, dtype, fill, value in _INVENTORY_FIELDS:
+                per_value = np.array([value(invs[rc]) if rc in invs else fill
+                                      for invs in hosts.inventories], dtype=dtype)
+                getattr(self, attr)[j, :n] = per_value[hosts.inventory]
+            if rc in hosts.usage:
+                self._used[j, :n] = hosts.usage[rc]
+        self._generation[:n] = hosts.generation
+        self._consumers[:n] = hosts.consumers
+        agg_codes = np.array([self._agg_code(aggs) for aggs in hosts.aggregate_sets],
+                             dtype=np.int32)
+        self._agg_set[:n] = agg_codes[hosts.aggregates]
+        self._trait_bits[:n] = self._bit_rows(hosts.trait_sets, "trait")[hosts.traits]
+        self._agg_bits[:n] = self._bit_rows(hosts.aggregate_sets, "agg")[hosts.aggregates]
+        for p in snap.children:
+            self._put_kid(p)
+        rows = self._load_services(snap.services, now)
+        self.capabilities.load(self._rows, rows, snap.services, snap.aggregates)
         self._cursor = snap.cursor
         LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
 
@@ -382,6 +392,10 @@ class HostView:
 
     def indices_of_ignoring_case(self, names: Iterable[str]) -> np.ndarray:
         """Like :meth:`indices_of`, matching names case-insensitively."""
+        if self._folded is None:  # built on first use, then kept up to date
+            self._folded = {}
+            for i, name in enumerate(self.names):
+                self._folded.setdefault(name.casefold(), []).append(i)
         found = [i for n in names for i in self._folded.get(n.casefold(), ())]
         return np.array(found, dtype=np.int64)
 
@@ -452,7 +466,7 @@ class HostView:
         self.uuids: list[str] = []
         self._index: dict[str, int] = {}
         self._uuid_index: dict[str, int] = {}
-        self._folded: dict[str, list[int]] = {}
+        self._folded: dict[str, list[int]] | None = None  # casefolded name -> rows
         self._rows = 0
         self._rc: dict[str, int] = {}
         self._rc_names: list[str] = []
@@ -465,7 +479,7 @@ class HostView:
         self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
         self._set_zones: list[frozenset[str]] | None = None
         self._agg_names: dict[str, list[str]] | None = None
-        self._services: dict[str, Service] = {}
+        self._waiting: dict[str, Service] = {}  # services of hosts not in the view yet
         # traits and aggregates: a bit each, words of them per provider row
         self._trait_ids: dict[str, int] = {}
         self._agg_ids: dict[str, int] = {}
@@ -561,6 +575,16 @@ class HostView:
             for bit in bits:
                 table[i, bit // _WORD] |= np.uint64(1 << (bit % _WORD))
 
+    def _bit_rows(self, sets: Sequence[frozenset[str]], kind: str) -> np.ndarray:
+        """One row of bit words per trait (``kind="trait"``) or aggregate set."""
+        ids = self._trait_ids if kind == "trait" else self._agg_ids
+        bits = [[self._bit(ids, name, kind) for name in names] for names in sets]
+        table = np.zeros((len(sets), getattr(self, f"_{kind}_words")), dtype=np.uint64)
+        for row, row_bits in zip(table, bits, strict=True):
+            for bit in row_bits:
+                row[bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+        return table
+
     def _resolve_aggregate(self, token: str) -> list[str]:
         """An aggregate named by uuid or by name: the uuids it may mean."""
         if token in self._agg_ids or token in self._aggregates:
@@ -611,9 +635,10 @@ class HostView:
             self.capabilities.put_aggregate(change.data)
         elif change.kind == "service":
             service: Service = change.data
-            self._services[service.host] = service
             i = self._index.get(service.host)
-            if i is not None:
+            if i is None:
+                self._waiting[service.host] = service  # until its provider comes
+            else:
                 self._put_service(i, service)
         elif change.kind == CORRUPT_CHANGE:
             # Foreign or damaged: the view may miss one update of one provider,
@@ -712,8 +737,9 @@ class HostView:
         self.uuids.append(p.uuid)
         self._index[p.name] = i
         self._uuid_index[p.uuid] = i
-        self._folded.setdefault(p.name.casefold(), []).append(i)
-        service = self._services.get(p.name)
+        if self._folded is not None:
+            self._folded.setdefault(p.name.casefold(), []).append(i)
+        service = self._waiting.pop(p.name, None)
         if service is not None:
             self._put_service(i, service)
         for kid in self._kid_pending.pop(p.uuid, ()):
@@ -727,19 +753,20 @@ class HostView:
         self._failed_builds[i] = service.failed_builds
         self.capabilities.put_service(i, service)
 
-    def _read_services(self, services: Iterable[Service], now: float) -> None:
-        """Apply service records in bulk (heartbeats only ever move forward)."""
-        self._services = {s.host: s for s in services}
-        known = [s for s in self._services.values() if s.host in self._index]
-        n = len(known)
-        rows = np.fromiter((self._index[s.host] for s in known), dtype=np.int64, count=n)
-        seen = np.fromiter((s.last_seen for s in known), dtype=np.float64, count=n)
-        self._has_service[rows] = True
-        self._last_seen[rows] = np.maximum(self._last_seen[rows], seen)
-        self._disabled[rows] = np.fromiter((s.disabled for s in known), dtype=bool, count=n)
-        self._failed_builds[rows] = np.fromiter((s.failed_builds for s in known),
-                                                dtype=np.int64, count=n)
+    def _load_services(self, services: ServiceColumns, now: float) -> np.ndarray:
+        """Apply a snapshot's service records in bulk; return each one's row
+        (-1 for a host not in the view yet: that record waits for its provider)."""
+        rows = np.fromiter(map(self._index.get, services.hosts, itertools.repeat(-1)),
+                           dtype=np.int64, count=len(services))
+        known = rows >= 0
+        at = rows[known]
+        self._has_service[at] = True
+        self._last_seen[at] = services.last_seen[known]
+        self._disabled[at] = services.disabled[known]
+        self._failed_builds[at] = services.failed_builds[known]
+        self._waiting = {services.hosts[k]: services.service(k) for k in np.flatnonzero(~known)}
         self._services_read_at = now
+        return rows
 
     def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:
         """Move ``last_seen`` forward to these heartbeats, in bulk.

@@ -21,19 +21,23 @@ from scheduler.store.base import (
     Snapshot,
     Store,
 )
+from scheduler.store.columns import CompactSnapshot, HostColumns, ServiceColumns
 from scheduler.store.memory import MemoryStore
 from scheduler.store.redis_store import RedisStore
 
 __all__ = [
     "Aggregate",
     "Change",
+    "CompactSnapshot",
     "Consumer",
     "GroupClaim",
+    "HostColumns",
     "Inventory",
     "MemoryStore",
     "Provider",
     "RedisStore",
     "Service",
+    "ServiceColumns",
     "ServiceReport",
     "Snapshot",
     "Store",

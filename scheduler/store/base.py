@@ -43,10 +43,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.exceptions import InvalidRequest, StreamTruncated
 from scheduler.objects import AllocationRequest, InstanceRecord
+
+if TYPE_CHECKING:
+    from scheduler.store.columns import CompactSnapshot
 
 # --- records ------------------------------------------------------------------------
 
@@ -287,6 +290,11 @@ class Store(abc.ABC):
     # change feed
     @abc.abstractmethod
     def snapshot(self) -> Snapshot: ...
+
+    @abc.abstractmethod
+    def compact_snapshot(self) -> CompactSnapshot:
+        """What :meth:`snapshot` holds, as columns with no object per host
+        (:mod:`scheduler.store.columns`): what a host view loads at start."""
 
     @abc.abstractmethod
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:

@@ -59,6 +59,7 @@ from scheduler.store.base import (
     cursor_key,
     freeze_json,
 )
+from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
 
 
 def _unit_rule(amount: int, inv: Inventory) -> tuple[str, int] | None:
@@ -313,6 +314,22 @@ class MemoryStore(Store):
         with self._lock:
             return Snapshot(cursor=f"{self._fed}-0", providers=self.list_providers(),
                             aggregates=self.list_aggregates(), services=self.list_services())
+
+    def compact_snapshot(self) -> CompactSnapshot:
+        with self._lock:
+            hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
+            children = []
+            for provider in self._providers.values():
+                if provider.parent_uuid is None:
+                    hosts.add_provider(provider)
+                else:
+                    children.append(provider)
+            children.sort(key=lambda p: p.uuid)
+            for service in self._services.values():
+                services.add_service(service, last_seen=self._heartbeats.get(service.host, 0.0))
+            return CompactSnapshot(cursor=f"{self._fed}-0", hosts=hosts.build(),
+                                   children=children, aggregates=self.list_aggregates(),
+                                   services=services.build())
 
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
         after = cursor_key(cursor)

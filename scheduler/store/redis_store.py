@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
+from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote
 
@@ -84,6 +85,7 @@ from scheduler.store.base import (
     cursor_key,
     freeze_json,
 )
+from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import Scripts
 
@@ -194,15 +196,42 @@ def _pairs(flat: list[str]) -> Iterable[tuple[str, str]]:
 
 def _provider(d: dict[str, Any]) -> Provider:
     # Lua's cjson writes an empty list as {}: frozenset() reads both as empty.
-    # Inventories are kept as JSON text inside the JSON (see scripts.py).
     return Provider(
         uuid=d["uuid"], name=d["name"], generation=int(d["generation"]),
         parent_uuid=d["parent_uuid"], root_uuid=d["root_uuid"],
-        inventories={rc: Inventory.from_primitive(inv)
-                     for rc, inv in json.loads(d["inventories"]).items()},
+        inventories=_inventories(d["inventories"]),
         usages={rc: int(n) for rc, n in d["usages"].items()},
         traits=frozenset(d["traits"]), aggregates=frozenset(d["aggregates"]),
         consumers=int(d["consumers"]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _inventories(text: str) -> Mapping[str, Inventory]:
+    """A provider's inventories, kept as JSON text inside its JSON (see
+    scripts.py); read-only and cached, since hosts of one kind share them."""
+    return MappingProxyType({rc: Inventory.from_primitive(inv)
+                             for rc, inv in json.loads(text).items()})
+
+
+#: Values decoded per ``json.loads`` while a snapshot is read in bulk.
+_DECODE_CHUNK = 5000
+
+
+def _decoded(raws: list[str], where: str) -> Iterator[dict[str, Any]]:
+    """JSON values, a chunk of them per ``json.loads`` (one array).
+
+    Consumes ``raws`` from its end, so that the text of a chunk is freed as
+    soon as its records are read: the records come in no particular order.
+    """
+    while raws:
+        chunk = raws[-_DECODE_CHUNK:]
+        del raws[-_DECODE_CHUNK:]
+        try:
+            records = json.loads(f"[{','.join(chunk)}]")
+        except ValueError as exc:
+            raise CorruptRecord(key=where, reason=repr(exc)) from exc
+        del chunk
+        yield from records
 
 
 def _usage(d: dict[str, Any]) -> dict[str, Any]:
@@ -411,6 +440,47 @@ class RedisStore(Store):
             aggregates=sorted(_each(_aggregate, _pairs(aggregates), k.aggregates),
                               key=lambda a: a.uuid),
             services=self._services(_pairs(services), seen))
+
+    @_translated
+    def compact_snapshot(self) -> CompactSnapshot:
+        # The same one script as snapshot(); what differs is the decoding:
+        # in bulk, into columns, each shared value (inventory, trait set,
+        # report) decoded once (see scheduler/store/columns.py).
+        k = self.keys
+        cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
+            keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
+        hosts, children = HostColumnsBuilder(), []
+        try:
+            for d in _decoded(providers, k.providers):
+                if d["parent_uuid"] is not None:
+                    children.append(_provider(d))
+                    continue
+                hosts.add(d["uuid"], d["name"], d["generation"], d["consumers"], d["usages"],
+                          inventory=hosts.inventories.code(d["inventories"], _inventories),
+                          traits=hosts.trait_sets.code(tuple(d["traits"]), frozenset),
+                          aggregates=hosts.aggregate_sets.code(tuple(d["aggregates"]),
+                                                               frozenset))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRecord(key=k.providers, reason=repr(exc)) from exc
+        seen = dict(zip(heartbeats[::2], heartbeats[1::2], strict=True))
+        table = ServiceColumnsBuilder()
+        try:
+            for d in _decoded(services, k.services):
+                host = d["host"]
+                table.add(host, table.rpc_servers.code(d["rpc_server"], str),
+                          float(seen.get(host) or 0), d["disabled"], d["disabled_reason"],
+                          d["failed_builds"],
+                          capabilities=table.capability_reports.code(
+                              d.get("capabilities") or "{}", _reported),
+                          stats=table.stats_reports.code(d.get("stats") or "{}", _reported))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRecord(key=k.services, reason=repr(exc)) from exc
+        return CompactSnapshot(
+            cursor=cursor, hosts=hosts.build(),
+            children=sorted(children, key=lambda p: p.uuid),
+            aggregates=sorted((_parse(_aggregate, raw, k.aggregates) for raw in aggregates),
+                              key=lambda a: a.uuid),
+            services=table.build())
 
     @_translated
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:

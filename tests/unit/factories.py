@@ -54,6 +54,7 @@ from scheduler.store.base import (
     Snapshot,
     Store,
 )
+from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
 
 #: The tests' wall clock: every engine and context built here reads it.
 NOW = 1_000_000.0
@@ -246,6 +247,18 @@ class FeedStore:
                         providers=list(self.providers.values()),
                         aggregates=list(self.aggregates.values()),
                         services=list(self.services.values()))
+
+    def compact_snapshot(self) -> CompactSnapshot:
+        hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
+        for p in self.providers.values():
+            if p.parent_uuid is None:
+                hosts.add_provider(p)
+        for service in self.services.values():
+            services.add_service(service)
+        return CompactSnapshot(
+            cursor=self._cursor(len(self.feed)), hosts=hosts.build(sort=False),
+            children=[p for p in self.providers.values() if p.parent_uuid is not None],
+            aggregates=list(self.aggregates.values()), services=services.build(sort=False))
 
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
         seen = int(cursor.split("-")[1])

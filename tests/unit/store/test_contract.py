@@ -612,6 +612,57 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
     assert store.snapshot().cursor == cursor
 
 
+def test_the_compact_snapshot_holds_what_the_snapshot_holds(store: Store) -> None:
+    big = {"VCPU": Inventory(total=64, allocation_ratio=4.0, max_unit=16),
+           "MEMORY_MB": Inventory(total=262144, reserved=512, step_size=256)}
+    hosts = [make_host(store, f"h{i}", inventories=big if i % 2 else None) for i in range(5)]
+    gpu = make_host(store, "h1-gpu", inventories={"VGPU": Inventory(total=4)},
+                    parent_uuid=hosts[1].uuid)
+    store.set_traits(hosts[0].uuid, hosts[0].generation, ["CUSTOM_A", "CUSTOM_B"])
+    store.set_aggregates(hosts[2].uuid, hosts[2].generation, ["agg-1"])
+    store.put_aggregate(Aggregate(uuid="agg-1", name="az1", metadata={"availability_zone": "a"}))
+    store.claim(new_uuid(), ask({hosts[3].uuid: {"VCPU": 4}, gpu.uuid: {"VGPU": 1}}))
+    store.claim(new_uuid(), ask({hosts[3].uuid: {"MEMORY_MB": 1024}}))
+    store.register_services([Service(host=f"h{i}", rpc_server=f"sim-{i % 2}")
+                             for i in (0, 1, 2, 9)])  # h9: no provider yet
+    store.heartbeat(["h0", "h9"], 1000.25)
+    store.set_service_disabled("h1", True, "maintenance")
+    store.record_build_result("h2", success=False)
+    store.report_services([ServiceReport("h0", capabilities=CAPABILITIES, stats={"n": 1}),
+                           ServiceReport("h9", capabilities=CAPABILITIES)])
+
+    snap, compact = store.snapshot(), store.compact_snapshot()
+    assert compact.cursor == snap.cursor
+    roots = [p for p in snap.providers if p.parent_uuid is None]
+    assert compact.hosts.uuids == [p.uuid for p in roots]  # sorted by uuid
+    assert [compact.hosts.provider(i) for i in range(len(compact.hosts))] == roots
+    assert list(compact.children) == [p for p in snap.providers if p.parent_uuid is not None]
+    assert list(compact.aggregates) == list(snap.aggregates)
+    assert compact.services.hosts == ["h0", "h1", "h2", "h9"]
+    assert [compact.services.service(i) for i in range(len(compact.services))] == list(
+        snap.services)
+
+
+def test_the_compact_snapshot_gives_a_shared_value_once(store: Store) -> None:
+    for i in range(4):
+        provider = make_host(store, f"h{i}")
+        store.set_traits(provider.uuid, provider.generation, ["CUSTOM_A"] if i % 2 else [])
+    store.register_services([Service(host=f"h{i}", rpc_server="sim-1") for i in range(4)])
+    store.report_services([ServiceReport(f"h{i}", capabilities={"cpu_arch": "x86_64"})
+                           for i in range(4)])
+    hosts, services = store.compact_snapshot().hosts, store.compact_snapshot().services
+    assert len(hosts.inventories) == 1 and hosts.inventory.tolist() == [0] * 4
+    assert sorted(hosts.trait_sets, key=len) == [frozenset(), {"CUSTOM_A"}]
+    assert len(services.rpc_servers) == 1
+    assert len(set(services.capabilities.tolist())) == 1
+
+
+def test_an_empty_store_has_an_empty_compact_snapshot(store: Store) -> None:
+    compact = store.compact_snapshot()
+    assert (len(compact.hosts), len(compact.services), compact.children) == (0, 0, [])
+    assert compact.cursor == store.snapshot().cursor
+
+
 def test_changes_are_ordered_and_paged(store: Store) -> None:
     cursor = store.snapshot().cursor
     names = [f"agg-{i}" for i in range(5)]

@@ -1,0 +1,281 @@
+"""The compact snapshot: what a host view loads at start, laid out as columns.
+
+:meth:`Store.compact_snapshot` holds what :meth:`Store.snapshot` holds, with
+no object per host: root providers and services come as one column per field
+(numpy arrays for numbers, lists for names), and a value that many hosts
+share (an inventory, a set of traits or of aggregates, a capability or stats
+report, an RPC server name) is given once and referred to by an integer code
+per host. A host view fills its own columns from these with a few array
+operations (``per_code[codes]``), so a cold load of 100,000 hosts builds
+neither 100,000 provider objects nor 300,000 inventories, and decodes each
+shared value once. Child providers (a GPU pool, a NUMA cell) are few, and
+come whole.
+
+The stores build the columns a record at a time with
+:class:`HostColumnsBuilder` and :class:`ServiceColumnsBuilder`; each shared
+value is looked up by a key the store chooses (the JSON text it keeps, or the
+value itself when it is hashable) and decoded only the first time.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from scheduler.store.base import Aggregate, Inventory, Provider, Service
+
+
+@dataclass(frozen=True)
+class HostColumns:
+    """Root providers, sorted by uuid: entry ``i`` of every column is provider ``i``."""
+
+    uuids: list[str]
+    names: list[str]
+    generation: np.ndarray  # int64
+    consumers: np.ndarray  # int64
+    #: resource class -> amount used per provider (int64; 0 where none)
+    usage: Mapping[str, np.ndarray]
+    inventory: np.ndarray  # int32, an index into ``inventories``
+    inventories: Sequence[Mapping[str, Inventory]]
+    traits: np.ndarray  # int32, an index into ``trait_sets``
+    trait_sets: Sequence[frozenset[str]]
+    aggregates: np.ndarray  # int32, an index into ``aggregate_sets``
+    aggregate_sets: Sequence[frozenset[str]]
+
+    def __len__(self) -> int:
+        return len(self.uuids)
+
+    def provider(self, i: int) -> Provider:
+        """Provider ``i`` whole (a bulk load reads the columns instead)."""
+        return Provider(
+            uuid=self.uuids[i], name=self.names[i], generation=int(self.generation[i]),
+            root_uuid=self.uuids[i], inventories=self.inventories[self.inventory[i]],
+            usages={rc: int(used[i]) for rc, used in self.usage.items() if used[i]},
+            traits=self.trait_sets[self.traits[i]],
+            aggregates=self.aggregate_sets[self.aggregates[i]],
+            consumers=int(self.consumers[i]))
+
+
+@dataclass(frozen=True)
+class ServiceColumns:
+    """Service records with their heartbeats, sorted by host."""
+
+    hosts: list[str]
+    rpc_server: np.ndarray  # int32, an index into ``rpc_servers``
+    rpc_servers: Sequence[str]
+    last_seen: np.ndarray  # float64
+    disabled: np.ndarray  # bool
+    disabled_reasons: list[str | None]
+    failed_builds: np.ndarray  # int64
+    capabilities: np.ndarray  # int32, an index into ``capability_reports``
+    capability_reports: Sequence[Mapping[str, Any]]
+    stats: np.ndarray  # int32, an index into ``stats_reports``
+    stats_reports: Sequence[Mapping[str, int]]
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def service(self, i: int) -> Service:
+        """Service ``i`` whole (a bulk load reads the columns instead)."""
+        return Service(
+            host=self.hosts[i], rpc_server=self.rpc_servers[self.rpc_server[i]],
+            last_seen=float(self.last_seen[i]), disabled=bool(self.disabled[i]),
+            disabled_reason=self.disabled_reasons[i], failed_builds=int(self.failed_builds[i]),
+            capabilities=self.capability_reports[self.capabilities[i]],
+            stats=self.stats_reports[self.stats[i]])
+
+
+@dataclass(frozen=True)
+class CompactSnapshot:
+    """Everything a host view needs at start, and the feed cursor it is valid at."""
+
+    cursor: str
+    hosts: HostColumns
+    children: Sequence[Provider]
+    aggregates: Sequence[Aggregate]
+    services: ServiceColumns
+
+
+# --- building them ------------------------------------------------------------------
+
+
+class SharedValues:
+    """The distinct values of a column, and each record's code into them."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._codes: dict[Hashable, int] = {}
+
+    def code(self, key: Hashable, decode: Callable[[Any], Any]) -> int:
+        """The code of the value ``key`` stands for; ``decode(key)`` makes the
+        value the first time the key is seen."""
+        code = self._codes.get(key)
+        if code is None:
+            code = self._codes[key] = len(self.values)
+            self.values.append(decode(key))
+        return code
+
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _canonical(report: Mapping[str, Any]) -> str:
+    """A report (a JSON object, maybe frozen) as canonical JSON text: its key."""
+    return json.dumps(report, sort_keys=True, separators=(",", ":"),
+                      default=lambda value: dict(value))
+
+
+def _frozen_inventories(items: tuple[tuple[str, Inventory], ...]) -> Mapping[str, Inventory]:
+    return MappingProxyType(dict(items))
+
+
+def _ints(values: array) -> np.ndarray:
+    return np.frombuffer(values, dtype=np.int64)
+
+
+def _codes(values: array) -> np.ndarray:
+    return np.frombuffer(values, dtype=np.int32)
+
+
+def _order(keys: list[str], sort: bool) -> np.ndarray:
+    if not sort:
+        return np.arange(len(keys))
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+
+
+class HostColumnsBuilder:
+    """Root providers, added one at a time, as :class:`HostColumns`.
+
+    A store passes each provider's own fields to :meth:`add` with the codes
+    of its shared ones, from ``inventories``, ``trait_sets`` and
+    ``aggregate_sets`` (:meth:`SharedValues.code`).
+    """
+
+    def __init__(self) -> None:
+        self.inventories = SharedValues()
+        self.trait_sets = SharedValues()
+        self.aggregate_sets = SharedValues()
+        self._classes = SharedValues()
+        self._uuids: list[str] = []
+        self._names: list[str] = []
+        self._generation = array("q")
+        self._consumers = array("q")
+        self._inventory = array("i")
+        self._traits = array("i")
+        self._aggregates = array("i")
+        # usage as (record, class code, amount) triples: records use a few classes
+        self._usage_at = array("q")
+        self._usage_class = array("i")
+        self._usage_amount = array("q")
+
+    def add(self, uuid: str, name: str, generation: int, consumers: int,
+            usages: Mapping[str, int], inventory: int, traits: int, aggregates: int) -> None:
+        at = len(self._uuids)
+        self._uuids.append(uuid)
+        self._names.append(name)
+        self._generation.append(generation)
+        self._consumers.append(consumers)
+        self._inventory.append(inventory)
+        self._traits.append(traits)
+        self._aggregates.append(aggregates)
+        for rc, amount in usages.items():
+            self._usage_at.append(at)
+            self._usage_class.append(self._classes.code(rc, _same))
+            self._usage_amount.append(amount)
+
+    def add_provider(self, p: Provider) -> None:
+        """A :class:`Provider` object (the in-memory stores keep them)."""
+        self.add(p.uuid, p.name, p.generation, p.consumers, p.usages,
+                 inventory=self.inventories.code(tuple(p.inventories.items()),
+                                                 _frozen_inventories),
+                 traits=self.trait_sets.code(frozenset(p.traits), _same),
+                 aggregates=self.aggregate_sets.code(frozenset(p.aggregates), _same))
+
+    def build(self, sort: bool = True) -> HostColumns:
+        """The columns, sorted by uuid (``sort=False``: in the order added)."""
+        n = len(self._uuids)
+        order = _order(self._uuids, sort)
+        position = np.empty(n, dtype=np.int64)  # record -> its row once sorted
+        position[order] = np.arange(n)
+        at, amount = position[_ints(self._usage_at)], _ints(self._usage_amount)
+        of_class = _codes(self._usage_class)
+        usage = {}
+        for code, rc in enumerate(self._classes.values):
+            used = np.zeros(n, dtype=np.int64)
+            mine = of_class == code
+            used[at[mine]] = amount[mine]
+            usage[rc] = used
+        return HostColumns(
+            uuids=[self._uuids[i] for i in order], names=[self._names[i] for i in order],
+            generation=_ints(self._generation)[order], consumers=_ints(self._consumers)[order],
+            usage=usage,
+            inventory=_codes(self._inventory)[order], inventories=self.inventories.values,
+            traits=_codes(self._traits)[order], trait_sets=self.trait_sets.values,
+            aggregates=_codes(self._aggregates)[order],
+            aggregate_sets=self.aggregate_sets.values)
+
+
+class ServiceColumnsBuilder:
+    """Service records, added one at a time, as :class:`ServiceColumns`.
+
+    Shared values (RPC server names, capability and stats reports) get their
+    codes from ``rpc_servers``, ``capability_reports`` and ``stats_reports``.
+    """
+
+    def __init__(self) -> None:
+        self.rpc_servers = SharedValues()
+        self.capability_reports = SharedValues()
+        self.stats_reports = SharedValues()
+        self._hosts: list[str] = []
+        self._reasons: list[str | None] = []
+        self._rpc_server = array("i")
+        self._last_seen = array("d")
+        self._disabled = array("b")
+        self._failed_builds = array("q")
+        self._capabilities = array("i")
+        self._stats = array("i")
+
+    def add(self, host: str, rpc_server: int, last_seen: float, disabled: bool,
+            disabled_reason: str | None, failed_builds: int, capabilities: int,
+            stats: int) -> None:
+        self._hosts.append(host)
+        self._rpc_server.append(rpc_server)
+        self._last_seen.append(last_seen)
+        self._disabled.append(disabled)
+        self._reasons.append(disabled_reason)
+        self._failed_builds.append(failed_builds)
+        self._capabilities.append(capabilities)
+        self._stats.append(stats)
+
+    def add_service(self, s: Service, last_seen: float | None = None) -> None:
+        """A :class:`Service` object (the in-memory stores keep them), its
+        ``last_seen`` unless given. Equal reports share a code."""
+        self.add(s.host, self.rpc_servers.code(s.rpc_server, _same),
+                 s.last_seen if last_seen is None else last_seen, s.disabled,
+                 s.disabled_reason, s.failed_builds,
+                 capabilities=self.capability_reports.code(_canonical(s.capabilities),
+                                                           lambda _text: s.capabilities),
+                 stats=self.stats_reports.code(_canonical(s.stats), lambda _text: s.stats))
+
+    def build(self, sort: bool = True) -> ServiceColumns:
+        """The columns, sorted by host (``sort=False``: in the order added)."""
+        order = _order(self._hosts, sort)
+        last_seen = np.frombuffer(self._last_seen, dtype=np.float64)
+        disabled = np.frombuffer(self._disabled, dtype=np.int8)
+        return ServiceColumns(
+            hosts=[self._hosts[i] for i in order],
+            rpc_server=_codes(self._rpc_server)[order], rpc_servers=self.rpc_servers.values,
+            last_seen=last_seen[order], disabled=disabled[order].astype(bool),
+            disabled_reasons=[self._reasons[i] for i in order],
+            failed_builds=_ints(self._failed_builds)[order],
+            capabilities=_codes(self._capabilities)[order],
+            capability_reports=self.capability_reports.values,
+            stats=_codes(self._stats)[order], stats_reports=self.stats_reports.values)
