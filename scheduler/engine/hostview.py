@@ -55,7 +55,15 @@ import structlog
 from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
-from scheduler.store.base import CORRUPT_CHANGE, Aggregate, Change, Inventory, Provider, Service, Store
+from scheduler.store.base import (
+    CORRUPT_CHANGE,
+    Aggregate,
+    Change,
+    Inventory,
+    Provider,
+    Service,
+    Store,
+)
 from scheduler.store.columns import ServiceColumns
 
 LOG = structlog.get_logger(__name__)

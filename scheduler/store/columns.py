@@ -117,8 +117,9 @@ class SharedValues:
         value the first time the key is seen."""
         code = self._codes.get(key)
         if code is None:
+            value = decode(key)  # first: a key that cannot be decoded gets no code
             code = self._codes[key] = len(self.values)
-            self.values.append(decode(key))
+            self.values.append(value)
         return code
 
 

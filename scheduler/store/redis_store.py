@@ -217,27 +217,79 @@ def _inventories(text: str) -> Mapping[str, Inventory]:
 _DECODE_CHUNK = 5000
 
 
-def _decoded(raws: list[str], where: str) -> Iterator[dict[str, Any]]:
-    """JSON values, a chunk of them per ``json.loads`` (one array).
+def _decoded(flat: list[str], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """HGETALL's flat reply as (field, record) pairs, the values decoded a
+    chunk at a time (one ``json.loads`` of an array).
 
-    Consumes ``raws`` from its end, so that the text of a chunk is freed as
-    soon as its records are read: the records come in no particular order.
+    Consumes ``flat`` from its end, so that the text of a chunk is freed as
+    soon as its records are read: the records come in no particular order. A
+    chunk that does not read as one array of objects, one per value, is read
+    value by value instead, and a value that is not a JSON object is logged
+    (``corrupt_record``, with its key and field) and skipped.
     """
-    while raws:
-        chunk = raws[-_DECODE_CHUNK:]
-        del raws[-_DECODE_CHUNK:]
-        try:
-            records = json.loads(f"[{','.join(chunk)}]")
-        except ValueError as exc:
-            raise CorruptRecord(key=where, reason=repr(exc)) from exc
+    while flat:
+        chunk = flat[-2 * _DECODE_CHUNK:]
+        del flat[-2 * _DECODE_CHUNK:]
+        names, raws = chunk[::2], chunk[1::2]
         del chunk
-        yield from records
+        try:
+            records = json.loads(f"[{','.join(raws)}]")
+        except (ValueError, RecursionError):
+            records = None
+        if (records is None or len(records) != len(names)
+                or not all(isinstance(r, dict) for r in records)):
+            records = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws,
+                                                                          strict=True)]
+        del raws
+        for name, record in zip(names, records, strict=True):
+            if record is not None:
+                yield name, record
+
+
+def _object(raw: str, where: str) -> dict[str, Any] | None:
+    """One value that must be a JSON object; None (logged) when it is not."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        LOG.error("corrupt_record", key=where, reason=repr(exc)[:200])
+        return None
+    if not isinstance(value, dict):
+        LOG.error("corrupt_record", key=where, reason=f"not an object: {type(value).__name__}")
+        return None
+    return value
 
 
 def _usage(d: dict[str, Any]) -> dict[str, Any]:
     return {"uuid": d["uuid"], "generation": int(d["generation"]),
             "usages": {rc: int(n) for rc, n in d["usages"].items()},
             "consumers": int(d["consumers"])}
+
+
+def _host_row(d: dict[str, Any], hosts: HostColumnsBuilder) -> tuple[Any, ...]:
+    """A root provider's arguments to :meth:`HostColumnsBuilder.add`, every
+    field read and checked first, so that a bad one adds nothing."""
+    return (_text(d["uuid"]), _text(d["name"]), int(d["generation"]), int(d["consumers"]),
+            {_text(rc): int(n) for rc, n in d["usages"].items()},
+            hosts.inventories.code(d["inventories"], _inventories),
+            hosts.trait_sets.code(tuple(d["traits"]), frozenset),
+            hosts.aggregate_sets.code(tuple(d["aggregates"]), frozenset))
+
+
+def _service_row(d: dict[str, Any], seen: Mapping[str, str],
+                 table: ServiceColumnsBuilder) -> tuple[Any, ...]:
+    """A service's arguments to :meth:`ServiceColumnsBuilder.add`, checked first."""
+    host = _text(d["host"])
+    return (host, table.rpc_servers.code(_text(d["rpc_server"]), str),
+            float(seen.get(host) or 0), bool(d["disabled"]), d["disabled_reason"],
+            int(d["failed_builds"]),
+            table.capability_reports.code(d.get("capabilities") or "{}", _reported),
+            table.stats_reports.code(d.get("stats") or "{}", _reported))
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
 
 
 def _aggregate(d: dict[str, Any]) -> Aggregate:
@@ -445,40 +497,35 @@ class RedisStore(Store):
     def compact_snapshot(self) -> CompactSnapshot:
         # The same one script as snapshot(); what differs is the decoding:
         # in bulk, into columns, each shared value (inventory, trait set,
-        # report) decoded once (see scheduler/store/columns.py).
+        # report) decoded once (see scheduler/store/columns.py). A record
+        # that cannot be read is logged with its key and skipped, as
+        # snapshot() does.
         k = self.keys
         cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
             keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
         hosts, children = HostColumnsBuilder(), []
-        try:
-            for d in _decoded(providers, k.providers):
+        for name, d in _decoded(providers, k.providers):
+            try:
                 if d["parent_uuid"] is not None:
                     children.append(_provider(d))
-                    continue
-                hosts.add(d["uuid"], d["name"], d["generation"], d["consumers"], d["usages"],
-                          inventory=hosts.inventories.code(d["inventories"], _inventories),
-                          traits=hosts.trait_sets.code(tuple(d["traits"]), frozenset),
-                          aggregates=hosts.aggregate_sets.code(tuple(d["aggregates"]),
-                                                               frozenset))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(key=k.providers, reason=repr(exc)) from exc
-        seen = dict(zip(heartbeats[::2], heartbeats[1::2], strict=True))
+                else:
+                    hosts.add(*_host_row(d, hosts))
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+                    RecursionError) as exc:
+                LOG.error("corrupt_record", key=f"{k.providers}[{name}]",
+                          reason=repr(exc)[:200])
+        seen = dict(_pairs(heartbeats))
         table = ServiceColumnsBuilder()
-        try:
-            for d in _decoded(services, k.services):
-                host = d["host"]
-                table.add(host, table.rpc_servers.code(d["rpc_server"], str),
-                          float(seen.get(host) or 0), d["disabled"], d["disabled_reason"],
-                          d["failed_builds"],
-                          capabilities=table.capability_reports.code(
-                              d.get("capabilities") or "{}", _reported),
-                          stats=table.stats_reports.code(d.get("stats") or "{}", _reported))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(key=k.services, reason=repr(exc)) from exc
+        for name, d in _decoded(services, k.services):
+            try:
+                table.add(*_service_row(d, seen, table))
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+                    RecursionError) as exc:
+                LOG.error("corrupt_record", key=f"{k.services}[{name}]", reason=repr(exc)[:200])
         return CompactSnapshot(
             cursor=cursor, hosts=hosts.build(),
             children=sorted(children, key=lambda p: p.uuid),
-            aggregates=sorted((_parse(_aggregate, raw, k.aggregates) for raw in aggregates),
+            aggregates=sorted(_each(_aggregate, _pairs(aggregates), k.aggregates),
                               key=lambda a: a.uuid),
             services=table.build())
 

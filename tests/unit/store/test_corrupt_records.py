@@ -25,6 +25,7 @@ from scheduler.exceptions import CorruptRecord, NoValidHost
 from scheduler.objects import InstanceRecord
 from scheduler.store import RedisStore
 from scheduler.store.base import CORRUPT_CHANGE
+from scheduler.store.columns import CompactSnapshot
 from tests.unit.factories import engine, host, populate, spec, uuid_of
 
 REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -59,6 +60,21 @@ BAD_VALUES = [
                  lambda s: s.get_provider(FIELD), id="provider-missing-fields"),
     pytest.param("providers", "[" * 100000, lambda s: s.snapshot().providers,
                  lambda s: s.get_provider(FIELD), id="provider-nested-too-deep"),
+    # The compact snapshot a worker's view loads from skips the same values.
+    pytest.param("providers", GARBAGE, lambda s: _hosts(s.compact_snapshot()), None,
+                 id="compact-provider-not-json"),
+    pytest.param("providers", json.dumps({"uuid": FIELD}),
+                 lambda s: _hosts(s.compact_snapshot()), None,
+                 id="compact-provider-missing-fields"),
+    pytest.param("providers", "[" * 100000, lambda s: _hosts(s.compact_snapshot()), None,
+                 id="compact-provider-nested-too-deep"),
+    pytest.param("providers", json.dumps([FIELD]), lambda s: _hosts(s.compact_snapshot()),
+                 None, id="compact-provider-a-list"),
+    pytest.param("services", GARBAGE, lambda s: _services(s.compact_snapshot()), None,
+                 id="compact-service-not-json"),
+    pytest.param("services", json.dumps({"host": "ghost"}),
+                 lambda s: _services(s.compact_snapshot()), None,
+                 id="compact-service-missing-fields"),
     pytest.param("aggregates", json.dumps([1, 2]), lambda s: s.list_aggregates(), None,
                  id="aggregate-a-list"),
     pytest.param("consumers", GARBAGE, lambda s: s.list_consumers(),
@@ -78,6 +94,30 @@ BAD_VALUES = [
     pytest.param("instances", json.dumps({"deadline": 1.0}),
                  lambda s: s.list_instances_due(2e9), None, id="due-instance-missing-fields"),
 ]
+
+
+def _hosts(snap: CompactSnapshot) -> list[tuple[Any, ...]]:
+    """A compact snapshot's root providers, row by row (the columns must stay aligned)."""
+    h = snap.hosts
+    return [(h.uuids[i], h.names[i], int(h.generation[i]), h.provider(i).inventories)
+            for i in range(len(h))]
+
+
+def _services(snap: CompactSnapshot) -> list[tuple[Any, ...]]:
+    return [snap.services.service(i) for i in range(len(snap.services))]
+
+
+def test_a_provider_with_one_bad_field_adds_no_half_row_to_the_compact_snapshot(
+        store: RedisStore, raw: redis.Redis) -> None:
+    before = _hosts(store.compact_snapshot())
+    good = json.loads(raw.hget(store.keys.providers, store.get_provider_by_name("h1").uuid))
+    bad = {**good, "uuid": FIELD, "name": "h9", "consumers": "many"}
+    raw.hset(store.keys.providers, FIELD, json.dumps(bad))
+    with structlog.testing.capture_logs() as logs:
+        after = _hosts(store.compact_snapshot())
+    assert after == before
+    assert [e["key"] for e in logs if e["event"] == "corrupt_record"] == [
+        f"{store.keys.providers}[{FIELD}]"]
 
 
 @pytest.mark.parametrize("hash_name, value, listed, get", BAD_VALUES)
