@@ -244,15 +244,6 @@ class Engine:
                     trace = InstanceTrace(instance_uuid, self.view.size, position,
                                           len(instance_uuids))
                     traces.append(trace)
-                    # Idempotency before anything is chosen: a re-driven request
-                    # must find the instance it already placed, never claim twice
-                    # (the stages below still run, for its alternates).
-                    held = self.store.get_consumer(instance_uuid) if claim else None
-                    if held is not None and self._on_a_down_host(held, now):
-                        # Its host died with the build (no result will come):
-                        # place it afresh, as if it had never been placed.
-                        self._release_from_down_host(held)
-                        held = None
                     # Candidates: host constraints, liveness, then the provider
                     # trees with room for every request group; what placement
                     # answers. Disabled and down hosts go before the cut, and
@@ -260,7 +251,16 @@ class Engine:
                     placement = self._candidates(ctx, rng, trace)
                     # Host filters, in configured order, on candidates only.
                     candidates = self._filter(placement.hosts, ctx, trace)
-                    if held is None and not len(candidates):
+                    # No host now: unless a re-driven request placed this
+                    # instance already, that is the answer.
+                    held = (self.store.get_consumer(instance_uuid)
+                            if claim and not len(candidates) else None)
+                    if held is not None and self._on_a_down_host(held, now):
+                        # Its host died with the build (no result will come):
+                        # place it afresh, as if it had never been placed.
+                        self._release_from_down_host(held)
+                        held = None
+                    if not len(candidates) and held is None:
                         raise self._no_valid_host(trace)
                     # Weighers rank the survivors (a shuffle first breaks ties at random).
                     ranked, weights = self._weigh(candidates, ctx, rng, trace)
@@ -270,10 +270,13 @@ class Engine:
                         # Pick one of the best host_subset_size, then claim it
                         # atomically; a conflict (another worker got there
                         # first) falls through to the next best, boundedly.
+                        # The claim is also the idempotency check: an instance
+                        # a re-driven request placed already is found by it,
+                        # never claimed twice.
                         order = self._pick(len(ranked), rng)
-                        index, primary = self._claim(instance_uuid, ranked, weights, order,
-                                                     placement, ctx, claim, trace)
-                        if index is not None:
+                        index, primary, new = self._claim(instance_uuid, ranked, weights, order,
+                                                          placement, ctx, claim, trace)
+                        if new and index is not None:
                             # Consume in the view and count the group member,
                             # so the next instance of this request sees both.
                             allocations = primary.allocation_request.allocations
@@ -384,12 +387,13 @@ class Engine:
 
     def _claim(self, instance_uuid: str, ranked: np.ndarray, weights: np.ndarray,
                order: list[int], placement: Placement, ctx: PlacementContext, claim: bool,
-               trace: InstanceTrace) -> tuple[int | None, Selection]:
+               trace: InstanceTrace) -> tuple[int | None, Selection, bool]:
         """Claim the first host of ``order`` the store accepts.
 
-        Returns its view index and Selection; the index is None when the
-        instance turned out to hold allocations already (a racing duplicate
-        of this request claimed it first), which are then reused.
+        Returns its view index (None for a host not in the view), its
+        Selection, and whether this call claimed it: False when the instance
+        held allocations already (a re-drive, or a racing duplicate of this
+        request), which are then reused, never claimed twice.
         """
         for position in order:
             index = int(ranked[position])
@@ -397,16 +401,15 @@ class Engine:
             selection = self._selection(index, float(weights[position]),
                                         placement.allocations(self.view, at), ctx.spec)
             if not claim:
-                return index, selection
+                return index, selection, True
             try:
-                self.store.claim(instance_uuid, selection.allocation_request,
-                                 _group_claim(ctx.spec, selection.host))
+                new = self._claim_one(instance_uuid, selection, ctx)
             except ConsumerConflict:
                 held = self.store.get_consumer(instance_uuid)
                 if held is None:  # released again meanwhile: try the next host
                     trace.conflicts.append((selection.host, ConsumerConflict.__name__))
                     continue
-                return self._held(held, ranked, weights, trace)
+                return (*self._held(held, ranked, weights, trace), False)
             except (ClaimFailed, ProviderNotFound) as exc:
                 LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
                          error=type(exc).__name__)
@@ -416,7 +419,10 @@ class Engine:
                     for provider_uuid in selection.allocation_request.allocations:
                         self.view.refresh_provider(provider_uuid)
                 continue
-            return index, selection
+            if not new:  # held exactly this already
+                trace.reused = True
+                LOG.info("allocation_reused", instance_uuid=instance_uuid, host=selection.host)
+            return index, selection, new
         # Say why the claims failed: a strict group policy the store enforced
         # (another worker placed a member there first) or plain capacity.
         for kind, count in Counter(kind for _, kind in trace.conflicts).items():
@@ -480,6 +486,26 @@ class Engine:
         LOG.info("allocation_reused", instance_uuid=held.uuid, host=host)
         return index, Selection(host=host, node=host, provider_uuid=provider_uuid,
                                 allocation_request=request, weight=weight)
+
+    def _claim_one(self, instance_uuid: str, selection: Selection,
+                   ctx: PlacementContext) -> bool:
+        """Claim ``selection`` for the instance: True when written, False when
+        the instance held exactly this already. A claim it holds elsewhere, on
+        a host that has stopped heartbeating, is dropped and the claim made
+        again; any other claim it holds is a :class:`ConsumerConflict`."""
+        def claim() -> bool:
+            return self.store.claim(instance_uuid, selection.allocation_request,
+                                    _group_claim(ctx.spec, selection.host))
+        try:
+            return claim()
+        except ConsumerConflict:
+            held = self.store.get_consumer(instance_uuid)
+            if held is None or not self._on_a_down_host(held, ctx.now):
+                raise
+            # Its host died with the build (no result will come): place it
+            # afresh, as if it had never been placed.
+            self._release_from_down_host(held)
+            return claim()
 
     def _on_a_down_host(self, held: Consumer, now: float) -> bool:
         """Whether the host of a claim the instance holds has stopped heartbeating."""

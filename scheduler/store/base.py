@@ -17,8 +17,9 @@ Semantics (Placement's, where it is good):
   one atomic step, which also checks the server group policy when given,
   records the allocation, bumps every touched provider's generation and
   appends to the change feed. A claim happens whole or not at all; the same
-  claim repeated for the same consumer is a no-op; a different one for a
-  consumer that already holds allocations raises :class:`ConsumerConflict`.
+  claim repeated for the same consumer is a no-op (and says so: it returns
+  False); a different one for a consumer that already holds allocations
+  raises :class:`ConsumerConflict`.
   Each refusal has its own type (:class:`CapacityExceeded`,
   :class:`NoSuchInventory`, :class:`UnitRuleViolation`,
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
@@ -255,8 +256,13 @@ class Store(abc.ABC):
     # allocations
     @abc.abstractmethod
     def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> None:
-        """Atomically check and write a consumer's allocations (see module doc)."""
+              group: GroupClaim | None = None) -> bool:
+        """Atomically check and write a consumer's allocations (see module doc).
+
+        True when written; False when the consumer already held exactly
+        these (nothing written). So one round trip both claims and tells a
+        re-driven request that it already holds its allocations.
+        """
 
     @abc.abstractmethod
     def release(self, consumer_uuid: str) -> bool:

@@ -180,14 +180,14 @@ class MemoryStore(Store):
     # allocations
 
     def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> None:
+              group: GroupClaim | None = None) -> bool:
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
         with self._lock:
             held = self._consumers.get(consumer_uuid)
             if held is not None:
                 if held.allocations == allocations:
-                    return
+                    return False
                 raise ConsumerConflict(consumer=consumer_uuid)
             for rp in sorted(allocations):
                 provider = self._get(rp)
@@ -218,6 +218,7 @@ class MemoryStore(Store):
                 project_id=request.project_id, user_id=request.user_id,
                 group_uuid=group.group_uuid if group else None,
                 host=group.host if group else None)
+            return True
 
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""

@@ -435,14 +435,14 @@ class RedisStore(Store):
 
     @_translated
     def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> None:
+              group: GroupClaim | None = None) -> bool:
         check_allocation_request(request)
         allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
         group_args = (("", "", "", 0) if group is None else
                       (group.group_uuid, group.policy, group.host, group.max_server_per_host))
-        self._scripts.claim(keys=self._alloc_keys, args=(
+        return bool(self._scripts.claim(keys=self._alloc_keys, args=(
             self._maxlen, consumer_uuid, allocations, request.project_id, request.user_id,
-            *group_args))
+            *group_args)))
 
     @_translated
     def release(self, consumer_uuid: str) -> bool:

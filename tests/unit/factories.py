@@ -288,11 +288,11 @@ class FeedStore:
         return members
 
     def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> None:
+              group: GroupClaim | None = None) -> bool:
         held = self.consumers.get(consumer_uuid)
         if held is not None:
             if held.allocations == request.allocations:
-                return
+                return False
             raise ConsumerConflict(consumer=consumer_uuid)
         for rp, amounts in request.allocations.items():
             p = self.get_provider(rp)
@@ -319,6 +319,7 @@ class FeedStore:
             host=host_name)
         for rp, amounts in request.allocations.items():
             self._add_usage(rp, amounts, +1)
+        return True
 
     def release(self, consumer_uuid: str) -> bool:
         held = self.consumers.pop(consumer_uuid, None)

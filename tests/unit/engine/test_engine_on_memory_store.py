@@ -108,3 +108,14 @@ def test_a_redriven_request_reuses_its_claim_unless_the_host_is_down(
     assert held.uuid == uuid_of("i1") and list(held.allocations) == [uuid_of(placed_on)]
     assert any(e["event"] == "allocation_on_down_host_released" for e in logs) is released
     assert_usage_is_the_sum_of_allocations(store)
+
+
+def test_a_redriven_request_whose_claim_is_on_a_down_host_and_no_host_left_holds_nothing(
+        ) -> None:
+    store = memory_store(host("h0", up=False), host("h1", ram=512))
+    store.claim(uuid_of("i1"), AllocationRequest({uuid_of("h0"): {MEMORY_MB: 1024}}, "p", "u"))
+    with structlog.testing.capture_logs() as logs, pytest.raises(NoValidHost):
+        engine(store).select("req-again", spec(ram=1024), [uuid_of("i1")])
+    assert store.list_consumers() == []
+    assert any(e["event"] == "allocation_on_down_host_released" for e in logs)
+    assert_usage_is_the_sum_of_allocations(store)

@@ -11,7 +11,7 @@ from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Eng
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
-from scheduler.store.base import Consumer, GroupClaim
+from scheduler.store.base import GroupClaim
 from tests.unit.factories import (
     GROUP_UUID,
     FeedStore,
@@ -350,25 +350,43 @@ def test_redriven_request_claims_only_what_is_missing() -> None:
 
 
 def test_racing_duplicate_claim_is_reused() -> None:
-    # A duplicate of this request claims "h2" for i1 between our look-up and
-    # our claim on "h1": the store refuses ours, and we reuse theirs.
+    # A duplicate of this request claims "h2" for i1 just before our claim on
+    # "h1": the store refuses ours, and we reuse theirs.
     store = FeedStore([host("h1"), host("h2", used={MEMORY_MB: 1000})])
     eng = engine(store, weighers=("RAMWeigher",))
     theirs = AllocationRequest({uuid_of("h2"): spec().resources}, "project", "user")
-    looked = []
 
-    def get_consumer_racing(consumer_uuid: str) -> Consumer | None:
-        if not looked:
-            looked.append(consumer_uuid)
-            store.claim(consumer_uuid, theirs)
-            return None
-        return FeedStore.get_consumer(store, consumer_uuid)
+    def claim_racing(consumer_uuid: str, request: AllocationRequest,
+                     group: GroupClaim | None = None) -> bool:
+        if not store.consumers:
+            FeedStore.claim(store, consumer_uuid, theirs)
+        return FeedStore.claim(store, consumer_uuid, request, group)
 
-    store.get_consumer = get_consumer_racing  # type: ignore[method-assign]
+    store.claim = claim_racing  # type: ignore[method-assign]
     result = eng.schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["h2"]
     assert result.selections[0][0].allocation_request == theirs
     assert result.traces[0].reused
+    assert len(store.claims) == 1
+
+
+@pytest.mark.parametrize("ram", [
+    pytest.param(2048, id="its-host-has-room-for-it-again"),
+    pytest.param(1024, id="its-host-is-full"),
+])
+def test_a_redrive_that_fails_keeps_what_was_placed_before(ram: int) -> None:
+    # i1 was placed by the first attempt; the re-drive of [i1, i2] finds it
+    # (by its claim, or by a look-up when no host has room) and no host for
+    # i2, and must not release i1's allocation, which it did not make.
+    store = FeedStore([host("h1", ram=ram)])
+    request = spec(ram=1024, num_instances=2)
+    uuids = [uuid_of("i1"), uuid_of("i2")]
+    engine(store).select("req", request.replace(num_instances=1), uuids[:1])
+    store.conflict_on = {"h1"}  # i2's claim there is refused (i1's is found held first)
+    with pytest.raises(NoValidHost) as err:
+        engine(store).select("req", request, uuids)
+    assert err.value.traces[0].reused
+    assert set(store.consumers) == {uuid_of("i1")}
     assert len(store.claims) == 1
 
 

@@ -362,10 +362,11 @@ def test_repeating_a_claim_is_a_no_op(store: Store) -> None:
     p = make_host(store)
     consumer, group = new_uuid(), GroupClaim(new_uuid(), "anti-affinity", "h1")
     request = ask({p.uuid: {"VCPU": 2, "MEMORY_MB": 256}})
-    store.claim(consumer, request, group)
+    assert store.claim(consumer, request, group) is True
     after_first = store.get_provider(p.uuid)
     cursor = store.snapshot().cursor
-    store.claim(consumer, request, group)  # anti-affinity would refuse a second member
+    # anti-affinity would refuse a second member
+    assert store.claim(consumer, request, group) is False
     assert store.get_provider(p.uuid) == after_first
     assert after_first.consumers == 1
     assert store.group_hosts(group.group_uuid) == {"h1": 1}
