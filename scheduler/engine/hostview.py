@@ -74,6 +74,8 @@ CHANGES_BATCH = 1000
 AZ_METADATA_KEY = "availability_zone"
 
 _INITIAL_ROWS = 64
+#: (class, amount) unit-rule masks a view keeps between inventory writes.
+_UNITS_CACHE_SIZE = 64
 _WORD = 64
 
 # Per resource class buffers: (attribute, dtype, fill value of an absent inventory).
@@ -337,10 +339,25 @@ class HostView:
         if extra is not None:
             free = free - extra
         ok = free >= amount
-        ok &= getattr(self, p + "_max_unit")[j, rows] >= amount
-        ok &= getattr(self, p + "_min_unit")[j, rows] <= amount
-        ok &= amount % getattr(self, p + "_step")[j, rows] == 0
+        ok &= self._units_allow(j, amount, kid)[rows]
         return ok
+
+    def _units_allow(self, j: int, amount: int, kid: bool) -> np.ndarray:
+        """Mask over every host (or child provider) whose min_unit, max_unit and
+        step_size of class ``j`` allow ``amount``. Kept until an inventory is
+        written (usage changes leave these rules alone), since every decision
+        asks the same few amounts."""
+        key = (kid, j, amount)
+        mask = self._units_cache.get(key)
+        if mask is None:
+            p, n = ("_k", self.kid_size) if kid else ("", self.size)
+            mask = ((getattr(self, p + "_max_unit")[j, :n] >= amount)
+                    & (getattr(self, p + "_min_unit")[j, :n] <= amount)
+                    & (amount % getattr(self, p + "_step")[j, :n] == 0))
+            if len(self._units_cache) >= _UNITS_CACHE_SIZE:
+                self._units_cache.clear()
+            self._units_cache[key] = mask
+        return mask
 
     def has_trait(self, trait: str, rows: np.ndarray | slice, kid: bool = False) -> np.ndarray:
         """Mask of the providers in ``rows`` that have ``trait``."""
@@ -470,6 +487,7 @@ class HostView:
 
     def _clear(self) -> None:
         self.size = 0
+        self._units_cache: dict[tuple[bool, int, int], np.ndarray] = {}
         self.names: list[str] = []
         self.uuids: list[str] = []
         self._index: dict[str, int] = {}
@@ -677,6 +695,7 @@ class HostView:
         """Fill column ``col`` of the per-class buffers (``prefix`` "" for hosts,
         "_k" for child providers) from ``p``'s inventories and usages; every
         class ``p`` names already has its row."""
+        self._units_cache.clear()  # the unit rules may change, and the row count
         for attr, _dtype, fill in _RC_COLUMNS:
             getattr(self, prefix + attr)[:, col] = fill
         total, reserved, ratio, capacity, min_unit, max_unit, step, used = (

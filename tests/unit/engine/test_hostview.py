@@ -255,6 +255,19 @@ def test_follows_inventory_changes() -> None:
     assert view.free(MEMORY_MB, everyone(view)).tolist() == [8192]
 
 
+def test_unit_rules_asked_before_follow_inventory_changes_and_new_hosts() -> None:
+    # The min_unit / max_unit / step_size masks are kept between decisions:
+    # an inventory write (or a new host) must not be answered from them.
+    store = FeedStore([host("h1"), host("h2", step={MEMORY_MB: 512})])
+    view = loaded(store)
+    assert view.can_give(MEMORY_MB, 256, everyone(view)).tolist() == [True, False]
+    store.put_provider(host("h1", max_unit={MEMORY_MB: 128}))
+    store.put_provider(host("h3"))
+    view.refresh(NOW)
+    assert view.can_give(MEMORY_MB, 256, everyone(view)).tolist() == [False, False, True]
+    assert view.can_give(MEMORY_MB, 256, np.array([2, 0])).tolist() == [True, False]
+
+
 def test_follows_aggregate_changes() -> None:
     east = az("agg-east", "east")
     store = FeedStore([host("h1", aggregates=[east.uuid])])
