@@ -1,7 +1,7 @@
 """No request lost: casts lost on the way, a conductor restarted, requests never
 answered, and a scheduler worker killed with SIGKILL while 500 boots are in
-flight. Afterwards every instance is ACTIVE, or ERROR with a reason, and no
-allocation is doubled or leaked."""
+flight (and a replacement started). Afterwards every instance is ACTIVE, or
+ERROR with a reason, and no allocation is doubled or leaked."""
 
 from __future__ import annotations
 
@@ -162,7 +162,11 @@ def test_a_worker_killed_with_500_boots_in_flight(cluster: Cluster) -> None:
     }
     print("\nkill test:", json.dumps(counts))
     (cluster.tmp / "kill-test-counts.json").write_text(json.dumps(counts))
-    assert redriven, "the kill lost requests, and they were re-driven"
-    assert counts["redrives"] == counts["redrives_logged"]
+    # Whether the kill lost requests depends on what the worker held at that
+    # instant: a fast worker is often idle between casts and loses none. The
+    # fault tier's test_worker_kill.py makes the loss certain (it kills while
+    # the store is frozen); here, whatever was lost was re-driven, and every
+    # re-drive is one the conductor logged.
+    assert len(redriven) <= counts["redrives"] == counts["redrives_logged"]
     assert set(states) <= {"ACTIVE", "ERROR"}
     assert_nothing_doubled_or_leaked(cluster, records, "m1.tiny")
