@@ -183,8 +183,8 @@ def _hostview_md(case: dict[str, Any]) -> str:
         "",
         "Catching up with the change stream: paced dry-run decisions, idle and while "
         "another process claims at the given rate; with the default periodic re-read of "
-        "every service record (heartbeats are not in the change feed), and with it deferred "
-        "to isolate the change stream.",
+        "heartbeats (not in the change feed; only hosts whose liveness is in doubt), and "
+        "with it deferred to isolate the change stream.",
         "",
         _table(["hosts", "services", "writer claims/s", "decisions/s", "changes per decision",
                 "idle median", "idle p99", "median", "p99", "catch-up per decision",

@@ -10,10 +10,10 @@ writing, then while another process (:mod:`bench.claim_writer`) makes
 ``writer_rate`` claims per second on the same store. Every decision first
 applies the changes written since the one before; the difference between
 the two medians is what catching up costs a decision. Run twice: with the
-default settings, where the view also re-reads every service record (the
-heartbeats, which are not in the change feed) every
-``services_refresh_interval`` (2 s), and with that re-read deferred past the
-run, which isolates the change stream's own cost.
+default settings, where the view also re-reads heartbeats (not in the
+change feed) every ``services_refresh_interval`` (2 s), for the hosts whose
+liveness is in doubt, and with that re-read deferred past the run, which
+isolates the change stream's own cost.
 """
 
 from __future__ import annotations

@@ -329,12 +329,14 @@ class Store(abc.ABC):
         """Record that these hosts are alive at ``now`` (not fed as changes)."""
 
     @abc.abstractmethod
-    def heartbeats(self) -> dict[str, float]:
-        """Every host's last heartbeat, by host (registered or not).
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        """The last heartbeat of every host (registered or not), or of those of
+        ``hosts`` that have one, by host.
 
         Liveness alone, one number per host and no service record read: what
-        a host view re-reads every ``services_refresh_interval``, since
-        heartbeats are not fed (everything else about a service is).
+        a host view re-reads every ``services_refresh_interval`` for the hosts
+        whose liveness could have changed, since heartbeats are not fed
+        (everything else about a service is).
         """
 
     @abc.abstractmethod

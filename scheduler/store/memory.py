@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -385,9 +385,11 @@ class MemoryStore(Store):
         with self._lock:
             self._heartbeats.update(dict.fromkeys(hosts, now))
 
-    def heartbeats(self) -> dict[str, float]:
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
         with self._lock:
-            return dict(self._heartbeats)
+            if hosts is None:
+                return dict(self._heartbeats)
+            return {h: self._heartbeats[h] for h in hosts if h in self._heartbeats}
 
     def list_services(self) -> list[Service]:
         with self._lock:

@@ -34,8 +34,9 @@ sentinels are reached without any). Needs Redis 7.0 or later (XINFO STREAM's
 from __future__ import annotations
 
 import functools
+import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
@@ -212,6 +213,9 @@ def _inventories(text: str) -> Mapping[str, Inventory]:
     return MappingProxyType({rc: Inventory.from_primitive(inv)
                              for rc, inv in json.loads(text).items()})
 
+
+#: Fields asked per HMGET when some hosts' heartbeats are read.
+_HMGET_CHUNK = 5000
 
 #: Values decoded per ``json.loads`` while a snapshot is read in bulk.
 _DECODE_CHUNK = 5000
@@ -583,8 +587,16 @@ class RedisStore(Store):
             self._client.hset(self.keys.heartbeats, mapping=seen)
 
     @_translated
-    def heartbeats(self) -> dict[str, float]:
-        seen = self._client.hgetall(self.keys.heartbeats)
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        if hosts is None:
+            seen = self._client.hgetall(self.keys.heartbeats)
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for start in range(0, len(hosts), _HMGET_CHUNK):
+                pipe.hmget(self.keys.heartbeats, hosts[start:start + _HMGET_CHUNK])
+            values = itertools.chain.from_iterable(pipe.execute()) if hosts else ()
+            seen = {host: value for host, value in zip(hosts, values, strict=False)
+                    if value is not None}
         try:
             return dict(zip(seen, map(float, seen.values()), strict=True))
         except ValueError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -234,6 +234,7 @@ class FeedStore:
         self.oldest = 0  # feed entries before this number are dropped
         self.conflict_on: set[str] = set()
         self.claims: list[tuple[str, str, GroupClaim | None]] = []
+        self.heartbeats_asked: list[list[str] | None] = []  # hosts per heartbeats() call
         for h in hosts:
             for p in h.providers:
                 self.providers[p.uuid] = p
@@ -269,8 +270,10 @@ class FeedStore:
     def list_services(self) -> list[Service]:
         return list(self.services.values())
 
-    def heartbeats(self) -> dict[str, float]:
-        return {host: s.last_seen for host, s in self.services.items()}
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        self.heartbeats_asked.append(None if hosts is None else list(hosts))
+        return {host: s.last_seen for host, s in self.services.items()
+                if hosts is None or host in hosts}
 
     def get_provider(self, uuid: str) -> Provider:
         if uuid not in self.providers:

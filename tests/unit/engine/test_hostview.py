@@ -329,6 +329,40 @@ def test_heartbeats_are_reread_at_most_every_interval() -> None:
     assert view.last_seen.tolist() == [NOW + 1]
 
 
+def test_only_hosts_whose_liveness_is_in_doubt_are_reread() -> None:
+    # Down time 60 s, re-read every 2 s: a host seen within 56 s is up until
+    # the next re-read whatever its newer heartbeats say, so it is not asked.
+    store = FeedStore([host("fresh"), host("aging"), host("down", up=False),
+                       host("unregistered", service=False)])
+    view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
+    store.heartbeat("aging", NOW - 57)
+    view._last_seen[1] = NOW - 57  # as if its last re-read was 57 s ago
+    for name in ("fresh", "aging", "down"):
+        store.heartbeat(name, NOW + 1)
+    store.heartbeats_asked.clear()
+    view.refresh(NOW + 2)
+    assert store.heartbeats_asked == [["aging", "down"]]
+    assert view.last_seen.tolist() == [NOW - 1, NOW + 1, NOW + 1, -np.inf]
+
+
+@pytest.mark.parametrize("silent_for", [0, 10, 55, 57, 59, 61, 120])
+def test_the_liveness_a_view_answers_is_that_of_every_heartbeat_reread(
+        silent_for: float) -> None:
+    # A host that heartbeats every 10 s and then falls silent: at every
+    # decision the view's answer (up or not) is what re-reading every
+    # heartbeat at every interval would give.
+    store = FeedStore([host("h1")])
+    view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
+    last = NOW - 1  # as the factory registered it
+    for t in np.arange(NOW, NOW + 200, 0.5):
+        if t <= NOW + 100 - silent_for and (t - NOW) % 10 == 0:
+            store.heartbeat("h1", float(t))
+            last = float(t)
+        view.refresh(float(t))
+        truly_up = abs(t - last) <= 60.0
+        assert (abs(t - view.last_seen[0]) <= 60.0) == truly_up, (t, last)
+
+
 def test_heartbeats_of_hosts_without_a_service_record_are_not_taken() -> None:
     store = FeedStore([host("h1", up=False), host("h2", service=False)])
     view = loaded(store, services_refresh_interval=2.0)
@@ -339,7 +373,7 @@ def test_heartbeats_of_hosts_without_a_service_record_are_not_taken() -> None:
 
 
 def test_only_heartbeats_are_reread_the_rest_comes_with_the_feed() -> None:
-    store = FeedStore([host("h1")])
+    store = FeedStore([host("h1", up=False)])
     view = loaded(store, services_refresh_interval=2.0)
     store.services["h1"] = Service(host="h1", rpc_server="x", last_seen=NOW + 1,
                                    disabled=True, failed_builds=2)  # not fed

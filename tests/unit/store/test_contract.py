@@ -759,6 +759,12 @@ def test_heartbeats_alone_are_read_by_host(store: Store) -> None:
     store.heartbeat(["h1", "unregistered"], 1234.25)
     store.heartbeat(["h1"], now)
     assert store.heartbeats() == {"h1": now, "unregistered": 1234.25}  # exactly, as floats
+    # Some hosts only: those that have a heartbeat, in any number.
+    assert store.heartbeats(["unregistered", "never-seen"]) == {"unregistered": 1234.25}
+    assert store.heartbeats([]) == {}
+    many = [f"m{i}" for i in range(12000)]  # past one HMGET's worth
+    store.heartbeat(many[::1000], 7.5)
+    assert store.heartbeats(many) == dict.fromkeys(many[::1000], 7.5)
 
 
 def test_service_state_changes_are_fed_once(store: Store) -> None:
