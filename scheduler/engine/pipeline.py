@@ -288,7 +288,8 @@ class Engine:
                     trace.host = primary.host
                     # Alternates last: they must have room for this instance in
                     # the view as it is after the primary and earlier instances.
-                    alternates = (self._alternates(ranked, weights, index, ctx)
+                    alternates = (self._alternates(ranked, weights, index, placement, ctx,
+                                                   trace)
                                   if return_alternates else [])
                     selections.append([primary, *alternates])
             except BaseException as exc:
@@ -432,15 +433,27 @@ class Engine:
         raise self._no_valid_host(trace)
 
     def _alternates(self, ranked: np.ndarray, weights: np.ndarray, primary: int | None,
-                    ctx: PlacementContext) -> list[Selection]:
-        """Up to ``max_attempts - 1`` other hosts, best first, each with room now
-        (the request placed again on their trees as the view stands)."""
+                    placement: Placement, ctx: PlacementContext,
+                    trace: InstanceTrace) -> list[Selection]:
+        """Up to ``max_attempts - 1`` other hosts, best first, each with room now."""
         wanted = self.settings.max_attempts - 1
         if not wanted:
             return []
         assert ctx.request is not None  # set by schedule()
         positions = np.flatnonzero(ranked != (-1 if primary is None else primary))
         out: list[Selection] = []
+        if not trace.conflicts:
+            # Since the candidate step placed the request, the view changed on
+            # the primary's providers only (this instance's claim), so its
+            # placement still holds for every other host.
+            for position in positions[:wanted]:
+                index = int(ranked[position])
+                at = int(np.searchsorted(placement.hosts, index))
+                out.append(self._selection(index, float(weights[position]),
+                                           placement.allocations(self.view, at), ctx.spec))
+            return out
+        # Hosts were re-read after refused claims: place the request again on
+        # the best trees as the view stands now.
         # Best first, in growing chunks: usually the first few still fit.
         start, chunk = 0, 4 * wanted
         while len(out) < wanted and start < len(positions):

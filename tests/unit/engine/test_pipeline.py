@@ -446,3 +446,18 @@ def test_trace_counts_survivors_per_stage() -> None:
     assert result.traces[0].reasons == {"disabled": 1, "host down": 1,
                                         "insufficient MEMORY_MB": 1, "host already tried": 1}
     assert result.traces[0].host in {"ok1", "ok2"}
+
+
+def test_alternates_of_each_instance_have_room_after_the_instances_before_it() -> None:
+    # Room for one instance per host: each instance's alternates are the hosts
+    # still free once it and the instances before it are placed.
+    store = FeedStore([host(f"h{i}", ram=2048) for i in range(3)])
+    uuids = [uuid_of(f"i{n}") for n in range(3)]
+    selections = engine(store, max_attempts=3).select("req", spec(ram=2048, num_instances=3),
+                                                      uuids)
+    placed: list[str] = []
+    for per in selections:
+        primary, *alternates = (s.host for s in per)
+        placed.append(primary)
+        assert sorted(alternates) == sorted({"h0", "h1", "h2"} - set(placed))
+    assert sorted(placed) == ["h0", "h1", "h2"]
