@@ -29,6 +29,7 @@ top weighed hosts with each weigher's share) for logs and ``explain``.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import time
 from collections import Counter
@@ -362,7 +363,6 @@ class Engine:
                rng: np.random.Generator,
                trace: InstanceTrace) -> tuple[np.ndarray, np.ndarray]:
         """The candidates best first, and their weights."""
-        candidates = candidates[rng.permutation(len(candidates))]
         total = np.zeros(len(candidates))
         shares: list[tuple[str, np.ndarray]] = []
         if len(candidates) > 1:  # one host left: nothing to weigh
@@ -371,7 +371,10 @@ class Engine:
                     share = weigher.weigh(self.view, candidates, ctx)
                     total += share
                     shares.append((name, share))
-        order = np.argsort(-total, kind="stable")
+        settings = self.settings
+        head = (max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
+                + settings.max_attempts)
+        order = _rank(total, rng, head)
         trace.top = [
             WeighedHost(self.view.names[candidates[k]], float(total[k]),
                         {name: float(share[k]) for name, share in shares})
@@ -567,6 +570,37 @@ def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
     if group is None:
         return None
     return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
+
+
+def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:
+    """Positions of ``total``, best first.
+
+    Ties are broken at random where a decision looks: equal totals within the
+    first ``head`` positions come in random order, and so does the pick of
+    which members of a tie straddling position ``head`` get in. Further down,
+    equal totals keep their given order (reached only when the best hosts
+    were refused). Cheaper than shuffling every candidate before sorting.
+    """
+    order = np.argsort(-total, kind="stable")
+    n = len(order)
+    if n < 2:
+        return order
+    head = min(head, n)
+    ranked = -total[order]  # ascending
+    start = int(np.searchsorted(ranked, ranked[head - 1], side="left"))
+    end = int(np.searchsorted(ranked, ranked[head - 1], side="right"))
+    if start > 1:  # runs of equal totals wholly inside the head
+        cuts = [0, *(np.flatnonzero(np.diff(ranked[:start])) + 1).tolist(), start]
+        for lo, hi in itertools.pairwise(cuts):
+            if hi - lo > 1:
+                order[lo:hi] = order[lo:hi][rng.permutation(hi - lo)]
+    if end - start > 1:  # the run at the edge: which of it get in, and in which order
+        run = order[start:end]
+        chosen = rng.choice(end - start, size=head - start, replace=False)
+        rest = np.ones(end - start, dtype=bool)
+        rest[chosen] = False
+        order[start:end] = np.concatenate([run[chosen], run[rest]])
+    return order
 
 
 def _rng(request_id: str, instance_uuid: str) -> np.random.Generator:

@@ -57,15 +57,23 @@ class Lagging:
 
 
 def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> None:
-    store = memory_store(*(host(f"h{i}", ram=4096) for i in range(3)))
+    store = memory_store(host("big", ram=8192), host("h1", ram=4096), host("h2", ram=4096))
     fresh, stale = engine(store), engine(Lagging(store))
-    conflicts = 0
-    for n in range(12):  # 3 hosts x 4 slots, the workers taking turns
+    stale.schedule("req-first", spec(ram=1024, disk=1), [uuid_of("first")])  # loads its view
+    # The rest of the biggest host is taken behind the stale worker's back.
+    store.claim(uuid_of("filler"), AllocationRequest({uuid_of("big"): {MEMORY_MB: 7168}},
+                                                     "p", "u"))
+    conflicts = []
+    for n in range(8):  # the 8 slots left on h1 and h2, the workers taking turns
         worker = stale if n % 2 else fresh
         result = worker.schedule(f"req{n}", spec(ram=1024, disk=1), [uuid_of(f"i{n}")])
-        conflicts += len(result.traces[0].conflicts)
-    assert conflicts > 0
-    assert len(store.list_consumers()) == 12
+        conflicts += result.traces[0].conflicts
+    # The stale worker still saw room on "big": its claim there was refused,
+    # it re-read the host and fell through.
+    assert conflicts[0] == ("big", "CapacityExceeded")
+    assert len(store.list_consumers()) == 10
+    with pytest.raises(NoValidHost):
+        fresh.schedule("req-over", spec(ram=1024, disk=1), [uuid_of("over")])
     assert_usage_is_the_sum_of_allocations(store)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import structlog.testing
 
-from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine
+from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine, _rank
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
@@ -461,3 +462,31 @@ def test_alternates_of_each_instance_have_room_after_the_instances_before_it() -
         placed.append(primary)
         assert sorted(alternates) == sorted({"h0", "h1", "h2"} - set(placed))
     assert sorted(placed) == ["h0", "h1", "h2"]
+
+
+@pytest.mark.parametrize("total", [
+    pytest.param([1.0] * 50, id="all-equal"),
+    pytest.param([3.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], id="runs"),
+    pytest.param([float(i % 7) for i in range(60)], id="runs-across-the-edge"),
+])
+def test_ranking_is_best_first_with_ties_drawn_where_decisions_look(total: list[float]
+                                                                    ) -> None:
+    values = np.array(total)
+    head = 6
+    orders = [_rank(values, np.random.default_rng(seed), head) for seed in range(40)]
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(len(values)))  # a permutation
+        assert (np.diff(values[order]) <= 0).all()  # best first
+    # Which of a tie come first at the head is drawn: seeds disagree there...
+    heads = {tuple(order[:head].tolist()) for order in orders}
+    assert len(heads) > 1
+    # ...and every member of a tie at the head's edge can get in.
+    edge = values[orders[0][head - 1]]
+    tied = set(np.flatnonzero(values == edge).tolist())
+    seen = set().union(*(set(o[:head].tolist()) for o in orders)) & tied
+    assert seen == tied
+
+
+def test_ranking_without_ties_is_the_plain_order() -> None:
+    values = np.array([0.5, 3.0, 1.0, 2.0])
+    assert _rank(values, np.random.default_rng(1), 2).tolist() == [1, 3, 2, 0]
