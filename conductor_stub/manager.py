@@ -478,7 +478,9 @@ class Booter:
             self.store.create_instances(
                 InstanceRecord(uuid=u, request_spec=spec.to_primitive(), created_at=now,
                                updated_at=now, request_id=req_ctxt.request_id,
-                               deadline=now + self.build_timeout) for u in batch)
+                               deadline=now + self.build_timeout,
+                               roles=tuple(req_ctxt.roles), is_admin=req_ctxt.is_admin is True)
+                for u in batch)
             if mode == "run_instance":
                 self.scheduler.run_instance(req_ctxt, spec, batch)
             else:

@@ -42,10 +42,12 @@ LOG = get_logger(__name__)
 
 
 def request_context(record: InstanceRecord) -> RequestContext:
-    """The context a record's request is (re-)sent with: its own request id."""
+    """The context a record's request is (re-)sent with: its own request id,
+    and the rights it was made with."""
     spec = record.request_spec or {}
     return RequestContext(request_id=record.request_id or f"req-{uuidlib.uuid4()}",
-                          user_id=spec.get("user_id"), project_id=spec.get("project_id"))
+                          user_id=spec.get("user_id"), project_id=spec.get("project_id"),
+                          roles=list(record.roles), is_admin=record.is_admin)
 
 
 class Resizer:

@@ -541,7 +541,9 @@ class InstanceRecord:
     ``request_id`` is the request's id, reused when it is re-driven. During a
     resize, ``migration_uuid`` is the consumer holding the source's
     allocation, ``new_flavor`` the flavor asked for (a Flavor primitive) and
-    ``source_host`` / ``source_node`` where the instance was.
+    ``source_host`` / ``source_node`` where the instance was. ``roles`` and
+    ``is_admin`` are the rights the request was made with, so that a re-drive
+    is sent with them (an admin's forced host is refused to anyone else).
     """
 
     uuid: str
@@ -563,6 +565,8 @@ class InstanceRecord:
     new_flavor: Mapping[str, Any] | None = None
     source_host: str | None = None
     source_node: str | None = None
+    roles: tuple[str, ...] = ()
+    is_admin: bool = False
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -576,10 +580,16 @@ class InstanceRecord:
             "redrives": self.redrives, "migration_uuid": self.migration_uuid,
             "new_flavor": dict(self.new_flavor) if self.new_flavor else None,
             "source_host": self.source_host, "source_node": self.source_node,
+            "roles": list(self.roles), "is_admin": self.is_admin,
         }
 
     @classmethod
     def from_primitive(cls, data: Mapping[str, Any]) -> InstanceRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
+        # Records written before these existed, or by Lua (an empty list is {}).
+        roles = known.get("roles")
+        known["roles"] = (tuple(r for r in roles if isinstance(r, str))
+                          if isinstance(roles, list) else ())
+        known["is_admin"] = known.get("is_admin") is True
         return cls(**known)

@@ -138,6 +138,19 @@ def test_a_redriven_boot_is_the_same_request_for_one_instance() -> None:
         1, ("h3",), [uuid])
 
 
+@pytest.mark.parametrize("is_admin", [True, False])
+def test_a_redriven_boot_has_the_rights_it_was_made_with(is_admin: bool) -> None:
+    # An admin's boot may force a host; re-driven without the admin flag, the
+    # worker would refuse it (Forbidden) and the instance end in ERROR.
+    store = cloud("h1", "h2")
+    building(store, roles=("admin",) if is_admin else ("member",), is_admin=is_admin)
+    sweep, scheduler, _ = sweeper(store)
+    sweep.sweep()
+    (ctxt, _spec, _uuids), _ = scheduler.last("run_instance")
+    assert (ctxt.is_admin, ctxt.roles) == (  # type: ignore[attr-defined]
+        is_admin, ["admin"] if is_admin else ["member"])
+
+
 def test_a_redriven_resize_names_the_same_migration() -> None:
     store = cloud("h1", "h2")
     uuid = resize(store, 0, claim=True)

@@ -900,7 +900,8 @@ def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
 
 def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> None:
     uuid = new_uuid()
-    store.create_instances([InstanceRecord(uuid=uuid, request_id="req-1", deadline=2.5)])
+    store.create_instances([InstanceRecord(uuid=uuid, request_id="req-1", deadline=2.5,
+                                           roles=("admin", "member"), is_admin=True)])
     flavor = {"name": "m1.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 80,
               "ephemeral_gb": 0, "swap_mb": 0, "extra_specs": {}}
     updated = store.update_instance(uuid, redrives=2, migration_uuid=new_uuid(),
@@ -908,7 +909,8 @@ def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> N
     assert updated is not None
     assert store.get_instance(uuid) == updated
     assert (updated.request_id, updated.redrives, updated.new_flavor, updated.source_host,
-            updated.deadline) == ("req-1", 2, flavor, "h1", 2.5)
+            updated.deadline, updated.roles, updated.is_admin) == (
+        "req-1", 2, flavor, "h1", 2.5, ("admin", "member"), True)
     cleared = store.update_instance(uuid, migration_uuid=None, new_flavor=None, deadline=None)
     assert cleared is not None and cleared.new_flavor is None and cleared.deadline is None
     assert store.list_instances_due(10.0) == []
