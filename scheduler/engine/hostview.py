@@ -440,19 +440,7 @@ class HostView:
         question to those hosts (the masks then align with ``idx``).
         """
         rows: slice | np.ndarray = slice(0, self.size) if idx is None else idx
-        count = self.size if idx is None else len(idx)
-        out: list[tuple[str, np.ndarray]] = []
-        for rc, amount in resources.items():
-            j = self._rc.get(rc)
-            if j is None:
-                out.append((rc, np.ones(count, dtype=bool)))
-                continue
-            bad = self._capacity[j, rows] - self._used[j, rows] < amount
-            bad |= self._max_unit[j, rows] < amount
-            bad |= self._min_unit[j, rows] > amount
-            bad |= amount % self._step[j, rows] != 0
-            out.append((rc, bad))
-        return out
+        return [(rc, ~self.can_give(rc, amount, rows)) for rc, amount in resources.items()]
 
     def fits(self, resources: Mapping[str, int], idx: np.ndarray) -> np.ndarray:
         """Mask of the hosts in ``idx`` whose root provider has room for ``resources``."""
@@ -812,10 +800,9 @@ class HostView:
         values per re-read instead of 100,000.
         """
         n = self.size
-        horizon = now - self._down_time + 2 * self._services_interval
-        ask = self._has_service[:n] & ~(np.abs(now - self._last_seen[:n])
-                                        <= now - horizon)
-        return [self.names[i] for i in np.flatnonzero(ask)]
+        certain = (np.abs(now - self._last_seen[:n])
+                   <= self._down_time - 2 * self._services_interval)
+        return [self.names[i] for i in np.flatnonzero(self._has_service[:n] & ~certain)]
 
     def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:
         """Move ``last_seen`` forward to these heartbeats, in bulk.

@@ -251,15 +251,18 @@ def _decoded(flat: list[str], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _object(raw: str, where: str) -> dict[str, Any] | None:
-    """One value that must be a JSON object; None (logged) when it is not."""
+    """One value that must be a JSON object; None (logged, as ``_each`` does)
+    when it is not."""
     try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        LOG.error("corrupt_record", key=where, reason=repr(exc)[:200])
+        return _parse(_as_object, raw, where)
+    except CorruptRecord as exc:
+        LOG.error("corrupt_record", key=exc.kwargs["key"], reason=exc.kwargs["reason"])
         return None
+
+
+def _as_object(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        LOG.error("corrupt_record", key=where, reason=f"not an object: {type(value).__name__}")
-        return None
+        raise TypeError(f"not an object: {type(value).__name__}")
     return value
 
 
@@ -595,7 +598,7 @@ class RedisStore(Store):
             for start in range(0, len(hosts), _HMGET_CHUNK):
                 pipe.hmget(self.keys.heartbeats, hosts[start:start + _HMGET_CHUNK])
             values = itertools.chain.from_iterable(pipe.execute()) if hosts else ()
-            seen = {host: value for host, value in zip(hosts, values, strict=False)
+            seen = {host: value for host, value in zip(hosts, values, strict=True)
                     if value is not None}
         try:
             return dict(zip(seen, map(float, seen.values()), strict=True))
