@@ -90,6 +90,17 @@ class Cluster:
         self.store: Store = open_store(REDIS_URL, self.prefix)
         self.write_config()
 
+    def open_transport(self) -> Any:
+        """An oslo.messaging transport into this deployment's vhost, for the
+        test itself (the caller cleans it up). Options live on the global
+        ``CONF``, parsed here with no files."""
+        from scheduler import conf as conf_mod
+        from scheduler import rpc
+
+        conf_mod.set_defaults()
+        conf_mod.CONF([], project="scheduler", default_config_files=[])
+        return rpc.get_transport(conf_mod.CONF, url=self.transport_url)
+
     @property
     def config_file(self) -> Path:
         return self.tmp / "scheduler.conf"

@@ -393,13 +393,7 @@ def cluster(make_cluster: Callable[..., FaultCluster]) -> FaultCluster:
 @pytest.fixture
 def transport(cluster: FaultCluster) -> Iterator[Any]:
     """An oslo.messaging transport into the cluster's vhost, for the test itself."""
-    from scheduler import conf as conf_mod
-    from scheduler import rpc
-
-    conf = conf_mod.CONF
-    conf_mod.set_defaults()
-    conf([], project="scheduler", default_config_files=[])
-    t = rpc.get_transport(conf, url=cluster.transport_url)
+    t = cluster.open_transport()
     yield t
     t.cleanup()
 
