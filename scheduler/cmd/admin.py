@@ -32,7 +32,7 @@ from oslo_config import cfg
 
 from conductor_stub.flavors import load_catalog
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler import log, rpc, rules
 from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation
 from scheduler.objects import GROUP_POLICIES, Image, InstanceRecord, RequestSpec, ServerGroup
@@ -311,7 +311,7 @@ def host_rows(providers: Iterable[Provider], services: Iterable[Service], now: f
         service = service_of.get(root.name)
         rows.append(HostRow(
             host=root.name, uuid=root.uuid,
-            up=service is not None and abs(now - service.last_seen) <= service_down_time,
+            up=service is not None and rules.is_up(now, service.last_seen, service_down_time),
             disabled=bool(service and service.disabled),
             disabled_reason=service.disabled_reason if service else None,
             failed_builds=service.failed_builds if service else 0,

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from scheduler import rules
 from scheduler.engine.capabilities import HostCapabilities
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import StreamTruncated
@@ -355,9 +356,9 @@ class HostView:
         mask = self._units_cache.get(key)
         if mask is None:
             p, n = ("_k", self.kid_size) if kid else ("", self.size)
-            mask = ((getattr(self, p + "_max_unit")[j, :n] >= amount)
-                    & (getattr(self, p + "_min_unit")[j, :n] <= amount)
-                    & (amount % getattr(self, p + "_step")[j, :n] == 0))
+            mask = rules.units_allow(amount, getattr(self, p + "_min_unit")[j, :n],
+                                     getattr(self, p + "_max_unit")[j, :n],
+                                     getattr(self, p + "_step")[j, :n])
             if len(self._units_cache) >= _UNITS_CACHE_SIZE:
                 self._units_cache.clear()
             self._units_cache[key] = mask
@@ -800,8 +801,8 @@ class HostView:
         values per re-read instead of 100,000.
         """
         n = self.size
-        certain = (np.abs(now - self._last_seen[:n])
-                   <= self._down_time - 2 * self._services_interval)
+        certain = rules.is_up(now, self._last_seen[:n],
+                              self._down_time - 2 * self._services_interval)
         return [self.names[i] for i in np.flatnonzero(self._has_service[:n] & ~certain)]
 
     def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from scheduler import health
+from scheduler import health, rules
 from scheduler.engine import reasons
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
@@ -334,7 +334,7 @@ class Engine:
             alive &= ok
             trace.survived(constraint.stage or constraint.reason, int(np.count_nonzero(alive)))
         # Hosts that stopped heartbeating, also before the cut.
-        up = np.abs(ctx.now - view.last_seen) <= self.settings.service_down_time
+        up = rules.is_up(ctx.now, view.last_seen, self.settings.service_down_time)
         trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(alive & ~up)))
         alive &= up
         trace.survived(HOSTS_UP, int(np.count_nonzero(alive)))
@@ -511,7 +511,7 @@ class Engine:
         again; any other claim it holds is a :class:`ConsumerConflict`."""
         def claim() -> bool:
             return self.store.claim(instance_uuid, selection.allocation_request,
-                                    _group_claim(ctx.spec, selection.host))
+                                    GroupClaim.for_spec(ctx.spec, selection.host))
         try:
             return claim()
         except ConsumerConflict:
@@ -528,8 +528,8 @@ class Engine:
         for provider_uuid in held.allocations:
             index = self.view.index_of_uuid(provider_uuid)
             if index is not None:
-                return bool(abs(now - self.view.last_seen[index])
-                            > self.settings.service_down_time)
+                return not rules.is_up(now, float(self.view.last_seen[index]),
+                                       self.settings.service_down_time)
         return False
 
     def _release_from_down_host(self, held: Consumer) -> None:
@@ -557,19 +557,6 @@ class Engine:
     def _unconsume(self, consumed: Sequence[Consumed]) -> None:
         for index, allocations in consumed:
             self.view.consume_allocation(index, allocations, sign=-1)
-
-
-def _group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
-    """The group membership the claim records, with the policy the store checks.
-
-    The store checks only the strict policies; a soft group's claim still
-    records the member, so the soft (anti-)affinity weighers of later
-    requests see where the group's instances are.
-    """
-    group = spec.group
-    if group is None:
-        return None
-    return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

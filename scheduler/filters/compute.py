@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler import rules
 from scheduler.engine import reasons
 from scheduler.filters.base import BaseFilter
 
@@ -40,5 +41,5 @@ class ComputeFilter(BaseFilter):
 
     def passes(self, view: HostView, candidates: np.ndarray,
                ctx: PlacementContext) -> np.ndarray:
-        up = np.abs(ctx.now - view.last_seen[candidates]) <= self.settings.service_down_time
+        up = rules.is_up(ctx.now, view.last_seen[candidates], self.settings.service_down_time)
         return up & ~view.disabled[candidates]

@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from scheduler import rules
 from scheduler.exceptions import InvalidRequest, StreamTruncated
-from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.objects import AllocationRequest, InstanceRecord, RequestSpec
 
 if TYPE_CHECKING:
     from scheduler.store.columns import CompactSnapshot
@@ -66,11 +67,11 @@ class Inventory:
 
     @property
     def capacity(self) -> int:
-        return int((self.total - self.reserved) * self.allocation_ratio)
+        return rules.capacity(self.total, self.reserved, self.allocation_ratio)
 
     @property
     def effective_max_unit(self) -> int:
-        return self.total if self.max_unit is None else min(self.max_unit, self.total)
+        return rules.effective_max_unit(self.total, self.max_unit)
 
     def to_primitive(self) -> dict[str, Any]:
         return {"total": self.total, "reserved": self.reserved, "min_unit": self.min_unit,
@@ -149,16 +150,28 @@ class ServiceReport:
 class GroupClaim:
     """The server-group check made inside a claim.
 
-    ``affinity``: the group's members are all on one host, so a host is
-    accepted only if the group has no members yet or has members on it.
-    ``anti-affinity``: at most ``max_server_per_host`` members per host.
-    Soft policies are never checked here (they only weigh).
+    The claim records the consumer as a member of the group on ``host``,
+    whatever the policy, so the soft (anti-)affinity weighers of later
+    requests see where the group's instances are; only the strict policies
+    are checked (:func:`scheduler.rules.check_group`): ``affinity``, the
+    group's members all on one host; ``anti-affinity``, at most
+    ``max_server_per_host`` members per host.
     """
 
     group_uuid: str
     policy: str
     host: str
     max_server_per_host: int = 1
+
+    @classmethod
+    def for_spec(cls, spec: RequestSpec, host: str) -> GroupClaim | None:
+        """The group membership a claim of ``spec`` on ``host`` records (None when
+        the request names no group). Every claim of an instance, the
+        scheduler's and the conductor's of an alternate, is made with this."""
+        group = spec.group
+        if group is None:
+            return None
+        return cls(group.uuid, group.policy, host, group.max_server_per_host)
 
 
 @dataclass(frozen=True)

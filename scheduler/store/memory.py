@@ -24,19 +24,16 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from scheduler import rules
 from scheduler.exceptions import (
-    CapacityExceeded,
     ConsumerConflict,
     GenerationConflict,
-    GroupPolicyViolation,
     InstanceNotFound,
     InventoryInUse,
-    NoSuchInventory,
     NotFound,
     ProviderExists,
     ProviderNotFound,
     StreamTruncated,
-    UnitRuleViolation,
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
@@ -60,17 +57,6 @@ from scheduler.store.base import (
     freeze_json,
 )
 from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
-
-
-def _unit_rule(amount: int, inv: Inventory) -> tuple[str, int] | None:
-    """The unit rule ``amount`` breaks, with its limit; None if it keeps them all."""
-    if amount < inv.min_unit:
-        return "min_unit", inv.min_unit
-    if amount > inv.effective_max_unit:
-        return "max_unit", inv.effective_max_unit
-    if amount % inv.step_size:
-        return "step_size", inv.step_size
-    return None
 
 
 class MemoryStore(Store):
@@ -192,17 +178,9 @@ class MemoryStore(Store):
             for rp in sorted(allocations):
                 provider = self._get(rp)
                 for rc in sorted(allocations[rp]):
-                    amount = allocations[rp][rc]
-                    inv = provider.inventories.get(rc)
-                    if inv is None:
-                        raise NoSuchInventory(uuid=rp, rc=rc)
-                    broken = _unit_rule(amount, inv)
-                    if broken is not None:
-                        raise UnitRuleViolation(uuid=rp, rc=rc, requested=amount,
-                                                rule=broken[0], limit=broken[1])
-                    if amount > provider.free(rc):
-                        raise CapacityExceeded(uuid=rp, rc=rc, requested=amount,
-                                               free=provider.free(rc))
+                    rules.check_allocation(rp, rc, allocations[rp][rc],
+                                           provider.inventories.get(rc),
+                                           provider.usages.get(rc, 0))
             if group is not None:
                 self._join_group(group)
             for rp in sorted(allocations):
@@ -223,12 +201,9 @@ class MemoryStore(Store):
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""
         members = self._groups.get(group.group_uuid, {})
-        here = members.get(group.host, 0)
-        if ((group.policy == "anti-affinity" and here >= group.max_server_per_host)
-                or (group.policy == "affinity" and here == 0 and members)):
-            raise GroupPolicyViolation(group=group.group_uuid, policy=group.policy,
-                                       host=group.host)
-        members[group.host] = here + 1
+        rules.check_group(group.group_uuid, group.policy, group.host, members,
+                          group.max_server_per_host)
+        members[group.host] = members.get(group.host, 0) + 1
         self._groups[group.group_uuid] = members
 
     def _leave_group(self, group_uuid: str, host: str) -> None:
