@@ -86,18 +86,6 @@ def _request_id(ctxt: Any) -> str | None:
     return getattr(ctxt, "request_id", None)
 
 
-def group_claim(spec: RequestSpec, host: str) -> GroupClaim | None:
-    """The server-group check a claim of ``spec`` on ``host`` must carry.
-
-    The same rule as the scheduler's claims: strict policies are checked (and
-    the consumer recorded as a member) inside the atomic claim.
-    """
-    group = spec.group
-    if group is None or not group.is_strict:
-        return None
-    return GroupClaim(group.uuid, group.policy, host, group.max_server_per_host)
-
-
 def _refused(refused: list[str]) -> str:
     """The admin details' account of the alternates refused at their claim."""
     return f"; alternates refused: {', '.join(refused)}" if refused else ""
@@ -356,14 +344,15 @@ class ConductorEndpoint:
 
     def _claim_alternate(self, uuid: str, spec: RequestSpec, alternate: Selection,
                          refused: list[str]) -> bool | None:
-        """Claim an alternate for the instance, with the strict group check:
+        """Claim an alternate for the instance, as a member of its group (strict
+        policies checked):
         True if claimed; False if its resources were taken meanwhile, the
         group policy now forbids it or it is gone (noted in ``refused``: skip
         to the next); None if the instance holds a claim already (a re-driven
         copy placed it: stop here)."""
         try:
             self.store.claim(uuid, alternate.allocation_request,
-                             group_claim(spec, alternate.host))
+                             GroupClaim.for_spec(spec, alternate.host))
         except ConsumerConflict:
             LOG.info("reschedule_superseded", alternate=alternate.host)
             return None

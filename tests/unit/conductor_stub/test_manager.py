@@ -8,7 +8,7 @@ from typing import Any
 import oslo_messaging
 import pytest
 
-from conductor_stub.manager import Booter, ConductorEndpoint, group_claim
+from conductor_stub.manager import Booter, ConductorEndpoint
 from scheduler.exceptions import (
     Forbidden,
     InternalError,
@@ -66,17 +66,23 @@ def _reschedule(store: MemoryStore, request: RequestSpec, alternates: list[str],
     return store.get_instance(uuid), compute
 
 
-@pytest.mark.parametrize("policy, expected", [
-    pytest.param("anti-affinity", GroupClaim(GROUP_UUID, "anti-affinity", "h", 1),
-                 id="anti-affinity"),
-    pytest.param("affinity", GroupClaim(GROUP_UUID, "affinity", "h", 1), id="affinity"),
-    pytest.param("soft-anti-affinity", None, id="soft-anti-affinity"),
-    pytest.param(None, None, id="no-group"),
-])
-def test_group_claim_is_made_for_strict_policies_only(policy: str | None,
-                                                      expected: GroupClaim | None) -> None:
-    request = spec(group=group(policy)) if policy else spec()
-    assert group_claim(request, "h") == expected
+@pytest.mark.parametrize("policy", ["anti-affinity", "affinity", "soft-anti-affinity",
+                                    "soft-affinity"])
+def test_an_instance_rescheduled_onto_an_alternate_stays_a_member_of_its_group(
+        policy: str) -> None:
+    # Soft groups too: their weighers read where the group's members are.
+    store = _store()
+    record, compute = _reschedule(store, spec(group=group(policy)), ["cmp-a"])
+    assert record.host == "cmp-a" and compute.builds == [(record.uuid, "cmp-a", [])]
+    assert store.group_hosts(GROUP_UUID) == {"cmp-a": 1}
+    assert store.get_consumer(record.uuid).group_uuid == GROUP_UUID  # type: ignore[union-attr]
+
+
+def test_an_alternate_claim_of_a_request_with_no_group_records_no_member() -> None:
+    store = _store()
+    record, _ = _reschedule(store, spec(), ["cmp-a"])
+    assert record.host == "cmp-a"
+    assert store.get_consumer(record.uuid).group_uuid is None  # type: ignore[union-attr]
 
 
 def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -> None:
