@@ -19,7 +19,7 @@ same typed error, every time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, TypeVar
+from typing import Protocol, overload
 
 import numpy as np
 
@@ -29,9 +29,6 @@ from scheduler.exceptions import (
     NoSuchInventory,
     UnitRuleViolation,
 )
-
-#: An int, a float, or a numpy array of them (one element per provider).
-Num = TypeVar("Num", int, float, np.ndarray)
 
 #: The strict server-group policies (a claim enforces them; the soft ones only weigh).
 AFFINITY = "affinity"
@@ -109,18 +106,24 @@ def check_allocation(uuid: str, rc: str, amount: int, inventory: InventoryRules 
 # --- server groups -------------------------------------------------------------------
 
 
-def group_allows(policy: str, here: Num, has_members: bool,
-                 max_server_per_host: int = 1) -> Num:
+@overload
+def group_allows(policy: str, here: int, has_members: bool,
+                 max_server_per_host: int = 1) -> bool: ...
+@overload
+def group_allows(policy: str, here: np.ndarray, has_members: bool,
+                 max_server_per_host: int = 1) -> np.ndarray: ...
+def group_allows(policy: str, here: int | np.ndarray, has_members: bool,
+                 max_server_per_host: int = 1) -> bool | np.ndarray:
     """Whether a strict ``policy`` lets one more member onto a host holding
     ``here`` members (an int, or an array of counts per host) of a group that
     ``has_members`` anywhere. Anti-affinity: fewer than ``max_server_per_host``
     there. Affinity: the group is empty, or the host holds members. A soft
     policy always allows (it only weighs)."""
     if policy == ANTI_AFFINITY:
-        return here < max_server_per_host  # type: ignore[return-value]
+        return here < max_server_per_host
     if policy == AFFINITY:
-        return (here > 0) | (not has_members)  # type: ignore[return-value]
-    return here == here  # type: ignore[return-value]  # True, in the shape of ``here``
+        return (here > 0) | (not has_members)
+    return np.ones_like(here, dtype=bool) if isinstance(here, np.ndarray) else True
 
 
 def check_group(group_uuid: str, policy: str, host: str, members: Mapping[str, int],
@@ -137,8 +140,13 @@ def check_group(group_uuid: str, policy: str, host: str, members: Mapping[str, i
 # --- liveness ------------------------------------------------------------------------
 
 
-def is_up(now: float, last_seen: Num, service_down_time: float) -> Num:
+@overload
+def is_up(now: float, last_seen: float, service_down_time: float) -> bool: ...
+@overload
+def is_up(now: float, last_seen: np.ndarray, service_down_time: float) -> np.ndarray: ...
+def is_up(now: float, last_seen: float | np.ndarray,
+          service_down_time: float) -> bool | np.ndarray:
     """Whether a host last seen at ``last_seen`` (a time, or an array of them)
     is up at ``now``: ``|now - last_seen| <= service_down_time``, as Nova's
     servicegroup judges it (a clock that went back counts as recent)."""
-    return abs(now - last_seen) <= service_down_time  # type: ignore[return-value]
+    return abs(now - last_seen) <= service_down_time
