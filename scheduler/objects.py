@@ -8,7 +8,6 @@ names the offending field. Past this module nobody digs in dicts.
 
 from __future__ import annotations
 
-import math
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -344,15 +343,11 @@ class RequestSpec:
 
     @property
     def resources(self) -> dict[str, int]:
-        """Amount per resource class one instance needs (zero amounts left out).
-
-        Disk is root + ephemeral + swap rounded up to whole GB; a volume-backed
-        (boot-from-volume) request does not count its root disk.
+        """Amount per resource class one instance takes: what the engine claims,
+        ``resources:`` overrides and numbered groups included (zero amounts
+        left out). The rule has one home, :attr:`ResourceRequest.resources`.
         """
-        f = self.flavor
-        disk = (0 if self.is_bfv else f.root_gb) + f.ephemeral_gb + math.ceil(f.swap_mb / 1024)
-        wanted = {VCPU: f.vcpus, MEMORY_MB: f.memory_mb, DISK_GB: disk}
-        return {rc: amount for rc, amount in wanted.items() if amount > 0}
+        return self.resource_request.resources
 
     @cached_property
     def resource_request(self) -> ResourceRequest:

@@ -42,7 +42,7 @@ from scheduler.objects import (
 )
 from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
 from scheduler.rpc import RequestContext
-from scheduler.store.base import GroupClaim
+from scheduler.store.base import GroupClaim, Inventory
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
@@ -185,6 +185,30 @@ def test_explain_of_a_multi_instance_request_stops_at_the_first_unplaced() -> No
     assert report.failed is not None and report.failed.position == 3
     assert report.summary == "0/2 hosts available: 2 insufficient MEMORY_MB"
     assert r.store.consumers == {}
+
+
+@pytest.mark.parametrize("extra_specs, takes", [
+    pytest.param({}, {"VCPU": 2, MEMORY_MB: 1024, "DISK_GB": 10}, id="the-flavor-alone"),
+    pytest.param({"resources:VCPU": "4", "resources:DISK_GB": "0"}, {"VCPU": 4, MEMORY_MB: 1024},
+                 id="overridden-and-dropped"),
+    pytest.param({"resources1:CUSTOM_FPGA": "1", "resources:VCPU": "3"},
+                 {"VCPU": 3, MEMORY_MB: 1024, "DISK_GB": 10, "CUSTOM_FPGA": 1},
+                 id="numbered-group-counted"),
+])
+def test_explain_reports_what_the_engine_claims(extra_specs: dict[str, str],
+                                                takes: dict[str, int]) -> None:
+    r = rig(*(host(name, extra={"CUSTOM_FPGA": Inventory(total=2)}) for name in HOSTS))
+    request = spec(vcpus=2, ram=1024, disk=10, extra_specs=extra_specs)
+
+    report = ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request.to_primitive()))
+    _select(r, request, ADMIN)
+
+    (consumer,) = r.store.consumers.values()
+    claimed: dict[str, int] = {}
+    for amounts in consumer.allocations.values():
+        for rc, amount in amounts.items():
+            claimed[rc] = claimed.get(rc, 0) + amount
+    assert dict(report.resources) == claimed == takes
 
 
 @pytest.mark.parametrize("ctxt", [
