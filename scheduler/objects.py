@@ -14,16 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.exceptions import InvalidRequest
+from scheduler.resource_request import (
+    DISK_GB,
+    MEMORY_MB,
+    VCPU,
+    ResourceRequest,
+    flavor_amounts,
+    parse_extra_specs,
+)
 
-if TYPE_CHECKING:
-    from scheduler.resource_request import ResourceRequest
-
-VCPU = "VCPU"
-MEMORY_MB = "MEMORY_MB"
-DISK_GB = "DISK_GB"
 STANDARD_RESOURCE_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
 
 #: The most instances one request may ask for; larger boots are refused at
@@ -351,15 +353,19 @@ class RequestSpec:
 
     @cached_property
     def resource_request(self) -> ResourceRequest:
-        """The typed resource request (groups, traits, aggregates) of this spec.
+        """The typed resource request (groups, traits, aggregates) of this spec:
+        the flavor's amounts (:func:`~scheduler.resource_request.flavor_amounts`)
+        under its extra specs and the image's traits.
 
         :raises InvalidRequest: a resource, trait or aggregate extra spec (or
             image trait) is malformed; :meth:`from_primitive` asks for it, so
             such a spec is refused at validation.
         """
-        from scheduler.resource_request import parse
-
-        return parse(self)
+        f = self.flavor
+        base = flavor_amounts(f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb,
+                              self.is_bfv)
+        image_properties = self.image.properties if self.image is not None else {}
+        return parse_extra_specs(base, f.extra_specs, image_properties)
 
     def replace(self, **changes: Any) -> RequestSpec:
         from dataclasses import replace
