@@ -5,7 +5,9 @@ Each method is cut by stage; the decision itself lives in
 :class:`InvalidRequest` on a call, and on a cast becomes an ERROR
 notification plus a ``schedule_failed`` to the conductor (which puts the
 instances in ERROR). Nothing is claimed for a request that fails, and the
-worker keeps serving. A request spec is validated whole as soon as it is
+worker keeps serving: every failure of a cast goes through one policy,
+:meth:`SchedulerEndpoint._cast_failed`, as every failure of a call goes
+through :func:`call_errors`. A request spec is validated whole as soon as it is
 read (:meth:`SchedulerEndpoint._read_spec`): its fields and resource extra
 specs by :meth:`RequestSpec.from_primitive`, then what the host filters will
 read (operator extra specs, image properties, NUMA, PCI aliases) by
@@ -28,8 +30,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import oslo_messaging
@@ -83,6 +87,23 @@ def call_errors(method: str) -> Iterator[None]:
     except Exception:
         LOG.exception("call_failed", method=method)
         raise InternalError() from None
+
+
+@dataclass(frozen=True)
+class CastEvents:
+    """The log events of one cast's failures, by kind (stable names: operators
+    search the logs for them)."""
+
+    method: str
+    refused: str
+    no_valid_host: str
+    failed: str
+
+
+RUN_INSTANCE = CastEvents("run_instance", refused="run_instance_refused",
+                          no_valid_host="no_valid_host", failed="run_instance_failed")
+RESIZE = CastEvents("resize", refused="resize_refused", no_valid_host="resize_no_valid_host",
+                    failed="resize_failed")
 
 
 #: The longest request id taken from a caller (it is bound to every log line).
@@ -287,28 +308,15 @@ class SchedulerEndpoint:
             payload = {"request_spec": spec.to_primitive() if refused is None and spec else None,
                        "instance_uuids": list(uuids)}
             with self.notifier.action(ctxt, "run_instance", payload) as end:
-                if refused is not None:
-                    end["state"] = "error"
-                    LOG.warning("run_instance_refused", reason=refused.message)
-                    self._fail(ctxt, "run_instance", uuids, refused)
-                    return
-                assert spec is not None
                 try:
+                    if refused is not None:
+                        raise refused
+                    assert spec is not None
                     selections = self._select(request_id, spec, uuids)
-                except NoValidHost as exc:
-                    end["state"] = "error"
-                    LOG.info("no_valid_host", details=exc.details, instance_uuids=list(uuids))
-                    self._fail(ctxt, "run_instance", uuids, exc)
-                    return
-                except StoreUnavailable as exc:
-                    end["state"] = "error"
-                    LOG.warning("store_unavailable", method="run_instance", error=exc.message,
-                                instance_uuids=list(uuids))
-                    return
                 except Exception as exc:
-                    end["state"] = "error"
-                    LOG.exception("run_instance_failed", instance_uuids=list(uuids))
-                    self._fail(ctxt, "run_instance", uuids, exc)
+                    self._cast_failed(ctxt, RUN_INSTANCE, end, uuids, exc,
+                                      partial(self._schedule_failed, ctxt, uuids),
+                                      instance_uuids=list(uuids))
                     return
                 for uuid, per_instance in zip(uuids, selections, strict=True):
                     self._cast_build(ctxt, uuid, spec, per_instance)
@@ -351,40 +359,17 @@ class SchedulerEndpoint:
                                                               new_flavor, request_spec)
                     migration_uuid = migration_uuid_for(uuid, request_id)
                     self._park(uuid, migration_uuid)
-                except (InvalidRequest, Forbidden) as exc:
-                    end["state"] = "error"
-                    LOG.warning("resize_refused", reason=exc.message)
-                    self._resize_failed(ctxt, instance_uuid, "", exc)
-                    return
-                except StoreUnavailable as exc:
-                    end["state"] = "error"
-                    LOG.warning("store_unavailable", method="resize", error=exc.message)
-                    return  # nothing failed: the conductor re-drives the resize
-                except Exception as exc:
-                    end["state"] = "error"
-                    LOG.exception("resize_failed")
-                    self._resize_failed(ctxt, instance_uuid, "", exc)
+                except Exception as exc:  # nothing moved: nothing to give back
+                    self._cast_failed(ctxt, RESIZE, end, _safe_uuids([instance_uuid]), exc,
+                                      partial(self._resize_failed, ctxt, instance_uuid, ""))
                     return
                 end["migration_uuid"] = migration_uuid
                 try:
                     selections = self._select(request_id, spec, [uuid])
-                except NoValidHost as exc:
-                    end["state"] = "error"
-                    LOG.info("resize_no_valid_host", details=exc.details)
-                    self._unpark(uuid, migration_uuid)
-                    self._resize_failed(ctxt, uuid, migration_uuid, exc)
-                    return
-                except StoreUnavailable as exc:
-                    # The source stays parked on the migration: the re-driven
-                    # resize (same migration) carries on from here.
-                    end["state"] = "error"
-                    LOG.warning("store_unavailable", method="resize", error=exc.message)
-                    return
-                except Exception as exc:
-                    end["state"] = "error"
-                    LOG.exception("resize_failed")
-                    self._unpark(uuid, migration_uuid)
-                    self._resize_failed(ctxt, uuid, migration_uuid, exc)
+                except Exception as exc:  # the source goes back to the instance
+                    self._cast_failed(ctxt, RESIZE, end, [uuid], exc,
+                                      partial(self._resize_failed, ctxt, uuid, migration_uuid),
+                                      give_back=partial(self._unpark, uuid, migration_uuid))
                     return
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
@@ -438,17 +423,46 @@ class SchedulerEndpoint:
         self.notifier.error(ctxt, f"scheduler.{action}", {
             "instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)})
 
+    def _cast_failed(self, ctxt: Any, events: CastEvents, end: dict[str, Any],
+                     uuids: Sequence[str], exc: Exception, tell: Callable[[Exception], None],
+                     give_back: Callable[[], None] | None = None, **log: Any) -> None:
+        """The one error policy of a cast, called from the ``except`` that caught
+        ``exc``: a cast has no caller to raise to, so nothing is raised and the
+        worker keeps serving.
+
+        The ``.end`` (``end``) is marked ``error`` whatever failed. A store that
+        cannot be reached fails nothing: it is logged and the request dropped,
+        and what it moved stays moved, for the conductor's re-drive (same
+        request id, same uuids) to carry on from. Any other failure is logged by
+        its kind (refused, no valid host, internal error with its traceback),
+        ``give_back`` hands back what the request moved, the ERROR notification
+        carries ``uuids`` and the user-safe reason, and ``tell`` tells the
+        conductor. ``log`` is bound to the log line.
+        """
+        end["state"] = "error"
+        if isinstance(exc, StoreUnavailable):
+            LOG.warning("store_unavailable", method=events.method, error=exc.message, **log)
+            return
+        if isinstance(exc, InvalidRequest | Forbidden):
+            LOG.warning(events.refused, reason=exc.message, **log)
+        elif isinstance(exc, NoValidHost):
+            LOG.info(events.no_valid_host, details=exc.details, **log)
+        else:
+            LOG.exception(events.failed, **log)
+        if give_back is not None:
+            give_back()
+        self._notify_failure(ctxt, events.method, uuids, exc)
+        tell(exc)
+
     def _resize_failed(self, ctxt: Any, instance_uuid: Any, migration_uuid: str,
-                       exc: BaseException) -> None:
-        """ERROR notification, and the resize's failure to the conductor (the
-        instance stays ACTIVE on its source)."""
-        self._notify_failure(ctxt, "resize", _safe_uuids([instance_uuid]), exc)
+                       exc: Exception) -> None:
+        """The resize's failure to the conductor (the instance stays ACTIVE on its
+        source): user-safe fault, admin details."""
         self.conductor.resize_result(ctxt, str(instance_uuid)[:64], migration_uuid, None, False,
                                      user_reason(exc), admin_details(exc))
 
-    def _fail(self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException) -> None:
-        """ERROR notification, and the instances to ERROR: user-safe fault, admin details."""
-        self._notify_failure(ctxt, action, uuids, exc)
+    def _schedule_failed(self, ctxt: Any, uuids: Sequence[str], exc: Exception) -> None:
+        """The instances to ERROR through the conductor: user-safe fault, admin details."""
         if uuids:
             self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc),
                                            admin_details(exc))

@@ -8,23 +8,24 @@ names the offending field. Past this module nobody digs in dicts.
 
 from __future__ import annotations
 
-import math
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.exceptions import InvalidRequest
+from scheduler.resource_request import (
+    DISK_GB,
+    MEMORY_MB,
+    VCPU,
+    ResourceRequest,
+    flavor_amounts,
+    parse_extra_specs,
+)
 
-if TYPE_CHECKING:
-    from scheduler.resource_request import ResourceRequest
-
-VCPU = "VCPU"
-MEMORY_MB = "MEMORY_MB"
-DISK_GB = "DISK_GB"
 STANDARD_RESOURCE_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
 
 #: The most instances one request may ask for; larger boots are refused at
@@ -344,27 +345,27 @@ class RequestSpec:
 
     @property
     def resources(self) -> dict[str, int]:
-        """Amount per resource class one instance needs (zero amounts left out).
-
-        Disk is root + ephemeral + swap rounded up to whole GB; a volume-backed
-        (boot-from-volume) request does not count its root disk.
+        """Amount per resource class one instance takes: what the engine claims,
+        ``resources:`` overrides and numbered groups included (zero amounts
+        left out). The rule has one home, :attr:`ResourceRequest.resources`.
         """
-        f = self.flavor
-        disk = (0 if self.is_bfv else f.root_gb) + f.ephemeral_gb + math.ceil(f.swap_mb / 1024)
-        wanted = {VCPU: f.vcpus, MEMORY_MB: f.memory_mb, DISK_GB: disk}
-        return {rc: amount for rc, amount in wanted.items() if amount > 0}
+        return self.resource_request.resources
 
     @cached_property
     def resource_request(self) -> ResourceRequest:
-        """The typed resource request (groups, traits, aggregates) of this spec.
+        """The typed resource request (groups, traits, aggregates) of this spec:
+        the flavor's amounts (:func:`~scheduler.resource_request.flavor_amounts`)
+        under its extra specs and the image's traits.
 
         :raises InvalidRequest: a resource, trait or aggregate extra spec (or
             image trait) is malformed; :meth:`from_primitive` asks for it, so
             such a spec is refused at validation.
         """
-        from scheduler.resource_request import parse
-
-        return parse(self)
+        f = self.flavor
+        base = flavor_amounts(f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb,
+                              self.is_bfv)
+        image_properties = self.image.properties if self.image is not None else {}
+        return parse_extra_specs(base, f.extra_specs, image_properties)
 
     def replace(self, **changes: Any) -> RequestSpec:
         from dataclasses import replace

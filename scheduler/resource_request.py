@@ -1,10 +1,16 @@
 """The typed resource request: what a RequestSpec asks of providers.
 
-:func:`parse` reads the flavor (its sizes and extra specs) and the image
-properties into a :class:`ResourceRequest` of request groups, in Placement's
-terms. :meth:`RequestSpec.from_primitive` calls it, so a bad spec is refused
-at validation with :class:`InvalidRequest` naming the spec, before anything
-is claimed. Extra specs outside these forms (``hw:``, ``capabilities:``,
+:func:`parse_extra_specs` reads the flavor's own amounts
+(:func:`flavor_amounts`) under its extra specs, and the image properties,
+into a :class:`ResourceRequest` of request groups, in Placement's terms; its
+:attr:`ResourceRequest.resources` is the one rule for what an instance takes
+(what the engine claims, and what ``explain`` reports).
+:attr:`RequestSpec.resource_request <scheduler.objects.RequestSpec.resource_request>`
+calls it and :meth:`RequestSpec.from_primitive` asks for that, so a bad spec
+is refused at validation with :class:`InvalidRequest` naming the spec,
+before anything is claimed. This module knows nothing of the request
+objects: :mod:`scheduler.objects` imports it, never the other way round.
+Extra specs outside these forms (``hw:``, ``capabilities:``,
 ``aggregate_instance_extra_specs:`` ...) are left to the host filters.
 
 Syntax (``N`` is a group suffix: digits, or ``_`` and up to 64 of
@@ -47,13 +53,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from scheduler.exceptions import InvalidRequest
 
-if TYPE_CHECKING:
-    from scheduler.objects import RequestSpec
-
+#: The classes a flavor's own sizes ask for (:func:`flavor_amounts`).
+VCPU = "VCPU"
+MEMORY_MB = "MEMORY_MB"
+DISK_GB = "DISK_GB"
 #: Placement's standard resource classes; any other name must be ``CUSTOM_*``.
 RESOURCE_CLASSES = frozenset({
     "VCPU", "MEMORY_MB", "DISK_GB", "PCPU", "PCI_DEVICE", "SRIOV_NET_VF", "NUMA_SOCKET",
@@ -357,14 +363,4 @@ def flavor_amounts(vcpus: int, memory_mb: int, root_gb: int, ephemeral_gb: int,
                    swap_mb: int, is_bfv: bool) -> dict[str, int]:
     """The flavor's own amounts: disk is root (not for volume-backed) + ephemeral + swap."""
     disk = (0 if is_bfv else root_gb) + ephemeral_gb + math.ceil(swap_mb / 1024)
-    return {"VCPU": vcpus, "MEMORY_MB": memory_mb, "DISK_GB": disk}
-
-
-def parse(spec: RequestSpec) -> ResourceRequest:
-    """The resource request of a request spec (see the module doc)."""
-    f = spec.flavor
-    base = flavor_amounts(f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb,
-                          spec.is_bfv)
-    image_props = spec.image.properties if spec.image is not None else MappingProxyType({})
-    return parse_extra_specs(base, f.extra_specs, image_props)
-
+    return {VCPU: vcpus, MEMORY_MB: memory_mb, DISK_GB: disk}

@@ -39,10 +39,11 @@ from scheduler.objects import (
     Flavor,
     Image,
     RequestSpec,
+    migration_uuid_for,
 )
 from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
 from scheduler.rpc import RequestContext
-from scheduler.store.base import GroupClaim
+from scheduler.store.base import GroupClaim, Inventory
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
@@ -185,6 +186,30 @@ def test_explain_of_a_multi_instance_request_stops_at_the_first_unplaced() -> No
     assert report.failed is not None and report.failed.position == 3
     assert report.summary == "0/2 hosts available: 2 insufficient MEMORY_MB"
     assert r.store.consumers == {}
+
+
+@pytest.mark.parametrize("extra_specs, takes", [
+    pytest.param({}, {"VCPU": 2, MEMORY_MB: 1024, "DISK_GB": 10}, id="the-flavor-alone"),
+    pytest.param({"resources:VCPU": "4", "resources:DISK_GB": "0"}, {"VCPU": 4, MEMORY_MB: 1024},
+                 id="overridden-and-dropped"),
+    pytest.param({"resources1:CUSTOM_FPGA": "1", "resources:VCPU": "3"},
+                 {"VCPU": 3, MEMORY_MB: 1024, "DISK_GB": 10, "CUSTOM_FPGA": 1},
+                 id="numbered-group-counted"),
+])
+def test_explain_reports_what_the_engine_claims(extra_specs: dict[str, str],
+                                                takes: dict[str, int]) -> None:
+    r = rig(*(host(name, extra={"CUSTOM_FPGA": Inventory(total=2)}) for name in HOSTS))
+    request = spec(vcpus=2, ram=1024, disk=10, extra_specs=extra_specs)
+
+    report = ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request.to_primitive()))
+    _select(r, request, ADMIN)
+
+    (consumer,) = r.store.consumers.values()
+    claimed: dict[str, int] = {}
+    for amounts in consumer.allocations.values():
+        for rc, amount in amounts.items():
+            claimed[rc] = claimed.get(rc, 0) + amount
+    assert dict(report.resources) == claimed == takes
 
 
 @pytest.mark.parametrize("ctxt", [
@@ -490,18 +515,29 @@ STORE_SECRET = "redis://:s3cret@10.0.0.9:6379"
 
 
 class Broken(FeedStore):
-    """A store whose server-group read fails with ``error``."""
+    """A store whose server-group read (or, with ``breaks="move_allocations"``,
+    its move of a consumer's allocations) fails with ``error``."""
 
-    def __init__(self, hosts: Any, error: Exception) -> None:
+    def __init__(self, hosts: Any, error: Exception, breaks: str = "group_hosts") -> None:
         super().__init__(hosts)
         self.error = error
+        self.breaks = breaks
 
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
-        raise self.error
+        if self.breaks == "group_hosts":
+            raise self.error
+        return super().group_hosts(group_uuid)
+
+    def move_allocations(self, source_uuid: str, target_uuid: str,
+                         replace: bool = False) -> bool:
+        if self.breaks == "move_allocations":
+            raise self.error
+        return super().move_allocations(source_uuid, target_uuid, replace)
 
 
-def _broken(r: Rig, error: Exception) -> Rig:
-    r.endpoint.engine.store = Broken([host(n) for n in HOSTS], error)  # type: ignore[assignment]
+def _broken(r: Rig, error: Exception, breaks: str = "group_hosts") -> Rig:
+    r.endpoint.engine.store = Broken([host(n) for n in HOSTS], error,  # type: ignore[assignment]
+                                     breaks)
     return r
 
 
@@ -534,6 +570,98 @@ def test_a_cast_survives_a_store_failure_and_says_only_the_generic_reason(
         assert failed == []
     assert "s3cret" not in repr(r.notifier.sent) + repr(r.conductor.calls)
     assert r.store.claims == [] and r.compute.calls == []
+
+
+# --- one error policy for casts -----------------------------------------------------
+
+#: The instance the cast failure cases boot.
+BOOTED = uuid_of("booted")
+INVALID = {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1}, "project_id": "p",
+           "user_id": "u"}
+IN_GROUP = spec(group=group("anti-affinity"))
+
+
+def _boot(r: Rig, request: RequestSpec | dict[str, Any]) -> None:
+    raw = request.to_primitive() if isinstance(request, RequestSpec) else request
+    r.endpoint.run_instance(USER, raw, [BOOTED])
+
+
+def _move(r: Rig, request: RequestSpec) -> None:
+    """Resize RESIZED, running on HOSTS[0] in the store the engine reads."""
+    r.endpoint.engine.store.place(RESIZED, HOSTS[0], {MEMORY_MB: 512})
+    r.endpoint.resize(USER, RESIZED, HOSTS[0], request.flavor.to_primitive(),
+                      request.to_primitive())
+
+
+@dataclasses.dataclass(frozen=True)
+class CastFailure:
+    name: str  # the cast method, then the failure
+    provoke: Callable[[Rig], None]
+    #: What the ERROR notification and the conductor carry; None: the store is
+    #: down, so nothing fails (the request is dropped for the conductor's re-drive).
+    reason: str | None
+    #: The resize's source stays parked on its migration, for the re-drive.
+    parked: bool = False
+
+    @property
+    def method(self) -> str:
+        return self.name.partition("-")[0]
+
+
+CAST_FAILURES = [
+    CastFailure("run_instance-invalid-input", lambda r: _boot(r, INVALID),
+                "invalid request: flavor.vcpus must be an integer, got str"),
+    CastFailure("run_instance-no-valid-host", lambda r: _boot(r, spec(ram=10**6)),
+                NoValidHost.USER_MESSAGE),
+    CastFailure("run_instance-store-unavailable",
+                lambda r: _boot(_broken(r, UNREACHABLE), IN_GROUP), None),
+    CastFailure("run_instance-unexpected-error", lambda r: _boot(_broken(r, BUG), IN_GROUP),
+                INTERNAL_ERROR_MESSAGE),
+    CastFailure("resize-invalid-input", lambda r: _move(r, spec().replace(project_id="")),
+                "invalid request: request_spec.project_id must not be empty"),
+    CastFailure("resize-no-valid-host", lambda r: _move(r, spec(ram=10**6)),
+                NoValidHost.USER_MESSAGE),
+    CastFailure("resize-store-unavailable-moving",
+                lambda r: _move(_broken(r, UNREACHABLE, "move_allocations"), spec()), None),
+    CastFailure("resize-store-unavailable-selecting",
+                lambda r: _move(_broken(r, UNREACHABLE), IN_GROUP), None, parked=True),
+    CastFailure("resize-unexpected-error-moving",
+                lambda r: _move(_broken(r, BUG, "move_allocations"), spec()),
+                INTERNAL_ERROR_MESSAGE),
+    CastFailure("resize-unexpected-error-selecting",
+                lambda r: _move(_broken(r, BUG), IN_GROUP), INTERNAL_ERROR_MESSAGE),
+]
+
+
+@pytest.mark.parametrize("case", CAST_FAILURES, ids=lambda c: c.name)
+def test_every_failure_of_a_cast_is_reported_once(case: CastFailure) -> None:
+    r = rig()
+    case.provoke(r)  # raises nothing: the worker keeps serving
+    uuid, event = (BOOTED if case.method == "run_instance" else RESIZED), case.method
+    sent = [(priority, event_type) for priority, event_type, _ in r.notifier.sent]
+    error = [("error", f"scheduler.{event}")] if case.reason is not None else []
+    assert sent == [("info", f"scheduler.{event}.start"), *error,
+                    ("info", f"scheduler.{event}.end")]
+    assert r.notifier.sent[-1][2]["state"] == "error"
+    told = [(name, args[:-1]) for name, args in r.conductor.calls]  # details: see above
+    if case.reason is None:
+        assert told == []
+    else:
+        assert r.notifier.sent[1][2] == {"instance_uuids": [uuid], "state": "error",
+                                         "reason": case.reason}
+        if case.method == "run_instance":
+            assert told == [("schedule_failed", ([uuid], case.reason))]
+        else:
+            [(name, (instance, _, host, success, reason))] = told
+            assert (name, instance, host, success, reason) == (
+                "resize_result", uuid, None, False, case.reason)
+    assert r.compute.calls == []
+    source = {uuid_of(HOSTS[0]): {MEMORY_MB: 512}}
+    holder = migration_uuid_for(RESIZED, USER.request_id) if case.parked else RESIZED
+    store = r.endpoint.engine.store
+    held = {u: c.allocations for u, c in store.consumers.items()}  # type: ignore[attr-defined]
+    assert held == ({} if case.method == "run_instance" else {holder: source}), (
+        "nothing the request claimed is left; a failed resize hands the source back")
 
 
 @pytest.mark.parametrize("error, raised", [

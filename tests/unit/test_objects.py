@@ -127,6 +127,12 @@ def test_forcing_fields_round_trip_and_are_left_out_when_unset() -> None:
                  {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 5}, id="volume-backed-no-root"),
     pytest.param({"root_gb": 20}, True, {"VCPU": 1, "MEMORY_MB": 2048},
                  id="volume-backed-no-disk-at-all"),
+    # What the engine claims: resource extra specs override the flavor's sizes.
+    pytest.param({"vcpus": 2, "root_gb": 10,
+                  "extra_specs": {"resources:VCPU": "4", "resources:DISK_GB": "0"}}, False,
+                 {"VCPU": 4, "MEMORY_MB": 2048}, id="extra-specs-override"),
+    pytest.param({"root_gb": 20, "extra_specs": {"resources1:VCPU": "2"}}, False,
+                 {"VCPU": 3, "MEMORY_MB": 2048, "DISK_GB": 20}, id="numbered-group-added"),
 ])
 def test_resources_asked(flavor: dict, bfv: bool, expected: dict) -> None:
     data = copy.deepcopy(GOOD)

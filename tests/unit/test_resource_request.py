@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import scheduler
 from scheduler.exceptions import InvalidRequest
 from scheduler.objects import Flavor, Image, RequestSpec
 from scheduler.resource_request import RequestGroup, ResourceRequest
@@ -129,3 +132,39 @@ def test_image_disk_format_round_trips_and_is_checked() -> None:
     assert Image.from_primitive(image.to_primitive()) == image
     with pytest.raises(InvalidRequest):
         Image.from_primitive({"disk_format": "QCOW 2"})
+
+
+def _imports(module: str) -> set[str]:
+    """The ``scheduler`` modules a module of the package imports anywhere in it
+    (at the top, under TYPE_CHECKING, inside a function), read from its source."""
+    root = Path(scheduler.__file__).parent
+    path = root.joinpath(*module.split(".")[1:])
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found
+            if name.split(".")[0] == "scheduler" and _is_module(root, name)}
+
+
+def _is_module(root: Path, name: str) -> bool:
+    path = root.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_the_resource_request_does_not_depend_on_the_request_objects() -> None:
+    # One way only: scheduler.objects builds its resource request from this
+    # module, so nothing this module imports, however indirectly, may import
+    # scheduler.objects back.
+    assert "scheduler.resource_request" in _imports("scheduler.objects")
+    seen, todo = set(), ["scheduler.resource_request"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += _imports(module)
+    assert "scheduler.objects" not in seen, sorted(seen)

@@ -33,7 +33,8 @@ HOSTS = [host("fast", aggregates=[uuid_of("fast")]),
                  ["fast", "both", "gpu", "bare", "none"], id="other-namespaces-ignored"),
     pytest.param({"group_policy": "isolate"}, ["fast", "both", "gpu", "bare", "none"],
                  id="placement-key-ignored"),
-    pytest.param({"required": "!CUSTOM_X", "member_of": "in:a,b", "member_of1": "c"},
+    pytest.param({"required": "!CUSTOM_X", "member_of": "in:a,b", "member_of1": "c",
+                  "resources1:VGPU": "1"},  # group 1 needs resources to be a valid spec
                  ["fast", "both", "gpu", "bare", "none"], id="placement-clauses-ignored"),
 ])
 def test_aggregate_instance_extra_specs(extra_specs: dict[str, str],
