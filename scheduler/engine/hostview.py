@@ -105,23 +105,28 @@ class _ClassColumn:
     name: str
     dtype: type
     fill: Any
-    read: Callable[[Inventory], Any] | None = None
+    field: str | None = None
 
 
 #: Which Inventory field fills which per-class column: read by the bulk load
 #: (:meth:`_ProviderTable.load_class`) and by the per-row write
-#: (:meth:`_ProviderTable.write_resources`) alike.
+#: (:meth:`_ProviderTable.write_provider`) alike.
 _INVENTORY_COLUMNS: tuple[_ClassColumn, ...] = (
-    _ClassColumn("total", np.int64, 0, attrgetter("total")),
-    _ClassColumn("reserved", np.int64, 0, attrgetter("reserved")),
-    _ClassColumn("ratio", np.float64, 1.0, attrgetter("allocation_ratio")),
-    _ClassColumn("capacity", np.int64, 0, attrgetter("capacity")),
-    _ClassColumn("min_unit", np.int64, 0, attrgetter("min_unit")),
-    _ClassColumn("max_unit", np.int64, 0, attrgetter("effective_max_unit")),
-    _ClassColumn("step", np.int64, 1, attrgetter("step_size")),
+    _ClassColumn("total", np.int64, 0, "total"),
+    _ClassColumn("reserved", np.int64, 0, "reserved"),
+    _ClassColumn("ratio", np.float64, 1.0, "allocation_ratio"),
+    _ClassColumn("capacity", np.int64, 0, "capacity"),
+    _ClassColumn("min_unit", np.int64, 0, "min_unit"),
+    _ClassColumn("max_unit", np.int64, 0, "effective_max_unit"),
+    _ClassColumn("step", np.int64, 1, "step_size"),
 )
 _USED = _ClassColumn("used", np.int64, 0)
 _CLASS_COLUMNS = (*_INVENTORY_COLUMNS, _USED)
+#: An Inventory's values for :data:`_INVENTORY_COLUMNS`, in their order (one
+#: call per inventory), and those of a provider without the class.
+_READ_INVENTORY: Callable[[Inventory], tuple[Any, ...]] = attrgetter(
+    *(c.field for c in _INVENTORY_COLUMNS if c.field))
+_NO_INVENTORY = tuple(c.fill for c in _INVENTORY_COLUMNS)
 
 # Per row buffers: (name, dtype, fill value of a new row).
 _RowColumns = tuple[tuple[str, type, Any], ...]
@@ -232,23 +237,34 @@ class _ProviderTable:
         """Fill class ``j`` (``rc``) of the first ``len(codes)`` rows in bulk: row
         ``i`` has inventory ``inventories[codes[i]]`` and uses ``used[i]``."""
         n = len(codes)
-        for c in _INVENTORY_COLUMNS:
-            per_value = np.array([c.read(invs[rc]) if rc in invs else c.fill
-                                  for invs in inventories], dtype=c.dtype)
+        values = [_READ_INVENTORY(invs[rc]) if rc in invs else _NO_INVENTORY
+                  for invs in inventories]
+        for k, c in enumerate(_INVENTORY_COLUMNS):
+            per_value = np.array([v[k] for v in values], dtype=c.dtype)
             self.per_class[c.name][j, :n] = per_value[codes]
         if used is not None:
             self.per_class[_USED.name][j, :n] = used
         self._units_cache.clear()
 
-    def write_resources(self, row: int, p: Provider, rc_rows: Mapping[str, int]) -> None:
-        """Fill ``row``'s per-class columns from ``p``'s inventories and usages;
-        ``rc_rows`` gives each class's row (every class ``p`` names has one)."""
+    def write_provider(self, row: int, p: Provider, rc_rows: Mapping[str, int],
+                       bits: Mapping[str, Iterable[int]]) -> None:
+        """Fill ``row`` from ``p``: its per-class columns from its inventories and
+        usages (``rc_rows`` gives each class's row; every class ``p`` names has
+        one), its generation, and its ``bits`` of each kind."""
+        self.per_row["generation"][row] = p.generation
+        for kind, kind_bits in bits.items():
+            table = self.bits[kind]
+            table[row] = 0
+            for bit in kind_bits:  # as _set_words, with no view of the row (this is per write)
+                table[row, bit // _WORD] |= np.uint64(1 << (bit % _WORD))
         self._units_cache.clear()  # the unit rules may change, and the row count
-        for c in _INVENTORY_COLUMNS:
-            column = self.per_class[c.name]
-            column[:, row] = c.fill
-            for rc, inv in p.inventories.items():
-                column[rc_rows[rc], row] = c.read(inv)
+        columns = [self.per_class[c.name] for c in _INVENTORY_COLUMNS]
+        for column, fill in zip(columns, _NO_INVENTORY, strict=True):
+            column[:, row] = fill
+        for rc, inv in p.inventories.items():
+            j = rc_rows[rc]
+            for column, value in zip(columns, _READ_INVENTORY(inv), strict=True):
+                column[j, row] = value
         self.write_usages(row, p.usages, rc_rows)
 
     def write_usages(self, row: int, usages: Mapping[str, int],
@@ -257,11 +273,6 @@ class _ProviderTable:
         used[:, row] = _USED.fill
         for rc, amount in usages.items():
             used[rc_rows[rc], row] = amount
-
-    def set_bits(self, row: int, kind: str, bits: Iterable[int]) -> None:
-        words = self.bits[kind][row]
-        words[:] = 0
-        _set_words(words, bits)
 
     # --- questions ------------------------------------------------------------------
 
@@ -683,13 +694,6 @@ class HostView:
                 self._kids.widen(kind)
         return bit
 
-    def _set_bits(self, table: _ProviderTable, row: int, p: Provider) -> None:
-        """Write provider ``p``'s traits and aggregates into ``row`` of ``table``."""
-        trait_bits = [self._bit(self._trait_ids, t, "trait") for t in p.traits]
-        agg_bits = [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]
-        table.set_bits(row, "trait", trait_bits)
-        table.set_bits(row, "agg", agg_bits)
-
     def _bit_rows(self, sets: Sequence[frozenset[str]], kind: str) -> np.ndarray:
         """One row of bit words per trait (``kind="trait"``) or aggregate set."""
         ids = self._trait_ids if kind == "trait" else self._agg_ids
@@ -777,9 +781,9 @@ class HostView:
         generation, traits and aggregates, into ``row`` of ``table``."""
         for rc in (*p.inventories, *p.usages):
             self._rc_row(rc)
-        table.write_resources(row, p, self._rc)
-        table.per_row["generation"][row] = p.generation
-        self._set_bits(table, row, p)
+        bits = {"trait": [self._bit(self._trait_ids, t, "trait") for t in p.traits],
+                "agg": [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]}
+        table.write_provider(row, p, self._rc, bits)
 
     def _put_kid(self, p: Provider) -> None:
         """A child provider: its row in the kid table, counted toward its root's host."""
