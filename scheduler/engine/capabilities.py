@@ -340,16 +340,8 @@ class HostCapabilities:
         self._aggregates = {agg.uuid: agg for agg in aggregates}
         present = np.flatnonzero(rows >= 0)  # the services of hosts in the view
         for code, which in _by_code(services.capabilities[present], present):
-            at = rows[which]
             parsed = self._parse(services.hosts[which[0]], services.capability_reports[code])
-            for key, value in parsed.attributes.items():
-                self._attribute(key).set(at, value)
-            self._supported.set(at, parsed.supported)
-            self._version[at] = parsed.version
-            for pool, count in parsed.pci.items():
-                self._column(self._pci, pool)[at] = count
-            self._put_numa(at, parsed.numa)
-            self._report_keys.set(at, (frozenset(parsed.attributes), frozenset(parsed.pci)))
+            self._write_report(rows[which], parsed)
         # Stats differ from host to host (counters): a column at a time, each
         # stat's value per distinct report broadcast by code.
         reports = [_stats(report) for report in services.stats_reports]
@@ -358,10 +350,7 @@ class HostCapabilities:
             per_report = np.array([report.get(name, _UNREPORTED) for report in reports],
                                   dtype=np.int64)
             self._column(self._stats, name, _UNREPORTED)[at] = per_report[codes]
-        if IO_OPS_STAT in self._stats:
-            io_ops = self._stats[IO_OPS_STAT][at]
-            self._counts_io[at] = io_ops >= 0
-            self._io_ops[at] = np.maximum(io_ops, 0)
+        self._take_io_ops(at)
         key_codes = np.array([self._stat_keys.code(frozenset(report)) for report in reports],
                              dtype=np.int32)
         self._stat_keys.codes[at] = key_codes[codes]
@@ -375,23 +364,15 @@ class HostCapabilities:
         old_stats = self._stat_keys.values[self._stat_keys.codes[row]] or frozenset()
         for key in old_attrs - parsed.attributes.keys():
             self._attributes[key].set(row, None)
-        for key, value in parsed.attributes.items():
-            self._attribute(key).set(row, value)
-        self._supported.set(row, parsed.supported)
-        self._version[row] = parsed.version
+        for pool in old_pci - parsed.pci.keys():
+            self._pci[pool][row] = 0
+        self._write_report(row, parsed)
         stats = _stats(service.stats)
         for name in old_stats - stats.keys():
             self._stats[name][row] = _UNREPORTED
         for name, value in stats.items():
             self._column(self._stats, name, _UNREPORTED)[row] = value
-        self._counts_io[row] = IO_OPS_STAT in stats
-        self._io_ops[row] = stats.get(IO_OPS_STAT, 0)
-        for pool in old_pci - parsed.pci.keys():
-            self._pci[pool][row] = 0
-        for pool, count in parsed.pci.items():
-            self._column(self._pci, pool)[row] = count
-        self._put_numa(row, parsed.numa)
-        self._report_keys.set(row, (frozenset(parsed.attributes), frozenset(parsed.pci)))
+        self._take_io_ops(row)
         self._stat_keys.set(row, frozenset(stats))
 
     def put_aggregate(self, aggregate: Aggregate) -> None:
@@ -550,6 +531,27 @@ class HostCapabilities:
         if column is None:
             column = store[key] = np.full(self._rows, fill, dtype=np.int64)
         return column
+
+    def _write_report(self, at: int | np.ndarray, parsed: _Parsed) -> None:
+        """Write a parsed capability report into rows ``at`` (one, or all the
+        hosts of a snapshot that share it); a row's columns for attributes and
+        PCI pools the report leaves out are the caller's to clear."""
+        for key, value in parsed.attributes.items():
+            self._attribute(key).set(at, value)
+        self._supported.set(at, parsed.supported)
+        self._version[at] = parsed.version
+        for pool, count in parsed.pci.items():
+            self._column(self._pci, pool)[at] = count
+        self._put_numa(at, parsed.numa)
+        self._report_keys.set(at, (frozenset(parsed.attributes), frozenset(parsed.pci)))
+
+    def _take_io_ops(self, at: int | np.ndarray) -> None:
+        """Take the I/O ops of rows ``at`` from their reported stat (already
+        written): a row that does not report it does not count them."""
+        column = self._stats.get(IO_OPS_STAT)
+        io_ops = column[at] if column is not None else np.full(np.shape(at), _UNREPORTED)
+        self._counts_io[at] = io_ops >= 0
+        self._io_ops[at] = np.maximum(io_ops, 0)
 
     def _put_numa(self, row: int | np.ndarray, cells: tuple[NumaCell, ...]) -> None:
         if len(cells) > self._numa.shape[1]:

@@ -29,9 +29,13 @@ is up whatever its newer heartbeats say.
 
 A host is a root provider named after it (node = host name). Its child
 providers (a GPU or PCI pool, a NUMA cell: any provider whose root is the
-host) live in a second table of the same per-class columns (``kid_*``), each
-row knowing its host; their inventories count toward the host, and the
-candidate step (:mod:`scheduler.engine.placement`) asks both tables.
+host) live in a second table of the same kind (``kid_*``), each row knowing
+its host; their inventories count toward the host, and the candidate step
+(:mod:`scheduler.engine.placement`) asks both tables. Both are a
+:class:`_ProviderTable`: the per-class columns, the bit words and the row
+growth are written once, and which :class:`Inventory` field fills which
+column is declared once (:data:`_INVENTORY_COLUMNS`), for the bulk load
+and the per-row write from the change feed alike.
 
 Traits and aggregates are bitsets: every trait name and aggregate uuid the
 view has seen gets a bit, and each provider row holds ``uint64`` words of
@@ -41,7 +45,8 @@ provider counts as a member of its root's aggregates too (as Placement
 has it).
 
 Only the first :attr:`size` rows of the buffers are hosts (they grow by
-doubling); the public column attributes return exactly those rows.
+doubling; :attr:`kid_size` for the child table); the public column
+attributes return exactly those rows.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -78,88 +85,264 @@ CHANGES_BATCH = 1000
 AZ_METADATA_KEY = "availability_zone"
 
 _INITIAL_ROWS = 64
-#: (class, amount) unit-rule masks a view keeps between inventory writes.
+#: (class, amount) unit-rule masks a provider table keeps between inventory writes.
 _UNITS_CACHE_SIZE = 64
 _WORD = 64
 
-# Per resource class buffers: (attribute, dtype, fill value of an absent inventory).
-_RC_COLUMNS: tuple[tuple[str, type, Any], ...] = (
-    ("_total", np.int64, 0),
-    ("_reserved", np.int64, 0),
-    ("_ratio", np.float64, 1.0),
-    ("_capacity", np.int64, 0),
-    ("_used", np.int64, 0),
-    ("_min_unit", np.int64, 0),
-    ("_max_unit", np.int64, 0),
-    ("_step", np.int64, 1),
+
+def _set_words(words: np.ndarray, bits: Iterable[int]) -> None:
+    """Set ``bits`` in a row of ``uint64`` words (in place)."""
+    for bit in bits:
+        words[bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+
+
+@dataclass(frozen=True)
+class _ClassColumn:
+    """A per resource class column of a provider table: its dtype, its value
+    where a provider has no inventory of the class, and the :class:`Inventory`
+    field that fills it (None for ``used``, which the usages fill)."""
+
+    name: str
+    dtype: type
+    fill: Any
+    field: str | None = None
+
+
+#: Which Inventory field fills which per-class column: read by the bulk load
+#: (:meth:`_ProviderTable.load_class`) and by the per-row write
+#: (:meth:`_ProviderTable.write_provider`) alike.
+_INVENTORY_COLUMNS: tuple[_ClassColumn, ...] = (
+    _ClassColumn("total", np.int64, 0, "total"),
+    _ClassColumn("reserved", np.int64, 0, "reserved"),
+    _ClassColumn("ratio", np.float64, 1.0, "allocation_ratio"),
+    _ClassColumn("capacity", np.int64, 0, "capacity"),
+    _ClassColumn("min_unit", np.int64, 0, "min_unit"),
+    _ClassColumn("max_unit", np.int64, 0, "effective_max_unit"),
+    _ClassColumn("step", np.int64, 1, "step_size"),
 )
-# The per resource class buffers an Inventory fills, as _RC_COLUMNS has them,
-# with how each reads it: (attribute, dtype, fill value, reader).
-_INVENTORY_FIELDS: tuple[tuple[str, type, Any, Callable[[Inventory], Any]], ...] = (
-    ("_total", np.int64, 0, lambda inv: inv.total),
-    ("_reserved", np.int64, 0, lambda inv: inv.reserved),
-    ("_ratio", np.float64, 1.0, lambda inv: inv.allocation_ratio),
-    ("_capacity", np.int64, 0, lambda inv: inv.capacity),
-    ("_min_unit", np.int64, 0, lambda inv: inv.min_unit),
-    ("_max_unit", np.int64, 0, lambda inv: inv.effective_max_unit),
-    ("_step", np.int64, 1, lambda inv: inv.step_size),
+_USED = _ClassColumn("used", np.int64, 0)
+_CLASS_COLUMNS = (*_INVENTORY_COLUMNS, _USED)
+#: An Inventory's values for :data:`_INVENTORY_COLUMNS`, in their order (one
+#: call per inventory), and those of a provider without the class.
+_READ_INVENTORY: Callable[[Inventory], tuple[Any, ...]] = attrgetter(
+    *(c.field for c in _INVENTORY_COLUMNS if c.field))
+_NO_INVENTORY = tuple(c.fill for c in _INVENTORY_COLUMNS)
+
+# Per row buffers: (name, dtype, fill value of a new row).
+_RowColumns = tuple[tuple[str, type, Any], ...]
+_HOST_ROW_COLUMNS: _RowColumns = (
+    ("generation", np.int64, -1),
+    ("consumers", np.int64, 0),
+    ("last_seen", np.float64, -math.inf),  # no service record: never seen, so down
+    ("has_service", np.bool_, False),
+    ("disabled", np.bool_, False),
+    ("failed_builds", np.int64, 0),
+    ("agg_set", np.int32, 0),
 )
-# Per host buffers: (attribute, dtype, fill value of a new row).
-_HOST_COLUMNS: tuple[tuple[str, type, Any], ...] = (
-    ("_generation", np.int64, -1),
-    ("_consumers", np.int64, 0),
-    ("_last_seen", np.float64, -math.inf),  # no service record: never seen, so down
-    ("_has_service", np.bool_, False),
-    ("_disabled", np.bool_, False),
-    ("_failed_builds", np.int64, 0),
-    ("_agg_set", np.int32, 0),
+_KID_ROW_COLUMNS: _RowColumns = (
+    ("generation", np.int64, -1),
+    ("host", np.int64, -1),  # the row of its host in the host table
 )
+#: The bit tables of a provider table: one row of uint64 words per provider.
+_BIT_KINDS = ("trait", "agg")
+
+
+class _ProviderTable:
+    """Providers as rows (the hosts' root providers, or their children): per
+    resource class columns (``per_class``, shape (classes, rows)), per row
+    columns (``per_row``, shape (rows,)) and trait and aggregate bit words
+    (``bits["trait"]`` / ``bits["agg"]``, shape (rows, words)).
+
+    Only the first :attr:`size` rows are providers; the buffers grow by
+    doubling. The owner keeps the resource classes and bits (shared by its
+    tables), and tells each table when one is added.
+    """
+
+    def __init__(self, row_columns: _RowColumns) -> None:
+        self.size = 0
+        self._rows = 0
+        self._row_columns = row_columns
+        self.per_class: dict[str, np.ndarray] = {
+            c.name: np.zeros((0, 0), dtype=c.dtype) for c in _CLASS_COLUMNS}
+        self.per_row: dict[str, np.ndarray] = {
+            name: np.full(0, fill, dtype=dtype) for name, dtype, fill in row_columns}
+        self.bits: dict[str, np.ndarray] = {
+            kind: np.zeros((0, 1), dtype=np.uint64) for kind in _BIT_KINDS}
+        self._units_cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def live(self, name: str) -> np.ndarray:
+        """The live rows of a column (a view, no copy)."""
+        if name in self.per_class:
+            return self.per_class[name][:, :self.size]
+        if name in self.per_row:
+            return self.per_row[name][:self.size]
+        return self.bits[name.removesuffix("_bits")][:self.size]
+
+    def count(self, rows: np.ndarray | slice) -> int:
+        if isinstance(rows, slice):
+            return len(range(self.size)[rows])
+        return len(rows)
+
+    # --- shape ----------------------------------------------------------------------
+
+    def add_row(self) -> int:
+        """A new row at the end (its columns at their fill values)."""
+        i = self.size
+        if i >= self._rows:
+            self._grow(max(i + 1, 2 * self._rows, _INITIAL_ROWS))
+        self.size = i + 1
+        return i
+
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` rows (a bulk load then sets :attr:`size`)."""
+        if rows > self._rows:
+            self._grow(max(rows, 2 * self._rows, _INITIAL_ROWS))
+
+    @property
+    def allocated(self) -> int:
+        """How many rows the buffers hold."""
+        return self._rows
+
+    def _grow(self, rows: int) -> None:
+        old = self._rows
+        for c in _CLASS_COLUMNS:
+            grown = np.full((self.per_class[c.name].shape[0], rows), c.fill, dtype=c.dtype)
+            grown[:, :old] = self.per_class[c.name]
+            self.per_class[c.name] = grown
+        for name, dtype, fill in self._row_columns:
+            grown = np.full(rows, fill, dtype=dtype)
+            grown[:old] = self.per_row[name]
+            self.per_row[name] = grown
+        for kind, table in self.bits.items():
+            grown = np.zeros((rows, table.shape[1]), dtype=np.uint64)
+            grown[:old] = table
+            self.bits[kind] = grown
+        self._rows = rows
+
+    def add_class(self) -> None:
+        """One more resource class row, at every provider's fill value."""
+        for c in _CLASS_COLUMNS:
+            self.per_class[c.name] = np.vstack(
+                [self.per_class[c.name], np.full((1, self._rows), c.fill, dtype=c.dtype)])
+
+    def widen(self, kind: str) -> None:
+        """One more word of ``kind`` ("trait" or "agg") bits per row."""
+        table = self.bits[kind]
+        self.bits[kind] = np.hstack([table, np.zeros((table.shape[0], 1), dtype=np.uint64)])
+
+    # --- writing --------------------------------------------------------------------
+
+    def load_class(self, j: int, rc: str, inventories: Sequence[Mapping[str, Inventory]],
+                   codes: np.ndarray, used: np.ndarray | None) -> None:
+        """Fill class ``j`` (``rc``) of the first ``len(codes)`` rows in bulk: row
+        ``i`` has inventory ``inventories[codes[i]]`` and uses ``used[i]``."""
+        n = len(codes)
+        values = [_READ_INVENTORY(invs[rc]) if rc in invs else _NO_INVENTORY
+                  for invs in inventories]
+        for k, c in enumerate(_INVENTORY_COLUMNS):
+            per_value = np.array([v[k] for v in values], dtype=c.dtype)
+            self.per_class[c.name][j, :n] = per_value[codes]
+        if used is not None:
+            self.per_class[_USED.name][j, :n] = used
+        self._units_cache.clear()
+
+    def write_provider(self, row: int, p: Provider, rc_rows: Mapping[str, int],
+                       bits: Mapping[str, Iterable[int]]) -> None:
+        """Fill ``row`` from ``p``: its per-class columns from its inventories and
+        usages (``rc_rows`` gives each class's row; every class ``p`` names has
+        one), its generation, and its ``bits`` of each kind."""
+        self.per_row["generation"][row] = p.generation
+        for kind, kind_bits in bits.items():
+            table = self.bits[kind]
+            table[row] = 0
+            for bit in kind_bits:  # as _set_words, with no view of the row (this is per write)
+                table[row, bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+        self._units_cache.clear()  # the unit rules may change, and the row count
+        columns = [self.per_class[c.name] for c in _INVENTORY_COLUMNS]
+        for column, fill in zip(columns, _NO_INVENTORY, strict=True):
+            column[:, row] = fill
+        for rc, inv in p.inventories.items():
+            j = rc_rows[rc]
+            for column, value in zip(columns, _READ_INVENTORY(inv), strict=True):
+                column[j, row] = value
+        self.write_usages(row, p.usages, rc_rows)
+
+    def write_usages(self, row: int, usages: Mapping[str, int],
+                     rc_rows: Mapping[str, int]) -> None:
+        used = self.per_class[_USED.name]
+        used[:, row] = _USED.fill
+        for rc, amount in usages.items():
+            used[rc_rows[rc], row] = amount
+
+    # --- questions ------------------------------------------------------------------
+
+    def can_give(self, j: int, amount: int, rows: np.ndarray | slice,
+                 extra: np.ndarray | None) -> np.ndarray:
+        """Mask of the providers in ``rows`` that can give ``amount`` of class ``j``."""
+        free = self.per_class["capacity"][j, rows] - self.per_class["used"][j, rows]
+        if extra is not None:
+            free = free - extra
+        ok = free >= amount
+        ok &= self._units_allow(j, amount)[rows]
+        return ok
+
+    def _units_allow(self, j: int, amount: int) -> np.ndarray:
+        """Mask over every provider whose min_unit, max_unit and step_size of
+        class ``j`` allow ``amount``. Kept until an inventory is written (usage
+        changes leave these rules alone), since every decision asks the same
+        few amounts."""
+        key = (j, amount)
+        mask = self._units_cache.get(key)
+        if mask is None:
+            n = self.size
+            mask = rules.units_allow(amount, self.per_class["min_unit"][j, :n],
+                                     self.per_class["max_unit"][j, :n],
+                                     self.per_class["step"][j, :n])
+            if len(self._units_cache) >= _UNITS_CACHE_SIZE:
+                self._units_cache.clear()
+            self._units_cache[key] = mask
+        return mask
+
+    def has_bit(self, kind: str, bit: int, rows: np.ndarray | slice) -> np.ndarray:
+        return (self.bits[kind][rows, bit // _WORD] & np.uint64(1 << (bit % _WORD))) != 0
 
 
 class _Column:
-    """A read-only attribute giving the live rows of a buffer (a view, no copy)."""
+    """A read-only attribute giving the live rows of a column of the host table,
+    or with ``kid=True`` of the child-provider table (a view, no copy)."""
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = "_" + name
-
-    def __get__(self, view: HostView, owner: type | None = None) -> np.ndarray:
-        return getattr(view, self._attr)[..., :view.size]
-
-
-class _KidColumn:
-    """Like :class:`_Column`, for the child-provider table (``kid_x`` reads ``_k_x``)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = "_k_" + name.removeprefix("kid_")
+    def __init__(self, name: str, kid: bool = False) -> None:
+        self._name = name
+        self._kid = kid
 
     def __get__(self, view: HostView, owner: type | None = None) -> np.ndarray:
-        return getattr(view, self._attr)[..., :view.kid_size]
+        return (view._kids if self._kid else view._hosts).live(self._name)
 
 
 class HostView:
     """Columnar cache of the hosts a worker schedules onto."""
 
-    total = _Column()
-    reserved = _Column()
-    ratio = _Column()
-    capacity = _Column()
-    used = _Column()
-    min_unit = _Column()
-    max_unit = _Column()
-    step = _Column()
-    generation = _Column()
-    consumers = _Column()
-    last_seen = _Column()
-    disabled = _Column()
-    failed_builds = _Column()
-    agg_set = _Column()
-    trait_bits = _Column()
-    agg_bits = _Column()
-    kid_capacity = _KidColumn()
-    kid_used = _KidColumn()
-    kid_host = _KidColumn()
-    kid_trait_bits = _KidColumn()
-    kid_agg_bits = _KidColumn()
+    total = _Column("total")
+    reserved = _Column("reserved")
+    ratio = _Column("ratio")
+    capacity = _Column("capacity")
+    used = _Column("used")
+    min_unit = _Column("min_unit")
+    max_unit = _Column("max_unit")
+    step = _Column("step")
+    generation = _Column("generation")
+    consumers = _Column("consumers")
+    last_seen = _Column("last_seen")
+    disabled = _Column("disabled")
+    failed_builds = _Column("failed_builds")
+    agg_set = _Column("agg_set")
+    trait_bits = _Column("trait_bits")
+    agg_bits = _Column("agg_bits")
+    kid_capacity = _Column("capacity", kid=True)
+    kid_used = _Column("used", kid=True)
+    kid_host = _Column("host", kid=True)
+    kid_trait_bits = _Column("trait_bits", kid=True)
+    kid_agg_bits = _Column("agg_bits", kid=True)
 
     def __init__(self, store: Store, settings: EngineSettings) -> None:
         self._store = store
@@ -212,31 +395,31 @@ class HostView:
         snap = self._store.compact_snapshot()
         self._clear()
         hosts = snap.hosts
-        n = self.size = len(hosts)
-        self._ensure_rows(n)
+        table = self._hosts
+        n = len(hosts)
+        table.reserve(n)
+        table.size = n
         self.names, self.uuids = hosts.names, hosts.uuids
         self._index = dict(zip(self.names, range(n), strict=True))
         self._uuid_index = dict(zip(self.uuids, range(n), strict=True))
         self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
         for rc in dict.fromkeys(itertools.chain(*hosts.inventories, hosts.usage)):
-            j = self._rc_row(rc)
-            for attr, dtype, fill, value in _INVENTORY_FIELDS:
-                per_value = np.array([value(invs[rc]) if rc in invs else fill
-                                      for invs in hosts.inventories], dtype=dtype)
-                getattr(self, attr)[j, :n] = per_value[hosts.inventory]
-            if rc in hosts.usage:
-                self._used[j, :n] = hosts.usage[rc]
-        self._generation[:n] = hosts.generation
-        self._consumers[:n] = hosts.consumers
+            table.load_class(self._rc_row(rc), rc, hosts.inventories, hosts.inventory,
+                             hosts.usage.get(rc))
+        row = table.per_row
+        row["generation"][:n] = hosts.generation
+        row["consumers"][:n] = hosts.consumers
         agg_codes = np.array([self._agg_code(aggs) for aggs in hosts.aggregate_sets],
                              dtype=np.int32)
-        self._agg_set[:n] = agg_codes[hosts.aggregates]
-        self._trait_bits[:n] = self._bit_rows(hosts.trait_sets, "trait")[hosts.traits]
-        self._agg_bits[:n] = self._bit_rows(hosts.aggregate_sets, "agg")[hosts.aggregates]
+        row["agg_set"][:n] = agg_codes[hosts.aggregates]
+        trait_rows = self._bit_rows(hosts.trait_sets, "trait")
+        agg_rows = self._bit_rows(hosts.aggregate_sets, "agg")
+        table.bits["trait"][:n] = trait_rows[hosts.traits]
+        table.bits["agg"][:n] = agg_rows[hosts.aggregates]
         for p in snap.children:
             self._put_kid(p)
         rows = self._load_services(snap.services, now)
-        self.capabilities.load(self._rows, rows, snap.services, snap.aggregates)
+        self.capabilities.load(table.allocated, rows, snap.services, snap.aggregates)
         self._cursor = snap.cursor
         LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
 
@@ -250,17 +433,11 @@ class HostView:
         The change feed later brings the same usage as absolute numbers, so
         this never counts twice.
         """
-        for rc, amount in resources.items():
-            self._used[self._rc_row(rc), index] += amount
-        self._consumers[index] += 1
-        self.capabilities.consumed(index, +1)
+        self.consume_allocation(index, {self.uuids[index]: resources})
 
     def unconsume(self, index: int, resources: Mapping[str, int]) -> None:
         """Undo :meth:`consume` (a dry run, or claims released after a failure)."""
-        for rc, amount in resources.items():
-            self._used[self._rc_row(rc), index] -= amount
-        self._consumers[index] -= 1
-        self.capabilities.consumed(index, -1)
+        self.consume_allocation(index, {self.uuids[index]: resources}, sign=-1)
 
     def consume_allocation(self, index: int,
                            allocations: Mapping[str, Mapping[str, int]], sign: int = 1) -> None:
@@ -268,13 +445,11 @@ class HostView:
         host ``index``, its root and children alike; ``sign=-1`` undoes it."""
         for uuid, resources in allocations.items():
             k = self._kid_index.get(uuid)
+            table, row = (self._hosts, self._uuid_index[uuid]) if k is None else (self._kids, k)
             for rc, amount in resources.items():
-                j = self._rc_row(rc)
-                if k is None:
-                    self._used[j, self._uuid_index[uuid]] += sign * amount
-                else:
-                    self._k_used[j, k] += sign * amount
-        self._consumers[index] += sign
+                j = self._rc_row(rc)  # first: a new class replaces the buffers
+                table.per_class["used"][j, row] += sign * amount
+        self._hosts.per_row["consumers"][index] += sign
         self.capabilities.consumed(index, sign)
 
     # --- questions the pipeline asks ------------------------------------------------
@@ -292,6 +467,16 @@ class HostView:
     def aggregates(self) -> Mapping[str, Aggregate]:
         """Every aggregate the store holds, by uuid (name and metadata)."""
         return MappingProxyType(self._aggregates)
+
+    @property
+    def size(self) -> int:
+        """How many hosts the view holds (the live rows of the host columns)."""
+        return self._hosts.size
+
+    @property
+    def kid_size(self) -> int:
+        """How many child providers the view holds (the live rows of ``kid_*``)."""
+        return self._kids.size
 
     @property
     def kid_uuids(self) -> list[str]:
@@ -316,75 +501,51 @@ class HostView:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         if idx is None:
-            return np.arange(self.kid_size), self._k_host[:self.kid_size]
+            return np.arange(self.kid_size), self.kid_host
         where = np.full(self.size, -1, dtype=np.int64)
         where[idx] = np.arange(len(idx))
-        pos = where[self._k_host[:self.kid_size]]
+        pos = where[self.kid_host]
         kids = np.flatnonzero(pos >= 0)
         return kids, pos[kids]
 
     # providers: ``kid=False`` asks hosts' root providers (rows are host
     # indices), ``kid=True`` child providers (rows are kid rows).
 
-    def _count(self, rows: np.ndarray | slice, kid: bool = False) -> int:
-        if isinstance(rows, slice):
-            return len(range(self.kid_size if kid else self.size)[rows])
-        return len(rows)
+    def _table(self, kid: bool) -> _ProviderTable:
+        return self._kids if kid else self._hosts
 
     def can_give(self, rc: str, amount: int, rows: np.ndarray | slice, kid: bool = False,
                  extra: np.ndarray | None = None) -> np.ndarray:
         """Mask of the providers in ``rows`` that can give ``amount`` of ``rc``:
         free capacity (less ``extra``, already promised in this request), and
         min_unit, max_unit and step_size. A provider without the class cannot."""
+        table = self._table(kid)
         j = self._rc.get(rc)
         if j is None:
-            return np.zeros(self._count(rows, kid), dtype=bool)
-        p = "_k" if kid else ""
-        free = getattr(self, p + "_capacity")[j, rows] - getattr(self, p + "_used")[j, rows]
-        if extra is not None:
-            free = free - extra
-        ok = free >= amount
-        ok &= self._units_allow(j, amount, kid)[rows]
-        return ok
-
-    def _units_allow(self, j: int, amount: int, kid: bool) -> np.ndarray:
-        """Mask over every host (or child provider) whose min_unit, max_unit and
-        step_size of class ``j`` allow ``amount``. Kept until an inventory is
-        written (usage changes leave these rules alone), since every decision
-        asks the same few amounts."""
-        key = (kid, j, amount)
-        mask = self._units_cache.get(key)
-        if mask is None:
-            p, n = ("_k", self.kid_size) if kid else ("", self.size)
-            mask = rules.units_allow(amount, getattr(self, p + "_min_unit")[j, :n],
-                                     getattr(self, p + "_max_unit")[j, :n],
-                                     getattr(self, p + "_step")[j, :n])
-            if len(self._units_cache) >= _UNITS_CACHE_SIZE:
-                self._units_cache.clear()
-            self._units_cache[key] = mask
-        return mask
+            return np.zeros(table.count(rows), dtype=bool)
+        return table.can_give(j, amount, rows, extra)
 
     def has_trait(self, trait: str, rows: np.ndarray | slice, kid: bool = False) -> np.ndarray:
         """Mask of the providers in ``rows`` that have ``trait``."""
+        table = self._table(kid)
         bit = self._trait_ids.get(trait)
         if bit is None:
-            return np.zeros(self._count(rows, kid), dtype=bool)
-        bits = self._k_trait_bits if kid else self._trait_bits
-        return (bits[rows, bit // _WORD] & np.uint64(1 << (bit % _WORD))) != 0
+            return np.zeros(table.count(rows), dtype=bool)
+        return table.has_bit("trait", bit, rows)
 
     def in_any_trait(self, traits: Iterable[str], rows: np.ndarray | slice,
                      kid: bool = False) -> np.ndarray:
         """Mask of the providers in ``rows`` that have at least one of ``traits``."""
-        words = self._words(self._trait_ids, traits, self._trait_words)
+        table = self._table(kid)
+        words = self._words(self._trait_ids, traits, self._words_of["trait"])
         if not words.any():
-            return np.zeros(self._count(rows, kid), dtype=bool)
-        bits = self._k_trait_bits if kid else self._trait_bits
-        return (bits[rows] & words).any(axis=1)
+            return np.zeros(table.count(rows), dtype=bool)
+        return (table.bits["trait"][rows] & words).any(axis=1)
 
     def trait_count(self, traits: Iterable[str], rows: np.ndarray | slice,
                     kid: bool = False) -> np.ndarray:
         """How many of ``traits`` each provider in ``rows`` has."""
-        count = np.zeros(self._count(rows, kid), dtype=np.int64)
+        count = np.zeros(self._table(kid).count(rows), dtype=np.int64)
         for trait in traits:
             count += self.has_trait(trait, rows, kid)
         return count
@@ -392,10 +553,7 @@ class HostView:
     @staticmethod
     def _words(ids: Mapping[str, int], names: Iterable[str], width: int) -> np.ndarray:
         words = np.zeros(width, dtype=np.uint64)
-        for name in names:
-            bit = ids.get(name)
-            if bit is not None:
-                words[bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+        _set_words(words, (bit for name in names if (bit := ids.get(name)) is not None))
         return words
 
     def in_any(self, aggregates: Iterable[str], rows: np.ndarray | slice,
@@ -403,13 +561,14 @@ class HostView:
         """Mask of the providers in ``rows`` that are members of any of
         ``aggregates`` (uuids or names), a child through its root too."""
         uuids = [uuid for token in aggregates for uuid in self._resolve_aggregate(token)]
-        words = self._words(self._agg_ids, uuids, self._agg_words)
+        words = self._words(self._agg_ids, uuids, self._words_of["agg"])
         if not words.any():
-            return np.zeros(self._count(rows, kid), dtype=bool)
+            return np.zeros(self._table(kid).count(rows), dtype=bool)
+        host_bits = self._hosts.bits["agg"]
         if kid:
-            bits = self._k_agg_bits[rows] | self._agg_bits[self._k_host[rows]]
+            bits = self._kids.bits["agg"][rows] | host_bits[self._kids.per_row["host"][rows]]
         else:
-            bits = self._agg_bits[rows]
+            bits = host_bits[rows]
         return (bits & words).any(axis=1)
 
     def index_of_uuid(self, uuid: str) -> int | None:
@@ -455,14 +614,17 @@ class HostView:
         j = self._rc.get(rc)
         if j is None:
             return np.zeros(len(idx), dtype=np.int64)
-        return self._capacity[j, idx] - self._used[j, idx]
+        per_class = self._hosts.per_class
+        return per_class["capacity"][j, idx] - per_class["used"][j, idx]
 
     def free_ignoring_ratio(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Physically free ``rc`` (total - reserved - used) on the hosts in ``idx``."""
         j = self._rc.get(rc)
         if j is None:
             return np.zeros(len(idx), dtype=np.int64)
-        return self._total[j, idx] - self._reserved[j, idx] - self._used[j, idx]
+        per_class = self._hosts.per_class
+        physical = per_class["total"][j, idx] - per_class["reserved"][j, idx]
+        return physical - per_class["used"][j, idx]
 
     def zone_mask(self, zone: str, idx: np.ndarray) -> np.ndarray:
         """Mask of the hosts in ``idx`` that belong to availability zone ``zone``.
@@ -474,25 +636,19 @@ class HostView:
             self._set_zones = [self._zones_of(s) for s in self._agg_sets]
         in_zone = np.fromiter((zone in zones for zones in self._set_zones), dtype=bool,
                               count=len(self._set_zones))
-        return in_zone[self._agg_set[idx]]
+        return in_zone[self._hosts.per_row["agg_set"][idx]]
 
     # --- internals ------------------------------------------------------------------
 
     def _clear(self) -> None:
-        self.size = 0
-        self._units_cache: dict[tuple[bool, int, int], np.ndarray] = {}
+        self._hosts = _ProviderTable(_HOST_ROW_COLUMNS)
         self.names: list[str] = []
         self.uuids: list[str] = []
         self._index: dict[str, int] = {}
         self._uuid_index: dict[str, int] = {}
         self._folded: dict[str, list[int]] | None = None  # casefolded name -> rows
-        self._rows = 0
         self._rc: dict[str, int] = {}
         self._rc_names: list[str] = []
-        for attr, dtype, _fill in _RC_COLUMNS:
-            setattr(self, attr, np.zeros((0, 0), dtype=dtype))
-        for attr, dtype, fill in _HOST_COLUMNS:
-            setattr(self, attr, np.full(0, fill, dtype=dtype))
         self._aggregates: dict[str, Aggregate] = {}
         self._agg_sets: list[frozenset[str]] = [frozenset()]
         self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
@@ -502,66 +658,29 @@ class HostView:
         # traits and aggregates: a bit each, words of them per provider row
         self._trait_ids: dict[str, int] = {}
         self._agg_ids: dict[str, int] = {}
-        self._trait_words = self._agg_words = 1
-        self._trait_bits = np.zeros((0, 1), dtype=np.uint64)
-        self._agg_bits = np.zeros((0, 1), dtype=np.uint64)
+        self._words_of = dict.fromkeys(_BIT_KINDS, 1)
         # child providers
-        self.kid_size = 0
-        self._kid_rows = 0
+        self._kids = _ProviderTable(_KID_ROW_COLUMNS)
         self._kid_uuids: list[str] = []
         self._kid_index: dict[str, int] = {}
         self._kid_pending: dict[str, list[Provider]] = {}  # root uuid -> kids seen before it
         self._kid_classes: set[str] = set()  # classes some child has inventory of
-        for attr, dtype, _fill in _RC_COLUMNS:
-            setattr(self, "_k" + attr, np.zeros((0, 0), dtype=dtype))
-        self._k_host = np.zeros(0, dtype=np.int64)
-        self._k_generation = np.zeros(0, dtype=np.int64)
-        self._k_trait_bits = np.zeros((0, 1), dtype=np.uint64)
-        self._k_agg_bits = np.zeros((0, 1), dtype=np.uint64)
         self.capabilities.clear()
 
-    def _ensure_rows(self, rows: int) -> None:
-        if rows <= self._rows:
-            return
-        new_rows = max(rows, 2 * self._rows, _INITIAL_ROWS)
-        for attr, dtype, fill in _RC_COLUMNS:
-            old = getattr(self, attr)
-            grown = np.full((old.shape[0], new_rows), fill, dtype=dtype)
-            grown[:, :self._rows] = old
-            setattr(self, attr, grown)
-        for attr, dtype, fill in _HOST_COLUMNS:
-            old = getattr(self, attr)
-            grown = np.full(new_rows, fill, dtype=dtype)
-            grown[:self._rows] = old
-            setattr(self, attr, grown)
-        for attr in ("_trait_bits", "_agg_bits"):
-            old = getattr(self, attr)
-            grown = np.zeros((new_rows, old.shape[1]), dtype=np.uint64)
-            grown[:self._rows] = old
-            setattr(self, attr, grown)
-        self._rows = new_rows
-        self.capabilities.grow(new_rows)
+    # The whole buffers behind three host columns (``used`` and the others give
+    # the live rows), for the tests that arrange or snapshot them.
 
-    def _ensure_kid_rows(self, rows: int) -> None:
-        if rows <= self._kid_rows:
-            return
-        new_rows = max(rows, 2 * self._kid_rows, _INITIAL_ROWS)
-        for attr, dtype, fill in _RC_COLUMNS:
-            old = getattr(self, "_k" + attr)
-            grown = np.full((old.shape[0], new_rows), fill, dtype=dtype)
-            grown[:, :self._kid_rows] = old
-            setattr(self, "_k" + attr, grown)
-        for attr, fill in (("_k_host", -1), ("_k_generation", -1)):
-            old = getattr(self, attr)
-            grown = np.full(new_rows, fill, dtype=np.int64)
-            grown[:self._kid_rows] = old
-            setattr(self, attr, grown)
-        for attr in ("_k_trait_bits", "_k_agg_bits"):
-            old = getattr(self, attr)
-            grown = np.zeros((new_rows, old.shape[1]), dtype=np.uint64)
-            grown[:self._kid_rows] = old
-            setattr(self, attr, grown)
-        self._kid_rows = new_rows
+    @property
+    def _used(self) -> np.ndarray:
+        return self._hosts.per_class["used"]
+
+    @property
+    def _consumers(self) -> np.ndarray:
+        return self._hosts.per_row["consumers"]
+
+    @property
+    def _last_seen(self) -> np.ndarray:
+        return self._hosts.per_row["last_seen"]
 
     def _bit(self, ids: dict[str, int], name: str, kind: str) -> int:
         """The bit of a trait (``kind="trait"``) or aggregate, widening the words."""
@@ -569,39 +688,19 @@ class HostView:
         if bit is None:
             bit = ids[name] = len(ids)
             words = bit // _WORD + 1
-            if words > getattr(self, f"_{kind}_words"):
-                setattr(self, f"_{kind}_words", words)
-                for attr in (f"_{kind}_bits", f"_k_{kind}_bits"):
-                    old = getattr(self, attr)
-                    setattr(self, attr, np.hstack(
-                        [old, np.zeros((old.shape[0], 1), dtype=np.uint64)]))
+            if words > self._words_of[kind]:
+                self._words_of[kind] = words
+                self._hosts.widen(kind)
+                self._kids.widen(kind)
         return bit
-
-    def _set_bits(self, trait_bits: np.ndarray, agg_bits: np.ndarray, i: int,
-                  p: Provider) -> None:
-        """Write provider ``p``'s traits and aggregates into row ``i``.
-
-        ``trait_bits`` / ``agg_bits`` name the table (hosts or kids); they are
-        looked up again after each new bit, which may widen (replace) them.
-        """
-        t_attr = "_trait_bits" if trait_bits is self._trait_bits else "_k_trait_bits"
-        a_attr = "_agg_bits" if agg_bits is self._agg_bits else "_k_agg_bits"
-        t_bits = [self._bit(self._trait_ids, t, "trait") for t in p.traits]
-        a_bits = [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]
-        for attr, bits in ((t_attr, t_bits), (a_attr, a_bits)):
-            table = getattr(self, attr)
-            table[i] = 0
-            for bit in bits:
-                table[i, bit // _WORD] |= np.uint64(1 << (bit % _WORD))
 
     def _bit_rows(self, sets: Sequence[frozenset[str]], kind: str) -> np.ndarray:
         """One row of bit words per trait (``kind="trait"``) or aggregate set."""
         ids = self._trait_ids if kind == "trait" else self._agg_ids
         bits = [[self._bit(ids, name, kind) for name in names] for names in sets]
-        table = np.zeros((len(sets), getattr(self, f"_{kind}_words")), dtype=np.uint64)
+        table = np.zeros((len(sets), self._words_of[kind]), dtype=np.uint64)
         for row, row_bits in zip(table, bits, strict=True):
-            for bit in row_bits:
-                row[bit // _WORD] |= np.uint64(1 << (bit % _WORD))
+            _set_words(row, row_bits)
         return table
 
     def _resolve_aggregate(self, token: str) -> list[str]:
@@ -619,12 +718,8 @@ class HostView:
         if j is None:
             j = self._rc[rc] = len(self._rc_names)
             self._rc_names.append(rc)
-            for attr, dtype, fill in _RC_COLUMNS:
-                old = getattr(self, attr)
-                setattr(self, attr, np.vstack([old, np.full((1, self._rows), fill, dtype=dtype)]))
-                old = getattr(self, "_k" + attr)
-                setattr(self, "_k" + attr,
-                        np.vstack([old, np.full((1, self._kid_rows), fill, dtype=dtype)]))
+            self._hosts.add_class()
+            self._kids.add_class()
         return j
 
     def _agg_code(self, aggregates: frozenset[str]) -> int:
@@ -671,41 +766,24 @@ class HostView:
         if p.parent_uuid is not None:
             self._put_kid(p)
             return
+        row = self._hosts.per_row
         i = self._uuid_index.get(p.uuid)
         if i is None:
             i = self._add_row(p)
-        elif p.generation < self._generation[i]:
+        elif p.generation < row["generation"][i]:
             return  # older than what the view holds (a provider re-read got ahead)
+        self._write_provider(self._hosts, i, p)
+        row["consumers"][i] = p.consumers
+        row["agg_set"][i] = self._agg_code(frozenset(p.aggregates))
+
+    def _write_provider(self, table: _ProviderTable, row: int, p: Provider) -> None:
+        """What hosts and child providers alike hold of ``p``: its resources,
+        generation, traits and aggregates, into ``row`` of ``table``."""
         for rc in (*p.inventories, *p.usages):
             self._rc_row(rc)
-        self._write_resources("", i, p)
-        self._generation[i] = p.generation
-        self._consumers[i] = p.consumers
-        self._agg_set[i] = self._agg_code(frozenset(p.aggregates))
-        self._set_bits(self._trait_bits, self._agg_bits, i, p)
-
-    def _write_resources(self, prefix: str, col: int, p: Provider) -> None:
-        """Fill column ``col`` of the per-class buffers (``prefix`` "" for hosts,
-        "_k" for child providers) from ``p``'s inventories and usages; every
-        class ``p`` names already has its row."""
-        self._units_cache.clear()  # the unit rules may change, and the row count
-        for attr, _dtype, fill in _RC_COLUMNS:
-            getattr(self, prefix + attr)[:, col] = fill
-        total, reserved, ratio, capacity, min_unit, max_unit, step, used = (
-            getattr(self, prefix + name) for name in (
-                "_total", "_reserved", "_ratio", "_capacity", "_min_unit", "_max_unit",
-                "_step", "_used"))
-        for rc, inv in p.inventories.items():
-            j = self._rc[rc]
-            total[j, col] = inv.total
-            reserved[j, col] = inv.reserved
-            ratio[j, col] = inv.allocation_ratio
-            capacity[j, col] = inv.capacity
-            min_unit[j, col] = inv.min_unit
-            max_unit[j, col] = inv.effective_max_unit
-            step[j, col] = inv.step_size
-        for rc, amount in p.usages.items():
-            used[self._rc[rc], col] = amount
+        bits = {"trait": [self._bit(self._trait_ids, t, "trait") for t in p.traits],
+                "agg": [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]}
+        table.write_provider(row, p, self._rc, bits)
 
     def _put_kid(self, p: Provider) -> None:
         """A child provider: its row in the kid table, counted toward its root's host."""
@@ -714,45 +792,34 @@ class HostView:
         if host is None:  # its root is not in the view yet: add it with the root
             self._kid_pending.setdefault(root, []).append(p)
             return
+        kids = self._kids
         k = self._kid_index.get(p.uuid)
         if k is None:
-            k = self.kid_size
-            self._ensure_kid_rows(k + 1)
-            self.kid_size = k + 1
+            k = kids.add_row()
             self._kid_uuids.append(p.uuid)
             self._kid_index[p.uuid] = k
-        elif p.generation < self._k_generation[k]:
+        elif p.generation < kids.per_row["generation"][k]:
             return
-        for rc in (*p.inventories, *p.usages):
-            self._rc_row(rc)
         self._kid_classes.update(p.inventories)
-        self._write_resources("_k", k, p)
-        self._k_host[k] = host
-        self._k_generation[k] = p.generation
-        self._set_bits(self._k_trait_bits, self._k_agg_bits, k, p)
+        self._write_provider(kids, k, p)
+        kids.per_row["host"][k] = host
 
     def _put_usage(self, data: Mapping[str, Any]) -> None:
         k = self._kid_index.get(data["uuid"])
-        if k is not None:
-            if data["generation"] >= self._k_generation[k]:
-                self._k_used[:, k] = 0
-                for rc, amount in data["usages"].items():
-                    self._k_used[self._rc_row(rc), k] = amount
-                self._k_generation[k] = data["generation"]
-            return
-        i = self._uuid_index.get(data["uuid"])
-        if i is None or data["generation"] < self._generation[i]:
+        table, row = (self._hosts, self._uuid_index.get(data["uuid"])) if k is None else (
+            self._kids, k)
+        if row is None or data["generation"] < table.per_row["generation"][row]:
             return  # unknown, or older than what the view holds
-        self._used[:, i] = 0
-        for rc, amount in data["usages"].items():
-            self._used[self._rc_row(rc), i] = amount
-        self._generation[i] = data["generation"]
-        self._consumers[i] = data["consumers"]
+        for rc in data["usages"]:
+            self._rc_row(rc)
+        table.write_usages(row, data["usages"], self._rc)
+        table.per_row["generation"][row] = data["generation"]
+        if k is None:
+            table.per_row["consumers"][row] = data["consumers"]
 
     def _add_row(self, p: Provider) -> int:
-        i = self.size
-        self._ensure_rows(i + 1)
-        self.size = i + 1
+        i = self._hosts.add_row()
+        self.capabilities.grow(self._hosts.allocated)
         self.names.append(p.name)
         self.uuids.append(p.uuid)
         self._index[p.name] = i
@@ -767,10 +834,11 @@ class HostView:
         return i
 
     def _put_service(self, i: int, service: Service) -> None:
-        self._has_service[i] = True
-        self._last_seen[i] = max(self._last_seen[i], service.last_seen)
-        self._disabled[i] = service.disabled
-        self._failed_builds[i] = service.failed_builds
+        row = self._hosts.per_row
+        row["has_service"][i] = True
+        row["last_seen"][i] = max(row["last_seen"][i], service.last_seen)
+        row["disabled"][i] = service.disabled
+        row["failed_builds"][i] = service.failed_builds
         self.capabilities.put_service(i, service)
 
     def _load_services(self, services: ServiceColumns, now: float) -> np.ndarray:
@@ -779,11 +847,11 @@ class HostView:
         rows = np.fromiter(map(self._index.get, services.hosts, itertools.repeat(-1)),
                            dtype=np.int64, count=len(services))
         known = rows >= 0
-        at = rows[known]
-        self._has_service[at] = True
-        self._last_seen[at] = services.last_seen[known]
-        self._disabled[at] = services.disabled[known]
-        self._failed_builds[at] = services.failed_builds[known]
+        at, row = rows[known], self._hosts.per_row
+        row["has_service"][at] = True
+        row["last_seen"][at] = services.last_seen[known]
+        row["disabled"][at] = services.disabled[known]
+        row["failed_builds"][at] = services.failed_builds[known]
         self._waiting = {services.hosts[k]: services.service(k) for k in np.flatnonzero(~known)}
         self._services_read_at = now
         return rows
@@ -800,10 +868,10 @@ class HostView:
         heartbeating every 10 s against the default 60 s, a few thousand
         values per re-read instead of 100,000.
         """
-        n = self.size
-        certain = rules.is_up(now, self._last_seen[:n],
+        hosts = self._hosts
+        certain = rules.is_up(now, hosts.live("last_seen"),
                               self._down_time - 2 * self._services_interval)
-        return [self.names[i] for i in np.flatnonzero(self._has_service[:n] & ~certain)]
+        return [self.names[i] for i in np.flatnonzero(hosts.live("has_service") & ~certain)]
 
     def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:
         """Move ``last_seen`` forward to these heartbeats, in bulk.
@@ -815,7 +883,8 @@ class HostView:
                            count=len(seen))
         when = np.fromiter(seen.values(), dtype=np.float64, count=len(seen))
         keep = rows >= 0
-        keep[keep] = self._has_service[rows[keep]]
+        keep[keep] = self._hosts.per_row["has_service"][rows[keep]]
         rows, when = rows[keep], when[keep]
-        self._last_seen[rows] = np.maximum(self._last_seen[rows], when)
+        last_seen = self._hosts.per_row["last_seen"]
+        last_seen[rows] = np.maximum(last_seen[rows], when)
         self._services_read_at = now

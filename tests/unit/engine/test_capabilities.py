@@ -183,3 +183,15 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
             lambda v: v.capabilities.numa_cells(idx)[0]):
         assert question(snapshot).tolist() == question(fed).tolist()
     assert snapshot.capabilities.io_ops(idx)[:3].tolist() == [3, 0, 0]
+
+
+def test_a_host_that_stops_reporting_io_ops_stops_counting_them() -> None:
+    store = FeedStore([host("h1", stats={"num_io_ops": 2}), host("h2", stats={"num_io_ops": 1})])
+    view = loaded(store)
+    idx = everyone(view)
+    store.put_service(replace(store.services["h1"], stats={"gpus": 1}))
+    view.refresh(NOW)
+    for i in (0, 1):
+        view.consume(i, {"VCPU": 1})
+    assert view.capabilities.io_ops(idx).tolist() == [0, 2]
+    assert view.capabilities.reports_stat("num_io_ops", idx).tolist() == [False, True]

@@ -207,6 +207,58 @@ def loaded(store: FeedStore, **overrides: object) -> HostView:
     return view
 
 
+def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
+    # The bulk load and the per-row write read one declaration of which
+    # Inventory field fills which column; both must give the same view.
+    hosts = [
+        host("h0", reserved={MEMORY_MB: 512}, ratios={VCPU: 4.0}, used={VCPU: 3},
+             traits=["CUSTOM_A"], aggregates=["a1"], consumers=2,
+             children=[child("h0-gpu", inventory={"VGPU": 4}, used={"VGPU": 1},
+                             traits=["CUSTOM_T4"], max_unit={"VGPU": 2})]),
+        host("h1", disk=0, max_unit={MEMORY_MB: 4096}, min_unit={VCPU: 2},
+             step={MEMORY_MB: 256}, extra={"CUSTOM_FPGA": Inventory(total=2, reserved=1)}),
+        host("h2", ratios={DISK_GB: 0.5}, aggregates=["a1", "a2"], traits=["CUSTOM_B"]),
+    ]
+    snapshot = view_of(*hosts)
+    store = FeedStore()
+    fed = loaded(store)
+    for h in hosts:
+        store.put_provider(h)  # its usages and consumers come with it
+    fed.refresh(NOW)
+    assert (fed.names, fed.kid_uuids) == (snapshot.names, snapshot.kid_uuids)
+    for rc in snapshot.resource_classes:
+        j, k = snapshot.resource_classes.index(rc), fed.resource_classes.index(rc)
+        for column in ("total", "reserved", "ratio", "capacity", "used", "min_unit",
+                       "max_unit", "step"):
+            assert getattr(fed, column)[k].tolist() == getattr(snapshot, column)[j].tolist(), (
+                rc, column)
+        assert fed.kid_capacity[k].tolist() == snapshot.kid_capacity[j].tolist(), rc
+        assert fed.kid_used[k].tolist() == snapshot.kid_used[j].tolist(), rc
+        kids = np.arange(snapshot.kid_size)
+        for amount in (1, 2, 3, 256, 4096):
+            assert fed.can_give(rc, amount, everyone(fed)).tolist() == (
+                snapshot.can_give(rc, amount, everyone(snapshot)).tolist()), (rc, amount)
+            assert fed.can_give(rc, amount, kids, kid=True).tolist() == (
+                snapshot.can_give(rc, amount, kids, kid=True).tolist()), (rc, amount)
+    assert fed.consumers.tolist() == snapshot.consumers.tolist() == [2, 0, 0]
+    for trait in ("CUSTOM_A", "CUSTOM_B", "CUSTOM_T4"):
+        assert fed.has_trait(trait, everyone(fed)).tolist() == (
+            snapshot.has_trait(trait, everyone(snapshot)).tolist())
+        assert fed.has_trait(trait, kids, kid=True).tolist() == (
+            snapshot.has_trait(trait, kids, kid=True).tolist())
+    assert fed.in_any(["a2"], everyone(fed)).tolist() == [False, False, True]
+    assert snapshot.in_any(["a2"], everyone(snapshot)).tolist() == [False, False, True]
+    assert fed.kid_host.tolist() == snapshot.kid_host.tolist() == [0]
+
+
+def test_public_columns_give_the_live_rows() -> None:
+    view = view_of(host("h0", traits=[f"CUSTOM_T{i}" for i in range(70)]), host("h1"))
+    assert view.trait_bits.shape == (2, 2)
+    assert view.agg_bits.shape[0] == view.last_seen.shape[0] == view.size == 2
+    assert view.capacity.shape == (len(view.resource_classes), 2)
+    assert view.kid_capacity.shape == (len(view.resource_classes), 0)
+
+
 def test_follows_usage_changes() -> None:
     store = FeedStore([host("h1"), host("h2")])
     view = loaded(store)
