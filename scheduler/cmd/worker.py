@@ -14,17 +14,19 @@ slot's number.
 Supervision, as cotyledon does it:
 
 * **A worker that dies is started again** in its slot; the master logs
-  ``worker_died`` with the pid, the exit code and the signal. Starts are rate
-  limited: when more processes were forked in the last ``workers`` seconds
-  than there are workers, the next fork waits 5 s (cotyledon logs "Forking
-  too fast, sleeping"). A worker that dies at once is therefore restarted at
-  most ``workers + 1`` times per 5 s, never in a tight loop, and a worker
-  that lived a while is replaced at once.
+  ``worker_died`` with the pid, the exit code, the signal and ``restart_in``.
+  A worker that had served a while is replaced at once. One that dies again
+  within 30 s of starting waits before it starts: 1 s, then 2, 4, ... up to
+  60 s (``worker_restart_delayed``; the wait is in the new worker, so other
+  slots and a SIGTERM are not held up), until one serves 30 s. Under that,
+  cotyledon bounds the fork rate itself: when more processes were forked in
+  the last ``workers`` seconds than there are workers, its next fork waits
+  5 s ("Forking too fast, sleeping").
 * **SIGTERM stops gracefully**: every worker stops taking requests, finishes
   those it holds, publishes its notifications and closes its transports and
-  store (``worker_stopping``, then ``scheduler_stopped``). A worker, or the
-  master, still at it after ``[scheduler] graceful_shutdown_timeout``
-  seconds is killed, and the master exits 1 instead of 0. **SIGINT** exits
+  store (``worker_stopping``, then ``scheduler_stopped``). A worker still at
+  it after ``[scheduler] graceful_shutdown_timeout`` seconds is killed (it
+  exits 1); the master is held to the same bound. **SIGINT** exits
   at once, without draining (cotyledon's fast exit, as in oslo.service's
   threading backend); what the workers held is re-driven by the conductor.
 * **SIGHUP reloads**: the master re-reads the config files and, if they
@@ -45,6 +47,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +65,17 @@ LOG = log.get_logger("scheduler.worker")
 #: Workers are forked: each inherits the parsed options and the shared tables.
 _FORK = multiprocessing.get_context("fork")
 
+#: A worker that served this long before it died is replaced at once.
+STABLE_AFTER = 30.0
+#: The longest wait before a crash-looping worker starts again.
+MAX_RESTART_DELAY = 60.0
+
+
+def restart_delay(quick_deaths: int) -> float:
+    """Seconds a slot waits before it starts again, after this many deaths in a
+    row each within :data:`STABLE_AFTER` of its start: none after the first."""
+    return 0.0 if quick_deaths <= 1 else min(2.0 ** (quick_deaths - 2), MAX_RESTART_DELAY)
+
 
 def process_name(worker_id: int, workers: int) -> str:
     """The ``process`` key on every line worker ``worker_id`` logs."""
@@ -72,19 +86,25 @@ def process_name(worker_id: int, workers: int) -> str:
 class Shared:
     """What the master and its workers share, in memory both can see.
 
-    ``pids[n]`` is the pid worker ``n`` runs as, written by the worker (the
-    master's dead-worker hook is told the slot and the exit code, not the
-    pid). ``generation`` counts the master's successful reloads: a worker
-    restarts on SIGHUP only if it is behind, so a SIGHUP whose files did not
-    parse leaves it serving.
+    Per worker slot ``n``: ``pids[n]``, the pid it runs as, and
+    ``started[n]``, when it began to start (``time.monotonic()``, 0 until
+    then), both written by the worker (the master's dead-worker hook is told
+    the slot and the exit code, nothing else); ``delays[n]``, how long its
+    next process waits before it starts, written by the master.
+    ``generation`` counts the master's successful reloads: a worker restarts
+    on SIGHUP only if it is behind, so a SIGHUP whose files did not parse
+    leaves it serving.
     """
 
-    pids: Any  # multiprocessing RawArray of c_int, one per worker slot
+    pids: Any  # multiprocessing RawArray of c_int
+    started: Any  # multiprocessing RawArray of c_double
+    delays: Any  # multiprocessing RawArray of c_double
     generation: Any  # multiprocessing RawValue of c_int
 
     @classmethod
     def create(cls, workers: int) -> Shared:
-        return cls(pids=_FORK.RawArray("i", workers), generation=_FORK.RawValue("i", 0))
+        return cls(pids=_FORK.RawArray("i", workers), started=_FORK.RawArray("d", workers),
+                   delays=_FORK.RawArray("d", workers), generation=_FORK.RawValue("i", 0))
 
 
 class WorkerService(cotyledon.Service):
@@ -107,7 +127,7 @@ class WorkerService(cotyledon.Service):
         LOG.info("worker_starting", pid=os.getpid(), worker=worker_id, **describe(conf))
         self._lock = threading.Lock()
         self._serving = False
-        self._stopping = False
+        self._stopping = threading.Event()
         self._http: Any = None
         try:
             self._transport = rpc.get_transport(conf)
@@ -121,11 +141,17 @@ class WorkerService(cotyledon.Service):
             raise SystemExit(1) from exc
 
     def run(self) -> None:
+        delay = self._shared.delays[self.worker_id]
+        if delay:
+            LOG.warning("worker_restart_delayed", delay=delay)
+            if self._stopping.wait(delay):
+                return
+        self._shared.started[self.worker_id] = time.monotonic()
         try:
             self._service.start()  # waits for the store first
             with self._lock:
                 self._serving = True
-                if not self._stopping:
+                if not self._stopping.is_set():
                     self._http = self._serve_health()
         except Exception as exc:
             LOG.exception("worker_start_failed", error=str(exc))
@@ -145,14 +171,14 @@ class WorkerService(cotyledon.Service):
 
     def terminate(self) -> None:
         with self._lock:
-            self._stopping = True
+            self._stopping.set()
             serving = self._serving
         LOG.info("worker_stopping", serving=serving)
         if self._http is not None:
             self._http.shutdown()
+        # Not serving yet means run() still waits (its restart delay, or the
+        # store) before the RPC server started: nothing taken off the queue.
         if serving:
-            # Not serving yet means run() still waits for the store, before the
-            # RPC server started: nothing was taken off the queue to finish.
             self._service.stop()
         self._transport.cleanup()
         self._notification_transport.cleanup()
@@ -180,6 +206,7 @@ class Supervisor:
         self._conf = conf
         self._workers = conf.scheduler.workers
         self.shared = Shared.create(self._workers)
+        self._quick_deaths = [0] * self._workers
         self.manager = cotyledon.ServiceManager(
             graceful_shutdown_timeout=conf.scheduler.graceful_shutdown_timeout,
             mp_context=_FORK)
@@ -193,14 +220,24 @@ class Supervisor:
         self.manager.run()
 
     def on_dead_worker(self, _service_id: object, worker_id: int, exit_code: int) -> None:
+        """Runs in the master when worker ``worker_id`` has exited, before
+        cotyledon forks its replacement."""
         pid = self.shared.pids[worker_id] or None  # 0: it died before it could say
+        started = self.shared.started[worker_id]
         self.shared.pids[worker_id] = 0
+        self.shared.started[worker_id] = 0.0
         if exit_code == 0:  # it stopped cleanly: a reload, or a SIGTERM sent to it alone
+            self._quick_deaths[worker_id] = 0
+            self.shared.delays[worker_id] = 0.0
             LOG.info("worker_exited", pid=pid, worker=worker_id, exit_code=exit_code)
             return
+        quick = not started or time.monotonic() - started < STABLE_AFTER
+        self._quick_deaths[worker_id] = self._quick_deaths[worker_id] + 1 if quick else 1
+        delay = restart_delay(self._quick_deaths[worker_id])
+        self.shared.delays[worker_id] = delay
         LOG.warning("worker_died", pid=pid, worker=worker_id, exit_code=exit_code,
                     signal=_signal_name(-exit_code) if exit_code < 0 else None,
-                    restarting=worker_id)
+                    restart_in=delay)
 
     def on_reload(self) -> None:
         """Runs in the master on SIGHUP, before cotyledon passes it to the workers."""
