@@ -123,13 +123,14 @@ class WorkerService(cotyledon.Service):
         self._shared = shared
         self._generation = shared.generation.value
         shared.pids[worker_id] = os.getpid()
-        log.setup(process=process_name(worker_id, conf.scheduler.workers))
-        LOG.info("worker_starting", pid=os.getpid(), worker=worker_id, **describe(conf))
+        # Named by the pool as started: a reload does not change its size.
+        log.setup(process=process_name(worker_id, len(shared.pids)))
         self._lock = threading.Lock()
         self._serving = False
         self._stopping = threading.Event()
         self._http: Any = None
         try:
+            LOG.info("worker_starting", pid=os.getpid(), worker=worker_id, **describe(conf))
             self._transport = rpc.get_transport(conf)
             self._notification_transport = rpc.get_notification_transport(conf)
             self._store = make_store(conf)
