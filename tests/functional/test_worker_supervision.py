@@ -2,7 +2,8 @@
 reloaded and crash-looping, on real processes against RabbitMQ and Redis.
 
 The daemon's own process (``Process.popen``) is the cotyledon master; the
-workers are its children, found by the pids they log in ``worker_starting``.
+workers are its children, found by the pids they log in ``worker_starting``
+(``Process.serving_pids``).
 """
 
 from __future__ import annotations
@@ -24,26 +25,9 @@ import pytest
 from conductor_stub.flavors import load_catalog
 from scheduler import rpc
 from scheduler.objects import RequestSpec
+from tests.functional.cluster import alive
 from tests.functional.conftest import REDIS_URL, Cluster, Process
 from tests.functional.test_boot import wait_until
-
-
-def starts(proc: Process) -> list[dict[str, Any]]:
-    """Every ``worker_starting`` line, in order."""
-    return [e for e in proc.log_events() if e.get("event") == "worker_starting"]
-
-
-def live_pids(proc: Process) -> dict[str, int]:
-    """The pid each worker slot (its ``process`` name) last started with."""
-    return {e["process"]: e["pid"] for e in starts(proc)}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def tiny_spec() -> RequestSpec:
@@ -155,7 +139,7 @@ def test_a_killed_worker_is_restarted_in_its_slot_and_the_daemon_serves_on(
     cluster.start_conductor()
     cluster.start_compute(3, "--build-time", "0.01")
     workers = start_workers(cluster, 2)
-    before = live_pids(workers)
+    before = workers.serving_pids()
     assert set(before) == {"scheduler-worker.0", "scheduler-worker.1"}
     assert workers.popen.pid not in before.values(), "the master serves nothing itself"
     doomed = before["scheduler-worker.1"]
@@ -163,7 +147,7 @@ def test_a_killed_worker_is_restarted_in_its_slot_and_the_daemon_serves_on(
     os.kill(doomed, signal.SIGKILL)
     wait_until(lambda: workers.count("scheduler_started") == 3, 30, "the replacement serving")
 
-    after = live_pids(workers)
+    after = workers.serving_pids()
     assert after["scheduler-worker.0"] == before["scheduler-worker.0"]
     assert after["scheduler-worker.1"] not in (doomed, before["scheduler-worker.0"])
     [died] = [e for e in workers.log_events() if e.get("event") == "worker_died"]
@@ -178,7 +162,7 @@ def test_sigterm_stops_every_worker_cleanly_within_the_graceful_timeout(
         cluster: Cluster) -> None:
     cluster.write_config(scheduler={"workers": 2, "graceful_shutdown_timeout": 10})
     workers = start_workers(cluster, 2)
-    pids = live_pids(workers)
+    pids = workers.serving_pids()
 
     code, took = stopped_within(workers, 20)
 
@@ -199,7 +183,7 @@ def test_a_worker_that_does_not_finish_is_killed_at_the_graceful_timeout_one_wor
     stalled = cluster.tmp / "stalled-store.conf"
     stalled.write_text(f"[redis]\nurl = {relay.url}\n")
     workers = start_workers(cluster, 1, "--config-file", str(stalled))
-    [(name, pid)] = live_pids(workers).items()
+    [(name, pid)] = workers.serving_pids().items()
     assert name == "scheduler-worker" and pid != workers.popen.pid
     assert placed(cluster, transport)
 
@@ -223,7 +207,7 @@ def test_sighup_restarts_the_workers_on_the_reloaded_options(
     cluster.write_config(scheduler={"workers": 2})
     cluster.start_compute(3)
     workers = start_workers(cluster, 2)
-    before = live_pids(workers)
+    before = workers.serving_pids()
     assert placed(cluster, transport)
 
     # A file that does not parse changes nothing: the workers serve on.
@@ -232,16 +216,16 @@ def test_sighup_restarts_the_workers_on_the_reloaded_options(
     workers.popen.send_signal(signal.SIGHUP)
     wait_until(lambda: workers.count("worker_reload_skipped") == 2, 30, "the reload refused")
     assert workers.count("config_reload_failed") == 1
-    assert live_pids(workers) == before
+    assert workers.serving_pids() == before
 
     cluster.write_config(scheduler={"topic": "scheduler-reloaded"})
     workers.popen.send_signal(signal.SIGHUP)
     wait_until(lambda: workers.count("scheduler_started") == 4, 60, "the workers restarted")
 
-    after = live_pids(workers)
+    after = workers.serving_pids()
     assert set(after) == set(before) and not set(after.values()) & set(before.values())
     assert not any(alive(pid) for pid in before.values())
-    assert {e["topic"] for e in starts(workers)[-2:]} == {"scheduler-reloaded"}
+    assert {e["topic"] for e in workers.worker_starts()[-2:]} == {"scheduler-reloaded"}
     assert workers.count("worker_died") == 0, "a reload is a clean stop, not a death"
     assert placed(cluster, transport, topic="scheduler-reloaded")
     assert workers.popen.poll() is None
@@ -264,7 +248,7 @@ def test_a_worker_dying_at_once_is_restarted_with_a_growing_delay(cluster: Clust
     died = [e for e in events if e.get("event") == "worker_died"][:4]
     assert [e["restart_in"] for e in died] == [0, 1, 2, 4]
     assert {e["exit_code"] for e in died} == {1}
-    assert {e["pid"] for e in died} <= {e["pid"] for e in starts(workers)}
+    assert {e["pid"] for e in died} <= {e["pid"] for e in workers.worker_starts()}
     # Each replacement waited at least its delay before it served again.
     served = [stamp(e) for e in events if e.get("event") == "scheduler_started"]
     for death in died:

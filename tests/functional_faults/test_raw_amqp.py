@@ -140,12 +140,6 @@ def publish(cluster: FaultCluster, body: bytes, content_type: str) -> None:
                                 if content_type == "application/json" else "binary")
 
 
-def serving_pid(worker: Any) -> int:
-    """The pid of the process serving (``scheduler-worker`` is a supervisor:
-    ``worker.popen`` is its master, which would replace a worker that died)."""
-    return [e["pid"] for e in worker.log_events() if e.get("event") == "worker_starting"][-1]
-
-
 def serves(cluster: FaultCluster, transport: Any) -> bool:
     """A proper call still gets a proper answer (and its claim is released)."""
     uuid = str(uuidlib.uuid4())
@@ -162,12 +156,12 @@ def test_a_bad_cast_is_logged_and_dropped_and_the_worker_serves_on(
         deployment: tuple[FaultCluster, Any], transport: Any, body: bytes,
         content_type: str) -> None:
     cluster, worker = deployment
-    pid = serving_pid(worker)
+    pid = worker.serving_pid()
     before = len(worker.log_events())
     held = cluster.store.list_consumers()
     publish(cluster, body, content_type)
     assert serves(cluster, transport)
-    assert worker.popen.poll() is None and serving_pid(worker) == pid
+    assert worker.popen.poll() is None and worker.serving_pid() == pid
     logged = worker.log_events()[before:]
     assert any(e.get("level") in ("error", "warning") for e in logged), \
         "the bad message was logged"
