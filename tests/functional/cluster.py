@@ -87,6 +87,20 @@ class Process:
         [pid] = self.serving_pids().values()
         return pid
 
+    def assert_kept_serving(self) -> None:
+        """Every worker of this ``scheduler-worker`` served throughout: the master
+        is up, no worker died or exited, and each slot still runs the one process
+        it started with. (``popen`` alive says only that the master is.)"""
+        assert self.popen.poll() is None, f"{self.name}: the master exited"
+        events = self.log_events()
+        ended = [e for e in events if e.get("event") in ("worker_died", "worker_exited")]
+        assert not ended, f"{self.name}: a worker stopped serving: {ended}"
+        starts = [e for e in events if e.get("event") == "worker_starting"]
+        slots = {e["process"] for e in starts}
+        assert starts and len(starts) == len(slots), f"{self.name}: a slot restarted: {starts}"
+        gone = [e["pid"] for e in starts if not alive(e["pid"])]
+        assert not gone, f"{self.name}: worker process(es) {gone} gone"
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(sig)
