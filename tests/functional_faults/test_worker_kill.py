@@ -105,6 +105,8 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
         redrives_logged=conductor.count("request_redriven"))
     print("\nworker SIGKILL:", json.dumps(figures))
     assert workers.count("worker_died") == 1
+    [died] = [e for e in workers.log_events() if e.get("event") == "worker_died"]
+    assert (died["pid"], died["signal"]) == (pid, "SIGKILL"), "a worker killed, not the master"
     assert in_flight > 0
     assert figures["instances_redriven"] > 0, "the kill lost requests, and they were re-driven"
     assert figures["redrives"] == figures["redrives_logged"]
