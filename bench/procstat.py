@@ -32,12 +32,22 @@ def cpu_seconds(pids: Iterable[int]) -> float:
 
 
 def family(pid: int) -> list[int]:
-    """``pid`` and its direct children (a supervisor's forked workers)."""
+    """``pid`` and its direct children (a supervisor's forked workers).
+
+    Linux lists a child under the thread that forked it, and cotyledon's
+    master forks its workers from a thread of its own, not the main one: the
+    children of every thread are read."""
+    children = []
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return [pid]
-    return [pid, *(int(c) for c in children)]
+    for thread in threads:
+        try:
+            children += [int(c) for c in (thread / "children").read_text().split()]
+        except OSError:
+            continue  # the thread has ended
+    return [pid, *sorted(set(children))]
 
 
 def service_pids() -> dict[str, list[int]]:

@@ -43,6 +43,13 @@ scheduler_opts = [
                help="Worker processes to run on this node. One Python process tops out near "
                "500 RPC calls per second; more processes give more throughput.\n\n"
                "Possible values: 1 to 64."),
+    cfg.IntOpt("graceful_shutdown_timeout", default=30, min=1,
+               help="Seconds a worker process is given to stop once the daemon is asked to "
+               "stop (SIGTERM): it stops taking requests, finishes those it holds and closes "
+               "its connections. A worker still busy after this long is killed, and what it "
+               "held is re-driven by the conductor.\n\n"
+               "Possible values: 1 or more seconds.\n\n"
+               "Related options: [scheduler] workers."),
     cfg.IntOpt("max_attempts", default=3, min=1, max=20,
                help="How many hosts an instance may be tried on: the primary plus "
                "max_attempts - 1 alternates.\n\nRelated options: "

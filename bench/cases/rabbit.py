@@ -1,16 +1,19 @@
 """Case 3: select_destinations over RabbitMQ against a bare echo call, same run.
 
-A real worker process (``python -m scheduler.cmd.worker``, one process)
-serves a Redis cloud; :mod:`bench.echo_server` serves the same method with a
-canned answer of the same size (captured from the worker). Both are called
-with the same client (:class:`scheduler.rpc.SchedulerClient`), one request
-for one instance with alternates each, by 1 and by 16 concurrent callers
-(threads sharing one transport), in alternating rounds so both see the same
-machine. Throughput is calls completed per second; the ratio is
-select_destinations' throughput over the echo's. A second worker with
-notifications off, on a topic of its own, says what the two notifications of
-each call cost. The CPU seconds of the server process, the calling process,
-the broker and Redis are read from /proc around every round, per call.
+A real worker (``python -m scheduler.cmd.worker``: one worker process forked
+by its supervisor's master) serves a Redis cloud; :mod:`bench.echo_server`
+serves the same method with a canned answer of the same size (captured from
+the worker). Both are called with the same client
+(:class:`scheduler.rpc.SchedulerClient`), one request for one instance with
+alternates each, by 1 and by 16 concurrent callers (threads sharing one
+transport), in alternating rounds so both see the same machine. Throughput is
+calls completed per second; the ratio is select_destinations' throughput over
+the echo's. A second worker with notifications off, on a topic of its own,
+says what the two notifications of each call cost. The CPU seconds of the
+server (a worker daemon's master and its worker process; the echo server's
+one process), the calling process, the broker and Redis are read from /proc
+around every round, per call; the py-spy profile (``--profile``) samples the
+worker process itself.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from bench import pyspy
 from bench.cases.engine import SINGLE, request
 from bench.echo_server import TOPIC as ECHO_TOPIC
-from bench.procstat import CpuMeter
+from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
 from scheduler import rpc
@@ -104,31 +107,31 @@ def run(bench: Bench) -> dict[str, Any]:
         response_file.write_text(json.dumps(response))
         echo = cluster.start("echo", "bench.echo_server", "--response-file", str(response_file),
                              ready="echo_started")
-        # call name -> (client, the server process answering it)
+        # call name -> (client, the server's processes, the one answering)
         clients = {
             "echo": (rpc.SchedulerClient(transport, topic=ECHO_TOPIC, timeout=60),
-                     echo.popen.pid),
-            SELECT: (select, worker.popen.pid),
+                     [echo.popen.pid], echo.popen.pid),
+            SELECT: (select, family(worker.popen.pid), worker.serving_pid()),
             QUIET: (rpc.SchedulerClient(transport, topic=QUIET_TOPIC, timeout=60),
-                    quiet.popen.pid),
+                    family(quiet.popen.pid), quiet.serving_pid()),
         }
 
         def kept(name: str) -> list[str]:  # what a call claimed, to release at the end
             return [] if name == "echo" else claimed
 
-        for name, (client, _pid) in clients.items():  # warm every path
+        for name, (client, _pids, _pid) in clients.items():  # warm every path
             _callers(client, 1, 0.3, kept(name))
         for callers in sizes.rabbit_callers:
             got: dict[str, dict[str, Any]] = {n: {"timings": [], "cpu": []} for n in clients}
             for round_ in range(sizes.rabbit_rounds):
-                for name, (client, pid) in clients.items():
+                for name, (client, pids, pid) in clients.items():
                     spy = None
                     if (bench.profile and pyspy.available() and round_ == 0
                             and name == SELECT and callers > 1):
                         raw = bench.out / "profiles" / f"worker-select-{callers}-callers.raw"
                         raw.parent.mkdir(parents=True, exist_ok=True)
                         spy = (raw, pyspy.record(pid, sizes.rabbit_seconds, raw))
-                    meter = CpuMeter({"server": [pid], "callers": [os.getpid()]}).start()
+                    meter = CpuMeter({"server": pids, "callers": [os.getpid()]}).start()
                     timings, _wall = _callers(client, callers, sizes.rabbit_seconds,
                                               kept(name))
                     got[name]["timings"] += timings

@@ -31,6 +31,15 @@ def rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a child not yet reaped counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @dataclass
 class Process:
     name: str
@@ -60,6 +69,37 @@ class Process:
             time.sleep(0.1)
         raise AssertionError(f"{self.name} did not log {event} within {timeout}s:\n"
                              f"{self.log_path.read_text()[-4000:]}")
+
+    # A ``scheduler-worker`` is a supervisor: ``popen`` is its cotyledon
+    # master, which serves nothing and replaces a worker that dies. Its
+    # worker processes are known by the ``worker_starting`` line each logs.
+
+    def worker_starts(self) -> list[dict[str, Any]]:
+        """Every ``worker_starting`` line, in order: one per worker process started."""
+        return [e for e in self.log_events() if e.get("event") == "worker_starting"]
+
+    def serving_pids(self) -> dict[str, int]:
+        """The pid each worker slot (its ``process`` name) last started with."""
+        return {e["process"]: e["pid"] for e in self.worker_starts()}
+
+    def serving_pid(self) -> int:
+        """The pid of the one worker process of a ``scheduler-worker`` (``workers = 1``)."""
+        [pid] = self.serving_pids().values()
+        return pid
+
+    def assert_kept_serving(self) -> None:
+        """Every worker of this ``scheduler-worker`` served throughout: the master
+        is up, no worker died or exited, and each slot still runs the one process
+        it started with. (``popen`` alive says only that the master is.)"""
+        assert self.popen.poll() is None, f"{self.name}: the master exited"
+        events = self.log_events()
+        ended = [e for e in events if e.get("event") in ("worker_died", "worker_exited")]
+        assert not ended, f"{self.name}: a worker stopped serving: {ended}"
+        starts = [e for e in events if e.get("event") == "worker_starting"]
+        slots = {e["process"] for e in starts}
+        assert starts and len(starts) == len(slots), f"{self.name}: a slot restarted: {starts}"
+        gone = [e["pid"] for e in starts if not alive(e["pid"])]
+        assert not gone, f"{self.name}: worker process(es) {gone} gone"
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if self.popen.poll() is None:

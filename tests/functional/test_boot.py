@@ -144,7 +144,7 @@ def test_notifications_pair_start_with_end(cluster: Cluster, notifications: Any,
     scheduled = [n["payload"] for n in notifications()
                  if n["event_type"] == "scheduler.run_instance.scheduled"]
     assert all(len(p["alternates"]) == 2 for p in scheduled)
-    assert worker.popen.poll() is None
+    worker.assert_kept_serving()
 
 
 BAD_SPECS = {
@@ -195,7 +195,7 @@ def test_bad_input_is_refused_and_the_worker_keeps_serving(cluster: Cluster, tra
     # And then a good request is served.
     result = cluster.boot("--count", "2")
     assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 2}
-    assert worker.popen.poll() is None
+    worker.assert_kept_serving()
 
 
 def test_two_workers_share_the_topic_without_overcommit(cluster: Cluster) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from scheduler.store import Store, open_store
-from tests.functional.cluster import Cluster, Process
+from tests.functional.cluster import Cluster, Process, alive
 
 SHARED_REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The private node's administrator (created in it, with every permission).
@@ -188,7 +188,7 @@ class PrivateRabbit:
         pid = self._pid()
         self.ctl("stop", timeout=90)
         if pid is not None:
-            wait_until(lambda: not _alive(pid), 60, "the broker's process to exit")
+            wait_until(lambda: not alive(pid), 60, "the broker's process to exit")
         wait_until(lambda: not port_open(self.port), 30, "the broker's port to close")
         self.stops += 1
 
@@ -201,7 +201,7 @@ class PrivateRabbit:
         try:
             self.ctl("stop", timeout=60)
         except (AssertionError, subprocess.TimeoutExpired):
-            if pid is not None and _alive(pid):
+            if pid is not None and alive(pid):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -219,14 +219,6 @@ class PrivateRabbit:
             tls: bool = False, host: str = "127.0.0.1") -> str:
         return (f"rabbit://{user}:{password}@{host}:{self.tls_port if tls else self.port}/"
                 f"{vhost}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="session")

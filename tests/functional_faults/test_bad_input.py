@@ -79,7 +79,7 @@ def test_generated_requests_over_rabbitmq_get_a_clear_answer(cluster: FaultClust
                 assert {rp: dict(a) for rp, a in held.allocations.items()} == {
                     rp: dict(a) for rp, a in primary.allocation_request.allocations.items()}
                 cluster.store.release(uuid)
-        assert worker.popen.poll() is None, "the worker died"
+        worker.assert_kept_serving()
 
     case()
     cluster.check_accounting()

@@ -156,12 +156,13 @@ def test_a_bad_cast_is_logged_and_dropped_and_the_worker_serves_on(
         deployment: tuple[FaultCluster, Any], transport: Any, body: bytes,
         content_type: str) -> None:
     cluster, worker = deployment
-    pid = worker.popen.pid
+    pid = worker.serving_pid()
     before = len(worker.log_events())
     held = cluster.store.list_consumers()
     publish(cluster, body, content_type)
     assert serves(cluster, transport)
-    assert worker.popen.poll() is None and worker.popen.pid == pid
+    worker.assert_kept_serving()
+    assert worker.serving_pid() == pid
     logged = worker.log_events()[before:]
     assert any(e.get("level") in ("error", "warning") for e in logged), \
         "the bad message was logged"
@@ -195,4 +196,4 @@ def test_a_bad_call_is_answered_with_an_error_and_the_worker_serves_on(
     assert failure["class"] == error
     assert all(a["_msg_id"] == msg_id for a in answers)
     assert serves(cluster, transport)
-    assert worker.popen.poll() is None
+    worker.assert_kept_serving()

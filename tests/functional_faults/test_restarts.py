@@ -80,7 +80,8 @@ def test_the_broker_restarted_mid_storm(cluster: FaultCluster,
     # and what was published before its consumer re-declared its queue: the
     # re-drives are a figure here, not a condition.)
     assert figures["final_states"] == {"ACTIVE": 400}, figures
-    assert worker.popen.poll() is None and conductor.popen.poll() is None
+    worker.assert_kept_serving()
+    assert conductor.popen.poll() is None
 
 
 def test_the_store_restarted_mid_storm(private_redis: Callable[..., PrivateRedis],
@@ -113,4 +114,5 @@ def test_the_store_restarted_mid_storm(private_redis: Callable[..., PrivateRedis
     assert in_flight > 0
     assert figures["final_states"] == {"ACTIVE": 400}, figures
     assert figures["instances_redriven"] > 0
-    assert worker.popen.poll() is None and conductor.popen.poll() is None
+    worker.assert_kept_serving()
+    assert conductor.popen.poll() is None

@@ -105,3 +105,5 @@ def test_three_workers_place_exactly_what_fits_and_never_break_anti_affinity(
                "claim_conflicts": workers.count("claim_conflict")}
     print("\nstorm:", json.dumps(figures))
     assert len(decided) == 3 and all(decided.values()), decided
+    # ... the three processes started (a replacement would log under its slot's name).
+    workers.assert_kept_serving()

@@ -52,15 +52,6 @@ def cluster(private_redis: Callable[..., PrivateRedis],
         redis.popen.send_signal(signal.SIGCONT)
 
 
-def worker_pids(log: list[dict]) -> dict[str, list[int]]:
-    """Pids each forked worker (``scheduler-worker.N``) started with, in order."""
-    pids: dict[str, list[int]] = {}
-    for event in log:
-        if event.get("event") == "worker_starting":
-            pids.setdefault(event["process"], []).append(event["pid"])
-    return pids
-
-
 def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transport) -> None:
     cluster.write_config(scheduler={"workers": 3}, conductor=FAST_CONDUCTOR)
     conductor = cluster.start_conductor()
@@ -68,7 +59,11 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
     workers = cluster.start("workers", "scheduler.cmd.worker")
     wait_until(lambda: workers.count("scheduler_started") == 3, 60, "three workers")
     doomed = "scheduler-worker.1"
-    [pid] = worker_pids(workers.log_events())[doomed]
+
+    def pids_of_doomed() -> list[int]:  # every process its slot started, in order
+        return [e["pid"] for e in workers.worker_starts() if e["process"] == doomed]
+
+    [pid] = pids_of_doomed()
 
     storm = start_storm(cluster, 600 - HELD, senders=3)
     # The rest of the storm: records made now (the conductor's deadlines on
@@ -97,8 +92,7 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
     in_flight = storm.mark_fault()
 
     # The supervisor notices and starts another worker in its place.
-    wait_until(lambda: len(worker_pids(workers.log_events()).get(doomed, [])) == 2, 30,
-               "a replacement worker")
+    wait_until(lambda: len(pids_of_doomed()) == 2, 30, "a replacement worker")
     wait_until(lambda: workers.count("scheduler_started") == 4, 30, "the replacement serving")
 
     storm.settle(120)
@@ -106,11 +100,13 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
 
     figures = storm.figures(
         held_by_the_workers_at_the_kill=HELD,
-        replacement_pid=worker_pids(workers.log_events())[doomed][1],
+        replacement_pid=pids_of_doomed()[1],
         claims_reused=workers.count("allocation_reused"),
         redrives_logged=conductor.count("request_redriven"))
     print("\nworker SIGKILL:", json.dumps(figures))
     assert workers.count("worker_died") == 1
+    [died] = [e for e in workers.log_events() if e.get("event") == "worker_died"]
+    assert (died["pid"], died["signal"]) == (pid, "SIGKILL"), "a worker killed, not the master"
     assert in_flight > 0
     assert figures["instances_redriven"] > 0, "the kill lost requests, and they were re-driven"
     assert figures["redrives"] == figures["redrives_logged"]
