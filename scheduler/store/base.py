@@ -42,185 +42,41 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from scheduler import rules
 from scheduler.exceptions import InvalidRequest, StreamTruncated
-from scheduler.objects import AllocationRequest, InstanceRecord, RequestSpec
+from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.store.columns import CompactSnapshot
+from scheduler.store.records import (
+    CORRUPT_CHANGE,
+    Aggregate,
+    Change,
+    Consumer,
+    GroupClaim,
+    Inventory,
+    Provider,
+    Service,
+    ServiceReport,
+    Snapshot,
+)
 
-if TYPE_CHECKING:
-    from scheduler.store.columns import CompactSnapshot
-
-# --- records ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Inventory:
-    total: int
-    reserved: int = 0
-    min_unit: int = 1
-    max_unit: int | None = None  # None: the total
-    step_size: int = 1
-    allocation_ratio: float = 1.0
-
-    @property
-    def capacity(self) -> int:
-        return rules.capacity(self.total, self.reserved, self.allocation_ratio)
-
-    @property
-    def effective_max_unit(self) -> int:
-        return rules.effective_max_unit(self.total, self.max_unit)
-
-    def to_primitive(self) -> dict[str, Any]:
-        return {"total": self.total, "reserved": self.reserved, "min_unit": self.min_unit,
-                "max_unit": self.effective_max_unit, "step_size": self.step_size,
-                "allocation_ratio": self.allocation_ratio}
-
-    @classmethod
-    def from_primitive(cls, d: Mapping[str, Any]) -> Inventory:
-        return cls(total=int(d["total"]), reserved=int(d.get("reserved", 0)),
-                   min_unit=int(d.get("min_unit", 1)), max_unit=int(d["max_unit"])
-                   if d.get("max_unit") is not None else None,
-                   step_size=int(d.get("step_size", 1)),
-                   allocation_ratio=float(d.get("allocation_ratio", 1.0)))
-
-
-@dataclass(frozen=True)
-class Provider:
-    """A resource provider. A compute host is a root provider named after it."""
-
-    uuid: str
-    name: str
-    generation: int = 0
-    parent_uuid: str | None = None
-    root_uuid: str | None = None  # None: itself
-    inventories: Mapping[str, Inventory] = field(default_factory=dict)
-    usages: Mapping[str, int] = field(default_factory=dict)
-    traits: frozenset[str] = frozenset()
-    aggregates: frozenset[str] = frozenset()
-    consumers: int = 0  # how many consumers hold allocations here
-
-    def free(self, rc: str) -> int:
-        inv = self.inventories.get(rc)
-        return 0 if inv is None else inv.capacity - self.usages.get(rc, 0)
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    uuid: str
-    name: str
-    metadata: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Service:
-    """A compute service: the host, where its RPC server listens, its state.
-
-    ``rpc_server`` is the oslo.messaging server name to cast to on topic
-    ``compute`` (one simulator process serves many hosts under one name).
-    ``capabilities`` (what the host is: architecture, hypervisor, NUMA cells,
-    PCI devices, any attribute) and ``stats`` (counters such as builds in
-    progress) are what the compute reports with :meth:`Store.report_services`;
-    the store keeps them as given (JSON values) and never interprets them
-    (:mod:`scheduler.engine.capabilities` reads them).
-    """
-
-    host: str
-    rpc_server: str
-    last_seen: float = 0.0
-    disabled: bool = False
-    disabled_reason: str | None = None
-    failed_builds: int = 0
-    capabilities: Mapping[str, Any] = field(default_factory=dict)
-    stats: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ServiceReport:
-    """What one compute reports beyond heartbeats; None leaves that part as it is."""
-
-    host: str
-    capabilities: Mapping[str, Any] | None = None
-    stats: Mapping[str, int] | None = None
-
-
-@dataclass(frozen=True)
-class GroupClaim:
-    """The server-group check made inside a claim.
-
-    The claim records the consumer as a member of the group on ``host``,
-    whatever the policy, so the soft (anti-)affinity weighers of later
-    requests see where the group's instances are; only the strict policies
-    are checked (:func:`scheduler.rules.check_group`): ``affinity``, the
-    group's members all on one host; ``anti-affinity``, at most
-    ``max_server_per_host`` members per host.
-    """
-
-    group_uuid: str
-    policy: str
-    host: str
-    max_server_per_host: int = 1
-
-    @classmethod
-    def for_spec(cls, spec: RequestSpec, host: str) -> GroupClaim | None:
-        """The group membership a claim of ``spec`` on ``host`` records (None when
-        the request names no group). Every claim of an instance, the
-        scheduler's and the conductor's of an alternate, is made with this."""
-        group = spec.group
-        if group is None:
-            return None
-        return cls(group.uuid, group.policy, host, group.max_server_per_host)
-
-
-@dataclass(frozen=True)
-class Consumer:
-    """The allocations one consumer (instance or migration) holds."""
-
-    uuid: str
-    allocations: Mapping[str, Mapping[str, int]]
-    project_id: str
-    user_id: str
-    generation: int = 1
-    group_uuid: str | None = None
-    host: str | None = None
-
-
-#: The kind of a change-feed entry that cannot be read (see :class:`Change`).
-CORRUPT_CHANGE = "corrupt"
-
-
-@dataclass(frozen=True)
-class Change:
-    """One entry of the change feed.
-
-    kind ``provider``: ``data`` is the whole provider (a :class:`Provider`);
-    kind ``usage``: ``data`` is ``{"uuid", "generation", "usages", "consumers"}``;
-    kind ``aggregate``: an :class:`Aggregate`;
-    kind ``service``: a :class:`Service` (disabled state, failed-build count,
-    capabilities or stats changed; plain heartbeats are not fed, they are
-    read with ``heartbeats``);
-    kind ``corrupt`` (:data:`CORRUPT_CHANGE`): an entry the store cannot read
-    (something foreign or damaged in the feed); ``data`` is the
-    :class:`~scheduler.exceptions.CorruptRecord` naming it. Readers log it and
-    move past it.
-    """
-
-    cursor: str
-    kind: str
-    data: Any
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything a host view needs at start, and the feed cursor it is valid at."""
-
-    cursor: str
-    providers: Sequence[Provider]
-    aggregates: Sequence[Aggregate]
-    services: Sequence[Service]
-
+#: The records are at home in :mod:`scheduler.store.records`; named here too,
+#: where the contract that hands them out is.
+__all__ = [
+    "CORRUPT_CHANGE",
+    "Aggregate",
+    "Change",
+    "CompactSnapshot",
+    "Consumer",
+    "GroupClaim",
+    "Inventory",
+    "Provider",
+    "Service",
+    "ServiceReport",
+    "Snapshot",
+    "Store",
+]
 
 # --- the contract -------------------------------------------------------------------
 

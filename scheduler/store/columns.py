@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.store.base import Aggregate, Inventory, Provider, Service
+from scheduler.store.records import Aggregate, Inventory, Provider, Service
 
 
 @dataclass(frozen=True)

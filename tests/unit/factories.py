@@ -3,20 +3,20 @@
 ``host("h1", ram=8192, used={"MEMORY_MB": 1024})`` makes a root provider and
 its service record (``capabilities=`` / ``stats=``: what its compute
 reports; ``traits=``, ``aggregates=``, and child providers made with
-:func:`child`, e.g. a GPU pool); :class:`FeedStore` holds them and speaks
-the part of the store contract the engine uses (snapshot, change feed,
-services, claim, release, moves, consumers, group members), with knobs
-for what tests provoke: a claim conflict on a host, a truncated feed,
-another worker's writes, an instance already running. :class:`Recorded`
+:func:`child`, e.g. a GPU pool); :class:`HookedStore` is the in-memory
+store loaded with them, with hooks for what tests provoke (a claim conflict
+on a host, a truncated feed, another worker's writes, seen or not, an
+instance already running) and records of what the engine asked. :class:`Recorded`
 stands in for an RPC client (the conductor, compute and simulator tests
 read what would have been sent).
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,13 +24,7 @@ from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
 from scheduler.engine.pipeline import Engine
 from scheduler.engine.settings import EngineSettings
-from scheduler.exceptions import (
-    CapacityExceeded,
-    ConsumerConflict,
-    GroupPolicyViolation,
-    ProviderNotFound,
-    StreamTruncated,
-)
+from scheduler.exceptions import CapacityExceeded, ProviderNotFound
 from scheduler.objects import (
     DISK_GB,
     MEMORY_MB,
@@ -51,10 +45,11 @@ from scheduler.store.base import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
     Store,
+    cursor_key,
 )
 from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
+from scheduler.store.memory import MemoryStore
 
 #: The tests' wall clock: every engine and context built here reads it.
 NOW = 1_000_000.0
@@ -180,12 +175,12 @@ def settings(**overrides: object) -> EngineSettings:
 def view_of(*hosts: Host, aggregates: Iterable[Aggregate] = (),
             **overrides: object) -> HostView:
     """A host view loaded from these hosts."""
-    view = HostView(FeedStore(hosts, aggregates), settings(**overrides))  # type: ignore[arg-type]
+    view = HostView(HookedStore(hosts, aggregates), settings(**overrides))
     view.refresh(NOW)
     return view
 
 
-def engine(store: FeedStore, **overrides: object) -> Engine:
+def engine(store: Store, **overrides: object) -> Engine:
     return Engine(store, settings(**overrides), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
@@ -198,222 +193,183 @@ def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate
     for h in hosts:
         for p in h.providers:
             assert not p.usages, "a store's usage comes from claims"
-            generation = store.create_provider(p.uuid, p.name, p.parent_uuid).generation
-            generation = store.set_inventory(p.uuid, generation, p.inventories)
-            if p.aggregates:
-                generation = store.set_aggregates(p.uuid, generation, p.aggregates)
-            own = p.traits - {COMPUTE_STATUS_DISABLED}  # the store sets that one
-            if own:
-                store.set_traits(p.uuid, generation, own)
-    services = [h.service for h in hosts if h.service is not None]
-    store.register_services(services)
-    for service in services:
-        store.heartbeat([service.host], service.last_seen)
-        if service.disabled:
-            store.set_service_disabled(service.host, True)
-        for _ in range(service.failed_builds):
-            store.record_build_result(service.host, success=False)
-    store.report_services(ServiceReport(s.host, s.capabilities, s.stats) for s in services
-                          if s.capabilities or s.stats)
+            write_provider(store, p)
+    for h in hosts:
+        if h.service is not None:
+            write_service(store, h.service)
 
 
-class FeedStore:
-    """The slice of the store contract the engine uses, in memory.
+def write_provider(store: Store, p: Provider) -> None:
+    """Create ``p`` (or bring the one of its uuid in line with it): its
+    inventories, traits and aggregates, each write at the generation read."""
+    try:
+        generation = store.get_provider(p.uuid).generation
+    except ProviderNotFound:
+        generation = store.create_provider(p.uuid, p.name, p.parent_uuid).generation
+    generation = store.set_inventory(p.uuid, generation, p.inventories)
+    held = store.get_provider(p.uuid)
+    if held.aggregates != p.aggregates:
+        generation = store.set_aggregates(p.uuid, generation, p.aggregates)
+    own = p.traits - {COMPUTE_STATUS_DISABLED}  # the store sets that one
+    if held.traits - {COMPUTE_STATUS_DISABLED} != own:
+        store.set_traits(p.uuid, generation,
+                         own | (held.traits & {COMPUTE_STATUS_DISABLED}))
 
-    Claims check capacity (with ratios and ``max_unit``) and the strict group
-    policies, like the real stores. ``conflict_on`` names hosts whose next
-    claim is refused as if another worker filled them first.
+
+def write_service(store: Store, service: Service) -> None:
+    """Bring the store's record of ``service`` in line with it, through the
+    contract: registration, heartbeat, disabled state, failed builds, reports."""
+    store.heartbeat([service.host], service.last_seen)  # first: the fed record carries it
+    store.register_services([service])
+    held = store.get_service(service.host)
+    assert held is not None
+    if (held.disabled, held.disabled_reason) != (service.disabled, service.disabled_reason):
+        store.set_service_disabled(service.host, service.disabled, service.disabled_reason)
+    failed = held.failed_builds
+    if service.failed_builds < failed:
+        store.record_build_result(service.host, success=True)
+        failed = 0
+    for _ in range(service.failed_builds - failed):
+        store.record_build_result(service.host, success=False)
+    if (held.capabilities, held.stats) != (service.capabilities, service.stats):
+        store.report_services([ServiceReport(service.host, service.capabilities,
+                                              service.stats)])
+
+
+class HookedStore(MemoryStore):
+    """The in-memory store, loaded from :func:`host` records, with the hooks
+    engine tests provoke and read.
+
+    Every rule is :class:`MemoryStore`'s own (the contract suite tests it);
+    what this adds is only what a test needs to set up or observe:
+
+    * ``used`` and ``consumers`` of a :class:`Host` stand for instances the
+      test does not model: they are written as the provider's usage (fed,
+      like a claim), with no consumer record.
+    * ``conflict_on`` names hosts whose next claim is refused with
+      :class:`CapacityExceeded`, as if another worker filled them first.
+    * ``claims`` records each claim made (consumer, host, group claim);
+      ``heartbeats_asked`` the hosts of each ``heartbeats`` read.
+    * :meth:`unfed` hides the changes written inside it from the feed, as if
+      the view had not caught up yet; :meth:`truncate` drops the feed so far.
+    * The compact snapshot lists hosts in the order they were written (the
+      real stores sort them by uuid), so a test reads the view in its order.
     """
 
     def __init__(self, hosts: Iterable[Host] = (), aggregates: Iterable[Aggregate] = ()) -> None:
-        self.providers: dict[str, Provider] = {}
-        self.services: dict[str, Service] = {}
-        self.aggregates = {a.uuid: a for a in aggregates}
-        self.consumers: dict[str, Consumer] = {}
-        self.feed: list[Change] = []
-        self.oldest = 0  # feed entries before this number are dropped
+        super().__init__()
         self.conflict_on: set[str] = set()
         self.claims: list[tuple[str, str, GroupClaim | None]] = []
-        self.heartbeats_asked: list[list[str] | None] = []  # hosts per heartbeats() call
+        self.heartbeats_asked: list[list[str] | None] = []
+        self._hidden: list[range] = []  # feed numbers :meth:`unfed` hid
+        self._others = 0  # claims made by :meth:`use`
+        for agg in aggregates:
+            self.put_aggregate(agg)
         for h in hosts:
-            for p in h.providers:
-                self.providers[p.uuid] = p
-            if h.service is not None:
-                self.services[h.service.host] = h.service
+            self.put_provider(h)
 
-    # --- the contract ---------------------------------------------------------------
+    # --- reads, through the contract ------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(cursor=self._cursor(len(self.feed)),
-                        providers=list(self.providers.values()),
-                        aggregates=list(self.aggregates.values()),
-                        services=list(self.services.values()))
+    @property
+    def providers(self) -> dict[str, Provider]:
+        return {p.uuid: p for p in self.list_providers()}
 
-    def compact_snapshot(self) -> CompactSnapshot:
-        hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
-        for p in self.providers.values():
-            if p.parent_uuid is None:
-                hosts.add_provider(p)
-        for service in self.services.values():
-            services.add_service(service)
-        return CompactSnapshot(
-            cursor=self._cursor(len(self.feed)), hosts=hosts.build(sort=False),
-            children=[p for p in self.providers.values() if p.parent_uuid is not None],
-            aggregates=list(self.aggregates.values()), services=services.build(sort=False))
+    @property
+    def services(self) -> dict[str, Service]:
+        return {s.host: s for s in self.list_services()}
 
-    def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
-        seen = int(cursor.split("-")[1])
-        if seen < self.oldest:
-            raise StreamTruncated(cursor=cursor)
-        return self.feed[seen:seen + limit]
+    @property
+    def consumers(self) -> dict[str, Consumer]:
+        return {c.uuid: c for c in self.list_consumers()}
 
-    def list_services(self) -> list[Service]:
-        return list(self.services.values())
-
-    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
-        self.heartbeats_asked.append(None if hosts is None else list(hosts))
-        return {host: s.last_seen for host, s in self.services.items()
-                if hosts is None or host in hosts}
-
-    def get_provider(self, uuid: str) -> Provider:
-        if uuid not in self.providers:
-            raise ProviderNotFound(uuid)
-        return self.providers[uuid]
-
-    def get_consumer(self, consumer_uuid: str) -> Consumer | None:
-        return self.consumers.get(consumer_uuid)
-
-    def group_hosts(self, group_uuid: str) -> dict[str, int]:
-        members: dict[str, int] = {}
-        for c in self.consumers.values():
-            if c.group_uuid == group_uuid and c.host:
-                members[c.host] = members.get(c.host, 0) + 1
-        return members
+    # --- the contract, with the hooks -----------------------------------------------
 
     def claim(self, consumer_uuid: str, request: AllocationRequest,
               group: GroupClaim | None = None) -> bool:
-        held = self.consumers.get(consumer_uuid)
-        if held is not None:
-            if held.allocations == request.allocations:
-                return False
-            raise ConsumerConflict(consumer=consumer_uuid)
-        for rp, amounts in request.allocations.items():
-            p = self.get_provider(rp)
-            if p.name in self.conflict_on:
-                self.conflict_on.discard(p.name)
-                raise CapacityExceeded(uuid=rp, rc=VCPU, requested=0, free=0)
-            for rc, amount in amounts.items():
-                inv = p.inventories[rc]
-                if amount > min(p.free(rc), inv.effective_max_unit):
-                    raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=p.free(rc))
-        first = self.providers[next(iter(request.allocations))]
-        host_name = self.providers[first.root_uuid or first.uuid].name
-        if group is not None:
-            members = self.group_hosts(group.group_uuid)
-            if (group.policy == "affinity" and members and host_name not in members) or (
-                    group.policy == "anti-affinity"
-                    and members.get(host_name, 0) >= group.max_server_per_host):
-                raise GroupPolicyViolation(group=group.group_uuid, policy=group.policy,
-                                           host=host_name)
-        self.claims.append((consumer_uuid, host_name, group))
-        self.consumers[consumer_uuid] = Consumer(
-            uuid=consumer_uuid, allocations=request.allocations, project_id=request.project_id,
-            user_id=request.user_id, group_uuid=group.group_uuid if group else None,
-            host=host_name)
-        for rp, amounts in request.allocations.items():
-            self._add_usage(rp, amounts, +1)
-        return True
+        if self.get_consumer(consumer_uuid) is None:
+            for rp in sorted(request.allocations):
+                name = self.get_provider(rp).name
+                if name in self.conflict_on:
+                    self.conflict_on.discard(name)
+                    raise CapacityExceeded(uuid=rp, rc=VCPU, requested=0, free=0)
+        claimed = super().claim(consumer_uuid, request, group)
+        if claimed:
+            self.claims.append((consumer_uuid, self._host_of(request), group))
+        return claimed
 
-    def release(self, consumer_uuid: str) -> bool:
-        held = self.consumers.pop(consumer_uuid, None)
-        if held is None:
-            return False
-        for rp, amounts in held.allocations.items():
-            self._add_usage(rp, amounts, -1)
-        return True
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        self.heartbeats_asked.append(None if hosts is None else list(hosts))
+        return super().heartbeats(hosts)
 
-    def move_allocations(self, source_uuid: str, target_uuid: str,
-                         replace: bool = False) -> bool:
-        """The contract's move: usage stays, the consumer holding it changes."""
-        held = self.consumers.get(source_uuid)
-        if held is None:
-            return False
-        if target_uuid in self.consumers:
-            if not replace:
-                raise ConsumerConflict(consumer=target_uuid)
-            self.release(target_uuid)
-        del self.consumers[source_uuid]
-        self.consumers[target_uuid] = _renamed(held, target_uuid)
-        return True
+    def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
+        return [c for c in super().changes(cursor, limit)
+                if not any(cursor_key(c.cursor)[0] in hidden for hidden in self._hidden)]
+
+    def compact_snapshot(self) -> CompactSnapshot:
+        with self._lock:
+            snap = super().compact_snapshot()
+            written = {uuid: n for n, uuid in enumerate(self._providers)}
+            hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
+            for i in sorted(range(len(snap.hosts)), key=lambda i: written[snap.hosts.uuids[i]]):
+                hosts.add_provider(snap.hosts.provider(i))
+            order = {name: n for n, name in enumerate(self._services)}
+            for i in sorted(range(len(snap.services)),
+                            key=lambda i: order[snap.services.hosts[i]]):
+                services.add_service(snap.services.service(i))
+            return replace(snap, hosts=hosts.build(sort=False),
+                           services=services.build(sort=False))
 
     # --- what tests provoke ---------------------------------------------------------
 
-    def place(self, consumer_uuid: str, name: str, amounts: Mapping[str, int]) -> None:
-        """An instance already running on host ``name`` (a resize's subject).
-
-        Held like a claim, but not one of the ``claims`` a test counts.
-        """
-        rp = uuid_of(name)
-        self.consumers[consumer_uuid] = Consumer(uuid=consumer_uuid,
-                                                 allocations={rp: dict(amounts)},
-                                                 project_id="p", user_id="u", host=name)
-        self._add_usage(rp, amounts, +1)
-
-    def use(self, name: str, amounts: Mapping[str, int], fed: bool = True) -> None:
-        """Another worker's claim on host ``name``.
-
-        Fed as a usage change; with ``fed=False`` the feed never shows it, as
-        if the view had not caught up yet.
-        """
-        self._add_usage(uuid_of(name), amounts, +1, fed)
-
     def put_provider(self, h: Host) -> None:
-        """A host's providers created or replaced (fed as provider changes)."""
+        """A host's providers created or brought in line with ``h`` (fed as
+        provider changes), their ``used`` written as usage, and its service."""
         for p in h.providers:
-            old = self.providers.get(p.uuid)
-            provider = replace(p, generation=old.generation + 1 if old else 1)
-            self.providers[provider.uuid] = provider
-            self._append("provider", provider)
+            write_provider(self, p)
+            if p.usages or p.consumers:
+                with self._lock:
+                    self._set_usage(self._providers[p.uuid], dict(p.usages), p.consumers)
         if h.service is not None:
             self.put_service(h.service)
 
     def put_service(self, service: Service) -> None:
-        self.services[service.host] = service
-        self._append("service", service)
+        """The service record brought in line with ``service`` (fed as it changes)."""
+        write_service(self, service)
 
-    def put_aggregate(self, aggregate: Aggregate) -> None:
-        self.aggregates[aggregate.uuid] = aggregate
-        self._append("aggregate", aggregate)
+    def place(self, consumer_uuid: str, name: str, amounts: Mapping[str, int]) -> None:
+        """An instance already running on host ``name`` (a resize's subject):
+        claimed, but not one of the ``claims`` a test counts."""
+        MemoryStore.claim(self, consumer_uuid,
+                          AllocationRequest({uuid_of(name): dict(amounts)}, "p", "u"))
 
-    def heartbeat(self, name: str, now: float) -> None:
-        """A heartbeat: not fed, only seen through ``heartbeats`` and ``list_services``."""
-        self.services[name] = replace(self.services[name], last_seen=now)
+    def use(self, name: str, amounts: Mapping[str, int], fed: bool = True) -> None:
+        """Another worker's claim on provider ``name``; with ``fed=False`` the
+        feed never shows it, as if the view had not caught up yet."""
+        self._others += 1
+        request = AllocationRequest({uuid_of(name): dict(amounts)}, "p", "u")
+        if fed:
+            MemoryStore.claim(self, uuid_of(f"another-worker-{self._others}"), request)
+            return
+        with self.unfed():
+            MemoryStore.claim(self, uuid_of(f"another-worker-{self._others}"), request)
+
+    @contextlib.contextmanager
+    def unfed(self) -> Iterator[None]:
+        """The changes written inside are never read from the feed."""
+        start = self._fed + 1
+        try:
+            yield
+        finally:
+            self._hidden.append(range(start, self._fed + 1))
 
     def truncate(self) -> None:
         """Drop every feed entry so far, as a capped stream would."""
-        self.oldest = len(self.feed)
+        with self._lock:
+            self._feed.clear()
 
-    # --- internals ------------------------------------------------------------------
-
-    def _add_usage(self, rp: str, amounts: Mapping[str, int], sign: int,
-                   fed: bool = True) -> None:
-        p = self.providers[rp]
-        usages = dict(p.usages)
-        for rc, amount in amounts.items():
-            usages[rc] = usages.get(rc, 0) + sign * amount
-        p = replace(p, usages=usages, generation=p.generation + 1,
-                    consumers=p.consumers + sign)
-        self.providers[rp] = p
-        if fed:
-            self._append("usage", {"uuid": rp, "generation": p.generation, "usages": usages,
-                                   "consumers": p.consumers})
-
-    def _append(self, kind: str, data: object) -> None:
-        self.feed.append(Change(cursor=self._cursor(len(self.feed) + 1), kind=kind, data=data))
-
-    @staticmethod
-    def _cursor(n: int) -> str:
-        return f"0-{n}"
+    def _host_of(self, request: AllocationRequest) -> str:
+        first = self.get_provider(next(iter(request.allocations)))
+        return self.get_provider(first.root_uuid or first.uuid).name
 
 
 class Recorded:
@@ -450,5 +406,3 @@ class Recorded:
         raise AssertionError(f"{name} was not called; calls: {self.names}")
 
 
-def _renamed(consumer: Consumer, uuid: str) -> Consumer:
-    return replace(consumer, uuid=uuid, generation=1)

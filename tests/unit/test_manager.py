@@ -2,7 +2,7 @@
 fields, and that every failure path tells the user only the generic reason
 while the admin details carry the counts.
 
-The endpoint runs on a real engine over the tests' FeedStore; compute,
+The endpoint runs on a real engine over the tests' HookedStore; compute,
 conductor and notifier are recorders.
 """
 
@@ -47,7 +47,7 @@ from scheduler.store.base import GroupClaim, Inventory
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
-    FeedStore,
+    HookedStore,
     engine,
     group,
     host,
@@ -90,7 +90,7 @@ class Recorder:
 
 @dataclasses.dataclass
 class Rig:
-    store: FeedStore
+    store: HookedStore
     endpoint: SchedulerEndpoint
     notifier: RecordingNotifier
     conductor: Recorder
@@ -98,7 +98,7 @@ class Rig:
 
 
 def rig(*hosts: Any, **overrides: Any) -> Rig:
-    store = FeedStore(hosts or [host(name) for name in HOSTS])
+    store = HookedStore(hosts or [host(name) for name in HOSTS])
     notifier, conductor, compute = RecordingNotifier(), Recorder(), Recorder()
     endpoint = SchedulerEndpoint(engine(store, **overrides), compute,  # type: ignore[arg-type]
                                  conductor, notifier)  # type: ignore[arg-type]
@@ -346,7 +346,7 @@ class StaleGroup:
     """The store as seen by a worker that read the group's members just before
     another worker placed its own: the claim (on the real store) knows better."""
 
-    def __init__(self, store: FeedStore) -> None:
+    def __init__(self, store: HookedStore) -> None:
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
@@ -492,7 +492,7 @@ def test_a_configured_pci_alias_passes_validation_and_is_placed() -> None:
 
 def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
     # The free host has the least RAM: the weighers rank it last.
-    store = FeedStore([*(host(name) for name in HOSTS[:3]), host(HOSTS[3], ram=16384)])
+    store = HookedStore([*(host(name) for name in HOSTS[:3]), host(HOSTS[3], ram=16384)])
     for name in HOSTS[:3]:
         store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
                     GroupClaim(GROUP_UUID, "anti-affinity", name))
@@ -514,7 +514,7 @@ def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
 STORE_SECRET = "redis://:s3cret@10.0.0.9:6379"
 
 
-class Broken(FeedStore):
+class Broken(HookedStore):
     """A store whose server-group read (or, with ``breaks="move_allocations"``,
     its move of a consumer's allocations) fails with ``error``."""
 

@@ -11,11 +11,11 @@ import pytest
 from scheduler.engine.capabilities import CapabilityReport, NumaCell, PciPool
 from scheduler.engine.hostview import HostView
 from scheduler.objects import AllocationRequest
-from scheduler.store.base import Consumer, Provider
-from tests.unit.factories import NOW, FeedStore, host, settings, uuid_of
+from scheduler.store.base import Inventory, Provider
+from tests.unit.factories import NOW, HookedStore, host, settings, uuid_of, write_provider
 
 
-def loaded(store: FeedStore) -> HostView:
+def loaded(store: HookedStore) -> HostView:
     view = HostView(store, settings())  # type: ignore[arg-type]
     view.refresh(NOW)
     return view
@@ -68,13 +68,13 @@ def test_attributes_are_flattened_leaves() -> None:
 
 
 def test_an_unreadable_report_counts_as_none_and_the_host_stays() -> None:
-    view = loaded(FeedStore([host("bad", capabilities={"numa_cells": "many"}),
+    view = loaded(HookedStore([host("bad", capabilities={"numa_cells": "many"}),
                              host("good", capabilities={"hypervisor_version": 7})]))
     assert view.capabilities.hypervisor_version(everyone(view)).tolist() == [0, 7]
 
 
 def test_fed_reports_replace_what_a_row_held() -> None:
-    store = FeedStore([host("h1", capabilities={"ssd": "yes", "hypervisor_version": 5},
+    store = HookedStore([host("h1", capabilities={"ssd": "yes", "hypervisor_version": 5},
                             stats={"gpus": 1}), host("h2")])
     view = loaded(store)
     caps, idx = view.capabilities, everyone(view)
@@ -92,7 +92,7 @@ def test_fed_reports_replace_what_a_row_held() -> None:
 
 
 def test_a_host_added_later_gets_its_report_and_the_table_grows() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(70)])
+    store = HookedStore([host(f"h{i}") for i in range(70)])
     view = loaded(store)
     store.put_provider(host("late", capabilities={"hypervisor_version": 9},
                             stats={"num_io_ops": 2}))
@@ -104,7 +104,7 @@ def test_a_host_added_later_gets_its_report_and_the_table_grows() -> None:
 
 
 def test_local_placements_count_as_io_ops_until_the_next_report() -> None:
-    store = FeedStore([host("reports", stats={"num_io_ops": 1}), host("silent")])
+    store = HookedStore([host("reports", stats={"num_io_ops": 1}), host("silent")])
     view = loaded(store)
     idx = everyone(view)
     for i in (0, 1):
@@ -119,7 +119,7 @@ def test_local_placements_count_as_io_ops_until_the_next_report() -> None:
 
 
 def test_a_reload_rebuilds_the_table() -> None:
-    store = FeedStore([host("h1", capabilities={"hypervisor_version": 3})])
+    store = HookedStore([host("h1", capabilities={"hypervisor_version": 3})])
     view = loaded(store)
     store.put_service(replace(store.services["h1"], capabilities={"hypervisor_version": 4}))
     store.truncate()
@@ -128,7 +128,7 @@ def test_a_reload_rebuilds_the_table() -> None:
 
 
 def test_numa_cells_are_padded_to_the_widest_host() -> None:
-    view = loaded(FeedStore([
+    view = loaded(HookedStore([
         host("one", capabilities={"numa_cells": [{"cpus": 4, "memory_mb": 100}]}),
         host("two", capabilities={"numa_cells": [{"cpus": 2, "memory_mb": 50},
                                                  {"cpus": 2, "memory_mb": 60}]}),
@@ -139,14 +139,13 @@ def test_numa_cells_are_padded_to_the_widest_host() -> None:
 
 
 def test_instance_rows_follow_allocations_to_the_root_host() -> None:
-    store = FeedStore([host("h1"), host("h2")])
+    store = HookedStore([host("h1"), host("h2")])
     child = Provider(uuid=uuid_of("h2-gpu"), name="h2-gpu", parent_uuid=uuid_of("h2"),
-                     root_uuid=uuid_of("h2"))
-    store.providers[child.uuid] = child
+                     root_uuid=uuid_of("h2"), inventories={"VGPU": Inventory(total=1)})
+    write_provider(store, child)
     store.claim(uuid_of("vm1"), AllocationRequest({uuid_of("h1"): {"VCPU": 1}}, "p", "u"))
     view = loaded(store)
-    store.consumers[uuid_of("vm2")] = Consumer(uuid_of("vm2"), {child.uuid: {"VGPU": 1}},
-                                               "p", "u")
+    store.claim(uuid_of("vm2"), AllocationRequest({child.uuid: {"VGPU": 1}}, "p", "u"))
     rows = view.capabilities.instance_rows([uuid_of("vm1"), uuid_of("vm2"), uuid_of("ghost")],
                                            view.index_of_uuid)
     assert sorted(view.names[r] for r in rows) == ["h1", "h2"]
@@ -162,8 +161,8 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
     ]
     hosts = [host(f"h{i}", capabilities=caps, stats=stats)
              for i, (caps, stats) in enumerate(reports * 3)]
-    snapshot = loaded(FeedStore(hosts))
-    store = FeedStore()
+    snapshot = loaded(HookedStore(hosts))
+    store = HookedStore()
     fed = loaded(store)
     for h in hosts:
         store.put_provider(h)
@@ -186,7 +185,7 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
 
 
 def test_a_host_that_stops_reporting_io_ops_stops_counting_them() -> None:
-    store = FeedStore([host("h1", stats={"num_io_ops": 2}), host("h2", stats={"num_io_ops": 1})])
+    store = HookedStore([host("h1", stats={"num_io_ops": 2}), host("h2", stats={"num_io_ops": 1})])
     view = loaded(store)
     idx = everyone(view)
     store.put_service(replace(store.services["h1"], stats={"gpus": 1}))

@@ -9,7 +9,7 @@ import pytest
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import MEMORY_MB, AllocationRequest
 from scheduler.store.base import GroupClaim
-from tests.unit.factories import GROUP_UUID, FeedStore, engine, group, host, spec, uuid_of
+from tests.unit.factories import GROUP_UUID, HookedStore, engine, group, host, spec, uuid_of
 
 # Resource weighers pack (negative), so only a group weigher can spread.
 PACKING = {"ram_weight_multiplier": -1.0, "cpu_weight_multiplier": -1.0,
@@ -22,7 +22,7 @@ def primaries(selections: list) -> list[str]:
 
 
 def test_default_filters_include_capabilities_and_image_properties() -> None:
-    store = FeedStore([host("arm", capabilities={"supported_instances": [
+    store = HookedStore([host("arm", capabilities={"supported_instances": [
         ["aarch64", "kvm", "hvm"]]}), host("x86", capabilities=X86_KVM)])
     request = spec(image_properties={"hw_architecture": "aarch64"},
                    extra_specs={"capabilities:hypervisor_version": ">= 6000000"})
@@ -33,7 +33,7 @@ def test_default_filters_include_capabilities_and_image_properties() -> None:
 
 
 def test_soft_anti_affinity_spreads_a_request_against_packing_weighers() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(4)])
+    store = HookedStore([host(f"h{i}") for i in range(4)])
     eng = engine(store, weight_multipliers={**PACKING,
                                             "soft_anti_affinity_weight_multiplier": 10.0})
     request = spec(num_instances=4, group=group("soft-anti-affinity"))
@@ -42,7 +42,7 @@ def test_soft_anti_affinity_spreads_a_request_against_packing_weighers() -> None
 
 
 def test_soft_anti_affinity_sees_members_of_earlier_requests() -> None:
-    store = FeedStore([host("h0"), host("h1", used={MEMORY_MB: 8192})])
+    store = HookedStore([host("h0"), host("h1", used={MEMORY_MB: 8192})])
     eng = engine(store, weight_multipliers={**PACKING,
                                             "soft_anti_affinity_weight_multiplier": 10.0})
     request = spec(group=group("soft-anti-affinity"))
@@ -53,7 +53,7 @@ def test_soft_anti_affinity_sees_members_of_earlier_requests() -> None:
 
 
 def test_soft_affinity_gathers_against_spreading_weighers() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(4)])
+    store = HookedStore([host(f"h{i}") for i in range(4)])
     eng = engine(store, weight_multipliers={"soft_affinity_weight_multiplier": 10.0})
     request = spec(num_instances=3, group=group("soft-affinity"))
     selections = eng.select("req", request, [uuid_of(f"i{n}") for n in range(3)])
@@ -61,7 +61,7 @@ def test_soft_affinity_gathers_against_spreading_weighers() -> None:
 
 
 def test_io_ops_limit_counts_this_requests_placements() -> None:
-    store = FeedStore([host(f"h{i}", stats={"num_io_ops": 0}) for i in range(3)])
+    store = HookedStore([host(f"h{i}", stats={"num_io_ops": 0}) for i in range(3)])
     eng = engine(store, enabled_filters=("IoOpsFilter",), max_io_ops_per_host=1,
                  weight_multipliers=PACKING)
     selections = eng.select("req", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
@@ -77,7 +77,7 @@ def test_a_decision_replays_and_ties_are_shuffled_by_request() -> None:
     hosts = [host(f"h{i}") for i in range(4)]
 
     def decide(request_id: str) -> str:
-        store = FeedStore(hosts)
+        store = HookedStore(hosts)
         for n, on in enumerate(("h0", "h1")):
             store.claim(uuid_of(f"member{n}"),
                         AllocationRequest({uuid_of(on): {"VCPU": 1}}, "p", "u"),

@@ -10,13 +10,14 @@ from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
 from scheduler.store.base import Aggregate, Inventory, Provider, Service
 from tests.unit.factories import (
     NOW,
-    FeedStore,
+    HookedStore,
     az,
     child,
     host,
     settings,
     uuid_of,
     view_of,
+    write_provider,
 )
 
 
@@ -115,8 +116,8 @@ def test_hosts_sharing_aggregates_share_a_code() -> None:
 def test_nested_providers_are_not_hosts_but_count_toward_theirs() -> None:
     child = Provider(uuid=uuid_of("h1-gpu"), name="h1-gpu", parent_uuid=uuid_of("h1"),
                      root_uuid=uuid_of("h1"), inventories={"CUSTOM_GPU": Inventory(total=2)})
-    store = FeedStore([host("h0"), host("h1")])
-    store.providers[child.uuid] = child
+    store = HookedStore([host("h0"), host("h1")])
+    write_provider(store, child)
     view = HostView(store, settings())  # type: ignore[arg-type]
     view.refresh(NOW)
     assert view.names == ["h0", "h1"]
@@ -130,7 +131,7 @@ def test_nested_providers_are_not_hosts_but_count_toward_theirs() -> None:
 
 
 def test_follows_child_providers_and_their_usage() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store)
     store.put_provider(host("h1", children=[child("h1-gpu", inventory={"VGPU": 4},
                                                   traits=["CUSTOM_T4"])]))
@@ -149,7 +150,7 @@ def test_follows_child_providers_and_their_usage() -> None:
 
 
 def test_a_child_seen_before_its_root_waits_for_it() -> None:
-    store = FeedStore()
+    store = HookedStore()
     view = loaded(store)
     h = host("h1", children=[child("h1-gpu", inventory={"VGPU": 1})])
     store._append("provider", h.children[0])
@@ -173,7 +174,7 @@ def test_traits_and_aggregates_are_bits_past_one_word() -> None:
 
 
 def test_trait_changes_replace_the_bits() -> None:
-    store = FeedStore([host("h1", traits=["CUSTOM_A"])])
+    store = HookedStore([host("h1", traits=["CUSTOM_A"])])
     view = loaded(store)
     store.put_provider(host("h1", traits=["CUSTOM_B"]))
     view.refresh(NOW)
@@ -201,7 +202,7 @@ def test_a_host_without_service_record_is_never_seen() -> None:
 # --- following the store ------------------------------------------------------------
 
 
-def loaded(store: FeedStore, **overrides: object) -> HostView:
+def loaded(store: HookedStore, **overrides: object) -> HostView:
     view = HostView(store, settings(**overrides))  # type: ignore[arg-type]
     view.refresh(NOW)
     return view
@@ -220,7 +221,7 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
         host("h2", ratios={DISK_GB: 0.5}, aggregates=["a1", "a2"], traits=["CUSTOM_B"]),
     ]
     snapshot = view_of(*hosts)
-    store = FeedStore()
+    store = HookedStore()
     fed = loaded(store)
     for h in hosts:
         store.put_provider(h)  # its usages and consumers come with it
@@ -260,7 +261,7 @@ def test_public_columns_give_the_live_rows() -> None:
 
 
 def test_follows_usage_changes() -> None:
-    store = FeedStore([host("h1"), host("h2")])
+    store = HookedStore([host("h1"), host("h2")])
     view = loaded(store)
     store.use("h2", {MEMORY_MB: 2048})
     view.refresh(NOW)
@@ -269,7 +270,7 @@ def test_follows_usage_changes() -> None:
 
 
 def test_feed_usage_replaces_local_consumption_without_double_counting() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store)
     view.consume(0, {MEMORY_MB: 2048})
     store.use("h1", {MEMORY_MB: 2048})  # the store's record of that same claim
@@ -278,7 +279,7 @@ def test_feed_usage_replaces_local_consumption_without_double_counting() -> None
 
 
 def test_follows_new_providers_and_new_resource_classes() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store)
     store.put_provider(host("h2", extra={"CUSTOM_FPGA": Inventory(total=4)}))
     view.refresh(NOW)
@@ -289,7 +290,7 @@ def test_follows_new_providers_and_new_resource_classes() -> None:
 
 
 def test_grows_past_its_buffers() -> None:
-    store = FeedStore([host("h0")])
+    store = HookedStore([host("h0")])
     view = loaded(store)
     for n in range(1, 200):
         store.put_provider(host(f"h{n}"))
@@ -300,7 +301,7 @@ def test_grows_past_its_buffers() -> None:
 
 
 def test_follows_inventory_changes() -> None:
-    store = FeedStore([host("h1", ram=4096)])
+    store = HookedStore([host("h1", ram=4096)])
     view = loaded(store)
     store.put_provider(host("h1", ram=8192))
     view.refresh(NOW)
@@ -310,7 +311,7 @@ def test_follows_inventory_changes() -> None:
 def test_unit_rules_asked_before_follow_inventory_changes_and_new_hosts() -> None:
     # The min_unit / max_unit / step_size masks are kept between decisions:
     # an inventory write (or a new host) must not be answered from them.
-    store = FeedStore([host("h1"), host("h2", step={MEMORY_MB: 512})])
+    store = HookedStore([host("h1"), host("h2", step={MEMORY_MB: 512})])
     view = loaded(store)
     assert view.can_give(MEMORY_MB, 256, everyone(view)).tolist() == [True, False]
     store.put_provider(host("h1", max_unit={MEMORY_MB: 128}))
@@ -322,7 +323,7 @@ def test_unit_rules_asked_before_follow_inventory_changes_and_new_hosts() -> Non
 
 def test_follows_aggregate_changes() -> None:
     east = az("agg-east", "east")
-    store = FeedStore([host("h1", aggregates=[east.uuid])])
+    store = HookedStore([host("h1", aggregates=[east.uuid])])
     view = loaded(store)
     assert view.zone_mask("nova", everyone(view)).tolist() == [True]  # aggregate unknown yet
     store.put_aggregate(east)
@@ -331,7 +332,7 @@ def test_follows_aggregate_changes() -> None:
 
 
 def test_follows_service_changes() -> None:
-    store = FeedStore([host("h1"), host("h2")])
+    store = HookedStore([host("h1"), host("h2")])
     view = loaded(store)
     store.put_service(Service(host="h2", rpc_server="x", last_seen=NOW - 1, disabled=True,
                               failed_builds=3))
@@ -341,7 +342,7 @@ def test_follows_service_changes() -> None:
 
 
 def test_reads_many_changes_in_batches() -> None:
-    store = FeedStore([host("h1", ram=10 * CHANGES_BATCH)])
+    store = HookedStore([host("h1", ram=10 * CHANGES_BATCH)])
     view = loaded(store)
     for _ in range(2 * CHANGES_BATCH + 5):
         store.use("h1", {MEMORY_MB: 1})
@@ -350,7 +351,7 @@ def test_reads_many_changes_in_batches() -> None:
 
 
 def test_reloads_when_the_stream_was_truncated() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store)
     store.use("h1", {MEMORY_MB: 1024})
     store.put_provider(host("h2"))
@@ -361,7 +362,7 @@ def test_reloads_when_the_stream_was_truncated() -> None:
 
 
 def test_ignores_changes_older_than_a_provider_reread() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store)
     store.use("h1", {MEMORY_MB: 1024})
     store.use("h1", {MEMORY_MB: 1024})
@@ -372,9 +373,9 @@ def test_ignores_changes_older_than_a_provider_reread() -> None:
 
 
 def test_heartbeats_are_reread_at_most_every_interval() -> None:
-    store = FeedStore([host("h1", up=False)])
+    store = HookedStore([host("h1", up=False)])
     view = loaded(store, services_refresh_interval=2.0)
-    store.heartbeat("h1", NOW + 1)
+    store.heartbeat(["h1"], NOW + 1)
     view.refresh(NOW + 1)
     assert view.last_seen.tolist() == [NOW - 3600]  # not yet re-read
     view.refresh(NOW + 2)
@@ -384,13 +385,13 @@ def test_heartbeats_are_reread_at_most_every_interval() -> None:
 def test_only_hosts_whose_liveness_is_in_doubt_are_reread() -> None:
     # Down time 60 s, re-read every 2 s: a host seen within 56 s is up until
     # the next re-read whatever its newer heartbeats say, so it is not asked.
-    store = FeedStore([host("fresh"), host("aging"), host("down", up=False),
+    store = HookedStore([host("fresh"), host("aging"), host("down", up=False),
                        host("unregistered", service=False)])
     view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
-    store.heartbeat("aging", NOW - 57)
+    store.heartbeat(["aging"], NOW - 57)
     view._last_seen[1] = NOW - 57  # as if its last re-read was 57 s ago
     for name in ("fresh", "aging", "down"):
-        store.heartbeat(name, NOW + 1)
+        store.heartbeat([name], NOW + 1)
     store.heartbeats_asked.clear()
     view.refresh(NOW + 2)
     assert store.heartbeats_asked == [["aging", "down"]]
@@ -403,12 +404,12 @@ def test_the_liveness_a_view_answers_is_that_of_every_heartbeat_reread(
     # A host that heartbeats every 10 s and then falls silent: at every
     # decision the view's answer (up or not) is what re-reading every
     # heartbeat at every interval would give.
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
     last = NOW - 1  # as the factory registered it
     for t in np.arange(NOW, NOW + 200, 0.5):
         if t <= NOW + 100 - silent_for and (t - NOW) % 10 == 0:
-            store.heartbeat("h1", float(t))
+            store.heartbeat(["h1"], float(t))
             last = float(t)
         view.refresh(float(t))
         truly_up = abs(t - last) <= 60.0
@@ -416,19 +417,20 @@ def test_the_liveness_a_view_answers_is_that_of_every_heartbeat_reread(
 
 
 def test_heartbeats_of_hosts_without_a_service_record_are_not_taken() -> None:
-    store = FeedStore([host("h1", up=False), host("h2", service=False)])
+    store = HookedStore([host("h1", up=False), host("h2", service=False)])
     view = loaded(store, services_refresh_interval=2.0)
-    store.heartbeat("h1", NOW + 1)
-    store.services["h2"] = Service(host="h2", rpc_server="x", last_seen=NOW + 1)  # not fed
+    store.heartbeat(["h1"], NOW + 1)
+    store.heartbeat(["h2"], NOW + 1)  # a host with no service record
     view.refresh(NOW + 2)
     assert view.last_seen.tolist() == [NOW + 1, -np.inf]
 
 
 def test_only_heartbeats_are_reread_the_rest_comes_with_the_feed() -> None:
-    store = FeedStore([host("h1", up=False)])
+    store = HookedStore([host("h1", up=False)])
     view = loaded(store, services_refresh_interval=2.0)
-    store.services["h1"] = Service(host="h1", rpc_server="x", last_seen=NOW + 1,
-                                   disabled=True, failed_builds=2)  # not fed
+    with store.unfed():
+        store.put_service(Service(host="h1", rpc_server="x", last_seen=NOW + 1,
+                                  disabled=True, failed_builds=2))
     view.refresh(NOW + 2)
     assert (view.last_seen.tolist(), view.disabled.tolist(), view.failed_builds.tolist()) == (
         [NOW + 1], [False], [0])

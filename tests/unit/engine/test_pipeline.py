@@ -15,7 +15,7 @@ from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
 from scheduler.store.base import GroupClaim
 from tests.unit.factories import (
     GROUP_UUID,
-    FeedStore,
+    HookedStore,
     engine,
     group,
     host,
@@ -28,7 +28,7 @@ FLAT = {"weighers": ()}
 RESOURCE_WEIGHERS = ("RAMWeigher", "CPUWeigher", "DiskWeigher", "BuildFailureWeigher")
 
 
-def hosts_free(store: FeedStore) -> dict[str, int]:
+def hosts_free(store: HookedStore) -> dict[str, int]:
     return {p.name: p.free(MEMORY_MB) for p in store.providers.values()}
 
 
@@ -64,7 +64,7 @@ def primaries(selections: list) -> list[str]:
 ])
 def test_no_valid_host_counts_per_reason(hosts: list, request_: object, details: str,
                                          reasons: dict[str, int]) -> None:
-    store = FeedStore(hosts)
+    store = HookedStore(hosts)
     with pytest.raises(NoValidHost) as err:
         engine(store).select("req", request_, [uuid_of("i1")])
     assert err.value.details == details
@@ -74,7 +74,7 @@ def test_no_valid_host_counts_per_reason(hosts: list, request_: object, details:
 
 
 def test_capacity_honours_ratio_and_reserved() -> None:
-    store = FeedStore([
+    store = HookedStore([
         host("reserved-away", ram=4096, reserved={MEMORY_MB: 2048}),
         host("overcommitted", ram=2048, ratios={MEMORY_MB: 1.5}, used={MEMORY_MB: 2048}),
         host("roomy", vcpus=2, ratios={VCPU: 8.0}, used={VCPU: 12}),
@@ -84,7 +84,7 @@ def test_capacity_honours_ratio_and_reserved() -> None:
 
 
 def test_max_placement_results_limits_candidates() -> None:
-    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 32768}) for i in range(3)]
+    store = HookedStore([host(f"h{i}", used={MEMORY_MB: 32768}) for i in range(3)]
                       + [host(f"ok{i}") for i in range(6)])
     result = engine(store, max_placement_results=2, **FLAT).schedule(
         "req", spec(), [uuid_of("i1")], claim=False)
@@ -94,7 +94,7 @@ def test_max_placement_results_limits_candidates() -> None:
 
 
 def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(20)])
+    store = HookedStore([host(f"h{i}") for i in range(20)])
     eng = engine(store, max_placement_results=2, randomize_candidates=True, **FLAT)
     picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
               for n in range(30)}
@@ -106,7 +106,7 @@ def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
 
 
 def test_weighers_rank_and_the_best_is_claimed() -> None:
-    store = FeedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
+    store = HookedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
                        host("flaky", failed_builds=2)])
     result = engine(store, weighers=RESOURCE_WEIGHERS).schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["idle"]
@@ -119,14 +119,14 @@ def test_weighers_rank_and_the_best_is_claimed() -> None:
 
 
 def test_packing_with_negative_multipliers() -> None:
-    store = FeedStore([host("idle"), host("busy", used={MEMORY_MB: 30000})])
+    store = HookedStore([host("idle"), host("busy", used={MEMORY_MB: 30000})])
     eng = engine(store, weighers=("RAMWeigher",),
                  weight_multipliers={"ram_weight_multiplier": -1.0})
     assert primaries(eng.select("req", spec(), [uuid_of("i1")])) == ["busy"]
 
 
 def test_one_host_left_is_not_weighed() -> None:
-    store = FeedStore([host("only")])
+    store = HookedStore([host("only")])
     [[selection]] = engine(store, max_attempts=1).select("req", spec(), [uuid_of("i1")])
     assert selection.weight == 0.0
 
@@ -134,7 +134,7 @@ def test_one_host_left_is_not_weighed() -> None:
 @pytest.mark.parametrize("subset", [1, 3])
 def test_pick_stays_within_host_subset_size(subset: int) -> None:
     # Free RAM strictly decreasing: h0 is the best, h9 the worst.
-    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(10)])
+    store = HookedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(10)])
     eng = engine(store, host_subset_size=subset, weighers=("RAMWeigher",))
     picked = Counter(primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
                      for n in range(60))
@@ -143,15 +143,15 @@ def test_pick_stays_within_host_subset_size(subset: int) -> None:
 
 def test_same_request_replays_the_same_decision() -> None:
     hosts = [host(f"h{i}") for i in range(50)]
-    first = engine(FeedStore(hosts), host_subset_size=10).select(
+    first = engine(HookedStore(hosts), host_subset_size=10).select(
         "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
-    again = engine(FeedStore(hosts), host_subset_size=10).select(
+    again = engine(HookedStore(hosts), host_subset_size=10).select(
         "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
     assert first == again
 
 
 def test_ties_are_broken_at_random_by_request() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(20)])
+    store = HookedStore([host(f"h{i}") for i in range(20)])
     eng = engine(store, **FLAT)
     picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of("i1")], claim=False))[0]
               for n in range(30)}
@@ -162,7 +162,7 @@ def test_ties_are_broken_at_random_by_request() -> None:
 
 
 def test_claim_records_the_allocation_request_of_the_selection() -> None:
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     [[selection]] = engine(store, max_attempts=1).select("req", spec(vcpus=2, ram=2048, disk=20),
                                                          [uuid_of("i1")])
     assert (selection.host, selection.node, selection.provider_uuid) == (
@@ -175,7 +175,7 @@ def test_claim_records_the_allocation_request_of_the_selection() -> None:
 
 
 def test_claim_conflict_falls_through_to_the_next_best_host() -> None:
-    store = FeedStore([host("best"), host("second", used={MEMORY_MB: 1000}),
+    store = HookedStore([host("best"), host("second", used={MEMORY_MB: 1000}),
                        host("third", used={MEMORY_MB: 2000})])
     store.conflict_on.add("best")
     result = engine(store, weighers=("RAMWeigher",)).schedule("req", spec(), [uuid_of("i1")])
@@ -185,7 +185,7 @@ def test_claim_conflict_falls_through_to_the_next_best_host() -> None:
 
 
 def test_claim_conflict_rereads_the_provider() -> None:
-    store = FeedStore([host("best"), host("second", used={MEMORY_MB: 1000})])
+    store = HookedStore([host("best"), host("second", used={MEMORY_MB: 1000})])
     eng = engine(store, weighers=("RAMWeigher",))
     eng.view.refresh(0.0)
     store.use("best", {MEMORY_MB: 32768}, fed=False)  # another worker filled it, unseen yet
@@ -195,7 +195,7 @@ def test_claim_conflict_rereads_the_provider() -> None:
 
 
 def test_claim_attempts_are_bounded() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(6)])
+    store = HookedStore([host(f"h{i}") for i in range(6)])
     store.conflict_on.update(f"h{i}" for i in range(6))
     with pytest.raises(NoValidHost) as err:
         engine(store, claim_attempts=4).select("req", spec(), [uuid_of("i1")])
@@ -204,7 +204,7 @@ def test_claim_attempts_are_bounded() -> None:
 
 
 def test_strict_group_claims_carry_the_policy() -> None:
-    store = FeedStore([host("h1"), host("h2")])
+    store = HookedStore([host("h1"), host("h2")])
     engine(store).select("req", spec(group=group("anti-affinity", 2)), [uuid_of("i1")])
     [(_, chosen, claim)] = store.claims
     assert claim == GroupClaim(GROUP_UUID, "anti-affinity", chosen, 2)
@@ -212,7 +212,7 @@ def test_strict_group_claims_carry_the_policy() -> None:
 
 def test_soft_group_claims_record_the_member() -> None:
     # The store checks no soft policy, but records the member for later weighing.
-    store = FeedStore([host("h1")])
+    store = HookedStore([host("h1")])
     engine(store).select("req", spec(group=group("soft-anti-affinity")), [uuid_of("i1")])
     assert [claim for _, _, claim in store.claims] == [
         GroupClaim(GROUP_UUID, "soft-anti-affinity", "h1", 1)]
@@ -228,7 +228,7 @@ def test_soft_group_claims_record_the_member() -> None:
     pytest.param(1, 5, 0, id="none-wanted"),
 ])
 def test_alternates_count(max_attempts: int, hosts: int, alternates: int) -> None:
-    store = FeedStore([host(f"h{i}") for i in range(hosts)])
+    store = HookedStore([host(f"h{i}") for i in range(hosts)])
     [selections] = engine(store, max_attempts=max_attempts).select("req", spec(), [uuid_of("i1")])
     assert len(selections) == 1 + alternates
     assert len({s.host for s in selections}) == len(selections)
@@ -236,7 +236,7 @@ def test_alternates_count(max_attempts: int, hosts: int, alternates: int) -> Non
 
 
 def test_alternates_are_ranked_and_not_claimed() -> None:
-    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(5)])
+    store = HookedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(5)])
     [selections] = engine(store, weighers=("RAMWeigher",)).select("req", spec(), [uuid_of("i1")])
     assert [s.host for s in selections] == ["h0", "h1", "h2"]
     assert [s.weight for s in selections] == sorted((s.weight for s in selections), reverse=True)
@@ -245,7 +245,7 @@ def test_alternates_are_ranked_and_not_claimed() -> None:
 
 def test_alternates_follow_what_earlier_instances_consumed() -> None:
     # Packing: free RAM b 1024 < c 1536 < a 2048; each instance takes 1024.
-    store = FeedStore([host("a", ram=2048), host("b", ram=4096, used={MEMORY_MB: 3072}),
+    store = HookedStore([host("a", ram=2048), host("b", ram=4096, used={MEMORY_MB: 3072}),
                        host("c", ram=8192, used={MEMORY_MB: 6656})])
     eng = engine(store, weighers=("RAMWeigher",),
                  weight_multipliers={"ram_weight_multiplier": -1.0}, max_attempts=3)
@@ -257,7 +257,7 @@ def test_alternates_follow_what_earlier_instances_consumed() -> None:
 
 
 def test_no_alternates_when_not_asked() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(5)])
+    store = HookedStore([host(f"h{i}") for i in range(5)])
     selections = engine(store).select("req", spec(), [uuid_of("i1")], return_alternates=False)
     assert [len(s) for s in selections] == [1]
 
@@ -266,7 +266,7 @@ def test_no_alternates_when_not_asked() -> None:
 
 
 def test_instances_consume_the_view_one_after_another() -> None:
-    store = FeedStore([host("a", ram=2048), host("b", ram=1024)])
+    store = HookedStore([host("a", ram=2048), host("b", ram=1024)])
     selections = engine(store, **FLAT).select("req", spec(ram=1024, num_instances=3),
                                               [uuid_of(f"i{n}") for n in range(3)])
     assert sorted(primaries(selections)) == ["a", "a", "b"]
@@ -274,7 +274,7 @@ def test_instances_consume_the_view_one_after_another() -> None:
 
 
 def test_all_or_nothing_releases_every_claim() -> None:
-    store = FeedStore([host("a", ram=2048), host("b", ram=1024)])
+    store = HookedStore([host("a", ram=2048), host("b", ram=1024)])
     eng = engine(store)
     with pytest.raises(NoValidHost) as err:
         eng.select("req", spec(ram=1024, num_instances=4), [uuid_of(f"i{n}") for n in range(4)])
@@ -288,7 +288,7 @@ def test_all_or_nothing_releases_every_claim() -> None:
 
 
 def test_dry_run_claims_nothing_and_leaves_the_view_as_it_was() -> None:
-    store = FeedStore([host("a", ram=2048)])
+    store = HookedStore([host("a", ram=2048)])
     eng = engine(store)
     for request in ("dry1", "dry2"):
         selections = eng.select(request, spec(ram=1024, num_instances=2),
@@ -299,7 +299,7 @@ def test_dry_run_claims_nothing_and_leaves_the_view_as_it_was() -> None:
 
 
 def test_anti_affinity_spreads_a_multi_instance_request() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(4)])
+    store = HookedStore([host(f"h{i}") for i in range(4)])
     uuids = [uuid_of(f"i{n}") for n in range(4)]
     selections = engine(store, **FLAT).select(
         "req", spec(num_instances=4, group=group("anti-affinity")), uuids)
@@ -311,7 +311,7 @@ def test_anti_affinity_spreads_a_multi_instance_request() -> None:
 
 
 def test_anti_affinity_max_server_per_host() -> None:
-    store = FeedStore([host("h0"), host("h1")])
+    store = HookedStore([host("h0"), host("h1")])
     selections = engine(store, **FLAT).select(
         "req", spec(num_instances=4, group=group("anti-affinity", 2)),
         [uuid_of(f"i{n}") for n in range(4)])
@@ -319,7 +319,7 @@ def test_anti_affinity_max_server_per_host() -> None:
 
 
 def test_affinity_keeps_a_multi_instance_request_together() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(4)])
+    store = HookedStore([host(f"h{i}") for i in range(4)])
     selections = engine(store, **FLAT).select(
         "req", spec(num_instances=3, group=group("affinity")),
         [uuid_of(f"i{n}") for n in range(3)])
@@ -330,7 +330,7 @@ def test_affinity_keeps_a_multi_instance_request_together() -> None:
 
 
 def test_reselecting_a_claimed_instance_reuses_its_allocation() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(5)])
+    store = HookedStore([host(f"h{i}") for i in range(5)])
     first = engine(store).select("req", spec(), [uuid_of("i1")])
     again = engine(store).select("other-req", spec(), [uuid_of("i1")])
     assert again[0][0].host == first[0][0].host
@@ -341,27 +341,28 @@ def test_reselecting_a_claimed_instance_reuses_its_allocation() -> None:
 
 
 def test_redriven_request_claims_only_what_is_missing() -> None:
-    store = FeedStore([host(f"h{i}") for i in range(5)])
+    store = HookedStore([host(f"h{i}") for i in range(5)])
     uuids = [uuid_of(f"i{n}") for n in range(3)]
     engine(store).select("req", spec(), uuids[:1])
     selections = engine(store).select("req", spec(num_instances=3), uuids)
     assert len(store.claims) == 3
     assert len(store.consumers) == 3
-    assert [s[0].host for s in selections] == [store.consumers[u].host for u in uuids]
+    claimed_on = {consumer: name for consumer, name, _ in store.claims}
+    assert [s[0].host for s in selections] == [claimed_on[u] for u in uuids]
 
 
 def test_racing_duplicate_claim_is_reused() -> None:
     # A duplicate of this request claims "h2" for i1 just before our claim on
     # "h1": the store refuses ours, and we reuse theirs.
-    store = FeedStore([host("h1"), host("h2", used={MEMORY_MB: 1000})])
+    store = HookedStore([host("h1"), host("h2", used={MEMORY_MB: 1000})])
     eng = engine(store, weighers=("RAMWeigher",))
     theirs = AllocationRequest({uuid_of("h2"): spec().resources}, "project", "user")
 
     def claim_racing(consumer_uuid: str, request: AllocationRequest,
                      group: GroupClaim | None = None) -> bool:
         if not store.consumers:
-            FeedStore.claim(store, consumer_uuid, theirs)
-        return FeedStore.claim(store, consumer_uuid, request, group)
+            HookedStore.claim(store, consumer_uuid, theirs)
+        return HookedStore.claim(store, consumer_uuid, request, group)
 
     store.claim = claim_racing  # type: ignore[method-assign]
     result = eng.schedule("req", spec(), [uuid_of("i1")])
@@ -379,7 +380,7 @@ def test_a_redrive_that_fails_keeps_what_was_placed_before(ram: int) -> None:
     # i1 was placed by the first attempt; the re-drive of [i1, i2] finds it
     # (by its claim, or by a look-up when no host has room) and no host for
     # i2, and must not release i1's allocation, which it did not make.
-    store = FeedStore([host("h1", ram=ram)])
+    store = HookedStore([host("h1", ram=ram)])
     request = spec(ram=1024, num_instances=2)
     uuids = [uuid_of("i1"), uuid_of("i2")]
     engine(store).select("req", request.replace(num_instances=1), uuids[:1])
@@ -401,12 +402,12 @@ def test_a_redrive_that_fails_keeps_what_was_placed_before(ram: int) -> None:
 ])
 def test_unknown_plugin_fails_at_construction(overrides: dict) -> None:
     with pytest.raises(UnknownPlugin) as err:
-        engine(FeedStore(), **overrides)
+        engine(HookedStore(), **overrides)
     assert any(name in str(err.value) for name in ("NoSuch", "RAMWeigher"))
 
 
 def test_plugins_load_in_configured_order() -> None:
-    eng = engine(FeedStore(), enabled_filters=("RetryFilter", "ComputeFilter"),
+    eng = engine(HookedStore(), enabled_filters=("RetryFilter", "ComputeFilter"),
                  weighers=("DiskWeigher",))
     assert [name for name, _ in eng.filters] == ["RetryFilter", "ComputeFilter"]
     assert [name for name, _ in eng.weighers] == ["DiskWeigher"]
@@ -427,14 +428,14 @@ def test_plugins_load_in_configured_order() -> None:
 def test_a_policy_left_to_no_filter_is_warned_at_construction(
         overrides: dict, unenforced: list[str]) -> None:
     with structlog.testing.capture_logs() as logs:
-        engine(FeedStore(), **overrides)
+        engine(HookedStore(), **overrides)
     assert [e["option"] for e in logs if e["event"] == "policy_not_enforced"] == unenforced
 
 
 def test_trace_counts_survivors_per_stage() -> None:
     # The default pipeline: request filters and liveness before the candidates,
     # then the default host filters (disabled hosts never reach ComputeFilter).
-    store = FeedStore([host("small", ram=512), host("down", up=False), host("tried"),
+    store = HookedStore([host("small", ram=512), host("down", up=False), host("tried"),
                        host("off", disabled=True), host("ok1"), host("ok2")])
     result = engine(store).schedule("req", spec(ignore_hosts=("tried",)), [uuid_of("i1")],
                                     claim=False)
@@ -452,7 +453,7 @@ def test_trace_counts_survivors_per_stage() -> None:
 def test_alternates_of_each_instance_have_room_after_the_instances_before_it() -> None:
     # Room for one instance per host: each instance's alternates are the hosts
     # still free once it and the instances before it are placed.
-    store = FeedStore([host(f"h{i}", ram=2048) for i in range(3)])
+    store = HookedStore([host(f"h{i}", ram=2048) for i in range(3)])
     uuids = [uuid_of(f"i{n}") for n in range(3)]
     selections = engine(store, max_attempts=3).select("req", spec(ram=2048, num_instances=3),
                                                       uuids)

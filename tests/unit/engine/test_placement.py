@@ -13,7 +13,7 @@ from scheduler.exceptions import InvalidRequest, NoValidHost
 from scheduler.objects import MEMORY_MB
 from scheduler.store.base import Aggregate, Inventory
 from tests.unit.factories import (
-    FeedStore,
+    HookedStore,
     Host,
     child,
     engine,
@@ -177,7 +177,7 @@ def test_a_subset_of_hosts_keeps_its_order() -> None:
 def test_randomised_cut_never_starves_the_few_hosts_that_can_serve() -> None:
     hosts = ([host(f"plain{i}") for i in range(500)]
              + [host(f"avx{i}", traits=["HW_CPU_X86_AVX512F"]) for i in range(3)])
-    eng = engine(FeedStore(hosts), max_placement_results=10, randomize_candidates=True)
+    eng = engine(HookedStore(hosts), max_placement_results=10, randomize_candidates=True)
     for n in range(20):
         result = eng.schedule(f"req{n}", spec(extra_specs={
             "trait:HW_CPU_X86_AVX512F": "required"}), [uuid_of(f"i{n}")], claim=False)
@@ -190,7 +190,7 @@ def test_disabled_hosts_go_before_the_cut(randomize: bool) -> None:
     # The trap: the first 50 hosts are disabled; a cut of 5 taken before
     # removing them would leave no host at all.
     hosts = [host(f"off{i:02d}", disabled=True) for i in range(50)] + [host("on")]
-    result = engine(FeedStore(hosts), max_placement_results=5,
+    result = engine(HookedStore(hosts), max_placement_results=5,
                     randomize_candidates=randomize).schedule("req", spec(), [uuid_of("i1")],
                                                              claim=False)
     assert result.traces[0].host == "on"
@@ -199,7 +199,7 @@ def test_disabled_hosts_go_before_the_cut(randomize: bool) -> None:
 
 def test_without_the_status_filter_disabled_hosts_reach_the_compute_filter() -> None:
     hosts = [host(f"off{i:02d}", disabled=True) for i in range(50)] + [host("on")]
-    eng = engine(FeedStore(hosts), max_placement_results=5, compute_status_filter=False)
+    eng = engine(HookedStore(hosts), max_placement_results=5, compute_status_filter=False)
     with pytest.raises(NoValidHost) as err:
         eng.select("req", spec(), [uuid_of("i1")])
     # Counted as "disabled", as the request filter would have counted them.
@@ -207,7 +207,7 @@ def test_without_the_status_filter_disabled_hosts_reach_the_compute_filter() -> 
 
 
 def test_nested_claim_lists_every_provider_and_the_root_is_the_selection() -> None:
-    store = FeedStore([host("h", children=gpus("h", "CUSTOM_T4"))])
+    store = HookedStore([host("h", children=gpus("h", "CUSTOM_T4"))])
     [[selection]] = engine(store, max_attempts=1).select(
         "req", spec(extra_specs={"resources1:VGPU": "1"}), [uuid_of("i1")])
     assert selection.provider_uuid == uuid_of("h")
@@ -219,7 +219,7 @@ def test_nested_claim_lists_every_provider_and_the_root_is_the_selection() -> No
 def test_instances_of_one_request_see_each_other_on_children() -> None:
     # Each GPU child has room for one VGPU: the second instance must take the
     # other child, the third finds none.
-    store = FeedStore([host("h", children=gpus("h", "CUSTOM_T4", "CUSTOM_T4", vgpus=1))])
+    store = HookedStore([host("h", children=gpus("h", "CUSTOM_T4", "CUSTOM_T4", vgpus=1))])
     eng = engine(store, max_attempts=1)
     two = eng.select("req", spec(extra_specs={"resources:VGPU": "1"}, num_instances=2),
                      [uuid_of("i1"), uuid_of("i2")])
@@ -231,7 +231,7 @@ def test_instances_of_one_request_see_each_other_on_children() -> None:
 
 
 def test_dry_run_leaves_children_as_they_were() -> None:
-    store = FeedStore([host("h", children=gpus("h", "CUSTOM_T4", vgpus=1))])
+    store = HookedStore([host("h", children=gpus("h", "CUSTOM_T4", vgpus=1))])
     eng = engine(store)
     eng.schedule("req", spec(extra_specs={"resources:VGPU": "1"}), [uuid_of("i1")],
                  claim=False)
@@ -240,7 +240,7 @@ def test_dry_run_leaves_children_as_they_were() -> None:
 
 
 def test_alternates_carry_their_own_tree_allocations() -> None:
-    store = FeedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i},
+    store = HookedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i},
                             children=gpus(f"h{i}", "CUSTOM_T4")) for i in range(3)])
     [[primary, *alternates]] = engine(store, weighers=("RAMWeigher",)).select(
         "req", spec(extra_specs={"resources1:VGPU": "1"}), [uuid_of("i1")])
@@ -251,7 +251,7 @@ def test_alternates_carry_their_own_tree_allocations() -> None:
 
 
 def test_invalid_extra_specs_are_refused_before_anything_is_claimed() -> None:
-    store = FeedStore([host("h")])
+    store = HookedStore([host("h")])
     with pytest.raises(InvalidRequest):
         engine(store).select("req", spec(extra_specs={"resources:VCPUS": "1"}),
                              [uuid_of("i1")])
@@ -259,7 +259,7 @@ def test_invalid_extra_specs_are_refused_before_anything_is_claimed() -> None:
 
 
 def test_a_claim_refused_on_a_child_rereads_the_child() -> None:
-    store = FeedStore([host("best", children=gpus("best", "CUSTOM_T4", vgpus=1)),
+    store = HookedStore([host("best", children=gpus("best", "CUSTOM_T4", vgpus=1)),
                        host("second", used={MEMORY_MB: 1000},
                             children=gpus("second", "CUSTOM_T4", vgpus=1))])
     eng = engine(store, weighers=("RAMWeigher",))

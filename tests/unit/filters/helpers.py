@@ -10,14 +10,14 @@ from scheduler.engine.hostview import HostView
 from scheduler.filters.base import BaseFilter
 from scheduler.objects import RequestSpec
 from scheduler.store.base import Aggregate
-from tests.unit.factories import NOW, FeedStore, Host, context, settings
+from tests.unit.factories import NOW, HookedStore, Host, context, settings
 
 
 def kept(filter_cls: type[BaseFilter], hosts: Iterable[Host], request: RequestSpec,
          aggregates: Iterable[Aggregate] = (), members: Mapping[str, int] | None = None,
-         store: FeedStore | None = None, **overrides: object) -> list[str]:
+         store: HookedStore | None = None, **overrides: object) -> list[str]:
     """Names of the hosts the filter keeps, in view order (all when it does not apply)."""
-    store = store or FeedStore(hosts, aggregates)
+    store = store or HookedStore(hosts, aggregates)
     view = HostView(store, settings(**overrides))  # type: ignore[arg-type]
     view.refresh(NOW)
     idx = np.arange(view.size)

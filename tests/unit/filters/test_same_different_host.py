@@ -8,15 +8,15 @@ from scheduler.filters.base import BaseFilter
 from scheduler.filters.different_host import DifferentHostFilter
 from scheduler.filters.same_host import SameHostFilter
 from scheduler.objects import AllocationRequest
-from tests.unit.factories import FeedStore, host, spec, uuid_of
+from tests.unit.factories import HookedStore, host, spec, uuid_of
 from tests.unit.filters.helpers import kept
 
 HOSTS = ["h1", "h2", "h3"]
 
 
-def store_with(instances: dict[str, str]) -> FeedStore:
+def store_with(instances: dict[str, str]) -> HookedStore:
     """Hosts h1..h3 and each named instance claimed on its host."""
-    store = FeedStore([host(h) for h in HOSTS])
+    store = HookedStore([host(h) for h in HOSTS])
     for instance, on in instances.items():
         store.claim(uuid_of(instance), AllocationRequest({uuid_of(on): {"VCPU": 1}}, "p", "u"))
     return store

@@ -17,7 +17,7 @@ from scheduler.request_filters import (
     TenantAggregatesRequestFilter,
 )
 from scheduler.store.base import Aggregate
-from tests.unit.factories import FeedStore, az, engine, host, spec, uuid_of
+from tests.unit.factories import HookedStore, az, engine, host, spec, uuid_of
 
 EAST, WEST = az("agg-east", "east"), az("agg-west", "west")
 TENANT_A = Aggregate(uuid_of("agg-a"), "tenant-a", {"filter_tenant_id": "project"})
@@ -37,7 +37,7 @@ ALL_ON = {cls.OPTION: True for cls in ORDER}
 def test_the_engine_wires_the_enabled_ones_in_order(options: dict,
                                                     wired: list[type[RequestFilter]]) -> None:
     # The destination filter reads the request's own fields: always on, first.
-    assert [type(f) for f in engine(FeedStore(), **options).request_filters] == [
+    assert [type(f) for f in engine(HookedStore(), **options).request_filters] == [
         DestinationRequestFilter, *wired]
 
 
@@ -64,14 +64,14 @@ def test_the_engine_wires_the_enabled_ones_in_order(options: dict,
 def test_chain_through_the_engine(hosts: list, aggregates: list[Aggregate],
                                   request_: RequestSpec, chosen: set[str],
                                   reasons_: dict[str, int]) -> None:
-    store = FeedStore(hosts, aggregates)
+    store = HookedStore(hosts, aggregates)
     result = engine(store, **ALL_ON).schedule("req", request_, [uuid_of("i1")], claim=False)
     assert result.traces[0].host in chosen
     assert result.traces[0].reasons == reasons_
 
 
 def test_no_aggregate_for_the_project_names_the_reason() -> None:
-    store = FeedStore([host("h1"), host("h2")], [TENANT_B])
+    store = HookedStore([host("h1"), host("h2")], [TENANT_B])
     eng = engine(store, limit_tenants_to_placement_aggregate=True,
                  placement_aggregate_required_for_tenants=True)
     with pytest.raises(NoValidHost) as err:

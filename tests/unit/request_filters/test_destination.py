@@ -10,7 +10,7 @@ from scheduler.exceptions import NoValidHost
 from scheduler.objects import Destination, RequestSpec
 from scheduler.request_filters import DestinationRequestFilter
 from scheduler.resource_request import HostConstraint
-from tests.unit.factories import FeedStore, engine, group, host, spec, uuid_of
+from tests.unit.factories import HookedStore, engine, group, host, spec, uuid_of
 from tests.unit.request_filters.helpers import added
 
 
@@ -52,11 +52,11 @@ HOSTS = [host("h1"), host("h2"), host("h3", ram=2048)]
 ])
 def test_forced_requests_go_where_they_are_sent(request_: RequestSpec, chosen: str,
                                                 reasons_: dict[str, int]) -> None:
-    store = FeedStore(HOSTS)
+    store = HookedStore(HOSTS)
     [[primary, *_]] = engine(store).select("req", request_, [uuid_of("i1")])
     assert primary.host == chosen
     assert store.get_consumer(uuid_of("i1")) is not None, "a forced request is claimed"
-    trace = engine(FeedStore(HOSTS)).schedule("req", request_, [uuid_of("i1")],
+    trace = engine(HookedStore(HOSTS)).schedule("req", request_, [uuid_of("i1")],
                                               claim=False).traces[0]
     assert trace.reasons == reasons_
 
@@ -73,7 +73,7 @@ def test_forced_requests_go_where_they_are_sent(request_: RequestSpec, chosen: s
 ])
 def test_a_forced_request_that_does_not_fit_finds_no_host(request_: RequestSpec,
                                                           details: str) -> None:
-    store = FeedStore(HOSTS)
+    store = HookedStore(HOSTS)
     with pytest.raises(NoValidHost) as err:
         engine(store).select("req", request_, [uuid_of("i1")])
     assert err.value.details == details
@@ -84,7 +84,7 @@ def test_a_forced_request_that_does_not_fit_finds_no_host(request_: RequestSpec,
 def test_forcing_does_not_skip_the_filters() -> None:
     """We differ from Nova, whose forced host skips every filter: here a forced
     second member of an anti-affinity group is refused on the first one's host."""
-    store = FeedStore(HOSTS)
+    store = HookedStore(HOSTS)
     request = spec(group=group("anti-affinity"))
     [[first, *_]] = engine(store).select("req-1", request, [uuid_of("i1")])
     with pytest.raises(NoValidHost) as err:

@@ -11,7 +11,7 @@ from scheduler.store.base import Aggregate
 from scheduler.weighers.ram import RAMWeigher
 from tests.unit.factories import (
     NOW,
-    FeedStore,
+    HookedStore,
     aggregate,
     context,
     host,
@@ -50,7 +50,7 @@ def test_aggregate_overrides(aggregates: list[Aggregate], multipliers: list[floa
 
 
 def test_an_aggregate_change_is_seen() -> None:
-    store = FeedStore(HOSTS)
+    store = HookedStore(HOSTS)
     view = HostView(store, settings())
     view.refresh(NOW)
     weigher = RAMWeigher(settings())

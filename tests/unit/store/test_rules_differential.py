@@ -1,0 +1,258 @@
+"""The Redis claim script and the Python rules give the same answer, every time.
+
+The capacity, unit and server-group rules are written twice: once in
+:mod:`scheduler.rules` (which the in-memory store and the host view call)
+and once in the Lua claim script (:mod:`scheduler.store.scripts`), where
+Python cannot run. This test draws random placement states and claims, sets
+up the same state on a :class:`MemoryStore` and on a :class:`RedisStore`
+over the real Redis (under a private key prefix, deleted afterwards), makes
+the same claim on both, and requires the same answer: the same return
+value, or the same typed error with the same fields (rule and limit for a
+:class:`UnitRuleViolation`, free for a :class:`CapacityExceeded`, ...), and
+then the same usages, generations and group members. The claim is made
+twice, so a repeat must also agree (a no-op, or the same refusal).
+
+What is drawn: one or two providers, each with inventories of a few classes
+(totals, reserved, also above the total, min_unit, max_unit (None, zero,
+above the total), step_size, allocation ratios, fractional ones where the
+truncation of ``(total - reserved) * ratio`` decides) and usage, also above
+what the inventory now gives (an inventory lowered under its usage); a
+request over those providers, now and then a class a provider has no
+inventory of or a provider that does not exist; and a server group with
+members on hosts, a strict or soft policy and ``max_server_per_host``.
+Numbers stay below 10**12: the script's JSON encoder writes 14 significant
+digits, exact below 10**14.
+
+Every state is written under fresh uuids, so nothing is reset between
+examples: one connection and one prefix serve the whole run.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.exceptions import ClaimFailed, ProviderNotFound
+from scheduler.objects import AllocationRequest
+from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store
+from tests.unit.store.test_contract import REDIS_URL, ask
+
+#: Examples per run of each property: every CI run draws this many fresh ones.
+EXAMPLES = 2000
+GROUP_EXAMPLES = 500
+
+CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_FPGA")
+HOSTS = ("h1", "h2", "h3")
+POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+#: An inventory big enough for any seeding claim (usage and group members).
+ROOMY = Inventory(total=2**50)
+
+small = st.integers(min_value=0, max_value=40)
+numbers = st.one_of(small, st.integers(min_value=0, max_value=4096),
+                    st.integers(min_value=0, max_value=10**12))
+ratios = st.one_of(
+    st.sampled_from([1.0, 0.5, 1.5, 2.0, 16.0, 0.1, 0.3, 0.7, 1.1, 1 / 3, 0.9999999]),
+    st.floats(min_value=0.01, max_value=40.0, allow_nan=False, allow_infinity=False))
+inventories = st.builds(
+    Inventory, total=st.one_of(st.integers(min_value=8, max_value=4096), numbers),
+    reserved=st.one_of(st.just(0), numbers),
+    min_unit=st.one_of(st.just(1), st.integers(min_value=1, max_value=8)),
+    max_unit=st.one_of(st.none(), st.integers(min_value=64, max_value=10**12), numbers),
+    step_size=st.one_of(st.just(1), st.integers(min_value=1, max_value=8)),
+    allocation_ratio=ratios)
+amounts = st.one_of(st.integers(min_value=-2, max_value=48), numbers)
+
+
+@dataclass(frozen=True)
+class ProviderState:
+    inventories: Mapping[str, Inventory]
+    usages: Mapping[str, int]  # only classes it has inventory of
+
+
+@dataclass(frozen=True)
+class GroupState:
+    policy: str
+    members: Mapping[str, int]  # host -> members there
+    host: str  # where the claim puts the new member
+    max_server_per_host: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    providers: tuple[ProviderState, ...]
+    #: per provider asked (an index into ``providers``; -1: one that does not exist)
+    request: Mapping[int, Mapping[str, int]]
+    group: GroupState | None
+
+
+def some(draw: st.DrawFn, names: tuple[str, ...], value: st.SearchStrategy[Any],
+         at_least_one: bool = False) -> dict[str, Any]:
+    """A value for each of a random subset of ``names`` (a flip each: no
+    rejected draws, as a dictionary of few possible keys would have)."""
+    chosen = [name for name in names if draw(st.booleans())]
+    if at_least_one and not chosen:
+        chosen = [draw(st.sampled_from(names))]
+    return {name: draw(value) for name in chosen}
+
+
+@st.composite
+def provider_states(draw: st.DrawFn) -> ProviderState:
+    invs = some(draw, CLASSES, inventories)
+    usages = {rc: n for rc in invs if (n := draw(st.one_of(st.just(0), small, numbers))) > 0}
+    return ProviderState(invs, usages)
+
+
+@st.composite
+def group_states(draw: st.DrawFn) -> GroupState:
+    members = some(draw, HOSTS, st.integers(min_value=1, max_value=2))
+    return GroupState(draw(st.sampled_from(POLICIES)), members, draw(st.sampled_from(HOSTS)),
+                      draw(st.integers(min_value=1, max_value=3)))
+
+
+@st.composite
+def fitting(draw: st.DrawFn, inv: Inventory, used: int) -> int:
+    """An amount the unit rules and the free capacity allow, if there is one
+    (else any): most claims then get as far as the group check."""
+    step = inv.step_size
+    low = -(-inv.min_unit // step)  # in steps
+    high = min(inv.effective_max_unit, inv.capacity - used) // step
+    if low > high:
+        return draw(amounts)
+    return step * draw(st.integers(min_value=low, max_value=min(high, low + 1000)))
+
+
+@st.composite
+def requests(draw: st.DrawFn, state: ProviderState | None) -> dict[str, int]:
+    """What a request asks of one provider: mostly classes it has, mostly in
+    amounts it can give, now and then a class it has no inventory of, or any
+    amount."""
+    invs = {} if state is None else state.inventories
+    asked = {rc: draw(fitting(inv, state.usages.get(rc, 0)) if state and draw(
+                 st.integers(min_value=0, max_value=3)) else amounts)
+             for rc, inv in invs.items() if draw(st.integers(min_value=0, max_value=3))}
+    if not asked or draw(st.integers(min_value=0, max_value=9)) == 0:
+        asked.update(some(draw, CLASSES, amounts, at_least_one=True))
+    return asked
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    providers = tuple(draw(provider_states()) for _ in range(draw(st.integers(1, 2))))
+    asked = [i for i in range(len(providers)) if draw(st.booleans())] or [0]
+    if draw(st.integers(min_value=0, max_value=9)) == 0:
+        asked.append(-1)  # a provider that does not exist
+    request = {i: draw(requests(providers[i] if i >= 0 else None)) for i in asked}
+    group = draw(group_states()) if draw(st.booleans()) else None
+    return Scenario(providers, request, group)
+
+
+#: The provider every store gets once, big enough for any seeding claim: the
+#: group members' (and nothing a drawn request asks for).
+FILLER = str(uuidlib.uuid4())
+
+
+@pytest.fixture(scope="module")
+def stores() -> Iterator[tuple[MemoryStore, RedisStore]]:
+    """The two stores every example writes into (fresh uuids each time)."""
+    memory = MemoryStore(stream_maxlen=1000)
+    on_redis = RedisStore(REDIS_URL, f"test-rules-{uuidlib.uuid4().hex}", stream_maxlen=1000,
+                          socket_timeout=2.0)
+    if not on_redis.ping():
+        pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
+    for store in (memory, on_redis):
+        store.create_provider(FILLER, FILLER)
+        store.set_inventory(FILLER, 0, {CLASSES[0]: ROOMY})
+    yield memory, on_redis
+    with redis.Redis.from_url(REDIS_URL) as client:
+        client.delete(*on_redis.keys.all())
+    on_redis.close()
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+def set_up(store: Store, scenario: Scenario, uuids: list[str], group_uuid: str) -> None:
+    """The scenario's state, written through the contract: usage by a claim
+    on a roomy inventory, which is then replaced by the drawn one (which may
+    give less than is used); group members by soft-policy claims."""
+    for uuid, state in zip(uuids, scenario.providers, strict=True):
+        store.create_provider(uuid, uuid)
+        generation = 0
+        if state.usages:
+            generation = store.set_inventory(uuid, 0, dict.fromkeys(state.usages, ROOMY))
+            store.claim(f"{uuid}-usage", ask({uuid: dict(state.usages)}))
+            generation += 1
+        store.set_inventory(uuid, generation, state.inventories)
+    if scenario.group is not None:
+        for host, count in scenario.group.members.items():
+            for n in range(count):
+                store.claim(f"{group_uuid}-{host}-{n}", ask({FILLER: {CLASSES[0]: 1}}),
+                            GroupClaim(group_uuid, "soft-affinity", host))
+
+
+def outcome(store: Store, consumer: str, request: AllocationRequest,
+            group: GroupClaim | None) -> tuple[Any, ...]:
+    """The claim's answer: what it returned, or its error's type and fields."""
+    try:
+        return ("claimed", store.claim(consumer, request, group))
+    except (ClaimFailed, ProviderNotFound) as exc:
+        return (type(exc).__name__, exc.kwargs)
+
+
+def state(store: Store, uuids: list[str], group_uuid: str) -> tuple[Any, ...]:
+    providers = [store.get_provider(uuid) for uuid in uuids]
+    return ([(p.generation, dict(p.usages), p.consumers) for p in providers],
+            store.group_hosts(group_uuid))
+
+
+#: The stores are module fixtures on purpose: every example writes fresh uuids.
+QUICK = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                       HealthCheck.too_slow])
+
+
+@settings(QUICK, max_examples=EXAMPLES)
+@given(scenario=scenarios())
+def test_the_claim_script_and_the_python_rules_agree(
+        stores: tuple[MemoryStore, RedisStore], scenario: Scenario) -> None:
+    uuids = [new_uuid() for _ in scenario.providers]
+    group_uuid, consumer, missing = new_uuid(), new_uuid(), new_uuid()
+    request = ask({(uuids[i] if i >= 0 else missing): dict(amounts)
+                   for i, amounts in scenario.request.items()})
+    group = None if scenario.group is None else GroupClaim(
+        group_uuid, scenario.group.policy, scenario.group.host,
+        scenario.group.max_server_per_host)
+    answers = []
+    for store in stores:
+        set_up(store, scenario, uuids, group_uuid)
+        first = outcome(store, consumer, request, group)
+        again = outcome(store, consumer, request, group)
+        answers.append((first, again, state(store, uuids, group_uuid)))
+    python, lua = answers
+    assert lua == python
+
+
+
+@settings(QUICK, max_examples=GROUP_EXAMPLES)
+@given(group=group_states())
+def test_the_group_rule_agrees_when_the_resources_fit(
+        stores: tuple[MemoryStore, RedisStore], group: GroupState) -> None:
+    # Most drawn claims above stop at a resource rule before the group check:
+    # here every claim fits, so each one reaches it.
+    scenario = Scenario(providers=(), request={}, group=group)
+    group_uuid, consumer = new_uuid(), new_uuid()
+    claim = GroupClaim(group_uuid, group.policy, group.host, group.max_server_per_host)
+    answers = []
+    for store in stores:
+        set_up(store, scenario, [], group_uuid)
+        answers.append((outcome(store, consumer, ask({FILLER: {CLASSES[0]: 1}}), claim),
+                        store.group_hosts(group_uuid)))
+    python, lua = answers
+    assert lua == python
