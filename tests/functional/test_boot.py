@@ -81,12 +81,23 @@ def test_select_destinations_returns_primary_and_two_alternates(cluster: Cluster
 
 
 def test_select_destinations_mode_boots_through_the_conductor(cluster: Cluster) -> None:
+    # The two roomiest hosts fail every build, so the first choices land there
+    # and each is rescheduled onto its alternates; five attempts always reach
+    # one of the three good hosts. (Failures drawn at random would leave an
+    # instance in ERROR in a small share of runs: a flaky test.)
     cluster.start_conductor()
-    cluster.start_compute(5, "--fail-rate", "0.2", "--seed", "7", "--build-time", "0.01")
+    cluster.start_compute(2, "--memory-mb", "262144", "--fail-hosts", "bad-0000,bad-0001",
+                          "--build-time", "0.01", name="bad")
+    cluster.start_compute(3, "--build-time", "0.01", name="good")
     cluster.write_config(scheduler={"max_attempts": 5})
     cluster.start_worker()
     result = cluster.boot("--count", "20", "--mode", "select_destinations")
     assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 20}
+    assert {i["host"] for i in result["instances"]} <= {"good-0000", "good-0001", "good-0002"}
+    records = [cluster.store.get_instance(i["uuid"]) for i in result["instances"]]
+    rescheduled = [r for r in records if r.attempts > 1]
+    assert rescheduled and all(set(r.tried_hosts) <= {"bad-0000", "bad-0001"}
+                               for r in rescheduled)
 
 
 def test_overfill_ends_the_overflow_in_error_with_generic_fault(cluster: Cluster,
