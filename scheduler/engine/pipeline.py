@@ -44,7 +44,7 @@ from scheduler.engine import reasons
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
 from scheduler.engine.placement import Placement, host_constraint_mask, place
-from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, load_plugins
+from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import (
     ClaimFailed,
@@ -189,11 +189,12 @@ class Engine:
             # The image's disk format, last: a trait every host usually has.
             (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
         ) if on]
+        # Each plugin with its own arguments (its options), checked here, once.
         self.filters: list[tuple[str, BaseFilter]] = [
-            (name, cls(settings))
+            (name, build(cls, settings))
             for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
         self.weighers: list[tuple[str, BaseWeigher]] = [
-            (name, cls(settings))
+            (name, build(cls, settings))
             for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers, BaseWeigher)]
         # A policy that both a request filter and a host filter can enforce
         # is not enforced at all when an operator turns off the one and

@@ -2,7 +2,7 @@
 
 A filter answers one question for a batch of candidate hosts at once: does
 each host pass for this request? It receives the columnar
-:class:`~scheduler.engine.hostview.HostView`, the candidate indices into it
+:class:`~scheduler.engine.hostview.HostView`, the candidate indices into it,
 and the :class:`~scheduler.engine.context.PlacementContext`, and returns a
 boolean mask aligned with the candidates (``True`` keeps the host). It must
 not loop in Python over the candidates: the questions are array operations
@@ -13,15 +13,19 @@ counts the hosts each filter removed under that reason, so NoValidHost can
 say "0/20 hosts available: 15 insufficient MEMORY_MB, 5 disabled".
 
 Filters are plugins: registered as entry points in group
-``scheduler.filters`` and built once, with the engine's settings.
+``scheduler.filters`` and built once, with the engine's settings and their
+own ``Args`` (their options, declared in their module: see
+:mod:`scheduler.engine.plugins`).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+from scheduler.engine.plugins import NoArgs, PluginArgs
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
@@ -34,9 +38,12 @@ class BaseFilter(abc.ABC):
 
     #: What a rejected host is counted under in NoValidHost's details.
     REASON: ClassVar[str]
+    #: The filter's arguments, one option each (none by default).
+    Args: ClassVar[type[PluginArgs]] = NoArgs
 
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
         self.settings = settings
+        self.args: Any = self.Args() if args is None else args
 
     def applies(self, ctx: PlacementContext) -> bool:
         """False when the request gives this filter nothing to check (it is skipped)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs
 from scheduler.filters.base import BaseFilter
 from scheduler.filters.same_host import InstanceHosts
 
@@ -28,8 +29,8 @@ class DifferentHostFilter(BaseFilter):
 
     REASON = "on the same host as a hinted instance"
 
-    def __init__(self, settings: EngineSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
+        super().__init__(settings, args)
         self._hosts = InstanceHosts(HINT)
 
     def applies(self, ctx: PlacementContext) -> bool:

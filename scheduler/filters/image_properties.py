@@ -24,11 +24,13 @@ inside the filter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.engine.capabilities import Triple
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 from scheduler.image_meta import ImageRequirements, image_requirements
 
@@ -42,9 +44,18 @@ class ImagePropertiesFilter(BaseFilter):
 
     REASON = "image properties not supported"
 
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        image_properties_default_architecture: str | None = option(
+            None,
+            help="Architecture assumed for an image that names none "
+                 "(ImagePropertiesFilter); unset, such an image asks for no architecture.")
+
+    args: Args
+
     def _wanted(self, ctx: PlacementContext) -> ImageRequirements:
         props = ctx.spec.image.properties if ctx.spec.image is not None else {}
-        return image_requirements(props, self.settings.image_properties_default_architecture)
+        return image_requirements(props, self.args.image_properties_default_architecture)
 
     def applies(self, ctx: PlacementContext) -> bool:
         return self._wanted(ctx).asks_anything

@@ -9,10 +9,12 @@ no count passes. As in Nova, a host passes with fewer than the limit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -25,6 +27,14 @@ class IoOpsFilter(BaseFilter):
 
     REASON = "too many builds in progress"
 
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        max_io_ops_per_host: int = option(
+            8, min=0,
+            help="IoOpsFilter rejects hosts with at least this many builds in progress.")
+
+    args: Args
+
     def passes(self, view: HostView, candidates: np.ndarray,
                ctx: PlacementContext) -> np.ndarray:
-        return view.capabilities.io_ops(candidates) < self.settings.max_io_ops_per_host
+        return view.capabilities.io_ops(candidates) < self.args.max_io_ops_per_host

@@ -14,10 +14,12 @@ non-isolated image, whatever image it was made from.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -30,15 +32,33 @@ class IsolatedHostsFilter(BaseFilter):
 
     REASON = "isolated host or image"
 
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        isolated_hosts: tuple[str, ...] = option(
+            (),
+            help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
+                 "Related options: isolated_images, "
+                 "restrict_isolated_hosts_to_isolated_images.")
+        isolated_images: tuple[str, ...] = option(
+            (),
+            help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
+                 "volume-backed request has no image and counts as a non-isolated one.")
+        restrict_isolated_hosts_to_isolated_images: bool = option(
+            True,
+            help="Whether isolated_hosts take isolated images only. With False they take "
+                 "any image, while isolated images still go only to isolated hosts.")
+
+    args: Args
+
     def applies(self, ctx: PlacementContext) -> bool:
-        s = self.settings
+        s = self.args
         if not s.isolated_images:
             return bool(s.isolated_hosts) and s.restrict_isolated_hosts_to_isolated_images
         return True
 
     def passes(self, view: HostView, candidates: np.ndarray,
                ctx: PlacementContext) -> np.ndarray:
-        s = self.settings
+        s = self.args
         host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
         spec = ctx.spec
         image_id = None if spec.is_bfv or spec.image is None else spec.image.id

@@ -9,10 +9,12 @@ limit, so a limit of 0 rejects every host.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -25,6 +27,15 @@ class NumInstancesFilter(BaseFilter):
 
     REASON = "too many instances"
 
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        max_instances_per_host: int = option(
+            50, min=0,
+            help="NumInstancesFilter rejects hosts holding at least this many instances "
+                 "(0 rejects every host).")
+
+    args: Args
+
     def passes(self, view: HostView, candidates: np.ndarray,
                ctx: PlacementContext) -> np.ndarray:
-        return view.consumers[candidates] < self.settings.max_instances_per_host
+        return view.consumers[candidates] < self.args.max_instances_per_host

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ class SameHostFilter(BaseFilter):
 
     REASON = "not on the same host as the hinted instances"
 
-    def __init__(self, settings: EngineSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
+        super().__init__(settings, args)
         self._hosts = InstanceHosts(HINT)
 
     def applies(self, ctx: PlacementContext) -> bool:

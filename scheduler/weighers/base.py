@@ -23,15 +23,20 @@ by host. **We differ from Nova**: a weigher whose *configured* multiplier is
 but cannot turn one on for some hosts.
 
 Weighers are plugins: registered as entry points in group
-``scheduler.weighers`` and built once, with the engine's settings.
+``scheduler.weighers`` and built once, with the engine's settings and their
+own ``Args``, in which the multiplier is declared with
+:func:`~scheduler.engine.plugins.multiplier` (named as its option,
+``ram_weight_multiplier``; see :mod:`scheduler.engine.plugins`).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
+
+from scheduler.engine.plugins import PluginArgs, declared
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
@@ -59,15 +64,27 @@ def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
 class BaseWeigher(abc.ABC):
     """One preference, as a raw number per host."""
 
-    #: Name of the multiplier option in ``EngineSettings.weight_multipliers``.
+    #: The weigher's arguments: its multiplier, and any other option it has.
+    Args: ClassVar[type[PluginArgs]]
+    #: Name of the multiplier (its option, and the aggregate metadata key that
+    #: overrides it), found in ``Args``.
     MULTIPLIER_OPTION: ClassVar[str]
-    #: The multiplier when the option is not set.
-    DEFAULT_MULTIPLIER: ClassVar[float] = 1.0
     #: How the framework scales the raw numbers to [0, 1].
     SCALING: ClassVar[Scaling] = BY_RANGE
 
-    def __init__(self, settings: EngineSettings) -> None:
-        self.multiplier = settings.multiplier(self.MULTIPLIER_OPTION, self.DEFAULT_MULTIPLIER)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Args" in cls.__dict__:
+            found = [d.name for d in declared(cls.Args) if d.multiplier]
+            if len(found) != 1:
+                raise TypeError(f"{cls.__qualname__}.Args must declare one multiplier(), "
+                                f"not {len(found)}")
+            cls.MULTIPLIER_OPTION = found[0]
+
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
+        self.settings = settings
+        self.args: Any = self.Args() if args is None else args
+        self.multiplier: float = getattr(self.args, self.MULTIPLIER_OPTION)
 
     @abc.abstractmethod
     def raw(self, view: HostView, candidates: np.ndarray,

@@ -13,10 +13,12 @@ no sense; 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -27,9 +29,17 @@ if TYPE_CHECKING:
 class BuildFailureWeigher(BaseWeigher):
     """Fewer recent build failures is better."""
 
-    MULTIPLIER_OPTION = "build_failure_weight_multiplier"
-    DEFAULT_MULTIPLIER = 1_000_000.0
     SCALING = BY_RANGE
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        build_failure_weight_multiplier: float = multiplier(
+            1_000_000.0,
+            help="How strongly hosts with recent build failures are avoided. The host's "
+                 "count of failed builds (reset by a success) is multiplied by this and "
+                 "subtracted; 0 ignores failures.")
+
+    args: Args
 
     def raw(self, view: HostView, candidates: np.ndarray,
             ctx: PlacementContext) -> np.ndarray:

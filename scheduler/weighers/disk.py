@@ -10,10 +10,12 @@ them; 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.objects import DISK_GB
 from scheduler.weighers.base import BY_MAX, BaseWeigher
 
@@ -25,8 +27,15 @@ if TYPE_CHECKING:
 class DiskWeigher(BaseWeigher):
     """Free disk (allocation ratio ignored)."""
 
-    MULTIPLIER_OPTION = "disk_weight_multiplier"
     SCALING = BY_MAX
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        disk_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of free disk. Positive spreads, negative packs.")
+
+    args: Args
 
     def raw(self, view: HostView, candidates: np.ndarray,
             ctx: PlacementContext) -> np.ndarray:

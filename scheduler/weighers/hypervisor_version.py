@@ -13,10 +13,12 @@ disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -27,8 +29,17 @@ if TYPE_CHECKING:
 class HypervisorVersionWeigher(BaseWeigher):
     """Reported hypervisor version (positive multiplier: newer is better)."""
 
-    MULTIPLIER_OPTION = "hypervisor_version_weight_multiplier"
     SCALING = BY_RANGE
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        hypervisor_version_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of the reported hypervisor version. Positive prefers newer "
+                 "hypervisors, negative older ones. Versions of different hypervisor types "
+                 "do not compare: keep such hosts in separate aggregates.")
+
+    args: Args
 
     def raw(self, view: HostView, candidates: np.ndarray,
             ctx: PlacementContext) -> np.ndarray:

@@ -15,10 +15,12 @@ refuses it (use a soft-anti-affinity group to spread).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -49,8 +51,18 @@ def group_members(view: HostView, candidates: np.ndarray, ctx: PlacementContext,
 class ServerGroupSoftAffinityWeigher(BaseWeigher):
     """Members of the request's soft-affinity group on the host (more is better)."""
 
-    MULTIPLIER_OPTION = "soft_affinity_weight_multiplier"
     SCALING = BY_RANGE
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        soft_affinity_weight_multiplier: float = multiplier(
+            1.0, min=0.0,
+            help="How strongly members of a soft-affinity group are drawn to the hosts "
+                 "already running members of their group.\n\nPossible values: 0 or more "
+                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
+                 "instead).")
+
+    args: Args
 
     def raw(self, view: HostView, candidates: np.ndarray,
             ctx: PlacementContext) -> np.ndarray:

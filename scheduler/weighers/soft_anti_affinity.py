@@ -16,10 +16,12 @@ the option refuses it (use a soft-affinity group to gather).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 from scheduler.weighers.soft_affinity import group_members
 
@@ -31,8 +33,17 @@ if TYPE_CHECKING:
 class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
     """Members of the request's soft-anti-affinity group on the host (fewer is better)."""
 
-    MULTIPLIER_OPTION = "soft_anti_affinity_weight_multiplier"
     SCALING = BY_RANGE
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        soft_anti_affinity_weight_multiplier: float = multiplier(
+            1.0, min=0.0,
+            help="How strongly members of a soft-anti-affinity group are pushed away from "
+                 "the hosts already running members of their group.\n\nPossible values: 0 "
+                 "or more.")
+
+    args: Args
 
     def raw(self, view: HostView, candidates: np.ndarray,
             ctx: PlacementContext) -> np.ndarray:

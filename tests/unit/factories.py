@@ -174,7 +174,12 @@ def context(request: RequestSpec | None = None, members: Mapping[str, int] | Non
 
 
 def settings(**overrides: object) -> EngineSettings:
-    return EngineSettings(**overrides)  # type: ignore[arg-type]
+    """EngineSettings; a name that is not one of its fields is a plugin option
+    (``max_io_ops_per_host=1``), and ``weight_multipliers`` gives several at once."""
+    fields = EngineSettings.__dataclass_fields__
+    options = dict(overrides.pop("weight_multipliers", None) or {})  # type: ignore[call-overload]
+    options.update({name: overrides.pop(name) for name in list(overrides) if name not in fields})
+    return EngineSettings(**overrides, plugin_options=options)  # type: ignore[arg-type]
 
 
 def view_of(*hosts: Host, aggregates: Iterable[Aggregate] = (),

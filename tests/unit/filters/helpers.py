@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from scheduler.engine.hostview import HostView
+from scheduler.engine.plugins import build
 from scheduler.filters.base import BaseFilter
 from scheduler.objects import RequestSpec
 from scheduler.store.base import Aggregate
@@ -16,13 +17,14 @@ from tests.unit.factories import NOW, FeedStore, Host, context, settings
 def kept(filter_cls: type[BaseFilter], hosts: Iterable[Host], request: RequestSpec,
          aggregates: Iterable[Aggregate] = (), members: Mapping[str, int] | None = None,
          store: FeedStore | None = None, **overrides: object) -> list[str]:
-    """Names of the hosts the filter keeps, in view order (all when it does not apply)."""
+    """Names of the hosts the filter keeps, in view order (all when it does not apply);
+    ``overrides`` are settings and the filter's own options."""
     store = store or FeedStore(hosts, aggregates)
     view = HostView(store, settings(**overrides))  # type: ignore[arg-type]
     view.refresh(NOW)
     idx = np.arange(view.size)
     ctx = context(request, members=members)
-    f = filter_cls(settings(**overrides))
+    f = build(filter_cls, settings(**overrides))
     if not f.applies(ctx):
         return list(view.names)
     mask = f.passes(view, idx, ctx)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scheduler.engine.plugins import build
 from scheduler.weighers.base import BaseWeigher
 from tests.unit.factories import Host, context, settings, view_of
 
@@ -12,7 +13,7 @@ def ranking(weigher_cls: type[BaseWeigher], hosts: list[Host],
             multiplier: float | None = None) -> list[str]:
     """Host names best first under this weigher alone (ties keep their order)."""
     multipliers = {} if multiplier is None else {weigher_cls.MULTIPLIER_OPTION: multiplier}
-    weigher = weigher_cls(settings(weight_multipliers=multipliers))
+    weigher = build(weigher_cls, settings(**multipliers))
     view = view_of(*hosts)
     idx = np.arange(view.size)
     weights = weigher.weigh(view, idx, context())

@@ -39,7 +39,7 @@ HOSTS = [host("packed", used={MEMORY_MB: 16384}, aggregates=[uuid_of("pack")]),
 ])
 def test_aggregate_overrides(aggregates: list[Aggregate], multipliers: list[float]) -> None:
     view = view_of(*HOSTS, aggregates=aggregates)
-    weigher = RAMWeigher(settings(weight_multipliers={"ram_weight_multiplier": 2.0}))
+    weigher = RAMWeigher(settings(), RAMWeigher.Args(ram_weight_multiplier=2.0))
     idx = np.arange(view.size)
     got = weigher.multipliers(view, idx)
     assert np.broadcast_to(got, idx.shape).tolist() == multipliers
