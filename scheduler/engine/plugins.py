@@ -9,7 +9,7 @@ A plugin declares its arguments once, in its own module: a frozen dataclass
 (a weigher's scale with :func:`multiplier`), each carrying its type (the
 annotation), default, bounds and help::
 
-    class IoOpsFilter(BaseFilter):
+    class IoOpsFilter(BaseFilter[bool]):
         @dataclass(frozen=True)
         class Args(PluginArgs):
             max_io_ops_per_host: int = option(8, min=0, help="IoOpsFilter rejects ...")
@@ -51,7 +51,7 @@ WEIGHERS_GROUP = "scheduler.weighers"
 OPTIONS_GROUP = "filter_scheduler"
 
 T = TypeVar("T")
-P = TypeVar("P", bound="BaseFilter | BaseWeigher")
+P = TypeVar("P", bound="BaseFilter[Any] | BaseWeigher[Any]")
 
 #: What an option is in the config: the oslo.config type it is generated as.
 Kind = Literal["bool", "int", "float", "str", "list"]

@@ -3,10 +3,19 @@
 A filter answers one question for a batch of candidate hosts at once: does
 each host pass for this request? It receives the columnar
 :class:`~scheduler.engine.hostview.HostView`, the candidate indices into it,
-and the :class:`~scheduler.engine.context.PlacementContext`, and returns a
-boolean mask aligned with the candidates (``True`` keeps the host). It must
-not loop in Python over the candidates: the questions are array operations
-on the view's columns.
+the :class:`~scheduler.engine.context.PlacementContext` and its own state for
+the request, and returns a boolean mask aligned with the candidates
+(``True`` keeps the host). It must not loop in Python over the candidates:
+the questions are array operations on the view's columns.
+
+Per-request work is done once (kube-scheduler's PreFilter writing its cycle
+state): :meth:`BaseFilter.prepare` parses what the filter reads of the
+request and returns it, or None when the request gives the filter nothing
+to check (it is then skipped); the engine calls it once per request, when
+candidates first reach the filter, and hands the state to every
+:meth:`~BaseFilter.passes` of the request's instances. What changes between
+the instances of one request (``ctx.group_members``) is read in ``passes``,
+never kept in the state.
 
 Every filter names what it rejects in a class-level ``REASON``; the engine
 counts the hosts each filter removed under that reason, so NoValidHost can
@@ -21,7 +30,7 @@ own ``Args`` (their options, declared in their module: see
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -32,8 +41,11 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
     from scheduler.engine.settings import EngineSettings
 
+#: A filter's per-request state, as its :meth:`BaseFilter.prepare` returns it.
+S = TypeVar("S")
 
-class BaseFilter(abc.ABC):
+
+class BaseFilter(abc.ABC, Generic[S]):
     """One yes/no question about hosts, asked of all candidates at once."""
 
     #: What a rejected host is counted under in NoValidHost's details.
@@ -45,11 +57,13 @@ class BaseFilter(abc.ABC):
         self.settings = settings
         self.args: Any = self.Args() if args is None else args
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        """False when the request gives this filter nothing to check (it is skipped)."""
-        return True
+    def prepare(self, ctx: PlacementContext) -> S | None:
+        """What this filter reads of the request, once per request; None when the
+        request gives it nothing to check (it is skipped). By default the
+        filter runs on every request, with nothing parsed (True)."""
+        return True  # type: ignore[return-value]
 
     @abc.abstractmethod
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: S) -> np.ndarray:
         """A boolean mask aligned with ``candidates``: True keeps the host."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class ImagePropertiesFilter(BaseFilter):
+class ImagePropertiesFilter(BaseFilter[ImageRequirements]):
     """Keeps hosts that support what the image asks of the hypervisor."""
 
     REASON = "image properties not supported"
@@ -53,16 +53,14 @@ class ImagePropertiesFilter(BaseFilter):
 
     args: Args
 
-    def _wanted(self, ctx: PlacementContext) -> ImageRequirements:
+    def prepare(self, ctx: PlacementContext) -> ImageRequirements | None:
         props = ctx.spec.image.properties if ctx.spec.image is not None else {}
-        return image_requirements(props, self.args.image_properties_default_architecture)
+        wanted = image_requirements(props, self.args.image_properties_default_architecture)
+        return wanted if wanted.asks_anything else None
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return self._wanted(ctx).asks_anything
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        wanted = self._wanted(ctx)
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: ImageRequirements) -> np.ndarray:
+        wanted = state
         asked = [v for v in (wanted.arch, wanted.hv_type, wanted.vm_mode) if v]
 
         def supported(triples: frozenset[Triple] | None) -> bool:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IoOpsFilter(BaseFilter):
+class IoOpsFilter(BaseFilter[bool]):
     """Keeps hosts with fewer than ``max_io_ops_per_host`` builds in progress."""
 
     REASON = "too many builds in progress"
@@ -35,6 +35,6 @@ class IoOpsFilter(BaseFilter):
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
         return view.capabilities.io_ops(candidates) < self.args.max_io_ops_per_host

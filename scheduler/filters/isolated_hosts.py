@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IsolatedHostsFilter(BaseFilter):
+class IsolatedHostsFilter(BaseFilter[bool]):
     """Keeps isolated images and isolated hosts together."""
 
     REASON = "isolated host or image"
@@ -50,19 +50,21 @@ class IsolatedHostsFilter(BaseFilter):
 
     args: Args
 
-    def applies(self, ctx: PlacementContext) -> bool:
+    def prepare(self, ctx: PlacementContext) -> bool | None:
+        """Whether the request's image is an isolated one (None: nothing is isolated)."""
         s = self.args
-        if not s.isolated_images:
-            return bool(s.isolated_hosts) and s.restrict_isolated_hosts_to_isolated_images
-        return True
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        s = self.args
-        host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
+        if not s.isolated_images and not (s.isolated_hosts
+                                          and s.restrict_isolated_hosts_to_isolated_images):
+            return None
         spec = ctx.spec
         image_id = None if spec.is_bfv or spec.image is None else spec.image.id
-        image_isolated = image_id is not None and image_id in s.isolated_images
+        return image_id is not None and image_id in s.isolated_images
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
+        s = self.args
+        host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
+        image_isolated = state
         if not s.isolated_images:
             return ~host_isolated
         if s.restrict_isolated_hosts_to_isolated_images:

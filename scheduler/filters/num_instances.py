@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class NumInstancesFilter(BaseFilter):
+class NumInstancesFilter(BaseFilter[bool]):
     """Keeps hosts with fewer than ``max_instances_per_host`` instances."""
 
     REASON = "too many instances"
@@ -36,6 +36,6 @@ class NumInstancesFilter(BaseFilter):
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
         return view.consumers[candidates] < self.args.max_instances_per_host

@@ -22,6 +22,11 @@ by host. **We differ from Nova**: a weigher whose *configured* multiplier is
 0 does not run at all, so aggregate metadata rescales weighers that are on
 but cannot turn one on for some hosts.
 
+A weigher that reads the request parses it once per request in
+:meth:`BaseWeigher.prepare` (as a filter does, see
+:mod:`scheduler.filters.base`) and reads that state in ``raw``; None means
+the request gives it nothing to weigh, and it weighs 0 for every host.
+
 Weighers are plugins: registered as entry points in group
 ``scheduler.weighers`` and built once, with the engine's settings and their
 own ``Args``, in which the multiplier is declared with
@@ -32,7 +37,7 @@ own ``Args``, in which the multiplier is declared with
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -42,6 +47,9 @@ if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
     from scheduler.engine.settings import EngineSettings
+
+#: A weigher's per-request state, as its :meth:`BaseWeigher.prepare` returns it.
+S = TypeVar("S")
 
 Scaling = Literal["max", "range"]
 BY_MAX: Scaling = "max"
@@ -61,7 +69,7 @@ def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     return (values - low) / (high - low)
 
 
-class BaseWeigher(abc.ABC):
+class BaseWeigher(abc.ABC, Generic[S]):
     """One preference, as a raw number per host."""
 
     #: The weigher's arguments: its multiplier, and any other option it has.
@@ -86,15 +94,23 @@ class BaseWeigher(abc.ABC):
         self.args: Any = self.Args() if args is None else args
         self.multiplier: float = getattr(self.args, self.MULTIPLIER_OPTION)
 
+    def prepare(self, ctx: PlacementContext) -> S | None:
+        """What this weigher reads of the request, once per request; None when the
+        request gives it nothing to weigh. By default it weighs every request,
+        with nothing parsed (True)."""
+        return True  # type: ignore[return-value]
+
     @abc.abstractmethod
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: S) -> np.ndarray:
         """One number per candidate, aligned with ``candidates``; higher is preferred."""
 
-    def weigh(self, view: HostView, candidates: np.ndarray,
-              ctx: PlacementContext) -> np.ndarray:
-        """This weigher's contribution per candidate: scaled raw times multiplier."""
-        scaled = normalise(self.raw(view, candidates, ctx), self.SCALING)
+    def weigh(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+              state: S | None) -> np.ndarray:
+        """This weigher's contribution per candidate: scaled raw times multiplier
+        (0 everywhere when ``state`` is None)."""
+        scaled = (np.zeros(len(candidates)) if state is None
+                  else normalise(self.raw(view, candidates, ctx, state), self.SCALING))
         return self.multipliers(view, candidates) * scaled
 
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class BuildFailureWeigher(BaseWeigher):
+class BuildFailureWeigher(BaseWeigher[bool]):
     """Fewer recent build failures is better."""
 
     SCALING = BY_RANGE
@@ -41,6 +41,6 @@ class BuildFailureWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return -view.failed_builds[candidates]

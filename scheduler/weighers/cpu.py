@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class CPUWeigher(BaseWeigher):
+class CPUWeigher(BaseWeigher[bool]):
     """Free vCPUs (allocation ratio applied)."""
 
     SCALING = BY_MAX
@@ -40,6 +40,6 @@ class CPUWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free(VCPU, candidates)

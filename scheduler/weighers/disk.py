@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class DiskWeigher(BaseWeigher):
+class DiskWeigher(BaseWeigher[bool]):
     """Free disk (allocation ratio ignored)."""
 
     SCALING = BY_MAX
@@ -37,6 +37,6 @@ class DiskWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free_ignoring_ratio(DISK_GB, candidates)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class HypervisorVersionWeigher(BaseWeigher):
+class HypervisorVersionWeigher(BaseWeigher[bool]):
     """Reported hypervisor version (positive multiplier: newer is better)."""
 
     SCALING = BY_RANGE
@@ -41,6 +41,6 @@ class HypervisorVersionWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.capabilities.hypervisor_version(candidates)

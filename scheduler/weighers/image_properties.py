@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
 
+#: Per property of the requested image that counts: (its weight, its stat's name).
+Terms = tuple[tuple[float, str], ...]
+
 
 def weight_setting(pairs: list[str]) -> dict[str, float]:
     """``["os_distro=10", ...]`` as a mapping.
@@ -53,7 +56,7 @@ def weight_setting(pairs: list[str]) -> dict[str, float]:
     return setting
 
 
-class ImagePropertiesWeigher(BaseWeigher):
+class ImagePropertiesWeigher(BaseWeigher[Terms]):
     """Instances sharing the requested image's properties (positive: more is better)."""
 
     SCALING = BY_RANGE
@@ -74,17 +77,22 @@ class ImagePropertiesWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
-        weight = np.zeros(len(candidates))
+    def prepare(self, ctx: PlacementContext) -> Terms | None:
+        """The requested image's properties that count, with their weights."""
         image = ctx.spec.image
         if image is None:
-            return weight
+            return None
         setting = self.args.image_props_weight_setting
+        terms = tuple((setting.get(prop, 0.0) if setting else 1.0,
+                       image_property_stat(prop, str(value)))
+                      for prop, value in image.properties.items())
+        return tuple((share, stat) for share, stat in terms if share) or None
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: Terms) -> np.ndarray:
+        weight = np.zeros(len(candidates))
         caps = view.capabilities
-        for prop, value in image.properties.items():
-            share = setting.get(prop, 0.0) if setting else 1.0
-            stat = image_property_stat(prop, str(value))
-            if share and caps.has_stat(stat):
+        for share, stat in state:
+            if caps.has_stat(stat):
                 weight += share * caps.stat(stat, candidates)
         return weight

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IoOpsWeigher(BaseWeigher):
+class IoOpsWeigher(BaseWeigher[bool]):
     """Builds in progress (negative multiplier: fewer is better)."""
 
     SCALING = BY_MAX
@@ -40,6 +40,6 @@ class IoOpsWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.capabilities.io_ops(candidates)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class NumInstancesWeigher(BaseWeigher):
+class NumInstancesWeigher(BaseWeigher[bool]):
     """Instance count (positive multiplier: more is better)."""
 
     SCALING = BY_RANGE
@@ -39,6 +39,6 @@ class NumInstancesWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.consumers[candidates]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class RAMWeigher(BaseWeigher):
+class RAMWeigher(BaseWeigher[bool]):
     """Free RAM (allocation ratio ignored)."""
 
     SCALING = BY_MAX
@@ -38,6 +38,6 @@ class RAMWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free_ignoring_ratio(MEMORY_MB, candidates)

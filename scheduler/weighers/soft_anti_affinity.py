@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler.engine.plugins import PluginArgs, multiplier
+from scheduler.objects import ServerGroup
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
-from scheduler.weighers.soft_affinity import group_members
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
 
 
-class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
+class ServerGroupSoftAntiAffinityWeigher(BaseWeigher[ServerGroup]):
     """Members of the request's soft-anti-affinity group on the host (fewer is better)."""
 
     SCALING = BY_RANGE
@@ -45,6 +45,9 @@ class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
-        return -group_members(view, candidates, ctx, "soft-anti-affinity")
+    def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
+        return ctx.group_with("soft-anti-affinity")
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: ServerGroup) -> np.ndarray:
+        return -ctx.members_on(view, candidates)

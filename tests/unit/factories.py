@@ -169,8 +169,7 @@ def group(policy: str, max_server_per_host: int = 1) -> ServerGroup:
 def context(request: RequestSpec | None = None, members: Mapping[str, int] | None = None,
             now: float = NOW) -> PlacementContext:
     request = request or spec()
-    return PlacementContext(spec=request, resources=request.resources, now=now,
-                            group_members=Counter(members or {}))
+    return PlacementContext(spec=request, now=now, group_members=Counter(members or {}))
 
 
 def settings(**overrides: object) -> EngineSettings:

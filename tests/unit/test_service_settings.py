@@ -111,7 +111,7 @@ def test_an_argument_out_of_bounds_stops_start_up() -> None:
 TINY_REASON = "too few tiny things"
 
 
-class TinyFilter(BaseFilter):
+class TinyFilter(BaseFilter[bool]):
     """A test-only filter with one option, registered by a fake entry point."""
 
     REASON = TINY_REASON
@@ -122,8 +122,8 @@ class TinyFilter(BaseFilter):
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
         return np.ones(len(candidates), dtype=bool)
 
 

@@ -25,8 +25,9 @@ def kept(filter_cls: type[BaseFilter], hosts: Iterable[Host], request: RequestSp
     idx = np.arange(view.size)
     ctx = context(request, members=members)
     f = build(filter_cls, settings(**overrides))
-    if not f.applies(ctx):
+    state = f.prepare(ctx)
+    if state is None:
         return list(view.names)
-    mask = f.passes(view, idx, ctx)
+    mask = f.passes(view, idx, ctx, state)
     assert mask.dtype == bool and mask.shape == idx.shape
     return [view.names[i] for i in idx[mask]]

@@ -45,7 +45,7 @@ def test_aggregate_overrides(aggregates: list[Aggregate], multipliers: list[floa
     assert np.broadcast_to(got, idx.shape).tolist() == multipliers
     # The override multiplies the normalised score, host by host.
     scaled = np.array([16384 / 32768, 16384 / 32768, 16384 / 32768, 1.0])
-    assert weigher.weigh(view, idx, context()).tolist() == pytest.approx(
+    assert weigher.weigh(view, idx, context(), True).tolist() == pytest.approx(
         (np.array(multipliers) * scaled).tolist())
 
 
