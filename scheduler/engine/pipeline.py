@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
@@ -55,7 +55,11 @@ from scheduler.exceptions import (
     ProviderNotFound,
     StoreError,
 )
-from scheduler.filters.base import BaseFilter
+
+# The plugin bases (here and below) as modules, not names: a plugin module
+# imported before this package imports it through scheduler.engine.plugins
+# while its own base is still loading; the names are looked up at Engine().
+from scheduler.filters import base as filters_base
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
 from scheduler.request_filters import (
     AvailabilityZoneRequestFilter,
@@ -68,7 +72,11 @@ from scheduler.request_filters import (
 )
 from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import Consumer, GroupClaim, Store
-from scheduler.weighers.base import BaseWeigher
+from scheduler.weighers import base as weighers_base
+
+if TYPE_CHECKING:
+    from scheduler.filters.base import BaseFilter
+    from scheduler.weighers.base import BaseWeigher
 
 LOG = structlog.get_logger(__name__)
 
@@ -193,10 +201,12 @@ class Engine:
         # Each plugin with its own arguments (its options), checked here, once.
         self.filters: list[tuple[str, BaseFilter[Any]]] = [
             (name, build(cls, settings))
-            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
+            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
+                                            filters_base.BaseFilter)]
         self.weighers: list[tuple[str, BaseWeigher[Any]]] = [
             (name, build(cls, settings))
-            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers, BaseWeigher)]
+            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
+                                            weighers_base.BaseWeigher)]
         # A policy that both a request filter and a host filter can enforce
         # is not enforced at all when an operator turns off the one and
         # leaves the other out: say so at start-up.

@@ -8,6 +8,8 @@ options for every registered plugin (another package's too), read once into
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -158,3 +160,10 @@ def test_a_new_plugins_option_is_generated_and_reaches_it(tiny_registered: None)
     (name, tiny), = Engine(MemoryStore(), settings).filters
     assert (name, type(tiny).__name__) == ("TinyFilter", "TinyFilter")
     assert tiny.args.tiny_things_per_host == 5
+
+
+@pytest.mark.parametrize("module", ["scheduler.filters.base", "scheduler.weighers.base",
+                                    "scheduler.filters.same_host", "scheduler.engine.plugins"])
+def test_a_plugin_module_imports_first(module: str) -> None:
+    """What another package does: import a plugin (or the helpers) before the engine."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
