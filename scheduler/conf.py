@@ -13,10 +13,11 @@ filters and weighers never import this module.
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from oslo_config import cfg
 
+from scheduler.engine import plugins
 from scheduler.engine import settings as _settings
 
 DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
@@ -103,7 +104,7 @@ scheduler_opts = [
 ]
 
 filter_scheduler_group = cfg.OptGroup(
-    "filter_scheduler", title="Filters and weighers",
+    plugins.OPTIONS_GROUP, title="Filters and weighers",
     help="Which filters and weighers run, and how much each weigher counts.")
 
 filter_scheduler_opts = [
@@ -121,69 +122,41 @@ filter_scheduler_opts = [
                help="The host is picked at random among this many best-weighed hosts. 1 takes "
                "the best; larger values lower the chance that two workers race for one "
                "host."),
-    cfg.FloatOpt("ram_weight_multiplier", default=1.0,
-                 help="Weight of free RAM. Positive spreads instances across hosts, negative "
-                 "packs them onto the fullest hosts."),
-    cfg.FloatOpt("cpu_weight_multiplier", default=1.0,
-                 help="Weight of free vCPUs (allocation ratio included). Positive spreads, "
-                 "negative packs."),
-    cfg.FloatOpt("disk_weight_multiplier", default=1.0,
-                 help="Weight of free disk. Positive spreads, negative packs."),
-    cfg.FloatOpt("build_failure_weight_multiplier", default=1000000.0,
-                 help="How strongly hosts with recent build failures are avoided. The host's "
-                 "count of failed builds (reset by a success) is multiplied by this and "
-                 "subtracted; 0 ignores failures."),
-    cfg.FloatOpt("io_ops_weight_multiplier", default=-1.0,
-                 help="Weight of the builds in progress on a host. Negative (the default) "
-                 "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
-                 "ones."),
-    cfg.FloatOpt("num_instances_weight_multiplier", default=0.0,
-                 help="Weight of the instance count of a host. Positive prefers hosts with "
-                 "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
-                 "weigher off."),
-    cfg.FloatOpt("soft_affinity_weight_multiplier", default=1.0, min=0.0,
-                 help="How strongly members of a soft-affinity group are drawn to the hosts "
-                 "already running members of their group.\n\nPossible values: 0 or more "
-                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
-                 "instead)."),
-    cfg.FloatOpt("soft_anti_affinity_weight_multiplier", default=1.0, min=0.0,
-                 help="How strongly members of a soft-anti-affinity group are pushed away from "
-                 "the hosts already running members of their group.\n\nPossible values: 0 "
-                 "or more."),
-    cfg.FloatOpt("image_props_weight_multiplier", default=0.0,
-                 help="Weight of the instances on a host whose image shares properties with "
-                 "the requested image. Positive packs alike instances together, negative "
-                 "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
-                 "image_props_weight_setting."),
-    cfg.ListOpt("image_props_weight_setting", default=[],
-                help="Which image properties the image properties weigher counts, and how "
-                "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). Empty: "
-                "every property counts 1; otherwise unlisted properties count 0."),
-    cfg.FloatOpt("hypervisor_version_weight_multiplier", default=1.0,
-                 help="Weight of the reported hypervisor version. Positive prefers newer "
-                 "hypervisors, negative older ones. Versions of different hypervisor types "
-                 "do not compare: keep such hosts in separate aggregates."),
-    cfg.IntOpt("max_instances_per_host", default=50, min=0,
-               help="NumInstancesFilter rejects hosts holding at least this many instances "
-               "(0 rejects every host)."),
-    cfg.IntOpt("max_io_ops_per_host", default=8, min=0,
-               help="IoOpsFilter rejects hosts with at least this many builds in progress."),
-    cfg.ListOpt("isolated_hosts", default=[],
-                help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
-                "Related options: isolated_images, "
-                "restrict_isolated_hosts_to_isolated_images."),
-    cfg.ListOpt("isolated_images", default=[],
-                help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
-                "volume-backed request has no image and counts as a non-isolated one."),
-    cfg.BoolOpt("restrict_isolated_hosts_to_isolated_images", default=True,
-                help="Whether isolated_hosts take isolated images only. With False they take "
-                "any image, while isolated images still go only to isolated hosts."),
-    cfg.StrOpt("image_properties_default_architecture",
-               help="Architecture assumed for an image that names none "
-               "(ImagePropertiesFilter); unset, such an image asks for no architecture."),
+]
+
+#: The options the filters and weighers declare (see :mod:`scheduler.engine.plugins`)
+#: come between these two lists in ``[filter_scheduler]``.
+filter_scheduler_shared_opts = [
+    # A plugin option read by more than its plugin (the availability-zone
+    # request filter and the host view, as well as AvailabilityZoneFilter),
+    # so declared here and kept in EngineSettings.
     cfg.StrOpt("default_availability_zone", default="nova",
                help="Zone of a host that no aggregate places in a zone."),
 ]
+
+
+def _plugin_opt(d: plugins.Declared) -> cfg.Opt:
+    """The oslo.config option of a plugin argument, as the plugin declares it."""
+    if d.kind == "bool":
+        return cfg.BoolOpt(d.name, default=d.default, help=d.help)
+    if d.kind == "int":
+        return cfg.IntOpt(d.name, default=d.default, min=d.min, max=d.max, help=d.help)
+    if d.kind == "float":
+        return cfg.FloatOpt(d.name, default=d.default, min=d.min, max=d.max, help=d.help)
+    if d.kind == "str":
+        return cfg.StrOpt(d.name, default=d.default, help=d.help)
+    default = d.default
+    if isinstance(default, Mapping):
+        default = [f"{key}={value}" for key, value in default.items()]
+    return cfg.ListOpt(d.name, default=list(default), help=d.help)
+
+
+def filter_scheduler_options() -> list[cfg.Opt]:
+    """``[filter_scheduler]``: the static options, then those of every registered
+    filter and weigher (from any package), generated from their declarations."""
+    return [*filter_scheduler_opts,
+            *(_plugin_opt(d) for d in plugins.registered_options()),
+            *filter_scheduler_shared_opts]
 
 pci_group = cfg.OptGroup("pci", title="PCI passthrough",
                          help="The PCI devices flavors may ask for by alias.")
@@ -274,20 +247,23 @@ conductor_opts = [
                 "hosts already tried ignored), up to [scheduler] max_attempts hosts."),
 ]
 
-_GROUPS = [
-    (None, default_opts),
-    (scheduler_group, scheduler_opts),
-    (filter_scheduler_group, filter_scheduler_opts),
-    (pci_group, pci_opts),
-    (redis_group, redis_opts),
-    (notifications_group, notifications_opts),
-    (compute_group, compute_opts),
-    (conductor_group, conductor_opts),
-]
+def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
+    """Every group and its options; ``[filter_scheduler]``'s with the plugins'
+    registered now."""
+    return [
+        (None, default_opts),
+        (scheduler_group, scheduler_opts),
+        (filter_scheduler_group, filter_scheduler_options()),
+        (pci_group, pci_opts),
+        (redis_group, redis_opts),
+        (notifications_group, notifications_opts),
+        (compute_group, compute_opts),
+        (conductor_group, conductor_opts),
+    ]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    for group, opts in _GROUPS:
+    for group, opts in _groups():
         if group is not None:
             conf.register_group(group)
         conf.register_opts(opts, group=group)
@@ -295,7 +271,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     """For oslo-config-generator: (group name, options) pairs."""
-    return [("DEFAULT" if g is None else g.name, opts) for g, opts in _GROUPS]
+    return [("DEFAULT" if g is None else g.name, opts) for g, opts in _groups()]
 
 
 CONF = cfg.CONF

@@ -15,6 +15,7 @@ import oslo_messaging
 from oslo_config import cfg
 
 from scheduler import rpc
+from scheduler.engine import plugins
 from scheduler.engine.pipeline import Engine
 from scheduler.engine.settings import EngineSettings, PciAlias
 from scheduler.exceptions import StoreUnavailable
@@ -24,27 +25,6 @@ from scheduler.notifier import Notifier
 from scheduler.store import Store, open_store
 
 LOG = get_logger(__name__)
-
-_MULTIPLIERS = ("ram_weight_multiplier", "cpu_weight_multiplier", "disk_weight_multiplier",
-                "build_failure_weight_multiplier", "io_ops_weight_multiplier",
-                "num_instances_weight_multiplier", "soft_affinity_weight_multiplier",
-                "soft_anti_affinity_weight_multiplier", "image_props_weight_multiplier",
-                "hypervisor_version_weight_multiplier")
-
-
-def _weight_setting(pairs: list[str]) -> dict[str, float]:
-    """``["os_distro=10", ...]`` as a mapping; a malformed pair stops start-up."""
-    setting: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            if not sep or not name.strip():
-                raise ValueError
-            setting[name.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"[filter_scheduler] image_props_weight_setting: {pair!r} is "
-                             "not property=number") from None
-    return setting
 
 
 def _pci_aliases(texts: list[str]) -> dict[str, PciAlias]:
@@ -58,7 +38,8 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
     return EngineSettings(
         enabled_filters=tuple(fs.enabled_filters),
         weighers=tuple(fs.weighers),
-        weight_multipliers={name: float(getattr(fs, name)) for name in _MULTIPLIERS},
+        # The filters' and weighers' own options, each plugin's as it declares them.
+        plugin_options=plugins.read_options(lambda name: getattr(fs, name)),
         host_subset_size=fs.host_subset_size,
         max_attempts=sc.max_attempts,
         max_placement_results=sc.max_placement_results,
@@ -66,14 +47,6 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         service_down_time=float(sc.service_down_time),
         claim_attempts=sc.claim_attempts,
         default_availability_zone=fs.default_availability_zone,
-        max_instances_per_host=fs.max_instances_per_host,
-        max_io_ops_per_host=fs.max_io_ops_per_host,
-        isolated_hosts=tuple(fs.isolated_hosts),
-        isolated_images=tuple(fs.isolated_images),
-        restrict_isolated_hosts_to_isolated_images=(
-            fs.restrict_isolated_hosts_to_isolated_images),
-        image_properties_default_architecture=fs.image_properties_default_architecture,
-        image_props_weight_setting=_weight_setting(fs.image_props_weight_setting),
         pci_aliases=_pci_aliases(conf.pci.alias),
         compute_status_filter=sc.compute_status_filter,
         query_placement_for_availability_zone=sc.query_placement_for_availability_zone,

@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
@@ -44,7 +45,7 @@ from scheduler.engine import reasons
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
 from scheduler.engine.placement import Placement, host_constraint_mask, place
-from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, load_plugins
+from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
 from scheduler.engine.settings import EngineSettings
 from scheduler.exceptions import (
     ClaimFailed,
@@ -54,7 +55,11 @@ from scheduler.exceptions import (
     ProviderNotFound,
     StoreError,
 )
-from scheduler.filters.base import BaseFilter
+
+# The plugin bases (here and below) as modules, not names: a plugin module
+# imported before this package imports it through scheduler.engine.plugins
+# while its own base is still loading; the names are looked up at Engine().
+from scheduler.filters import base as filters_base
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
 from scheduler.request_filters import (
     AvailabilityZoneRequestFilter,
@@ -67,7 +72,11 @@ from scheduler.request_filters import (
 )
 from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import Consumer, GroupClaim, Store
-from scheduler.weighers.base import BaseWeigher
+from scheduler.weighers import base as weighers_base
+
+if TYPE_CHECKING:
+    from scheduler.filters.base import BaseFilter
+    from scheduler.weighers.base import BaseWeigher
 
 LOG = structlog.get_logger(__name__)
 
@@ -189,12 +198,15 @@ class Engine:
             # The image's disk format, last: a trait every host usually has.
             (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
         ) if on]
-        self.filters: list[tuple[str, BaseFilter]] = [
-            (name, cls(settings))
-            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters, BaseFilter)]
-        self.weighers: list[tuple[str, BaseWeigher]] = [
-            (name, cls(settings))
-            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers, BaseWeigher)]
+        # Each plugin with its own arguments (its options), checked here, once.
+        self.filters: list[tuple[str, BaseFilter[Any]]] = [
+            (name, build(cls, settings))
+            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
+                                            filters_base.BaseFilter)]
+        self.weighers: list[tuple[str, BaseWeigher[Any]]] = [
+            (name, build(cls, settings))
+            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
+                                            weighers_base.BaseWeigher)]
         # A policy that both a request filter and a host filter can enforce
         # is not enforced at all when an operator turns off the one and
         # leaves the other out: say so at start-up.
@@ -233,8 +245,11 @@ class Engine:
             # Request filters turn policy into constraints, once per request
             # (each returns a new request; see _request_filters for the order).
             request = self._request_filters(request, spec)
-            ctx = PlacementContext(spec=spec, resources=request.resources, now=now,
-                                   group_members=self._group_members(spec), request=request)
+            ctx = PlacementContext(spec=spec, now=now, group_members=self._group_members(spec),
+                                   request=request)
+            # Each filter's and weigher's per-request state, prepared once for
+            # all the request's instances (when first needed, see _filter).
+            states = CycleState(ctx)
             claimed: list[str] = []
             consumed: list[Consumed] = []
             selections: list[list[Selection]] = []
@@ -251,7 +266,7 @@ class Engine:
                     # the cut bounds all that follows.
                     placement = self._candidates(ctx, rng, trace)
                     # Host filters, in configured order, on candidates only.
-                    candidates = self._filter(placement.hosts, ctx, trace)
+                    candidates = self._filter(placement.hosts, ctx, states, trace)
                     # No host now: unless a re-driven request placed this
                     # instance already, that is the answer.
                     held = (self.store.get_consumer(instance_uuid)
@@ -264,7 +279,7 @@ class Engine:
                     if not len(candidates) and held is None:
                         raise self._no_valid_host(trace)
                     # Weighers rank the survivors (a shuffle first breaks ties at random).
-                    ranked, weights = self._weigh(candidates, ctx, rng, trace)
+                    ranked, weights = self._weigh(candidates, ctx, states, rng, trace)
                     if held is not None:
                         index, primary = self._held(held, ranked, weights, trace)
                     else:
@@ -349,17 +364,19 @@ class Engine:
         trace.survived(CANDIDATES, len(placement))
         return placement
 
-    def _filter(self, candidates: np.ndarray, ctx: PlacementContext,
+    def _filter(self, candidates: np.ndarray, ctx: PlacementContext, states: CycleState,
                 trace: InstanceTrace) -> np.ndarray:
+        """The candidates every filter keeps; a filter whose state for the request
+        is None has nothing to check, and is skipped."""
         for name, host_filter in self.filters:
-            if len(candidates) and host_filter.applies(ctx):
-                keep = host_filter.passes(self.view, candidates, ctx)
+            if len(candidates) and (state := states.of(host_filter)) is not None:
+                keep = host_filter.passes(self.view, candidates, ctx, state)
                 trace.reject(host_filter.REASON, len(candidates) - int(np.count_nonzero(keep)))
                 candidates = candidates[keep]
             trace.survived(name, len(candidates))
         return candidates
 
-    def _weigh(self, candidates: np.ndarray, ctx: PlacementContext,
+    def _weigh(self, candidates: np.ndarray, ctx: PlacementContext, states: CycleState,
                rng: np.random.Generator,
                trace: InstanceTrace) -> tuple[np.ndarray, np.ndarray]:
         """The candidates best first, and their weights."""
@@ -368,7 +385,7 @@ class Engine:
         if len(candidates) > 1:  # one host left: nothing to weigh
             for name, weigher in self.weighers:
                 if weigher.multiplier:
-                    share = weigher.weigh(self.view, candidates, ctx)
+                    share = weigher.weigh(self.view, candidates, ctx, states.of(weigher))
                     total += share
                     shares.append((name, share))
         settings = self.settings
@@ -557,6 +574,27 @@ class Engine:
     def _unconsume(self, consumed: Sequence[Consumed]) -> None:
         for index, allocations in consumed:
             self.view.consume_allocation(index, allocations, sign=-1)
+
+
+class CycleState:
+    """The per-request state of each filter and weigher (kube-scheduler's cycle
+    state): what its ``prepare`` parsed of the request, asked once per request,
+    when the plugin is first reached (a filter only once candidates reach it,
+    so a later filter never parses a request that earlier ones left no host
+    for), and shared by all the request's instances. What changes between
+    the instances (``ctx.group_members``) is never in it: plugins read that
+    from the context as they filter or weigh.
+    """
+
+    def __init__(self, ctx: PlacementContext) -> None:
+        self._ctx = ctx
+        self._states: dict[int, Any] = {}
+
+    def of(self, plugin: BaseFilter[Any] | BaseWeigher[Any]) -> Any:
+        key = id(plugin)  # plugins live as long as the engine, longer than this
+        if key not in self._states:
+            self._states[key] = plugin.prepare(self._ctx)
+        return self._states[key]
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

@@ -1,7 +1,9 @@
 """The engine's settings: every option the pipeline reads, passed in.
 
-Options are declared and read elsewhere (oslo.config, in one place) and handed
-to :class:`~scheduler.engine.pipeline.Engine` as one frozen
+Options are declared and read elsewhere (oslo.config, in one place; the host
+filters' and weighers' own options in their modules, see
+:mod:`scheduler.engine.plugins`) and handed to
+:class:`~scheduler.engine.pipeline.Engine` as one frozen
 :class:`EngineSettings`. Nothing in the engine, the filters or the weighers
 imports the global config, so a test builds exactly the settings it means.
 """
@@ -81,20 +83,27 @@ class PciAlias:
 class EngineSettings:
     """What the pipeline needs to know, fixed at construction.
 
-    ``weight_multipliers`` is keyed by option name (``ram_weight_multiplier``);
-    a weigher whose option is absent uses its own default. ``claim_attempts``
-    bounds how many hosts one instance tries when claims conflict with other
-    workers. ``services_refresh_interval`` bounds how often heartbeats (which
-    are not in the change feed) are re-read. The host filters' and weighers'
-    own settings follow, named as their ``[filter_scheduler]`` options;
-    ``pci_aliases`` maps alias names to the devices they stand for. The
+    ``claim_attempts`` bounds how many hosts one instance tries when claims
+    conflict with other workers. ``services_refresh_interval`` bounds how
+    often heartbeats (which are not in the change feed) are re-read. The
     request-filter switches are the ``[scheduler]`` options of the same names
     (see :mod:`scheduler.request_filters`).
+
+    ``plugin_options`` holds the host filters' and weighers' own options
+    (the weighers' multipliers among them) by option name, as their ``Args``
+    take them: each plugin declares its options in its own module and is
+    built with its own arguments (:mod:`scheduler.engine.plugins`); an
+    option absent here takes its declared default. Two plugin options stay
+    here because more than the plugin reads them: ``default_availability_zone``
+    (the availability-zone request filter and the host view as well as the
+    AvailabilityZoneFilter) and ``pci_aliases`` (request validation as well
+    as the PciPassthroughFilter; a ``[pci]`` option), which maps alias names
+    to the devices they stand for.
     """
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
     weighers: tuple[str, ...] = DEFAULT_WEIGHERS
-    weight_multipliers: Mapping[str, float] = field(default_factory=dict)
+    plugin_options: Mapping[str, Any] = field(default_factory=dict)
     host_subset_size: int = 1
     max_attempts: int = 3
     max_placement_results: int = 1000
@@ -103,14 +112,6 @@ class EngineSettings:
     claim_attempts: int = 5
     default_availability_zone: str = "nova"
     services_refresh_interval: float = 2.0
-    # the host filters and weighers
-    max_instances_per_host: int = 50
-    max_io_ops_per_host: int = 8
-    isolated_hosts: tuple[str, ...] = ()
-    isolated_images: tuple[str, ...] = ()
-    restrict_isolated_hosts_to_isolated_images: bool = True
-    image_properties_default_architecture: str | None = None
-    image_props_weight_setting: Mapping[str, float] = field(default_factory=dict)
     pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
     # request filters (scheduler.request_filters), on or off as Nova's defaults
     compute_status_filter: bool = True
@@ -123,18 +124,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "enabled_filters", tuple(self.enabled_filters))
         object.__setattr__(self, "weighers", tuple(self.weighers))
-        object.__setattr__(self, "isolated_hosts", tuple(self.isolated_hosts))
-        object.__setattr__(self, "isolated_images", tuple(self.isolated_images))
-        object.__setattr__(self, "image_props_weight_setting",
-                           MappingProxyType({k: float(v) for k, v in
-                                             self.image_props_weight_setting.items()}))
+        object.__setattr__(self, "plugin_options", MappingProxyType(dict(self.plugin_options)))
         object.__setattr__(self, "pci_aliases", MappingProxyType(dict(self.pci_aliases)))
-        for name in ("max_instances_per_host", "max_io_ops_per_host"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        object.__setattr__(self, "weight_multipliers",
-                           MappingProxyType({k: float(v)
-                                             for k, v in self.weight_multipliers.items()}))
         for name in ("host_subset_size", "max_attempts", "max_placement_results",
                      "claim_attempts"):
             if getattr(self, name) < 1:
@@ -144,7 +135,3 @@ class EngineSettings:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if not self.default_availability_zone:
             raise ValueError("default_availability_zone must not be empty")
-
-    def multiplier(self, option: str, default: float) -> float:
-        """The configured multiplier for ``option``, else ``default``."""
-        return self.weight_multipliers.get(option, default)

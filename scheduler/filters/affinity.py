@@ -1,11 +1,13 @@
 """Server-group filters: strict affinity and strict anti-affinity.
 
-Both read ``ctx.group_members``: members of the request's group per host, as
-the store had them when the request started, plus the instances placed
-earlier in the same multi-instance request (so those count as members, and
-anti-affinity spreads them, as in Nova). The soft policies only weigh and
-are not filtered here. The store re-checks the strict policy inside the
-atomic claim, so racing workers cannot break it either.
+Both take the request's group as their per-request state (when its policy
+is theirs) and read ``ctx.group_members`` when they filter: members of the
+request's group per host, as the store had them when the request started,
+plus the instances placed earlier in the same multi-instance request (so
+those count as members, and anti-affinity spreads them, as in Nova). The
+soft policies only weigh and are not filtered here. The rule is
+:func:`scheduler.rules.group_allows`, the one the store's atomic claim
+re-checks, so racing workers cannot break it either.
 
 * ServerGroupAffinityFilter rejects, once the group has members, every host
   that holds none: the group's instances all go to one host.
@@ -19,46 +21,43 @@ the engine before any filter matters, so that case does not arise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from scheduler import rules
 from scheduler.filters.base import BaseFilter
+from scheduler.objects import ServerGroup
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
 
 
-class ServerGroupAffinityFilter(BaseFilter):
+class _StrictGroupFilter(BaseFilter[ServerGroup]):
+    """The strict policy ``POLICY`` of the request's group, by :func:`rules.group_allows`."""
+
+    POLICY: ClassVar[str]
+
+    def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
+        return ctx.group_with(self.POLICY)
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: ServerGroup) -> np.ndarray:
+        # The members change as the request's instances are placed: read them now.
+        return rules.group_allows(self.POLICY, ctx.members_on(view, candidates),
+                                  ctx.has_members(), state.max_server_per_host)
+
+
+class ServerGroupAffinityFilter(_StrictGroupFilter):
     """Keeps only the hosts holding members of an affinity group (once it has any)."""
 
     REASON = "server group affinity"
-
-    def applies(self, ctx: PlacementContext) -> bool:
-        group = ctx.spec.group
-        return (group is not None and group.policy == "affinity"
-                and any(n > 0 for n in ctx.group_members.values()))
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        holding = view.indices_of(h for h, n in ctx.group_members.items() if n > 0)
-        return np.isin(candidates, holding)
+    POLICY = rules.AFFINITY
 
 
-class ServerGroupAntiAffinityFilter(BaseFilter):
+class ServerGroupAntiAffinityFilter(_StrictGroupFilter):
     """Rejects hosts already holding ``max_server_per_host`` members of the group."""
 
     REASON = "server group anti-affinity"
-
-    def applies(self, ctx: PlacementContext) -> bool:
-        group = ctx.spec.group
-        return (group is not None and group.policy == "anti-affinity"
-                and any(n > 0 for n in ctx.group_members.values()))
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        assert ctx.spec.group is not None  # see applies()
-        limit = ctx.spec.group.max_server_per_host
-        full = view.indices_of(h for h, n in ctx.group_members.items() if n >= limit)
-        return ~np.isin(candidates, full)
+    POLICY = rules.ANTI_AFFINITY

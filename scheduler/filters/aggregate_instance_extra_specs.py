@@ -44,17 +44,16 @@ def aggregate_specs(ctx: PlacementContext) -> list[tuple[str, Requirement]]:
     return out
 
 
-class AggregateInstanceExtraSpecsFilter(BaseFilter):
+class AggregateInstanceExtraSpecsFilter(BaseFilter[list[tuple[str, Requirement]]]):
     """Keeps hosts whose aggregate metadata satisfies the flavor's specs."""
 
     REASON = "aggregate metadata does not match the flavor"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return bool(aggregate_specs(ctx))
+    def prepare(self, ctx: PlacementContext) -> list[tuple[str, Requirement]] | None:
+        return aggregate_specs(ctx) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        specs = aggregate_specs(ctx)
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: list[tuple[str, Requirement]]) -> np.ndarray:
         sets = view.aggregate_sets
         pooled = view.capabilities.pooled_metadata(sets)
         codes = view.agg_set[candidates]
@@ -62,5 +61,5 @@ class AggregateInstanceExtraSpecsFilter(BaseFilter):
         for code in np.unique(codes):
             metadata = pooled[code]
             ok[code] = all(any(req.matches(value) for value in metadata.get(key, ()))
-                           for key, req in specs)
+                           for key, req in state)
         return ok[codes]

@@ -28,13 +28,13 @@ if TYPE_CHECKING:
 TENANT_KEY = "filter_tenant_id"
 
 
-class AggregateMultiTenancyIsolation(BaseFilter):
+class AggregateMultiTenancyIsolation(BaseFilter[bool]):
     """Keeps hosts whose aggregates admit the request's project."""
 
     REASON = "aggregate reserved for other projects"
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
         sets = view.aggregate_sets
         pooled = view.capabilities.pooled_metadata(sets)
         codes = view.agg_set[candidates]

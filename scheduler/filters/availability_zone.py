@@ -30,15 +30,14 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class AvailabilityZoneFilter(BaseFilter):
+class AvailabilityZoneFilter(BaseFilter[str]):
     """Keeps hosts in the requested availability zone."""
 
     REASON = reasons.NOT_IN_ZONE
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return ctx.spec.availability_zone is not None
+    def prepare(self, ctx: PlacementContext) -> str | None:
+        return ctx.spec.availability_zone
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        assert ctx.spec.availability_zone is not None  # see applies()
-        return view.zone_mask(ctx.spec.availability_zone, candidates)
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: str) -> np.ndarray:
+        return view.zone_mask(state, candidates)

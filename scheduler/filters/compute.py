@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class ComputeFilter(BaseFilter):
+class ComputeFilter(BaseFilter[bool]):
     """Keeps hosts whose service is up and enabled."""
 
     REASON = reasons.DISABLED
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
         up = rules.is_up(ctx.now, view.last_seen[candidates], self.settings.service_down_time)
         return up & ~view.disabled[candidates]

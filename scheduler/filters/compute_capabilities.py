@@ -49,19 +49,19 @@ def capability_specs(ctx: PlacementContext) -> list[tuple[str, Requirement, bool
     return out
 
 
-class ComputeCapabilitiesFilter(BaseFilter):
+class ComputeCapabilitiesFilter(BaseFilter[list[tuple[str, Requirement, bool]]]):
     """Keeps hosts whose capabilities satisfy the flavor's capability specs."""
 
     REASON = "capabilities do not match the flavor"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return bool(capability_specs(ctx))
+    def prepare(self, ctx: PlacementContext) -> list[tuple[str, Requirement, bool]] | None:
+        return capability_specs(ctx) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: list[tuple[str, Requirement, bool]]) -> np.ndarray:
         caps = view.capabilities
         keep = np.ones(len(candidates), dtype=bool)
-        for attribute, requirement, namespaced in capability_specs(ctx):
+        for attribute, requirement, namespaced in state:
             if attribute == NUM_INSTANCES:
                 keep &= numeric_mask(view.consumers[candidates], requirement.matches)
                 continue

@@ -13,28 +13,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler.filters.base import BaseFilter
-from scheduler.filters.same_host import InstanceHosts
+from scheduler.filters.same_host import HintedInstances
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
-    from scheduler.engine.settings import EngineSettings
 
 HINT = "different_host"
 
 
-class DifferentHostFilter(BaseFilter):
+class DifferentHostFilter(BaseFilter[HintedInstances]):
     """Rejects the hosts running an instance named by the ``different_host`` hint."""
 
     REASON = "on the same host as a hinted instance"
 
-    def __init__(self, settings: EngineSettings) -> None:
-        super().__init__(settings)
-        self._hosts = InstanceHosts(HINT)
+    def prepare(self, ctx: PlacementContext) -> HintedInstances | None:
+        return HintedInstances.of(ctx, HINT)
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return bool(self._hosts.wanted(ctx))
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        return ~np.isin(candidates, self._hosts.rows(view, ctx))
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: HintedInstances) -> np.ndarray:
+        return ~np.isin(candidates, state.rows(view))

@@ -24,11 +24,13 @@ inside the filter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.engine.capabilities import Triple
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 from scheduler.image_meta import ImageRequirements, image_requirements
 
@@ -37,21 +39,28 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class ImagePropertiesFilter(BaseFilter):
+class ImagePropertiesFilter(BaseFilter[ImageRequirements]):
     """Keeps hosts that support what the image asks of the hypervisor."""
 
     REASON = "image properties not supported"
 
-    def _wanted(self, ctx: PlacementContext) -> ImageRequirements:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        image_properties_default_architecture: str | None = option(
+            None,
+            help="Architecture assumed for an image that names none "
+                 "(ImagePropertiesFilter); unset, such an image asks for no architecture.")
+
+    args: Args
+
+    def prepare(self, ctx: PlacementContext) -> ImageRequirements | None:
         props = ctx.spec.image.properties if ctx.spec.image is not None else {}
-        return image_requirements(props, self.settings.image_properties_default_architecture)
+        wanted = image_requirements(props, self.args.image_properties_default_architecture)
+        return wanted if wanted.asks_anything else None
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return self._wanted(ctx).asks_anything
-
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        wanted = self._wanted(ctx)
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: ImageRequirements) -> np.ndarray:
+        wanted = state
         asked = [v for v in (wanted.arch, wanted.hv_type, wanted.vm_mode) if v]
 
         def supported(triples: frozenset[Triple] | None) -> bool:

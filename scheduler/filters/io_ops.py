@@ -9,10 +9,12 @@ no count passes. As in Nova, a host passes with fewer than the limit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -20,11 +22,19 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IoOpsFilter(BaseFilter):
+class IoOpsFilter(BaseFilter[bool]):
     """Keeps hosts with fewer than ``max_io_ops_per_host`` builds in progress."""
 
     REASON = "too many builds in progress"
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        return view.capabilities.io_ops(candidates) < self.settings.max_io_ops_per_host
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        max_io_ops_per_host: int = option(
+            8, min=0,
+            help="IoOpsFilter rejects hosts with at least this many builds in progress.")
+
+    args: Args
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
+        return view.capabilities.io_ops(candidates) < self.args.max_io_ops_per_host

@@ -14,10 +14,12 @@ non-isolated image, whatever image it was made from.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -25,24 +27,44 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IsolatedHostsFilter(BaseFilter):
+class IsolatedHostsFilter(BaseFilter[bool]):
     """Keeps isolated images and isolated hosts together."""
 
     REASON = "isolated host or image"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        s = self.settings
-        if not s.isolated_images:
-            return bool(s.isolated_hosts) and s.restrict_isolated_hosts_to_isolated_images
-        return True
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        isolated_hosts: tuple[str, ...] = option(
+            (),
+            help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
+                 "Related options: isolated_images, "
+                 "restrict_isolated_hosts_to_isolated_images.")
+        isolated_images: tuple[str, ...] = option(
+            (),
+            help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
+                 "volume-backed request has no image and counts as a non-isolated one.")
+        restrict_isolated_hosts_to_isolated_images: bool = option(
+            True,
+            help="Whether isolated_hosts take isolated images only. With False they take "
+                 "any image, while isolated images still go only to isolated hosts.")
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        s = self.settings
-        host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
+    args: Args
+
+    def prepare(self, ctx: PlacementContext) -> bool | None:
+        """Whether the request's image is an isolated one (None: nothing is isolated)."""
+        s = self.args
+        if not s.isolated_images and not (s.isolated_hosts
+                                          and s.restrict_isolated_hosts_to_isolated_images):
+            return None
         spec = ctx.spec
         image_id = None if spec.is_bfv or spec.image is None else spec.image.id
-        image_isolated = image_id is not None and image_id in s.isolated_images
+        return image_id is not None and image_id in s.isolated_images
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
+        s = self.args
+        host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
+        image_isolated = state
         if not s.isolated_images:
             return ~host_isolated
         if s.restrict_isolated_hosts_to_isolated_images:

@@ -9,10 +9,12 @@ limit, so a limit of 0 rejects every host.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, option
 from scheduler.filters.base import BaseFilter
 
 if TYPE_CHECKING:
@@ -20,11 +22,20 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class NumInstancesFilter(BaseFilter):
+class NumInstancesFilter(BaseFilter[bool]):
     """Keeps hosts with fewer than ``max_instances_per_host`` instances."""
 
     REASON = "too many instances"
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        return view.consumers[candidates] < self.settings.max_instances_per_host
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        max_instances_per_host: int = option(
+            50, min=0,
+            help="NumInstancesFilter rejects hosts holding at least this many instances "
+                 "(0 rejects every host).")
+
+    args: Args
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
+        return view.consumers[candidates] < self.args.max_instances_per_host

@@ -138,15 +138,15 @@ def cells_fit(cell_cpus: np.ndarray, cell_mem: np.ndarray,
     return ok
 
 
-class NUMATopologyFilter(BaseFilter):
+class NUMATopologyFilter(BaseFilter[tuple[tuple[int, int], ...]]):
     """Keeps hosts whose NUMA cells can each hold one of the guest's nodes."""
 
     REASON = "NUMA topology does not fit"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return bool(requested_cells(ctx.spec))
+    def prepare(self, ctx: PlacementContext) -> tuple[tuple[int, int], ...] | None:
+        return requested_cells(ctx.spec) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: tuple[tuple[int, int], ...]) -> np.ndarray:
         cell_cpus, cell_mem = view.capabilities.numa_cells(candidates)
-        return cells_fit(cell_cpus, cell_mem, requested_cells(ctx.spec))
+        return cells_fit(cell_cpus, cell_mem, state)

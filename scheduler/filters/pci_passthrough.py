@@ -76,18 +76,19 @@ def requested_devices(spec: RequestSpec, aliases: Mapping[str, PciAlias]
     return devices
 
 
-class PciPassthroughFilter(BaseFilter):
+class PciPassthroughFilter(BaseFilter[dict[tuple[str, str | None], int]]):
     """Keeps hosts reporting enough free devices of each kind asked for."""
 
     REASON = "PCI devices unavailable"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return ALIAS_SPEC in ctx.spec.flavor.extra_specs
+    def prepare(self, ctx: PlacementContext) -> dict[tuple[str, str | None], int] | None:
+        if ALIAS_SPEC not in ctx.spec.flavor.extra_specs:
+            return None
+        return requested_devices(ctx.spec, self.settings.pci_aliases)
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: dict[tuple[str, str | None], int]) -> np.ndarray:
         keep = np.ones(len(candidates), dtype=bool)
-        wanted = requested_devices(ctx.spec, self.settings.pci_aliases)
-        for (vendor, product), count in wanted.items():
+        for (vendor, product), count in state.items():
             keep &= view.capabilities.pci_free(vendor, product, candidates) >= count
         return keep

@@ -18,15 +18,15 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class RetryFilter(BaseFilter):
+class RetryFilter(BaseFilter[tuple[str, ...]]):
     """Keeps hosts not yet tried for this request."""
 
     REASON = "host already tried"
 
-    def applies(self, ctx: PlacementContext) -> bool:
-        return bool(ctx.spec.ignore_hosts)
+    def prepare(self, ctx: PlacementContext) -> tuple[str, ...] | None:
+        return tuple(ctx.spec.ignore_hosts) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray,
-               ctx: PlacementContext) -> np.ndarray:
-        tried = view.indices_of_ignoring_case(ctx.spec.ignore_hosts)
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: tuple[str, ...]) -> np.ndarray:
+        tried = view.indices_of_ignoring_case(state)
         return ~np.isin(candidates, tried)

@@ -22,21 +22,34 @@ by host. **We differ from Nova**: a weigher whose *configured* multiplier is
 0 does not run at all, so aggregate metadata rescales weighers that are on
 but cannot turn one on for some hosts.
 
+A weigher that reads the request parses it once per request in
+:meth:`BaseWeigher.prepare` (as a filter does, see
+:mod:`scheduler.filters.base`) and reads that state in ``raw``; None means
+the request gives it nothing to weigh, and it weighs 0 for every host.
+
 Weighers are plugins: registered as entry points in group
-``scheduler.weighers`` and built once, with the engine's settings.
+``scheduler.weighers`` and built once, with the engine's settings and their
+own ``Args``, in which the multiplier is declared with
+:func:`~scheduler.engine.plugins.multiplier` (named as its option,
+``ram_weight_multiplier``; see :mod:`scheduler.engine.plugins`).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
+
+from scheduler.engine.plugins import PluginArgs, declared
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
     from scheduler.engine.settings import EngineSettings
+
+#: A weigher's per-request state, as its :meth:`BaseWeigher.prepare` returns it.
+S = TypeVar("S")
 
 Scaling = Literal["max", "range"]
 BY_MAX: Scaling = "max"
@@ -56,28 +69,48 @@ def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     return (values - low) / (high - low)
 
 
-class BaseWeigher(abc.ABC):
+class BaseWeigher(abc.ABC, Generic[S]):
     """One preference, as a raw number per host."""
 
-    #: Name of the multiplier option in ``EngineSettings.weight_multipliers``.
+    #: The weigher's arguments: its multiplier, and any other option it has.
+    Args: ClassVar[type[PluginArgs]]
+    #: Name of the multiplier (its option, and the aggregate metadata key that
+    #: overrides it), found in ``Args``.
     MULTIPLIER_OPTION: ClassVar[str]
-    #: The multiplier when the option is not set.
-    DEFAULT_MULTIPLIER: ClassVar[float] = 1.0
     #: How the framework scales the raw numbers to [0, 1].
     SCALING: ClassVar[Scaling] = BY_RANGE
 
-    def __init__(self, settings: EngineSettings) -> None:
-        self.multiplier = settings.multiplier(self.MULTIPLIER_OPTION, self.DEFAULT_MULTIPLIER)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Args" in cls.__dict__:
+            found = [d.name for d in declared(cls.Args) if d.multiplier]
+            if len(found) != 1:
+                raise TypeError(f"{cls.__qualname__}.Args must declare one multiplier(), "
+                                f"not {len(found)}")
+            cls.MULTIPLIER_OPTION = found[0]
+
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
+        self.settings = settings
+        self.args: Any = self.Args() if args is None else args
+        self.multiplier: float = getattr(self.args, self.MULTIPLIER_OPTION)
+
+    def prepare(self, ctx: PlacementContext) -> S | None:
+        """What this weigher reads of the request, once per request; None when the
+        request gives it nothing to weigh. By default it weighs every request,
+        with nothing parsed (True)."""
+        return True  # type: ignore[return-value]
 
     @abc.abstractmethod
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: S) -> np.ndarray:
         """One number per candidate, aligned with ``candidates``; higher is preferred."""
 
-    def weigh(self, view: HostView, candidates: np.ndarray,
-              ctx: PlacementContext) -> np.ndarray:
-        """This weigher's contribution per candidate: scaled raw times multiplier."""
-        scaled = normalise(self.raw(view, candidates, ctx), self.SCALING)
+    def weigh(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+              state: S | None) -> np.ndarray:
+        """This weigher's contribution per candidate: scaled raw times multiplier
+        (0 everywhere when ``state`` is None)."""
+        scaled = (np.zeros(len(candidates)) if state is None
+                  else normalise(self.raw(view, candidates, ctx, state), self.SCALING))
         return self.multipliers(view, candidates) * scaled
 
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:

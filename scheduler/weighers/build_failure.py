@@ -13,10 +13,12 @@ no sense; 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -24,13 +26,21 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class BuildFailureWeigher(BaseWeigher):
+class BuildFailureWeigher(BaseWeigher[bool]):
     """Fewer recent build failures is better."""
 
-    MULTIPLIER_OPTION = "build_failure_weight_multiplier"
-    DEFAULT_MULTIPLIER = 1_000_000.0
     SCALING = BY_RANGE
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        build_failure_weight_multiplier: float = multiplier(
+            1_000_000.0,
+            help="How strongly hosts with recent build failures are avoided. The host's "
+                 "count of failed builds (reset by a success) is multiplied by this and "
+                 "subtracted; 0 ignores failures.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return -view.failed_builds[candidates]

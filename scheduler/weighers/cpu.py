@@ -12,10 +12,12 @@ instances across hosts (the host with most free vCPUs wins); a negative one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.objects import VCPU
 from scheduler.weighers.base import BY_MAX, BaseWeigher
 
@@ -24,12 +26,20 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class CPUWeigher(BaseWeigher):
+class CPUWeigher(BaseWeigher[bool]):
     """Free vCPUs (allocation ratio applied)."""
 
-    MULTIPLIER_OPTION = "cpu_weight_multiplier"
     SCALING = BY_MAX
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        cpu_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of free vCPUs (allocation ratio included). Positive spreads, "
+                 "negative packs.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free(VCPU, candidates)

@@ -10,10 +10,12 @@ them; 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.objects import DISK_GB
 from scheduler.weighers.base import BY_MAX, BaseWeigher
 
@@ -22,12 +24,19 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class DiskWeigher(BaseWeigher):
+class DiskWeigher(BaseWeigher[bool]):
     """Free disk (allocation ratio ignored)."""
 
-    MULTIPLIER_OPTION = "disk_weight_multiplier"
     SCALING = BY_MAX
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        disk_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of free disk. Positive spreads, negative packs.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free_ignoring_ratio(DISK_GB, candidates)

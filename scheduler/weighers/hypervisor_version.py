@@ -13,10 +13,12 @@ disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -24,12 +26,21 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class HypervisorVersionWeigher(BaseWeigher):
+class HypervisorVersionWeigher(BaseWeigher[bool]):
     """Reported hypervisor version (positive multiplier: newer is better)."""
 
-    MULTIPLIER_OPTION = "hypervisor_version_weight_multiplier"
     SCALING = BY_RANGE
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        hypervisor_version_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of the reported hypervisor version. Positive prefers newer "
+                 "hypervisors, negative older ones. Versions of different hypervisor types "
+                 "do not compare: keep such hosts in separate aggregates.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.capabilities.hypervisor_version(candidates)

@@ -21,40 +21,78 @@ instances of alike images together; negative **spreads** them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.engine.capabilities import image_property_stat
+from scheduler.engine.plugins import PluginArgs, multiplier, option
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
-    from scheduler.engine.settings import EngineSettings
+
+#: Per property of the requested image that counts: (its weight, its stat's name).
+Terms = tuple[tuple[float, str], ...]
 
 
-class ImagePropertiesWeigher(BaseWeigher):
+def weight_setting(pairs: list[str]) -> dict[str, float]:
+    """``["os_distro=10", ...]`` as a mapping.
+
+    :raises ValueError: a pair is not ``property=number``.
+    """
+    setting: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            setting[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"{pair!r} is not property=number") from None
+    return setting
+
+
+class ImagePropertiesWeigher(BaseWeigher[Terms]):
     """Instances sharing the requested image's properties (positive: more is better)."""
 
-    MULTIPLIER_OPTION = "image_props_weight_multiplier"
-    DEFAULT_MULTIPLIER = 0.0
     SCALING = BY_RANGE
 
-    def __init__(self, settings: EngineSettings) -> None:
-        super().__init__(settings)
-        self.setting = dict(settings.image_props_weight_setting)
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        image_props_weight_multiplier: float = multiplier(
+            0.0,
+            help="Weight of the instances on a host whose image shares properties with "
+                 "the requested image. Positive packs alike instances together, negative "
+                 "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
+                 "image_props_weight_setting.")
+        image_props_weight_setting: Mapping[str, float] = option(
+            {}, parse=weight_setting,
+            help="Which image properties the image properties weigher counts, and how "
+                 "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). "
+                 "Empty: every property counts 1; otherwise unlisted properties count 0.")
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
-        weight = np.zeros(len(candidates))
+    args: Args
+
+    def prepare(self, ctx: PlacementContext) -> Terms | None:
+        """The requested image's properties that count, with their weights."""
         image = ctx.spec.image
         if image is None:
-            return weight
+            return None
+        setting = self.args.image_props_weight_setting
+        terms = tuple((setting.get(prop, 0.0) if setting else 1.0,
+                       image_property_stat(prop, str(value)))
+                      for prop, value in image.properties.items())
+        return tuple((share, stat) for share, stat in terms if share) or None
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: Terms) -> np.ndarray:
+        weight = np.zeros(len(candidates))
         caps = view.capabilities
-        for prop, value in image.properties.items():
-            share = self.setting.get(prop, 0.0) if self.setting else 1.0
-            stat = image_property_stat(prop, str(value))
-            if share and caps.has_stat(stat):
+        for share, stat in state:
+            if caps.has_stat(stat):
                 weight += share * caps.stat(stat, candidates)
         return weight

@@ -12,10 +12,12 @@ hosts; 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_MAX, BaseWeigher
 
 if TYPE_CHECKING:
@@ -23,13 +25,21 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class IoOpsWeigher(BaseWeigher):
+class IoOpsWeigher(BaseWeigher[bool]):
     """Builds in progress (negative multiplier: fewer is better)."""
 
-    MULTIPLIER_OPTION = "io_ops_weight_multiplier"
-    DEFAULT_MULTIPLIER = -1.0
     SCALING = BY_MAX
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        io_ops_weight_multiplier: float = multiplier(
+            -1.0,
+            help="Weight of the builds in progress on a host. Negative (the default) "
+                 "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
+                 "ones.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.capabilities.io_ops(candidates)

@@ -11,10 +11,12 @@ instance count rather than by free resources.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -22,13 +24,21 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class NumInstancesWeigher(BaseWeigher):
+class NumInstancesWeigher(BaseWeigher[bool]):
     """Instance count (positive multiplier: more is better)."""
 
-    MULTIPLIER_OPTION = "num_instances_weight_multiplier"
-    DEFAULT_MULTIPLIER = 0.0
     SCALING = BY_RANGE
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        num_instances_weight_multiplier: float = multiplier(
+            0.0,
+            help="Weight of the instance count of a host. Positive prefers hosts with "
+                 "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
+                 "weigher off.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.consumers[candidates]

@@ -10,10 +10,12 @@ them (the fullest host that still fits wins); 0 disables the weigher.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
 from scheduler.objects import MEMORY_MB
 from scheduler.weighers.base import BY_MAX, BaseWeigher
 
@@ -22,12 +24,20 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class RAMWeigher(BaseWeigher):
+class RAMWeigher(BaseWeigher[bool]):
     """Free RAM (allocation ratio ignored)."""
 
-    MULTIPLIER_OPTION = "ram_weight_multiplier"
     SCALING = BY_MAX
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        ram_weight_multiplier: float = multiplier(
+            1.0,
+            help="Weight of free RAM. Positive spreads instances across hosts, negative "
+                 "packs them onto the fullest hosts.")
+
+    args: Args
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: bool) -> np.ndarray:
         return view.free_ignoring_ratio(MEMORY_MB, candidates)

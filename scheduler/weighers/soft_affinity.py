@@ -15,10 +15,13 @@ refuses it (use a soft-anti-affinity group to spread).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
+from scheduler.objects import ServerGroup
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -26,32 +29,26 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-def group_members(view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-                  policy: str) -> np.ndarray:
-    """Members of the request's group per candidate, when its policy is ``policy``."""
-    members = np.zeros(len(candidates))
-    group = ctx.spec.group
-    if group is None or group.policy != policy:
-        return members
-    known = [(row, n) for host, n in ctx.group_members.items()
-             if n > 0 and (row := view.index_of(host)) is not None]
-    if not known:
-        return members
-    known.sort()
-    rows = np.array([row for row, _ in known], dtype=np.int64)
-    counts = np.array([n for _, n in known], dtype=np.float64)
-    at = np.searchsorted(rows, candidates).clip(max=len(rows) - 1)
-    hit = rows[at] == candidates
-    members[hit] = counts[at[hit]]
-    return members
 
-
-class ServerGroupSoftAffinityWeigher(BaseWeigher):
+class ServerGroupSoftAffinityWeigher(BaseWeigher[ServerGroup]):
     """Members of the request's soft-affinity group on the host (more is better)."""
 
-    MULTIPLIER_OPTION = "soft_affinity_weight_multiplier"
     SCALING = BY_RANGE
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
-        return group_members(view, candidates, ctx, "soft-affinity")
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        soft_affinity_weight_multiplier: float = multiplier(
+            1.0, min=0.0,
+            help="How strongly members of a soft-affinity group are drawn to the hosts "
+                 "already running members of their group.\n\nPossible values: 0 or more "
+                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
+                 "instead).")
+
+    args: Args
+
+    def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
+        return ctx.group_with("soft-affinity")
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: ServerGroup) -> np.ndarray:
+        return ctx.members_on(view, candidates)

@@ -16,24 +16,38 @@ the option refuses it (use a soft-affinity group to gather).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.engine.plugins import PluginArgs, multiplier
+from scheduler.objects import ServerGroup
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
-from scheduler.weighers.soft_affinity import group_members
 
 if TYPE_CHECKING:
     from scheduler.engine.context import PlacementContext
     from scheduler.engine.hostview import HostView
 
 
-class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
+class ServerGroupSoftAntiAffinityWeigher(BaseWeigher[ServerGroup]):
     """Members of the request's soft-anti-affinity group on the host (fewer is better)."""
 
-    MULTIPLIER_OPTION = "soft_anti_affinity_weight_multiplier"
     SCALING = BY_RANGE
 
-    def raw(self, view: HostView, candidates: np.ndarray,
-            ctx: PlacementContext) -> np.ndarray:
-        return -group_members(view, candidates, ctx, "soft-anti-affinity")
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        soft_anti_affinity_weight_multiplier: float = multiplier(
+            1.0, min=0.0,
+            help="How strongly members of a soft-anti-affinity group are pushed away from "
+                 "the hosts already running members of their group.\n\nPossible values: 0 "
+                 "or more.")
+
+    args: Args
+
+    def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
+        return ctx.group_with("soft-anti-affinity")
+
+    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+            state: ServerGroup) -> np.ndarray:
+        return -ctx.members_on(view, candidates)

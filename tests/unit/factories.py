@@ -164,12 +164,16 @@ def group(policy: str, max_server_per_host: int = 1) -> ServerGroup:
 def context(request: RequestSpec | None = None, members: Mapping[str, int] | None = None,
             now: float = NOW) -> PlacementContext:
     request = request or spec()
-    return PlacementContext(spec=request, resources=request.resources, now=now,
-                            group_members=Counter(members or {}))
+    return PlacementContext(spec=request, now=now, group_members=Counter(members or {}))
 
 
 def settings(**overrides: object) -> EngineSettings:
-    return EngineSettings(**overrides)  # type: ignore[arg-type]
+    """EngineSettings; a name that is not one of its fields is a plugin option
+    (``max_io_ops_per_host=1``), and ``weight_multipliers`` gives several at once."""
+    fields = EngineSettings.__dataclass_fields__
+    options = dict(overrides.pop("weight_multipliers", None) or {})  # type: ignore[call-overload]
+    options.update({name: overrides.pop(name) for name in list(overrides) if name not in fields})
+    return EngineSettings(**overrides, plugin_options=options)  # type: ignore[arg-type]
 
 
 def view_of(*hosts: Host, aggregates: Iterable[Aggregate] = (),

@@ -1,15 +1,35 @@
-"""From options to EngineSettings: the host filters' and weighers' options."""
+"""From options to EngineSettings: the host filters' and weighers' options.
+
+A plugin's options are its ``Args``: generated as ``[filter_scheduler]``
+options for every registered plugin (another package's too), read once into
+``EngineSettings.plugin_options``, and handed to the plugin as its own Args.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from oslo_config import cfg
 
 from scheduler import conf as conf_mod
-from scheduler.engine.settings import DEFAULT_FILTERS, DEFAULT_WEIGHERS, PciAlias
+from scheduler.engine import plugins
+from scheduler.engine.context import PlacementContext
+from scheduler.engine.hostview import HostView
+from scheduler.engine.pipeline import Engine
+from scheduler.engine.plugins import PluginArgs, option
+from scheduler.engine.settings import DEFAULT_FILTERS, DEFAULT_WEIGHERS, EngineSettings, PciAlias
+from scheduler.filters.base import BaseFilter
+from scheduler.filters.io_ops import IoOpsFilter
 from scheduler.service import engine_settings
+from scheduler.store.memory import MemoryStore
+from scheduler.weighers.ram import RAMWeigher
 
 
 @pytest.fixture
@@ -26,12 +46,13 @@ def test_defaults_mirror_the_engines(conf: cfg.ConfigOpts) -> None:
     s = engine_settings(conf)
     assert s.enabled_filters == DEFAULT_FILTERS
     assert s.weighers == DEFAULT_WEIGHERS
-    assert s.multiplier("io_ops_weight_multiplier", 0) == -1.0
-    assert s.multiplier("num_instances_weight_multiplier", 1) == 0.0
-    assert s.multiplier("image_props_weight_multiplier", 1) == 0.0
-    assert s.multiplier("hypervisor_version_weight_multiplier", 0) == 1.0
-    assert (s.max_instances_per_host, s.max_io_ops_per_host) == (50, 8)
-    assert s.restrict_isolated_hosts_to_isolated_images
+    options = s.plugin_options
+    assert options["io_ops_weight_multiplier"] == -1.0
+    assert options["num_instances_weight_multiplier"] == 0.0
+    assert options["image_props_weight_multiplier"] == 0.0
+    assert options["hypervisor_version_weight_multiplier"] == 1.0
+    assert (options["max_instances_per_host"], options["max_io_ops_per_host"]) == (50, 8)
+    assert options["restrict_isolated_hosts_to_isolated_images"]
 
 
 def test_options_reach_the_settings(conf: cfg.ConfigOpts) -> None:
@@ -41,9 +62,10 @@ def test_options_reach_the_settings(conf: cfg.ConfigOpts) -> None:
                       "pci")
     conf.set_override("isolated_hosts", ["iso1"], "filter_scheduler")
     s = engine_settings(conf)
-    assert s.image_props_weight_setting == {"os_distro": 10.0, "hw_machine_type": 0.5}
+    assert s.plugin_options["image_props_weight_setting"] == {"os_distro": 10.0,
+                                                             "hw_machine_type": 0.5}
     assert s.pci_aliases == {"nic": PciAlias("nic", "8086", "154d")}
-    assert s.isolated_hosts == ("iso1",)
+    assert s.plugin_options["isolated_hosts"] == ("iso1",)
 
 
 @pytest.mark.parametrize(("group", "name", "value", "message"), [
@@ -64,3 +86,84 @@ def test_malformed_options_stop_start_up(conf: cfg.ConfigOpts, group: str, name:
 def test_soft_affinity_multipliers_refuse_negative_values(conf: cfg.ConfigOpts) -> None:
     with pytest.raises(ValueError):
         conf.set_override("soft_anti_affinity_weight_multiplier", -1.0, "filter_scheduler")
+
+
+def test_each_plugin_gets_its_own_arguments(conf: cfg.ConfigOpts) -> None:
+    conf.set_override("max_io_ops_per_host", 3, "filter_scheduler")
+    conf.set_override("ram_weight_multiplier", -2.0, "filter_scheduler")
+    conf.set_override("enabled_filters", ["IoOpsFilter"], "filter_scheduler")
+    eng = Engine(MemoryStore(), engine_settings(conf))
+    (_, io_ops), = eng.filters
+    assert io_ops.args == IoOpsFilter.Args(max_io_ops_per_host=3)
+    ram = dict(eng.weighers)["RAMWeigher"]
+    assert ram.args == RAMWeigher.Args(ram_weight_multiplier=-2.0)
+    assert ram.multiplier == -2.0
+    assert dict(eng.weighers)["IoOpsWeigher"].multiplier == -1.0  # its declared default
+
+
+def test_an_argument_out_of_bounds_stops_start_up() -> None:
+    with pytest.raises(ValueError, match=r"^\[filter_scheduler\] max_io_ops_per_host must be "
+                       r"at least 0, got -1$"):
+        Engine(MemoryStore(), EngineSettings(enabled_filters=("IoOpsFilter",),
+                                             plugin_options={"max_io_ops_per_host": -1}))
+
+
+# --- a plugin from elsewhere: one module, one entry point ---------------------------------
+
+TINY_REASON = "too few tiny things"
+
+
+class TinyFilter(BaseFilter[bool]):
+    """A test-only filter with one option, registered by a fake entry point."""
+
+    REASON = TINY_REASON
+
+    @dataclass(frozen=True)
+    class Args(PluginArgs):
+        tiny_things_per_host: int = option(2, min=1, help="How many tiny things a host needs.")
+
+    args: Args
+
+    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
+               state: bool) -> np.ndarray:
+        return np.ones(len(candidates), dtype=bool)
+
+
+@pytest.fixture
+def tiny_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TinyFilter as if another installed package registered it under scheduler.filters."""
+    real = importlib.metadata.entry_points
+    tiny = importlib.metadata.EntryPoint(
+        name="TinyFilter", value=f"{__name__}:TinyFilter", group=plugins.FILTERS_GROUP)
+
+    def entry_points(**selection: str) -> list[importlib.metadata.EntryPoint]:
+        found = list(real(**selection))
+        return [*found, tiny] if selection.get("group") == plugins.FILTERS_GROUP else found
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+
+
+def test_a_new_plugins_option_is_generated_and_reaches_it(tiny_registered: None) -> None:
+    generated = dict(conf_mod.list_opts())["filter_scheduler"]
+    (opt,) = [o for o in generated if o.name == "tiny_things_per_host"]
+    assert isinstance(opt, cfg.IntOpt)
+    assert (opt.default, opt.type.min, opt.help) == (2, 1, "How many tiny things a host needs.")
+    # From a config file to the filter instance.
+    c = cfg.ConfigOpts()
+    conf_mod.register_opts(c)
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write("[filter_scheduler]\nenabled_filters = TinyFilter\ntiny_things_per_host = 5\n")
+        f.flush()
+        c([], project="scheduler", default_config_files=[f.name])
+        settings = engine_settings(c)
+    c.reset()
+    (name, tiny), = Engine(MemoryStore(), settings).filters
+    assert (name, type(tiny).__name__) == ("TinyFilter", "TinyFilter")
+    assert tiny.args.tiny_things_per_host == 5
+
+
+@pytest.mark.parametrize("module", ["scheduler.filters.base", "scheduler.weighers.base",
+                                    "scheduler.filters.same_host", "scheduler.engine.plugins"])
+def test_a_plugin_module_imports_first(module: str) -> None:
+    """What another package does: import a plugin (or the helpers) before the engine."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)

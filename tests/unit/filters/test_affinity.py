@@ -17,9 +17,10 @@ def kept_by(filter_cls: type, policy: str, members: dict[str, int],
     idx = np.arange(view.size)
     ctx = context(spec(group=group(policy, max_per_host)), members=members)
     f = filter_cls(settings())
-    if not f.applies(ctx):
+    state = f.prepare(ctx)
+    if state is None:
         return list(HOSTS)
-    return [view.names[i] for i in idx[f.passes(view, idx, ctx)]]
+    return [view.names[i] for i in idx[f.passes(view, idx, ctx, state)]]
 
 
 @pytest.mark.parametrize(("members", "kept"), [
@@ -50,10 +51,10 @@ def test_anti_affinity(members: dict[str, int], max_per_host: int, kept: list[st
 ])
 def test_only_the_strict_policy_it_names_applies(filter_cls: type, policy: str) -> None:
     ctx = context(spec(group=group(policy)), members={"h1": 1})
-    assert not filter_cls(settings()).applies(ctx)
+    assert filter_cls(settings()).prepare(ctx) is None
 
 
 def test_no_group_does_not_apply() -> None:
     ctx = context(spec(), members={})
-    assert not ServerGroupAffinityFilter(settings()).applies(ctx)
-    assert not ServerGroupAntiAffinityFilter(settings()).applies(ctx)
+    assert ServerGroupAffinityFilter(settings()).prepare(ctx) is None
+    assert ServerGroupAntiAffinityFilter(settings()).prepare(ctx) is None

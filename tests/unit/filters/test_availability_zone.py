@@ -32,10 +32,11 @@ def test_availability_zone_filter(zone: str, kept: list[str]) -> None:
     view = zone_view()
     idx = np.arange(view.size)
     mask = AvailabilityZoneFilter(settings()).passes(
-        view, idx, context(spec(availability_zone=zone)))
+        view, idx, context(spec(availability_zone=zone)), zone)
     assert [view.names[i] for i in idx[mask]] == kept
 
 
 def test_no_requested_zone_does_not_apply() -> None:
-    assert not AvailabilityZoneFilter(settings()).applies(context(spec()))
-    assert AvailabilityZoneFilter(settings()).applies(context(spec(availability_zone="east")))
+    assert AvailabilityZoneFilter(settings()).prepare(context(spec())) is None
+    assert AvailabilityZoneFilter(settings()).prepare(
+        context(spec(availability_zone="east"))) is not None

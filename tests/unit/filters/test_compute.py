@@ -18,7 +18,7 @@ from tests.unit.factories import NOW, context, host, settings, view_of
 ])
 def test_compute_filter(kwargs: dict, passes: bool) -> None:
     view = view_of(host("h1", **kwargs))
-    mask = ComputeFilter(settings()).passes(view, np.arange(1), context())
+    mask = ComputeFilter(settings()).passes(view, np.arange(1), context(), True)
     assert mask.tolist() == [passes]
 
 
@@ -31,5 +31,6 @@ def test_compute_filter(kwargs: dict, passes: bool) -> None:
 def test_liveness_window(seen_ago: float, passes: bool) -> None:
     view = view_of(host("h1"))
     view.last_seen[0] = NOW - seen_ago
-    mask = ComputeFilter(settings(service_down_time=60.0)).passes(view, np.arange(1), context())
+    mask = ComputeFilter(settings(service_down_time=60.0)).passes(view, np.arange(1), context(),
+                                                                   True)
     assert mask.tolist() == [passes]

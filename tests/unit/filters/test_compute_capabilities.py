@@ -53,4 +53,4 @@ def test_compute_capabilities(extra_specs: dict[str, str], expected: list[str]) 
 ])
 def test_applies_only_to_capability_specs(extra_specs: dict[str, str], applies: bool) -> None:
     ctx = context(spec(extra_specs=extra_specs))
-    assert ComputeCapabilitiesFilter(settings()).applies(ctx) is applies
+    assert (ComputeCapabilitiesFilter(settings()).prepare(ctx) is not None) is applies

@@ -17,9 +17,9 @@ from tests.unit.factories import context, host, settings, spec, view_of
 def test_retry_filter(ignore: tuple[str, ...], kept: list[str]) -> None:
     view = view_of(host("h1"), host("h2"), host("h3"))
     idx = np.arange(view.size)
-    mask = RetryFilter(settings()).passes(view, idx, context(spec(ignore_hosts=ignore)))
+    mask = RetryFilter(settings()).passes(view, idx, context(spec(ignore_hosts=ignore)), ignore)
     assert [view.names[i] for i in idx[mask]] == kept
 
 
 def test_nothing_tried_does_not_apply() -> None:
-    assert not RetryFilter(settings()).applies(context(spec()))
+    assert RetryFilter(settings()).prepare(context(spec())) is None

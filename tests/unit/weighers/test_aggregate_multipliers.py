@@ -39,13 +39,13 @@ HOSTS = [host("packed", used={MEMORY_MB: 16384}, aggregates=[uuid_of("pack")]),
 ])
 def test_aggregate_overrides(aggregates: list[Aggregate], multipliers: list[float]) -> None:
     view = view_of(*HOSTS, aggregates=aggregates)
-    weigher = RAMWeigher(settings(weight_multipliers={"ram_weight_multiplier": 2.0}))
+    weigher = RAMWeigher(settings(), RAMWeigher.Args(ram_weight_multiplier=2.0))
     idx = np.arange(view.size)
     got = weigher.multipliers(view, idx)
     assert np.broadcast_to(got, idx.shape).tolist() == multipliers
     # The override multiplies the normalised score, host by host.
     scaled = np.array([16384 / 32768, 16384 / 32768, 16384 / 32768, 1.0])
-    assert weigher.weigh(view, idx, context()).tolist() == pytest.approx(
+    assert weigher.weigh(view, idx, context(), True).tolist() == pytest.approx(
         (np.array(multipliers) * scaled).tolist())
 
 

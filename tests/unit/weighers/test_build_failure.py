@@ -23,5 +23,5 @@ def test_build_failure_order(multiplier: float | None, best_first: list[str]) ->
 
 def test_one_failure_weighs_a_million_by_default() -> None:
     view = view_of(host("clean"), host("failed", failed_builds=1))
-    weights = BuildFailureWeigher(settings()).weigh(view, np.arange(2), context())
+    weights = BuildFailureWeigher(settings()).weigh(view, np.arange(2), context(), True)
     assert weights.tolist() == [1_000_000.0, 0.0]

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from scheduler.engine.capabilities import image_property_stat
+from scheduler.engine.plugins import build
 from scheduler.weighers.image_properties import ImagePropertiesWeigher
 from tests.unit.factories import context, host, settings, spec, view_of
+from tests.unit.weighers.helpers import raw_of
 
 LINUX, Q35 = image_property_stat("os_distro", "ubuntu"), image_property_stat("hw_machine_type",
                                                                             "q35")
@@ -28,8 +30,8 @@ def test_image_properties_raw(props: dict[str, str] | None, setting: dict[str, f
                               raw: list[float]) -> None:
     view = view_of(*HOSTS)
     request = spec(image_properties=props) if props is not None else spec()
-    weigher = ImagePropertiesWeigher(settings(image_props_weight_setting=setting))
-    got = weigher.raw(view, np.arange(view.size), context(request))
+    weigher = build(ImagePropertiesWeigher, settings(image_props_weight_setting=setting))
+    got = raw_of(weigher, view, context(request))
     assert got.tolist() == pytest.approx(raw)
 
 
@@ -40,10 +42,11 @@ def test_image_properties_raw(props: dict[str, str] | None, setting: dict[str, f
 ])
 def test_image_properties_multiplier(multiplier: float, best: str | None) -> None:
     view = view_of(*HOSTS)
-    weigher = ImagePropertiesWeigher(settings(
-        weight_multipliers={"image_props_weight_multiplier": multiplier}))
+    weigher = ImagePropertiesWeigher(settings(), ImagePropertiesWeigher.Args(
+        image_props_weight_multiplier=multiplier))
     assert weigher.multiplier == multiplier
-    weights = weigher.weigh(view, np.arange(view.size), context(spec(image_properties=REQUEST)))
+    ctx = context(spec(image_properties=REQUEST))
+    weights = weigher.weigh(view, np.arange(view.size), ctx, weigher.prepare(ctx))
     if best is None:
         assert not weights.any()
     else:

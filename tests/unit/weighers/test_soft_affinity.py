@@ -18,7 +18,8 @@ def weights(weigher_cls: type[BaseWeigher], policy: str | None,
     view = view_of(*(host(h) for h in HOSTS))
     request = spec(group=group(policy)) if policy else spec()
     idx = np.arange(view.size)
-    return weigher_cls(settings()).weigh(view, idx, context(request, members=members)).tolist()
+    weigher, ctx = weigher_cls(settings()), context(request, members=members)
+    return weigher.weigh(view, idx, ctx, weigher.prepare(ctx)).tolist()
 
 
 @pytest.mark.parametrize(("weigher_cls", "policy", "members", "expected"), [
