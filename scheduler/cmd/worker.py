@@ -58,7 +58,9 @@ from oslo_config import cfg
 
 from scheduler import conf as conf_mod
 from scheduler import health, log, rpc
-from scheduler.service import SchedulerService, describe, make_store
+from scheduler.engine.pipeline import build_plugins
+from scheduler.exceptions import SchedulerError
+from scheduler.service import SchedulerService, describe, engine_settings, make_store
 
 LOG = log.get_logger("scheduler.worker")
 
@@ -251,6 +253,10 @@ class Supervisor:
         except (cfg.Error, ValueError) as exc:
             LOG.error("config_reload_failed", error=str(exc))
             return
+        error = config_error(self._conf)
+        if error is not None:
+            LOG.error("config_reload_failed", error=error)
+            return
         if workers != self._workers:
             LOG.warning("workers_change_needs_restart", workers=self._workers, configured=workers)
         # The attribute cotyledon's own oslo.config glue sets on a reload: the
@@ -261,9 +267,24 @@ class Supervisor:
                  graceful_shutdown_timeout=timeout)
 
 
+def config_error(conf: cfg.ConfigOpts) -> str | None:
+    """Why no worker could start with this configuration (an unknown filter or
+    weigher, a plugin option out of its bounds or malformed), in one line; None
+    when the engine can be built. Asked before any worker is forked, and on a
+    reload, so a bad value is refused once instead of crash-looping workers."""
+    try:
+        build_plugins(engine_settings(conf))
+    except (SchedulerError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="scheduler-worker",
                                description=__doc__.split("\n")[0])
+    error = config_error(conf)
+    if error is not None:
+        sys.exit(f"scheduler-worker: {error}")
     log.setup(process="scheduler-worker.master")
     Supervisor(conf).run()
 

@@ -198,15 +198,7 @@ class Engine:
             # The image's disk format, last: a trait every host usually has.
             (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
         ) if on]
-        # Each plugin with its own arguments (its options), checked here, once.
-        self.filters: list[tuple[str, BaseFilter[Any]]] = [
-            (name, build(cls, settings))
-            for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
-                                            filters_base.BaseFilter)]
-        self.weighers: list[tuple[str, BaseWeigher[Any]]] = [
-            (name, build(cls, settings))
-            for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
-                                            weighers_base.BaseWeigher)]
+        self.filters, self.weighers = build_plugins(settings)
         # A policy that both a request filter and a host filter can enforce
         # is not enforced at all when an operator turns off the one and
         # leaves the other out: say so at start-up.
@@ -595,6 +587,25 @@ class CycleState:
         if key not in self._states:
             self._states[key] = plugin.prepare(self._ctx)
         return self._states[key]
+
+
+def build_plugins(settings: EngineSettings) -> tuple[list[tuple[str, BaseFilter[Any]]],
+                                                   list[tuple[str, BaseWeigher[Any]]]]:
+    """The configured host filters and weighers, in order, each with its own
+    arguments (its options), checked here, once.
+
+    :raises UnknownPlugin: a configured name is not a registered plugin.
+    :raises ValueError: an option is out of its bounds (one line, naming it).
+    """
+    filters: list[tuple[str, BaseFilter[Any]]] = [
+        (name, build(cls, settings))
+        for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
+                                      filters_base.BaseFilter)]
+    weighers: list[tuple[str, BaseWeigher[Any]]] = [
+        (name, build(cls, settings))
+        for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
+                                      weighers_base.BaseWeigher)]
+    return filters, weighers
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

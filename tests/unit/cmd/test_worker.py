@@ -3,8 +3,12 @@ the processes themselves are in tests/functional/test_worker_supervision.py)."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
 
+import pytest
+from oslo_config import cfg
+
+from scheduler import conf as conf_mod
 from scheduler.cmd import worker
 
 
@@ -28,3 +32,32 @@ def test_restart_delay(quick_deaths: int, delay: float) -> None:
 ])
 def test_process_name(worker_id: int, workers: int, name: str) -> None:
     assert worker.process_name(worker_id, workers) == name
+
+
+@pytest.fixture
+def conf() -> Iterator[cfg.ConfigOpts]:
+    """A private ConfigOpts with our options (no RPC server is built from it)."""
+    c = cfg.ConfigOpts()
+    conf_mod.register_opts(c)
+    c([], project="scheduler", default_config_files=[])
+    yield c
+    c.reset()
+
+
+@pytest.mark.parametrize("option, value, error", [
+    pytest.param(None, None, None, id="defaults-start"),
+    pytest.param("enabled_filters", ["ComputeFilter", "NoSuchFilter"],
+                 "scheduler.filters plugin 'NoSuchFilter': no such entry point", id="unknown"),
+    pytest.param("image_props_weight_setting", ["os_distro"],
+                 "[filter_scheduler] image_props_weight_setting: 'os_distro' is not "
+                 "property=number", id="malformed-plugin-option"),
+])
+def test_a_configuration_no_worker_could_start_with_is_refused_in_one_line(
+        conf: cfg.ConfigOpts, option: str | None, value: object, error: str | None) -> None:
+    if option is not None:
+        conf.set_override(option, value, "filter_scheduler")
+    found = worker.config_error(conf)
+    if error is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(error) and "\n" not in found
