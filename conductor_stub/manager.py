@@ -280,11 +280,12 @@ class ConductorEndpoint:
             records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
                                 details, clock=self._clock)
             return
-        record = self.store.update_instance(
+        updated = self.store.update_instance(
             uuid, expected_states=[RESIZING], attempts=attempts, tried_hosts=tried,
             updated_at=self._clock(), deadline=self._clock() + self.settings.resize_timeout)
-        if record is None:
+        if updated is None:
             return
+        record = updated
         new_flavor = spec.flavor
         if not self.settings.return_alternates:
             retry, _ = records.resize_spec(record)

@@ -23,7 +23,7 @@ from scheduler.engine import settings as _settings
 DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
 DEFAULT_WEIGHERS = list(_settings.DEFAULT_WEIGHERS)
 
-default_opts = [
+default_opts: list[cfg.Opt] = [
     cfg.StrOpt(
         "host",
         default=socket.gethostname(),
@@ -140,7 +140,9 @@ def _plugin_opt(d: plugins.Declared) -> cfg.Opt:
     if d.kind == "bool":
         return cfg.BoolOpt(d.name, default=d.default, help=d.help)
     if d.kind == "int":
-        return cfg.IntOpt(d.name, default=d.default, min=d.min, max=d.max, help=d.help)
+        return cfg.IntOpt(d.name, default=d.default, help=d.help,
+                          min=None if d.min is None else int(d.min),
+                          max=None if d.max is None else int(d.max))
     if d.kind == "float":
         return cfg.FloatOpt(d.name, default=d.default, min=d.min, max=d.max, help=d.help)
     if d.kind == "str":
@@ -161,7 +163,7 @@ def filter_scheduler_options() -> list[cfg.Opt]:
 pci_group = cfg.OptGroup("pci", title="PCI passthrough",
                          help="The PCI devices flavors may ask for by alias.")
 
-pci_opts = [
+pci_opts: list[cfg.Opt] = [
     cfg.MultiStrOpt("alias", default=[],
                     help="A PCI alias as JSON, one per line: {\"name\": \"a1\", "
                     "\"vendor_id\": \"8086\", \"product_id\": \"154d\"}. A flavor asks "

@@ -149,4 +149,5 @@ def is_up(now: float, last_seen: float | np.ndarray,
     """Whether a host last seen at ``last_seen`` (a time, or an array of them)
     is up at ``now``: ``|now - last_seen| <= service_down_time``, as Nova's
     servicegroup judges it (a clock that went back counts as recent)."""
-    return abs(now - last_seen) <= service_down_time
+    up = np.abs(now - last_seen) <= service_down_time
+    return up if isinstance(up, np.ndarray) else bool(up)

@@ -185,7 +185,8 @@ def _explain_instance(report: ExplainReport, inst: InstanceExplanation,
              f"  {inst.summary}"]
     if not detailed:
         return lines
-    rows, left = [("(all hosts)", inst.hosts, "")], inst.hosts
+    rows: list[tuple[object, ...]] = [("(all hosts)", inst.hosts, "")]
+    left = inst.hosts
     for stage in inst.stages:
         rows.append((stage.stage, stage.survivors, left - stage.survivors or ""))
         left = stage.survivors

@@ -120,7 +120,7 @@ class WorkerService(cotyledon.Service):
     name = "scheduler-worker"
 
     def __init__(self, worker_id: int, shared: Shared) -> None:
-        super().__init__(worker_id)
+        super().__init__(worker_id)  # type: ignore[arg-type]  # cotyledon's WorkerId is an int
         conf = conf_mod.CONF
         self._shared = shared
         self._generation = shared.generation.value

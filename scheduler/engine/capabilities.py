@@ -312,9 +312,9 @@ class HostCapabilities:
         if rows <= self._rows:
             return
         rows = max(rows, 2 * self._rows)
-        for column in (*self._attributes.values(), self._supported, self._report_keys,
-                       self._stat_keys):
-            column.grow(rows)
+        for categorical in (*self._attributes.values(), self._supported, self._report_keys,
+                            self._stat_keys):
+            categorical.grow(rows)
         self._version = _grown(self._version, rows)
         self._io_ops = _grown(self._io_ops, rows)
         self._counts_io = _grown(self._counts_io, rows)

@@ -206,13 +206,14 @@ class _ProviderTable:
     def _grow(self, rows: int) -> None:
         old = self._rows
         for c in _CLASS_COLUMNS:
-            grown = np.full((self.per_class[c.name].shape[0], rows), c.fill, dtype=c.dtype)
-            grown[:, :old] = self.per_class[c.name]
-            self.per_class[c.name] = grown
+            classes = self.per_class[c.name].shape[0]
+            table: np.ndarray = np.full((classes, rows), c.fill, dtype=c.dtype)
+            table[:, :old] = self.per_class[c.name]
+            self.per_class[c.name] = table
         for name, dtype, fill in self._row_columns:
-            grown = np.full(rows, fill, dtype=dtype)
-            grown[:old] = self.per_row[name]
-            self.per_row[name] = grown
+            column: np.ndarray = np.full(rows, fill, dtype=dtype)
+            column[:old] = self.per_row[name]
+            self.per_row[name] = column
         for kind, table in self.bits.items():
             grown = np.zeros((rows, table.shape[1]), dtype=np.uint64)
             grown[:old] = table
@@ -240,7 +241,7 @@ class _ProviderTable:
         values = [_READ_INVENTORY(invs[rc]) if rc in invs else _NO_INVENTORY
                   for invs in inventories]
         for k, c in enumerate(_INVENTORY_COLUMNS):
-            per_value = np.array([v[k] for v in values], dtype=c.dtype)
+            per_value: np.ndarray = np.array([v[k] for v in values], dtype=c.dtype)
             self.per_class[c.name][j, :n] = per_value[codes]
         if used is not None:
             self.per_class[_USED.name][j, :n] = used
@@ -321,6 +322,15 @@ class _Column:
 
 class HostView:
     """Columnar cache of the hosts a worker schedules onto."""
+
+    # Set by _clear() and by the cold load.
+    names: list[str]
+    uuids: list[str]
+    _index: dict[str, int]
+    _uuid_index: dict[str, int]
+    _folded: dict[str, list[int]] | None  # casefolded name -> rows
+    _aggregates: dict[str, Aggregate]
+    _set_zones: list[frozenset[str]] | None
 
     total = _Column("total")
     reserved = _Column("reserved")
@@ -582,9 +592,10 @@ class HostView:
     def indices_of_ignoring_case(self, names: Iterable[str]) -> np.ndarray:
         """Like :meth:`indices_of`, matching names case-insensitively."""
         if self._folded is None:  # built on first use, then kept up to date
-            self._folded = {}
+            folded: dict[str, list[int]] = {}
             for i, name in enumerate(self.names):
-                self._folded.setdefault(name.casefold(), []).append(i)
+                folded.setdefault(name.casefold(), []).append(i)
+            self._folded = folded
         found = [i for n in names for i in self._folded.get(n.casefold(), ())]
         return np.array(found, dtype=np.int64)
 
@@ -642,17 +653,17 @@ class HostView:
 
     def _clear(self) -> None:
         self._hosts = _ProviderTable(_HOST_ROW_COLUMNS)
-        self.names: list[str] = []
-        self.uuids: list[str] = []
-        self._index: dict[str, int] = {}
-        self._uuid_index: dict[str, int] = {}
-        self._folded: dict[str, list[int]] | None = None  # casefolded name -> rows
+        self.names = []
+        self.uuids = []
+        self._index = {}
+        self._uuid_index = {}
+        self._folded = None
         self._rc: dict[str, int] = {}
         self._rc_names: list[str] = []
-        self._aggregates: dict[str, Aggregate] = {}
+        self._aggregates = {}
         self._agg_sets: list[frozenset[str]] = [frozenset()]
         self._agg_set_codes: dict[frozenset[str], int] = {frozenset(): 0}
-        self._set_zones: list[frozenset[str]] | None = None
+        self._set_zones = None
         self._agg_names: dict[str, list[str]] | None = None
         self._waiting: dict[str, Service] = {}  # services of hosts not in the view yet
         # traits and aggregates: a bit each, words of them per provider row
@@ -852,7 +863,8 @@ class HostView:
         row["last_seen"][at] = services.last_seen[known]
         row["disabled"][at] = services.disabled[known]
         row["failed_builds"][at] = services.failed_builds[known]
-        self._waiting = {services.hosts[k]: services.service(k) for k in np.flatnonzero(~known)}
+        self._waiting = {services.hosts[k]: services.service(int(k))
+                         for k in np.flatnonzero(~known)}
         self._services_read_at = now
         return rows
 

@@ -600,11 +600,11 @@ def build_plugins(settings: EngineSettings) -> tuple[list[tuple[str, BaseFilter[
     filters: list[tuple[str, BaseFilter[Any]]] = [
         (name, build(cls, settings))
         for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
-                                      filters_base.BaseFilter)]
+                                      filters_base.BaseFilter)]  # type: ignore[type-abstract]
     weighers: list[tuple[str, BaseWeigher[Any]]] = [
         (name, build(cls, settings))
         for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
-                                      weighers_base.BaseWeigher)]
+                                      weighers_base.BaseWeigher)]  # type: ignore[type-abstract]
     return filters, weighers
 
 

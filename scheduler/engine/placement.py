@@ -42,6 +42,7 @@ class, then the groups together.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -54,8 +55,16 @@ from scheduler.resource_request import HostConstraint, RequestGroup, ResourceReq
 #: ``reject(reason, count)``: where the step counts the hosts it removes.
 Reject = Callable[[str, int], None]
 
+#: A question asked of providers: (rows, kid) -> mask (e.g. ``HostView.has_trait`` bound
+#: to one trait).
+_ProviderTest = Callable[[np.ndarray | slice, bool], np.ndarray]
+
 ROOT = -1  # a slot's provider: the host's root
 NONE = -2  # no provider (the host is out)
+
+
+def _negated(test: _ProviderTest) -> _ProviderTest:
+    return lambda rows, kid: ~test(rows, kid)
 
 
 def _ignore(reason: str, count: int) -> None:
@@ -212,13 +221,13 @@ class _Step:
         v, s = self.view, group.suffix
         root = np.ones(self.n, dtype=bool)
         kid = np.ones(len(self.kids), dtype=bool)
-        checks: list[tuple[Callable[[np.ndarray | slice, bool], np.ndarray], str]] = [
-            ((lambda rows, k, t=t: ~v.has_trait(t, rows, k)), reasons.forbidden_trait(t, s))
+        checks: list[tuple[_ProviderTest, str]] = [
+            (_negated(functools.partial(v.has_trait, t)), reasons.forbidden_trait(t, s))
             for t in sorted(group.forbidden_traits)]
-        checks += [((lambda rows, k, c=c: v.in_any(c, rows, k)),
+        checks += [(functools.partial(v.in_any, c),
                     reasons.aggregate(reasons.NOT_IN_AGGREGATE, s)) for c in group.member_of]
         if group.forbidden_aggregates:
-            checks.append(((lambda rows, k: ~v.in_any(group.forbidden_aggregates, rows, k)),
+            checks.append((_negated(functools.partial(v.in_any, group.forbidden_aggregates)),
                            reasons.aggregate(reasons.IN_FORBIDDEN_AGGREGATE, s)))
         for test, reason in checks:
             root &= test(self.rows, False)
@@ -264,7 +273,7 @@ class _Step:
         """The unsuffixed group's traits, among the providers chosen for it."""
         v = self.view
 
-        def chosen_have(test: Callable[[np.ndarray | slice, bool], np.ndarray]) -> np.ndarray:
+        def chosen_have(test: _ProviderTest) -> np.ndarray:
             on_root, on_kid = test(self.rows, False), test(self.krows, True)
             found = np.zeros(self.n, dtype=bool)
             for slot in slots:
@@ -273,10 +282,10 @@ class _Step:
             return found
 
         for trait in sorted(group.required_traits):
-            self.drop(chosen_have(lambda rows, k, t=trait: v.has_trait(t, rows, k)),
+            self.drop(chosen_have(functools.partial(v.has_trait, trait)),
                       reasons.missing_trait(trait))
         for clause in group.any_traits:
-            self.drop(chosen_have(lambda rows, k, c=clause: v.in_any_trait(c, rows, k)),
+            self.drop(chosen_have(functools.partial(v.in_any_trait, clause)),
                       reasons.none_of_traits(clause))
 
     def numbered(self, group: RequestGroup, isolate: bool) -> Slot:

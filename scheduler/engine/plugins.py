@@ -31,7 +31,6 @@ annotations: ``bool``, ``int``, ``float``, ``str`` (or ``str | None``),
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.metadata
 import types
 import typing
@@ -145,13 +144,23 @@ class NoArgs(PluginArgs):
     """The arguments of a plugin that has no option."""
 
 
-@functools.cache
+#: declared()'s answers, by Args class (a class declares its options once).
+_DECLARED: dict[type, tuple[Declared, ...]] = {}
+
+
 def declared(args_cls: type[PluginArgs]) -> tuple[Declared, ...]:
     """The options ``args_cls`` declares, in field order.
 
     :raises TypeError: a field not made with :func:`option`, or of a type no
         option has.
     """
+    found = _DECLARED.get(args_cls)
+    if found is None:
+        found = _DECLARED[args_cls] = _read_declared(args_cls)
+    return found
+
+
+def _read_declared(args_cls: type[PluginArgs]) -> tuple[Declared, ...]:
     hints = typing.get_type_hints(args_cls)
     out = []
     for f in dataclasses.fields(args_cls):
@@ -162,7 +171,8 @@ def declared(args_cls: type[PluginArgs]) -> tuple[Declared, ...]:
         if kind is None or kind == "list" and _is_mapping(hints[f.name]) and meta.parse is None:
             raise TypeError(f"{args_cls.__qualname__}.{f.name}: no option has type "
                             f"{hints[f.name]} (a mapping needs parse=)")
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else f.default)
         out.append(Declared(f.name, kind, default, meta.help, meta.min, meta.max, meta.parse,
                             meta.multiplier))
     return tuple(out)
