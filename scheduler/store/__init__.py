@@ -18,7 +18,6 @@ from scheduler.store.base import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
     Store,
 )
 from scheduler.store.columns import CompactSnapshot, HostColumns, ServiceColumns
@@ -39,7 +38,6 @@ __all__ = [
     "Service",
     "ServiceColumns",
     "ServiceReport",
-    "Snapshot",
     "Store",
     "open_store",
 ]

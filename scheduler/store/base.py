@@ -58,7 +58,6 @@ from scheduler.store.records import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
 )
 
 #: The records are at home in :mod:`scheduler.store.records`; named here too,
@@ -74,7 +73,6 @@ __all__ = [
     "Provider",
     "Service",
     "ServiceReport",
-    "Snapshot",
     "Store",
 ]
 
@@ -164,11 +162,9 @@ class Store(abc.ABC):
 
     # change feed
     @abc.abstractmethod
-    def snapshot(self) -> Snapshot: ...
-
-    @abc.abstractmethod
     def compact_snapshot(self) -> CompactSnapshot:
-        """What :meth:`snapshot` holds, as columns with no object per host
+        """Every provider, aggregate and service, and the feed cursor they are
+        valid at, as columns with no object per host
         (:mod:`scheduler.store.columns`): what a host view loads at start."""
 
     @abc.abstractmethod
@@ -176,7 +172,7 @@ class Store(abc.ABC):
         """Changes after ``cursor``, oldest first, at most ``limit``.
 
         :class:`StreamTruncated` when the cursor is older than what the feed
-        still holds: the caller reloads from :meth:`snapshot`.
+        still holds: the caller reloads from :meth:`compact_snapshot`.
         """
 
     # services
