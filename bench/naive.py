@@ -26,11 +26,11 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec
-from scheduler.store import Snapshot
+from scheduler.store import Aggregate, Provider, Service
 
 ZONE_KEY = "availability_zone"
 
@@ -70,16 +70,18 @@ class HostState:
         self.instances += 1
 
 
-def host_states(snapshot: Snapshot, default_zone: str = "nova") -> list[HostState]:
-    aggs = {a.uuid: a for a in snapshot.aggregates}
-    services = {s.host: s for s in snapshot.services}
+def host_states(providers: Iterable[Provider], aggregates: Iterable[Aggregate],
+                services: Iterable[Service], default_zone: str = "nova") -> list[HostState]:
+    """One object per root provider, from what the store lists."""
+    aggs = {a.uuid: a for a in aggregates}
+    by_host = {s.host: s for s in services}
     out = []
-    for p in snapshot.providers:
+    for p in providers:
         if p.parent_uuid is not None:
             continue
         zones = frozenset(aggs[a].metadata[ZONE_KEY] for a in p.aggregates
                           if a in aggs and aggs[a].metadata.get(ZONE_KEY))
-        svc = services.get(p.name)
+        svc = by_host.get(p.name)
         out.append(HostState(
             name=p.name, uuid=p.uuid,
             total={rc: inv.total for rc, inv in p.inventories.items()},

@@ -54,7 +54,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import oslo_messaging
 
@@ -64,9 +64,21 @@ from scheduler.log import bind_request, get_logger
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
-from scheduler.store import Aggregate, Inventory, Service, ServiceReport, Store
+from scheduler.store import (
+    Aggregate,
+    Inventory,
+    PlacementStore,
+    Service,
+    ServiceReport,
+    ServiceStore,
+)
 
 LOG = get_logger(__name__)
+
+
+class ComputeStore(PlacementStore, ServiceStore, Protocol):
+    """What a compute uses: its providers and the claims on them, and its
+    service records (registration, reports, heartbeats, build results)."""
 
 #: Provider uuids are derived from host names, so a restarted simulator finds
 #: its providers again instead of registering duplicates.
@@ -213,7 +225,7 @@ class ComputeSimulator:
 
     target = oslo_messaging.Target(version="1.1")
 
-    def __init__(self, store: Store, conductor: ConductorClient,
+    def __init__(self, store: ComputeStore, conductor: ConductorClient,
                  hosts: Sequence[str], rpc_server: str, shape: HostShape,
                  build_time: float = 0.05, fail_rate: float = 0.0,
                  fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),

@@ -47,7 +47,7 @@ from typing import Any
 import oslo_messaging
 
 from conductor_stub import records
-from conductor_stub.records import ConductorSettings
+from conductor_stub.records import ConductorSettings, ConductorStore
 from scheduler import policy
 from scheduler.exceptions import (
     ClaimFailed,
@@ -77,7 +77,7 @@ from scheduler.objects import (
     ServerGroup,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
-from scheduler.store import GroupClaim, Store
+from scheduler.store import GroupClaim
 
 LOG = get_logger(__name__)
 
@@ -97,7 +97,7 @@ class ConductorEndpoint:
 
     target = oslo_messaging.Target(version="1.1")
 
-    def __init__(self, store: Store, compute: ComputeClient,
+    def __init__(self, store: ConductorStore, compute: ComputeClient,
                  scheduler: SchedulerClient | None = None,
                  settings: ConductorSettings | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -439,7 +439,7 @@ class Booter:
     heard back; past it, ``conductor-stub serve`` re-drives the request.
     """
 
-    def __init__(self, store: Store, scheduler: SchedulerClient, compute: ComputeClient,
+    def __init__(self, store: ConductorStore, scheduler: SchedulerClient, compute: ComputeClient,
                  build_timeout: float = 120.0, return_alternates: bool = True) -> None:
         self.store = store
         self.scheduler = scheduler

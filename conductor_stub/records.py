@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
@@ -38,7 +39,7 @@ from scheduler.objects import (
     InstanceRecord,
     RequestSpec,
 )
-from scheduler.store import Store
+from scheduler.store import InstanceStore, PlacementStore
 
 LOG = get_logger(__name__)
 
@@ -65,7 +66,12 @@ class ConductorSettings:
 Clock = Callable[[], float]
 
 
-def holds_on(store: Store, consumer_uuid: str, host: str) -> bool:
+class ConductorStore(PlacementStore, InstanceStore, Protocol):
+    """What the conductor uses: the instance records it owns, and placement
+    (it claims alternates, releases and hands allocations back)."""
+
+
+def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
     """True if the consumer's allocation is on ``host``'s provider.
 
     A result from a host that does not hold the instance's claim comes from a
@@ -82,7 +88,7 @@ def holds_on(store: Store, consumer_uuid: str, host: str) -> bool:
     return provider.uuid in held.allocations
 
 
-def fail_build(store: Store, uuid: str, fault: str, details: str, *,
+def fail_build(store: ConductorStore, uuid: str, fault: str, details: str, *,
                cleanup_after: float | None = None, clock: Clock = time.time) -> bool:
     """BUILDING -> ERROR with ``fault``, then release the instance's claim.
 
@@ -102,7 +108,7 @@ def fail_build(store: Store, uuid: str, fault: str, details: str, *,
     return True
 
 
-def fail_resize(store: Store, record: InstanceRecord, fault: str, details: str, *,
+def fail_resize(store: ConductorStore, record: InstanceRecord, fault: str, details: str, *,
                 clock: Clock = time.time) -> bool:
     """RESIZING -> ACTIVE on the source with ``fault``; hand the source's
     allocation back to the instance, dropping any destination claim.
@@ -122,7 +128,8 @@ def fail_resize(store: Store, record: InstanceRecord, fault: str, details: str, 
     return True
 
 
-def finish_confirm(store: Store, record: InstanceRecord, *, clock: Clock = time.time) -> bool:
+def finish_confirm(store: InstanceStore, record: InstanceRecord, *,
+                   clock: Clock = time.time) -> bool:
     """RESIZED -> ACTIVE on the destination, with the new flavor."""
     spec = dict(record.request_spec or {})
     if record.new_flavor is not None:
@@ -134,7 +141,8 @@ def finish_confirm(store: Store, record: InstanceRecord, *, clock: Clock = time.
     return done is not None
 
 
-def finish_revert(store: Store, record: InstanceRecord, *, clock: Clock = time.time) -> bool:
+def finish_revert(store: InstanceStore, record: InstanceRecord, *,
+                  clock: Clock = time.time) -> bool:
     """RESIZED -> ACTIVE on the source, with the old flavor."""
     done = store.update_instance(
         record.uuid, expected_states=[RESIZED], state=ACTIVE, task_state=None,
@@ -144,7 +152,8 @@ def finish_revert(store: Store, record: InstanceRecord, *, clock: Clock = time.t
     return done is not None
 
 
-def undo_stale_migration(store: Store, record: InstanceRecord, migration_uuid: str) -> None:
+def undo_stale_migration(store: PlacementStore, record: InstanceRecord,
+                         migration_uuid: str) -> None:
     """A result for a migration the record is not (or no longer) in.
 
     It comes from a late copy of a re-driven resize that ran after the resize

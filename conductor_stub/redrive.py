@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from conductor_stub import records
-from conductor_stub.records import ConductorSettings
+from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
@@ -57,7 +57,6 @@ from scheduler.objects import (
     InstanceRecord,
 )
 from scheduler.rpc import SchedulerClient
-from scheduler.store import Store
 
 LOG = get_logger(__name__)
 
@@ -75,7 +74,7 @@ class Sweeper:
     ``resize``, ``confirm``, ``revert``, ``timed_out``, ``cleaned_up``).
     """
 
-    def __init__(self, store: Store, scheduler: SchedulerClient, resizer: Resizer,
+    def __init__(self, store: ConductorStore, scheduler: SchedulerClient, resizer: Resizer,
                  settings: ConductorSettings, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.scheduler = scheduler

@@ -36,7 +36,7 @@ from scheduler.objects import (
     migration_uuid_for,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
-from scheduler.store import Store
+from scheduler.store import InstanceStore
 
 LOG = get_logger(__name__)
 
@@ -53,7 +53,7 @@ def request_context(record: InstanceRecord) -> RequestContext:
 class Resizer:
     """Starts, confirms and reverts resizes, and re-sends their requests."""
 
-    def __init__(self, store: Store, scheduler: SchedulerClient, compute: ComputeClient,
+    def __init__(self, store: InstanceStore, scheduler: SchedulerClient, compute: ComputeClient,
                  settings: ConductorSettings | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store

@@ -112,10 +112,8 @@ def run(bench: Bench) -> dict[str, Any]:
 
 
 def _naive(store: Store, hosts: int, budget: tuple[int, float]) -> dict[str, Any]:
-    snapshot = store.snapshot()
-    snapshot = type(snapshot)(cursor=snapshot.cursor, providers=snapshot.providers,
-                              aggregates=snapshot.aggregates, services=store.list_services())
-    scheduler = naive.NaiveScheduler(naive.host_states(snapshot))
+    scheduler = naive.NaiveScheduler(naive.host_states(
+        store.list_providers(), store.list_aggregates(), store.list_services()))
     spec = request(SINGLE)
     timings, wall = timed_loop(
         lambda _i: scheduler.select(spec, [str(uuidlib.uuid4())], time.time()), *budget)

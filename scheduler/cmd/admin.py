@@ -37,7 +37,7 @@ from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation
 from scheduler.objects import GROUP_POLICIES, Image, InstanceRecord, RequestSpec, ServerGroup
 from scheduler.service import make_store
-from scheduler.store import Provider, Service, Store
+from scheduler.store import PlacementReader, Provider, Service, Store
 
 DESCRIPTION = ("Operator answers: why a request finds no host (explain, a dry run), what "
                "the hosts hold (hosts), what became of an instance (instance show).")
@@ -426,7 +426,7 @@ def format_instance(view: Mapping[str, Any]) -> str:
                       *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
 
 
-def _held_by(store: Store, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
+def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
     """A consumer's allocations by provider name."""
     consumer = store.get_consumer(consumer_uuid)
     allocations: dict[str, Mapping[str, int]] = {}

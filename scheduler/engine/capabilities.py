@@ -57,7 +57,7 @@ import structlog
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.image_meta import canonical_arch, canonical_hv_type, canonical_vm_mode
-from scheduler.store.base import Aggregate, Service, Store
+from scheduler.store.base import Aggregate, PlacementReader, Service
 from scheduler.store.columns import ServiceColumns
 
 LOG = structlog.get_logger(__name__)
@@ -279,7 +279,7 @@ _NOTHING = _Parsed(MappingProxyType({}), 0, None, (), MappingProxyType({}))
 class HostCapabilities:
     """Columns of what hosts report, aligned with the owning view's rows."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: PlacementReader) -> None:
         self._store = store
         self.clear()
 

@@ -70,10 +70,10 @@ from scheduler.store.base import (
     CORRUPT_CHANGE,
     Aggregate,
     Change,
+    ChangeFeed,
     Inventory,
     Provider,
     Service,
-    Store,
 )
 from scheduler.store.columns import ServiceColumns
 
@@ -354,7 +354,7 @@ class HostView:
     kid_trait_bits = _Column("trait_bits", kid=True)
     kid_agg_bits = _Column("agg_bits", kid=True)
 
-    def __init__(self, store: Store, settings: EngineSettings) -> None:
+    def __init__(self, store: ChangeFeed, settings: EngineSettings) -> None:
         self._store = store
         self._default_zone = settings.default_availability_zone
         self._services_interval = settings.services_refresh_interval

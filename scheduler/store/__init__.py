@@ -1,4 +1,4 @@
-"""The shared store: the contract, its records, and :func:`open_store`.
+"""The shared store: the contract and its parts, its records, and :func:`open_store`.
 
 The store URL decides the implementation: ``memory://`` is the in-process
 :class:`MemoryStore` (the key prefix is not used); ``redis://``,
@@ -12,13 +12,17 @@ from __future__ import annotations
 from scheduler.store.base import (
     Aggregate,
     Change,
+    ChangeFeed,
     Consumer,
     GroupClaim,
+    InstanceStore,
     Inventory,
+    PlacementReader,
+    PlacementStore,
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
+    ServiceStore,
     Store,
 )
 from scheduler.store.columns import CompactSnapshot, HostColumns, ServiceColumns
@@ -28,18 +32,22 @@ from scheduler.store.redis_store import RedisStore
 __all__ = [
     "Aggregate",
     "Change",
+    "ChangeFeed",
     "CompactSnapshot",
     "Consumer",
     "GroupClaim",
     "HostColumns",
+    "InstanceStore",
     "Inventory",
     "MemoryStore",
+    "PlacementReader",
+    "PlacementStore",
     "Provider",
     "RedisStore",
     "Service",
     "ServiceColumns",
     "ServiceReport",
-    "Snapshot",
+    "ServiceStore",
     "Store",
     "open_store",
 ]

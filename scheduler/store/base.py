@@ -5,6 +5,17 @@ that must be atomic is one Lua script) and :mod:`scheduler.store.memory` (one
 lock; for the all-in-one demo and fast unit tests). One contract suite,
 ``tests/unit/store/test_contract.py``, runs against both.
 
+The contract comes in parts, so that each consumer asks for the part it uses:
+:class:`PlacementStore` (providers and allocations; :class:`PlacementReader`
+is its reads by uuid), :class:`ChangeFeed` (what a host view reads),
+:class:`ServiceStore`, :class:`InstanceStore`; :class:`Store` is all of them
+and the housekeeping. They are protocols: a consumer that uses two parts
+names their union where it uses them (``class ConductorStore(PlacementStore,
+InstanceStore, Protocol)``), and every store is one without saying so. The
+two implementations subclass :class:`Store`, and every member is abstract,
+so one that lacks a method cannot be instantiated (mypy says so too, and
+checks each signature against the one here).
+
 Semantics (Placement's, where it is good):
 
 * Capacity per resource class = int((total - reserved) * allocation_ratio).
@@ -43,7 +54,7 @@ import abc
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.exceptions import InvalidRequest, StreamTruncated
 from scheduler.objects import AllocationRequest, InstanceRecord
@@ -58,7 +69,6 @@ from scheduler.store.records import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
 )
 
 #: The records are at home in :mod:`scheduler.store.records`; named here too,
@@ -67,31 +77,41 @@ __all__ = [
     "CORRUPT_CHANGE",
     "Aggregate",
     "Change",
+    "ChangeFeed",
     "CompactSnapshot",
     "Consumer",
     "GroupClaim",
+    "InstanceStore",
     "Inventory",
+    "PlacementReader",
+    "PlacementStore",
     "Provider",
     "Service",
     "ServiceReport",
-    "Snapshot",
+    "ServiceStore",
     "Store",
 ]
 
-# --- the contract -------------------------------------------------------------------
+# --- the contract, in parts: each consumer asks for the part it uses ------------------
 
 
-class Store(abc.ABC):
-    """Placement, services and instance records behind one interface."""
-
-    # providers
-    @abc.abstractmethod
-    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
-        """Create with generation 0; :class:`ProviderExists` if uuid or name is taken."""
+class PlacementReader(Protocol):
+    """One provider or one consumer, read by uuid."""
 
     @abc.abstractmethod
     def get_provider(self, uuid: str) -> Provider:
         """:class:`ProviderNotFound` if absent."""
+
+    @abc.abstractmethod
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
+
+
+class PlacementStore(PlacementReader, Protocol):
+    """Providers with their inventories, traits and aggregates; allocations."""
+
+    @abc.abstractmethod
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        """Create with generation 0; :class:`ProviderExists` if uuid or name is taken."""
 
     @abc.abstractmethod
     def get_provider_by_name(self, name: str) -> Provider:
@@ -153,22 +173,23 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
-
-    @abc.abstractmethod
-    def list_consumers(self) -> list[Consumer]: ...
+    def list_consumers(self) -> list[Consumer]:
+        """Every consumer holding allocations (no daemon lists them all: the
+        tests check usage against it)."""
 
     @abc.abstractmethod
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
         """Members per host of a server group, from the live allocations."""
 
-    # change feed
-    @abc.abstractmethod
-    def snapshot(self) -> Snapshot: ...
+
+class ChangeFeed(PlacementReader, Protocol):
+    """What a host view reads: one load, the deltas after it, heartbeats; and a
+    provider or consumer re-read by uuid."""
 
     @abc.abstractmethod
     def compact_snapshot(self) -> CompactSnapshot:
-        """What :meth:`snapshot` holds, as columns with no object per host
+        """Every provider, aggregate and service, and the feed cursor they are
+        valid at, as columns with no object per host
         (:mod:`scheduler.store.columns`): what a host view loads at start."""
 
     @abc.abstractmethod
@@ -176,10 +197,24 @@ class Store(abc.ABC):
         """Changes after ``cursor``, oldest first, at most ``limit``.
 
         :class:`StreamTruncated` when the cursor is older than what the feed
-        still holds: the caller reloads from :meth:`snapshot`.
+        still holds: the caller reloads from :meth:`compact_snapshot`.
         """
 
-    # services
+    @abc.abstractmethod
+    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        """The last heartbeat of every host (registered or not), or of those of
+        ``hosts`` that have one, by host.
+
+        Liveness alone, one number per host and no service record read: what
+        a host view re-reads every ``services_refresh_interval`` for the hosts
+        whose liveness could have changed, since heartbeats are not fed
+        (everything else about a service is).
+        """
+
+
+class ServiceStore(Protocol):
+    """Compute services: registration, reports, heartbeats, disabling, build results."""
+
     @abc.abstractmethod
     def register_services(self, services: Iterable[Service]) -> None:
         """Create or update service records (host, rpc_server), fed as changes."""
@@ -196,17 +231,6 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
         """Record that these hosts are alive at ``now`` (not fed as changes)."""
-
-    @abc.abstractmethod
-    def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
-        """The last heartbeat of every host (registered or not), or of those of
-        ``hosts`` that have one, by host.
-
-        Liveness alone, one number per host and no service record read: what
-        a host view re-reads every ``services_refresh_interval`` for the hosts
-        whose liveness could have changed, since heartbeats are not fed
-        (everything else about a service is).
-        """
 
     @abc.abstractmethod
     def list_services(self) -> list[Service]: ...
@@ -226,7 +250,10 @@ class Store(abc.ABC):
     def record_build_result(self, host: str, success: bool) -> None:
         """A failure increments the host's failed_builds, a success resets it."""
 
-    # instance records
+
+class InstanceStore(Protocol):
+    """Instance records, which the conductor owns."""
+
     @abc.abstractmethod
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
         """Create records; an existing uuid is left as it is (idempotent)."""
@@ -257,7 +284,10 @@ class Store(abc.ABC):
         restarted conductor finds it again.
         """
 
-    # housekeeping
+
+class Store(PlacementStore, ChangeFeed, ServiceStore, InstanceStore, Protocol):
+    """Every part, and the housekeeping: what both implementations provide."""
+
     @abc.abstractmethod
     def ping(self) -> bool:
         """True if the backing service answers."""
@@ -266,8 +296,9 @@ class Store(abc.ABC):
     def wipe(self) -> None:
         """Delete everything under this store's key prefix (tests, demo runs)."""
 
-    def close(self) -> None:  # noqa: B027  # pragma: no cover - trivial default
+    def close(self) -> None:  # pragma: no cover - trivial default
         """Release connections."""
+        return None
 
 
 # --- input checks both implementations make -----------------------------------------

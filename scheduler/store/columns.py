@@ -1,7 +1,8 @@
 """The compact snapshot: what a host view loads at start, laid out as columns.
 
-:meth:`Store.compact_snapshot` holds what :meth:`Store.snapshot` holds, with
-no object per host: root providers and services come as one column per field
+:meth:`Store.compact_snapshot` holds every provider, aggregate and service
+(with its last heartbeat) and the feed cursor it is valid at, with no object
+per host: root providers and services come as one column per field
 (numpy arrays for numbers, lists for names), and a value that many hosts
 share (an inventory, a set of traits or of aggregates, a capability or stats
 report, an RPC server name) is given once and referred to by an integer code

@@ -46,7 +46,6 @@ from scheduler.store.base import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
     Store,
     check_allocation_request,
     check_instance_changes,
@@ -285,11 +284,6 @@ class MemoryStore(Store):
             return dict(self._groups.get(group_uuid, {}))
 
     # change feed
-
-    def snapshot(self) -> Snapshot:
-        with self._lock:
-            return Snapshot(cursor=f"{self._fed}-0", providers=self.list_providers(),
-                            aggregates=self.list_aggregates(), services=self.list_services())
 
     def compact_snapshot(self) -> CompactSnapshot:
         with self._lock:

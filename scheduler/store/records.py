@@ -10,7 +10,7 @@ imports neither, and the dependency goes one way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,13 +174,3 @@ class Change:
     cursor: str
     kind: str
     data: Any
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything a host view needs at start, and the feed cursor it is valid at."""
-
-    cursor: str
-    providers: Sequence[Provider]
-    aggregates: Sequence[Aggregate]
-    services: Sequence[Service]

@@ -6,8 +6,8 @@ Guarantees, on top of the contract in :mod:`scheduler.store.base`:
   one EVALSHA: a claim is one round trip. Scripts check everything before
   they write, so a refusal leaves nothing behind.
 * All providers live in one hash of JSON values (:mod:`.keys`), so
-  :meth:`RedisStore.snapshot` is one script reading a handful of values,
-  and its cursor is the stream's last id at that same instant.
+  :meth:`RedisStore.compact_snapshot` is one script reading a handful of
+  values, and its cursor is the stream's last id at that same instant.
 * Refusals come back as typed exceptions; the translation from a script's
   error reply to an exception lives in :func:`_script_error` and nowhere
   else. Connection errors and timeouts become :class:`StoreUnavailable`; a
@@ -76,7 +76,6 @@ from scheduler.store.base import (
     Provider,
     Service,
     ServiceReport,
-    Snapshot,
     Store,
     check_allocation_request,
     check_instance_changes,
@@ -487,26 +486,12 @@ class RedisStore(Store):
     # change feed
 
     @_translated
-    def snapshot(self) -> Snapshot:
-        k = self.keys
-        cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
-            keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
-        seen = dict(_pairs(heartbeats))
-        return Snapshot(
-            cursor=cursor,
-            providers=sorted(_each(_provider, _pairs(providers), k.providers),
-                             key=lambda p: p.uuid),
-            aggregates=sorted(_each(_aggregate, _pairs(aggregates), k.aggregates),
-                              key=lambda a: a.uuid),
-            services=self._services(_pairs(services), seen))
-
-    @_translated
     def compact_snapshot(self) -> CompactSnapshot:
-        # The same one script as snapshot(); what differs is the decoding:
-        # in bulk, into columns, each shared value (inventory, trait set,
+        # One script reads it all at one instant; the decoding is done in
+        # bulk, into columns, each shared value (inventory, trait set,
         # report) decoded once (see scheduler/store/columns.py). A record
-        # that cannot be read is logged with its key and skipped, as
-        # snapshot() does.
+        # that cannot be read is logged with its key and skipped, as the
+        # lists do.
         k = self.keys
         cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
             keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))

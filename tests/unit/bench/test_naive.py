@@ -22,10 +22,9 @@ from scheduler.store import MemoryStore
 def test_naive_baseline_picks_the_engines_hosts(kind: str, hosts: int, limit: int) -> None:
     store = MemoryStore()
     cloud.populate(store, cloud.plan(hosts, seed=3))
-    snapshot = store.snapshot()
-    snapshot = type(snapshot)(cursor=snapshot.cursor, providers=snapshot.providers,
-                              aggregates=snapshot.aggregates, services=store.list_services())
-    baseline = naive.NaiveScheduler(naive.host_states(snapshot), max_placement_results=limit)
+    baseline = naive.NaiveScheduler(naive.host_states(
+        store.list_providers(), store.list_aggregates(), store.list_services()),
+        max_placement_results=limit)
     engine = Engine(store, EngineSettings(max_placement_results=limit))
     spec = request(kind)
     uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"i{n}")) for n in range(spec.num_instances)]

@@ -292,7 +292,7 @@ def test_claim_is_all_or_nothing(store: Store) -> None:
     first, second = sorted([make_host(store), make_host(store)], key=lambda p: p.uuid)
     store.claim(new_uuid(), ask({second.uuid: {"VCPU": 7}}))
     second = store.get_provider(second.uuid)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     consumer = new_uuid()
     with pytest.raises(CapacityExceeded) as exc:
         store.claim(consumer, ask({first.uuid: {"VCPU": 2}, second.uuid: {"VCPU": 2}}))
@@ -364,7 +364,7 @@ def test_repeating_a_claim_is_a_no_op(store: Store) -> None:
     request = ask({p.uuid: {"VCPU": 2, "MEMORY_MB": 256}})
     assert store.claim(consumer, request, group) is True
     after_first = store.get_provider(p.uuid)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     # anti-affinity would refuse a second member
     assert store.claim(consumer, request, group) is False
     assert store.get_provider(p.uuid) == after_first
@@ -516,7 +516,7 @@ def test_a_move_keeps_project_user_and_group_and_feeds_absolute_usage(store: Sto
     instance, migration, group = new_uuid(), new_uuid(), new_uuid()
     store.claim(instance, ask({a.uuid: {"VCPU": 2}}), GroupClaim(group, "anti-affinity", "a"))
     claimed = store.get_provider(a.uuid)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     assert store.move_allocations(instance, migration) is True
     moved = store.get_consumer(migration)
     assert moved is not None and store.get_consumer(instance) is None
@@ -560,9 +560,12 @@ class View:
 
     @classmethod
     def load(cls, store: Store) -> tuple[View, str]:
-        snap = store.snapshot()
-        return cls({p.uuid: p for p in snap.providers}, {a.uuid: a for a in snap.aggregates},
-                   {s.host: s for s in snap.services}), snap.cursor
+        snap = store.compact_snapshot()
+        hosts = [snap.hosts.provider(i) for i in range(len(snap.hosts))]
+        services = [snap.services.service(i) for i in range(len(snap.services))]
+        return cls({p.uuid: p for p in [*hosts, *snap.children]},
+                   {a.uuid: a for a in snap.aggregates},
+                   {s.host: s for s in services}), snap.cursor
 
     def apply(self, store: Store, cursor: str, limit: int = 3) -> str:
         while batch := store.changes(cursor, limit):
@@ -610,10 +613,10 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
     assert sorted(view.aggregates.values(), key=lambda a: a.uuid) == store.list_aggregates()
     assert sorted(view.services.values(), key=lambda s: s.host) == store.list_services()
     assert store.changes(cursor) == []
-    assert store.snapshot().cursor == cursor
+    assert store.compact_snapshot().cursor == cursor
 
 
-def test_the_compact_snapshot_holds_what_the_snapshot_holds(store: Store) -> None:
+def test_the_compact_snapshot_holds_what_the_store_lists(store: Store) -> None:
     big = {"VCPU": Inventory(total=64, allocation_ratio=4.0, max_unit=16),
            "MEMORY_MB": Inventory(total=262144, reserved=512, step_size=256)}
     hosts = [make_host(store, f"h{i}", inventories=big if i % 2 else None) for i in range(5)]
@@ -632,16 +635,16 @@ def test_the_compact_snapshot_holds_what_the_snapshot_holds(store: Store) -> Non
     store.report_services([ServiceReport("h0", capabilities=CAPABILITIES, stats={"n": 1}),
                            ServiceReport("h9", capabilities=CAPABILITIES)])
 
-    snap, compact = store.snapshot(), store.compact_snapshot()
-    assert compact.cursor == snap.cursor
-    roots = [p for p in snap.providers if p.parent_uuid is None]
+    compact, providers = store.compact_snapshot(), store.list_providers()
+    assert store.changes(compact.cursor) == []  # the cursor of the last write
+    roots = [p for p in providers if p.parent_uuid is None]
     assert compact.hosts.uuids == [p.uuid for p in roots]  # sorted by uuid
     assert [compact.hosts.provider(i) for i in range(len(compact.hosts))] == roots
-    assert list(compact.children) == [p for p in snap.providers if p.parent_uuid is not None]
-    assert list(compact.aggregates) == list(snap.aggregates)
+    assert list(compact.children) == [p for p in providers if p.parent_uuid is not None]
+    assert list(compact.aggregates) == store.list_aggregates()
     assert compact.services.hosts == ["h0", "h1", "h2", "h9"]
-    assert [compact.services.service(i) for i in range(len(compact.services))] == list(
-        snap.services)
+    assert [compact.services.service(i) for i in range(len(compact.services))] == (
+        store.list_services())
 
 
 def test_the_compact_snapshot_gives_a_shared_value_once(store: Store) -> None:
@@ -661,11 +664,11 @@ def test_the_compact_snapshot_gives_a_shared_value_once(store: Store) -> None:
 def test_an_empty_store_has_an_empty_compact_snapshot(store: Store) -> None:
     compact = store.compact_snapshot()
     assert (len(compact.hosts), len(compact.services), compact.children) == (0, 0, [])
-    assert compact.cursor == store.snapshot().cursor
+    assert store.changes(compact.cursor) == []
 
 
 def test_changes_are_ordered_and_paged(store: Store) -> None:
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     names = [f"agg-{i}" for i in range(5)]
     for name in names:
         store.put_aggregate(Aggregate(uuid=new_uuid(), name=name))
@@ -678,7 +681,7 @@ def test_changes_are_ordered_and_paged(store: Store) -> None:
 
 def test_claim_and_release_feed_absolute_usage(store: Store) -> None:
     p = make_host(store)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     consumer = new_uuid()
     store.claim(consumer, ask({p.uuid: {"VCPU": 3}}))
     store.release(consumer)
@@ -692,7 +695,7 @@ def test_claim_and_release_feed_absolute_usage(store: Store) -> None:
 
 def test_fresh_store_cursor_is_valid(make_store: MakeStore) -> None:
     store = make_store(stream_maxlen=5)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     assert store.changes(cursor) == []
     store.put_aggregate(Aggregate(uuid=new_uuid(), name="x"))
     assert [c.data.name for c in store.changes(cursor)] == ["x"]
@@ -700,13 +703,13 @@ def test_fresh_store_cursor_is_valid(make_store: MakeStore) -> None:
 
 def test_a_cursor_that_fell_off_the_stream_is_truncated(make_store: MakeStore) -> None:
     store = make_store(stream_maxlen=5)
-    start = store.snapshot().cursor
+    start = store.compact_snapshot().cursor
     # the Redis stream trims approximately (whole nodes of ~100 entries)
     for i in range(300):
         store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
     with pytest.raises(StreamTruncated):
         store.changes(start)
-    snap = store.snapshot()
+    snap = store.compact_snapshot()
     assert store.changes(snap.cursor) == []
     assert len(snap.aggregates) == 300
 
@@ -715,7 +718,7 @@ def test_a_cursor_within_the_last_maxlen_changes_is_still_read(make_store: MakeS
     store = make_store(stream_maxlen=5)
     for i in range(300):
         store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
-    cursor = store.snapshot().cursor  # from here on, the last 5 changes include it
+    cursor = store.compact_snapshot().cursor  # from here on, the last 5 changes include it
     for i in range(300, 304):
         store.put_aggregate(Aggregate(uuid=new_uuid(), name=f"agg-{i}"))
     assert [c.data.name for c in store.changes(cursor)] == [f"agg-{i}" for i in range(300, 304)]
@@ -747,7 +750,7 @@ def test_services_register_heartbeat_and_list(store: Store) -> None:
 
 def test_heartbeats_are_not_fed(store: Store) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     store.heartbeat(["h1"], 5.0)
     assert store.changes(cursor) == []
 
@@ -770,7 +773,7 @@ def test_heartbeats_alone_are_read_by_host(store: Store) -> None:
 def test_service_state_changes_are_fed_once(store: Store) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])
     store.heartbeat(["h1"], 7.5)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     store.set_service_disabled("h1", True, "maintenance")
     store.set_service_disabled("h1", True, "maintenance")  # no change, not fed
     store.record_build_result("h1", success=False)
@@ -815,7 +818,7 @@ CAPABILITIES = {"cpu_arch": "x86_64", "hypervisor_version": 6002000,
 def test_reports_are_kept_frozen_and_fed_only_when_they_change(store: Store) -> None:
     store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
     store.heartbeat(["h1"], 3.5)
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     store.report_services([ServiceReport("h1", capabilities=CAPABILITIES, stats={"n": 1}),
                            ServiceReport("h2", stats={})])
     store.report_services([ServiceReport("h1", capabilities=dict(CAPABILITIES))])  # same
@@ -842,7 +845,8 @@ def test_reports_survive_other_service_writes(store: Store) -> None:
     assert store.list_services() == [Service(
         host="h1", rpc_server="sim-2", disabled=True, disabled_reason="maintenance",
         failed_builds=1, capabilities={"a": "b"}, stats={"n": 3})]
-    assert store.snapshot().services == store.list_services()
+    compact = store.compact_snapshot().services
+    assert [compact.service(i) for i in range(len(compact))] == store.list_services()
 
 
 @pytest.mark.parametrize("report", [
@@ -860,7 +864,7 @@ def test_nonsense_reports_are_refused(store: Store, report: ServiceReport) -> No
 
 def test_a_report_for_an_unknown_host_writes_nothing(store: Store) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
     with pytest.raises(NotFound):
         store.report_services([ServiceReport("h1", stats={"n": 1}),
                                ServiceReport("ghost", stats={"n": 1})])
@@ -1100,7 +1104,7 @@ def test_disabling_a_service_sets_the_status_trait_in_the_same_write(
         store.set_traits(p.uuid, p.generation, traits)
     p = store.get_provider(p.uuid)
     store.register_services([Service(host="h1", rpc_server="sim")])
-    cursor = store.snapshot().cursor
+    cursor = store.compact_snapshot().cursor
 
     store.set_service_disabled("h1", True, "maintenance")
     disabled = store.get_provider(p.uuid)
