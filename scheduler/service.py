@@ -22,7 +22,7 @@ from scheduler.exceptions import StoreUnavailable
 from scheduler.log import get_logger
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
-from scheduler.store import Store, open_store
+from scheduler.store import ServiceStore, Store, open_store
 
 LOG = get_logger(__name__)
 
@@ -68,7 +68,7 @@ class ServiceResolver:
     addressed by its own name (one host per compute process, as in Nova).
     """
 
-    def __init__(self, store: Store, ttl: float = 30.0) -> None:
+    def __init__(self, store: ServiceStore, ttl: float = 30.0) -> None:
         self._store = store
         self._ttl = ttl
         self._cache: dict[str, tuple[str, float]] = {}

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import structlog
@@ -71,7 +71,7 @@ from scheduler.request_filters import (
     TenantAggregatesRequestFilter,
 )
 from scheduler.resource_request import ResourceRequest
-from scheduler.store.base import Consumer, GroupClaim, Store
+from scheduler.store.base import ChangeFeed, Consumer, GroupClaim, PlacementStore
 from scheduler.weighers import base as weighers_base
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ _POLICY_FILTERS = (("compute_status_filter", "ComputeFilter"),
 
 #: (host index, allocations) of a claim accounted for in the view.
 Consumed = tuple[int, Mapping[str, Mapping[str, int]]]
+
+
+class SchedulerStore(PlacementStore, ChangeFeed, Protocol):
+    """What the engine asks of the store: claims and their reads, and the change
+    feed its host view is kept by."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,7 @@ class Engine:
     than a second thread).
     """
 
-    def __init__(self, store: Store, settings: EngineSettings,
+    def __init__(self, store: SchedulerStore, settings: EngineSettings,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.settings = settings

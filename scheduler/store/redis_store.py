@@ -39,7 +39,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import unquote
 
 import redis
@@ -171,15 +171,15 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
 # --- JSON <-> records ---------------------------------------------------------------
 
 
-def _parse(build: Callable[[dict[str, Any]], T], raw: str, where: str) -> T:
+def _parse(build: Callable[[dict[str, Any]], T], raw: str | bytes, where: str) -> T:
     try:
         return build(json.loads(raw))
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise CorruptRecord(key=where, reason=repr(exc)[:200]) from exc
 
 
-def _each(build: Callable[[dict[str, Any]], T], pairs: Iterable[tuple[str, str]],
-          key: str) -> Iterable[T]:
+def _each(build: Callable[[dict[str, Any]], T],
+          pairs: Iterable[tuple[str, str | bytes]], key: str) -> Iterable[T]:
     """The records of a hash's (field, value) pairs that can be read; the others
     are logged (``corrupt_record``, with the key and field) and skipped."""
     for name, raw in pairs:
@@ -404,7 +404,7 @@ class RedisStore(Store):
 
     @_translated
     def list_providers(self) -> list[Provider]:
-        pairs = self._client.hgetall(self.keys.providers).items()
+        pairs = self._hash(self.keys.providers).items()
         return sorted(_each(_provider, pairs, self.keys.providers), key=lambda p: p.uuid)
 
     def set_inventory(self, uuid: str, generation: int,
@@ -434,7 +434,7 @@ class RedisStore(Store):
 
     @_translated
     def list_aggregates(self) -> list[Aggregate]:
-        pairs = self._client.hgetall(self.keys.aggregates).items()
+        pairs = self._hash(self.keys.aggregates).items()
         return sorted(_each(_aggregate, pairs, self.keys.aggregates), key=lambda a: a.uuid)
 
     # allocations
@@ -472,7 +472,7 @@ class RedisStore(Store):
 
     @_translated
     def list_consumers(self) -> list[Consumer]:
-        pairs = self._client.hgetall(self.keys.consumers).items()
+        pairs = self._hash(self.keys.consumers).items()
         return sorted(_each(_consumer, pairs, self.keys.consumers), key=lambda c: c.uuid)
 
     @_translated
@@ -570,14 +570,15 @@ class RedisStore(Store):
 
     @_translated
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
-        seen = dict.fromkeys(hosts, repr(now))
+        seen: dict[Any, Any] = dict.fromkeys(hosts, repr(now))  # hset's mapping type
         if seen:
             self._client.hset(self.keys.heartbeats, mapping=seen)
 
     @_translated
     def heartbeats(self, hosts: Sequence[str] | None = None) -> dict[str, float]:
+        seen: dict[str, str]
         if hosts is None:
-            seen = self._client.hgetall(self.keys.heartbeats)
+            seen = self._hash(self.keys.heartbeats)
         else:
             pipe = self._client.pipeline(transaction=False)
             for start in range(0, len(hosts), _HMGET_CHUNK):
@@ -660,7 +661,7 @@ class RedisStore(Store):
     @_translated
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
         if uuids is None:
-            pairs = self._client.hgetall(self.keys.instances).items()
+            pairs = self._hash(self.keys.instances).items()
             return sorted(_each(_instance, pairs, self.keys.instances), key=lambda r: r.uuid)
         wanted = list(uuids)
         raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
@@ -690,3 +691,7 @@ class RedisStore(Store):
 
     def close(self) -> None:
         self._client.close()
+
+    def _hash(self, key: str) -> dict[str, str]:
+        """A whole hash (HGETALL): the client decodes replies (decode_responses)."""
+        return cast("dict[str, str]", self._client.hgetall(key))
