@@ -20,6 +20,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from oslo_config import cfg
+
+from scheduler import conf as conf_mod
 from scheduler.engine.context import PlacementContext
 from scheduler.engine.hostview import HostView
 from scheduler.engine.pipeline import Engine
@@ -410,3 +413,10 @@ class Recorded:
         raise AssertionError(f"{name} was not called; calls: {self.names}")
 
 
+def private_conf(config_files: Sequence[str] = ()) -> cfg.ConfigOpts:
+    """A private ConfigOpts with our options, parsed from ``config_files`` (no RPC
+    server is built from it, so oslo.messaging's global-only groups are not needed)."""
+    c = cfg.ConfigOpts()
+    conf_mod.register_opts(c)
+    c([], project="scheduler", default_config_files=list(config_files))
+    return c

@@ -11,7 +11,6 @@ import importlib.metadata
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,16 +29,7 @@ from scheduler.filters.io_ops import IoOpsFilter
 from scheduler.service import engine_settings
 from scheduler.store.memory import MemoryStore
 from scheduler.weighers.ram import RAMWeigher
-
-
-@pytest.fixture
-def conf() -> Iterator[cfg.ConfigOpts]:
-    """A private ConfigOpts with our options (no RPC server is built from it)."""
-    c = cfg.ConfigOpts()
-    conf_mod.register_opts(c)
-    c([], project="scheduler", default_config_files=[])
-    yield c
-    c.reset()
+from tests.unit.factories import private_conf
 
 
 def test_defaults_mirror_the_engines(conf: cfg.ConfigOpts) -> None:
@@ -149,12 +139,10 @@ def test_a_new_plugins_option_is_generated_and_reaches_it(tiny_registered: None)
     assert isinstance(opt, cfg.IntOpt)
     assert (opt.default, opt.type.min, opt.help) == (2, 1, "How many tiny things a host needs.")
     # From a config file to the filter instance.
-    c = cfg.ConfigOpts()
-    conf_mod.register_opts(c)
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
         f.write("[filter_scheduler]\nenabled_filters = TinyFilter\ntiny_things_per_host = 5\n")
         f.flush()
-        c([], project="scheduler", default_config_files=[f.name])
+        c = private_conf([f.name])
         settings = engine_settings(c)
     c.reset()
     (name, tiny), = Engine(MemoryStore(), settings).filters

@@ -3,12 +3,9 @@ the processes themselves are in tests/functional/test_worker_supervision.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from oslo_config import cfg
 
-from scheduler import conf as conf_mod
 from scheduler.cmd import worker
 
 
@@ -32,16 +29,6 @@ def test_restart_delay(quick_deaths: int, delay: float) -> None:
 ])
 def test_process_name(worker_id: int, workers: int, name: str) -> None:
     assert worker.process_name(worker_id, workers) == name
-
-
-@pytest.fixture
-def conf() -> Iterator[cfg.ConfigOpts]:
-    """A private ConfigOpts with our options (no RPC server is built from it)."""
-    c = cfg.ConfigOpts()
-    conf_mod.register_opts(c)
-    c([], project="scheduler", default_config_files=[])
-    yield c
-    c.reset()
 
 
 @pytest.mark.parametrize("option, value, error", [
