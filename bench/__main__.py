@@ -39,21 +39,42 @@ DEFAULT_OUT = Path(__file__).parent / "results"
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--case", action="append", choices=list(CASES),
-                        help="run this case (repeatable; default: all)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes: checks the suite runs, figures mean nothing")
-    parser.add_argument("--profile", action="store_true",
-                        help="also write profiles (cProfile of the engine, py-spy of the "
-                        "worker if installed) into OUT/profiles")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"where to write results (default {DEFAULT_OUT})")
-    parser.add_argument("--update-readme", type=Path, metavar="README",
-                        help="also put the summary between the bench markers of README "
-                        "(refused with --quick or --case: the README shows full runs)")
-    parser.add_argument("--rebuild-report", action="store_true",
-                        help="run nothing: rewrite results.md, the plots (and README with "
-                        "--update-readme) from OUT/results.json")
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=list(CASES),
+        help="run this case (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes: checks the suite runs, figures mean nothing",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also write profiles (cProfile of the engine, py-spy of the "
+        "worker if installed) into OUT/profiles",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"where to write results (default {DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--update-readme",
+        type=Path,
+        metavar="README",
+        help="also put the summary between the bench markers of README "
+        "(refused with --quick or --case: the README shows full runs)",
+    )
+    parser.add_argument(
+        "--rebuild-report",
+        action="store_true",
+        help="run nothing: rewrite results.md, the plots (and README with "
+        "--update-readme) from OUT/results.json",
+    )
     args = parser.parse_args(argv)
     if args.update_readme and (args.quick or args.case) and not args.rebuild_report:
         parser.error("--update-readme needs a full run (no --quick, no --case)")
@@ -75,8 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [name for name in CASES if not args.case or name in args.case]
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    bench = Bench(out, quick=args.quick, profile=args.profile,
-                  log=lambda line: print(line, flush=True))
+    bench = Bench(
+        out, quick=args.quick, profile=args.profile, log=lambda line: print(line, flush=True)
+    )
     results = {
         "started_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),

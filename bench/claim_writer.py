@@ -44,16 +44,26 @@ def main() -> int:
             time.sleep(due - now)
         consumer = str(uuidlib.uuid4())
         try:
-            store.claim(consumer, AllocationRequest({rng.choice(hosts): AMOUNTS},
-                                                    "writer", "writer"))
+            store.claim(
+                consumer, AllocationRequest({rng.choice(hosts): AMOUNTS}, "writer", "writer")
+            )
         except ClaimFailed:
             refused += 1
         claimed.append(consumer)
     elapsed = time.perf_counter() - started
     for consumer in claimed:
         store.release(consumer)
-    print(json.dumps({"claims": len(claimed), "refused": refused, "seconds": elapsed,
-                      "rate": len(claimed) / elapsed}), flush=True)
+    print(
+        json.dumps(
+            {
+                "claims": len(claimed),
+                "refused": refused,
+                "seconds": elapsed,
+                "rate": len(claimed) / elapsed,
+            }
+        ),
+        flush=True,
+    )
     store.close()
     return 0
 

@@ -68,8 +68,13 @@ KINDS = (
 #: What the benchmark requests ask for (m1.medium-like).
 FLAVOR = Flavor(name="bench.medium", vcpus=2, memory_mb=4096, root_gb=40)
 
-_TRAITS = ("HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F", "STORAGE_DISK_SSD", "CUSTOM_GPU",
-           "COMPUTE_NET_VIF_MODEL_VIRTIO")
+_TRAITS = (
+    "HW_CPU_X86_AVX2",
+    "HW_CPU_X86_AVX512F",
+    "STORAGE_DISK_SSD",
+    "CUSTOM_GPU",
+    "COMPUTE_NET_VIF_MODEL_VIRTIO",
+)
 
 
 def uuid_for(kind: str, name: str) -> str:
@@ -78,10 +83,10 @@ def uuid_for(kind: str, name: str) -> str:
 
 def aggregates() -> list[Aggregate]:
     aggs = [Aggregate(uuid_for("aggregate", z), z, {"availability_zone": z}) for z in ZONES]
-    aggs += [Aggregate(uuid_for("aggregate", "fast-storage"), "fast-storage",
-                       {"storage": "ssd"}),
-             Aggregate(uuid_for("aggregate", "tenant-a"), "tenant-a",
-                       {"filter_tenant_id": "tenant-a"})]
+    aggs += [
+        Aggregate(uuid_for("aggregate", "fast-storage"), "fast-storage", {"storage": "ssd"}),
+        Aggregate(uuid_for("aggregate", "tenant-a"), "tenant-a", {"filter_tenant_id": "tenant-a"}),
+    ]
     return aggs
 
 
@@ -120,29 +125,40 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
     for i in range(hosts):
         kind = KINDS[kinds[i]]
         inv = kind.inventories()
-        used = {VCPU: int(cpu_fill[i] * inv[VCPU].capacity),
-                MEMORY_MB: int(fill[i] * inv[MEMORY_MB].capacity),
-                DISK_GB: int(disk_fill[i] * inv[DISK_GB].capacity)}
+        used = {
+            VCPU: int(cpu_fill[i] * inv[VCPU].capacity),
+            MEMORY_MB: int(fill[i] * inv[MEMORY_MB].capacity),
+            DISK_GB: int(disk_fill[i] * inv[DISK_GB].capacity),
+        }
         name = f"bench-{i:06d}"
-        out.append(HostPlan(
-            name=name, uuid=uuid_for("provider", name), kind=int(kinds[i]),
-            traits=tuple(t for t, on in zip(_TRAITS, trait_mask[i], strict=True) if on),
-            aggregates=(agg_uuids[zones[i]],) + tuple(
-                agg_uuids[len(ZONES) + j] for j in np.flatnonzero(extra[i])),
-            consumers=_split(name, used, inv),
-            disabled=bool(disabled[i]), down=bool(down[i])))
+        out.append(
+            HostPlan(
+                name=name,
+                uuid=uuid_for("provider", name),
+                kind=int(kinds[i]),
+                traits=tuple(t for t, on in zip(_TRAITS, trait_mask[i], strict=True) if on),
+                aggregates=(agg_uuids[zones[i]],)
+                + tuple(agg_uuids[len(ZONES) + j] for j in np.flatnonzero(extra[i])),
+                consumers=_split(name, used, inv),
+                disabled=bool(disabled[i]),
+                down=bool(down[i]),
+            )
+        )
     return out
 
 
-def _split(name: str, used: dict[str, int], inv: dict[str, Inventory]
-           ) -> tuple[tuple[str, dict[str, int]], ...]:
+def _split(
+    name: str, used: dict[str, int], inv: dict[str, Inventory]
+) -> tuple[tuple[str, dict[str, int]], ...]:
     """Existing usage as consumers, none asking more than a class's max_unit."""
-    parts = max(1, *(math.ceil(amount / inv[rc].effective_max_unit)
-                     for rc, amount in used.items()))
+    parts = max(
+        1, *(math.ceil(amount / inv[rc].effective_max_unit) for rc, amount in used.items())
+    )
     consumers = []
     for k in range(parts):
-        amounts = {rc: amount // parts + (1 if k < amount % parts else 0)
-                   for rc, amount in used.items()}
+        amounts = {
+            rc: amount // parts + (1 if k < amount % parts else 0) for rc, amount in used.items()
+        }
         amounts = {rc: a for rc, a in amounts.items() if a > 0}
         if amounts:
             consumers.append((uuid_for("consumer", f"{name}/{k}"), amounts))
@@ -172,11 +188,10 @@ def _write_slice(url: str, prefix: str, hosts: Sequence[HostPlan]) -> None:
         store.close()
 
 
-def write_services(store: Store, hosts: Sequence[HostPlan], now: float,
-                   batch: int = 5000) -> None:
+def write_services(store: Store, hosts: Sequence[HostPlan], now: float, batch: int = 5000) -> None:
     """Service records, heartbeats (old ones for the "down" hosts), disabled flags."""
     for start in range(0, len(hosts), batch):
-        chunk = hosts[start:start + batch]
+        chunk = hosts[start : start + batch]
         store.register_services(Service(host=h.name, rpc_server=RPC_SERVER) for h in chunk)
         store.heartbeat([h.name for h in chunk if not h.down], now)
         store.heartbeat([h.name for h in chunk if h.down], now - 86400)
@@ -190,12 +205,18 @@ def refresh_heartbeats(store: Store, hosts: Sequence[HostPlan], batch: int = 200
     now = time.time()
     names = [h.name for h in hosts if not h.down]
     for start in range(0, len(names), batch):
-        store.heartbeat(names[start:start + batch], now)
+        store.heartbeat(names[start : start + batch], now)
 
 
-def populate(store: Store, hosts: Sequence[HostPlan], *, url: str | None = None,
-             prefix: str | None = None, processes: int = 1,
-             now: float | None = None) -> float:
+def populate(
+    store: Store,
+    hosts: Sequence[HostPlan],
+    *,
+    url: str | None = None,
+    prefix: str | None = None,
+    processes: int = 1,
+    now: float | None = None,
+) -> float:
     """Write ``hosts`` into ``store``; return the seconds it took.
 
     With ``url``/``prefix`` and ``processes`` > 1, the providers are written
@@ -207,9 +228,10 @@ def populate(store: Store, hosts: Sequence[HostPlan], *, url: str | None = None,
     if processes > 1 and url is not None and prefix is not None and len(hosts) > 1000:
         ctx = multiprocessing.get_context("spawn")  # no inherited threads or sockets
         step = math.ceil(len(hosts) / processes)
-        workers = [ctx.Process(target=_write_slice,
-                               args=(url, prefix, hosts[k * step:(k + 1) * step]))
-                   for k in range(processes)]
+        workers = [
+            ctx.Process(target=_write_slice, args=(url, prefix, hosts[k * step : (k + 1) * step]))
+            for k in range(processes)
+        ]
         for w in workers:
             w.start()
         for w in workers:

@@ -34,8 +34,9 @@ class EchoEndpoint:
     def __init__(self, response: Any) -> None:
         self.response = response
 
-    def select_destinations(self, ctxt: Any, request_spec: Any, instance_uuids: Any,
-                            return_alternates: bool = True) -> Any:
+    def select_destinations(
+        self, ctxt: Any, request_spec: Any, instance_uuids: Any, return_alternates: bool = True
+    ) -> Any:
         return self.response
 
 

@@ -28,7 +28,7 @@ def main() -> int:
     store = open_store(args.url, args.prefix)
     while True:
         for start in range(0, len(hosts), 20000):
-            store.heartbeat(hosts[start:start + 20000], time.time())
+            store.heartbeat(hosts[start : start + 20000], time.time())
         time.sleep(args.interval)
 
 

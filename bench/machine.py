@@ -53,8 +53,9 @@ def _redis_version(url: str) -> str | None:
 
 def _rabbit_version() -> str | None:
     try:
-        out = subprocess.run(["rabbitmqctl", "-q", "version"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            ["rabbitmqctl", "-q", "version"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None

@@ -70,8 +70,12 @@ class HostState:
         self.instances += 1
 
 
-def host_states(providers: Iterable[Provider], aggregates: Iterable[Aggregate],
-                services: Iterable[Service], default_zone: str = "nova") -> list[HostState]:
+def host_states(
+    providers: Iterable[Provider],
+    aggregates: Iterable[Aggregate],
+    services: Iterable[Service],
+    default_zone: str = "nova",
+) -> list[HostState]:
     """One object per root provider, from what the store lists."""
     aggs = {a.uuid: a for a in aggregates}
     by_host = {s.host: s for s in services}
@@ -79,21 +83,29 @@ def host_states(providers: Iterable[Provider], aggregates: Iterable[Aggregate],
     for p in providers:
         if p.parent_uuid is not None:
             continue
-        zones = frozenset(aggs[a].metadata[ZONE_KEY] for a in p.aggregates
-                          if a in aggs and aggs[a].metadata.get(ZONE_KEY))
+        zones = frozenset(
+            aggs[a].metadata[ZONE_KEY]
+            for a in p.aggregates
+            if a in aggs and aggs[a].metadata.get(ZONE_KEY)
+        )
         svc = by_host.get(p.name)
-        out.append(HostState(
-            name=p.name, uuid=p.uuid,
-            total={rc: inv.total for rc, inv in p.inventories.items()},
-            reserved={rc: inv.reserved for rc, inv in p.inventories.items()},
-            ratio={rc: inv.allocation_ratio for rc, inv in p.inventories.items()},
-            max_unit={rc: inv.effective_max_unit for rc, inv in p.inventories.items()},
-            min_unit={rc: inv.min_unit for rc, inv in p.inventories.items()},
-            step={rc: inv.step_size for rc, inv in p.inventories.items()},
-            used=dict(p.usages), zones=zones or frozenset({default_zone}),
-            last_seen=svc.last_seen if svc else -math.inf,
-            disabled=svc.disabled if svc else False,
-            failed_builds=svc.failed_builds if svc else 0))
+        out.append(
+            HostState(
+                name=p.name,
+                uuid=p.uuid,
+                total={rc: inv.total for rc, inv in p.inventories.items()},
+                reserved={rc: inv.reserved for rc, inv in p.inventories.items()},
+                ratio={rc: inv.allocation_ratio for rc, inv in p.inventories.items()},
+                max_unit={rc: inv.effective_max_unit for rc, inv in p.inventories.items()},
+                min_unit={rc: inv.min_unit for rc, inv in p.inventories.items()},
+                step={rc: inv.step_size for rc, inv in p.inventories.items()},
+                used=dict(p.usages),
+                zones=zones or frozenset({default_zone}),
+                last_seen=svc.last_seen if svc else -math.inf,
+                disabled=svc.disabled if svc else False,
+                failed_builds=svc.failed_builds if svc else 0,
+            )
+        )
     return out
 
 
@@ -190,15 +202,25 @@ def _normalise(values: list[float], by_max: bool) -> list[float]:
 class NaiveScheduler:
     """Filter, weigh, pick and consume, with a loop over host objects at every stage."""
 
-    def __init__(self, hosts: list[HostState], *, max_placement_results: int = 1000,
-                 max_attempts: int = 3, service_down_time: float = 60.0,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        hosts: list[HostState],
+        *,
+        max_placement_results: int = 1000,
+        max_attempts: int = 3,
+        service_down_time: float = 60.0,
+        seed: int = 0,
+    ) -> None:
         self.hosts = hosts
         self.max_placement_results = max_placement_results
         self.max_attempts = max_attempts
-        self.filters = [ComputeFilter(service_down_time), AvailabilityZoneFilter(),
-                        RetryFilter(), ServerGroupAffinityFilter(),
-                        ServerGroupAntiAffinityFilter()]
+        self.filters = [
+            ComputeFilter(service_down_time),
+            AvailabilityZoneFilter(),
+            RetryFilter(),
+            ServerGroupAffinityFilter(),
+            ServerGroupAntiAffinityFilter(),
+        ]
         self.weighers = [RAMWeigher(), CPUWeigher(), DiskWeigher(), BuildFailureWeigher()]
         self._random = random.Random(seed)
 
@@ -206,22 +228,30 @@ class NaiveScheduler:
         for rc, amount in resources.items():
             if rc not in host.total:
                 return False
-            if (host.free(rc) < amount or host.max_unit[rc] < amount
-                    or host.min_unit[rc] > amount or amount % host.step[rc]):
+            if (
+                host.free(rc) < amount
+                or host.max_unit[rc] < amount
+                or host.min_unit[rc] > amount
+                or amount % host.step[rc]
+            ):
                 return False
         return True
 
-    def select(self, spec: RequestSpec, instance_uuids: Sequence[str],
-               now: float) -> list[list[tuple[str, float]]]:
+    def select(
+        self, spec: RequestSpec, instance_uuids: Sequence[str], now: float
+    ) -> list[list[tuple[str, float]]]:
         """Per instance, the chosen host then its alternates, each with its weight."""
         resources = spec.resources
         group = spec.group
-        req = Request(spec, now, sum(h.group_members[group.uuid] for h in self.hosts)
-                      if group is not None else 0)
+        req = Request(
+            spec,
+            now,
+            sum(h.group_members[group.uuid] for h in self.hosts) if group is not None else 0,
+        )
         out = []
         for _uuid in instance_uuids:
             candidates = [h for h in self.hosts if self._fits(h, resources)]
-            candidates = candidates[:self.max_placement_results]
+            candidates = candidates[: self.max_placement_results]
             for host_filter in self.filters:
                 candidates = [h for h in candidates if host_filter.host_passes(h, req)]
             if not candidates:
@@ -241,5 +271,5 @@ class NaiveScheduler:
                 chosen.group_members[group.uuid] += 1
                 req.group_size += 1
             alternates = [(h.name, w) for w, h in ranked[1:] if self._fits(h, resources)]
-            out.append([(chosen.name, weight), *alternates[:self.max_attempts - 1]])
+            out.append([(chosen.name, weight), *alternates[: self.max_attempts - 1]])
         return out

@@ -76,8 +76,7 @@ def _machine_ticks() -> tuple[int, int]:
 class CpuMeter:
     """CPU seconds per group of processes, and busy cores, over an interval."""
 
-    def __init__(self, groups: Mapping[str, Iterable[int]], include_services: bool = True
-                 ) -> None:
+    def __init__(self, groups: Mapping[str, Iterable[int]], include_services: bool = True) -> None:
         self.groups = {name: list(pids) for name, pids in groups.items()}
         if include_services:
             self.groups.update(service_pids())

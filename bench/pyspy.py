@@ -30,10 +30,25 @@ def record(pid: int, seconds: float, raw_path: Path, rate: int = 200) -> subproc
     """Start sampling ``pid`` for ``seconds``: only the thread holding the GIL, so the
     samples say where the process's Python CPU time goes (waits are left out)."""
     return subprocess.Popen(
-        [_executable() or "py-spy", "record", "--pid", str(pid),
-         "--duration", str(max(1, round(seconds))), "--rate", str(rate),
-         "--format", "raw", "--output", str(raw_path), "--nonblocking", "--gil"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            _executable() or "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--output",
+            str(raw_path),
+            "--nonblocking",
+            "--gil",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _frame_name(frame: str) -> str:
@@ -57,8 +72,12 @@ def summarise(raw_path: Path, title: str, top: int = 30) -> str:
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
-    lines = [title, f"{total} samples of the thread holding the GIL", "",
-             "own time (top of stack):"]
+    lines = [
+        title,
+        f"{total} samples of the thread holding the GIL",
+        "",
+        "own time (top of stack):",
+    ]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
     lines += ["", "inclusive (anywhere in the stack):"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]

@@ -57,11 +57,21 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target with what was measured against it and whether it was met."""
     out: list[dict[str, Any]] = []
 
-    def add(tid: str, measured: str, value: float | None, limit: float, kind: str,
-            note: str = "") -> None:
+    def add(
+        tid: str, measured: str, value: float | None, limit: float, kind: str, note: str = ""
+    ) -> None:
         what = dict(TARGETS)[tid]
-        out.append({"id": tid, "target": what, "measured_on": measured, "value": value,
-                    "limit": limit, "status": _met(value, limit, kind), "note": note})
+        out.append(
+            {
+                "id": tid,
+                "target": what,
+                "measured_on": measured,
+                "value": value,
+                "limit": limit,
+                "status": _met(value, limit, kind),
+                "note": note,
+            }
+        )
 
     engine = cases.get("engine", {}).get("rows", [])
     for store in ("memory", "redis"):
@@ -70,23 +80,43 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
             row = _find(engine, store=store, hosts=hosts, request="1 instance")
             add(tid, f"{label}, 1 instance", row and row["median_ms"], limit, "max")
         row = _find(engine, store=store, hosts=10000, request="1 instance")
-        add("engine_rate_10k", f"{label}, 1 instance, back to back",
-            row and row["requests_per_s"], 1000.0, "min")
+        add(
+            "engine_rate_10k",
+            f"{label}, 1 instance, back to back",
+            row and row["requests_per_s"],
+            1000.0,
+            "min",
+        )
     for row in cases.get("rabbit", {}).get("rows", []):
         if row["call"] == "select_destinations":
-            add("rabbit_ratio", f"{row['callers']} caller(s), calls/s", row["ratio_to_echo"],
-                0.8, "min")
+            add(
+                "rabbit_ratio",
+                f"{row['callers']} caller(s), calls/s",
+                row["ratio_to_echo"],
+                0.8,
+                "min",
+            )
     cores = cases.get("bootstorm", {}).get("cores")
     for mode in ("streamed", "backlog"):
         storm = _find(cases.get("bootstorm", {}).get("rows", []), workers=2, mode=mode)
-        add("storm_ratio", f"{mode}: ACTIVE/s, 2 workers over 1",
-            storm and storm["ratio_to_one_worker"], 1.6, "min",
-            f"{cores} cores shared by every process of the run" if cores else "")
+        add(
+            "storm_ratio",
+            f"{mode}: ACTIVE/s, 2 workers over 1",
+            storm and storm["ratio_to_one_worker"],
+            1.6,
+            "min",
+            f"{cores} cores shared by every process of the run" if cores else "",
+        )
     mem = _find(cases.get("memory", {}).get("rows", []), hosts=100000)
     add("rss_100k", "VmRSS after the view loaded", mem and mem["rss_mb"], 300.0, "max")
     load = _find(cases.get("hostview", {}).get("cold_load", []), hosts=100000)
-    add("load_100k", "first decision less a warm one, Redis",
-        load and load["load_ms"] / 1000, 5.0, "max")
+    add(
+        "load_100k",
+        "first decision less a warm one, Redis",
+        load and load["load_ms"] / 1000,
+        5.0,
+        "max",
+    )
     return out
 
 
@@ -105,24 +135,56 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         "",
         "## Machine",
         "",
-        _table(["CPU", "cores", "memory", "Python", "numpy", "oslo.messaging", "kombu",
-                "redis-py", "hiredis", "Redis", "RabbitMQ", "load avg (1/5/15 min) start → end"],
-               [[m["cpu"], m["cores"], f"{m['memory_gb']} GB", m["python"],
-                 m["packages"].get("numpy"), m["packages"].get("oslo.messaging"),
-                 m["packages"].get("kombu"), m["packages"].get("redis"),
-                 m["packages"].get("hiredis"), m.get("redis_server"), m.get("rabbitmq_server"),
-                 f"{_load(m['load_average_at_start'])} → "
-                 f"{_load(m.get('load_average_at_end'))}"]]),
+        _table(
+            [
+                "CPU",
+                "cores",
+                "memory",
+                "Python",
+                "numpy",
+                "oslo.messaging",
+                "kombu",
+                "redis-py",
+                "hiredis",
+                "Redis",
+                "RabbitMQ",
+                "load avg (1/5/15 min) start → end",
+            ],
+            [
+                [
+                    m["cpu"],
+                    m["cores"],
+                    f"{m['memory_gb']} GB",
+                    m["python"],
+                    m["packages"].get("numpy"),
+                    m["packages"].get("oslo.messaging"),
+                    m["packages"].get("kombu"),
+                    m["packages"].get("redis"),
+                    m["packages"].get("hiredis"),
+                    m.get("redis_server"),
+                    m.get("rabbitmq_server"),
+                    f"{_load(m['load_average_at_start'])} → {_load(m.get('load_average_at_end'))}",
+                ]
+            ],
+        ),
         "",
         "## Targets",
         "",
-        _table(["target", "measured on", "value", "status", "note"],
-               [[t["target"], t["measured_on"], t["value"], t["status"], t["note"]]
-                for t in results["targets"]]),
+        _table(
+            ["target", "measured on", "value", "status", "note"],
+            [
+                [t["target"], t["measured_on"], t["value"], t["status"], t["note"]]
+                for t in results["targets"]
+            ],
+        ),
     ]
-    for title, render in (("engine", _engine_md), ("hostview", _hostview_md),
-                          ("rabbit", _rabbit_md), ("bootstorm", _storm_md),
-                          ("memory", _memory_md)):
+    for title, render in (
+        ("engine", _engine_md),
+        ("hostview", _hostview_md),
+        ("rabbit", _rabbit_md),
+        ("bootstorm", _storm_md),
+        ("memory", _memory_md),
+    ):
         if title in cases:
             parts += ["", render(cases[title])]
     if plots:
@@ -140,123 +202,286 @@ def _engine_md(case: dict[str, Any]) -> str:
         limit = 1.0 if row["hosts"] == 10000 else 10.0
         return f"≤ {limit:g} ms: {_met(row['median_ms'], limit, 'max')}"
 
-    rows = [[r["store"], r["hosts"], r["request"], r["median_ms"], r["p99_ms"],
-             r["requests_per_s"], r["instances_per_s"], r.get("first_decision_ms"), r["n"],
-             target(r)] for r in case["rows"]]
-    naive = [[r["hosts"], r["median_ms"], r["p99_ms"], r["engine_median_ms"],
-              f"{r['speedup']:.0f}x", r["n"]] for r in case.get("naive", [])]
-    return "\n".join([
-        "## 1. Engine, in-process",
-        "",
-        "One request per decision, back to back, each with alternates and the atomic "
-        "claim; the first decision of a fresh engine (it loads the host view) is apart.",
-        "",
-        _table(["store", "hosts", "request", "median", "p99", "requests/s", "instances/s",
-                "first decision", "n", "target"], rows),
-        "",
-        "Baseline in the same run: the naive Nova-style loop (`bench/naive.py`, one Python "
-        "object per host, a loop per filter and weigher, no store), 1 instance, against the "
-        "engine on the in-memory store. (Nova 34 itself, measured separately: ~400 ms at "
-        "1,000 hosts, ~3,900 ms at 10,000.)",
-        "",
-        _table(["hosts", "naive median", "naive p99", "engine median", "engine is faster by",
-                "n"], naive),
-    ])
+    rows = [
+        [
+            r["store"],
+            r["hosts"],
+            r["request"],
+            r["median_ms"],
+            r["p99_ms"],
+            r["requests_per_s"],
+            r["instances_per_s"],
+            r.get("first_decision_ms"),
+            r["n"],
+            target(r),
+        ]
+        for r in case["rows"]
+    ]
+    naive = [
+        [
+            r["hosts"],
+            r["median_ms"],
+            r["p99_ms"],
+            r["engine_median_ms"],
+            f"{r['speedup']:.0f}x",
+            r["n"],
+        ]
+        for r in case.get("naive", [])
+    ]
+    return "\n".join(
+        [
+            "## 1. Engine, in-process",
+            "",
+            "One request per decision, back to back, each with alternates and the atomic "
+            "claim; the first decision of a fresh engine (it loads the host view) is apart.",
+            "",
+            _table(
+                [
+                    "store",
+                    "hosts",
+                    "request",
+                    "median",
+                    "p99",
+                    "requests/s",
+                    "instances/s",
+                    "first decision",
+                    "n",
+                    "target",
+                ],
+                rows,
+            ),
+            "",
+            "Baseline in the same run: the naive Nova-style loop (`bench/naive.py`, one Python "
+            "object per host, a loop per filter and weigher, no store), 1 instance, against the "
+            "engine on the in-memory store. (Nova 34 itself, measured separately: ~400 ms at "
+            "1,000 hosts, ~3,900 ms at 10,000.)",
+            "",
+            _table(
+                [
+                    "hosts",
+                    "naive median",
+                    "naive p99",
+                    "engine median",
+                    "engine is faster by",
+                    "n",
+                ],
+                naive,
+            ),
+        ]
+    )
 
 
 def _hostview_md(case: dict[str, Any]) -> str:
-    loads = [[r["hosts"], r["load_ms"] / 1000, r["first_decision_ms"], r["warm_decision_ms"],
-              r["loads"],
-              f"≤ 5 s: {_met(r['load_ms'] / 1000, 5.0, 'max')}" if r["hosts"] == 100000 else ""]
-             for r in case["cold_load"]]
-    catch = [[r["hosts"], r["services"], r["writer_claims_per_s"], r["decisions_per_s"],
-              r["changes_per_decision"], r["idle_median_ms"], r["idle_p99_ms"], r["median_ms"],
-              r["p99_ms"], r["cost_per_decision_ms"], r["cost_per_change_us"]]
-             for r in case["catchup"]]
-    return "\n".join([
-        "## 2. Host view (Redis)",
-        "",
-        "Cold load: a fresh engine's first decision less a warm decision (dry runs).",
-        "",
-        _table(["hosts", "cold load (s)", "first decision", "warm decision", "loads",
-                "target"], loads),
-        "",
-        "Catching up with the change stream: paced dry-run decisions, idle and while "
-        "another process claims at the given rate; with the default periodic re-read of "
-        "heartbeats (not in the change feed; only hosts whose liveness is in doubt), and "
-        "with it deferred to isolate the change stream.",
-        "",
-        _table(["hosts", "services", "writer claims/s", "decisions/s", "changes per decision",
-                "idle median", "idle p99", "median", "p99", "catch-up per decision",
-                "per change (µs)"], catch),
-    ])
+    loads = [
+        [
+            r["hosts"],
+            r["load_ms"] / 1000,
+            r["first_decision_ms"],
+            r["warm_decision_ms"],
+            r["loads"],
+            f"≤ 5 s: {_met(r['load_ms'] / 1000, 5.0, 'max')}" if r["hosts"] == 100000 else "",
+        ]
+        for r in case["cold_load"]
+    ]
+    catch = [
+        [
+            r["hosts"],
+            r["services"],
+            r["writer_claims_per_s"],
+            r["decisions_per_s"],
+            r["changes_per_decision"],
+            r["idle_median_ms"],
+            r["idle_p99_ms"],
+            r["median_ms"],
+            r["p99_ms"],
+            r["cost_per_decision_ms"],
+            r["cost_per_change_us"],
+        ]
+        for r in case["catchup"]
+    ]
+    return "\n".join(
+        [
+            "## 2. Host view (Redis)",
+            "",
+            "Cold load: a fresh engine's first decision less a warm decision (dry runs).",
+            "",
+            _table(
+                ["hosts", "cold load (s)", "first decision", "warm decision", "loads", "target"],
+                loads,
+            ),
+            "",
+            "Catching up with the change stream: paced dry-run decisions, idle and while "
+            "another process claims at the given rate; with the default periodic re-read of "
+            "heartbeats (not in the change feed; only hosts whose liveness is in doubt), and "
+            "with it deferred to isolate the change stream.",
+            "",
+            _table(
+                [
+                    "hosts",
+                    "services",
+                    "writer claims/s",
+                    "decisions/s",
+                    "changes per decision",
+                    "idle median",
+                    "idle p99",
+                    "median",
+                    "p99",
+                    "catch-up per decision",
+                    "per change (µs)",
+                ],
+                catch,
+            ),
+        ]
+    )
 
 
 def _rabbit_md(case: dict[str, Any]) -> str:
-    rows = [[r["callers"], r["call"], r["calls_per_s"], r["median_ms"], r["p99_ms"], r["n"],
-             (f"{r['ratio_to_echo']:.2f}" + (f" (≥ 0.8: {_met(r['ratio_to_echo'], 0.8, 'min')})"
-                                             if r["call"] == "select_destinations" else "")
-              if r.get("ratio_to_echo") is not None else ""),
-             r.get("server_cpu_ms_per_call"), r.get("callers_cpu_ms_per_call"),
-             r.get("broker_cpu_ms_per_call"), r.get("redis_cpu_ms_per_call"),
-             r.get("machine_busy_cores")] for r in case["rows"]]
-    return "\n".join([
-        "## 3. Over RabbitMQ",
-        "",
-        f"One worker process on {case['hosts']:,} hosts (Redis store) and a bare "
-        "oslo.messaging echo server answering the same call with a same-sized canned "
-        "response; same client, alternating rounds. A second worker with notifications off "
-        "shows what the two notifications of every call cost. CPU per call (ms) is read "
-        "from /proc for the answering process, the calling process, the broker and Redis; "
-        "busy cores is the whole machine's.",
-        "",
-        _table(["callers", "call", "calls/s", "median", "p99", "n", "throughput ratio",
-                "server CPU/call", "caller CPU/call", "broker CPU/call", "Redis CPU/call",
-                "busy cores"], rows),
-    ])
+    rows = [
+        [
+            r["callers"],
+            r["call"],
+            r["calls_per_s"],
+            r["median_ms"],
+            r["p99_ms"],
+            r["n"],
+            (
+                f"{r['ratio_to_echo']:.2f}"
+                + (
+                    f" (≥ 0.8: {_met(r['ratio_to_echo'], 0.8, 'min')})"
+                    if r["call"] == "select_destinations"
+                    else ""
+                )
+                if r.get("ratio_to_echo") is not None
+                else ""
+            ),
+            r.get("server_cpu_ms_per_call"),
+            r.get("callers_cpu_ms_per_call"),
+            r.get("broker_cpu_ms_per_call"),
+            r.get("redis_cpu_ms_per_call"),
+            r.get("machine_busy_cores"),
+        ]
+        for r in case["rows"]
+    ]
+    return "\n".join(
+        [
+            "## 3. Over RabbitMQ",
+            "",
+            f"One worker process on {case['hosts']:,} hosts (Redis store) and a bare "
+            "oslo.messaging echo server answering the same call with a same-sized canned "
+            "response; same client, alternating rounds. A second worker with notifications off "
+            "shows what the two notifications of every call cost. CPU per call (ms) is read "
+            "from /proc for the answering process, the calling process, the broker and Redis; "
+            "busy cores is the whole machine's.",
+            "",
+            _table(
+                [
+                    "callers",
+                    "call",
+                    "calls/s",
+                    "median",
+                    "p99",
+                    "n",
+                    "throughput ratio",
+                    "server CPU/call",
+                    "caller CPU/call",
+                    "broker CPU/call",
+                    "Redis CPU/call",
+                    "busy cores",
+                ],
+                rows,
+            ),
+        ]
+    )
 
 
 def _storm_md(case: dict[str, Any]) -> str:
-    rows = [[r["mode"], r["workers"], r["instances"], r["hosts"],
-             ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
-             r["rescheduled"],
-             r["seconds"], r["instances_per_s"], r["median_ms"] / 1000, r["p99_ms"] / 1000,
-             r["ratio_to_one_worker"], r.get("machine_busy_cores"),
-             ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items())]
-            for r in case["rows"]]
-    return "\n".join([
-        "## 4. Boot storm",
-        "",
-        "conductor → worker(s) → compute simulator over RabbitMQ and Redis, "
-        f"{case['cores']} cores for every process (booting client, conductor, simulator, "
-        "workers, broker, Redis). Latency per instance: created_at to updated_at when ACTIVE. "
-        "*streamed*: the boot client sends one run_instance per instance while the workers "
-        "serve; the span runs from the first created_at. *backlog*: the workers are paused "
-        "(SIGSTOP) while the client queues every request, then resumed; the span runs from "
-        "the resume (latencies then include the queueing), and "
-        f"`rabbit_qos_prefetch_count = {case.get('prefetch')}` lets the worker processes "
-        "share the backlog (RabbitMQ's default, unlimited, hands it all to one).",
-        "",
-        _table(["mode", "workers", "instances", "hosts", "final states", "rescheduled",
-                "span (s)",
-                "ACTIVE/s", "p50 (s)", "p99 (s)", "ratio to 1 worker", "busy cores",
-                "CPU seconds over the span"], rows),
-    ])
+    rows = [
+        [
+            r["mode"],
+            r["workers"],
+            r["instances"],
+            r["hosts"],
+            ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
+            r["rescheduled"],
+            r["seconds"],
+            r["instances_per_s"],
+            r["median_ms"] / 1000,
+            r["p99_ms"] / 1000,
+            r["ratio_to_one_worker"],
+            r.get("machine_busy_cores"),
+            ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items()),
+        ]
+        for r in case["rows"]
+    ]
+    return "\n".join(
+        [
+            "## 4. Boot storm",
+            "",
+            "conductor → worker(s) → compute simulator over RabbitMQ and Redis, "
+            f"{case['cores']} cores for every process (booting client, conductor, simulator, "
+            "workers, broker, Redis). Latency per instance: created_at to updated_at when ACTIVE. "
+            "*streamed*: the boot client sends one run_instance per instance while the workers "
+            "serve; the span runs from the first created_at. *backlog*: the workers are paused "
+            "(SIGSTOP) while the client queues every request, then resumed; the span runs from "
+            "the resume (latencies then include the queueing), and "
+            f"`rabbit_qos_prefetch_count = {case.get('prefetch')}` lets the worker processes "
+            "share the backlog (RabbitMQ's default, unlimited, hands it all to one).",
+            "",
+            _table(
+                [
+                    "mode",
+                    "workers",
+                    "instances",
+                    "hosts",
+                    "final states",
+                    "rescheduled",
+                    "span (s)",
+                    "ACTIVE/s",
+                    "p50 (s)",
+                    "p99 (s)",
+                    "ratio to 1 worker",
+                    "busy cores",
+                    "CPU seconds over the span",
+                ],
+                rows,
+            ),
+        ]
+    )
 
 
 def _memory_md(case: dict[str, Any]) -> str:
-    rows = [[r["hosts"], r["rss_mb"], r["peak_rss_mb"], r["rss_before_load_mb"],
-             r["first_call_ms"], r["warm_call_ms"],
-             f"≤ 300 MB: {_met(r['rss_mb'], 300.0, 'max')}" if r["hosts"] == 100000 else ""]
-            for r in case["rows"]]
-    return "\n".join([
-        "## 5. Worker memory",
-        "",
-        "A real worker process after its first select_destinations loaded the view.",
-        "",
-        _table(["hosts", "RSS (MB)", "peak RSS (MB)", "RSS before load (MB)",
-                "first call (ms)", "warm call (ms)", "target"], rows),
-    ])
+    rows = [
+        [
+            r["hosts"],
+            r["rss_mb"],
+            r["peak_rss_mb"],
+            r["rss_before_load_mb"],
+            r["first_call_ms"],
+            r["warm_call_ms"],
+            f"≤ 300 MB: {_met(r['rss_mb'], 300.0, 'max')}" if r["hosts"] == 100000 else "",
+        ]
+        for r in case["rows"]
+    ]
+    return "\n".join(
+        [
+            "## 5. Worker memory",
+            "",
+            "A real worker process after its first select_destinations loaded the view.",
+            "",
+            _table(
+                [
+                    "hosts",
+                    "RSS (MB)",
+                    "peak RSS (MB)",
+                    "RSS before load (MB)",
+                    "first call (ms)",
+                    "warm call (ms)",
+                    "target",
+                ],
+                rows,
+            ),
+        ]
+    )
 
 
 # --- README -------------------------------------------------------------------------
@@ -279,21 +504,35 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
         f"with other work). Every table, the profiles and the method: "
         f"[{results_dir}/results.md]({results_dir}/results.md).",
         "",
-        _table(["target", "measured on", "value", "status"],
-               [[t["target"], t["measured_on"], t["value"], t["status"]]
-                for t in results["targets"]]),
+        _table(
+            ["target", "measured on", "value", "status"],
+            [[t["target"], t["measured_on"], t["value"], t["status"]] for t in results["targets"]],
+        ),
     ]
     engine = cases.get("engine", {})
     if engine:
-        rows = [[r["store"], r["hosts"], r["median_ms"], r["p99_ms"], r["requests_per_s"]]
-                for r in engine["rows"] if r["request"] == "1 instance"]
-        parts += ["", "Engine in-process, 1 instance with 2 alternates, claim included (ms):",
-                  "", _table(["store", "hosts", "median", "p99", "decisions/s"], rows)]
-        naive = [[r["hosts"], r["median_ms"], r["engine_median_ms"], f"{r['speedup']:.0f}x"]
-                 for r in engine.get("naive", [])]
+        rows = [
+            [r["store"], r["hosts"], r["median_ms"], r["p99_ms"], r["requests_per_s"]]
+            for r in engine["rows"]
+            if r["request"] == "1 instance"
+        ]
+        parts += [
+            "",
+            "Engine in-process, 1 instance with 2 alternates, claim included (ms):",
+            "",
+            _table(["store", "hosts", "median", "p99", "decisions/s"], rows),
+        ]
+        naive = [
+            [r["hosts"], r["median_ms"], r["engine_median_ms"], f"{r['speedup']:.0f}x"]
+            for r in engine.get("naive", [])
+        ]
         if naive:
-            parts += ["", "Against the naive Nova-style loop in the same run (ms):", "",
-                      _table(["hosts", "naive", "engine", "ratio"], naive)]
+            parts += [
+                "",
+                "Against the naive Nova-style loop in the same run (ms):",
+                "",
+                _table(["hosts", "naive", "engine", "ratio"], naive),
+            ]
     parts += ["", " ".join(f"![{p}]({results_dir}/{p})" for p in plots), README_END]
     return "\n".join(parts)
 
@@ -334,8 +573,11 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         rows = cases["engine"]["rows"]
         for store, colour in (("memory", "tab:blue"), ("redis", "tab:red")):
-            pts = sorted((r["hosts"], r["median_ms"], r["p99_ms"]) for r in rows
-                         if r["store"] == store and r["request"] == "1 instance")
+            pts = sorted(
+                (r["hosts"], r["median_ms"], r["p99_ms"])
+                for r in rows
+                if r["store"] == store and r["request"] == "1 instance"
+            )
             if pts:
                 xs, med, p99 = zip(*pts, strict=True)
                 ax.plot(xs, med, "o-", color=colour, label=f"engine, {store}: median")
@@ -357,21 +599,33 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         rows = cases["rabbit"]["rows"]
         callers = sorted({r["callers"] for r in rows})
         fig, ax = plt.subplots(figsize=(6, 4))
-        calls = [c for c in ("echo", "select_destinations",
-                             "select_destinations, notifications off")
-                 if any(r["call"] == c for r in rows)]
+        calls = [
+            c
+            for c in ("echo", "select_destinations", "select_destinations, notifications off")
+            if any(r["call"] == c for r in rows)
+        ]
         width = 0.8 / len(calls)
-        for k, (call, colour) in enumerate(zip(calls, ("tab:gray", "tab:blue", "tab:cyan"),
-                                               strict=False)):
+        for k, (call, colour) in enumerate(
+            zip(calls, ("tab:gray", "tab:blue", "tab:cyan"), strict=False)
+        ):
             vals = [_find(rows, callers=c, call=call)["calls_per_s"] for c in callers]
-            bars = ax.bar([i + (k - (len(calls) - 1) / 2) * width for i in range(len(callers))],
-                          vals, width, color=colour, label=call)
+            bars = ax.bar(
+                [i + (k - (len(calls) - 1) / 2) * width for i in range(len(callers))],
+                vals,
+                width,
+                color=colour,
+                label=call,
+            )
             if call != "echo":
                 for bar, c in zip(bars, callers, strict=True):
                     r = _find(rows, callers=c, call=call)["ratio_to_echo"]
-                    ax.annotate(f"{r:.2f}x echo", (bar.get_x() + bar.get_width() / 2,
-                                                   bar.get_height()),
-                                ha="center", va="bottom", fontsize=8)
+                    ax.annotate(
+                        f"{r:.2f}x echo",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center",
+                        va="bottom",
+                        fontsize=8,
+                    )
         ax.set_xticks(range(len(callers)), [f"{c} caller(s)" for c in callers])
         ax.set_ylabel("calls per second")
         ax.set_title("select_destinations vs bare echo over RabbitMQ (target 0.8x)")
@@ -380,8 +634,9 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
     if "bootstorm" in cases:
         rows = cases["bootstorm"]["rows"]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.8))
-        labels = [f"{r['mode']}\n{r['workers']} worker" + ("s" if r["workers"] > 1 else "")
-                  for r in rows]
+        labels = [
+            f"{r['mode']}\n{r['workers']} worker" + ("s" if r["workers"] > 1 else "") for r in rows
+        ]
         a1.bar(labels, [r["instances_per_s"] or 0 for r in rows], color="tab:blue")
         a1.set_ylabel("ACTIVE instances per second")
         a1.set_title(f"{rows[0]['instances']} instances, {rows[0]['hosts']} hosts")
@@ -404,8 +659,10 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         a1.set_xlabel("hosts")
         a1.set_ylabel("worker RSS (MB)")
         a1.legend(fontsize=8)
-        loads = sorted((r["hosts"], r["load_ms"] / 1000)
-                       for r in cases.get("hostview", {}).get("cold_load", []))
+        loads = sorted(
+            (r["hosts"], r["load_ms"] / 1000)
+            for r in cases.get("hostview", {}).get("cold_load", [])
+        )
         if loads:
             xs, ys = zip(*loads, strict=True)
             a2.plot(xs, ys, "o-", color="tab:red")
@@ -418,8 +675,12 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
     return made
 
 
-def write(results: dict[str, Any], out: Path, log: Callable[[str], None] = print,
-          readme: Path | None = None) -> list[Path]:
+def write(
+    results: dict[str, Any],
+    out: Path,
+    log: Callable[[str], None] = print,
+    readme: Path | None = None,
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     results["targets"] = targets(results["cases"])
     made = plots(results, out)

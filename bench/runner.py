@@ -60,19 +60,41 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    engine_hosts=(100, 1000), naive_hosts=(100, 1000), engine_single=(30, 1.0),
-    engine_multi=(5, 1.0), naive_decisions=(5, 1.0), profile_decisions=20,
-    hostview_hosts=(1000,), cold_loads=1, writer_rate=200, catchup_seconds=1.0,
-    catchup_pace=20.0, catchup_deferred=(False,), memory_hosts=(1000,), rabbit_hosts=100,
-    rabbit_seconds=0.5, rabbit_rounds=1, storm_instances=40, storm_hosts=20,
-    storm_modes=("backlog",), storm_timeout=60.0)
+    engine_hosts=(100, 1000),
+    naive_hosts=(100, 1000),
+    engine_single=(30, 1.0),
+    engine_multi=(5, 1.0),
+    naive_decisions=(5, 1.0),
+    profile_decisions=20,
+    hostview_hosts=(1000,),
+    cold_loads=1,
+    writer_rate=200,
+    catchup_seconds=1.0,
+    catchup_pace=20.0,
+    catchup_deferred=(False,),
+    memory_hosts=(1000,),
+    rabbit_hosts=100,
+    rabbit_seconds=0.5,
+    rabbit_rounds=1,
+    storm_instances=40,
+    storm_hosts=20,
+    storm_modes=("backlog",),
+    storm_timeout=60.0,
+)
 
 
 class Bench:
     """Options, results and shared clouds of one run."""
 
-    def __init__(self, out: Path, *, quick: bool = False, profile: bool = False,
-                 redis_url: str = REDIS_URL, log: Any = print) -> None:
+    def __init__(
+        self,
+        out: Path,
+        *,
+        quick: bool = False,
+        profile: bool = False,
+        redis_url: str = REDIS_URL,
+        log: Any = print,
+    ) -> None:
         self.out = out
         self.quick = quick
         self.profile = profile
@@ -106,8 +128,13 @@ class Bench:
         if hosts not in self._redis:
             cluster = self.cluster(f"cloud-{hosts}")
             hosts_plan = self.plan(hosts)
-            seconds = cloud.populate(cluster.store, hosts_plan, url=self.redis_url,
-                                     prefix=cluster.prefix, processes=POPULATE_PROCESSES)
+            seconds = cloud.populate(
+                cluster.store,
+                hosts_plan,
+                url=self.redis_url,
+                prefix=cluster.prefix,
+                processes=POPULATE_PROCESSES,
+            )
             self.log(f"  populated {hosts} hosts in Redis in {seconds:.1f}s")
             self._redis[hosts] = RedisCloud(cluster, hosts_plan, seconds)
             self._redis[hosts].start_heartbeats(self.redis_url)
@@ -164,8 +191,18 @@ class RedisCloud:
         names = self.cluster.tmp / "live-hosts.txt"
         names.write_text("\n".join(h.name for h in self.plan if not h.down))
         self.heartbeater = subprocess.Popen(
-            [sys.executable, "-m", "bench.heartbeater", "--url", redis_url,
-             "--prefix", self.cluster.prefix, "--hosts-file", str(names)])
+            [
+                sys.executable,
+                "-m",
+                "bench.heartbeater",
+                "--url",
+                redis_url,
+                "--prefix",
+                self.cluster.prefix,
+                "--hosts-file",
+                str(names),
+            ]
+        )
 
     def stop_heartbeats(self) -> None:
         if self.heartbeater is not None and self.heartbeater.poll() is None:

@@ -27,7 +27,13 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_sim.manager import AggregateSpec, ComputeSimulator, HostShape, Topology
+from compute_sim.manager import (
+    AggregateSpec,
+    ComputeSimulator,
+    ComputeStore,
+    HostShape,
+    Topology,
+)
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
@@ -39,50 +45,92 @@ LOG = log.get_logger("compute_sim")
 
 cli_opts = [
     cfg.IntOpt("hosts", default=10, min=1, max=200000, help="How many hosts to simulate."),
-    cfg.StrOpt("name-prefix", default="compute",
-               help="Host names are <prefix>-0000, <prefix>-0001, ..."),
+    cfg.StrOpt(
+        "name-prefix", default="compute", help="Host names are <prefix>-0000, <prefix>-0001, ..."
+    ),
     cfg.IntOpt("vcpus", default=16, min=1, help="Physical CPUs per host."),
     cfg.IntOpt("memory-mb", default=65536, min=1, help="Memory per host, MB."),
     cfg.IntOpt("disk-gb", default=1000, min=1, help="Disk per host, GB."),
-    cfg.FloatOpt("fail-rate", default=0.0, min=0.0, max=1.0,
-                 help="Probability that a build fails (then it is rescheduled)."),
-    cfg.ListOpt("fail-hosts", default=[],
-                help="Hosts on which every build fails (for tests and demos)."),
-    cfg.ListOpt("fail-resize-hosts", default=[],
-                help="Hosts on which every prep_resize fails (the resize is then retried "
-                "on its alternates)."),
+    cfg.FloatOpt(
+        "fail-rate",
+        default=0.0,
+        min=0.0,
+        max=1.0,
+        help="Probability that a build fails (then it is rescheduled).",
+    ),
+    cfg.ListOpt(
+        "fail-hosts", default=[], help="Hosts on which every build fails (for tests and demos)."
+    ),
+    cfg.ListOpt(
+        "fail-resize-hosts",
+        default=[],
+        help="Hosts on which every prep_resize fails (the resize is then retried "
+        "on its alternates).",
+    ),
     cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
-    cfg.ListOpt("availability-zones", default=[],
-                help="Spread the hosts over these zones, round robin (one aggregate each)."),
+    cfg.ListOpt(
+        "availability-zones",
+        default=[],
+        help="Spread the hosts over these zones, round robin (one aggregate each).",
+    ),
     cfg.IntOpt("seed", help="Seed of the failure draws, for a replayable run."),
     cfg.StrOpt("cpu-arch", default="x86_64", help="CPU architecture the hosts report."),
     cfg.StrOpt("hypervisor-type", default="kvm", help="Hypervisor type the hosts report."),
-    cfg.StrOpt("hypervisor-version", default="8.0.0",
-               help="Hypervisor version the hosts report (major.minor.patch)."),
-    cfg.ListOpt("numa-cells", default=[],
-                help="NUMA cells per host as cpus:memory_mb, e.g. 8:32768,8:32768."),
-    cfg.ListOpt("pci-devices", default=[],
-                help="Free PCI devices per host as vendor:product:count, e.g. 8086:154d:4."),
-    cfg.MultiStrOpt("capability", default=[],
-                    help="Another reported attribute as key=value (repeatable); a key with "
-                    "':' nests (cpu_info:vendor=Intel); a JSON value is read as JSON."),
-    cfg.BoolOpt("report-stats", default=True,
-                help="Report builds in progress and image property counts as builds start "
-                "and end (for the I/O ops and image properties filters and weighers)."),
-    cfg.ListOpt("traits", default=[],
-                help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
-                "COMPUTE_IMAGE_TYPE_QCOW2."),
-    cfg.IntOpt("traits-on", min=0,
-               help="Only the first N hosts report --traits (default: all of them)."),
-    cfg.MultiStrOpt("aggregate", default=[],
-                    help="An aggregate every host joins, as name or name:key=value,... "
-                    "(e.g. gold:filter_tenant_id=p1). Repeat for several."),
-    cfg.IntOpt("vgpus-per-host", default=0, min=0,
-               help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child."),
-    cfg.IntOpt("gpus-per-host", default=1, min=1,
-               help="GPU child providers per host (with --vgpus-per-host)."),
-    cfg.ListOpt("gpu-traits", default=["CUSTOM_VGPU"],
-                help="Traits of each GPU child provider."),
+    cfg.StrOpt(
+        "hypervisor-version",
+        default="8.0.0",
+        help="Hypervisor version the hosts report (major.minor.patch).",
+    ),
+    cfg.ListOpt(
+        "numa-cells",
+        default=[],
+        help="NUMA cells per host as cpus:memory_mb, e.g. 8:32768,8:32768.",
+    ),
+    cfg.ListOpt(
+        "pci-devices",
+        default=[],
+        help="Free PCI devices per host as vendor:product:count, e.g. 8086:154d:4.",
+    ),
+    cfg.MultiStrOpt(
+        "capability",
+        default=[],
+        help="Another reported attribute as key=value (repeatable); a key with "
+        "':' nests (cpu_info:vendor=Intel); a JSON value is read as JSON.",
+    ),
+    cfg.BoolOpt(
+        "report-stats",
+        default=True,
+        help="Report builds in progress and image property counts as builds start "
+        "and end (for the I/O ops and image properties filters and weighers).",
+    ),
+    cfg.ListOpt(
+        "traits",
+        default=[],
+        help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
+        "COMPUTE_IMAGE_TYPE_QCOW2.",
+    ),
+    cfg.IntOpt(
+        "traits-on", min=0, help="Only the first N hosts report --traits (default: all of them)."
+    ),
+    cfg.MultiStrOpt(
+        "aggregate",
+        default=[],
+        help="An aggregate every host joins, as name or name:key=value,... "
+        "(e.g. gold:filter_tenant_id=p1). Repeat for several.",
+    ),
+    cfg.IntOpt(
+        "vgpus-per-host",
+        default=0,
+        min=0,
+        help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child.",
+    ),
+    cfg.IntOpt(
+        "gpus-per-host",
+        default=1,
+        min=1,
+        help="GPU child providers per host (with --vgpus-per-host).",
+    ),
+    cfg.ListOpt("gpu-traits", default=["CUSTOM_VGPU"], help="Traits of each GPU child provider."),
 ]
 
 
@@ -119,42 +167,72 @@ def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
     for pool in conf.pci_devices:
         vendor, product, count = pool.split(":")
         pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
-    return CapabilityReport.from_primitive({
-        **extra, "cpu_arch": conf.cpu_arch, "hypervisor_type": conf.hypervisor_type,
-        "hypervisor_version": version_to_int(conf.hypervisor_version),
-        "supported_instances": [[conf.cpu_arch, conf.hypervisor_type, "hvm"]],
-        "numa_cells": cells, "pci_devices": pools})
+    return CapabilityReport.from_primitive(
+        {
+            **extra,
+            "cpu_arch": conf.cpu_arch,
+            "hypervisor_type": conf.hypervisor_type,
+            "hypervisor_version": version_to_int(conf.hypervisor_version),
+            "supported_instances": [[conf.cpu_arch, conf.hypervisor_type, "hvm"]],
+            "numa_cells": cells,
+            "pci_devices": pools,
+        }
+    )
 
 
-def build_simulator(conf: cfg.ConfigOpts, store, transport, server_name: str  # type: ignore[no-untyped-def]
-                    ) -> ComputeSimulator:
+def build_simulator(
+    conf: cfg.ConfigOpts,
+    store: ComputeStore,
+    transport: Any,
+    server_name: str,
+) -> ComputeSimulator:
     c = conf.compute
-    shape = HostShape(vcpus=conf.vcpus, memory_mb=conf.memory_mb, disk_gb=conf.disk_gb,
-                      cpu_allocation_ratio=c.cpu_allocation_ratio,
-                      ram_allocation_ratio=c.ram_allocation_ratio,
-                      disk_allocation_ratio=c.disk_allocation_ratio,
-                      reserved_host_memory_mb=c.reserved_host_memory_mb,
-                      reserved_host_disk_gb=c.reserved_host_disk_gb,
-                      reserved_host_cpus=c.reserved_host_cpus)
+    shape = HostShape(
+        vcpus=conf.vcpus,
+        memory_mb=conf.memory_mb,
+        disk_gb=conf.disk_gb,
+        cpu_allocation_ratio=c.cpu_allocation_ratio,
+        ram_allocation_ratio=c.ram_allocation_ratio,
+        disk_allocation_ratio=c.disk_allocation_ratio,
+        reserved_host_memory_mb=c.reserved_host_memory_mb,
+        reserved_host_disk_gb=c.reserved_host_disk_gb,
+        reserved_host_cpus=c.reserved_host_cpus,
+    )
     hosts = [f"{conf.name_prefix}-{i:04d}" for i in range(conf.hosts)]
-    topology = Topology(traits=tuple(conf.traits), traits_on=conf.traits_on,
-                        aggregates=tuple(AggregateSpec.parse(a) for a in conf.aggregate),
-                        vgpus_per_gpu=conf.vgpus_per_host, gpus_per_host=conf.gpus_per_host,
-                        gpu_traits=tuple(conf.gpu_traits))
-    return ComputeSimulator(store, rpc.ConductorClient(transport), hosts, server_name, shape,
-                            build_time=conf.build_time, fail_rate=conf.fail_rate,
-                            fail_hosts=conf.fail_hosts,
-                            availability_zones=conf.availability_zones, seed=conf.seed,
-                            compute=rpc.ComputeClient(transport, ServiceResolver(store)),
-                            fail_resize_hosts=conf.fail_resize_hosts,
-                            topology=topology, capabilities=capability_report(conf),
-                            report_stats=conf.report_stats)
+    topology = Topology(
+        traits=tuple(conf.traits),
+        traits_on=conf.traits_on,
+        aggregates=tuple(AggregateSpec.parse(a) for a in conf.aggregate),
+        vgpus_per_gpu=conf.vgpus_per_host,
+        gpus_per_host=conf.gpus_per_host,
+        gpu_traits=tuple(conf.gpu_traits),
+    )
+    return ComputeSimulator(
+        store,
+        rpc.ConductorClient(transport),
+        hosts,
+        server_name,
+        shape,
+        build_time=conf.build_time,
+        fail_rate=conf.fail_rate,
+        fail_hosts=conf.fail_hosts,
+        availability_zones=conf.availability_zones,
+        seed=conf.seed,
+        compute=rpc.ComputeClient(transport, ServiceResolver(store)),
+        fail_resize_hosts=conf.fail_resize_hosts,
+        topology=topology,
+        capabilities=capability_report(conf),
+        report_stats=conf.report_stats,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     conf_mod.CONF.register_cli_opts(cli_opts)
-    conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="compute-sim",
-                               description=__doc__.split("\n")[0])
+    conf = conf_mod.parse_args(
+        sys.argv[1:] if argv is None else argv,
+        prog="compute-sim",
+        description=__doc__.split("\n")[0],
+    )
     log.setup(process="compute-sim")
     transport = rpc.get_transport(conf)
     store = make_store(conf)

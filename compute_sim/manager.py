@@ -80,6 +80,7 @@ class ComputeStore(PlacementStore, ServiceStore, Protocol):
     """What a compute uses: its providers and the claims on them, and its
     service records (registration, reports, heartbeats, build results)."""
 
+
 #: Provider uuids are derived from host names, so a restarted simulator finds
 #: its providers again instead of registering duplicates.
 PROVIDER_NAMESPACE = uuidlib.UUID("5b1d7a40-2f5e-4c1e-9a57-6f0b6c2d9e11")
@@ -174,12 +175,21 @@ class HostShape:
 
     def inventories(self) -> dict[str, Inventory]:
         return {
-            VCPU: Inventory(total=self.vcpus, reserved=self.reserved_host_cpus,
-                            allocation_ratio=self.cpu_allocation_ratio),
-            MEMORY_MB: Inventory(total=self.memory_mb, reserved=self.reserved_host_memory_mb,
-                                 allocation_ratio=self.ram_allocation_ratio),
-            DISK_GB: Inventory(total=self.disk_gb, reserved=self.reserved_host_disk_gb,
-                               allocation_ratio=self.disk_allocation_ratio),
+            VCPU: Inventory(
+                total=self.vcpus,
+                reserved=self.reserved_host_cpus,
+                allocation_ratio=self.cpu_allocation_ratio,
+            ),
+            MEMORY_MB: Inventory(
+                total=self.memory_mb,
+                reserved=self.reserved_host_memory_mb,
+                allocation_ratio=self.ram_allocation_ratio,
+            ),
+            DISK_GB: Inventory(
+                total=self.disk_gb,
+                reserved=self.reserved_host_disk_gb,
+                allocation_ratio=self.disk_allocation_ratio,
+            ),
         }
 
 
@@ -208,7 +218,8 @@ class DelayedRunner:
         while True:
             with self._cv:
                 while not self._stopped and (
-                        not self._heap or self._heap[0][0] > time.monotonic()):
+                    not self._heap or self._heap[0][0] > time.monotonic()
+                ):
                     timeout = self._heap[0][0] - time.monotonic() if self._heap else None
                     self._cv.wait(timeout)
                 if self._stopped:
@@ -225,14 +236,24 @@ class ComputeSimulator:
 
     target = oslo_messaging.Target(version="1.1")
 
-    def __init__(self, store: ComputeStore, conductor: ConductorClient,
-                 hosts: Sequence[str], rpc_server: str, shape: HostShape,
-                 build_time: float = 0.05, fail_rate: float = 0.0,
-                 fail_hosts: Sequence[str] = (), availability_zones: Sequence[str] = (),
-                 seed: int | None = None, compute: ComputeClient | None = None,
-                 fail_resize_hosts: Sequence[str] = (), topology: Topology = Topology(),
-                 capabilities: CapabilityReport | None = None,
-                 report_stats: bool = True) -> None:
+    def __init__(
+        self,
+        store: ComputeStore,
+        conductor: ConductorClient,
+        hosts: Sequence[str],
+        rpc_server: str,
+        shape: HostShape,
+        build_time: float = 0.05,
+        fail_rate: float = 0.0,
+        fail_hosts: Sequence[str] = (),
+        availability_zones: Sequence[str] = (),
+        seed: int | None = None,
+        compute: ComputeClient | None = None,
+        fail_resize_hosts: Sequence[str] = (),
+        topology: Topology = Topology(),
+        capabilities: CapabilityReport | None = None,
+        report_stats: bool = True,
+    ) -> None:
         self.store = store
         self.conductor = conductor
         self.hosts = list(hosts)
@@ -268,14 +289,14 @@ class ComputeSimulator:
         traits, zone and aggregates."""
         zone_aggs = {}
         for zone in self.availability_zones:
-            agg = Aggregate(uuid=aggregate_uuid(zone), name=zone,
-                            metadata={"availability_zone": zone})
+            agg = Aggregate(
+                uuid=aggregate_uuid(zone), name=zone, metadata={"availability_zone": zone}
+            )
             self.store.put_aggregate(agg)
             zone_aggs[zone] = agg.uuid
         shared = set()
         for spec in self.topology.aggregates:
-            agg = Aggregate(uuid=aggregate_uuid(spec.name), name=spec.name,
-                            metadata=spec.metadata)
+            agg = Aggregate(uuid=aggregate_uuid(spec.name), name=spec.name, metadata=spec.metadata)
             self.store.put_aggregate(agg)
             shared.add(agg.uuid)
         inventories = self.shape.inventories()
@@ -291,17 +312,19 @@ class ComputeSimulator:
             for n in range(self.topology.gpus()):
                 name = gpu_name(host, n)
                 self._create(provider_uuid(name), name, parent_uuid=uuid)
-                self._report(provider_uuid(name), gpu_inventory, set(),
-                             frozenset(self.topology.gpu_traits))
+                self._report(
+                    provider_uuid(name), gpu_inventory, set(), frozenset(self.topology.gpu_traits)
+                )
         self.store.register_services(
-            Service(host=h, rpc_server=self.rpc_server, last_seen=time.time())
-            for h in self.hosts)
-        capabilities = (self.capabilities.to_primitive()
-                        if self.capabilities is not None else None)
+            Service(host=h, rpc_server=self.rpc_server, last_seen=time.time()) for h in self.hosts
+        )
+        capabilities = self.capabilities.to_primitive() if self.capabilities is not None else None
         self.store.report_services(
-            ServiceReport(h, capabilities=capabilities,
-                          stats=self._stats(h) if self.report_stats else None)
-            for h in self.hosts)
+            ServiceReport(
+                h, capabilities=capabilities, stats=self._stats(h) if self.report_stats else None
+            )
+            for h in self.hosts
+        )
         self.heartbeat()
         LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
 
@@ -315,12 +338,21 @@ class ComputeSimulator:
     def traits_to_write(current: frozenset[str], reported: frozenset[str]) -> frozenset[str]:
         """The traits a provider should hold: what this host reports, plus the
         ones it does not own (the status trait, an operator's CUSTOM_* ones)."""
-        kept = {t for t in current
-                if t == COMPUTE_STATUS_DISABLED or (t.startswith("CUSTOM_") and t not in reported)}
+        kept = {
+            t
+            for t in current
+            if t == COMPUTE_STATUS_DISABLED or (t.startswith("CUSTOM_") and t not in reported)
+        }
         return frozenset(kept) | reported
 
-    def _report(self, uuid: str, inventories: dict[str, Inventory], aggregates: set[str],
-                traits: frozenset[str] = frozenset(), attempts: int = 5) -> None:
+    def _report(
+        self,
+        uuid: str,
+        inventories: dict[str, Inventory],
+        aggregates: set[str],
+        traits: frozenset[str] = frozenset(),
+        attempts: int = 5,
+    ) -> None:
         """Write inventory, aggregates and traits, guarded by the provider generation.
 
         Each attempt reads the provider and writes only what differs from
@@ -370,11 +402,20 @@ class ComputeSimulator:
 
     # --- RPC endpoint: builds -------------------------------------------------------
 
-    def build_and_run_instance(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
-                               selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
+    def build_and_run_instance(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+    ) -> None:
         chosen = Selection.from_primitive(selection)
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=chosen.host):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+        ):
             if chosen.host not in self._host_set:
                 LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
                 return
@@ -394,14 +435,24 @@ class ComputeSimulator:
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
-            self._runner.later(self.build_time,
-                               lambda: self._finish_build(ctxt, instance_uuid, spec, chosen,
-                                                          alternates))
+            self._runner.later(
+                self.build_time,
+                lambda: self._finish_build(ctxt, instance_uuid, spec, chosen, alternates),
+            )
 
-    def _finish_build(self, ctxt: Any, instance_uuid: str, spec: RequestSpec,
-                      chosen: Selection, alternates: list[Selection]) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=chosen.host):
+    def _finish_build(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+    ) -> None:
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+        ):
             key = (instance_uuid, chosen.host)
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
@@ -418,10 +469,10 @@ class ComputeSimulator:
                     first_failure = chosen.host not in self._failing
                     self._failing.add(chosen.host)
                 self.store.record_build_result(chosen.host, success=False)
-                LOG.info("build_failed", first_failure=first_failure,
-                         alternates=len(alternates))
-                self.conductor.reschedule(ctxt, instance_uuid, spec, chosen.host,
-                                          "simulated build failure", alternates)
+                LOG.info("build_failed", first_failure=first_failure, alternates=len(alternates))
+                self.conductor.reschedule(
+                    ctxt, instance_uuid, spec, chosen.host, "simulated build failure", alternates
+                )
                 return
             with self._lock:
                 self._builds[key] = BUILD_ACTIVE
@@ -446,14 +497,24 @@ class ComputeSimulator:
 
     # --- RPC endpoint: resize ---------------------------------------------------------
 
-    def prep_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                    new_flavor: dict[str, Any], request_spec: dict[str, Any],
-                    selection: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
+    def prep_resize(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        new_flavor: dict[str, Any],
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+    ) -> None:
         """On the destination: check in, then hand over to the source (or fail)."""
         chosen = Selection.from_primitive(selection)
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=chosen.host,
-                          migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+            migration_uuid=migration_uuid,
+        ):
             if chosen.host not in self._host_set:
                 LOG.error("prep_resize_for_foreign_host", rpc_server=self.rpc_server)
                 return
@@ -473,21 +534,36 @@ class ComputeSimulator:
                 return
             if step == STEP_FINISHED:
                 LOG.info("prep_resize_duplicate_reported")
-                self.conductor.resize_result(ctxt, instance_uuid, migration_uuid, chosen.host,
-                                             True)
+                self.conductor.resize_result(
+                    ctxt, instance_uuid, migration_uuid, chosen.host, True
+                )
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
-            self._runner.later(self.build_time, lambda: self._finish_prep(
-                ctxt, instance_uuid, migration_uuid, spec, chosen, alternates))
+            self._runner.later(
+                self.build_time,
+                lambda: self._finish_prep(
+                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates
+                ),
+            )
 
-    def _finish_prep(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                     spec: RequestSpec, chosen: Selection, alternates: list[Selection]) -> None:
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=chosen.host,
-                          migration_uuid=migration_uuid):
+    def _finish_prep(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+    ) -> None:
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+            migration_uuid=migration_uuid,
+        ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
             if chosen.host in self.fail_resize_hosts:
@@ -497,16 +573,23 @@ class ComputeSimulator:
                 with self._lock:
                     self._migrations[key] = STEP_FAILED
                 LOG.info("prep_resize_failed", released=released, alternates=len(alternates))
-                self.conductor.reschedule(ctxt, instance_uuid, spec, chosen.host,
-                                          "simulated resize failure", alternates,
-                                          migration_uuid=migration_uuid)
+                self.conductor.reschedule(
+                    ctxt,
+                    instance_uuid,
+                    spec,
+                    chosen.host,
+                    "simulated resize failure",
+                    alternates,
+                    migration_uuid=migration_uuid,
+                )
                 return
             with self._lock:
                 self._migrations[key] = STEP_RESIZING
             self._hand_over(ctxt, instance_uuid, migration_uuid, chosen)
 
-    def _hand_over(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                   chosen: Selection) -> None:
+    def _hand_over(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection
+    ) -> None:
         source = self._source_host(migration_uuid)
         if source is None:
             # The migration holds nothing: the conductor gave the resize up
@@ -516,8 +599,9 @@ class ComputeSimulator:
             LOG.warning("resize_abandoned")
             return
         assert self.compute is not None, "a simulator that resizes needs a compute client"
-        self.compute.resize_instance(ctxt, source, instance_uuid, migration_uuid,
-                                     chosen.host, chosen.node)
+        self.compute.resize_instance(
+            ctxt, source, instance_uuid, migration_uuid, chosen.host, chosen.node
+        )
 
     def _source_host(self, migration_uuid: str) -> str | None:
         """The host of the migration's allocation: where the instance comes from
@@ -533,24 +617,36 @@ class ComputeSimulator:
             provider = self.store.get_provider(provider.root_uuid)
         return provider.name
 
-    def resize_instance(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                        dest_host: str, dest_node: str) -> None:
+    def resize_instance(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+    ) -> None:
         """On the source: "copy the disk", then let the destination finish."""
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, migration_uuid=migration_uuid,
-                          dest_host=dest_host):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            dest_host=dest_host,
+        ):
             LOG.info("resize_instance")
             assert self.compute is not None, "a simulator that resizes needs a compute client"
             compute = self.compute
-            self._runner.later(self.build_time, lambda: compute.finish_resize(
-                ctxt, dest_host, dest_node, instance_uuid, migration_uuid))
+            self._runner.later(
+                self.build_time,
+                lambda: compute.finish_resize(
+                    ctxt, dest_host, dest_node, instance_uuid, migration_uuid
+                ),
+            )
 
-    def finish_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                      dest_host: str, dest_node: str) -> None:
+    def finish_resize(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+    ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, host=dest_host,
-                          migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=dest_host,
+            migration_uuid=migration_uuid,
+        ):
             with self._lock:
                 again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
                 self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
@@ -559,8 +655,11 @@ class ComputeSimulator:
 
     def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the source: drop the source's allocation (the migration's)."""
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        ):
             released = self.store.release(migration_uuid)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
@@ -568,8 +667,11 @@ class ComputeSimulator:
     def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the destination: drop the instance's allocation here and hand the
         source's back to it, in one step."""
-        with bind_request(request_id=getattr(ctxt, "request_id", None),
-                          instance_uuid=instance_uuid, migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        ):
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
             LOG.info("resize_reverted", moved=moved)
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from oslo_config import cfg
 
@@ -37,56 +38,88 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     subparsers.add_parser("serve", help="Serve the conductor topic (a daemon).")
     boot = subparsers.add_parser("boot", help="Boot instances and report their fate.")
     boot.add_argument("--count", type=int, default=1, help="How many instances (default 1).")
-    boot.add_argument("--flavor", default="m1.small",
-                      help="Flavor name from the catalog (default m1.small).")
-    boot.add_argument("--mode", choices=["run_instance", "select_destinations"],
-                      default="run_instance",
-                      help="run_instance: the scheduler casts the builds; select_destinations: "
-                      "ask for destinations, then cast builds from here (Nova's modern flow).")
-    boot.add_argument("--per-request", type=int, default=1,
-                      help="Instances per scheduling request (all-or-nothing inside one).")
-    boot.add_argument("--group-policy",
-                      choices=["affinity", "anti-affinity", "soft-affinity",
-                               "soft-anti-affinity"],
-                      help="Put all instances in one new server group with this policy.")
+    boot.add_argument(
+        "--flavor", default="m1.small", help="Flavor name from the catalog (default m1.small)."
+    )
+    boot.add_argument(
+        "--mode",
+        choices=["run_instance", "select_destinations"],
+        default="run_instance",
+        help="run_instance: the scheduler casts the builds; select_destinations: "
+        "ask for destinations, then cast builds from here (Nova's modern flow).",
+    )
+    boot.add_argument(
+        "--per-request",
+        type=int,
+        default=1,
+        help="Instances per scheduling request (all-or-nothing inside one).",
+    )
+    boot.add_argument(
+        "--group-policy",
+        choices=["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"],
+        help="Put all instances in one new server group with this policy.",
+    )
     boot.add_argument("--availability-zone", help="Boot into this zone.")
-    boot.add_argument("--wait", action="store_true",
-                      help="Wait until every instance is ACTIVE or ERROR.")
-    boot.add_argument("--timeout", type=float, default=300.0,
-                      help="Seconds --wait waits at most (default 300).")
-    boot.add_argument("--json", action="store_true",
-                      help="Print one JSON object (summary and per-instance list).")
-
+    boot.add_argument(
+        "--wait", action="store_true", help="Wait until every instance is ACTIVE or ERROR."
+    )
+    boot.add_argument(
+        "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
+    )
+    boot.add_argument(
+        "--json",
+        action="store_true",
+        help="Print one JSON object (summary and per-instance list).",
+    )
 
     resize = subparsers.add_parser(
-        "resize", help="Resize an ACTIVE instance; or confirm / revert a RESIZED one.")
+        "resize", help="Resize an ACTIVE instance; or confirm / revert a RESIZED one."
+    )
     resize.add_argument("uuid", help="The instance.")
-    resize.add_argument("--flavor", help="Flavor name from the catalog to resize to (not "
-                        "needed to confirm or revert an instance already RESIZED).")
+    resize.add_argument(
+        "--flavor",
+        help="Flavor name from the catalog to resize to (not "
+        "needed to confirm or revert an instance already RESIZED).",
+    )
     finish = resize.add_mutually_exclusive_group()
-    finish.add_argument("--confirm", action="store_true",
-                        help="Once resized, confirm: drop the source's allocation.")
-    finish.add_argument("--revert", action="store_true",
-                        help="Once resized, revert: back to the source and the old flavor.")
-    resize.add_argument("--wait", action="store_true",
-                        help="Wait until the resize is RESIZED or has failed (--confirm and "
-                        "--revert always wait, then wait for the instance to be ACTIVE).")
-    resize.add_argument("--timeout", type=float, default=300.0,
-                        help="Seconds to wait at most (default 300).")
+    finish.add_argument(
+        "--confirm",
+        action="store_true",
+        help="Once resized, confirm: drop the source's allocation.",
+    )
+    finish.add_argument(
+        "--revert",
+        action="store_true",
+        help="Once resized, revert: back to the source and the old flavor.",
+    )
+    resize.add_argument(
+        "--wait",
+        action="store_true",
+        help="Wait until the resize is RESIZED or has failed (--confirm and "
+        "--revert always wait, then wait for the instance to be ACTIVE).",
+    )
+    resize.add_argument(
+        "--timeout", type=float, default=300.0, help="Seconds to wait at most (default 300)."
+    )
     resize.add_argument("--json", action="store_true", help="Print the instance as JSON.")
 
 
-command_opt = cfg.SubCommandOpt("command", title="Commands", handler=_add_commands,
-                                help="serve | boot | resize")
+command_opt = cfg.SubCommandOpt(
+    "command", title="Commands", handler=_add_commands, help="serve | boot | resize"
+)
 
 
 def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     c = conf.conductor
     return ConductorSettings(
-        build_timeout=float(c.build_timeout), resize_timeout=float(c.resize_timeout),
-        max_redrives=c.max_redrives, sweep_interval=c.sweep_interval,
-        return_alternates=c.return_alternates, max_attempts=conf.scheduler.max_attempts,
-        allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host)
+        build_timeout=float(c.build_timeout),
+        resize_timeout=float(c.resize_timeout),
+        max_redrives=c.max_redrives,
+        sweep_interval=c.sweep_interval,
+        return_alternates=c.return_alternates,
+        max_attempts=conf.scheduler.max_attempts,
+        allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
+    )
 
 
 def _serve(conf: cfg.ConfigOpts) -> None:
@@ -102,8 +135,12 @@ def _serve(conf: cfg.ConfigOpts) -> None:
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
     server.start()
     sweeping.start()
-    LOG.info("conductor_started", build_timeout=settings.build_timeout,
-             max_redrives=settings.max_redrives, return_alternates=settings.return_alternates)
+    LOG.info(
+        "conductor_started",
+        build_timeout=settings.build_timeout,
+        max_redrives=settings.max_redrives,
+        return_alternates=settings.return_alternates,
+    )
 
     def _stop() -> None:
         stop.set()
@@ -119,26 +156,37 @@ def _serve(conf: cfg.ConfigOpts) -> None:
 def _boot(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
-        print("conductor-stub boot: --count and --per-request must be at least 1",
-              file=sys.stderr)
+        print("conductor-stub boot: --count and --per-request must be at least 1", file=sys.stderr)
         return 2
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor not in catalog:
-        print(f"conductor-stub boot: unknown flavor {args.flavor!r}; known: "
-              f"{', '.join(sorted(catalog))}", file=sys.stderr)
+        print(
+            f"conductor-stub boot: unknown flavor {args.flavor!r}; known: "
+            f"{', '.join(sorted(catalog))}",
+            file=sys.stderr,
+        )
         return 2
     transport = rpc.get_transport(conf)
     store = make_store(conf)
     settings = conductor_settings(conf)
-    booter = Booter(store, rpc.SchedulerClient(transport, conf.scheduler.topic),
-                    rpc.ComputeClient(transport, ServiceResolver(store)),
-                    build_timeout=settings.build_timeout,
-                    return_alternates=settings.return_alternates)
+    booter = Booter(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.ComputeClient(transport, ServiceResolver(store)),
+        build_timeout=settings.build_timeout,
+        return_alternates=settings.return_alternates,
+    )
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
-    uuids = booter.boot(ctxt, catalog[args.flavor], args.count, per_request=args.per_request,
-                        mode=args.mode, group_policy=args.group_policy,
-                        availability_zone=args.availability_zone)
+    uuids = booter.boot(
+        ctxt,
+        catalog[args.flavor],
+        args.count,
+        per_request=args.per_request,
+        mode=args.mode,
+        group_policy=args.group_policy,
+        availability_zone=args.availability_zone,
+    )
     if not args.wait:
         print(json.dumps({"instances": uuids}) if args.json else "\n".join(uuids))
         transport.cleanup()
@@ -153,30 +201,44 @@ def _resize(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor is not None and args.flavor not in catalog:
-        print(f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
-              f"{', '.join(sorted(catalog))}", file=sys.stderr)
+        print(
+            f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
+            f"{', '.join(sorted(catalog))}",
+            file=sys.stderr,
+        )
         return 2
     if args.flavor is None and not (args.confirm or args.revert):
-        print("conductor-stub resize: give --flavor to resize, or --confirm / --revert",
-              file=sys.stderr)
+        print(
+            "conductor-stub resize: give --flavor to resize, or --confirm / --revert",
+            file=sys.stderr,
+        )
         return 2
     transport = rpc.get_transport(conf)
     store = make_store(conf)
-    resizer = Resizer(store, rpc.SchedulerClient(transport, conf.scheduler.topic),
-                      rpc.ComputeClient(transport, ServiceResolver(store)),
-                      conductor_settings(conf))
+    resizer = Resizer(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.ComputeClient(transport, ServiceResolver(store)),
+        conductor_settings(conf),
+    )
     try:
         record, timed_out = _run_resize(resizer, args, catalog)
     finally:
         transport.cleanup()
-    print(json.dumps(summary(record)) if args.json
-          else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, [])))
+    print(
+        json.dumps(summary(record))
+        if args.json
+        else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, []))
+    )
     failed = record.state == RESIZING or (args.flavor is not None and record.fault is not None)
     return 1 if timed_out or failed else 0
 
 
-def _run_resize(resizer: Resizer, args, catalog: dict[str, Flavor]  # type: ignore[no-untyped-def]
-                ) -> tuple[InstanceRecord, bool]:
+def _run_resize(
+    resizer: Resizer,
+    args: Any,  # the resize sub-command's parsed arguments
+    catalog: dict[str, Flavor],
+) -> tuple[InstanceRecord, bool]:
     started = time.monotonic()
 
     def left() -> float:
@@ -198,10 +260,15 @@ def _run_resize(resizer: Resizer, args, catalog: dict[str, Flavor]  # type: igno
 
 def main(argv: Sequence[str] | None = None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
-    conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="conductor-stub",
-                               description=__doc__.split("\n")[0])
-    log.setup(process=f"conductor-stub.{conf.command.name}",
-              level="INFO" if conf.command.name == "serve" else "WARNING")
+    conf = conf_mod.parse_args(
+        sys.argv[1:] if argv is None else argv,
+        prog="conductor-stub",
+        description=__doc__.split("\n")[0],
+    )
+    log.setup(
+        process=f"conductor-stub.{conf.command.name}",
+        level="INFO" if conf.command.name == "serve" else "WARNING",
+    )
     try:
         if conf.command.name == "serve":
             _serve(conf)

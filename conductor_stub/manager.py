@@ -97,10 +97,14 @@ class ConductorEndpoint:
 
     target = oslo_messaging.Target(version="1.1")
 
-    def __init__(self, store: ConductorStore, compute: ComputeClient,
-                 scheduler: SchedulerClient | None = None,
-                 settings: ConductorSettings | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: ConductorStore,
+        compute: ComputeClient,
+        scheduler: SchedulerClient | None = None,
+        settings: ConductorSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.compute = compute
         self.scheduler = scheduler
@@ -110,17 +114,23 @@ class ConductorEndpoint:
     # --- builds ---------------------------------------------------------------------
 
     def build_succeeded(self, ctxt: Any, instance_uuid: str, host: str, node: str) -> None:
-        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
-                          host=host):
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             record = self.store.get_instance(instance_uuid)
             if record.state == BUILDING:
                 if not records.holds_on(self.store, instance_uuid, host):
                     LOG.info("stale_build_result_ignored")
                     return
                 done = self.store.update_instance(
-                    instance_uuid, expected_states=[BUILDING], state=ACTIVE, task_state=None,
-                    host=host, node=node, attempts=record.attempts + 1, deadline=None,
-                    updated_at=self._clock())
+                    instance_uuid,
+                    expected_states=[BUILDING],
+                    state=ACTIVE,
+                    task_state=None,
+                    host=host,
+                    node=node,
+                    attempts=record.attempts + 1,
+                    deadline=None,
+                    updated_at=self._clock(),
+                )
                 if done is not None:
                     LOG.info("instance_active", attempts=done.attempts)
                     return
@@ -132,8 +142,9 @@ class ConductorEndpoint:
                 return
             LOG.info("late_build_result_ignored", state=record.state)
 
-    def schedule_failed(self, ctxt: Any, instance_uuids: list[str], reason: str,
-                        details: str) -> None:
+    def schedule_failed(
+        self, ctxt: Any, instance_uuids: list[str], reason: str, details: str
+    ) -> None:
         with bind_request(request_id=_request_id(ctxt)):
             for uuid in instance_uuids:
                 if self.store.get_consumer(uuid) is not None:
@@ -143,22 +154,37 @@ class ConductorEndpoint:
                 records.fail_build(self.store, uuid, reason, details, clock=self._clock)
             LOG.info("schedule_failed", instance_uuids=instance_uuids, reason=reason)
 
-    def reschedule(self, ctxt: Any, instance_uuid: str, request_spec: dict[str, Any],
-                   failed_host: str, reason: str, host_list: list[dict[str, Any]],
-                   migration_uuid: str | None = None) -> None:
-        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
-                          failed_host=failed_host):
+    def reschedule(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        request_spec: dict[str, Any],
+        failed_host: str,
+        reason: str,
+        host_list: list[dict[str, Any]],
+        migration_uuid: str | None = None,
+    ) -> None:
+        with bind_request(
+            request_id=_request_id(ctxt), instance_uuid=instance_uuid, failed_host=failed_host
+        ):
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             if migration_uuid:
-                self._reschedule_resize(ctxt, instance_uuid, migration_uuid, spec,
-                                        failed_host, reason, alternates)
+                self._reschedule_resize(
+                    ctxt, instance_uuid, migration_uuid, spec, failed_host, reason, alternates
+                )
             else:
-                self._reschedule_build(ctxt, instance_uuid, spec, failed_host, reason,
-                                       alternates)
+                self._reschedule_build(ctxt, instance_uuid, spec, failed_host, reason, alternates)
 
-    def _reschedule_build(self, ctxt: Any, uuid: str, spec: RequestSpec, failed_host: str,
-                          reason: str, alternates: list[Selection]) -> None:
+    def _reschedule_build(
+        self,
+        ctxt: Any,
+        uuid: str,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: list[Selection],
+    ) -> None:
         record = self.store.get_instance(uuid)
         if record.state != BUILDING:
             LOG.info("reschedule_ignored", state=record.state)
@@ -167,8 +193,10 @@ class ConductorEndpoint:
             LOG.info("reschedule_superseded")
             return
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
-        details = (f"max retries exceeded: {attempts} attempt(s), hosts tried: "
-                   f"{', '.join(tried)}; last failure: {reason}")
+        details = (
+            f"max retries exceeded: {attempts} attempt(s), hosts tried: "
+            f"{', '.join(tried)}; last failure: {reason}"
+        )
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
             # (With alternates, their number is the bound: the scheduler gave
             # max_attempts - 1 of them.)
@@ -176,10 +204,20 @@ class ConductorEndpoint:
             return
         # Record the attempt first (and push the deadline), so a conductor that
         # dies below leaves a record the sweeper re-drives.
-        if self.store.update_instance(
-                uuid, expected_states=[BUILDING], attempts=attempts, tried_hosts=tried,
-                task_state=SPAWNING, host=None, node=None, updated_at=self._clock(),
-                deadline=self._clock() + self.settings.build_timeout) is None:
+        if (
+            self.store.update_instance(
+                uuid,
+                expected_states=[BUILDING],
+                attempts=attempts,
+                tried_hosts=tried,
+                task_state=SPAWNING,
+                host=None,
+                node=None,
+                updated_at=self._clock(),
+                deadline=self._clock() + self.settings.build_timeout,
+            )
+            is None
+        ):
             return
         if not self.settings.return_alternates:
             self._build_via_scheduler(ctxt, uuid, spec, attempts, tried)
@@ -194,48 +232,81 @@ class ConductorEndpoint:
             if not self._placed(uuid, alternate, BUILDING):
                 return
             LOG.info("rescheduled", alternate=alternate.host, attempts=attempts)
-            self.compute.build_and_run_instance(ctxt, uuid, spec.replace(num_instances=1),
-                                                alternate, alternates[i + 1:])
+            self.compute.build_and_run_instance(
+                ctxt, uuid, spec.replace(num_instances=1), alternate, alternates[i + 1 :]
+            )
             return
-        self._build_failed(uuid, MaxRetriesExceeded(), details + _refused(refused), attempts,
-                           tried)
+        self._build_failed(
+            uuid, MaxRetriesExceeded(), details + _refused(refused), attempts, tried
+        )
 
-    def _build_via_scheduler(self, ctxt: Any, uuid: str, spec: RequestSpec, attempts: int,
-                             tried: tuple[str, ...]) -> None:
+    def _build_via_scheduler(
+        self, ctxt: Any, uuid: str, spec: RequestSpec, attempts: int, tried: tuple[str, ...]
+    ) -> None:
         """Alternates off: ask the scheduler again, the hosts tried ignored."""
-        retry = spec.replace(num_instances=1,
-                             ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried))))
+        retry = spec.replace(
+            num_instances=1, ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried)))
+        )
         try:
             selection = self._select_again(ctxt, uuid, retry)
         except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-            self._build_failed(uuid, exc, f"{policy.admin_details(exc)} (after {attempts} "
-                               f"attempt(s), hosts tried: {', '.join(tried)})", attempts, tried)
+            self._build_failed(
+                uuid,
+                exc,
+                f"{policy.admin_details(exc)} (after {attempts} "
+                f"attempt(s), hosts tried: {', '.join(tried)})",
+                attempts,
+                tried,
+            )
             return
         if selection is None or not self._placed(uuid, selection, BUILDING):
             return
-        LOG.info("rescheduled_via_scheduler", host=selection.host, attempts=attempts,
-                 ignored=list(retry.ignore_hosts))
+        LOG.info(
+            "rescheduled_via_scheduler",
+            host=selection.host,
+            attempts=attempts,
+            ignored=list(retry.ignore_hosts),
+        )
         self.compute.build_and_run_instance(ctxt, uuid, retry, selection, [])
 
-    def _build_failed(self, uuid: str, exc: SchedulerError, details: str, attempts: int,
-                      tried: tuple[str, ...]) -> None:
+    def _build_failed(
+        self, uuid: str, exc: SchedulerError, details: str, attempts: int, tried: tuple[str, ...]
+    ) -> None:
         """BUILDING -> ERROR: the user reads what the policy allows of ``exc``,
         the admin ``details``."""
-        self.store.update_instance(uuid, expected_states=[BUILDING], attempts=attempts,
-                                   tried_hosts=tried)
-        if records.fail_build(self.store, uuid, policy.user_reason(exc), details,
-                              clock=self._clock):
-            LOG.warning("max_retries_exceeded" if isinstance(exc, MaxRetriesExceeded)
-                        else "reschedule_failed", attempts=attempts, tried=tried,
-                        error=type(exc).__name__)
+        self.store.update_instance(
+            uuid, expected_states=[BUILDING], attempts=attempts, tried_hosts=tried
+        )
+        if records.fail_build(
+            self.store, uuid, policy.user_reason(exc), details, clock=self._clock
+        ):
+            LOG.warning(
+                "max_retries_exceeded"
+                if isinstance(exc, MaxRetriesExceeded)
+                else "reschedule_failed",
+                attempts=attempts,
+                tried=tried,
+                error=type(exc).__name__,
+            )
 
     # --- resizes --------------------------------------------------------------------
 
-    def resize_result(self, ctxt: Any, instance_uuid: str, migration_uuid: str,
-                      host: str | None, success: bool, reason: str | None = None,
-                      details: str | None = None) -> None:
-        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
-                          migration_uuid=migration_uuid, host=host):
+    def resize_result(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str | None,
+        success: bool,
+        reason: str | None = None,
+        details: str | None = None,
+    ) -> None:
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+        ):
             record = self.store.get_instance(instance_uuid)
             if not migration_uuid:  # refused before any migration was named
                 migration_uuid = record.migration_uuid or ""
@@ -247,22 +318,42 @@ class ConductorEndpoint:
                 LOG.info("resize_result_duplicate", state=record.state)
                 return
             if not success:
-                records.fail_resize(self.store, record, reason or "resize failed",
-                                    details or reason or "", clock=self._clock)
+                records.fail_resize(
+                    self.store,
+                    record,
+                    reason or "resize failed",
+                    details or reason or "",
+                    clock=self._clock,
+                )
                 return
             assert host is not None
             if not records.holds_on(self.store, instance_uuid, host):
                 LOG.info("stale_resize_result_ignored")
                 return
             done = self.store.update_instance(
-                instance_uuid, expected_states=[RESIZING], state=RESIZED, task_state=None,
-                host=host, node=host, deadline=None, updated_at=self._clock())
-            LOG.info("instance_resized" if done else "resize_result_late",
-                     source=record.source_host)
+                instance_uuid,
+                expected_states=[RESIZING],
+                state=RESIZED,
+                task_state=None,
+                host=host,
+                node=host,
+                deadline=None,
+                updated_at=self._clock(),
+            )
+            LOG.info(
+                "instance_resized" if done else "resize_result_late", source=record.source_host
+            )
 
-    def _reschedule_resize(self, ctxt: Any, uuid: str, migration_uuid: str,
-                           spec: RequestSpec, failed_host: str, reason: str,
-                           alternates: list[Selection]) -> None:
+    def _reschedule_resize(
+        self,
+        ctxt: Any,
+        uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: list[Selection],
+    ) -> None:
         record = self.store.get_instance(uuid)
         if record.migration_uuid != migration_uuid:
             records.undo_stale_migration(self.store, record, migration_uuid)
@@ -274,15 +365,27 @@ class ConductorEndpoint:
             LOG.info("resize_reschedule_superseded")
             return
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
-        details = (f"max retries exceeded: {attempts} destination(s) tried: "
-                   f"{', '.join(tried)}; last failure: {reason}")
+        details = (
+            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"{', '.join(tried)}; last failure: {reason}"
+        )
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
-            records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
-                                details, clock=self._clock)
+            records.fail_resize(
+                self.store,
+                record,
+                policy.user_reason(MaxRetriesExceeded()),
+                details,
+                clock=self._clock,
+            )
             return
         updated = self.store.update_instance(
-            uuid, expected_states=[RESIZING], attempts=attempts, tried_hosts=tried,
-            updated_at=self._clock(), deadline=self._clock() + self.settings.resize_timeout)
+            uuid,
+            expected_states=[RESIZING],
+            attempts=attempts,
+            tried_hosts=tried,
+            updated_at=self._clock(),
+            deadline=self._clock() + self.settings.resize_timeout,
+        )
         if updated is None:
             return
         record = updated
@@ -294,15 +397,18 @@ class ConductorEndpoint:
             try:
                 selection = self._select_again(ctxt, uuid, retry)
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_resize(self.store, record, policy.user_reason(exc),
-                                    policy.admin_details(exc), clock=self._clock)
+                records.fail_resize(
+                    self.store,
+                    record,
+                    policy.user_reason(exc),
+                    policy.admin_details(exc),
+                    clock=self._clock,
+                )
                 return
             if selection is None or not self._placed(uuid, selection, RESIZING):
                 return
-            LOG.info("resize_rescheduled_via_scheduler", host=selection.host,
-                     attempts=attempts)
-            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection,
-                                     [])
+            LOG.info("resize_rescheduled_via_scheduler", host=selection.host, attempts=attempts)
+            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
             return
         refused: list[str] = []
         for i, alternate in enumerate(alternates):
@@ -314,15 +420,24 @@ class ConductorEndpoint:
             if not self._placed(uuid, alternate, RESIZING):
                 return
             LOG.info("resize_rescheduled", alternate=alternate.host, attempts=attempts)
-            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, spec, alternate,
-                                     alternates[i + 1:])
+            self.compute.prep_resize(
+                ctxt, uuid, migration_uuid, new_flavor, spec, alternate, alternates[i + 1 :]
+            )
             return
-        records.fail_resize(self.store, record, policy.user_reason(MaxRetriesExceeded()),
-                            details + _refused(refused), clock=self._clock)
+        records.fail_resize(
+            self.store,
+            record,
+            policy.user_reason(MaxRetriesExceeded()),
+            details + _refused(refused),
+            clock=self._clock,
+        )
 
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
-        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
-                          migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        ):
             record = self.store.get_instance(instance_uuid)
             if record.migration_uuid != migration_uuid or record.state != RESIZED:
                 LOG.info("resize_confirmed_duplicate", state=record.state)
@@ -331,20 +446,25 @@ class ConductorEndpoint:
             LOG.info("resize_confirmed" if done else "resize_confirmed_late", host=record.host)
 
     def resize_reverted(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
-        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid,
-                          migration_uuid=migration_uuid):
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        ):
             record = self.store.get_instance(instance_uuid)
             if record.migration_uuid != migration_uuid or record.state != RESIZED:
                 LOG.info("resize_reverted_duplicate", state=record.state)
                 return
             done = records.finish_revert(self.store, record, clock=self._clock)
-            LOG.info("resize_reverted" if done else "resize_reverted_late",
-                     host=record.source_host)
+            LOG.info(
+                "resize_reverted" if done else "resize_reverted_late", host=record.source_host
+            )
 
     # --- shared steps ---------------------------------------------------------------
 
-    def _claim_alternate(self, uuid: str, spec: RequestSpec, alternate: Selection,
-                         refused: list[str]) -> bool | None:
+    def _claim_alternate(
+        self, uuid: str, spec: RequestSpec, alternate: Selection, refused: list[str]
+    ) -> bool | None:
         """Claim an alternate for the instance, as a member of its group (strict
         policies checked):
         True if claimed; False if its resources were taken meanwhile, the
@@ -352,8 +472,9 @@ class ConductorEndpoint:
         to the next); None if the instance holds a claim already (a re-driven
         copy placed it: stop here)."""
         try:
-            self.store.claim(uuid, alternate.allocation_request,
-                             GroupClaim.for_spec(spec, alternate.host))
+            self.store.claim(
+                uuid, alternate.allocation_request, GroupClaim.for_spec(spec, alternate.host)
+            )
         except ConsumerConflict:
             LOG.info("reschedule_superseded", alternate=alternate.host)
             return None
@@ -384,8 +505,9 @@ class ConductorEndpoint:
         if self.scheduler is None:
             raise NoValidHost(details="no scheduler client to ask again")
         try:
-            return self.scheduler.select_destinations(ctxt, spec, [uuid],
-                                                      return_alternates=False)[0][0]
+            return self.scheduler.select_destinations(ctxt, spec, [uuid], return_alternates=False)[
+                0
+            ][0]
         except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
             # No answer, or the scheduler cannot reach the store for now.
             LOG.warning("select_again_timed_out", error=type(exc).__name__)
@@ -420,14 +542,27 @@ class BootReport:
 
     def to_primitive(self) -> dict[str, Any]:
         return {
-            "summary": {"total": len(self.instances), "states": dict(self.by_state),
-                        "rescheduled": self.rescheduled, "no_valid_host": self.no_valid_host,
-                        "redriven": self.redriven,
-                        "seconds": round(self.seconds, 3), "requests": self.requests,
-                        "timed_out": self.timed_out},
-            "instances": [{"uuid": r.uuid, "state": r.state, "host": r.host,
-                           "attempts": r.attempts, "redrives": r.redrives, "fault": r.fault}
-                          for r in self.instances],
+            "summary": {
+                "total": len(self.instances),
+                "states": dict(self.by_state),
+                "rescheduled": self.rescheduled,
+                "no_valid_host": self.no_valid_host,
+                "redriven": self.redriven,
+                "seconds": round(self.seconds, 3),
+                "requests": self.requests,
+                "timed_out": self.timed_out,
+            },
+            "instances": [
+                {
+                    "uuid": r.uuid,
+                    "state": r.state,
+                    "host": r.host,
+                    "attempts": r.attempts,
+                    "redrives": r.redrives,
+                    "fault": r.fault,
+                }
+                for r in self.instances
+            ],
         }
 
 
@@ -439,8 +574,14 @@ class Booter:
     heard back; past it, ``conductor-stub serve`` re-drives the request.
     """
 
-    def __init__(self, store: ConductorStore, scheduler: SchedulerClient, compute: ComputeClient,
-                 build_timeout: float = 120.0, return_alternates: bool = True) -> None:
+    def __init__(
+        self,
+        store: ConductorStore,
+        scheduler: SchedulerClient,
+        compute: ComputeClient,
+        build_timeout: float = 120.0,
+        return_alternates: bool = True,
+    ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.compute = compute
@@ -448,29 +589,55 @@ class Booter:
         self.return_alternates = return_alternates
         self.requests = 0
 
-    def boot(self, ctxt: RequestContext, flavor: Flavor, count: int, *,
-             per_request: int = 1, mode: str = "run_instance",
-             group_policy: str | None = None, availability_zone: str | None = None,
-             project_id: str = "demo", user_id: str = "demo") -> list[str]:
+    def boot(
+        self,
+        ctxt: RequestContext,
+        flavor: Flavor,
+        count: int,
+        *,
+        per_request: int = 1,
+        mode: str = "run_instance",
+        group_policy: str | None = None,
+        availability_zone: str | None = None,
+        project_id: str = "demo",
+        user_id: str = "demo",
+    ) -> list[str]:
         """Create the records and send the requests; return the instance uuids."""
-        group = (ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy)
-                 if group_policy else None)
+        group = (
+            ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy) if group_policy else None
+        )
         uuids: list[str] = []
         for start in range(0, count, per_request):
             n = min(per_request, count - start)
             batch = [str(uuidlib.uuid4()) for _ in range(n)]
-            spec = RequestSpec(flavor=flavor, project_id=project_id, user_id=user_id,
-                               num_instances=n, group=group,
-                               availability_zone=availability_zone)
-            req_ctxt = RequestContext(user_id=user_id, project_id=project_id,
-                                      roles=list(ctxt.roles), is_admin=ctxt.is_admin)
+            spec = RequestSpec(
+                flavor=flavor,
+                project_id=project_id,
+                user_id=user_id,
+                num_instances=n,
+                group=group,
+                availability_zone=availability_zone,
+            )
+            req_ctxt = RequestContext(
+                user_id=user_id,
+                project_id=project_id,
+                roles=list(ctxt.roles),
+                is_admin=ctxt.is_admin,
+            )
             now = time.time()
             self.store.create_instances(
-                InstanceRecord(uuid=u, request_spec=spec.to_primitive(), created_at=now,
-                               updated_at=now, request_id=req_ctxt.request_id,
-                               deadline=now + self.build_timeout,
-                               roles=tuple(req_ctxt.roles), is_admin=req_ctxt.is_admin is True)
-                for u in batch)
+                InstanceRecord(
+                    uuid=u,
+                    request_spec=spec.to_primitive(),
+                    created_at=now,
+                    updated_at=now,
+                    request_id=req_ctxt.request_id,
+                    deadline=now + self.build_timeout,
+                    roles=tuple(req_ctxt.roles),
+                    is_admin=req_ctxt.is_admin is True,
+                )
+                for u in batch
+            )
             if mode == "run_instance":
                 self.scheduler.run_instance(req_ctxt, spec, batch)
             else:
@@ -479,36 +646,48 @@ class Booter:
             self.requests += 1
         return uuids
 
-    def _select_and_build(self, ctxt: RequestContext, spec: RequestSpec,
-                          uuids: Sequence[str]) -> None:
+    def _select_and_build(
+        self, ctxt: RequestContext, spec: RequestSpec, uuids: Sequence[str]
+    ) -> None:
         """Nova's modern flow: ask for destinations, then cast the builds ourselves."""
         try:
             selections = self.scheduler.select_destinations(
-                ctxt, spec, uuids, return_alternates=self.return_alternates)
+                ctxt, spec, uuids, return_alternates=self.return_alternates
+            )
         except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
             # The user reads what the policy allows; the admin details say why.
             for uuid in uuids:
-                records.fail_build(self.store, uuid, policy.user_reason(exc),
-                                   policy.admin_details(exc))
+                records.fail_build(
+                    self.store, uuid, policy.user_reason(exc), policy.admin_details(exc)
+                )
             return
         except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
             # No answer, or not for now: the records keep their deadlines, the
             # conductor re-drives.
-            LOG.warning("select_destinations_timed_out", instance_uuids=list(uuids),
-                        error=type(exc).__name__)
+            LOG.warning(
+                "select_destinations_timed_out",
+                instance_uuids=list(uuids),
+                error=type(exc).__name__,
+            )
             return
         single = spec.replace(num_instances=1)
         for uuid, per_instance in zip(uuids, selections, strict=True):
-            self.compute.build_and_run_instance(ctxt, uuid, single, per_instance[0],
-                                                per_instance[1:])
+            self.compute.build_and_run_instance(
+                ctxt, uuid, single, per_instance[0], per_instance[1:]
+            )
 
-    def wait(self, uuids: Sequence[str], timeout: float, started: float,
-             poll: float = 0.1) -> BootReport:
+    def wait(
+        self, uuids: Sequence[str], timeout: float, started: float, poll: float = 0.1
+    ) -> BootReport:
         deadline = time.monotonic() + timeout
         while True:
             records = self.store.list_instances(uuids)
             done = all(r.state in FINAL_STATES for r in records) and len(records) == len(uuids)
             if done or time.monotonic() >= deadline:
-                return BootReport(instances=records, seconds=time.monotonic() - started,
-                                  requests=self.requests, timed_out=not done)
+                return BootReport(
+                    instances=records,
+                    seconds=time.monotonic() - started,
+                    requests=self.requests,
+                    timed_out=not done,
+                )
             time.sleep(poll)

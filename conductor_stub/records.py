@@ -88,8 +88,15 @@ def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
     return provider.uuid in held.allocations
 
 
-def fail_build(store: ConductorStore, uuid: str, fault: str, details: str, *,
-               cleanup_after: float | None = None, clock: Clock = time.time) -> bool:
+def fail_build(
+    store: ConductorStore,
+    uuid: str,
+    fault: str,
+    details: str,
+    *,
+    cleanup_after: float | None = None,
+    clock: Clock = time.time,
+) -> bool:
     """BUILDING -> ERROR with ``fault``, then release the instance's claim.
 
     With ``cleanup_after``, the record keeps a deadline that many seconds
@@ -98,9 +105,17 @@ def fail_build(store: ConductorStore, uuid: str, fault: str, details: str, *,
     """
     now = clock()
     done = store.update_instance(
-        uuid, expected_states=[BUILDING], state=ERROR, task_state=None, host=None, node=None,
-        fault=fault, fault_details=details, updated_at=now,
-        deadline=None if cleanup_after is None else now + cleanup_after)
+        uuid,
+        expected_states=[BUILDING],
+        state=ERROR,
+        task_state=None,
+        host=None,
+        node=None,
+        fault=fault,
+        fault_details=details,
+        updated_at=now,
+        deadline=None if cleanup_after is None else now + cleanup_after,
+    )
     if done is None:
         return False
     released = store.release(uuid)
@@ -108,17 +123,33 @@ def fail_build(store: ConductorStore, uuid: str, fault: str, details: str, *,
     return True
 
 
-def fail_resize(store: ConductorStore, record: InstanceRecord, fault: str, details: str, *,
-                clock: Clock = time.time) -> bool:
+def fail_resize(
+    store: ConductorStore,
+    record: InstanceRecord,
+    fault: str,
+    details: str,
+    *,
+    clock: Clock = time.time,
+) -> bool:
     """RESIZING -> ACTIVE on the source with ``fault``; hand the source's
     allocation back to the instance, dropping any destination claim.
 
     False if the resize was no longer under way (nothing done).
     """
     done = store.update_instance(
-        record.uuid, expected_states=[RESIZING], state=ACTIVE, task_state=None,
-        fault=fault, fault_details=details, migration_uuid=None, new_flavor=None,
-        source_host=None, source_node=None, deadline=None, updated_at=clock())
+        record.uuid,
+        expected_states=[RESIZING],
+        state=ACTIVE,
+        task_state=None,
+        fault=fault,
+        fault_details=details,
+        migration_uuid=None,
+        new_flavor=None,
+        source_host=None,
+        source_node=None,
+        deadline=None,
+        updated_at=clock(),
+    )
     if done is None:
         return False
     moved = False
@@ -128,32 +159,53 @@ def fail_resize(store: ConductorStore, record: InstanceRecord, fault: str, detai
     return True
 
 
-def finish_confirm(store: InstanceStore, record: InstanceRecord, *,
-                   clock: Clock = time.time) -> bool:
+def finish_confirm(
+    store: InstanceStore, record: InstanceRecord, *, clock: Clock = time.time
+) -> bool:
     """RESIZED -> ACTIVE on the destination, with the new flavor."""
     spec = dict(record.request_spec or {})
     if record.new_flavor is not None:
         spec["flavor"] = dict(record.new_flavor)
     done = store.update_instance(
-        record.uuid, expected_states=[RESIZED], state=ACTIVE, task_state=None,
-        request_spec=spec or None, migration_uuid=None, new_flavor=None, source_host=None,
-        source_node=None, deadline=None, updated_at=clock())
+        record.uuid,
+        expected_states=[RESIZED],
+        state=ACTIVE,
+        task_state=None,
+        request_spec=spec or None,
+        migration_uuid=None,
+        new_flavor=None,
+        source_host=None,
+        source_node=None,
+        deadline=None,
+        updated_at=clock(),
+    )
     return done is not None
 
 
-def finish_revert(store: InstanceStore, record: InstanceRecord, *,
-                  clock: Clock = time.time) -> bool:
+def finish_revert(
+    store: InstanceStore, record: InstanceRecord, *, clock: Clock = time.time
+) -> bool:
     """RESIZED -> ACTIVE on the source, with the old flavor."""
     done = store.update_instance(
-        record.uuid, expected_states=[RESIZED], state=ACTIVE, task_state=None,
-        host=record.source_host, node=record.source_node, migration_uuid=None,
-        new_flavor=None, source_host=None, source_node=None, deadline=None,
-        updated_at=clock())
+        record.uuid,
+        expected_states=[RESIZED],
+        state=ACTIVE,
+        task_state=None,
+        host=record.source_host,
+        node=record.source_node,
+        migration_uuid=None,
+        new_flavor=None,
+        source_host=None,
+        source_node=None,
+        deadline=None,
+        updated_at=clock(),
+    )
     return done is not None
 
 
-def undo_stale_migration(store: PlacementStore, record: InstanceRecord,
-                         migration_uuid: str) -> None:
+def undo_stale_migration(
+    store: PlacementStore, record: InstanceRecord, migration_uuid: str
+) -> None:
     """A result for a migration the record is not (or no longer) in.
 
     It comes from a late copy of a re-driven resize that ran after the resize
@@ -162,12 +214,20 @@ def undo_stale_migration(store: PlacementStore, record: InstanceRecord,
     resize is under way, whose allocations must not be touched.
     """
     if record.state in (RESIZING, RESIZED) and record.migration_uuid:
-        LOG.error("stale_migration_left", instance_uuid=record.uuid,
-                  migration_uuid=migration_uuid, current=record.migration_uuid)
+        LOG.error(
+            "stale_migration_left",
+            instance_uuid=record.uuid,
+            migration_uuid=migration_uuid,
+            current=record.migration_uuid,
+        )
         return
     restored = store.move_allocations(migration_uuid, record.uuid, replace=True)
-    LOG.info("stale_migration_undone", instance_uuid=record.uuid,
-             migration_uuid=migration_uuid, restored=restored)
+    LOG.info(
+        "stale_migration_undone",
+        instance_uuid=record.uuid,
+        migration_uuid=migration_uuid,
+        restored=restored,
+    )
 
 
 def resize_spec(record: InstanceRecord) -> tuple[RequestSpec, Flavor]:

@@ -74,8 +74,14 @@ class Sweeper:
     ``resize``, ``confirm``, ``revert``, ``timed_out``, ``cleaned_up``).
     """
 
-    def __init__(self, store: ConductorStore, scheduler: SchedulerClient, resizer: Resizer,
-                 settings: ConductorSettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: ConductorStore,
+        scheduler: SchedulerClient,
+        resizer: Resizer,
+        settings: ConductorSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.resizer = resizer
@@ -107,39 +113,48 @@ class Sweeper:
             self._boot(record)
         elif record.state == RESIZING:
             self._resize(record)
-        elif record.state == RESIZED and record.task_state in (RESIZE_CONFIRMING,
-                                                                RESIZE_REVERTING):
+        elif record.state == RESIZED and record.task_state in (
+            RESIZE_CONFIRMING,
+            RESIZE_REVERTING,
+        ):
             self._finish_resize(record)
         elif record.state == ERROR:
             self._clean_up(record)
         else:  # nothing outstanding: a deadline left behind
-            self.store.update_instance(record.uuid, expected_states=[record.state],
-                                       deadline=None)
+            self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
     # --- one kind of request each ---------------------------------------------------
 
     def _boot(self, record: InstanceRecord) -> None:
         timeout = self.settings.build_timeout
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_build(self.store, record.uuid, TIMED_OUT,
-                                  self._timed_out(record, "boot", timeout),
-                                  cleanup_after=timeout, clock=self._clock):
+            if records.fail_build(
+                self.store,
+                record.uuid,
+                TIMED_OUT,
+                self._timed_out(record, "boot", timeout),
+                cleanup_after=timeout,
+                clock=self._clock,
+            ):
                 self.counts["timed_out"] += 1
-                LOG.warning("request_timed_out", kind="run_instance",
-                            redrives=record.redrives)
+                LOG.warning("request_timed_out", kind="run_instance", redrives=record.redrives)
             return
         if self._push(record, BUILDING, timeout) is None:
             return
-        self.scheduler.run_instance(request_context(record), records.build_spec(record),
-                                    [record.uuid])
+        self.scheduler.run_instance(
+            request_context(record), records.build_spec(record), [record.uuid]
+        )
         self._redriven("run_instance", record)
 
     def _resize(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_resize(self.store, record, TIMED_OUT,
-                                   self._timed_out(record, "resize",
-                                                   self.settings.resize_timeout),
-                                   clock=self._clock):
+            if records.fail_resize(
+                self.store,
+                record,
+                TIMED_OUT,
+                self._timed_out(record, "resize", self.settings.resize_timeout),
+                clock=self._clock,
+            ):
                 self.counts["timed_out"] += 1
                 LOG.warning("request_timed_out", kind="resize", redrives=record.redrives)
             return
@@ -162,8 +177,7 @@ class Sweeper:
                 done = records.finish_revert(self.store, record, clock=self._clock)
             if done:
                 self.counts[f"{kind}_done_here"] += 1
-                LOG.warning("resize_finished_by_conductor", kind=kind,
-                            redrives=record.redrives)
+                LOG.warning("resize_finished_by_conductor", kind=kind, redrives=record.redrives)
             return
         updated = self._push(record, RESIZED, self.settings.resize_timeout)
         if updated is not None:
@@ -180,21 +194,31 @@ class Sweeper:
 
     # --- helpers --------------------------------------------------------------------
 
-    def _push(self, record: InstanceRecord, state: str,
-              timeout: float) -> InstanceRecord | None:
+    def _push(self, record: InstanceRecord, state: str, timeout: float) -> InstanceRecord | None:
         """Count one more re-drive and set the next deadline, if still in ``state``."""
         now = self._clock()
-        return self.store.update_instance(record.uuid, expected_states=[state],
-                                          redrives=record.redrives + 1, updated_at=now,
-                                          deadline=now + timeout)
+        return self.store.update_instance(
+            record.uuid,
+            expected_states=[state],
+            redrives=record.redrives + 1,
+            updated_at=now,
+            deadline=now + timeout,
+        )
 
     def _redriven(self, kind: str, record: InstanceRecord) -> None:
         self.counts[kind] += 1
-        LOG.info("request_redriven", kind=kind, redrive=record.redrives + 1,
-                 task_state=record.task_state, host=record.host)
+        LOG.info(
+            "request_redriven",
+            kind=kind,
+            redrive=record.redrives + 1,
+            task_state=record.task_state,
+            host=record.host,
+        )
 
     @staticmethod
     def _timed_out(record: InstanceRecord, what: str, timeout: float) -> str:
-        return (f"no answer to the {what} request after {record.redrives} re-drive(s), "
-                f"{timeout:g} s each (task {record.task_state}, host {record.host or 'none'}, "
-                f"hosts tried: {', '.join(record.tried_hosts) or 'none'})")
+        return (
+            f"no answer to the {what} request after {record.redrives} re-drive(s), "
+            f"{timeout:g} s each (task {record.task_state}, host {record.host or 'none'}, "
+            f"hosts tried: {', '.join(record.tried_hosts) or 'none'})"
+        )

@@ -11,14 +11,18 @@ from scheduler.store import Provider
 
 def format_report(report: BootReport) -> str:
     total = len(report.instances)
-    lines = [f"instances: {total} in {report.requests} request(s), "
-             f"{report.seconds:.2f} s" + ("  (TIMED OUT waiting)" if report.timed_out else "")]
+    lines = [
+        f"instances: {total} in {report.requests} request(s), "
+        f"{report.seconds:.2f} s" + ("  (TIMED OUT waiting)" if report.timed_out else "")
+    ]
     for state, n in sorted(report.by_state.items()):
         lines.append(f"  {state:<9} {n}")
     attempts = Counter(r.attempts for r in report.instances if r.state == "ACTIVE")
-    lines.append(f"rescheduled: {report.rescheduled}   "
-                 f"attempts of ACTIVE instances: "
-                 + ", ".join(f"{k}x{v}" for k, v in sorted(attempts.items())))
+    lines.append(
+        f"rescheduled: {report.rescheduled}   "
+        f"attempts of ACTIVE instances: "
+        + ", ".join(f"{k}x{v}" for k, v in sorted(attempts.items()))
+    )
     lines.append(f"no valid host: {report.no_valid_host}")
     if report.redriven:
         lines.append(f"re-driven (no answer before the deadline): {report.redriven}")
@@ -27,8 +31,9 @@ def format_report(report: BootReport) -> str:
         lines.append(f"  fault {n} x {fault!r}")
     hosts = Counter(r.host for r in report.instances if r.state == "ACTIVE")
     if hosts:
-        lines.append(f"hosts used: {len(hosts)}; most instances on one host: "
-                     f"{hosts.most_common(1)[0][1]}")
+        lines.append(
+            f"hosts used: {len(hosts)}; most instances on one host: {hosts.most_common(1)[0][1]}"
+        )
     return "\n".join(lines)
 
 
@@ -46,6 +51,8 @@ def format_fill(providers: Sequence[Provider], width: int = 30) -> str:
             continue
         mean = sum(fills) / len(fills)
         bar = "#" * round(mean * width)
-        lines.append(f"  {rc:<10} [{bar:<{width}}] mean {mean:6.1%}  "
-                     f"min {min(fills):6.1%}  max {max(fills):6.1%}")
+        lines.append(
+            f"  {rc:<10} [{bar:<{width}}] mean {mean:6.1%}  "
+            f"min {min(fills):6.1%}  max {max(fills):6.1%}"
+        )
     return "host fill:\n" + "\n".join(lines)

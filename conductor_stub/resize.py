@@ -45,17 +45,26 @@ def request_context(record: InstanceRecord) -> RequestContext:
     """The context a record's request is (re-)sent with: its own request id,
     and the rights it was made with."""
     spec = record.request_spec or {}
-    return RequestContext(request_id=record.request_id or f"req-{uuidlib.uuid4()}",
-                          user_id=spec.get("user_id"), project_id=spec.get("project_id"),
-                          roles=list(record.roles), is_admin=record.is_admin)
+    return RequestContext(
+        request_id=record.request_id or f"req-{uuidlib.uuid4()}",
+        user_id=spec.get("user_id"),
+        project_id=spec.get("project_id"),
+        roles=list(record.roles),
+        is_admin=record.is_admin,
+    )
 
 
 class Resizer:
     """Starts, confirms and reverts resizes, and re-sends their requests."""
 
-    def __init__(self, store: InstanceStore, scheduler: SchedulerClient, compute: ComputeClient,
-                 settings: ConductorSettings | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: InstanceStore,
+        scheduler: SchedulerClient,
+        compute: ComputeClient,
+        settings: ConductorSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.compute = compute
@@ -67,28 +76,48 @@ class Resizer:
         the instance is not ACTIVE on a host."""
         record = self.store.get_instance(uuid)
         if record.state != ACTIVE or not record.host or record.request_spec is None:
-            raise InvalidRequest(reason=f"instance {uuid} is {record.state}, not ACTIVE on a "
-                                 "host: it cannot be resized now")
+            raise InvalidRequest(
+                reason=f"instance {uuid} is {record.state}, not ACTIVE on a "
+                "host: it cannot be resized now"
+            )
         request_id = f"req-{uuidlib.uuid4()}"
         now = self._clock()
         started = self.store.update_instance(
-            uuid, expected_states=[ACTIVE], state=RESIZING, task_state=RESIZE_PREP,
-            request_id=request_id, migration_uuid=migration_uuid_for(uuid, request_id),
-            new_flavor=flavor.to_primitive(), source_host=record.host,
-            source_node=record.node, attempts=0, tried_hosts=(), redrives=0, fault=None,
-            fault_details=None, updated_at=now, deadline=now + self.settings.resize_timeout)
+            uuid,
+            expected_states=[ACTIVE],
+            state=RESIZING,
+            task_state=RESIZE_PREP,
+            request_id=request_id,
+            migration_uuid=migration_uuid_for(uuid, request_id),
+            new_flavor=flavor.to_primitive(),
+            source_host=record.host,
+            source_node=record.node,
+            attempts=0,
+            tried_hosts=(),
+            redrives=0,
+            fault=None,
+            fault_details=None,
+            updated_at=now,
+            deadline=now + self.settings.resize_timeout,
+        )
         if started is None:
             raise InvalidRequest(reason=f"instance {uuid} changed state meanwhile")
-        LOG.info("resize_started", instance_uuid=uuid, flavor=flavor.name,
-                 source=record.host, migration_uuid=started.migration_uuid)
+        LOG.info(
+            "resize_started",
+            instance_uuid=uuid,
+            flavor=flavor.name,
+            source=record.host,
+            migration_uuid=started.migration_uuid,
+        )
         self.send_resize(started)
         return started
 
     def send_resize(self, record: InstanceRecord) -> None:
         spec, flavor = resize_spec(record)
         assert record.source_host is not None
-        self.scheduler.resize(request_context(record), record.uuid, record.source_host,
-                              flavor, spec)
+        self.scheduler.resize(
+            request_context(record), record.uuid, record.source_host, flavor, spec
+        )
 
     def confirm(self, uuid: str) -> InstanceRecord:
         return self._finish(uuid, RESIZE_CONFIRMING, self.send_confirm)
@@ -96,17 +125,25 @@ class Resizer:
     def revert(self, uuid: str) -> InstanceRecord:
         return self._finish(uuid, RESIZE_REVERTING, self.send_revert)
 
-    def _finish(self, uuid: str, task_state: str,
-                send: Callable[[InstanceRecord], None]) -> InstanceRecord:
+    def _finish(
+        self, uuid: str, task_state: str, send: Callable[[InstanceRecord], None]
+    ) -> InstanceRecord:
         record = self.store.get_instance(uuid)
         if record.state != RESIZED or record.task_state is not None:
-            raise InvalidRequest(reason=f"instance {uuid} is {record.state} "
-                                 f"({record.task_state}), not RESIZED: nothing to "
-                                 f"{task_state.split('_')[-1]}")
+            raise InvalidRequest(
+                reason=f"instance {uuid} is {record.state} "
+                f"({record.task_state}), not RESIZED: nothing to "
+                f"{task_state.split('_')[-1]}"
+            )
         now = self._clock()
         updated = self.store.update_instance(
-            uuid, expected_states=[RESIZED], task_state=task_state, redrives=0,
-            updated_at=now, deadline=now + self.settings.resize_timeout)
+            uuid,
+            expected_states=[RESIZED],
+            task_state=task_state,
+            redrives=0,
+            updated_at=now,
+            deadline=now + self.settings.resize_timeout,
+        )
         if updated is None:
             raise InvalidRequest(reason=f"instance {uuid} changed state meanwhile")
         send(updated)
@@ -114,16 +151,19 @@ class Resizer:
 
     def send_confirm(self, record: InstanceRecord) -> None:
         assert record.source_host is not None and record.migration_uuid is not None
-        self.compute.confirm_resize(request_context(record), record.source_host, record.uuid,
-                                    record.migration_uuid)
+        self.compute.confirm_resize(
+            request_context(record), record.source_host, record.uuid, record.migration_uuid
+        )
 
     def send_revert(self, record: InstanceRecord) -> None:
         assert record.host is not None and record.migration_uuid is not None
-        self.compute.revert_resize(request_context(record), record.host, record.uuid,
-                                   record.migration_uuid)
+        self.compute.revert_resize(
+            request_context(record), record.host, record.uuid, record.migration_uuid
+        )
 
-    def wait(self, uuid: str, until: Callable[[InstanceRecord], bool], timeout: float,
-             poll: float = 0.1) -> tuple[InstanceRecord, bool]:
+    def wait(
+        self, uuid: str, until: Callable[[InstanceRecord], bool], timeout: float, poll: float = 0.1
+    ) -> tuple[InstanceRecord, bool]:
         """Poll the record until ``until`` holds; (record, timed out?)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -146,16 +186,25 @@ def finished(record: InstanceRecord) -> bool:
 
 
 def flavor_of(record: InstanceRecord) -> str | None:
-    return RequestSpec.from_primitive(dict(record.request_spec)).flavor.name \
-        if record.request_spec else None
+    return (
+        RequestSpec.from_primitive(dict(record.request_spec)).flavor.name
+        if record.request_spec
+        else None
+    )
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:
     """What ``conductor-stub resize`` prints of an instance."""
-    return {"uuid": record.uuid, "state": record.state, "task_state": record.task_state,
-            "host": record.host, "flavor": flavor_of(record),
-            "new_flavor": (record.new_flavor or {}).get("name"),
-            "source_host": record.source_host, "attempts": record.attempts,
-            "tried_hosts": list(record.tried_hosts), "fault": record.fault,
-            "fault_details": record.fault_details}
-
+    return {
+        "uuid": record.uuid,
+        "state": record.state,
+        "task_state": record.task_state,
+        "host": record.host,
+        "flavor": flavor_of(record),
+        "new_flavor": (record.new_flavor or {}).get("name"),
+        "source_host": record.source_host,
+        "attempts": record.attempts,
+        "tried_hosts": list(record.tried_hosts),
+        "fault": record.fault,
+        "fault_details": record.fault_details,
+    }

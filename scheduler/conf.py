@@ -29,99 +29,174 @@ default_opts: list[cfg.Opt] = [
         default=socket.gethostname(),
         sample_default="<current_hostname>",
         help="Name of this node, used in the publisher id of notifications "
-        "(scheduler.<host>) and in logs."),
+        "(scheduler.<host>) and in logs.",
+    ),
 ]
 
 scheduler_group = cfg.OptGroup(
-    "scheduler", title="Scheduler worker options",
-    help="How the scheduler worker serves RPC and talks to compute nodes.")
+    "scheduler",
+    title="Scheduler worker options",
+    help="How the scheduler worker serves RPC and talks to compute nodes.",
+)
 
 scheduler_opts = [
-    cfg.StrOpt("topic", default="scheduler",
-               help="RPC topic the worker consumes. Every worker of a deployment uses the "
-               "same topic; they agree through the store, never through each other."),
-    cfg.IntOpt("workers", default=1, min=1, max=64,
-               help="Worker processes to run on this node. One Python process tops out near "
-               "500 RPC calls per second; more processes give more throughput.\n\n"
-               "Possible values: 1 to 64."),
-    cfg.IntOpt("graceful_shutdown_timeout", default=30, min=1,
-               help="Seconds a worker process is given to stop once the daemon is asked to "
-               "stop (SIGTERM): it stops taking requests, finishes those it holds and closes "
-               "its connections. A worker still busy after this long is killed, and what it "
-               "held is re-driven by the conductor.\n\n"
-               "Possible values: 1 or more seconds.\n\n"
-               "Related options: [scheduler] workers."),
-    cfg.IntOpt("max_attempts", default=3, min=1, max=20,
-               help="How many hosts an instance may be tried on: the primary plus "
-               "max_attempts - 1 alternates.\n\nRelated options: "
-               "[filter_scheduler] host_subset_size."),
-    cfg.IntOpt("max_placement_results", default=1000, min=1,
-               help="At most this many candidate hosts are examined per request after the "
-               "capacity step. Disabled and down hosts are removed before the cut."),
-    cfg.BoolOpt("randomize_allocation_candidates", default=False,
-                help="Take the max_placement_results candidates at random rather than in "
-                "store order, so large clouds spread load across the whole fleet."),
-    cfg.IntOpt("service_down_time", default=60, min=1,
-               help="Seconds without a heartbeat after which a compute host counts as down."),
-    cfg.IntOpt("claim_attempts", default=5, min=1, max=100,
-               help="How many hosts an instance falls through to when another worker's claim "
-               "got to its chosen host first."),
-    cfg.BoolOpt("allow_resize_to_same_host", default=False,
-                help="Let a resize pick the host the instance is on. Off, the source host is "
-                "excluded (as a host already tried), so a resize always moves the instance; "
-                "on, a one-host cloud can still resize (the old and new flavor are both "
-                "held on that host until the resize is confirmed or reverted)."),
-    cfg.BoolOpt("compute_status_filter", default=True,
-                help="Keep hosts whose compute service is disabled out of the candidates, "
-                "before the max_placement_results cut, as the forbidden trait "
-                "COMPUTE_STATUS_DISABLED (which the store keeps in step with the service "
-                "record). Off leaves disabled hosts to the ComputeFilter, after the cut."),
-    cfg.BoolOpt("query_placement_for_availability_zone", default=True,
-                help="Narrow a request for an availability zone to the hosts of the "
-                "aggregates naming that zone, before the candidate step. A zone that no "
-                "aggregate names (other than the default zone) finds no host.\n\n"
-                "Related options: [filter_scheduler] default_availability_zone."),
-    cfg.BoolOpt("limit_tenants_to_placement_aggregate", default=False,
-                help="Send a project's requests only to the aggregates whose "
-                "filter_tenant_id* metadata names the project, when there are any.\n\n"
-                "Related options: placement_aggregate_required_for_tenants."),
-    cfg.BoolOpt("placement_aggregate_required_for_tenants", default=False,
-                help="With limit_tenants_to_placement_aggregate: a project that no aggregate "
-                "names finds no host (rather than any host)."),
-    cfg.BoolOpt("enable_isolated_aggregate_filtering", default=False,
-                help="Keep requests out of aggregates whose trait:<TRAIT>=required metadata "
-                "names a trait the request does not require."),
-    cfg.BoolOpt("query_placement_for_image_type_support", default=False,
-                help="Send a request only to hosts with the COMPUTE_IMAGE_TYPE_<FORMAT> trait "
-                "of its image's disk_format (volume-backed requests are not narrowed)."),
-    cfg.StrOpt("health_listen", default="127.0.0.1",
-               help="Address of the health and metrics HTTP endpoint."),
-    cfg.PortOpt("health_port", default=0,
-                help="Port of the health (/healthz) and Prometheus (/metrics) endpoint; 0 "
-                "turns it off. With several workers, worker n listens on health_port + n.\n\n"
-                "/healthz answers 200 while the broker and the store answer, 503 "
-                "(degraded) while one does not."),
+    cfg.StrOpt(
+        "topic",
+        default="scheduler",
+        help="RPC topic the worker consumes. Every worker of a deployment uses the "
+        "same topic; they agree through the store, never through each other.",
+    ),
+    cfg.IntOpt(
+        "workers",
+        default=1,
+        min=1,
+        max=64,
+        help="Worker processes to run on this node. One Python process tops out near "
+        "500 RPC calls per second; more processes give more throughput.\n\n"
+        "Possible values: 1 to 64.",
+    ),
+    cfg.IntOpt(
+        "graceful_shutdown_timeout",
+        default=30,
+        min=1,
+        help="Seconds a worker process is given to stop once the daemon is asked to "
+        "stop (SIGTERM): it stops taking requests, finishes those it holds and closes "
+        "its connections. A worker still busy after this long is killed, and what it "
+        "held is re-driven by the conductor.\n\n"
+        "Possible values: 1 or more seconds.\n\n"
+        "Related options: [scheduler] workers.",
+    ),
+    cfg.IntOpt(
+        "max_attempts",
+        default=3,
+        min=1,
+        max=20,
+        help="How many hosts an instance may be tried on: the primary plus "
+        "max_attempts - 1 alternates.\n\nRelated options: "
+        "[filter_scheduler] host_subset_size.",
+    ),
+    cfg.IntOpt(
+        "max_placement_results",
+        default=1000,
+        min=1,
+        help="At most this many candidate hosts are examined per request after the "
+        "capacity step. Disabled and down hosts are removed before the cut.",
+    ),
+    cfg.BoolOpt(
+        "randomize_allocation_candidates",
+        default=False,
+        help="Take the max_placement_results candidates at random rather than in "
+        "store order, so large clouds spread load across the whole fleet.",
+    ),
+    cfg.IntOpt(
+        "service_down_time",
+        default=60,
+        min=1,
+        help="Seconds without a heartbeat after which a compute host counts as down.",
+    ),
+    cfg.IntOpt(
+        "claim_attempts",
+        default=5,
+        min=1,
+        max=100,
+        help="How many hosts an instance falls through to when another worker's claim "
+        "got to its chosen host first.",
+    ),
+    cfg.BoolOpt(
+        "allow_resize_to_same_host",
+        default=False,
+        help="Let a resize pick the host the instance is on. Off, the source host is "
+        "excluded (as a host already tried), so a resize always moves the instance; "
+        "on, a one-host cloud can still resize (the old and new flavor are both "
+        "held on that host until the resize is confirmed or reverted).",
+    ),
+    cfg.BoolOpt(
+        "compute_status_filter",
+        default=True,
+        help="Keep hosts whose compute service is disabled out of the candidates, "
+        "before the max_placement_results cut, as the forbidden trait "
+        "COMPUTE_STATUS_DISABLED (which the store keeps in step with the service "
+        "record). Off leaves disabled hosts to the ComputeFilter, after the cut.",
+    ),
+    cfg.BoolOpt(
+        "query_placement_for_availability_zone",
+        default=True,
+        help="Narrow a request for an availability zone to the hosts of the "
+        "aggregates naming that zone, before the candidate step. A zone that no "
+        "aggregate names (other than the default zone) finds no host.\n\n"
+        "Related options: [filter_scheduler] default_availability_zone.",
+    ),
+    cfg.BoolOpt(
+        "limit_tenants_to_placement_aggregate",
+        default=False,
+        help="Send a project's requests only to the aggregates whose "
+        "filter_tenant_id* metadata names the project, when there are any.\n\n"
+        "Related options: placement_aggregate_required_for_tenants.",
+    ),
+    cfg.BoolOpt(
+        "placement_aggregate_required_for_tenants",
+        default=False,
+        help="With limit_tenants_to_placement_aggregate: a project that no aggregate "
+        "names finds no host (rather than any host).",
+    ),
+    cfg.BoolOpt(
+        "enable_isolated_aggregate_filtering",
+        default=False,
+        help="Keep requests out of aggregates whose trait:<TRAIT>=required metadata "
+        "names a trait the request does not require.",
+    ),
+    cfg.BoolOpt(
+        "query_placement_for_image_type_support",
+        default=False,
+        help="Send a request only to hosts with the COMPUTE_IMAGE_TYPE_<FORMAT> trait "
+        "of its image's disk_format (volume-backed requests are not narrowed).",
+    ),
+    cfg.StrOpt(
+        "health_listen",
+        default="127.0.0.1",
+        help="Address of the health and metrics HTTP endpoint.",
+    ),
+    cfg.PortOpt(
+        "health_port",
+        default=0,
+        help="Port of the health (/healthz) and Prometheus (/metrics) endpoint; 0 "
+        "turns it off. With several workers, worker n listens on health_port + n.\n\n"
+        "/healthz answers 200 while the broker and the store answer, 503 "
+        "(degraded) while one does not.",
+    ),
 ]
 
 filter_scheduler_group = cfg.OptGroup(
-    plugins.OPTIONS_GROUP, title="Filters and weighers",
-    help="Which filters and weighers run, and how much each weigher counts.")
+    plugins.OPTIONS_GROUP,
+    title="Filters and weighers",
+    help="Which filters and weighers run, and how much each weigher counts.",
+)
 
 filter_scheduler_opts = [
-    cfg.ListOpt("enabled_filters", default=DEFAULT_FILTERS,
-                help="Host filters to run, in order, on the candidates. Each name is an entry "
-                "point in the scheduler.filters group; an unknown name stops start-up. "
-                "Disabled hosts and availability zones are handled before the candidates by "
-                "the request filters ([scheduler] compute_status_filter, "
-                "query_placement_for_availability_zone); with one of those off, list "
-                "ComputeFilter or AvailabilityZoneFilter here to keep that policy."),
-    cfg.ListOpt("weighers", default=DEFAULT_WEIGHERS,
-                help="Weighers to apply. Each name is an entry point in the "
-                "scheduler.weighers group; an unknown name stops start-up."),
-    cfg.IntOpt("host_subset_size", default=1, min=1,
-               help="The host is picked at random among this many best-weighed hosts. 1 takes "
-               "the best; larger values lower the chance that two workers race for one "
-               "host."),
+    cfg.ListOpt(
+        "enabled_filters",
+        default=DEFAULT_FILTERS,
+        help="Host filters to run, in order, on the candidates. Each name is an entry "
+        "point in the scheduler.filters group; an unknown name stops start-up. "
+        "Disabled hosts and availability zones are handled before the candidates by "
+        "the request filters ([scheduler] compute_status_filter, "
+        "query_placement_for_availability_zone); with one of those off, list "
+        "ComputeFilter or AvailabilityZoneFilter here to keep that policy.",
+    ),
+    cfg.ListOpt(
+        "weighers",
+        default=DEFAULT_WEIGHERS,
+        help="Weighers to apply. Each name is an entry point in the "
+        "scheduler.weighers group; an unknown name stops start-up.",
+    ),
+    cfg.IntOpt(
+        "host_subset_size",
+        default=1,
+        min=1,
+        help="The host is picked at random among this many best-weighed hosts. 1 takes "
+        "the best; larger values lower the chance that two workers race for one "
+        "host.",
+    ),
 ]
 
 #: The options the filters and weighers declare (see :mod:`scheduler.engine.plugins`)
@@ -130,8 +205,11 @@ filter_scheduler_shared_opts = [
     # A plugin option read by more than its plugin (the availability-zone
     # request filter and the host view, as well as AvailabilityZoneFilter),
     # so declared here and kept in EngineSettings.
-    cfg.StrOpt("default_availability_zone", default="nova",
-               help="Zone of a host that no aggregate places in a zone."),
+    cfg.StrOpt(
+        "default_availability_zone",
+        default="nova",
+        help="Zone of a host that no aggregate places in a zone.",
+    ),
 ]
 
 
@@ -140,9 +218,13 @@ def _plugin_opt(d: plugins.Declared) -> cfg.Opt:
     if d.kind == "bool":
         return cfg.BoolOpt(d.name, default=d.default, help=d.help)
     if d.kind == "int":
-        return cfg.IntOpt(d.name, default=d.default, help=d.help,
-                          min=None if d.min is None else int(d.min),
-                          max=None if d.max is None else int(d.max))
+        return cfg.IntOpt(
+            d.name,
+            default=d.default,
+            help=d.help,
+            min=None if d.min is None else int(d.min),
+            max=None if d.max is None else int(d.max),
+        )
     if d.kind == "float":
         return cfg.FloatOpt(d.name, default=d.default, min=d.min, max=d.max, help=d.help)
     if d.kind == "str":
@@ -156,98 +238,167 @@ def _plugin_opt(d: plugins.Declared) -> cfg.Opt:
 def filter_scheduler_options() -> list[cfg.Opt]:
     """``[filter_scheduler]``: the static options, then those of every registered
     filter and weigher (from any package), generated from their declarations."""
-    return [*filter_scheduler_opts,
-            *(_plugin_opt(d) for d in plugins.registered_options()),
-            *filter_scheduler_shared_opts]
+    return [
+        *filter_scheduler_opts,
+        *(_plugin_opt(d) for d in plugins.registered_options()),
+        *filter_scheduler_shared_opts,
+    ]
 
-pci_group = cfg.OptGroup("pci", title="PCI passthrough",
-                         help="The PCI devices flavors may ask for by alias.")
+
+pci_group = cfg.OptGroup(
+    "pci", title="PCI passthrough", help="The PCI devices flavors may ask for by alias."
+)
 
 pci_opts: list[cfg.Opt] = [
-    cfg.MultiStrOpt("alias", default=[],
-                    help="A PCI alias as JSON, one per line: {\"name\": \"a1\", "
-                    "\"vendor_id\": \"8086\", \"product_id\": \"154d\"}. A flavor asks "
-                    "for devices with the extra spec pci_passthrough:alias=a1:2 "
-                    "(PciPassthroughFilter). Without product_id any product of the vendor "
-                    "matches."),
+    cfg.MultiStrOpt(
+        "alias",
+        default=[],
+        help='A PCI alias as JSON, one per line: {"name": "a1", '
+        '"vendor_id": "8086", "product_id": "154d"}. A flavor asks '
+        "for devices with the extra spec pci_passthrough:alias=a1:2 "
+        "(PciPassthroughFilter). Without product_id any product of the vendor "
+        "matches.",
+    ),
 ]
 
-redis_group = cfg.OptGroup("redis", title="The placement store",
-                           help="Where resource providers, allocations and instance records live.")
+redis_group = cfg.OptGroup(
+    "redis",
+    title="The placement store",
+    help="Where resource providers, allocations and instance records live.",
+)
 
 redis_opts = [
-    cfg.StrOpt("url", default="redis://127.0.0.1:6379/0", secret=True,
-               help="Store URL: redis://[[user]:password@]host:port/db, rediss:// for TLS, "
-               "unix:///path.sock, or memory:// for the in-process store (demo and tests "
-               "only: it is not shared between processes)."),
-    cfg.StrOpt("key_prefix", default="vmsched",
-               help="Prefix of every key. Deployments (or test runs) sharing one Redis must "
-               "use different prefixes."),
-    cfg.FloatOpt("socket_timeout", default=5.0, min=0.1,
-                 help="Seconds a store command may take before the store counts as down."),
+    cfg.StrOpt(
+        "url",
+        default="redis://127.0.0.1:6379/0",
+        secret=True,
+        help="Store URL: redis://[[user]:password@]host:port/db, rediss:// for TLS, "
+        "unix:///path.sock, or memory:// for the in-process store (demo and tests "
+        "only: it is not shared between processes).",
+    ),
+    cfg.StrOpt(
+        "key_prefix",
+        default="vmsched",
+        help="Prefix of every key. Deployments (or test runs) sharing one Redis must "
+        "use different prefixes.",
+    ),
+    cfg.FloatOpt(
+        "socket_timeout",
+        default=5.0,
+        min=0.1,
+        help="Seconds a store command may take before the store counts as down.",
+    ),
 ]
 
-notifications_group = cfg.OptGroup("notifications", title="Notifications",
-                                   help="What the scheduler publishes for consumers.")
+notifications_group = cfg.OptGroup(
+    "notifications", title="Notifications", help="What the scheduler publishes for consumers."
+)
 
 notifications_opts = [
-    cfg.BoolOpt("enabled", default=True,
-                help="Publish scheduler.* notifications (driver messagingv2)."),
-    cfg.StrOpt("topic", default="notifications",
-               help="Topic the notifications are published on."),
+    cfg.BoolOpt(
+        "enabled", default=True, help="Publish scheduler.* notifications (driver messagingv2)."
+    ),
+    cfg.StrOpt("topic", default="notifications", help="Topic the notifications are published on."),
 ]
 
-compute_group = cfg.OptGroup("compute", title="Compute simulator",
-                             help="Resources each simulated host reports.")
+compute_group = cfg.OptGroup(
+    "compute", title="Compute simulator", help="Resources each simulated host reports."
+)
 
 compute_opts = [
-    cfg.FloatOpt("cpu_allocation_ratio", default=4.0, min=0.0,
-                 help="Virtual CPUs per physical CPU a host offers."),
-    cfg.FloatOpt("ram_allocation_ratio", default=1.0, min=0.0,
-                 help="Virtual RAM per physical RAM a host offers."),
-    cfg.FloatOpt("disk_allocation_ratio", default=1.0, min=0.0,
-                 help="Virtual disk per physical disk a host offers."),
-    cfg.IntOpt("reserved_host_memory_mb", default=512, min=0,
-               help="Memory kept back for the host itself."),
-    cfg.IntOpt("reserved_host_disk_gb", default=0, min=0,
-               help="Disk kept back for the host itself."),
-    cfg.IntOpt("reserved_host_cpus", default=0, min=0,
-               help="Physical CPUs kept back for the host itself."),
-    cfg.IntOpt("heartbeat_interval", default=10, min=1,
-               help="Seconds between service heartbeats; keep it well under "
-               "[scheduler] service_down_time."),
+    cfg.FloatOpt(
+        "cpu_allocation_ratio",
+        default=4.0,
+        min=0.0,
+        help="Virtual CPUs per physical CPU a host offers.",
+    ),
+    cfg.FloatOpt(
+        "ram_allocation_ratio",
+        default=1.0,
+        min=0.0,
+        help="Virtual RAM per physical RAM a host offers.",
+    ),
+    cfg.FloatOpt(
+        "disk_allocation_ratio",
+        default=1.0,
+        min=0.0,
+        help="Virtual disk per physical disk a host offers.",
+    ),
+    cfg.IntOpt(
+        "reserved_host_memory_mb", default=512, min=0, help="Memory kept back for the host itself."
+    ),
+    cfg.IntOpt(
+        "reserved_host_disk_gb", default=0, min=0, help="Disk kept back for the host itself."
+    ),
+    cfg.IntOpt(
+        "reserved_host_cpus", default=0, min=0, help="Physical CPUs kept back for the host itself."
+    ),
+    cfg.IntOpt(
+        "heartbeat_interval",
+        default=10,
+        min=1,
+        help="Seconds between service heartbeats; keep it well under "
+        "[scheduler] service_down_time.",
+    ),
 ]
 
-conductor_group = cfg.OptGroup("conductor", title="Conductor stub",
-                               help="Deadlines of the conductor that drives the scheduler.")
+conductor_group = cfg.OptGroup(
+    "conductor",
+    title="Conductor stub",
+    help="Deadlines of the conductor that drives the scheduler.",
+)
 
 conductor_opts = [
-    cfg.StrOpt("flavors_file", default="",
-               help="JSON file of flavors to add to the built-in m1.* catalog."),
-    cfg.IntOpt("build_timeout", default=120, min=1,
-               help="Seconds the conductor waits to hear back on a boot it sent (the "
-               "scheduling request or a build) before it re-drives it. RPC casts are "
-               "delivered at most once, so a request can be lost with a worker or a broker; "
-               "a re-driven request is idempotent per instance.\n\nRelated options: "
-               "max_redrives, sweep_interval."),
-    cfg.IntOpt("resize_timeout", default=300, min=1,
-               help="Seconds the conductor waits to hear back on a resize step (the resize "
-               "itself, a confirm or a revert) before it re-drives it."),
-    cfg.IntOpt("max_redrives", default=3, min=0, max=100,
-               help="How many times the conductor re-drives one request it has not heard "
-               "back on. After that the request has timed out: a boot ends in ERROR "
-               "(its claim released), a resize leaves the instance ACTIVE on its source "
-               "with a fault."),
-    cfg.FloatOpt("sweep_interval", default=5.0, min=0.1,
-                 help="Seconds between the conductor's sweeps for requests past their "
-                 "deadline. The pending set is read from the store, so a restarted "
-                 "conductor carries on where the last one stopped."),
-    cfg.BoolOpt("return_alternates", default=True,
-                help="Reschedule a failed build or resize onto the alternate hosts the "
-                "scheduler returned with the first choice (no scheduler round trip). Off, "
-                "the conductor asks the scheduler again (select_destinations, with the "
-                "hosts already tried ignored), up to [scheduler] max_attempts hosts."),
+    cfg.StrOpt(
+        "flavors_file",
+        default="",
+        help="JSON file of flavors to add to the built-in m1.* catalog.",
+    ),
+    cfg.IntOpt(
+        "build_timeout",
+        default=120,
+        min=1,
+        help="Seconds the conductor waits to hear back on a boot it sent (the "
+        "scheduling request or a build) before it re-drives it. RPC casts are "
+        "delivered at most once, so a request can be lost with a worker or a broker; "
+        "a re-driven request is idempotent per instance.\n\nRelated options: "
+        "max_redrives, sweep_interval.",
+    ),
+    cfg.IntOpt(
+        "resize_timeout",
+        default=300,
+        min=1,
+        help="Seconds the conductor waits to hear back on a resize step (the resize "
+        "itself, a confirm or a revert) before it re-drives it.",
+    ),
+    cfg.IntOpt(
+        "max_redrives",
+        default=3,
+        min=0,
+        max=100,
+        help="How many times the conductor re-drives one request it has not heard "
+        "back on. After that the request has timed out: a boot ends in ERROR "
+        "(its claim released), a resize leaves the instance ACTIVE on its source "
+        "with a fault.",
+    ),
+    cfg.FloatOpt(
+        "sweep_interval",
+        default=5.0,
+        min=0.1,
+        help="Seconds between the conductor's sweeps for requests past their "
+        "deadline. The pending set is read from the store, so a restarted "
+        "conductor carries on where the last one stopped.",
+    ),
+    cfg.BoolOpt(
+        "return_alternates",
+        default=True,
+        help="Reschedule a failed build or resize onto the alternate hosts the "
+        "scheduler returned with the first choice (no scheduler round trip). Off, "
+        "the conductor asks the scheduler again (select_destinations, with the "
+        "hosts already tried ignored), up to [scheduler] max_attempts hosts.",
+    ),
 ]
+
 
 def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
     """Every group and its options; ``[filter_scheduler]``'s with the plugins'
@@ -289,8 +440,12 @@ def set_defaults() -> None:
     oslo_messaging.set_transport_defaults(control_exchange="scheduler")
 
 
-def parse_args(argv: Sequence[str], prog: str, description: str = "",
-               default_config_files: Sequence[str] | None = None) -> cfg.ConfigOpts:
+def parse_args(
+    argv: Sequence[str],
+    prog: str,
+    description: str = "",
+    default_config_files: Sequence[str] | None = None,
+) -> cfg.ConfigOpts:
     """Parse the command line and config files into the global CONF.
 
     oslo.messaging's own options (``transport_url``, ``[oslo_messaging_rabbit]``)
@@ -298,6 +453,11 @@ def parse_args(argv: Sequence[str], prog: str, description: str = "",
     makes ``transport_url`` known before parsing so it can be given on the CLI.
     """
     set_defaults()
-    CONF(list(argv), project="scheduler", prog=prog, description=description,
-         default_config_files=list(default_config_files or []))
+    CONF(
+        list(argv),
+        project="scheduler",
+        prog=prog,
+        description=description,
+        default_config_files=list(default_config_files or []),
+    )
     return CONF

@@ -55,8 +55,13 @@ class NoValidHost(SchedulerError):
 
     USER_MESSAGE = "No valid host was found."
 
-    def __init__(self, message: str | None = None, *, details: str = "",
-                 reasons: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        details: str = "",
+        reasons: dict[str, int] | None = None,
+    ) -> None:
         super().__init__(self.USER_MESSAGE)
         self.details = details
         self.reasons = dict(reasons or {})
@@ -146,10 +151,7 @@ class ClaimFailed(StoreError):
 
 
 class CapacityExceeded(ClaimFailed):
-    msg = (
-        "provider %(uuid)s: %(rc)s request %(requested)s exceeds free capacity "
-        "%(free)s"
-    )
+    msg = "provider %(uuid)s: %(rc)s request %(requested)s exceeds free capacity %(free)s"
 
 
 class NoSuchInventory(ClaimFailed):

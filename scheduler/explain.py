@@ -106,21 +106,29 @@ class InstanceExplanation:
     @classmethod
     def from_trace(cls, trace: InstanceTrace) -> InstanceExplanation:
         return cls(
-            position=trace.position, hosts=trace.hosts,
+            position=trace.position,
+            hosts=trace.hosts,
             stages=tuple(StageSurvivors(s.stage, s.survivors) for s in trace.stages),
             reasons=dict(trace.reasons),
-            top=tuple(WeighedHostReport(w.host, w.weight, dict(w.contributions))
-                      for w in trace.top),
-            host=trace.host)
+            top=tuple(
+                WeighedHostReport(w.host, w.weight, dict(w.contributions)) for w in trace.top
+            ),
+            host=trace.host,
+        )
 
     def to_primitive(self) -> dict[str, Any]:
         return {
-            "position": self.position, "hosts": self.hosts,
+            "position": self.position,
+            "hosts": self.hosts,
             "stages": [{"stage": s.stage, "survivors": s.survivors} for s in self.stages],
             "reasons": dict(self.reasons),
-            "top": [{"host": w.host, "weight": w.weight, "contributions": dict(w.contributions)}
-                    for w in self.top],
-            "host": self.host, "available": self.available, "summary": self.summary,
+            "top": [
+                {"host": w.host, "weight": w.weight, "contributions": dict(w.contributions)}
+                for w in self.top
+            ],
+            "host": self.host,
+            "available": self.available,
+            "summary": self.summary,
         }
 
     @classmethod
@@ -128,16 +136,22 @@ class InstanceExplanation:
         data = _mapping(data, "explanation")
         try:
             return cls(
-                position=int(data["position"]), hosts=int(data["hosts"]),
-                stages=tuple(StageSurvivors(str(s["stage"]), int(s["survivors"]))
-                             for s in data["stages"]),
-                reasons={str(k): int(v) for k, v in _mapping(data["reasons"],
-                                                             "reasons").items()},
-                top=tuple(WeighedHostReport(str(w["host"]), float(w["weight"]),
-                                            {str(k): float(v)
-                                             for k, v in w["contributions"].items()})
-                          for w in data["top"]),
-                host=data["host"] if data["host"] is None else str(data["host"]))
+                position=int(data["position"]),
+                hosts=int(data["hosts"]),
+                stages=tuple(
+                    StageSurvivors(str(s["stage"]), int(s["survivors"])) for s in data["stages"]
+                ),
+                reasons={str(k): int(v) for k, v in _mapping(data["reasons"], "reasons").items()},
+                top=tuple(
+                    WeighedHostReport(
+                        str(w["host"]),
+                        float(w["weight"]),
+                        {str(k): float(v) for k, v in w["contributions"].items()},
+                    )
+                    for w in data["top"]
+                ),
+                host=data["host"] if data["host"] is None else str(data["host"]),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidRequest(reason=f"malformed explanation: {exc!r}") from None
 
@@ -180,20 +194,35 @@ class ExplainReport:
         return chosen.summary if chosen else "no instance examined"
 
     @classmethod
-    def build(cls, request_id: str, spec: RequestSpec, traces: Sequence[InstanceTrace],
-              weighers: Mapping[str, float], placeable: bool) -> ExplainReport:
+    def build(
+        cls,
+        request_id: str,
+        spec: RequestSpec,
+        traces: Sequence[InstanceTrace],
+        weighers: Mapping[str, float],
+        placeable: bool,
+    ) -> ExplainReport:
         instances = [InstanceExplanation.from_trace(t) for t in traces]
         for n in range(1, len(instances) - 1):
             instances[n] = replace(instances[n], top=())
-        return cls(request_id=request_id, flavor=spec.flavor.name,
-                   resources=dict(spec.resources), num_instances=spec.num_instances,
-                   placeable=placeable, instances=tuple(instances), weighers=dict(weighers))
+        return cls(
+            request_id=request_id,
+            flavor=spec.flavor.name,
+            resources=dict(spec.resources),
+            num_instances=spec.num_instances,
+            placeable=placeable,
+            instances=tuple(instances),
+            weighers=dict(weighers),
+        )
 
     def to_primitive(self) -> dict[str, Any]:
         return {
-            "request_id": self.request_id, "flavor": self.flavor,
-            "resources": dict(self.resources), "num_instances": self.num_instances,
-            "placeable": self.placeable, "summary": self.summary,
+            "request_id": self.request_id,
+            "flavor": self.flavor,
+            "resources": dict(self.resources),
+            "num_instances": self.num_instances,
+            "placeable": self.placeable,
+            "summary": self.summary,
             "weighers": dict(self.weighers),
             "instances": [i.to_primitive() for i in self.instances],
         }
@@ -203,11 +232,13 @@ class ExplainReport:
         data = _mapping(data, "explain report")
         try:
             return cls(
-                request_id=str(data["request_id"]), flavor=str(data["flavor"]),
+                request_id=str(data["request_id"]),
+                flavor=str(data["flavor"]),
                 resources={str(k): int(v) for k, v in data["resources"].items()},
-                num_instances=int(data["num_instances"]), placeable=bool(data["placeable"]),
-                instances=tuple(InstanceExplanation.from_primitive(i)
-                                for i in data["instances"]),
-                weighers={str(k): float(v) for k, v in data["weighers"].items()})
+                num_instances=int(data["num_instances"]),
+                placeable=bool(data["placeable"]),
+                instances=tuple(InstanceExplanation.from_primitive(i) for i in data["instances"]),
+                weighers={str(k): float(v) for k, v in data["weighers"].items()},
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidRequest(reason=f"malformed explain report: {exc!r}") from None

@@ -56,12 +56,19 @@ CAPABILITIES_SCOPE = "capabilities"
 AGGREGATE_SCOPE = "aggregate_instance_extra_specs"
 
 _NUMERIC: dict[str, Callable[[float, float], bool]] = {
-    "=": operator.ge, "==": operator.eq, "!=": operator.ne,
-    ">=": operator.ge, "<=": operator.le,
+    "=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
 }
 _STRING: dict[str, Callable[[str, str], bool]] = {
-    "s==": operator.eq, "s!=": operator.ne, "s<": operator.lt,
-    "s<=": operator.le, "s>": operator.gt, "s>=": operator.ge,
+    "s==": operator.eq,
+    "s!=": operator.ne,
+    "s<": operator.lt,
+    "s<=": operator.le,
+    "s>": operator.gt,
+    "s>=": operator.ge,
 }
 IN, ALL_IN, OR = "<in>", "<all-in>", "<or>"
 OPERATORS = frozenset({*_NUMERIC, *_STRING, IN, ALL_IN, OR})
@@ -152,13 +159,15 @@ def scoped_key(key: str, scope: str) -> str | None:
 
 def operator_specs(extra_specs: Mapping[str, str]) -> dict[str, str]:
     """The specs some host filter evaluates with the operator language."""
-    return {key: value for key, value in extra_specs.items()
-            if scoped_key(key, CAPABILITIES_SCOPE) is not None
-            or scoped_key(key, AGGREGATE_SCOPE) is not None}
+    return {
+        key: value
+        for key, value in extra_specs.items()
+        if scoped_key(key, CAPABILITIES_SCOPE) is not None
+        or scoped_key(key, AGGREGATE_SCOPE) is not None
+    }
 
 
-def validate_extra_specs(extra_specs: Mapping[str, str],
-                         what: str = "flavor.extra_specs") -> None:
+def validate_extra_specs(extra_specs: Mapping[str, str], what: str = "flavor.extra_specs") -> None:
     """Refuse a requirement no host could ever be checked against.
 
     :raises InvalidRequest: naming the spec, e.g. ``flavor.extra_specs

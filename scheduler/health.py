@@ -25,10 +25,13 @@ LOG = get_logger(__name__)
 
 DECISIONS = Counter("scheduler_decisions", "Scheduling decisions, by outcome.", ["outcome"])
 DECISION_SECONDS = Histogram(
-    "scheduler_decision_seconds", "Time to decide (and claim) one request.",
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
-CLAIM_CONFLICTS = Counter("scheduler_claim_conflicts",
-                          "Claims the store refused because another claim got there first.")
+    "scheduler_decision_seconds",
+    "Time to decide (and claim) one request.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+CLAIM_CONFLICTS = Counter(
+    "scheduler_claim_conflicts", "Claims the store refused because another claim got there first."
+)
 DEPENDENCY_UP = Gauge("scheduler_dependency_up", "1 while a dependency answers.", ["dependency"])
 
 
@@ -88,9 +91,11 @@ class HealthMonitor:
 
     def report(self) -> tuple[bool, dict[str, Any]]:
         healthy = all(self._state.values())
-        return healthy, {"status": "healthy" if healthy else "degraded",
-                         **{name: "up" if up else "down" for name, up in self._state.items()},
-                         "checked_at": time.time()}
+        return healthy, {
+            "status": "healthy" if healthy else "degraded",
+            **{name: "up" if up else "down" for name, up in self._state.items()},
+            "checked_at": time.time(),
+        }
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -104,8 +109,7 @@ def serve(monitor: HealthMonitor, host: str, port: int) -> ThreadingHTTPServer:
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
             if self.path == "/healthz":
                 healthy, body = monitor.report()
-                self._send(200 if healthy else 503, "application/json",
-                           json.dumps(body).encode())
+                self._send(200 if healthy else 503, "application/json", json.dumps(body).encode())
             elif self.path == "/metrics":
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest())
             else:

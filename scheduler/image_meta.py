@@ -27,21 +27,80 @@ import numpy as np
 
 from scheduler.exceptions import InvalidRequest
 
-ARCHITECTURES = frozenset({
-    "alpha", "armv6", "armv7l", "armv7b", "aarch64", "cris", "i686", "ia64", "lm32", "m68k",
-    "microblaze", "microblazeel", "mips", "mipsel", "mips64", "mips64el", "openrisc",
-    "parisc", "parisc64", "ppc", "ppcle", "ppc64", "ppc64le", "ppcemb", "s390", "s390x",
-    "sh4", "sh4eb", "sparc", "sparc64", "unicore32", "x86_64", "xtensa", "xtensaeb",
-})
-HYPERVISOR_TYPES = frozenset({
-    "baremetal", "bhyve", "docker", "fake", "hyperv", "ironic", "kqemu", "kvm", "lxc", "lxd",
-    "openvz", "parallels", "virtuozzo", "phyp", "qemu", "test", "uml", "vbox", "vmware",
-    "xen", "zvm", "pvm",
-})
+ARCHITECTURES = frozenset(
+    {
+        "alpha",
+        "armv6",
+        "armv7l",
+        "armv7b",
+        "aarch64",
+        "cris",
+        "i686",
+        "ia64",
+        "lm32",
+        "m68k",
+        "microblaze",
+        "microblazeel",
+        "mips",
+        "mipsel",
+        "mips64",
+        "mips64el",
+        "openrisc",
+        "parisc",
+        "parisc64",
+        "ppc",
+        "ppcle",
+        "ppc64",
+        "ppc64le",
+        "ppcemb",
+        "s390",
+        "s390x",
+        "sh4",
+        "sh4eb",
+        "sparc",
+        "sparc64",
+        "unicore32",
+        "x86_64",
+        "xtensa",
+        "xtensaeb",
+    }
+)
+HYPERVISOR_TYPES = frozenset(
+    {
+        "baremetal",
+        "bhyve",
+        "docker",
+        "fake",
+        "hyperv",
+        "ironic",
+        "kqemu",
+        "kvm",
+        "lxc",
+        "lxd",
+        "openvz",
+        "parallels",
+        "virtuozzo",
+        "phyp",
+        "qemu",
+        "test",
+        "uml",
+        "vbox",
+        "vmware",
+        "xen",
+        "zvm",
+        "pvm",
+    }
+)
 VM_MODES = frozenset({"hvm", "xen", "uml", "exe"})
 
-_ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
-                 "amd64": "x86_64", "x64": "x86_64"}
+_ARCH_ALIASES = {
+    "i386": "i686",
+    "i486": "i686",
+    "i586": "i686",
+    "x86_32": "i686",
+    "amd64": "x86_64",
+    "x64": "x86_64",
+}
 _HV_ALIASES = {"xapi": "xen"}
 _MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
 
@@ -87,8 +146,12 @@ def version_to_int(text: str) -> int:
 
 _COMPARISON = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*")
 _COMPARE: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
-    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -141,8 +204,9 @@ def _first(props: Mapping[str, str], keys: tuple[str, str]) -> tuple[str, str] |
     return None
 
 
-def image_requirements(props: Mapping[str, str],
-                       default_arch: str | None = None) -> ImageRequirements:
+def image_requirements(
+    props: Mapping[str, str], default_arch: str | None = None
+) -> ImageRequirements:
     """Read and canonicalise; unreadable values are left out (validation refuses them)."""
     arch = _first(props, ARCH_KEYS)
     hv_type = _first(props, HV_TYPE_KEYS)
@@ -158,7 +222,8 @@ def image_requirements(props: Mapping[str, str],
         arch=canonical_arch(arch[1] if arch else default_arch),
         hv_type=canonical_hv_type(hv_type[1]) if hv_type else None,
         vm_mode=canonical_vm_mode(mode[1]) if mode else None,
-        version=requirement)
+        version=requirement,
+    )
 
 
 def validate_image_properties(props: Mapping[str, str], what: str = "image.properties") -> None:
@@ -167,13 +232,17 @@ def validate_image_properties(props: Mapping[str, str], what: str = "image.prope
 
     :raises InvalidRequest: naming the property.
     """
-    for keys, canonical, known in ((ARCH_KEYS, canonical_arch, ARCHITECTURES),
-                                   (HV_TYPE_KEYS, canonical_hv_type, HYPERVISOR_TYPES),
-                                   (VM_MODE_KEYS, canonical_vm_mode, VM_MODES)):
+    for keys, canonical, known in (
+        (ARCH_KEYS, canonical_arch, ARCHITECTURES),
+        (HV_TYPE_KEYS, canonical_hv_type, HYPERVISOR_TYPES),
+        (VM_MODE_KEYS, canonical_vm_mode, VM_MODES),
+    ):
         found = _first(props, keys)
         if found is not None and canonical(found[1]) not in known:
-            raise InvalidRequest(reason=f"{what} {found[0]!r} = {found[1]!r} is not one of "
-                                 f"{', '.join(sorted(known))}")
+            raise InvalidRequest(
+                reason=f"{what} {found[0]!r} = {found[1]!r} is not one of "
+                f"{', '.join(sorted(known))}"
+            )
     version = _first(props, VERSION_KEYS)
     if version is not None:
         try:

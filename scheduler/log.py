@@ -26,7 +26,8 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>://|,)(?P<user>[^:/@\s,]*):(?P<pw>[^@\s]
 # password=..., "password": "..." and the like, in free text
 _KV_PASSWORD = re.compile(
     r"(?P<key>(?:password|passwd|secret|token)[\"']?\s*[:=]\s*[\"']?)(?P<val>[^\"'\s,;}&]+)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 MASK = "***"
 
@@ -40,8 +41,9 @@ def mask_secrets(text: str) -> str:
     return text
 
 
-def _mask_processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
-                    ) -> MutableMapping[str, Any]:
+def _mask_processor(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     for key, value in list(event_dict.items()):
         event_dict[key] = _masked(value)
     return event_dict
@@ -62,22 +64,26 @@ def _masked(value: Any, depth: int = 0) -> Any:
 
 
 def _add_process(process: str) -> Any:
-    def processor(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
-                  ) -> MutableMapping[str, Any]:
+    def processor(
+        _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         event_dict["process"] = process
         return event_dict
+
     return processor
 
 
-def _drop_noise(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
-                ) -> MutableMapping[str, Any]:
+def _drop_noise(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     event_dict.pop("_record", None)
     event_dict.pop("_from_structlog", None)
     return event_dict
 
 
-def setup(*, json_lines: bool | None = None, level: str = "INFO",
-          process: str | None = None) -> None:
+def setup(
+    *, json_lines: bool | None = None, level: str = "INFO", process: str | None = None
+) -> None:
     """Configure structlog and the stdlib root logger once per process."""
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
@@ -87,8 +93,11 @@ def setup(*, json_lines: bool | None = None, level: str = "INFO",
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer: Any = (structlog.processors.JSONRenderer() if json_lines
-                     else structlog.dev.ConsoleRenderer(colors=False))
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json_lines
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[
@@ -129,7 +138,8 @@ def get_logger(name: str) -> structlog.stdlib.BoundLogger:
 def bind_request(**keys: Any) -> Iterator[None]:
     """Bind request-scoped keys to every log line inside the block."""
     tokens = structlog.contextvars.bind_contextvars(
-        **{k: v for k, v in keys.items() if v is not None})
+        **{k: v for k, v in keys.items() if v is not None}
+    )
     try:
         yield
     finally:

@@ -100,10 +100,18 @@ class CastEvents:
     failed: str
 
 
-RUN_INSTANCE = CastEvents("run_instance", refused="run_instance_refused",
-                          no_valid_host="no_valid_host", failed="run_instance_failed")
-RESIZE = CastEvents("resize", refused="resize_refused", no_valid_host="resize_no_valid_host",
-                    failed="resize_failed")
+RUN_INSTANCE = CastEvents(
+    "run_instance",
+    refused="run_instance_refused",
+    no_valid_host="no_valid_host",
+    failed="run_instance_failed",
+)
+RESIZE = CastEvents(
+    "resize",
+    refused="resize_refused",
+    no_valid_host="resize_no_valid_host",
+    failed="resize_failed",
+)
 
 
 #: The longest request id taken from a caller (it is bound to every log line).
@@ -134,9 +142,13 @@ def _safe_uuids(raw: Any) -> list[str]:
 
 
 def _spec_summary(spec: RequestSpec) -> dict[str, Any]:
-    return {"flavor": spec.flavor.name, "num_instances": spec.num_instances,
-            "project_id": spec.project_id, "availability_zone": spec.availability_zone,
-            "group": spec.group.uuid if spec.group else None}
+    return {
+        "flavor": spec.flavor.name,
+        "num_instances": spec.num_instances,
+        "project_id": spec.project_id,
+        "availability_zone": spec.availability_zone,
+        "group": spec.group.uuid if spec.group else None,
+    }
 
 
 class DecisionStats:
@@ -191,8 +203,14 @@ class SchedulerEndpoint:
 
     target = oslo_messaging.Target(version="1.2")
 
-    def __init__(self, engine: Engine, compute: ComputeClient, conductor: ConductorClient,
-                 notifier: Notifier, allow_resize_to_same_host: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        compute: ComputeClient,
+        conductor: ConductorClient,
+        notifier: Notifier,
+        allow_resize_to_same_host: bool = False,
+    ) -> None:
         self.engine = engine
         self.compute = compute
         self.conductor = conductor
@@ -213,17 +231,24 @@ class SchedulerEndpoint:
         validate_request(spec, self.engine.settings)
         return spec
 
-    def _select(self, request_id: str, spec: RequestSpec, uuids: Sequence[str],
-                return_alternates: bool = True) -> list[list[Selection]]:
+    def _select(
+        self,
+        request_id: str,
+        spec: RequestSpec,
+        uuids: Sequence[str],
+        return_alternates: bool = True,
+    ) -> list[list[Selection]]:
         with self.stats.timed():
             return self.engine.select(request_id, spec, uuids, return_alternates=return_alternates)
 
     # --- calls ----------------------------------------------------------------------
 
-    @oslo_messaging.expected_exceptions(InvalidRequest, NoValidHost, Forbidden,
-                                        SchedulerUnavailable, InternalError)
-    def select_destinations(self, ctxt: Any, request_spec: Any, instance_uuids: Any,
-                            return_alternates: bool = True) -> list[list[dict[str, Any]]]:
+    @oslo_messaging.expected_exceptions(
+        InvalidRequest, NoValidHost, Forbidden, SchedulerUnavailable, InternalError
+    )
+    def select_destinations(
+        self, ctxt: Any, request_spec: Any, instance_uuids: Any, return_alternates: bool = True
+    ) -> list[list[dict[str, Any]]]:
         """Selections per instance, primary first; the primaries are claimed."""
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id), call_errors("select_destinations"):
@@ -235,8 +260,9 @@ class SchedulerEndpoint:
             payload = {"request_spec": _spec_summary(spec), "instance_uuids": list(uuids)}
             with self.notifier.action(ctxt, "select_destinations", payload) as end:
                 try:
-                    selections = self._select(request_id, spec, uuids,
-                                              return_alternates=return_alternates)
+                    selections = self._select(
+                        request_id, spec, uuids, return_alternates=return_alternates
+                    )
                 except NoValidHost as exc:
                     end["state"] = "error"
                     self._notify_failure(ctxt, "select_destinations", uuids, exc)
@@ -247,8 +273,9 @@ class SchedulerEndpoint:
                 end["hosts"] = [s[0].host for s in selections]
             return [[s.to_primitive() for s in per] for per in selections]
 
-    @oslo_messaging.expected_exceptions(InvalidRequest, Forbidden, SchedulerUnavailable,
-                                        InternalError)
+    @oslo_messaging.expected_exceptions(
+        InvalidRequest, Forbidden, SchedulerUnavailable, InternalError
+    )
     def explain(self, ctxt: Any, request_spec: Any) -> dict[str, Any]:
         """Admin only: the pipeline as a dry run, and why it decided as it did.
 
@@ -261,24 +288,36 @@ class SchedulerEndpoint:
             try:
                 policy.require_admin(ctxt, "explain")
             except Forbidden:
-                LOG.warning("explain_refused", user_id=getattr(ctxt, "user_id", None),
-                            project_id=getattr(ctxt, "project_id", None))
+                LOG.warning(
+                    "explain_refused",
+                    user_id=getattr(ctxt, "user_id", None),
+                    project_id=getattr(ctxt, "project_id", None),
+                )
                 raise
             spec = self._read_spec(request_spec)
-            uuids = [str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
-                     for n in range(spec.num_instances)]
+            uuids = [
+                str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
+                for n in range(spec.num_instances)
+            ]
             # The weighers that run: a multiplier of 0 turns one off.
             weighers = {name: w.multiplier for name, w in self.engine.weighers if w.multiplier}
             try:
-                result = self.engine.schedule(request_id, spec, uuids, return_alternates=False,
-                                              claim=False)
-                report = ExplainReport.build(request_id, spec, result.traces, weighers,
-                                             placeable=True)
+                result = self.engine.schedule(
+                    request_id, spec, uuids, return_alternates=False, claim=False
+                )
+                report = ExplainReport.build(
+                    request_id, spec, result.traces, weighers, placeable=True
+                )
             except NoValidHost as exc:
-                report = ExplainReport.build(request_id, spec, exc.traces, weighers,
-                                             placeable=False)
-            LOG.info("explained", user_id=getattr(ctxt, "user_id", None),
-                     placeable=report.placeable, details=report.summary)
+                report = ExplainReport.build(
+                    request_id, spec, exc.traces, weighers, placeable=False
+                )
+            LOG.info(
+                "explained",
+                user_id=getattr(ctxt, "user_id", None),
+                placeable=report.placeable,
+                details=report.summary,
+            )
             return report.to_primitive()
 
     # --- casts ----------------------------------------------------------------------
@@ -305,8 +344,10 @@ class SchedulerEndpoint:
             except (InvalidRequest, Forbidden) as exc:
                 refused = exc
                 uuids = tuple(_safe_uuids(instance_uuids))
-            payload = {"request_spec": spec.to_primitive() if refused is None and spec else None,
-                       "instance_uuids": list(uuids)}
+            payload = {
+                "request_spec": spec.to_primitive() if refused is None and spec else None,
+                "instance_uuids": list(uuids),
+            }
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
                     if refused is not None:
@@ -314,28 +355,48 @@ class SchedulerEndpoint:
                     assert spec is not None
                     selections = self._select(request_id, spec, uuids)
                 except Exception as exc:
-                    self._cast_failed(ctxt, RUN_INSTANCE, end, uuids, exc,
-                                      partial(self._schedule_failed, ctxt, uuids),
-                                      instance_uuids=list(uuids))
+                    self._cast_failed(
+                        ctxt,
+                        RUN_INSTANCE,
+                        end,
+                        uuids,
+                        exc,
+                        partial(self._schedule_failed, ctxt, uuids),
+                        instance_uuids=list(uuids),
+                    )
                     return
                 for uuid, per_instance in zip(uuids, selections, strict=True):
                     self._cast_build(ctxt, uuid, spec, per_instance)
                 end["hosts"] = [s[0].host for s in selections]
 
-    def _cast_build(self, ctxt: Any, instance_uuid: str, spec: RequestSpec,
-                    per_instance: Sequence[Selection]) -> None:
+    def _cast_build(
+        self, ctxt: Any, instance_uuid: str, spec: RequestSpec, per_instance: Sequence[Selection]
+    ) -> None:
         primary, alternates = per_instance[0], per_instance[1:]
         with bind_request(instance_uuid=instance_uuid, host=primary.host):
-            self.notifier.info(ctxt, "scheduler.run_instance.scheduled", {
-                "instance_uuid": instance_uuid, "host": primary.host, "node": primary.node,
-                "weight": primary.weight, "alternates": [a.host for a in alternates]})
-            LOG.info("instance_scheduled", weight=round(primary.weight, 4),
-                     alternates=[a.host for a in alternates])
-            self.compute.build_and_run_instance(ctxt, instance_uuid, spec.replace(num_instances=1),
-                                                primary, alternates)
+            self.notifier.info(
+                ctxt,
+                "scheduler.run_instance.scheduled",
+                {
+                    "instance_uuid": instance_uuid,
+                    "host": primary.host,
+                    "node": primary.node,
+                    "weight": primary.weight,
+                    "alternates": [a.host for a in alternates],
+                },
+            )
+            LOG.info(
+                "instance_scheduled",
+                weight=round(primary.weight, 4),
+                alternates=[a.host for a in alternates],
+            )
+            self.compute.build_and_run_instance(
+                ctxt, instance_uuid, spec.replace(num_instances=1), primary, alternates
+            )
 
-    def resize(self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any,
-               request_spec: Any) -> None:
+    def resize(
+        self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any, request_spec: Any
+    ) -> None:
         """Park the instance's allocation on a migration consumer, claim the new
         flavor for the instance on a destination (plus alternates), and cast
         prep_resize there.
@@ -350,37 +411,57 @@ class SchedulerEndpoint:
         """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id, instance_uuid=str(instance_uuid)[:64]):
-            payload = {"instance_uuid": str(instance_uuid)[:64], "source_host": source_host,
-                       "new_flavor": new_flavor.get("name") if isinstance(new_flavor, dict)
-                       else None}
+            payload = {
+                "instance_uuid": str(instance_uuid)[:64],
+                "source_host": source_host,
+                "new_flavor": new_flavor.get("name") if isinstance(new_flavor, dict) else None,
+            }
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:
-                    uuid, flavor, spec = self._resize_request(ctxt, instance_uuid, source_host,
-                                                              new_flavor, request_spec)
+                    uuid, flavor, spec = self._resize_request(
+                        ctxt, instance_uuid, source_host, new_flavor, request_spec
+                    )
                     migration_uuid = migration_uuid_for(uuid, request_id)
                     self._park(uuid, migration_uuid)
                 except Exception as exc:  # nothing moved: nothing to give back
-                    self._cast_failed(ctxt, RESIZE, end, _safe_uuids([instance_uuid]), exc,
-                                      partial(self._resize_failed, ctxt, instance_uuid, ""))
+                    self._cast_failed(
+                        ctxt,
+                        RESIZE,
+                        end,
+                        _safe_uuids([instance_uuid]),
+                        exc,
+                        partial(self._resize_failed, ctxt, instance_uuid, ""),
+                    )
                     return
                 end["migration_uuid"] = migration_uuid
                 try:
                     selections = self._select(request_id, spec, [uuid])
                 except Exception as exc:  # the source goes back to the instance
-                    self._cast_failed(ctxt, RESIZE, end, [uuid], exc,
-                                      partial(self._resize_failed, ctxt, uuid, migration_uuid),
-                                      give_back=partial(self._unpark, uuid, migration_uuid))
+                    self._cast_failed(
+                        ctxt,
+                        RESIZE,
+                        end,
+                        [uuid],
+                        exc,
+                        partial(self._resize_failed, ctxt, uuid, migration_uuid),
+                        give_back=partial(self._unpark, uuid, migration_uuid),
+                    )
                     return
                 primary, alternates = selections[0][0], selections[0][1:]
                 end["host"] = primary.host
-                LOG.info("resize_scheduled", host=primary.host, migration_uuid=migration_uuid,
-                         alternates=[a.host for a in alternates])
-                self.compute.prep_resize(ctxt, uuid, migration_uuid, flavor, spec, primary,
-                                         alternates)
+                LOG.info(
+                    "resize_scheduled",
+                    host=primary.host,
+                    migration_uuid=migration_uuid,
+                    alternates=[a.host for a in alternates],
+                )
+                self.compute.prep_resize(
+                    ctxt, uuid, migration_uuid, flavor, spec, primary, alternates
+                )
 
-    def _resize_request(self, ctxt: Any, instance_uuid: Any, source_host: Any,
-                        new_flavor: Any, request_spec: Any
-                        ) -> tuple[str, Flavor, RequestSpec]:
+    def _resize_request(
+        self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any, request_spec: Any
+    ) -> tuple[str, Flavor, RequestSpec]:
         """The resize's instance, new flavor and request spec (with the new
         flavor), validated whole and checked against the policy like any
         request, before anything is moved or claimed."""
@@ -416,16 +497,28 @@ class SchedulerEndpoint:
 
     # --- failures -------------------------------------------------------------------
 
-    def _notify_failure(self, ctxt: Any, action: str, uuids: Sequence[str],
-                        exc: BaseException) -> None:
+    def _notify_failure(
+        self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException
+    ) -> None:
         # The notification carries the user-safe reason only; admin details
         # stay in the logs and the instance's admin-only fault details.
-        self.notifier.error(ctxt, f"scheduler.{action}", {
-            "instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)})
+        self.notifier.error(
+            ctxt,
+            f"scheduler.{action}",
+            {"instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)},
+        )
 
-    def _cast_failed(self, ctxt: Any, events: CastEvents, end: dict[str, Any],
-                     uuids: Sequence[str], exc: Exception, tell: Callable[[Exception], None],
-                     give_back: Callable[[], None] | None = None, **log: Any) -> None:
+    def _cast_failed(
+        self,
+        ctxt: Any,
+        events: CastEvents,
+        end: dict[str, Any],
+        uuids: Sequence[str],
+        exc: Exception,
+        tell: Callable[[Exception], None],
+        give_back: Callable[[], None] | None = None,
+        **log: Any,
+    ) -> None:
         """The one error policy of a cast, called from the ``except`` that caught
         ``exc``: a cast has no caller to raise to, so nothing is raised and the
         worker keeps serving.
@@ -454,15 +547,22 @@ class SchedulerEndpoint:
         self._notify_failure(ctxt, events.method, uuids, exc)
         tell(exc)
 
-    def _resize_failed(self, ctxt: Any, instance_uuid: Any, migration_uuid: str,
-                       exc: Exception) -> None:
+    def _resize_failed(
+        self, ctxt: Any, instance_uuid: Any, migration_uuid: str, exc: Exception
+    ) -> None:
         """The resize's failure to the conductor (the instance stays ACTIVE on its
         source): user-safe fault, admin details."""
-        self.conductor.resize_result(ctxt, str(instance_uuid)[:64], migration_uuid, None, False,
-                                     user_reason(exc), admin_details(exc))
+        self.conductor.resize_result(
+            ctxt,
+            str(instance_uuid)[:64],
+            migration_uuid,
+            None,
+            False,
+            user_reason(exc),
+            admin_details(exc),
+        )
 
     def _schedule_failed(self, ctxt: Any, uuids: Sequence[str], exc: Exception) -> None:
         """The instances to ERROR through the conductor: user-safe fault, admin details."""
         if uuids:
-            self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc),
-                                           admin_details(exc))
+            self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc), admin_details(exc))

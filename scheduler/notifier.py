@@ -40,14 +40,19 @@ _Pending = tuple[contextvars.Context, str, Any, str, dict[str, Any]]
 
 
 class Notifier:
-    def __init__(self, transport: oslo_messaging.Transport | None, host: str,
-                 topic: str = "notifications", enabled: bool = True,
-                 queue_size: int = QUEUE_SIZE) -> None:
+    def __init__(
+        self,
+        transport: oslo_messaging.Transport | None,
+        host: str,
+        topic: str = "notifications",
+        enabled: bool = True,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
         self._notifier: oslo_messaging.Notifier | None = None
         if enabled and transport is not None:
             self._notifier = oslo_messaging.Notifier(
-                transport, publisher_id=f"scheduler.{host}", driver="messagingv2",
-                topics=[topic])
+                transport, publisher_id=f"scheduler.{host}", driver="messagingv2", topics=[topic]
+            )
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()  # guards the publisher's start and stop
         self._publisher: threading.Thread | None = None
@@ -71,8 +76,7 @@ class Notifier:
             if publisher.is_alive():
                 LOG.warning("notifications_not_flushed", waiting=self._queue.qsize())
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str,
-              payload: Mapping[str, Any]) -> None:
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
         if self._notifier is None:
             return
         pending = (contextvars.copy_context(), priority, ctxt, event_type, dict(payload))
@@ -80,7 +84,8 @@ class Notifier:
             if not self._stopped:
                 if self._publisher is None:
                     self._publisher = threading.Thread(
-                        target=self._publish_queued, name="notifier", daemon=True)
+                        target=self._publish_queued, name="notifier", daemon=True
+                    )
                     self._publisher.start()
                 self._queue.put(pending)  # waits while the queue is full
                 return
@@ -90,8 +95,14 @@ class Notifier:
         while (pending := self._queue.get()) is not None:
             self._publish(*pending)
 
-    def _publish(self, logging_context: contextvars.Context, priority: str, ctxt: Any,
-                 event_type: str, payload: dict[str, Any]) -> None:
+    def _publish(
+        self,
+        logging_context: contextvars.Context,
+        priority: str,
+        ctxt: Any,
+        event_type: str,
+        payload: dict[str, Any],
+    ) -> None:
         logging_context.run(self._send, priority, ctxt, event_type, payload)
 
     def _send(self, priority: str, ctxt: Any, event_type: str, payload: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -64,8 +65,12 @@ def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _check_fields(data: Mapping[str, Any], what: str, allowed: set[str],
-                  required: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+def _check_fields(
+    data: Mapping[str, Any],
+    what: str,
+    allowed: AbstractSet[str],
+    required: AbstractSet[str] = frozenset(),
+) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise InvalidRequest(reason=f"{what} has unknown field(s): {', '.join(unknown)}")
@@ -74,29 +79,35 @@ def _check_fields(data: Mapping[str, Any], what: str, allowed: set[str],
         raise InvalidRequest(reason=f"{what} is missing field(s): {', '.join(missing)}")
 
 
-def _int(data: Mapping[str, Any], key: str, what: str, lo: int, hi: int,
-         default: int | None = None) -> int:
+def _int(
+    data: Mapping[str, Any], key: str, what: str, lo: int, hi: int, default: int | None = None
+) -> int:
     value = data.get(key, default)
     if value is None:
         raise InvalidRequest(reason=f"{what}.{key} is required")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(
-            reason=f"{what}.{key} must be an integer, got {type(value).__name__}")
+        raise InvalidRequest(reason=f"{what}.{key} must be an integer, got {type(value).__name__}")
     if not lo <= value <= hi:
         raise InvalidRequest(reason=f"{what}.{key} must be between {lo} and {hi}, got {value}")
     return value
 
 
-def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False,
-         default: str | None = None, max_len: int = 255) -> str | None:
+def _str(
+    data: Mapping[str, Any],
+    key: str,
+    what: str,
+    *,
+    optional: bool = False,
+    default: str | None = None,
+    max_len: int = 255,
+) -> str | None:
     value = data.get(key, default)
     if value is None:
         if optional:
             return None
         raise InvalidRequest(reason=f"{what}.{key} is required")
     if not isinstance(value, str):
-        raise InvalidRequest(
-            reason=f"{what}.{key} must be a string, got {type(value).__name__}")
+        raise InvalidRequest(reason=f"{what}.{key} must be a string, got {type(value).__name__}")
     if not value and not optional:
         raise InvalidRequest(reason=f"{what}.{key} must not be empty")
     if len(value) > max_len:
@@ -111,8 +122,13 @@ def _bool(data: Mapping[str, Any], key: str, what: str, default: bool = False) -
     return value
 
 
-def _str_map(data: Mapping[str, Any], key: str, what: str, max_entries: int,
-             max_value: int = MAX_VALUE_LENGTH) -> dict[str, str]:
+def _str_map(
+    data: Mapping[str, Any],
+    key: str,
+    what: str,
+    max_entries: int,
+    max_value: int = MAX_VALUE_LENGTH,
+) -> dict[str, str]:
     value = data.get(key) or {}
     _require_mapping(value, f"{what}.{key}")
     if len(value) > max_entries:
@@ -122,15 +138,18 @@ def _str_map(data: Mapping[str, Any], key: str, what: str, max_entries: int,
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidRequest(reason=f"{what}.{key} must map strings to strings")
         if len(k) > MAX_VALUE_LENGTH or len(v) > max_value:
-            raise InvalidRequest(reason=f"{what}.{key} entry {k[:40]!r} is too long "
-                                 f"(keys up to {MAX_VALUE_LENGTH}, values up to "
-                                 f"{max_value} characters)")
+            raise InvalidRequest(
+                reason=f"{what}.{key} entry {k[:40]!r} is too long "
+                f"(keys up to {MAX_VALUE_LENGTH}, values up to "
+                f"{max_value} characters)"
+            )
         out[k] = v
     return out
 
 
-def _str_list(data: Mapping[str, Any], key: str, what: str,
-              max_items: int = 1000) -> tuple[str, ...]:
+def _str_list(
+    data: Mapping[str, Any], key: str, what: str, max_items: int = 1000
+) -> tuple[str, ...]:
     value = data.get(key) or []
     if not isinstance(value, list | tuple):
         raise InvalidRequest(reason=f"{what}.{key} must be a list, got {type(value).__name__}")
@@ -138,8 +157,10 @@ def _str_list(data: Mapping[str, Any], key: str, what: str,
         raise InvalidRequest(reason=f"{what}.{key} has more than {max_items} items")
     for item in value:
         if not isinstance(item, str) or not item or len(item) > MAX_VALUE_LENGTH:
-            raise InvalidRequest(reason=f"{what}.{key} must hold non-empty strings of up to "
-                                 f"{MAX_VALUE_LENGTH} characters")
+            raise InvalidRequest(
+                reason=f"{what}.{key} must hold non-empty strings of up to "
+                f"{MAX_VALUE_LENGTH} characters"
+            )
     return tuple(value)
 
 
@@ -166,8 +187,8 @@ def validate_instance_uuids(value: Any, num_instances: int) -> tuple[str, ...]:
         raise InvalidRequest(reason="instance_uuids must be a list")
     if len(value) != num_instances:  # before reading them: the list may be huge
         raise InvalidRequest(
-            reason=f"instance_uuids has {len(value)} entries but num_instances is "
-            f"{num_instances}")
+            reason=f"instance_uuids has {len(value)} entries but num_instances is {num_instances}"
+        )
     uuids = tuple(validate_uuid(v, "instance_uuids[]") for v in value)
     if len(set(uuids)) != len(uuids):
         raise InvalidRequest(reason="instance_uuids holds duplicates")
@@ -194,9 +215,13 @@ class Flavor:
 
     def to_primitive(self) -> dict[str, Any]:
         return {
-            "name": self.name, "vcpus": self.vcpus, "memory_mb": self.memory_mb,
-            "root_gb": self.root_gb, "ephemeral_gb": self.ephemeral_gb,
-            "swap_mb": self.swap_mb, "extra_specs": dict(self.extra_specs),
+            "name": self.name,
+            "vcpus": self.vcpus,
+            "memory_mb": self.memory_mb,
+            "root_gb": self.root_gb,
+            "ephemeral_gb": self.ephemeral_gb,
+            "swap_mb": self.swap_mb,
+            "extra_specs": dict(self.extra_specs),
         }
 
     @classmethod
@@ -242,12 +267,17 @@ class Image:
         _check_fields(data, w, cls.FIELDS)
         disk_format = _str(data, "disk_format", w, optional=True, max_len=64)
         if disk_format is not None and not re.fullmatch(r"[a-z0-9_-]+", disk_format):
-            raise InvalidRequest(reason=f"image.disk_format must be lower-case letters, digits, "
-                                 f"'-' or '_', got {disk_format[:64]!r}")
-        return cls(id=_str(data, "id", w, optional=True),
-                   properties=_str_map(data, "properties", w, MAX_IMAGE_PROPERTIES,
-                                       MAX_IMAGE_PROPERTY_LENGTH),
-                   disk_format=disk_format)
+            raise InvalidRequest(
+                reason=f"image.disk_format must be lower-case letters, digits, "
+                f"'-' or '_', got {disk_format[:64]!r}"
+            )
+        return cls(
+            id=_str(data, "id", w, optional=True),
+            properties=_str_map(
+                data, "properties", w, MAX_IMAGE_PROPERTIES, MAX_IMAGE_PROPERTY_LENGTH
+            ),
+            disk_format=disk_format,
+        )
 
 
 @dataclass(frozen=True)
@@ -263,8 +293,11 @@ class ServerGroup:
         return self.policy in ("affinity", "anti-affinity")
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"uuid": self.uuid, "policy": self.policy,
-                "max_server_per_host": self.max_server_per_host}
+        return {
+            "uuid": self.uuid,
+            "policy": self.policy,
+            "max_server_per_host": self.max_server_per_host,
+        }
 
     @classmethod
     def from_primitive(cls, data: Any) -> ServerGroup:
@@ -274,9 +307,13 @@ class ServerGroup:
         policy = _str(data, "policy", w)
         if policy not in GROUP_POLICIES:
             raise InvalidRequest(
-                reason=f"group.policy must be one of {', '.join(GROUP_POLICIES)}, got {policy!r}")
-        return cls(uuid=validate_uuid(data["uuid"], "group.uuid"), policy=policy,
-                   max_server_per_host=_int(data, "max_server_per_host", w, 1, 1000, 1))
+                reason=f"group.policy must be one of {', '.join(GROUP_POLICIES)}, got {policy!r}"
+            )
+        return cls(
+            uuid=validate_uuid(data["uuid"], "group.uuid"),
+            policy=policy,
+            max_server_per_host=_int(data, "max_server_per_host", w, 1, 1000, 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -300,8 +337,10 @@ class Destination:
         w = "requested_destination"
         data = _require_mapping(data, w)
         _check_fields(data, w, cls.FIELDS, {"host"})
-        return cls(host=_str(data, "host", w),  # type: ignore[arg-type]
-                   node=_str(data, "node", w, optional=True) or None)
+        return cls(
+            host=_str(data, "host", w),  # type: ignore[arg-type]
+            node=_str(data, "node", w, optional=True) or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -334,9 +373,21 @@ class RequestSpec:
     force_nodes: tuple[str, ...] = ()
     requested_destination: Destination | None = None
 
-    FIELDS = {"flavor", "project_id", "user_id", "num_instances", "image",
-              "availability_zone", "is_bfv", "group", "ignore_hosts", "scheduler_hints",
-              "force_hosts", "force_nodes", "requested_destination"}
+    FIELDS = {
+        "flavor",
+        "project_id",
+        "user_id",
+        "num_instances",
+        "image",
+        "availability_zone",
+        "is_bfv",
+        "group",
+        "ignore_hosts",
+        "scheduler_hints",
+        "force_hosts",
+        "force_nodes",
+        "requested_destination",
+    }
     #: The fields that steer a request to named hosts (admin only).
     DESTINATION_FIELDS = ("force_hosts", "force_nodes", "requested_destination")
 
@@ -362,8 +413,9 @@ class RequestSpec:
             such a spec is refused at validation.
         """
         f = self.flavor
-        base = flavor_amounts(f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb,
-                              self.is_bfv)
+        base = flavor_amounts(
+            f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb, self.is_bfv
+        )
         image_properties = self.image.properties if self.image is not None else {}
         return parse_extra_specs(base, f.extra_specs, image_properties)
 
@@ -413,14 +465,18 @@ class RequestSpec:
             image=Image.from_primitive(data["image"]) if data.get("image") is not None else None,
             availability_zone=_str(data, "availability_zone", w, optional=True),
             is_bfv=_bool(data, "is_bfv", w),
-            group=(ServerGroup.from_primitive(data["group"])
-                   if data.get("group") is not None else None),
+            group=(
+                ServerGroup.from_primitive(data["group"])
+                if data.get("group") is not None
+                else None
+            ),
             ignore_hosts=_str_list(data, "ignore_hosts", w, MAX_IGNORE_HOSTS),
             scheduler_hints=hints,
             force_hosts=_str_list(data, "force_hosts", w, MAX_FORCED),
             force_nodes=_str_list(data, "force_nodes", w, MAX_FORCED),
-            requested_destination=(Destination.from_primitive(destination)
-                                   if destination is not None else None),
+            requested_destination=(
+                Destination.from_primitive(destination) if destination is not None else None
+            ),
         )
         spec.resource_request  # noqa: B018 - validates the resource extra specs
         return spec
@@ -434,8 +490,9 @@ def _hints(data: Mapping[str, Any], what: str) -> dict[str, tuple[str, ...]]:
     total = 0
     for key in raw:
         if not isinstance(key, str) or not key or len(key) > MAX_VALUE_LENGTH:
-            raise InvalidRequest(reason=f"{w} names must be strings of 1 to "
-                                 f"{MAX_VALUE_LENGTH} characters")
+            raise InvalidRequest(
+                reason=f"{w} names must be strings of 1 to {MAX_VALUE_LENGTH} characters"
+            )
         hints[key] = _str_list(raw, key, w, MAX_HINT_VALUES)
         total += len(hints[key])
         if total > MAX_HINT_VALUES:
@@ -455,19 +512,31 @@ class AllocationRequest:
     user_id: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "allocations", MappingProxyType(
-            {rp: MappingProxyType(dict(res)) for rp, res in self.allocations.items()}))
+        object.__setattr__(
+            self,
+            "allocations",
+            MappingProxyType(
+                {rp: MappingProxyType(dict(res)) for rp, res in self.allocations.items()}
+            ),
+        )
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"allocations": {rp: dict(res) for rp, res in self.allocations.items()},
-                "project_id": self.project_id, "user_id": self.user_id}
+        return {
+            "allocations": {rp: dict(res) for rp, res in self.allocations.items()},
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+        }
 
     @classmethod
     def from_primitive(cls, data: Any) -> AllocationRequest:
         w = "allocation_request"
         data = _require_mapping(data, w)
-        _check_fields(data, w, {"allocations", "project_id", "user_id"},
-                      {"allocations", "project_id", "user_id"})
+        _check_fields(
+            data,
+            w,
+            {"allocations", "project_id", "user_id"},
+            {"allocations", "project_id", "user_id"},
+        )
         allocs = _require_mapping(data["allocations"], f"{w}.allocations")
         if not allocs:
             raise InvalidRequest(reason=f"{w}.allocations is empty")
@@ -476,8 +545,11 @@ class AllocationRequest:
             rp = validate_uuid(rp, f"{w}.allocations key")
             res = _require_mapping(res, f"{w}.allocations[{rp}]")
             out[rp] = {str(rc): _int(res, rc, f"{w}.allocations[{rp}]", 1, 2**40) for rc in res}
-        return cls(allocations=out, project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
-                   user_id=_str(data, "user_id", w))  # type: ignore[arg-type]
+        return cls(
+            allocations=out,
+            project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
+            user_id=_str(data, "user_id", w),  # type: ignore[arg-type]
+        )
 
 
 @dataclass(frozen=True)
@@ -494,23 +566,34 @@ class Selection:
     weight: float
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"host": self.host, "node": self.node, "provider_uuid": self.provider_uuid,
-                "allocation_request": self.allocation_request.to_primitive(),
-                "weight": self.weight}
+        return {
+            "host": self.host,
+            "node": self.node,
+            "provider_uuid": self.provider_uuid,
+            "allocation_request": self.allocation_request.to_primitive(),
+            "weight": self.weight,
+        }
 
     @classmethod
     def from_primitive(cls, data: Any) -> Selection:
         w = "selection"
         data = _require_mapping(data, w)
-        _check_fields(data, w, {"host", "node", "provider_uuid", "allocation_request", "weight"},
-                      {"host", "node", "provider_uuid", "allocation_request"})
+        _check_fields(
+            data,
+            w,
+            {"host", "node", "provider_uuid", "allocation_request", "weight"},
+            {"host", "node", "provider_uuid", "allocation_request"},
+        )
         weight = data.get("weight", 0.0)
         if not isinstance(weight, int | float) or isinstance(weight, bool):
             raise InvalidRequest(reason="selection.weight must be a number")
-        return cls(host=_str(data, "host", w), node=_str(data, "node", w),  # type: ignore[arg-type]
-                   provider_uuid=validate_uuid(data["provider_uuid"], "selection.provider_uuid"),
-                   allocation_request=AllocationRequest.from_primitive(data["allocation_request"]),
-                   weight=float(weight))
+        return cls(
+            host=_str(data, "host", w),  # type: ignore[arg-type]
+            node=_str(data, "node", w),  # type: ignore[arg-type]
+            provider_uuid=validate_uuid(data["provider_uuid"], "selection.provider_uuid"),
+            allocation_request=AllocationRequest.from_primitive(data["allocation_request"]),
+            weight=float(weight),
+        )
 
 
 # --- instance records (owned by the conductor) --------------------------------------
@@ -571,17 +654,27 @@ class InstanceRecord:
 
     def to_primitive(self) -> dict[str, Any]:
         return {
-            "uuid": self.uuid, "state": self.state, "task_state": self.task_state,
-            "host": self.host, "node": self.node, "attempts": self.attempts,
-            "tried_hosts": list(self.tried_hosts), "fault": self.fault,
+            "uuid": self.uuid,
+            "state": self.state,
+            "task_state": self.task_state,
+            "host": self.host,
+            "node": self.node,
+            "attempts": self.attempts,
+            "tried_hosts": list(self.tried_hosts),
+            "fault": self.fault,
             "fault_details": self.fault_details,
             "request_spec": dict(self.request_spec) if self.request_spec else None,
-            "created_at": self.created_at, "updated_at": self.updated_at,
-            "deadline": self.deadline, "request_id": self.request_id,
-            "redrives": self.redrives, "migration_uuid": self.migration_uuid,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "deadline": self.deadline,
+            "request_id": self.request_id,
+            "redrives": self.redrives,
+            "migration_uuid": self.migration_uuid,
             "new_flavor": dict(self.new_flavor) if self.new_flavor else None,
-            "source_host": self.source_host, "source_node": self.source_node,
-            "roles": list(self.roles), "is_admin": self.is_admin,
+            "source_host": self.source_host,
+            "source_node": self.source_node,
+            "roles": list(self.roles),
+            "is_admin": self.is_admin,
         }
 
     @classmethod
@@ -590,7 +683,8 @@ class InstanceRecord:
         known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
         # Records written before these existed, or by Lua (an empty list is {}).
         roles = known.get("roles")
-        known["roles"] = (tuple(r for r in roles if isinstance(r, str))
-                          if isinstance(roles, list) else ())
+        known["roles"] = (
+            tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else ()
+        )
         known["is_admin"] = known.get("is_admin") is True
         return cls(**known)

@@ -61,13 +61,31 @@ VCPU = "VCPU"
 MEMORY_MB = "MEMORY_MB"
 DISK_GB = "DISK_GB"
 #: Placement's standard resource classes; any other name must be ``CUSTOM_*``.
-RESOURCE_CLASSES = frozenset({
-    "VCPU", "MEMORY_MB", "DISK_GB", "PCPU", "PCI_DEVICE", "SRIOV_NET_VF", "NUMA_SOCKET",
-    "NUMA_CORE", "NUMA_THREAD", "NUMA_MEMORY_MB", "IPV4_ADDRESS", "VGPU",
-    "VGPU_DISPLAY_HEAD", "NET_BW_EGR_KILOBIT_PER_SEC", "NET_BW_IGR_KILOBIT_PER_SEC",
-    "MEM_ENCRYPTION_CONTEXT", "FPGA", "PGPU", "NET_PACKET_RATE_KILOPACKET_PER_SEC",
-    "NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC", "NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC",
-})
+RESOURCE_CLASSES = frozenset(
+    {
+        "VCPU",
+        "MEMORY_MB",
+        "DISK_GB",
+        "PCPU",
+        "PCI_DEVICE",
+        "SRIOV_NET_VF",
+        "NUMA_SOCKET",
+        "NUMA_CORE",
+        "NUMA_THREAD",
+        "NUMA_MEMORY_MB",
+        "IPV4_ADDRESS",
+        "VGPU",
+        "VGPU_DISPLAY_HEAD",
+        "NET_BW_EGR_KILOBIT_PER_SEC",
+        "NET_BW_IGR_KILOBIT_PER_SEC",
+        "MEM_ENCRYPTION_CONTEXT",
+        "FPGA",
+        "PGPU",
+        "NET_PACKET_RATE_KILOPACKET_PER_SEC",
+        "NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC",
+        "NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC",
+    }
+)
 #: The trait a disabled compute service's root provider carries.
 COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
 GROUP_POLICIES = ("none", "isolate")
@@ -88,8 +106,11 @@ def is_placement_key(key: str) -> bool:
     """Whether an extra spec without a namespace is one this module reads
     (``group_policy``, ``required[N]``, ``member_of[N]``), so no host filter
     should take it for a capability or aggregate key."""
-    return (key == "group_policy" or _REQUIRED.fullmatch(key) is not None
-            or _MEMBER_OF.fullmatch(key) is not None)
+    return (
+        key == "group_policy"
+        or _REQUIRED.fullmatch(key) is not None
+        or _MEMBER_OF.fullmatch(key) is not None
+    )
 
 
 def valid_resource_class(rc: str) -> bool:
@@ -254,13 +275,19 @@ class _Draft:
         both = self.required & self.forbidden
         if both:
             label = f"group {suffix}" if suffix else "the unsuffixed group"
-            raise InvalidRequest(reason=f"extra specs of {label} both require and forbid "
-                                 f"trait(s) {', '.join(sorted(both))}")
+            raise InvalidRequest(
+                reason=f"extra specs of {label} both require and forbid "
+                f"trait(s) {', '.join(sorted(both))}"
+            )
         return RequestGroup(
-            suffix=suffix, resources={rc: n for rc, n in self.resources.items() if n > 0},
-            required_traits=frozenset(self.required), forbidden_traits=frozenset(self.forbidden),
-            any_traits=tuple(self.any_of), member_of=tuple(self.member_of),
-            forbidden_aggregates=frozenset(self.not_member_of))
+            suffix=suffix,
+            resources={rc: n for rc, n in self.resources.items() if n > 0},
+            required_traits=frozenset(self.required),
+            forbidden_traits=frozenset(self.forbidden),
+            any_traits=tuple(self.any_of),
+            member_of=tuple(self.member_of),
+            forbidden_aggregates=frozenset(self.not_member_of),
+        )
 
 
 def _read_required(draft: _Draft, key: str, value: str) -> None:
@@ -295,9 +322,11 @@ def _read_member_of(draft: _Draft, key: str, value: str) -> None:
             draft.member_of.append(names)
 
 
-def parse_extra_specs(base: Mapping[str, int], extra_specs: Mapping[str, str],
-                      image_properties: Mapping[str, str] = MappingProxyType({})
-                      ) -> ResourceRequest:
+def parse_extra_specs(
+    base: Mapping[str, int],
+    extra_specs: Mapping[str, str],
+    image_properties: Mapping[str, str] = MappingProxyType({}),
+) -> ResourceRequest:
     """The request for ``base`` amounts (the flavor's) under these extra specs.
 
     :raises InvalidRequest: a spec this module reads is malformed; the
@@ -314,8 +343,9 @@ def parse_extra_specs(base: Mapping[str, int], extra_specs: Mapping[str, str],
         elif match := _RESOURCES.fullmatch(key):
             suffix = match["suffix"] or ""
             draft = drafts.setdefault(suffix, _Draft())
-            draft.resources[_resource_class(key, match["name"])] = _amount(key, value,
-                                                                           bool(suffix))
+            draft.resources[_resource_class(key, match["name"])] = _amount(
+                key, value, bool(suffix)
+            )
             draft.keys.append(key)
         elif match := _TRAIT.fullmatch(key):
             draft = drafts.setdefault(match["suffix"] or "", _Draft())
@@ -340,27 +370,33 @@ def parse_extra_specs(base: Mapping[str, int], extra_specs: Mapping[str, str],
             if match["suffix"]:
                 raise _refuse(key, "image traits go to the unsuffixed group only")
             if image_properties[key] != "required":
-                raise InvalidRequest(reason=f"image property {key!r}: must be 'required', "
-                                     f"got {image_properties[key]!r}")
+                raise InvalidRequest(
+                    reason=f"image property {key!r}: must be 'required', "
+                    f"got {image_properties[key]!r}"
+                )
             drafts[""].required.add(_trait(key, match["name"]))
     groups = [drafts[""].freeze("")]
     for suffix in sorted(s for s in drafts if s):
         draft = drafts[suffix]
         if not draft.resources:
-            raise InvalidRequest(reason=f"extra specs {', '.join(draft.keys)}: group {suffix} "
-                                 "has no resources")
+            raise InvalidRequest(
+                reason=f"extra specs {', '.join(draft.keys)}: group {suffix} has no resources"
+            )
         groups.append(draft.freeze(suffix))
     if len(groups) > 2 and policy is None:
-        raise InvalidRequest(reason="extra spec 'group_policy' (none or isolate) is required "
-                             "with more than one numbered request group")
+        raise InvalidRequest(
+            reason="extra spec 'group_policy' (none or isolate) is required "
+            "with more than one numbered request group"
+        )
     request = ResourceRequest(groups=tuple(groups), group_policy=policy)
     if not request.resources:
         raise InvalidRequest(reason="the request asks for no resources at all")
     return request
 
 
-def flavor_amounts(vcpus: int, memory_mb: int, root_gb: int, ephemeral_gb: int,
-                   swap_mb: int, is_bfv: bool) -> dict[str, int]:
+def flavor_amounts(
+    vcpus: int, memory_mb: int, root_gb: int, ephemeral_gb: int, swap_mb: int, is_bfv: bool
+) -> dict[str, int]:
     """The flavor's own amounts: disk is root (not for volume-backed) + ephemeral + swap."""
     disk = (0 if is_bfv else root_gb) + ephemeral_gb + math.ceil(swap_mb / 1024)
     return {VCPU: vcpus, MEMORY_MB: memory_mb, DISK_GB: disk}

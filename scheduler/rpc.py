@@ -52,28 +52,32 @@ class ContextSerializer(oslo_messaging.NoOpSerializer):
         return RequestContext.from_dict(ctxt)
 
 
-def get_transport(conf: cfg.ConfigOpts, url: str | None = None
-                  ) -> oslo_messaging.Transport:
+def get_transport(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messaging.Transport:
     return oslo_messaging.get_rpc_transport(conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
 
 
-def get_notification_transport(conf: cfg.ConfigOpts, url: str | None = None
-                               ) -> oslo_messaging.Transport:
+def get_notification_transport(
+    conf: cfg.ConfigOpts, url: str | None = None
+) -> oslo_messaging.Transport:
     return oslo_messaging.get_notification_transport(conf, url=url)
 
 
-def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
-               endpoints: Sequence[object]) -> oslo_messaging.RPCServer:
+def get_server(
+    transport: oslo_messaging.Transport, topic: str, server: str, endpoints: Sequence[object]
+) -> oslo_messaging.RPCServer:
     target = oslo_messaging.Target(topic=topic, server=server)
-    return oslo_messaging.get_rpc_server(transport, target, list(endpoints),
-                                         serializer=ContextSerializer())
+    return oslo_messaging.get_rpc_server(
+        transport, target, list(endpoints), serializer=ContextSerializer()
+    )
 
 
-def _client(transport: oslo_messaging.Transport, topic: str, version: str,
-            timeout: float | None) -> oslo_messaging.RPCClient:
+def _client(
+    transport: oslo_messaging.Transport, topic: str, version: str, timeout: float | None
+) -> oslo_messaging.RPCClient:
     target = oslo_messaging.Target(topic=topic, version=version)
-    return oslo_messaging.get_rpc_client(transport, target, serializer=ContextSerializer(),
-                                         timeout=timeout)
+    return oslo_messaging.get_rpc_client(
+        transport, target, serializer=ContextSerializer(), timeout=timeout
+    )
 
 
 class SchedulerClient:
@@ -96,45 +100,83 @@ class SchedulerClient:
 
     VERSION = "1.2"
     #: The version each method sends.
-    SENDS = {"select_destinations": "1.0", "run_instance": "1.0", "resize": "1.0",
-             "explain": "1.1"}
+    SENDS = {
+        "select_destinations": "1.0",
+        "run_instance": "1.0",
+        "resize": "1.0",
+        "explain": "1.1",
+    }
     #: The version a request spec with a forced host or destination needs.
     DESTINATION_VERSION = "1.2"
 
-    def __init__(self, transport: oslo_messaging.Transport, topic: str = SCHEDULER_TOPIC,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        transport: oslo_messaging.Transport,
+        topic: str = SCHEDULER_TOPIC,
+        timeout: float | None = None,
+    ) -> None:
         self._client = _client(transport, topic, self.VERSION, timeout)
 
     def _prepare(self, method: str, spec: RequestSpec | None = None, **kwargs: Any) -> Any:
         version = self.SENDS[method]
         if spec is not None and spec.has_destination:
-            version = max(version, self.DESTINATION_VERSION,
-                          key=lambda v: tuple(int(n) for n in v.split(".")))
+            version = max(
+                version,
+                self.DESTINATION_VERSION,
+                key=lambda v: tuple(int(n) for n in v.split(".")),
+            )
         return self._client.prepare(version=version, **kwargs)
 
-    def select_destinations(self, ctxt: RequestContext, spec: RequestSpec,
-                            instance_uuids: Sequence[str], return_alternates: bool = True,
-                            timeout: float | None = None) -> list[list[Selection]]:
+    def select_destinations(
+        self,
+        ctxt: RequestContext,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str],
+        return_alternates: bool = True,
+        timeout: float | None = None,
+    ) -> list[list[Selection]]:
         cctxt = self._prepare("select_destinations", spec, timeout=timeout)
-        raw = cctxt.call(ctxt, "select_destinations", request_spec=spec.to_primitive(),
-                         instance_uuids=list(instance_uuids),
-                         return_alternates=return_alternates)
+        raw = cctxt.call(
+            ctxt,
+            "select_destinations",
+            request_spec=spec.to_primitive(),
+            instance_uuids=list(instance_uuids),
+            return_alternates=return_alternates,
+        )
         return [[Selection.from_primitive(s) for s in per_instance] for per_instance in raw]
 
-    def run_instance(self, ctxt: RequestContext, spec: RequestSpec,
-                     instance_uuids: Sequence[str]) -> None:
+    def run_instance(
+        self, ctxt: RequestContext, spec: RequestSpec, instance_uuids: Sequence[str]
+    ) -> None:
         cctxt = self._prepare("run_instance", spec)
-        cctxt.cast(ctxt, "run_instance", request_spec=spec.to_primitive(),
-                   instance_uuids=list(instance_uuids))
+        cctxt.cast(
+            ctxt,
+            "run_instance",
+            request_spec=spec.to_primitive(),
+            instance_uuids=list(instance_uuids),
+        )
 
-    def resize(self, ctxt: RequestContext, instance_uuid: str, source_host: str,
-               new_flavor: Flavor, spec: RequestSpec) -> None:
+    def resize(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        source_host: str,
+        new_flavor: Flavor,
+        spec: RequestSpec,
+    ) -> None:
         cctxt = self._prepare("resize", spec)
-        cctxt.cast(ctxt, "resize", instance_uuid=instance_uuid, source_host=source_host,
-                   new_flavor=new_flavor.to_primitive(), request_spec=spec.to_primitive())
+        cctxt.cast(
+            ctxt,
+            "resize",
+            instance_uuid=instance_uuid,
+            source_host=source_host,
+            new_flavor=new_flavor.to_primitive(),
+            request_spec=spec.to_primitive(),
+        )
 
-    def explain(self, ctxt: RequestContext, spec: RequestSpec,
-                timeout: float | None = None) -> ExplainReport:
+    def explain(
+        self, ctxt: RequestContext, spec: RequestSpec, timeout: float | None = None
+    ) -> ExplainReport:
         """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise)."""
         cctxt = self._prepare("explain", spec, timeout=timeout)
         raw = cctxt.call(ctxt, "explain", request_spec=spec.to_primitive())
@@ -162,55 +204,116 @@ class ComputeClient:
 
     VERSION = "1.1"
 
-    def __init__(self, transport: oslo_messaging.Transport,
-                 resolve: Callable[[str], str]) -> None:
+    def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
         self._resolve = resolve
 
-    def build_and_run_instance(self, ctxt: RequestContext, instance_uuid: str,
-                               spec: RequestSpec, selection: Selection,
-                               alternates: Sequence[Selection]) -> None:
+    def build_and_run_instance(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+    ) -> None:
         cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
-        cctxt.cast(ctxt, "build_and_run_instance", instance_uuid=instance_uuid,
-                   request_spec=spec.to_primitive(), selection=selection.to_primitive(),
-                   host_list=[a.to_primitive() for a in alternates])
+        cctxt.cast(
+            ctxt,
+            "build_and_run_instance",
+            instance_uuid=instance_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+        )
 
-    def prep_resize(self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str,
-                    new_flavor: Flavor, spec: RequestSpec, selection: Selection,
-                    alternates: Sequence[Selection]) -> None:
+    def prep_resize(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        new_flavor: Flavor,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+    ) -> None:
         cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
-        cctxt.cast(ctxt, "prep_resize", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid, new_flavor=new_flavor.to_primitive(),
-                   request_spec=spec.to_primitive(), selection=selection.to_primitive(),
-                   host_list=[a.to_primitive() for a in alternates])
+        cctxt.cast(
+            ctxt,
+            "prep_resize",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            new_flavor=new_flavor.to_primitive(),
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+        )
 
     def _cast(self, ctxt: RequestContext, host: str, method: str, **kwargs: Any) -> None:
         cctxt = self._client.prepare(server=self._resolve(host), version=self.VERSION)
         cctxt.cast(ctxt, method, **kwargs)
 
-    def resize_instance(self, ctxt: RequestContext, source_host: str, instance_uuid: str,
-                        migration_uuid: str, dest_host: str, dest_node: str) -> None:
+    def resize_instance(
+        self,
+        ctxt: RequestContext,
+        source_host: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        dest_host: str,
+        dest_node: str,
+    ) -> None:
         """To the source: hand the instance over to the destination."""
-        self._cast(ctxt, source_host, "resize_instance", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid, dest_host=dest_host, dest_node=dest_node)
+        self._cast(
+            ctxt,
+            source_host,
+            "resize_instance",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            dest_host=dest_host,
+            dest_node=dest_node,
+        )
 
-    def finish_resize(self, ctxt: RequestContext, dest_host: str, dest_node: str,
-                      instance_uuid: str, migration_uuid: str) -> None:
+    def finish_resize(
+        self,
+        ctxt: RequestContext,
+        dest_host: str,
+        dest_node: str,
+        instance_uuid: str,
+        migration_uuid: str,
+    ) -> None:
         """To the destination: bring the instance up there and report it resized."""
-        self._cast(ctxt, dest_host, "finish_resize", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid, dest_host=dest_host, dest_node=dest_node)
+        self._cast(
+            ctxt,
+            dest_host,
+            "finish_resize",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            dest_host=dest_host,
+            dest_node=dest_node,
+        )
 
-    def confirm_resize(self, ctxt: RequestContext, source_host: str, instance_uuid: str,
-                       migration_uuid: str) -> None:
+    def confirm_resize(
+        self, ctxt: RequestContext, source_host: str, instance_uuid: str, migration_uuid: str
+    ) -> None:
         """To the source: drop the source's allocation (held by the migration)."""
-        self._cast(ctxt, source_host, "confirm_resize", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid)
+        self._cast(
+            ctxt,
+            source_host,
+            "confirm_resize",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        )
 
-    def revert_resize(self, ctxt: RequestContext, dest_host: str, instance_uuid: str,
-                      migration_uuid: str) -> None:
+    def revert_resize(
+        self, ctxt: RequestContext, dest_host: str, instance_uuid: str, migration_uuid: str
+    ) -> None:
         """To the destination: drop its allocation and restore the source's."""
-        self._cast(ctxt, dest_host, "revert_resize", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid)
+        self._cast(
+            ctxt,
+            dest_host,
+            "revert_resize",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+        )
 
 
 class ConductorClient:
@@ -230,39 +333,77 @@ class ConductorClient:
     def _cast(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
         self._client.prepare(version=self.VERSION).cast(ctxt, method, **kwargs)
 
-    def build_succeeded(self, ctxt: RequestContext, instance_uuid: str, host: str,
-                        node: str) -> None:
+    def build_succeeded(
+        self, ctxt: RequestContext, instance_uuid: str, host: str, node: str
+    ) -> None:
         self._cast(ctxt, "build_succeeded", instance_uuid=instance_uuid, host=host, node=node)
 
-    def reschedule(self, ctxt: RequestContext, instance_uuid: str, spec: RequestSpec,
-                   failed_host: str, reason: str, alternates: Sequence[Selection],
-                   migration_uuid: str | None = None) -> None:
+    def reschedule(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: Sequence[Selection],
+        migration_uuid: str | None = None,
+    ) -> None:
         """A build (or, with ``migration_uuid``, a resize) failed on ``failed_host``."""
-        self._cast(ctxt, "reschedule", instance_uuid=instance_uuid,
-                   request_spec=spec.to_primitive(), failed_host=failed_host, reason=reason,
-                   host_list=[a.to_primitive() for a in alternates],
-                   migration_uuid=migration_uuid)
+        self._cast(
+            ctxt,
+            "reschedule",
+            instance_uuid=instance_uuid,
+            request_spec=spec.to_primitive(),
+            failed_host=failed_host,
+            reason=reason,
+            host_list=[a.to_primitive() for a in alternates],
+            migration_uuid=migration_uuid,
+        )
 
-    def schedule_failed(self, ctxt: RequestContext, instance_uuids: Sequence[str],
-                        reason: str, details: str) -> None:
-        self._cast(ctxt, "schedule_failed", instance_uuids=list(instance_uuids),
-                   reason=reason, details=details)
+    def schedule_failed(
+        self, ctxt: RequestContext, instance_uuids: Sequence[str], reason: str, details: str
+    ) -> None:
+        self._cast(
+            ctxt,
+            "schedule_failed",
+            instance_uuids=list(instance_uuids),
+            reason=reason,
+            details=details,
+        )
 
-    def resize_result(self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str,
-                      host: str | None, success: bool, reason: str | None = None,
-                      details: str | None = None) -> None:
+    def resize_result(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str | None,
+        success: bool,
+        reason: str | None = None,
+        details: str | None = None,
+    ) -> None:
         """The resize finished on ``host``, or (not ``success``) could not be placed:
         ``reason`` is user-safe, ``details`` admin-only."""
-        self._cast(ctxt, "resize_result", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid, host=host, success=success, reason=reason,
-                   details=details)
+        self._cast(
+            ctxt,
+            "resize_result",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+            success=success,
+            reason=reason,
+            details=details,
+        )
 
-    def resize_confirmed(self, ctxt: RequestContext, instance_uuid: str,
-                         migration_uuid: str) -> None:
-        self._cast(ctxt, "resize_confirmed", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid)
+    def resize_confirmed(
+        self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        self._cast(
+            ctxt, "resize_confirmed", instance_uuid=instance_uuid, migration_uuid=migration_uuid
+        )
 
-    def resize_reverted(self, ctxt: RequestContext, instance_uuid: str,
-                        migration_uuid: str) -> None:
-        self._cast(ctxt, "resize_reverted", instance_uuid=instance_uuid,
-                   migration_uuid=migration_uuid)
+    def resize_reverted(
+        self, ctxt: RequestContext, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        self._cast(
+            ctxt, "resize_reverted", instance_uuid=instance_uuid, migration_uuid=migration_uuid
+        )

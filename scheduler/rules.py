@@ -49,8 +49,9 @@ def effective_max_unit(total: int, max_unit: int | None) -> int:
     return total if max_unit is None else min(max_unit, total)
 
 
-def unit_rule_broken(amount: int, min_unit: int, max_unit: int,
-                     step_size: int) -> tuple[str, int] | None:
+def unit_rule_broken(
+    amount: int, min_unit: int, max_unit: int, step_size: int
+) -> tuple[str, int] | None:
     """The unit rule ``amount`` breaks, with its limit, checked in this order:
     min_unit, max_unit (already effective), step_size; None if it keeps them all."""
     if amount < min_unit:
@@ -62,8 +63,9 @@ def unit_rule_broken(amount: int, min_unit: int, max_unit: int,
     return None
 
 
-def units_allow(amount: int, min_unit: np.ndarray, max_unit: np.ndarray,
-                step_size: np.ndarray) -> np.ndarray:
+def units_allow(
+    amount: int, min_unit: np.ndarray, max_unit: np.ndarray, step_size: np.ndarray
+) -> np.ndarray:
     """:func:`unit_rule_broken` over arrays: a mask of the providers whose unit
     rules allow ``amount`` (True exactly where it returns None)."""
     return (min_unit <= amount) & (max_unit >= amount) & (amount % step_size == 0)
@@ -83,8 +85,9 @@ class InventoryRules(Protocol):
     def capacity(self) -> int: ...
 
 
-def check_allocation(uuid: str, rc: str, amount: int, inventory: InventoryRules | None,
-                     used: int) -> None:
+def check_allocation(
+    uuid: str, rc: str, amount: int, inventory: InventoryRules | None, used: int
+) -> None:
     """Whether one provider can give ``amount`` of ``rc`` now, as the claim checks it.
 
     :raises NoSuchInventory: the provider has no inventory of the class.
@@ -93,11 +96,13 @@ def check_allocation(uuid: str, rc: str, amount: int, inventory: InventoryRules 
     """
     if inventory is None:
         raise NoSuchInventory(uuid=uuid, rc=rc)
-    broken = unit_rule_broken(amount, inventory.min_unit, inventory.effective_max_unit,
-                              inventory.step_size)
+    broken = unit_rule_broken(
+        amount, inventory.min_unit, inventory.effective_max_unit, inventory.step_size
+    )
     if broken is not None:
-        raise UnitRuleViolation(uuid=uuid, rc=rc, requested=amount, rule=broken[0],
-                                limit=broken[1])
+        raise UnitRuleViolation(
+            uuid=uuid, rc=rc, requested=amount, rule=broken[0], limit=broken[1]
+        )
     free = inventory.capacity - used
     if amount > free:
         raise CapacityExceeded(uuid=uuid, rc=rc, requested=amount, free=free)
@@ -107,13 +112,16 @@ def check_allocation(uuid: str, rc: str, amount: int, inventory: InventoryRules 
 
 
 @overload
-def group_allows(policy: str, here: int, has_members: bool,
-                 max_server_per_host: int = 1) -> bool: ...
+def group_allows(
+    policy: str, here: int, has_members: bool, max_server_per_host: int = 1
+) -> bool: ...
 @overload
-def group_allows(policy: str, here: np.ndarray, has_members: bool,
-                 max_server_per_host: int = 1) -> np.ndarray: ...
-def group_allows(policy: str, here: int | np.ndarray, has_members: bool,
-                 max_server_per_host: int = 1) -> bool | np.ndarray:
+def group_allows(
+    policy: str, here: np.ndarray, has_members: bool, max_server_per_host: int = 1
+) -> np.ndarray: ...
+def group_allows(
+    policy: str, here: int | np.ndarray, has_members: bool, max_server_per_host: int = 1
+) -> bool | np.ndarray:
     """Whether a strict ``policy`` lets one more member onto a host holding
     ``here`` members (an int, or an array of counts per host) of a group that
     ``has_members`` anywhere. Anti-affinity: fewer than ``max_server_per_host``
@@ -126,14 +134,20 @@ def group_allows(policy: str, here: int | np.ndarray, has_members: bool,
     return np.ones_like(here, dtype=bool) if isinstance(here, np.ndarray) else True
 
 
-def check_group(group_uuid: str, policy: str, host: str, members: Mapping[str, int],
-                max_server_per_host: int = 1) -> None:
+def check_group(
+    group_uuid: str,
+    policy: str,
+    host: str,
+    members: Mapping[str, int],
+    max_server_per_host: int = 1,
+) -> None:
     """Whether a claim may add a member of the group on ``host``.
 
     :raises GroupPolicyViolation: the strict policy forbids it.
     """
-    if not group_allows(policy, members.get(host, 0), any(n > 0 for n in members.values()),
-                        max_server_per_host):
+    if not group_allows(
+        policy, members.get(host, 0), any(n > 0 for n in members.values()), max_server_per_host
+    ):
         raise GroupPolicyViolation(group=group_uuid, policy=policy, host=host)
 
 
@@ -144,8 +158,9 @@ def check_group(group_uuid: str, policy: str, host: str, members: Mapping[str, i
 def is_up(now: float, last_seen: float, service_down_time: float) -> bool: ...
 @overload
 def is_up(now: float, last_seen: np.ndarray, service_down_time: float) -> np.ndarray: ...
-def is_up(now: float, last_seen: float | np.ndarray,
-          service_down_time: float) -> bool | np.ndarray:
+def is_up(
+    now: float, last_seen: float | np.ndarray, service_down_time: float
+) -> bool | np.ndarray:
     """Whether a host last seen at ``last_seen`` (a time, or an array of them)
     is up at ``now``: ``|now - last_seen| <= service_down_time``, as Nova's
     servicegroup judges it (a clock that went back counts as recent)."""

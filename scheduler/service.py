@@ -90,14 +90,22 @@ class ServiceResolver:
 class SchedulerService:
     """One worker: an RPC server on the scheduler topic and what it needs."""
 
-    def __init__(self, conf: cfg.ConfigOpts, transport: oslo_messaging.Transport,
-                 notification_transport: oslo_messaging.Transport | None, store: Store,
-                 server_name: str | None = None) -> None:
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        transport: oslo_messaging.Transport,
+        notification_transport: oslo_messaging.Transport | None,
+        store: Store,
+        server_name: str | None = None,
+    ) -> None:
         self.store = store
         self.engine = Engine(store, engine_settings(conf))
-        self.notifier = Notifier(notification_transport, conf.host,
-                                 topic=conf.notifications.topic,
-                                 enabled=conf.notifications.enabled)
+        self.notifier = Notifier(
+            notification_transport,
+            conf.host,
+            topic=conf.notifications.topic,
+            enabled=conf.notifications.enabled,
+        )
         self.endpoint = SchedulerEndpoint(
             self.engine,
             rpc.ComputeClient(transport, ServiceResolver(store)),
@@ -105,8 +113,9 @@ class SchedulerService:
             self.notifier,
             allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
         )
-        self.server = rpc.get_server(transport, conf.scheduler.topic,
-                                     server_name or conf.host, [self.endpoint])
+        self.server = rpc.get_server(
+            transport, conf.scheduler.topic, server_name or conf.host, [self.endpoint]
+        )
 
     def start(self) -> None:
         self._wait_for_store()
@@ -138,7 +147,10 @@ class SchedulerService:
 
 def describe(conf: cfg.ConfigOpts) -> dict[str, Any]:
     """What the worker logs at start: its settings, with no secret in them."""
-    return {"topic": conf.scheduler.topic, "host": conf.host,
-            "filters": list(conf.filter_scheduler.enabled_filters),
-            "weighers": list(conf.filter_scheduler.weighers),
-            "key_prefix": conf.redis.key_prefix}
+    return {
+        "topic": conf.scheduler.topic,
+        "host": conf.host,
+        "filters": list(conf.filter_scheduler.enabled_filters),
+        "weighers": list(conf.filter_scheduler.weighers),
+        "key_prefix": conf.redis.key_prefix,
+    }

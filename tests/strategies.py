@@ -19,28 +19,53 @@ from hypothesis import strategies as st
 
 #: Host names of the fuzz cloud (see :func:`cloud`): forced, ignored and
 #: requested hosts are drawn from these and a few that do not exist.
-CLOUD_HOSTS = ("h0", "h1", "h2", "h3", "trait-a", "trait-b", "caps", "off", "gone", "gpu",
-               "tiny", "tenant")
-TRAITS = ("HW_CPU_X86_AVX2", "CUSTOM_FAST", "CUSTOM_NOWHERE", "COMPUTE_STATUS_DISABLED",
-          "COMPUTE_IMAGE_TYPE_QCOW2", "lower-case", "")
-RESOURCE_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "VGPU", "CUSTOM_MAGIC", "PCPU", "Bad RC",
-                    "")
+CLOUD_HOSTS = (
+    "h0",
+    "h1",
+    "h2",
+    "h3",
+    "trait-a",
+    "trait-b",
+    "caps",
+    "off",
+    "gone",
+    "gpu",
+    "tiny",
+    "tenant",
+)
+TRAITS = (
+    "HW_CPU_X86_AVX2",
+    "CUSTOM_FAST",
+    "CUSTOM_NOWHERE",
+    "COMPUTE_STATUS_DISABLED",
+    "COMPUTE_IMAGE_TYPE_QCOW2",
+    "lower-case",
+    "",
+)
+RESOURCE_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "VGPU", "CUSTOM_MAGIC", "PCPU", "Bad RC", "")
 ZONES = ("nova", "az1", "az2", "atlantis", "")
 
 #: Scalars of every JSON type and a few Python ones msgpack/JSON allow.
 bad_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                          max_size=2))
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 #: Any JSON value, nested.
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-              st.text(max_size=20)),
-    lambda children: st.one_of(st.lists(children, max_size=4),
-                               st.dictionaries(st.text(max_size=10), children, max_size=4)),
-    max_leaves=12)
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12)
@@ -56,66 +81,170 @@ def _extra_spec_keys() -> st.SearchStrategy[str]:
         st.builds(lambda s, t: f"trait{s}:{t}", suffix, st.sampled_from(TRAITS)),
         st.builds(lambda s: f"required{s}", suffix),
         st.builds(lambda s: f"member_of{s}", suffix),
-        st.sampled_from((
-            "group_policy", "hw:numa_nodes", "hw:numa_cpus.0", "hw:numa_mem.0",
-            "hw:numa_cpus.1", "hw:numa_mem.1", "pci_passthrough:alias",
-            "capabilities:hypervisor_type", "capabilities:vcpus", "capabilities:cpu_arch",
-            "aggregate_instance_extra_specs:ssd", "ssd", "hw:cpu_policy", "quota:cpu_shares")),
-        st.text(max_size=24))
+        st.sampled_from(
+            (
+                "group_policy",
+                "hw:numa_nodes",
+                "hw:numa_cpus.0",
+                "hw:numa_mem.0",
+                "hw:numa_cpus.1",
+                "hw:numa_mem.1",
+                "pci_passthrough:alias",
+                "capabilities:hypervisor_type",
+                "capabilities:vcpus",
+                "capabilities:cpu_arch",
+                "aggregate_instance_extra_specs:ssd",
+                "ssd",
+                "hw:cpu_policy",
+                "quota:cpu_shares",
+            )
+        ),
+        st.text(max_size=24),
+    )
 
 
 EXTRA_SPEC_VALUES = (
-    "required", "forbidden", "isolate", "none", "0", "1", "2", "4", "-1", "lots", "2147483648",
-    "true", "false", "kvm", "x86_64", ">= 4", "= 2", "== 16", "s== kvm", "s!= qemu",
-    "<in> kvm", "<all-in> a b", "<or> kvm <or> qemu", "<or>", "0-1", "0,1", "512", "1024",
-    "nic:1", "nic:2", "nic:x", "gpu:1", "in:HW_CPU_X86_AVX2,CUSTOM_FAST", "!CUSTOM_FAST",
-    "HW_CPU_X86_AVX2,!CUSTOM_NOWHERE", "in:az1-agg", "!in:az1-agg&ssd-agg", "")
+    "required",
+    "forbidden",
+    "isolate",
+    "none",
+    "0",
+    "1",
+    "2",
+    "4",
+    "-1",
+    "lots",
+    "2147483648",
+    "true",
+    "false",
+    "kvm",
+    "x86_64",
+    ">= 4",
+    "= 2",
+    "== 16",
+    "s== kvm",
+    "s!= qemu",
+    "<in> kvm",
+    "<all-in> a b",
+    "<or> kvm <or> qemu",
+    "<or>",
+    "0-1",
+    "0,1",
+    "512",
+    "1024",
+    "nic:1",
+    "nic:2",
+    "nic:x",
+    "gpu:1",
+    "in:HW_CPU_X86_AVX2,CUSTOM_FAST",
+    "!CUSTOM_FAST",
+    "HW_CPU_X86_AVX2,!CUSTOM_NOWHERE",
+    "in:az1-agg",
+    "!in:az1-agg&ssd-agg",
+    "",
+)
 
 extra_specs = st.dictionaries(
     _extra_spec_keys(),
-    st.one_of(st.sampled_from(EXTRA_SPEC_VALUES), st.text(max_size=16)), max_size=6)
+    st.one_of(st.sampled_from(EXTRA_SPEC_VALUES), st.text(max_size=16)),
+    max_size=6,
+)
 
 image_properties = st.dictionaries(
-    st.one_of(st.sampled_from((
-        "hw_architecture", "img_hv_type", "hypervisor_type", "hw_vm_mode",
-        "img_hv_requested_version", "hw_machine_type", "os_distro", "trait:HW_CPU_X86_AVX2",
-        "trait:CUSTOM_NOWHERE", "trait:lower")), st.text(max_size=16)),
-    st.one_of(st.sampled_from(("x86_64", "amd64", "aarch64", "pdp11", "kvm", "KVM", "qemu",
-                               "hvm", "xen", ">=6.0", "new", "required", "q35", "ubuntu")),
-              st.text(max_size=16)),
-    max_size=4)
+    st.one_of(
+        st.sampled_from(
+            (
+                "hw_architecture",
+                "img_hv_type",
+                "hypervisor_type",
+                "hw_vm_mode",
+                "img_hv_requested_version",
+                "hw_machine_type",
+                "os_distro",
+                "trait:HW_CPU_X86_AVX2",
+                "trait:CUSTOM_NOWHERE",
+                "trait:lower",
+            )
+        ),
+        st.text(max_size=16),
+    ),
+    st.one_of(
+        st.sampled_from(
+            (
+                "x86_64",
+                "amd64",
+                "aarch64",
+                "pdp11",
+                "kvm",
+                "KVM",
+                "qemu",
+                "hvm",
+                "xen",
+                ">=6.0",
+                "new",
+                "required",
+                "q35",
+                "ubuntu",
+            )
+        ),
+        st.text(max_size=16),
+    ),
+    max_size=4,
+)
 
 
 def _flavor() -> st.SearchStrategy[dict[str, Any]]:
     small = st.integers(min_value=0, max_value=64)
     return st.fixed_dictionaries(
-        {"name": names,
-         "vcpus": st.one_of(st.integers(1, 8), st.integers(1, 8), st.integers(1, 5000)),
-         "memory_mb": st.one_of(st.integers(1, 8192), st.integers(1, 8192),
-                                st.integers(1, 10**6))},
-        optional={"root_gb": small, "ephemeral_gb": small, "swap_mb": st.integers(0, 4096),
-                  "extra_specs": extra_specs})
+        {
+            "name": names,
+            "vcpus": st.one_of(st.integers(1, 8), st.integers(1, 8), st.integers(1, 5000)),
+            "memory_mb": st.one_of(
+                st.integers(1, 8192), st.integers(1, 8192), st.integers(1, 10**6)
+            ),
+        },
+        optional={
+            "root_gb": small,
+            "ephemeral_gb": small,
+            "swap_mb": st.integers(0, 4096),
+            "extra_specs": extra_specs,
+        },
+    )
 
 
 def _image() -> st.SearchStrategy[Any]:
-    return st.one_of(st.none(), st.fixed_dictionaries(
-        {}, optional={"id": st.one_of(st.none(), uuids, st.sampled_from(("isolated-image",))),
-                      "properties": image_properties,
-                      "disk_format": st.sampled_from(("qcow2", "raw", "RAW", "vhd x", None))}))
+    return st.one_of(
+        st.none(),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "id": st.one_of(st.none(), uuids, st.sampled_from(("isolated-image",))),
+                "properties": image_properties,
+                "disk_format": st.sampled_from(("qcow2", "raw", "RAW", "vhd x", None)),
+            },
+        ),
+    )
 
 
 def _group() -> st.SearchStrategy[Any]:
-    policy = st.sampled_from(("affinity", "anti-affinity", "soft-affinity",
-                              "soft-anti-affinity", "nearby"))
-    return st.one_of(st.none(), st.fixed_dictionaries(
-        {"uuid": st.one_of(uuids, uuids, uuids, st.text(max_size=8)), "policy": policy},
-        optional={"max_server_per_host": st.integers(0, 3)}))
+    policy = st.sampled_from(
+        ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity", "nearby")
+    )
+    return st.one_of(
+        st.none(),
+        st.fixed_dictionaries(
+            {"uuid": st.one_of(uuids, uuids, uuids, st.text(max_size=8)), "policy": policy},
+            optional={"max_server_per_host": st.integers(0, 3)},
+        ),
+    )
 
 
 def _hints() -> st.SearchStrategy[Any]:
     return st.dictionaries(
         st.sampled_from(("same_host", "different_host", "query", "group")),
-        st.lists(st.one_of(uuids, names), max_size=3), max_size=2)
+        st.lists(st.one_of(uuids, names), max_size=3),
+        max_size=2,
+    )
 
 
 #: Request specs with every field of the right type; their values are drawn
@@ -131,13 +260,20 @@ _plain_specs: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
         "group": _group(),
         "ignore_hosts": st.lists(real_host_names, max_size=3),
         "scheduler_hints": _hints(),
-    })
+    },
+)
 #: What steers a request to named hosts (admin only): at most one such field.
 _steering = st.one_of(
     st.fixed_dictionaries({"force_hosts": st.lists(host_names, min_size=1, max_size=2)}),
     st.fixed_dictionaries({"force_nodes": st.lists(host_names, min_size=1, max_size=2)}),
-    st.fixed_dictionaries({"requested_destination": st.fixed_dictionaries(
-        {"host": host_names}, optional={"node": st.one_of(st.none(), host_names)})}))
+    st.fixed_dictionaries(
+        {
+            "requested_destination": st.fixed_dictionaries(
+                {"host": host_names}, optional={"node": st.one_of(st.none(), host_names)}
+            )
+        }
+    ),
+)
 
 
 @st.composite
@@ -155,11 +291,32 @@ def _well_typed(draw: st.DrawFn) -> dict[str, Any]:
 well_typed_specs: st.SearchStrategy[dict[str, Any]] = _well_typed()
 
 #: Where a broken spec is broken: a top-level field, or one of the flavor's.
-_SPEC_FIELDS = ("flavor", "project_id", "user_id", "num_instances", "image",
-                "availability_zone", "is_bfv", "group", "ignore_hosts", "scheduler_hints",
-                "force_hosts", "force_nodes", "requested_destination", "colour")
-_FLAVOR_FIELDS = ("name", "vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap_mb",
-                  "extra_specs", "gpus")
+_SPEC_FIELDS = (
+    "flavor",
+    "project_id",
+    "user_id",
+    "num_instances",
+    "image",
+    "availability_zone",
+    "is_bfv",
+    "group",
+    "ignore_hosts",
+    "scheduler_hints",
+    "force_hosts",
+    "force_nodes",
+    "requested_destination",
+    "colour",
+)
+_FLAVOR_FIELDS = (
+    "name",
+    "vcpus",
+    "memory_mb",
+    "root_gb",
+    "ephemeral_gb",
+    "swap_mb",
+    "extra_specs",
+    "gpus",
+)
 
 
 @st.composite
@@ -200,11 +357,18 @@ def instance_uuids_for(draw: st.DrawFn, spec: Any) -> Any:
     count = spec.get("num_instances", 1) if isinstance(spec, dict) else 1
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 5:
         count = 1
-    fresh = draw(st.lists(st.uuids(version=4).map(str), min_size=count, max_size=count,
-                          unique=True))
-    return draw(weighted((16, st.just(fresh)), (1, st.just(fresh + fresh[:1])),
-                         (1, st.just(fresh[1:])),
-                         (1, st.lists(st.one_of(uuids, names), max_size=3)), (1, bad_scalars)))
+    fresh = draw(
+        st.lists(st.uuids(version=4).map(str), min_size=count, max_size=count, unique=True)
+    )
+    return draw(
+        weighted(
+            (16, st.just(fresh)),
+            (1, st.just(fresh + fresh[:1])),
+            (1, st.just(fresh[1:])),
+            (1, st.lists(st.one_of(uuids, names), max_size=3)),
+            (1, bad_scalars),
+        )
+    )
 
 
 #: Who asks: a member, an admin, a member with a role called admin, or a

@@ -65,14 +65,17 @@ def run(bench: Bench) -> dict[str, Any]:
             for workers in bench.sizes.storm_workers:
                 rows.append(_storm(bench, cluster, workers, mode))
                 row = rows[-1]
-                bench.log(f"  {mode}, {workers} worker(s): {row['instances_per_s']:.0f} "
-                          f"instances/s, p50 {row['median_ms']:.0f} ms, "
-                          f"p99 {row['p99_ms']:.0f} ms, {row['states']}")
+                bench.log(
+                    f"  {mode}, {workers} worker(s): {row['instances_per_s']:.0f} "
+                    f"instances/s, p50 {row['median_ms']:.0f} ms, "
+                    f"p99 {row['p99_ms']:.0f} ms, {row['states']}"
+                )
             one = next((r for r in rows if r["workers"] == 1 and r["mode"] == mode), None)
             for row in rows:
                 if row["mode"] == mode:
-                    row["ratio_to_one_worker"] = ratio(row["instances_per_s"],
-                                                       one["instances_per_s"] if one else None)
+                    row["ratio_to_one_worker"] = ratio(
+                        row["instances_per_s"], one["instances_per_s"] if one else None
+                    )
     finally:
         cluster.close()
     return {"rows": rows, "cores": bench.cores, "prefetch": PREFETCH}
@@ -80,23 +83,39 @@ def run(bench: Bench) -> dict[str, Any]:
 
 def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str, Any]:
     sizes = bench.sizes
-    bench.log(f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
-              f"hosts, {workers} worker(s)")
+    bench.log(
+        f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
+        f"hosts, {workers} worker(s)"
+    )
     cluster.write_config(scheduler={"workers": workers})
     if mode == "backlog":
         cluster.write_config(oslo_messaging_rabbit={"rabbit_qos_prefetch_count": PREFETCH})
     paused: list[int] = []
     try:
         conductor = cluster.start("conductor", "conductor_stub.cmd", "serve")
-        compute = cluster.start("compute", "compute_sim.cmd", "--hosts", str(sizes.storm_hosts),
-                                "--name-prefix", "storm", "--fail-rate",
-                                str(sizes.storm_fail_rate), "--seed", "7")
+        compute = cluster.start(
+            "compute",
+            "compute_sim.cmd",
+            "--hosts",
+            str(sizes.storm_hosts),
+            "--name-prefix",
+            "storm",
+            "--fail-rate",
+            str(sizes.storm_fail_rate),
+            "--seed",
+            "7",
+        )
         worker = cluster.start("worker", "scheduler.cmd.worker")
         conductor.wait_for("conductor_started", timeout=60)
         compute.wait_for("compute_sim_started", timeout=120)
         _wait_count(worker, "scheduler_started", workers, timeout=60)
-        meter = CpuMeter({"workers": family(worker.popen.pid), "conductor": [conductor.popen.pid],
-                          "compute": [compute.popen.pid]})
+        meter = CpuMeter(
+            {
+                "workers": family(worker.popen.pid),
+                "conductor": [conductor.popen.pid],
+                "compute": [compute.popen.pid],
+            }
+        )
         if mode == "backlog":
             paused = family(worker.popen.pid)
             _signal(paused, signal.SIGSTOP)
@@ -104,10 +123,23 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
             meter.start()
         client_cpu = _children_cpu()
         out = subprocess.run(
-            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
-             str(cluster.config_file), "boot", "--count", str(sizes.storm_instances),
-             "--flavor", FLAVOR, "--json"],
-            capture_output=True, text=True, timeout=sizes.storm_timeout)
+            [
+                sys.executable,
+                "-m",
+                "conductor_stub.cmd",
+                "--config-file",
+                str(cluster.config_file),
+                "boot",
+                "--count",
+                str(sizes.storm_instances),
+                "--flavor",
+                FLAVOR,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=sizes.storm_timeout,
+        )
         if out.returncode:
             raise RuntimeError(f"conductor-stub boot failed: {out.stderr[-2000:]}")
         client_cpu = _children_cpu() - client_cpu
@@ -135,13 +167,20 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
     start = resumed if mode == "backlog" else min(r.created_at for r in records)
     span = max(r.updated_at for r in records if r.state in FINAL_STATES) - start
     row = summary(latencies)
-    row.update(mode=mode, workers=workers, instances=len(uuids), hosts=sizes.storm_hosts,
-               fail_rate=sizes.storm_fail_rate, states=dict(states),
-               rescheduled=sum(1 for r in active if r.attempts > 1),
-               seconds=span, instances_per_s=len(active) / span if span > 0 else None,
-               machine_busy_cores=cpu.pop("machine_busy_cores"),
-               cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
-               | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}))
+    row.update(
+        mode=mode,
+        workers=workers,
+        instances=len(uuids),
+        hosts=sizes.storm_hosts,
+        fail_rate=sizes.storm_fail_rate,
+        states=dict(states),
+        rescheduled=sum(1 for r in active if r.attempts > 1),
+        seconds=span,
+        instances_per_s=len(active) / span if span > 0 else None,
+        machine_busy_cores=cpu.pop("machine_busy_cores"),
+        cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
+        | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}),
+    )
     return row
 
 

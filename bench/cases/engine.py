@@ -36,8 +36,9 @@ def request(kind: str) -> RequestSpec:
         return spec
     if kind == MULTI:
         return spec.replace(num_instances=10)
-    return spec.replace(num_instances=10,
-                        group=ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity"))
+    return spec.replace(
+        num_instances=10, group=ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity")
+    )
 
 
 class Decider:
@@ -51,8 +52,9 @@ class Decider:
     def decide(self, kind: str, claim: bool = True) -> None:
         spec = request(kind)
         uuids = [str(uuidlib.uuid4()) for _ in range(spec.num_instances)]
-        self.engine.select(f"req-{uuidlib.uuid4()}", spec, uuids, return_alternates=True,
-                           claim=claim)
+        self.engine.select(
+            f"req-{uuidlib.uuid4()}", spec, uuids, return_alternates=True, claim=claim
+        )
         if claim:
             self.claimed.extend(uuids)
 
@@ -62,8 +64,9 @@ class Decider:
         self.claimed.clear()
 
 
-def measure(decider: Decider, kind: str, count: int, budget: float,
-            claim: bool = True) -> dict[str, Any]:
+def measure(
+    decider: Decider, kind: str, count: int, budget: float, claim: bool = True
+) -> dict[str, Any]:
     timings, wall = timed_loop(lambda _i: decider.decide(kind, claim), count, budget)
     row = summary(timings)
     row["requests_per_s"] = len(timings) / wall
@@ -91,32 +94,45 @@ def run(bench: Bench) -> dict[str, Any]:
             started = time.perf_counter()
             decider.decide(SINGLE)
             first = time.perf_counter() - started
-            for kind, (count, budget) in ((SINGLE, sizes.engine_single),
-                                          (MULTI, sizes.engine_multi),
-                                          (ANTI, sizes.engine_multi)):
+            for kind, (count, budget) in (
+                (SINGLE, sizes.engine_single),
+                (MULTI, sizes.engine_multi),
+                (ANTI, sizes.engine_multi),
+            ):
                 row = measure(decider, kind, count, budget)
-                row.update(store=store_kind, hosts=hosts, request=kind,
-                           first_decision_ms=first * 1000 if kind == SINGLE else None)
+                row.update(
+                    store=store_kind,
+                    hosts=hosts,
+                    request=kind,
+                    first_decision_ms=first * 1000 if kind == SINGLE else None,
+                )
                 rows.append(row)
-                bench.log(f"  {kind}: median {row['median_ms']:.3f} ms, "
-                          f"p99 {row['p99_ms']:.3f} ms, {row['requests_per_s']:.0f}/s")
+                bench.log(
+                    f"  {kind}: median {row['median_ms']:.3f} ms, "
+                    f"p99 {row['p99_ms']:.3f} ms, {row['requests_per_s']:.0f}/s"
+                )
             if bench.profile and (hosts >= 10000 or bench.quick):
                 profiles.append(_profile(bench, decider, store_kind, hosts))
             decider.release()
     for row in naive_rows:
-        engine = next(r for r in rows if r["store"] == "memory" and r["hosts"] == row["hosts"]
-                      and r["request"] == SINGLE)
+        engine = next(
+            r
+            for r in rows
+            if r["store"] == "memory" and r["hosts"] == row["hosts"] and r["request"] == SINGLE
+        )
         row["engine_median_ms"] = engine["median_ms"]
         row["speedup"] = row["median_ms"] / engine["median_ms"]
     return {"rows": rows, "naive": naive_rows, "profiles": profiles}
 
 
 def _naive(store: Store, hosts: int, budget: tuple[int, float]) -> dict[str, Any]:
-    scheduler = naive.NaiveScheduler(naive.host_states(
-        store.list_providers(), store.list_aggregates(), store.list_services()))
+    scheduler = naive.NaiveScheduler(
+        naive.host_states(store.list_providers(), store.list_aggregates(), store.list_services())
+    )
     spec = request(SINGLE)
     timings, wall = timed_loop(
-        lambda _i: scheduler.select(spec, [str(uuidlib.uuid4())], time.time()), *budget)
+        lambda _i: scheduler.select(spec, [str(uuidlib.uuid4())], time.time()), *budget
+    )
     row = summary(timings)
     row.update(hosts=hosts, request=SINGLE, requests_per_s=len(timings) / wall)
     return row
@@ -136,8 +152,10 @@ def _profile(bench: Bench, decider: Decider, store_kind: str, hosts: int) -> str
     name = f"profile-engine-{store_kind}-{hosts}.txt"
     path = bench.out / "profiles" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"cProfile of {bench.sizes.profile_decisions} single-instance decisions "
-              f"(claim on), {store_kind} store, {hosts} hosts\n\n")
+    header = (
+        f"cProfile of {bench.sizes.profile_decisions} single-instance decisions "
+        f"(claim on), {store_kind} store, {hosts} hosts\n\n"
+    )
     path.write_text(header + _relative(text.getvalue()))
     return f"profiles/{name}"
 

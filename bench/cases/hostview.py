@@ -42,9 +42,11 @@ def run(bench: Bench) -> dict[str, Any]:
         for deferred in sizes.catchup_deferred:
             services = DEFERRED_SERVICES if deferred else DEFAULT_SERVICES
             catchup.append(_catchup(bench, rc, hosts, services))
-            bench.log(f"  catch-up, services {services}: "
-                      f"{catchup[-1]['cost_per_decision_ms']:.3f} ms per decision "
-                      f"({catchup[-1]['changes_per_decision']:.0f} changes)")
+            bench.log(
+                f"  catch-up, services {services}: "
+                f"{catchup[-1]['cost_per_decision_ms']:.3f} ms per decision "
+                f"({catchup[-1]['changes_per_decision']:.0f} changes)"
+            )
     return {"cold_load": loads, "catchup": catchup}
 
 
@@ -65,9 +67,13 @@ def _cold_load(bench: Bench, store: Any, hosts: int) -> dict[str, Any]:
             warms.append(time.perf_counter() - started)
         del decider
     first, warm = summary(firsts), summary(warms)
-    return {"hosts": hosts, "first_decision_ms": first["median_ms"],
-            "warm_decision_ms": warm["median_ms"],
-            "load_ms": first["median_ms"] - warm["median_ms"], "loads": first["n"]}
+    return {
+        "hosts": hosts,
+        "first_decision_ms": first["median_ms"],
+        "warm_decision_ms": warm["median_ms"],
+        "load_ms": first["median_ms"] - warm["median_ms"],
+        "loads": first["n"],
+    }
 
 
 def _paced(decider: Decider, seconds: float, pace: float) -> tuple[list[float], float]:
@@ -86,16 +92,31 @@ def _paced(decider: Decider, seconds: float, pace: float) -> tuple[list[float], 
 
 def _catchup(bench: Bench, rc: Any, hosts: int, services: str) -> dict[str, Any]:
     sizes = bench.sizes
-    settings = (EngineSettings() if services == DEFAULT_SERVICES
-                else EngineSettings(services_refresh_interval=3600.0))
+    settings = (
+        EngineSettings()
+        if services == DEFAULT_SERVICES
+        else EngineSettings(services_refresh_interval=3600.0)
+    )
     decider = Decider(rc.store, settings)
     decider.decide(SINGLE, claim=False)  # load
     idle, _ = _paced(decider, sizes.catchup_seconds, sizes.catchup_pace)
     writer = subprocess.Popen(
-        [sys.executable, "-m", "bench.claim_writer", "--url", bench.redis_url,
-         "--prefix", rc.cluster.prefix, "--rate", str(sizes.writer_rate),
-         "--seconds", str(sizes.catchup_seconds + 1.0)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "bench.claim_writer",
+            "--url",
+            bench.redis_url,
+            "--prefix",
+            rc.cluster.prefix,
+            "--rate",
+            str(sizes.writer_rate),
+            "--seconds",
+            str(sizes.catchup_seconds + 1.0),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout is not None
         if writer.stdout.readline().strip() != "ready":
@@ -112,9 +133,16 @@ def _catchup(bench: Bench, rc: Any, hosts: int, services: str) -> dict[str, Any]
     decisions_per_s = len(busy) / busy_wall
     changes = written["rate"] / decisions_per_s
     cost = loaded["median_ms"] - quiet["median_ms"]
-    return {"hosts": hosts, "services": services, "writer_claims_per_s": written["rate"],
-            "decisions_per_s": decisions_per_s, "changes_per_decision": changes,
-            "idle_median_ms": quiet["median_ms"], "idle_p99_ms": quiet["p99_ms"],
-            "median_ms": loaded["median_ms"], "p99_ms": loaded["p99_ms"],
-            "cost_per_decision_ms": cost,
-            "cost_per_change_us": cost * 1000 / changes if changes else None}
+    return {
+        "hosts": hosts,
+        "services": services,
+        "writer_claims_per_s": written["rate"],
+        "decisions_per_s": decisions_per_s,
+        "changes_per_decision": changes,
+        "idle_median_ms": quiet["median_ms"],
+        "idle_p99_ms": quiet["p99_ms"],
+        "median_ms": loaded["median_ms"],
+        "p99_ms": loaded["p99_ms"],
+        "cost_per_decision_ms": cost,
+        "cost_per_change_us": cost * 1000 / changes if changes else None,
+    }

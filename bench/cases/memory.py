@@ -56,9 +56,18 @@ def run(bench: Bench) -> dict[str, Any]:
             rc.cluster.processes.remove(worker)
         for uuid in uuids:
             rc.store.release(uuid)
-        rows.append({"hosts": hosts, "rss_mb": loaded["VmRSS"], "peak_rss_mb": loaded["VmHWM"],
-                     "rss_before_load_mb": idle["VmRSS"],
-                     "first_call_ms": timings[0] * 1000, "warm_call_ms": timings[1] * 1000})
-        bench.log(f"  RSS {loaded['VmRSS']:.0f} MB (peak {loaded['VmHWM']:.0f} MB), "
-                  f"first call {timings[0] * 1000:.0f} ms")
+        rows.append(
+            {
+                "hosts": hosts,
+                "rss_mb": loaded["VmRSS"],
+                "peak_rss_mb": loaded["VmHWM"],
+                "rss_before_load_mb": idle["VmRSS"],
+                "first_call_ms": timings[0] * 1000,
+                "warm_call_ms": timings[1] * 1000,
+            }
+        )
+        bench.log(
+            f"  RSS {loaded['VmRSS']:.0f} MB (peak {loaded['VmHWM']:.0f} MB), "
+            f"first call {timings[0] * 1000:.0f} ms"
+        )
     return {"rows": rows}

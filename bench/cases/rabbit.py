@@ -35,8 +35,9 @@ from bench.stats import ratio, summary
 from scheduler import rpc
 
 
-def _callers(client: rpc.SchedulerClient, callers: int, seconds: float,
-             claimed: list[str]) -> tuple[list[float], float]:
+def _callers(
+    client: rpc.SchedulerClient, callers: int, seconds: float, claimed: list[str]
+) -> tuple[list[float], float]:
     ctxt = rpc.RequestContext(user_id="bench", project_id="bench")
     spec = request(SINGLE)
     timings: list[list[float]] = [[] for _ in range(callers)]
@@ -85,10 +86,10 @@ def run(bench: Bench) -> dict[str, Any]:
     # call's cost is the two notifications every select_destinations publishes.
     # (A second --config-file overrides the cluster's for that process only.)
     quiet_conf = cluster.tmp / "quiet.conf"
-    quiet_conf.write_text(f"[scheduler]\ntopic = {QUIET_TOPIC}\n"
-                          "[notifications]\nenabled = False\n")
-    quiet = cluster.start("worker-quiet", "scheduler.cmd.worker", "--config-file",
-                          str(quiet_conf))
+    quiet_conf.write_text(
+        f"[scheduler]\ntopic = {QUIET_TOPIC}\n[notifications]\nenabled = False\n"
+    )
+    quiet = cluster.start("worker-quiet", "scheduler.cmd.worker", "--config-file", str(quiet_conf))
     for proc in (worker, quiet):
         proc.wait_for("scheduler_started", timeout=60)
     transport = bench.transport(cluster)
@@ -99,21 +100,36 @@ def run(bench: Bench) -> dict[str, Any]:
         select = rpc.SchedulerClient(transport, timeout=60)
         ctxt = rpc.RequestContext(user_id="bench", project_id="bench")
         uuid = str(uuidlib.uuid4())
-        response = select.call_raw(ctxt, "select_destinations",
-                                   request_spec=request(SINGLE).to_primitive(),
-                                   instance_uuids=[uuid], return_alternates=True)
+        response = select.call_raw(
+            ctxt,
+            "select_destinations",
+            request_spec=request(SINGLE).to_primitive(),
+            instance_uuids=[uuid],
+            return_alternates=True,
+        )
         claimed.append(uuid)
         response_file = cluster.tmp / "echo-response.json"
         response_file.write_text(json.dumps(response))
-        echo = cluster.start("echo", "bench.echo_server", "--response-file", str(response_file),
-                             ready="echo_started")
+        echo = cluster.start(
+            "echo",
+            "bench.echo_server",
+            "--response-file",
+            str(response_file),
+            ready="echo_started",
+        )
         # call name -> (client, the server's processes, the one answering)
         clients = {
-            "echo": (rpc.SchedulerClient(transport, topic=ECHO_TOPIC, timeout=60),
-                     [echo.popen.pid], echo.popen.pid),
+            "echo": (
+                rpc.SchedulerClient(transport, topic=ECHO_TOPIC, timeout=60),
+                [echo.popen.pid],
+                echo.popen.pid,
+            ),
             SELECT: (select, family(worker.popen.pid), worker.serving_pid()),
-            QUIET: (rpc.SchedulerClient(transport, topic=QUIET_TOPIC, timeout=60),
-                    family(quiet.popen.pid), quiet.serving_pid()),
+            QUIET: (
+                rpc.SchedulerClient(transport, topic=QUIET_TOPIC, timeout=60),
+                family(quiet.popen.pid),
+                quiet.serving_pid(),
+            ),
         }
 
         def kept(name: str) -> list[str]:  # what a call claimed, to release at the end
@@ -126,14 +142,18 @@ def run(bench: Bench) -> dict[str, Any]:
             for round_ in range(sizes.rabbit_rounds):
                 for name, (client, pids, pid) in clients.items():
                     spy = None
-                    if (bench.profile and pyspy.available() and round_ == 0
-                            and name == SELECT and callers > 1):
+                    if (
+                        bench.profile
+                        and pyspy.available()
+                        and round_ == 0
+                        and name == SELECT
+                        and callers > 1
+                    ):
                         raw = bench.out / "profiles" / f"worker-select-{callers}-callers.raw"
                         raw.parent.mkdir(parents=True, exist_ok=True)
                         spy = (raw, pyspy.record(pid, sizes.rabbit_seconds, raw))
                     meter = CpuMeter({"server": pids, "callers": [os.getpid()]}).start()
-                    timings, _wall = _callers(client, callers, sizes.rabbit_seconds,
-                                              kept(name))
+                    timings, _wall = _callers(client, callers, sizes.rabbit_seconds, kept(name))
                     got[name]["timings"] += timings
                     got[name]["cpu"].append(meter.stop())
                     if spy is not None:
@@ -145,13 +165,16 @@ def run(bench: Bench) -> dict[str, Any]:
                 row = _find(rows, callers, name)
                 row["ratio_to_echo"] = ratio(row["calls_per_s"], ech["calls_per_s"])
             sel = _find(rows, callers, SELECT)
-            bench.log(f"  {callers} caller(s): select {sel['calls_per_s']:.0f}/s "
-                      f"(median {sel['median_ms']:.2f} ms), echo {ech['calls_per_s']:.0f}/s "
-                      f"(median {ech['median_ms']:.2f} ms), ratio {sel['ratio_to_echo']:.2f}")
+            bench.log(
+                f"  {callers} caller(s): select {sel['calls_per_s']:.0f}/s "
+                f"(median {sel['median_ms']:.2f} ms), echo {ech['calls_per_s']:.0f}/s "
+                f"(median {ech['median_ms']:.2f} ms), ratio {sel['ratio_to_echo']:.2f}"
+            )
     finally:
         transport.cleanup()
-        ours = [p for p in cluster.processes if p.name in ("echo", "worker-rabbit",
-                                                              "worker-quiet")]
+        ours = [
+            p for p in cluster.processes if p.name in ("echo", "worker-rabbit", "worker-quiet")
+        ]
         for proc in ours:  # all at once: each takes a second to drain
             proc.popen.send_signal(signal.SIGTERM)
         for proc in ours:
@@ -162,18 +185,25 @@ def run(bench: Bench) -> dict[str, Any]:
     return {"rows": rows, "hosts": sizes.rabbit_hosts, "profiles": profiles}
 
 
-def _row(name: str, callers: int, timings: list[float],
-         cpu: list[dict[str, float]]) -> dict[str, Any]:
+def _row(
+    name: str, callers: int, timings: list[float], cpu: list[dict[str, float]]
+) -> dict[str, Any]:
     """Latency summary, throughput, and CPU per call of each party (ms)."""
     wall = sum(c["seconds"] for c in cpu)
     calls = len(timings)
     row = summary(timings)
-    row.update(call=name, callers=callers, calls_per_s=calls / wall if wall else None,
-               machine_busy_cores=sum(c["machine_busy_cores"] * c["seconds"] for c in cpu)
-               / wall if wall else None)
+    row.update(
+        call=name,
+        callers=callers,
+        calls_per_s=calls / wall if wall else None,
+        machine_busy_cores=sum(c["machine_busy_cores"] * c["seconds"] for c in cpu) / wall
+        if wall
+        else None,
+    )
     for party in ("server", "callers", "broker", "redis"):
-        row[f"{party}_cpu_ms_per_call"] = (1000 * sum(c[party] for c in cpu) / calls
-                                           if calls else None)
+        row[f"{party}_cpu_ms_per_call"] = (
+            1000 * sum(c[party] for c in cpu) / calls if calls else None
+        )
     return row
 
 
@@ -186,8 +216,9 @@ def _summarise(spy: tuple[Any, Any], callers: int) -> str:
     popen.wait(timeout=120)
     if not raw.exists():
         return ""
-    text = pyspy.summarise(raw, f"py-spy of the worker process while {callers} callers "
-                                f"sent select_destinations")
+    text = pyspy.summarise(
+        raw, f"py-spy of the worker process while {callers} callers sent select_destinations"
+    )
     path = raw.with_suffix(".txt")
     path.write_text(text)
     raw.unlink()

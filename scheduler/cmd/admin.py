@@ -39,8 +39,10 @@ from scheduler.objects import GROUP_POLICIES, Image, InstanceRecord, RequestSpec
 from scheduler.service import make_store
 from scheduler.store import PlacementReader, Provider, Service, Store
 
-DESCRIPTION = ("Operator answers: why a request finds no host (explain, a dry run), what "
-               "the hosts hold (hosts), what became of an instance (instance show).")
+DESCRIPTION = (
+    "Operator answers: why a request finds no host (explain, a dry run), what "
+    "the hosts hold (hosts), what became of an instance (instance show)."
+)
 
 #: Exit status of ``explain``: the request would be placed / would not be.
 EXIT_PLACEABLE = 0
@@ -78,60 +80,98 @@ def _positive(text: str) -> int:
 
 def _add_commands(subparsers: Any) -> None:
     explain = subparsers.add_parser(
-        "explain", help="Why would (or wouldn't) a request find hosts? A dry run.",
+        "explain",
+        help="Why would (or wouldn't) a request find hosts? A dry run.",
         description="Ask a scheduler worker to run the pipeline on a request without "
         "claiming anything, and print each stage's surviving hosts, the hosts removed per "
         "reason and the best weighed hosts with each weigher's contribution. Needs a "
         "running worker; sent in an admin context.",
-        epilog=_EXPLAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    explain.add_argument("--flavor", required=True,
-                         help="Flavor name from the catalog (m1.* and [conductor] "
-                         "flavors_file).")
-    explain.add_argument("--count", type=_positive, default=1,
-                         help="Instances in the request (all or nothing; default 1).")
+        epilog=_EXPLAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explain.add_argument(
+        "--flavor",
+        required=True,
+        help="Flavor name from the catalog (m1.* and [conductor] flavors_file).",
+    )
+    explain.add_argument(
+        "--count",
+        type=_positive,
+        default=1,
+        help="Instances in the request (all or nothing; default 1).",
+    )
     explain.add_argument("--availability-zone", metavar="ZONE", help="Ask for this zone.")
-    explain.add_argument("--group-policy", choices=GROUP_POLICIES,
-                         help="Put the instances in a server group with this policy.")
-    explain.add_argument("--group-uuid", metavar="UUID",
-                         help="With --group-policy: an existing group, whose members the "
-                         "store knows (default: a new, empty group).")
-    explain.add_argument("--extra-spec", metavar="KEY=VALUE", type=key_value, nargs="+",
-                         action="extend", default=[],
-                         help="Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required "
-                         "or resources:VCPU=4 (repeatable).")
-    explain.add_argument("--image-property", metavar="KEY=VALUE", type=key_value, nargs="+",
-                         action="extend", default=[],
-                         help="Image properties, e.g. hw_architecture=x86_64 (repeatable).")
-    explain.add_argument("--boot-from-volume", action="store_true",
-                         help="A volume-backed request: its root disk is not counted.")
-    explain.add_argument("--project-id", default="admin",
-                         help="Project the request is made for (tenant isolation; "
-                         "default admin).")
+    explain.add_argument(
+        "--group-policy",
+        choices=GROUP_POLICIES,
+        help="Put the instances in a server group with this policy.",
+    )
+    explain.add_argument(
+        "--group-uuid",
+        metavar="UUID",
+        help="With --group-policy: an existing group, whose members the "
+        "store knows (default: a new, empty group).",
+    )
+    explain.add_argument(
+        "--extra-spec",
+        metavar="KEY=VALUE",
+        type=key_value,
+        nargs="+",
+        action="extend",
+        default=[],
+        help="Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required "
+        "or resources:VCPU=4 (repeatable).",
+    )
+    explain.add_argument(
+        "--image-property",
+        metavar="KEY=VALUE",
+        type=key_value,
+        nargs="+",
+        action="extend",
+        default=[],
+        help="Image properties, e.g. hw_architecture=x86_64 (repeatable).",
+    )
+    explain.add_argument(
+        "--boot-from-volume",
+        action="store_true",
+        help="A volume-backed request: its root disk is not counted.",
+    )
+    explain.add_argument(
+        "--project-id",
+        default="admin",
+        help="Project the request is made for (tenant isolation; default admin).",
+    )
     explain.add_argument("--user-id", default="admin", help="User the request is made for.")
     explain.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
     hosts = subparsers.add_parser(
-        "hosts", help="List hosts: usage per resource class, up/down, disabled, failures.",
+        "hosts",
+        help="List hosts: usage per resource class, up/down, disabled, failures.",
         description="List every compute host from the store: used/capacity per resource "
         "class (child providers counted with their host), whether its service is up "
         "(heartbeat within [scheduler] service_down_time) and enabled, its recent build "
-        "failures and how many consumers hold allocations on it.")
+        "failures and how many consumers hold allocations on it.",
+    )
     hosts.add_argument("--json", action="store_true", help="Print the hosts as JSON.")
 
-    instance = subparsers.add_parser("instance", help="Look at one instance.",
-                                     description="Look at one instance's record.")
+    instance = subparsers.add_parser(
+        "instance", help="Look at one instance.", description="Look at one instance's record."
+    )
     actions = instance.add_subparsers(dest="action", title="actions", metavar="ACTION")
     actions.required = True
     show = actions.add_parser(
-        "show", help="State, host, attempts, tried hosts, fault and its admin details.",
+        "show",
+        help="State, host, attempts, tried hosts, fault and its admin details.",
         description="Print an instance's state, host, attempts, tried hosts, the fault its "
-        "user sees and the admin-only fault details, and the allocations it holds.")
+        "user sees and the admin-only fault details, and the allocations it holds.",
+    )
     show.add_argument("uuid", help="The instance uuid.")
     show.add_argument("--json", action="store_true", help="Print the record as JSON.")
 
 
-command_opt = cfg.SubCommandOpt("command", title="Commands", handler=_add_commands,
-                                help="explain | hosts | instance show")
+command_opt = cfg.SubCommandOpt(
+    "command", title="Commands", handler=_add_commands, help="explain | hosts | instance show"
+)
 
 
 # --- explain ------------------------------------------------------------------------
@@ -140,36 +180,50 @@ command_opt = cfg.SubCommandOpt("command", title="Commands", handler=_add_comman
 def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     """The request spec ``explain`` sends, from the command's arguments."""
     if args.flavor not in catalog:
-        raise InvalidRequest(reason=f"unknown flavor {args.flavor!r}; known: "
-                             f"{', '.join(sorted(catalog))}")
+        raise InvalidRequest(
+            reason=f"unknown flavor {args.flavor!r}; known: {', '.join(sorted(catalog))}"
+        )
     flavor = catalog[args.flavor]
     if args.extra_spec:
         flavor = type(flavor).from_primitive(
-            {**flavor.to_primitive(),
-             "extra_specs": {**flavor.extra_specs, **dict(args.extra_spec)}})
+            {
+                **flavor.to_primitive(),
+                "extra_specs": {**flavor.extra_specs, **dict(args.extra_spec)},
+            }
+        )
     group = None
     if args.group_policy:
         group = ServerGroup.from_primitive(
-            {"uuid": args.group_uuid or str(uuidlib.uuid4()), "policy": args.group_policy})
+            {"uuid": args.group_uuid or str(uuidlib.uuid4()), "policy": args.group_policy}
+        )
     elif args.group_uuid:
         raise InvalidRequest(reason="--group-uuid needs --group-policy")
     image = Image(properties=dict(args.image_property)) if args.image_property else None
-    spec = RequestSpec(flavor=flavor, project_id=args.project_id, user_id=args.user_id,
-                       num_instances=args.count, image=image,
-                       availability_zone=args.availability_zone,
-                       is_bfv=args.boot_from_volume, group=group)
+    spec = RequestSpec(
+        flavor=flavor,
+        project_id=args.project_id,
+        user_id=args.user_id,
+        num_instances=args.count,
+        image=image,
+        availability_zone=args.availability_zone,
+        is_bfv=args.boot_from_volume,
+        group=group,
+    )
     return RequestSpec.from_primitive(spec.to_primitive())  # validated as a worker would
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "",
-           left: int = 1) -> list[str]:
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "", left: int = 1
+) -> list[str]:
     """Aligned columns: the first ``left`` left-aligned, the others right-aligned."""
     cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     out = []
     for row in cells:
-        parts = [c.ljust(w) if i < left else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        parts = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
         out.append((indent + "  ".join(parts)).rstrip())
     return out
 
@@ -178,11 +232,14 @@ def _resources(resources: Mapping[str, int]) -> str:
     return ", ".join(f"{rc}={amount}" for rc, amount in resources.items()) or "nothing"
 
 
-def _explain_instance(report: ExplainReport, inst: InstanceExplanation,
-                      detailed: bool) -> list[str]:
+def _explain_instance(
+    report: ExplainReport, inst: InstanceExplanation, detailed: bool
+) -> list[str]:
     where = f"would go to {inst.host}" if inst.placed else "NO VALID HOST"
-    lines = [f"instance {inst.position + 1} of {report.num_instances}: {where}",
-             f"  {inst.summary}"]
+    lines = [
+        f"instance {inst.position + 1} of {report.num_instances}: {where}",
+        f"  {inst.summary}",
+    ]
     if not detailed:
         return lines
     rows: list[tuple[object, ...]] = [("(all hosts)", inst.hosts, "")]
@@ -192,33 +249,48 @@ def _explain_instance(report: ExplainReport, inst: InstanceExplanation,
         left = stage.survivors
     lines += ["", *_table(("stage", "hosts left", "removed"), rows, indent="  ")]
     if not inst.top:
-        lines += ["", "  nothing was weighed" if inst.placed
-                  else "  no host passed every stage: nothing was weighed"]
+        lines += [
+            "",
+            "  nothing was weighed"
+            if inst.placed
+            else "  no host passed every stage: nothing was weighed",
+        ]
         return lines
     weighers = list(report.weighers) or sorted({w for t in inst.top for w in t.contributions})
-    headers = ["host", "weight",
-               *(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in weighers)]
-    rows = [(t.host, f"{t.weight:.4f}",
-             *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-"
-               for w in weighers)) for t in inst.top]
-    lines += ["", "  top weighed hosts (weight = the sum of each weigher's contribution):",
-              *_table(headers, rows, indent="  ")]
+    headers = ["host", "weight", *(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in weighers)]
+    rows = [
+        (
+            t.host,
+            f"{t.weight:.4f}",
+            *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-" for w in weighers),
+        )
+        for t in inst.top
+    ]
+    lines += [
+        "",
+        "  top weighed hosts (weight = the sum of each weigher's contribution):",
+        *_table(headers, rows, indent="  "),
+    ]
     return lines
 
 
 def format_explain(report: ExplainReport) -> str:
     """The explain report, as an operator reads it."""
     n = report.num_instances
-    lines = [f"explain {report.request_id}: flavor {report.flavor} x {n} "
-             f"({_resources(report.resources)})",
-             "dry run: nothing was claimed"]
+    lines = [
+        f"explain {report.request_id}: flavor {report.flavor} x {n} "
+        f"({_resources(report.resources)})",
+        "dry run: nothing was claimed",
+    ]
     if report.placeable:
         lines.append(f"result: all {n} instance(s) would be placed")
     else:
         failed = report.failed
         position = failed.position + 1 if failed else "?"
-        lines.append(f"result: NO VALID HOST (instance {position} of {n} found none; "
-                     "all or nothing, so none would be placed)")
+        lines.append(
+            f"result: NO VALID HOST (instance {position} of {n} found none; "
+            "all or nothing, so none would be placed)"
+        )
     lines.append(report.summary)
     # In full: the first instance and the one that failed (or the last);
     # the ones between in one line each.
@@ -239,9 +311,11 @@ def _explain(conf: cfg.ConfigOpts) -> int:
         try:
             report = client.explain(ctxt, spec)
         except oslo_messaging.MessagingTimeout:
-            print(f"scheduler-admin: no scheduler worker answered on topic "
-                  f"{conf.scheduler.topic!r} (is one running, at RPC version 1.1 or later?)",
-                  file=sys.stderr)
+            print(
+                f"scheduler-admin: no scheduler worker answered on topic "
+                f"{conf.scheduler.topic!r} (is one running, at RPC version 1.1 or later?)",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
     finally:
         transport.cleanup()
@@ -278,17 +352,30 @@ class HostRow:
     last_seen: float | None = None
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"host": self.host, "uuid": self.uuid, "up": self.up, "disabled": self.disabled,
-                "disabled_reason": self.disabled_reason, "failed_builds": self.failed_builds,
-                "consumers": self.consumers, "last_seen": self.last_seen,
-                "usage": {rc: {"used": u.used, "capacity": u.capacity}
-                          for rc, u in self.usage.items()},
-                "traits": list(self.traits), "aggregates": list(self.aggregates)}
+        return {
+            "host": self.host,
+            "uuid": self.uuid,
+            "up": self.up,
+            "disabled": self.disabled,
+            "disabled_reason": self.disabled_reason,
+            "failed_builds": self.failed_builds,
+            "consumers": self.consumers,
+            "last_seen": self.last_seen,
+            "usage": {
+                rc: {"used": u.used, "capacity": u.capacity} for rc, u in self.usage.items()
+            },
+            "traits": list(self.traits),
+            "aggregates": list(self.aggregates),
+        }
 
 
-def host_rows(providers: Iterable[Provider], services: Iterable[Service], now: float,
-              service_down_time: float, aggregate_names: Mapping[str, str] | None = None
-              ) -> list[HostRow]:
+def host_rows(
+    providers: Iterable[Provider],
+    services: Iterable[Service],
+    now: float,
+    service_down_time: float,
+    aggregate_names: Mapping[str, str] | None = None,
+) -> list[HostRow]:
     """One row per root provider, by name; child providers count toward their root.
 
     A host is up when its service heartbeated within ``service_down_time`` of
@@ -310,17 +397,21 @@ def host_rows(providers: Iterable[Provider], services: Iterable[Service], now: f
                 total[0] += p.usages.get(rc, 0)
                 total[1] += inv.capacity
         service = service_of.get(root.name)
-        rows.append(HostRow(
-            host=root.name, uuid=root.uuid,
-            up=service is not None and rules.is_up(now, service.last_seen, service_down_time),
-            disabled=bool(service and service.disabled),
-            disabled_reason=service.disabled_reason if service else None,
-            failed_builds=service.failed_builds if service else 0,
-            consumers=root.consumers,
-            usage={rc: Usage(u, c) for rc, (u, c) in sorted(usage.items(), key=_rc_order)},
-            traits=tuple(sorted({t for p in tree for t in p.traits})),
-            aggregates=tuple(sorted(names.get(a, a) for a in root.aggregates)),
-            last_seen=service.last_seen if service else None))
+        rows.append(
+            HostRow(
+                host=root.name,
+                uuid=root.uuid,
+                up=service is not None and rules.is_up(now, service.last_seen, service_down_time),
+                disabled=bool(service and service.disabled),
+                disabled_reason=service.disabled_reason if service else None,
+                failed_builds=service.failed_builds if service else 0,
+                consumers=root.consumers,
+                usage={rc: Usage(u, c) for rc, (u, c) in sorted(usage.items(), key=_rc_order)},
+                traits=tuple(sorted({t for p in tree for t in p.traits})),
+                aggregates=tuple(sorted(names.get(a, a) for a in root.aggregates)),
+                last_seen=service.last_seen if service else None,
+            )
+        )
     return sorted(rows, key=lambda r: r.host)
 
 
@@ -333,14 +424,31 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
     if not rows:
         return "no hosts"
     classes = sorted({rc for r in rows for rc in r.usage}, key=lambda rc: _rc_order((rc, 0)))
-    headers = ["host", "state", "status", "failed builds", "consumers",
-               *(f"{rc} used/cap" for rc in classes)]
-    table = _table(headers, [
-        (r.host, "up" if r.up else "DOWN",
-         ("disabled" + (f" ({r.disabled_reason})" if r.disabled_reason else ""))
-         if r.disabled else "enabled",
-         r.failed_builds, r.consumers, *(str(r.usage.get(rc, "-")) for rc in classes))
-        for r in rows], left=3)
+    headers = [
+        "host",
+        "state",
+        "status",
+        "failed builds",
+        "consumers",
+        *(f"{rc} used/cap" for rc in classes),
+    ]
+    table = _table(
+        headers,
+        [
+            (
+                r.host,
+                "up" if r.up else "DOWN",
+                ("disabled" + (f" ({r.disabled_reason})" if r.disabled_reason else ""))
+                if r.disabled
+                else "enabled",
+                r.failed_builds,
+                r.consumers,
+                *(str(r.usage.get(rc, "-")) for rc in classes),
+            )
+            for r in rows
+        ],
+        left=3,
+    )
     up = sum(r.up for r in rows)
     disabled = sum(r.disabled for r in rows)
     totals = []
@@ -348,15 +456,21 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         used = sum(r.usage[rc].used for r in rows if rc in r.usage)
         cap = sum(r.usage[rc].capacity for r in rows if rc in r.usage)
         totals.append(f"{rc} {used}/{cap}" + (f" ({used / cap:.1%})" if cap else ""))
-    summary = (f"{len(rows)} hosts: {up} up, {len(rows) - up} down, {disabled} disabled; "
-               + "; ".join(totals))
+    summary = (
+        f"{len(rows)} hosts: {up} up, {len(rows) - up} down, {disabled} disabled; "
+        + "; ".join(totals)
+    )
     return "\n".join([*table, "", summary])
 
 
 def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
-    rows = host_rows(store.list_providers(), store.list_services(), time.time(),
-                     float(conf.scheduler.service_down_time),
-                     {a.uuid: a.name for a in store.list_aggregates()})
+    rows = host_rows(
+        store.list_providers(),
+        store.list_services(),
+        time.time(),
+        float(conf.scheduler.service_down_time),
+        {a.uuid: a.name for a in store.list_aggregates()},
+    )
     if conf.command.json:
         print(json.dumps([r.to_primitive() for r in rows], indent=2))
     else:
@@ -367,9 +481,11 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- instance show ------------------------------------------------------------------
 
 
-def instance_view(record: InstanceRecord, allocations: Mapping[str, Mapping[str, int]],
-                  migration_allocations: Mapping[str, Mapping[str, int]] | None = None
-                  ) -> dict[str, Any]:
+def instance_view(
+    record: InstanceRecord,
+    allocations: Mapping[str, Mapping[str, int]],
+    migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
+) -> dict[str, Any]:
     """What ``instance show`` prints: the record without its request spec, plus
     the allocations it holds (by provider name) and its flavor; during a
     resize, the migration too (the source's allocation is parked on it)."""
@@ -377,19 +493,30 @@ def instance_view(record: InstanceRecord, allocations: Mapping[str, Mapping[str,
     flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
     resize = None
     if record.migration_uuid:
-        resize = {"migration_uuid": record.migration_uuid, "source_host": record.source_host,
-                  "new_flavor": (record.new_flavor or {}).get("name"),
-                  "allocations": {name: dict(amounts) for name, amounts
-                                  in (migration_allocations or {}).items()}}
+        resize = {
+            "migration_uuid": record.migration_uuid,
+            "source_host": record.source_host,
+            "new_flavor": (record.new_flavor or {}).get("name"),
+            "allocations": {
+                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
+            },
+        }
     return {
-        "uuid": record.uuid, "state": record.state, "task_state": record.task_state,
-        "host": record.host, "node": record.node, "attempts": record.attempts,
-        "tried_hosts": list(record.tried_hosts), "fault": record.fault,
+        "uuid": record.uuid,
+        "state": record.state,
+        "task_state": record.task_state,
+        "host": record.host,
+        "node": record.node,
+        "attempts": record.attempts,
+        "tried_hosts": list(record.tried_hosts),
+        "fault": record.fault,
         "fault_details": record.fault_details,
         "flavor": flavor.get("name") if isinstance(flavor, Mapping) else None,
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
-        "redrives": record.redrives, "resize": resize,
-        "created_at": record.created_at, "updated_at": record.updated_at,
+        "redrives": record.redrives,
+        "resize": resize,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
     }
 
 
@@ -400,8 +527,10 @@ def format_instance(view: Mapping[str, Any]) -> str:
         return ", ".join(value) if isinstance(value, list) else str(value)
 
     def held(allocations: Mapping[str, Mapping[str, int]]) -> str:
-        return "; ".join(f"{name}: {_resources(amounts)}"
-                         for name, amounts in allocations.items()) or "-"
+        return (
+            "; ".join(f"{name}: {_resources(amounts)}" for name, amounts in allocations.items())
+            or "-"
+        )
 
     resize = view.get("resize")
     rows = [
@@ -411,26 +540,40 @@ def format_instance(view: Mapping[str, Any]) -> str:
         ("attempts", show(view["attempts"])),
         ("tried hosts", show(view["tried_hosts"])),
         ("allocations", held(view["allocations"])),
-        *([("resize", f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
-                      f"migration {resize['migration_uuid']} holds "
-                      f"{held(resize['allocations'])}")] if resize else []),
+        *(
+            [
+                (
+                    "resize",
+                    f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
+                    f"migration {resize['migration_uuid']} holds "
+                    f"{held(resize['allocations'])}",
+                )
+            ]
+            if resize
+            else []
+        ),
         ("re-drives", show(view.get("redrives", 0))),
         ("fault", show(view["fault"])),
-        ("fault details", show(view["fault_details"]) + "   [admin only]"
-         if view["fault_details"] else "-"),
-        ("updated", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
-         if view["updated_at"] else "-"),
+        (
+            "fault details",
+            show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
+        ),
+        (
+            "updated",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
+            if view["updated_at"]
+            else "-",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
-    return "\n".join([f"instance {view['uuid']}",
-                      *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
+    return "\n".join([f"instance {view['uuid']}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
 
 
 def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
     """A consumer's allocations by provider name."""
     consumer = store.get_consumer(consumer_uuid)
     allocations: dict[str, Mapping[str, int]] = {}
-    for rp, amounts in (consumer.allocations.items() if consumer else ()):
+    for rp, amounts in consumer.allocations.items() if consumer else ():
         try:
             name = store.get_provider(rp).name
         except NotFound:
@@ -442,9 +585,11 @@ def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[st
 def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
     args = conf.command
     record = store.get_instance(args.uuid)
-    view = instance_view(record, _held_by(store, record.uuid),
-                         _held_by(store, record.migration_uuid) if record.migration_uuid
-                         else None)
+    view = instance_view(
+        record,
+        _held_by(store, record.uuid),
+        _held_by(store, record.migration_uuid) if record.migration_uuid else None,
+    )
     print(json.dumps(view, indent=2) if args.json else format_instance(view))
     return 0
 
@@ -467,8 +612,9 @@ def run(conf: cfg.ConfigOpts) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
-    conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="scheduler-admin",
-                               description=DESCRIPTION)
+    conf = conf_mod.parse_args(
+        sys.argv[1:] if argv is None else argv, prog="scheduler-admin", description=DESCRIPTION
+    )
     log.setup(process="scheduler-admin", level="WARNING")
     try:
         return run(conf)

@@ -30,21 +30,38 @@ from scheduler.store import open_store
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scheduler-demo", description=__doc__.split("\n")[0],
-                                epilog="Example: scheduler-demo --hosts 40 --instances 300 "
-                                "--fail-rate 0.1")
-    p.add_argument("--transport-url", default="fake://",
-                   help="oslo.messaging transport (default fake://, in-process).")
-    p.add_argument("--redis-url", default="memory://",
-                   help="Store URL (default memory://, in-process).")
+    p = argparse.ArgumentParser(
+        prog="scheduler-demo",
+        description=__doc__.split("\n")[0],
+        epilog="Example: scheduler-demo --hosts 40 --instances 300 --fail-rate 0.1",
+    )
+    p.add_argument(
+        "--transport-url",
+        default="fake://",
+        help="oslo.messaging transport (default fake://, in-process).",
+    )
+    p.add_argument(
+        "--redis-url", default="memory://", help="Store URL (default memory://, in-process)."
+    )
     p.add_argument("--hosts", type=int, default=40, help="Simulated hosts (default 40).")
     p.add_argument("--instances", type=int, default=300, help="Instances to boot (default 300).")
-    p.add_argument("--flavors", default="m1.tiny,m1.small,m1.medium,m1.large",
-                   help="Flavors to cycle through (default m1.tiny,m1.small,m1.medium,m1.large).")
-    p.add_argument("--fail-rate", type=float, default=0.1,
-                   help="Probability a build fails and is rescheduled (default 0.1).")
-    p.add_argument("--build-time", type=float, default=0.02,
-                   help="Seconds a simulated build takes (default 0.02).")
+    p.add_argument(
+        "--flavors",
+        default="m1.tiny,m1.small,m1.medium,m1.large",
+        help="Flavors to cycle through (default m1.tiny,m1.small,m1.medium,m1.large).",
+    )
+    p.add_argument(
+        "--fail-rate",
+        type=float,
+        default=0.1,
+        help="Probability a build fails and is rescheduled (default 0.1).",
+    )
+    p.add_argument(
+        "--build-time",
+        type=float,
+        default=0.02,
+        help="Seconds a simulated build takes (default 0.02).",
+    )
     p.add_argument("--vcpus", type=int, default=16, help="CPUs per host (default 16).")
     p.add_argument("--memory-mb", type=int, default=49152, help="Memory per host (default 49152).")
     p.add_argument("--disk-gb", type=int, default=500, help="Disk per host (default 500).")
@@ -67,23 +84,34 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.redis_url, prefix)
     shape = HostShape(vcpus=args.vcpus, memory_mb=args.memory_mb, disk_gb=args.disk_gb)
     hosts = [f"demo-{i:04d}" for i in range(args.hosts)]
-    sim = ComputeSimulator(store, rpc.ConductorClient(transport), hosts, "demo-sim", shape,
-                           build_time=args.build_time, fail_rate=args.fail_rate, seed=args.seed)
+    sim = ComputeSimulator(
+        store,
+        rpc.ConductorClient(transport),
+        hosts,
+        "demo-sim",
+        shape,
+        build_time=args.build_time,
+        fail_rate=args.fail_rate,
+        seed=args.seed,
+    )
     sim.register()
     resolver = ServiceResolver(store)
     compute = rpc.ComputeClient(transport, resolver)
     scheduler = SchedulerService(conf, transport, None, store, server_name="demo")
     servers = [
         rpc.get_server(transport, rpc.COMPUTE_TOPIC, "demo-sim", [sim]),
-        rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, "demo",
-                       [ConductorEndpoint(store, compute)]),
+        rpc.get_server(
+            transport, rpc.CONDUCTOR_TOPIC, "demo", [ConductorEndpoint(store, compute)]
+        ),
     ]
     for server in servers:
         server.start()
     scheduler.start()
-    print(f"scheduler-demo: {args.hosts} hosts, {args.instances} instances "
-          f"({', '.join(f.name for f in flavors)}), fail rate {args.fail_rate:.0%}, "
-          f"transport {mask_secrets(args.transport_url)}, store {mask_secrets(args.redis_url)}")
+    print(
+        f"scheduler-demo: {args.hosts} hosts, {args.instances} instances "
+        f"({', '.join(f.name for f in flavors)}), fail rate {args.fail_rate:.0%}, "
+        f"transport {mask_secrets(args.transport_url)}, store {mask_secrets(args.redis_url)}"
+    )
     booter = Booter(store, rpc.SchedulerClient(transport), compute)
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
     started = time.monotonic()
@@ -93,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
     report = booter.wait(uuids, args.timeout, started)
     stats = scheduler.endpoint.stats
     print(format_report(report))
-    print(f"decisions: {stats.decisions} ({stats.no_valid_host} no valid host), "
-          f"{stats.per_second:,.0f} per second; builds ok {sim.builds_ok}, "
-          f"failed {sim.builds_failed}")
+    print(
+        f"decisions: {stats.decisions} ({stats.no_valid_host} no valid host), "
+        f"{stats.per_second:,.0f} per second; builds ok {sim.builds_ok}, "
+        f"failed {sim.builds_failed}"
+    )
     print(format_fill(store.list_providers()))
 
     scheduler.stop()

@@ -29,40 +29,59 @@ class NotificationCollector:
         self._sink = sink
         self._lock = threading.Lock()
 
-    def _record(self, priority: str, publisher_id: str, event_type: str,
-                payload: Any) -> None:
+    def _record(self, priority: str, publisher_id: str, event_type: str, payload: Any) -> None:
         with self._lock:
-            self._sink({"priority": priority, "event_type": event_type,
-                        "publisher_id": publisher_id, "payload": payload})
+            self._sink(
+                {
+                    "priority": priority,
+                    "event_type": event_type,
+                    "publisher_id": publisher_id,
+                    "payload": payload,
+                }
+            )
 
-    def info(self, ctxt: Any, publisher_id: str, event_type: str, payload: Any,
-             metadata: Any) -> None:
+    def info(
+        self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
+    ) -> None:
         self._record("INFO", publisher_id, event_type, payload)
 
-    def warn(self, ctxt: Any, publisher_id: str, event_type: str, payload: Any,
-             metadata: Any) -> None:
+    def warn(
+        self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
+    ) -> None:
         self._record("WARN", publisher_id, event_type, payload)
 
-    def error(self, ctxt: Any, publisher_id: str, event_type: str, payload: Any,
-              metadata: Any) -> None:
+    def error(
+        self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
+    ) -> None:
         self._record("ERROR", publisher_id, event_type, payload)
 
 
-def listen(transport: oslo_messaging.Transport, topic: str, sink: Callable[[dict[str, Any]], None],
-           pool: str | None = None) -> oslo_messaging.server.MessageHandlingServer:
+def listen(
+    transport: oslo_messaging.Transport,
+    topic: str,
+    sink: Callable[[dict[str, Any]], None],
+    pool: str | None = None,
+) -> oslo_messaging.server.MessageHandlingServer:
     targets = [oslo_messaging.Target(topic=topic)]
     listener = oslo_messaging.get_notification_listener(
-        transport, targets, [NotificationCollector(sink)],
-        pool=pool or f"tail-{uuidlib.uuid4().hex[:8]}")
+        transport,
+        targets,
+        [NotificationCollector(sink)],
+        pool=pool or f"tail-{uuidlib.uuid4().hex[:8]}",
+    )
     listener.start()
     return listener
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    conf_mod.CONF.register_cli_opt(cfg.StrOpt("pool", help="Listener pool name "
-                                              "(default: a fresh one)."))
-    conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv,
-                               prog="scheduler-notify-tail", description=__doc__.split("\n")[0])
+    conf_mod.CONF.register_cli_opt(
+        cfg.StrOpt("pool", help="Listener pool name (default: a fresh one).")
+    )
+    conf = conf_mod.parse_args(
+        sys.argv[1:] if argv is None else argv,
+        prog="scheduler-notify-tail",
+        description=__doc__.split("\n")[0],
+    )
     log.setup(level="WARNING", process="scheduler-notify-tail")
     transport = rpc.get_notification_transport(conf)
 

@@ -105,8 +105,12 @@ class Shared:
 
     @classmethod
     def create(cls, workers: int) -> Shared:
-        return cls(pids=_FORK.RawArray("i", workers), started=_FORK.RawArray("d", workers),
-                   delays=_FORK.RawArray("d", workers), generation=_FORK.RawValue("i", 0))
+        return cls(
+            pids=_FORK.RawArray("i", workers),
+            started=_FORK.RawArray("d", workers),
+            delays=_FORK.RawArray("d", workers),
+            generation=_FORK.RawValue("i", 0),
+        )
 
 
 class WorkerService(cotyledon.Service):
@@ -137,8 +141,12 @@ class WorkerService(cotyledon.Service):
             self._notification_transport = rpc.get_notification_transport(conf)
             self._store = make_store(conf)
             self._service = SchedulerService(
-                conf, self._transport, self._notification_transport, self._store,
-                server_name=f"{conf.host}.{os.getpid()}")
+                conf,
+                self._transport,
+                self._notification_transport,
+                self._store,
+                server_name=f"{conf.host}.{os.getpid()}",
+            )
         except Exception as exc:  # a bad option, an unknown plugin: say which, and exit
             LOG.exception("worker_start_failed", error=str(exc))
             raise SystemExit(1) from exc
@@ -164,13 +172,16 @@ class WorkerService(cotyledon.Service):
         conf = conf_mod.CONF
         if not conf.scheduler.health_port:
             return None
-        monitor = health.HealthMonitor({
-            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
-            "store": self._store.ping,
-        })
+        monitor = health.HealthMonitor(
+            {
+                "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+                "store": self._store.ping,
+            }
+        )
         monitor.start()
-        return health.serve(monitor, conf.scheduler.health_listen,
-                            conf.scheduler.health_port + self.worker_id)
+        return health.serve(
+            monitor, conf.scheduler.health_listen, conf.scheduler.health_port + self.worker_id
+        )
 
     def terminate(self) -> None:
         with self._lock:
@@ -211,15 +222,18 @@ class Supervisor:
         self.shared = Shared.create(self._workers)
         self._quick_deaths = [0] * self._workers
         self.manager = cotyledon.ServiceManager(
-            graceful_shutdown_timeout=conf.scheduler.graceful_shutdown_timeout,
-            mp_context=_FORK)
+            graceful_shutdown_timeout=conf.scheduler.graceful_shutdown_timeout, mp_context=_FORK
+        )
         self.manager.add(WorkerService, workers=self._workers, args=(self.shared,))
-        self.manager.register_hooks(on_reload=self.on_reload,
-                                    on_dead_worker=self.on_dead_worker)
+        self.manager.register_hooks(on_reload=self.on_reload, on_dead_worker=self.on_dead_worker)
 
     def run(self) -> None:
-        LOG.info("supervisor_started", pid=os.getpid(), workers=self._workers,
-                 graceful_shutdown_timeout=self._conf.scheduler.graceful_shutdown_timeout)
+        LOG.info(
+            "supervisor_started",
+            pid=os.getpid(),
+            workers=self._workers,
+            graceful_shutdown_timeout=self._conf.scheduler.graceful_shutdown_timeout,
+        )
         self.manager.run()
 
     def on_dead_worker(self, _service_id: object, worker_id: int, exit_code: int) -> None:
@@ -238,9 +252,14 @@ class Supervisor:
         self._quick_deaths[worker_id] = self._quick_deaths[worker_id] + 1 if quick else 1
         delay = restart_delay(self._quick_deaths[worker_id])
         self.shared.delays[worker_id] = delay
-        LOG.warning("worker_died", pid=pid, worker=worker_id, exit_code=exit_code,
-                    signal=_signal_name(-exit_code) if exit_code < 0 else None,
-                    restart_in=delay)
+        LOG.warning(
+            "worker_died",
+            pid=pid,
+            worker=worker_id,
+            exit_code=exit_code,
+            signal=_signal_name(-exit_code) if exit_code < 0 else None,
+            restart_in=delay,
+        )
 
     def on_reload(self) -> None:
         """Runs in the master on SIGHUP, before cotyledon passes it to the workers."""
@@ -263,8 +282,11 @@ class Supervisor:
         # master's bound, and what it hands every worker it forks from now on.
         self.manager._graceful_shutdown_timeout = timeout
         self.shared.generation.value += 1
-        LOG.info("config_reloaded", generation=self.shared.generation.value,
-                 graceful_shutdown_timeout=timeout)
+        LOG.info(
+            "config_reloaded",
+            generation=self.shared.generation.value,
+            graceful_shutdown_timeout=timeout,
+        )
 
 
 def config_error(conf: cfg.ConfigOpts) -> str | None:
@@ -280,8 +302,11 @@ def config_error(conf: cfg.ConfigOpts) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    conf = conf_mod.parse_args(sys.argv[1:] if argv is None else argv, prog="scheduler-worker",
-                               description=__doc__.split("\n")[0])
+    conf = conf_mod.parse_args(
+        sys.argv[1:] if argv is None else argv,
+        prog="scheduler-worker",
+        description=__doc__.split("\n")[0],
+    )
     error = config_error(conf)
     if error is not None:
         sys.exit(f"scheduler-worker: {error}")

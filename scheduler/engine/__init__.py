@@ -10,5 +10,12 @@ from scheduler.engine.pipeline import Engine, InstanceTrace, ScheduleResult
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.engine.settings import EngineSettings
 
-__all__ = ["Engine", "EngineSettings", "HostView", "InstanceTrace", "PlacementContext",
-           "ScheduleResult", "UnknownPlugin"]
+__all__ = [
+    "Engine",
+    "EngineSettings",
+    "HostView",
+    "InstanceTrace",
+    "PlacementContext",
+    "ScheduleResult",
+    "UnknownPlugin",
+]

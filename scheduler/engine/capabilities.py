@@ -109,8 +109,14 @@ class CapabilityReport:
     pci_devices: tuple[PciPool, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    KNOWN = ("cpu_arch", "hypervisor_type", "hypervisor_version", "supported_instances",
-             "numa_cells", "pci_devices")
+    KNOWN = (
+        "cpu_arch",
+        "hypervisor_type",
+        "hypervisor_version",
+        "supported_instances",
+        "numa_cells",
+        "pci_devices",
+    )
 
     def to_primitive(self) -> dict[str, Any]:
         out: dict[str, Any] = _thaw(self.extra)
@@ -123,11 +129,14 @@ class CapabilityReport:
         if self.supported_instances:
             out["supported_instances"] = [list(t) for t in self.supported_instances]
         if self.numa_cells:
-            out["numa_cells"] = [{"cpus": c.cpus, "memory_mb": c.memory_mb}
-                                 for c in self.numa_cells]
+            out["numa_cells"] = [
+                {"cpus": c.cpus, "memory_mb": c.memory_mb} for c in self.numa_cells
+            ]
         if self.pci_devices:
-            out["pci_devices"] = [{"vendor_id": p.vendor_id, "product_id": p.product_id,
-                                   "count": p.count} for p in self.pci_devices]
+            out["pci_devices"] = [
+                {"vendor_id": p.vendor_id, "product_id": p.product_id, "count": p.count}
+                for p in self.pci_devices
+            ]
         return out
 
     @classmethod
@@ -136,23 +145,37 @@ class CapabilityReport:
         try:
             version = int(data.get("hypervisor_version") or 0)
             triples = tuple(
-                (canonical_arch(_opt_str(t[0])), canonical_hv_type(_opt_str(t[1])),
-                 canonical_vm_mode(_opt_str(t[2])))
-                for t in data.get("supported_instances") or ())
-            cells = tuple(NumaCell(int(c["cpus"]), int(c["memory_mb"]))
-                          for c in data.get("numa_cells") or ())
-            pools = tuple(PciPool(str(p["vendor_id"]).lower(), str(p["product_id"]).lower(),
-                                  int(p["count"])) for p in data.get("pci_devices") or ())
+                (
+                    canonical_arch(_opt_str(t[0])),
+                    canonical_hv_type(_opt_str(t[1])),
+                    canonical_vm_mode(_opt_str(t[2])),
+                )
+                for t in data.get("supported_instances") or ()
+            )
+            cells = tuple(
+                NumaCell(int(c["cpus"]), int(c["memory_mb"])) for c in data.get("numa_cells") or ()
+            )
+            pools = tuple(
+                PciPool(str(p["vendor_id"]).lower(), str(p["product_id"]).lower(), int(p["count"]))
+                for p in data.get("pci_devices") or ()
+            )
         except (TypeError, KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"unreadable capability report: {exc!r}") from None
-        if version < 0 or any(c.cpus < 0 or c.memory_mb < 0 for c in cells) or any(
-                p.count < 0 for p in pools):
+        if (
+            version < 0
+            or any(c.cpus < 0 or c.memory_mb < 0 for c in cells)
+            or any(p.count < 0 for p in pools)
+        ):
             raise ValueError("capability report holds negative numbers")
-        return cls(cpu_arch=canonical_arch(_opt_str(data.get("cpu_arch"))),
-                   hypervisor_type=canonical_hv_type(_opt_str(data.get("hypervisor_type"))),
-                   hypervisor_version=version, supported_instances=triples,
-                   numa_cells=cells, pci_devices=pools,
-                   extra={k: v for k, v in data.items() if k not in cls.KNOWN})
+        return cls(
+            cpu_arch=canonical_arch(_opt_str(data.get("cpu_arch"))),
+            hypervisor_type=canonical_hv_type(_opt_str(data.get("hypervisor_type"))),
+            hypervisor_version=version,
+            supported_instances=triples,
+            numa_cells=cells,
+            pci_devices=pools,
+            extra={k: v for k, v in data.items() if k not in cls.KNOWN},
+        )
 
     def attributes(self) -> dict[str, Any]:
         """Every leaf attribute by its flattened key, lists as tuples."""
@@ -221,7 +244,7 @@ class _Categorical:
 
     def grow(self, rows: int) -> None:
         grown = np.zeros(rows, dtype=np.int32)
-        grown[:len(self.codes)] = self.codes
+        grown[: len(self.codes)] = self.codes
         self.codes = grown
 
     def set(self, row: int | np.ndarray, value: Any) -> None:
@@ -241,12 +264,14 @@ class _Categorical:
         """``predicate`` of each host's value (None when not reported), per candidate."""
         codes = self.codes[idx]
         if len(self.values) <= _EVALUATE_ALL:
-            truth = np.fromiter((predicate(v) for v in self.values), dtype=bool,
-                                count=len(self.values))
+            truth = np.fromiter(
+                (predicate(v) for v in self.values), dtype=bool, count=len(self.values)
+            )
             return truth[codes]
         present, inverse = np.unique(codes, return_inverse=True)
-        truth = np.fromiter((predicate(self.values[c]) for c in present), dtype=bool,
-                            count=len(present))
+        truth = np.fromiter(
+            (predicate(self.values[c]) for c in present), dtype=bool, count=len(present)
+        )
         return truth[inverse]
 
 
@@ -312,8 +337,12 @@ class HostCapabilities:
         if rows <= self._rows:
             return
         rows = max(rows, 2 * self._rows)
-        for categorical in (*self._attributes.values(), self._supported, self._report_keys,
-                            self._stat_keys):
+        for categorical in (
+            *self._attributes.values(),
+            self._supported,
+            self._report_keys,
+            self._stat_keys,
+        ):
             categorical.grow(rows)
         self._version = _grown(self._version, rows)
         self._io_ops = _grown(self._io_ops, rows)
@@ -323,12 +352,17 @@ class HostCapabilities:
         for pool, column in self._pci.items():
             self._pci[pool] = _grown(column, rows)
         numa = np.zeros((rows, self._numa.shape[1], 2), dtype=np.int64)
-        numa[:self._rows] = self._numa
+        numa[: self._rows] = self._numa
         self._numa = numa
         self._rows = rows
 
-    def load(self, size: int, rows: np.ndarray, services: ServiceColumns,
-             aggregates: Iterable[Aggregate]) -> None:
+    def load(
+        self,
+        size: int,
+        rows: np.ndarray,
+        services: ServiceColumns,
+        aggregates: Iterable[Aggregate],
+    ) -> None:
         """Fill the columns from a snapshot's services, for a view of ``size``
         rows (``rows``: each service's row in the view, -1 for none).
 
@@ -347,12 +381,14 @@ class HostCapabilities:
         reports = [_stats(report) for report in services.stats_reports]
         codes, at = services.stats[present], rows[present]
         for name in dict.fromkeys(name for report in reports for name in report):
-            per_report = np.array([report.get(name, _UNREPORTED) for report in reports],
-                                  dtype=np.int64)
+            per_report = np.array(
+                [report.get(name, _UNREPORTED) for report in reports], dtype=np.int64
+            )
             self._column(self._stats, name, _UNREPORTED)[at] = per_report[codes]
         self._take_io_ops(at)
-        key_codes = np.array([self._stat_keys.code(frozenset(report)) for report in reports],
-                             dtype=np.int32)
+        key_codes = np.array(
+            [self._stat_keys.code(frozenset(report)) for report in reports], dtype=np.int32
+        )
         self._stat_keys.codes[at] = key_codes[codes]
 
     def put_service(self, row: int, service: Service) -> None:
@@ -360,7 +396,9 @@ class HostCapabilities:
         self.grow(row + 1)
         parsed = self._parse(service.host, service.capabilities)
         old_attrs, old_pci = self._report_keys.values[self._report_keys.codes[row]] or (
-            frozenset(), frozenset())
+            frozenset(),
+            frozenset(),
+        )
         old_stats = self._stat_keys.values[self._stat_keys.codes[row]] or frozenset()
         for key in old_attrs - parsed.attributes.keys():
             self._attributes[key].set(row, None)
@@ -397,8 +435,9 @@ class HostCapabilities:
     def has_attribute(self, key: str) -> bool:
         return key in self._attributes
 
-    def attribute_mask(self, key: str, predicate: Callable[[Any], bool],
-                       idx: np.ndarray) -> np.ndarray:
+    def attribute_mask(
+        self, key: str, predicate: Callable[[Any], bool], idx: np.ndarray
+    ) -> np.ndarray:
         """``predicate`` of each host's attribute ``key`` (None when not reported)."""
         column = self._attributes.get(key)
         if column is None:
@@ -428,8 +467,9 @@ class HostCapabilities:
             return np.zeros(len(idx), dtype=bool)
         return column[idx] >= 0
 
-    def supported_mask(self, predicate: Callable[[frozenset[Triple] | None], bool],
-                       idx: np.ndarray) -> np.ndarray:
+    def supported_mask(
+        self, predicate: Callable[[frozenset[Triple] | None], bool], idx: np.ndarray
+    ) -> np.ndarray:
         """``predicate`` of each host's supported instance triples (None: none reported)."""
         return self._supported.mask(predicate, idx)
 
@@ -447,33 +487,38 @@ class HostCapabilities:
                 total += column[idx]
         return total
 
-    def pooled_metadata(self, sets: Sequence[frozenset[str]]
-                        ) -> list[Mapping[str, frozenset[str]]]:
+    def pooled_metadata(
+        self, sets: Sequence[frozenset[str]]
+    ) -> list[Mapping[str, frozenset[str]]]:
         """Per aggregate set (by code), each metadata key's values across its
         aggregates, split on commas and stripped (as Nova pools them)."""
         epoch, pooled = self._pooled
         if epoch != self._agg_epoch:
             pooled = []
-        for aggregates in sets[len(pooled):]:
+        for aggregates in sets[len(pooled) :]:
             values: dict[str, set[str]] = {}
             for uuid in aggregates:
                 agg = self._aggregates.get(uuid)
-                for key, value in (agg.metadata.items() if agg is not None else ()):
+                for key, value in agg.metadata.items() if agg is not None else ():
                     values.setdefault(key, set()).update(v.strip() for v in value.split(","))
             pooled.append(MappingProxyType({k: frozenset(v) for k, v in values.items()}))
         self._pooled = (self._agg_epoch, pooled)
         return pooled
 
-    def aggregate_multipliers(self, option: str, default: float,
-                              sets: Sequence[frozenset[str]]) -> np.ndarray | None:
+    def aggregate_multipliers(
+        self, option: str, default: float, sets: Sequence[frozenset[str]]
+    ) -> np.ndarray | None:
         """Per aggregate set, the lowest ``option`` its aggregates' metadata sets
         (``default`` where none does, or where a value is not a number); None
         when no aggregate sets it at all, so the default applies everywhere."""
         epoch, table = self._multipliers.get(option, (-1, None))
         if epoch == self._agg_epoch and (table is None or len(table) == len(sets)):
             return table
-        setting = {uuid: agg.metadata[option] for uuid, agg in self._aggregates.items()
-                   if option in agg.metadata}
+        setting = {
+            uuid: agg.metadata[option]
+            for uuid, agg in self._aggregates.items()
+            if option in agg.metadata
+        }
         if not setting:
             self._multipliers[option] = (self._agg_epoch, None)
             return None
@@ -492,8 +537,9 @@ class HostCapabilities:
         self._multipliers[option] = (self._agg_epoch, out)
         return out
 
-    def instance_rows(self, instance_uuids: Iterable[str],
-                      row_of_provider: Callable[[str], int | None]) -> np.ndarray:
+    def instance_rows(
+        self, instance_uuids: Iterable[str], row_of_provider: Callable[[str], int | None]
+    ) -> np.ndarray:
         """The rows of the hosts where these instances hold allocations.
 
         Read from the store (a round trip per instance: hints name a few);
@@ -556,7 +602,7 @@ class HostCapabilities:
     def _put_numa(self, row: int | np.ndarray, cells: tuple[NumaCell, ...]) -> None:
         if len(cells) > self._numa.shape[1]:
             wider = np.zeros((self._rows, len(cells), 2), dtype=np.int64)
-            wider[:, :self._numa.shape[1]] = self._numa
+            wider[:, : self._numa.shape[1]] = self._numa
             self._numa = wider
         self._numa[row] = 0
         for k, cell in enumerate(cells):
@@ -596,16 +642,22 @@ class HostCapabilities:
         for pool in typed.pci_devices:
             key = (pool.vendor_id, pool.product_id)
             pci[key] = pci.get(key, 0) + pool.count
-        return _Parsed(attributes=MappingProxyType(typed.attributes()),
-                       version=typed.hypervisor_version,
-                       supported=frozenset(typed.supported_instances) or None,
-                       numa=typed.numa_cells, pci=MappingProxyType(pci))
+        return _Parsed(
+            attributes=MappingProxyType(typed.attributes()),
+            version=typed.hypervisor_version,
+            supported=frozenset(typed.supported_instances) or None,
+            numa=typed.numa_cells,
+            pci=MappingProxyType(pci),
+        )
 
 
 def _stats(report: Mapping[str, Any]) -> dict[str, int]:
     """The integer stats of a stats report (anything else is ignored)."""
-    return {name: max(value, 0) for name, value in report.items()
-            if isinstance(value, int) and not isinstance(value, bool)}
+    return {
+        name: max(value, 0)
+        for name, value in report.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
 
 
 def _by_code(codes: np.ndarray, items: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -621,5 +673,5 @@ def _by_code(codes: np.ndarray, items: np.ndarray) -> Iterator[tuple[int, np.nda
 
 def _grown(column: np.ndarray, rows: int, fill: Any = 0) -> np.ndarray:
     grown = np.full(rows, fill, dtype=column.dtype)
-    grown[:len(column)] = column
+    grown[: len(column)] = column
     return grown

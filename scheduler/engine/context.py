@@ -46,8 +46,11 @@ class PlacementContext:
     def members_on(self, view: HostView, candidates: np.ndarray) -> np.ndarray:
         """Members of the request's group on each candidate host (0 where none)."""
         members = np.zeros(len(candidates))
-        known = [(row, n) for host, n in self.group_members.items()
-                 if n > 0 and (row := view.index_of(host)) is not None]
+        known = [
+            (row, n)
+            for host, n in self.group_members.items()
+            if n > 0 and (row := view.index_of(host)) is not None
+        ]
         if not known:
             return members
         known.sort()

@@ -125,7 +125,8 @@ _CLASS_COLUMNS = (*_INVENTORY_COLUMNS, _USED)
 #: An Inventory's values for :data:`_INVENTORY_COLUMNS`, in their order (one
 #: call per inventory), and those of a provider without the class.
 _READ_INVENTORY: Callable[[Inventory], tuple[Any, ...]] = attrgetter(
-    *(c.field for c in _INVENTORY_COLUMNS if c.field))
+    *(c.field for c in _INVENTORY_COLUMNS if c.field)
+)
 _NO_INVENTORY = tuple(c.fill for c in _INVENTORY_COLUMNS)
 
 # Per row buffers: (name, dtype, fill value of a new row).
@@ -163,20 +164,23 @@ class _ProviderTable:
         self._rows = 0
         self._row_columns = row_columns
         self.per_class: dict[str, np.ndarray] = {
-            c.name: np.zeros((0, 0), dtype=c.dtype) for c in _CLASS_COLUMNS}
+            c.name: np.zeros((0, 0), dtype=c.dtype) for c in _CLASS_COLUMNS
+        }
         self.per_row: dict[str, np.ndarray] = {
-            name: np.full(0, fill, dtype=dtype) for name, dtype, fill in row_columns}
+            name: np.full(0, fill, dtype=dtype) for name, dtype, fill in row_columns
+        }
         self.bits: dict[str, np.ndarray] = {
-            kind: np.zeros((0, 1), dtype=np.uint64) for kind in _BIT_KINDS}
+            kind: np.zeros((0, 1), dtype=np.uint64) for kind in _BIT_KINDS
+        }
         self._units_cache: dict[tuple[int, int], np.ndarray] = {}
 
     def live(self, name: str) -> np.ndarray:
         """The live rows of a column (a view, no copy)."""
         if name in self.per_class:
-            return self.per_class[name][:, :self.size]
+            return self.per_class[name][:, : self.size]
         if name in self.per_row:
-            return self.per_row[name][:self.size]
-        return self.bits[name.removesuffix("_bits")][:self.size]
+            return self.per_row[name][: self.size]
+        return self.bits[name.removesuffix("_bits")][: self.size]
 
     def count(self, rows: np.ndarray | slice) -> int:
         if isinstance(rows, slice):
@@ -224,7 +228,8 @@ class _ProviderTable:
         """One more resource class row, at every provider's fill value."""
         for c in _CLASS_COLUMNS:
             self.per_class[c.name] = np.vstack(
-                [self.per_class[c.name], np.full((1, self._rows), c.fill, dtype=c.dtype)])
+                [self.per_class[c.name], np.full((1, self._rows), c.fill, dtype=c.dtype)]
+            )
 
     def widen(self, kind: str) -> None:
         """One more word of ``kind`` ("trait" or "agg") bits per row."""
@@ -233,13 +238,20 @@ class _ProviderTable:
 
     # --- writing --------------------------------------------------------------------
 
-    def load_class(self, j: int, rc: str, inventories: Sequence[Mapping[str, Inventory]],
-                   codes: np.ndarray, used: np.ndarray | None) -> None:
+    def load_class(
+        self,
+        j: int,
+        rc: str,
+        inventories: Sequence[Mapping[str, Inventory]],
+        codes: np.ndarray,
+        used: np.ndarray | None,
+    ) -> None:
         """Fill class ``j`` (``rc``) of the first ``len(codes)`` rows in bulk: row
         ``i`` has inventory ``inventories[codes[i]]`` and uses ``used[i]``."""
         n = len(codes)
-        values = [_READ_INVENTORY(invs[rc]) if rc in invs else _NO_INVENTORY
-                  for invs in inventories]
+        values = [
+            _READ_INVENTORY(invs[rc]) if rc in invs else _NO_INVENTORY for invs in inventories
+        ]
         for k, c in enumerate(_INVENTORY_COLUMNS):
             per_value: np.ndarray = np.array([v[k] for v in values], dtype=c.dtype)
             self.per_class[c.name][j, :n] = per_value[codes]
@@ -247,8 +259,9 @@ class _ProviderTable:
             self.per_class[_USED.name][j, :n] = used
         self._units_cache.clear()
 
-    def write_provider(self, row: int, p: Provider, rc_rows: Mapping[str, int],
-                       bits: Mapping[str, Iterable[int]]) -> None:
+    def write_provider(
+        self, row: int, p: Provider, rc_rows: Mapping[str, int], bits: Mapping[str, Iterable[int]]
+    ) -> None:
         """Fill ``row`` from ``p``: its per-class columns from its inventories and
         usages (``rc_rows`` gives each class's row; every class ``p`` names has
         one), its generation, and its ``bits`` of each kind."""
@@ -268,8 +281,9 @@ class _ProviderTable:
                 column[j, row] = value
         self.write_usages(row, p.usages, rc_rows)
 
-    def write_usages(self, row: int, usages: Mapping[str, int],
-                     rc_rows: Mapping[str, int]) -> None:
+    def write_usages(
+        self, row: int, usages: Mapping[str, int], rc_rows: Mapping[str, int]
+    ) -> None:
         used = self.per_class[_USED.name]
         used[:, row] = _USED.fill
         for rc, amount in usages.items():
@@ -277,8 +291,9 @@ class _ProviderTable:
 
     # --- questions ------------------------------------------------------------------
 
-    def can_give(self, j: int, amount: int, rows: np.ndarray | slice,
-                 extra: np.ndarray | None) -> np.ndarray:
+    def can_give(
+        self, j: int, amount: int, rows: np.ndarray | slice, extra: np.ndarray | None
+    ) -> np.ndarray:
         """Mask of the providers in ``rows`` that can give ``amount`` of class ``j``."""
         free = self.per_class["capacity"][j, rows] - self.per_class["used"][j, rows]
         if extra is not None:
@@ -296,9 +311,12 @@ class _ProviderTable:
         mask = self._units_cache.get(key)
         if mask is None:
             n = self.size
-            mask = rules.units_allow(amount, self.per_class["min_unit"][j, :n],
-                                     self.per_class["max_unit"][j, :n],
-                                     self.per_class["step"][j, :n])
+            mask = rules.units_allow(
+                amount,
+                self.per_class["min_unit"][j, :n],
+                self.per_class["max_unit"][j, :n],
+                self.per_class["step"][j, :n],
+            )
             if len(self._units_cache) >= _UNITS_CACHE_SIZE:
                 self._units_cache.clear()
             self._units_cache[key] = mask
@@ -414,13 +432,15 @@ class HostView:
         self._uuid_index = dict(zip(self.uuids, range(n), strict=True))
         self._aggregates = {agg.uuid: agg for agg in snap.aggregates}
         for rc in dict.fromkeys(itertools.chain(*hosts.inventories, hosts.usage)):
-            table.load_class(self._rc_row(rc), rc, hosts.inventories, hosts.inventory,
-                             hosts.usage.get(rc))
+            table.load_class(
+                self._rc_row(rc), rc, hosts.inventories, hosts.inventory, hosts.usage.get(rc)
+            )
         row = table.per_row
         row["generation"][:n] = hosts.generation
         row["consumers"][:n] = hosts.consumers
-        agg_codes = np.array([self._agg_code(aggs) for aggs in hosts.aggregate_sets],
-                             dtype=np.int32)
+        agg_codes = np.array(
+            [self._agg_code(aggs) for aggs in hosts.aggregate_sets], dtype=np.int32
+        )
         row["agg_set"][:n] = agg_codes[hosts.aggregates]
         trait_rows = self._bit_rows(hosts.trait_sets, "trait")
         agg_rows = self._bit_rows(hosts.aggregate_sets, "agg")
@@ -449,8 +469,9 @@ class HostView:
         """Undo :meth:`consume` (a dry run, or claims released after a failure)."""
         self.consume_allocation(index, {self.uuids[index]: resources}, sign=-1)
 
-    def consume_allocation(self, index: int,
-                           allocations: Mapping[str, Mapping[str, int]], sign: int = 1) -> None:
+    def consume_allocation(
+        self, index: int, allocations: Mapping[str, Mapping[str, int]], sign: int = 1
+    ) -> None:
         """Account locally for a claim of ``allocations`` (per provider uuid) on
         host ``index``, its root and children alike; ``sign=-1`` undoes it."""
         for uuid, resources in allocations.items():
@@ -524,8 +545,14 @@ class HostView:
     def _table(self, kid: bool) -> _ProviderTable:
         return self._kids if kid else self._hosts
 
-    def can_give(self, rc: str, amount: int, rows: np.ndarray | slice, kid: bool = False,
-                 extra: np.ndarray | None = None) -> np.ndarray:
+    def can_give(
+        self,
+        rc: str,
+        amount: int,
+        rows: np.ndarray | slice,
+        kid: bool = False,
+        extra: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Mask of the providers in ``rows`` that can give ``amount`` of ``rc``:
         free capacity (less ``extra``, already promised in this request), and
         min_unit, max_unit and step_size. A provider without the class cannot."""
@@ -543,8 +570,9 @@ class HostView:
             return np.zeros(table.count(rows), dtype=bool)
         return table.has_bit("trait", bit, rows)
 
-    def in_any_trait(self, traits: Iterable[str], rows: np.ndarray | slice,
-                     kid: bool = False) -> np.ndarray:
+    def in_any_trait(
+        self, traits: Iterable[str], rows: np.ndarray | slice, kid: bool = False
+    ) -> np.ndarray:
         """Mask of the providers in ``rows`` that have at least one of ``traits``."""
         table = self._table(kid)
         words = self._words(self._trait_ids, traits, self._words_of["trait"])
@@ -552,8 +580,9 @@ class HostView:
             return np.zeros(table.count(rows), dtype=bool)
         return (table.bits["trait"][rows] & words).any(axis=1)
 
-    def trait_count(self, traits: Iterable[str], rows: np.ndarray | slice,
-                    kid: bool = False) -> np.ndarray:
+    def trait_count(
+        self, traits: Iterable[str], rows: np.ndarray | slice, kid: bool = False
+    ) -> np.ndarray:
         """How many of ``traits`` each provider in ``rows`` has."""
         count = np.zeros(self._table(kid).count(rows), dtype=np.int64)
         for trait in traits:
@@ -566,8 +595,9 @@ class HostView:
         _set_words(words, (bit for name in names if (bit := ids.get(name)) is not None))
         return words
 
-    def in_any(self, aggregates: Iterable[str], rows: np.ndarray | slice,
-               kid: bool = False) -> np.ndarray:
+    def in_any(
+        self, aggregates: Iterable[str], rows: np.ndarray | slice, kid: bool = False
+    ) -> np.ndarray:
         """Mask of the providers in ``rows`` that are members of any of
         ``aggregates`` (uuids or names), a child through its root too."""
         uuids = [uuid for token in aggregates for uuid in self._resolve_aggregate(token)]
@@ -599,8 +629,9 @@ class HostView:
         found = [i for n in names for i in self._folded.get(n.casefold(), ())]
         return np.array(found, dtype=np.int64)
 
-    def shortfalls(self, resources: Mapping[str, int],
-                   idx: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+    def shortfalls(
+        self, resources: Mapping[str, int], idx: np.ndarray | None = None
+    ) -> list[tuple[str, np.ndarray]]:
         """Per requested resource class, a mask of the hosts whose root provider
         cannot give it (its own inventory only; the candidate step asks the
         child providers too, see :mod:`scheduler.engine.placement`).
@@ -645,8 +676,9 @@ class HostView:
         """
         if self._set_zones is None:
             self._set_zones = [self._zones_of(s) for s in self._agg_sets]
-        in_zone = np.fromiter((zone in zones for zones in self._set_zones), dtype=bool,
-                              count=len(self._set_zones))
+        in_zone = np.fromiter(
+            (zone in zones for zones in self._set_zones), dtype=bool, count=len(self._set_zones)
+        )
         return in_zone[self._hosts.per_row["agg_set"][idx]]
 
     # --- internals ------------------------------------------------------------------
@@ -743,9 +775,11 @@ class HostView:
 
     def _zones_of(self, aggregates: frozenset[str]) -> frozenset[str]:
         zones = frozenset(
-            agg.metadata[AZ_METADATA_KEY] for uuid in aggregates
+            agg.metadata[AZ_METADATA_KEY]
+            for uuid in aggregates
             if (agg := self._aggregates.get(uuid)) is not None
-            and agg.metadata.get(AZ_METADATA_KEY))
+            and agg.metadata.get(AZ_METADATA_KEY)
+        )
         return zones or frozenset({self._default_zone})
 
     def _apply(self, change: Change) -> None:
@@ -768,8 +802,12 @@ class HostView:
         elif change.kind == CORRUPT_CHANGE:
             # Foreign or damaged: the view may miss one update of one provider,
             # which costs at worst a refused claim (the claim re-checks).
-            LOG.error("corrupt_change_skipped", cursor=change.cursor,
-                      key=change.data.kwargs.get("key"), reason=change.data.kwargs.get("reason"))
+            LOG.error(
+                "corrupt_change_skipped",
+                cursor=change.cursor,
+                key=change.data.kwargs.get("key"),
+                reason=change.data.kwargs.get("reason"),
+            )
         else:
             LOG.warning("host_view_unknown_change", kind=change.kind, cursor=change.cursor)
 
@@ -792,8 +830,10 @@ class HostView:
         generation, traits and aggregates, into ``row`` of ``table``."""
         for rc in (*p.inventories, *p.usages):
             self._rc_row(rc)
-        bits = {"trait": [self._bit(self._trait_ids, t, "trait") for t in p.traits],
-                "agg": [self._bit(self._agg_ids, a, "agg") for a in p.aggregates]}
+        bits = {
+            "trait": [self._bit(self._trait_ids, t, "trait") for t in p.traits],
+            "agg": [self._bit(self._agg_ids, a, "agg") for a in p.aggregates],
+        }
         table.write_provider(row, p, self._rc, bits)
 
     def _put_kid(self, p: Provider) -> None:
@@ -817,8 +857,9 @@ class HostView:
 
     def _put_usage(self, data: Mapping[str, Any]) -> None:
         k = self._kid_index.get(data["uuid"])
-        table, row = (self._hosts, self._uuid_index.get(data["uuid"])) if k is None else (
-            self._kids, k)
+        table, row = (
+            (self._hosts, self._uuid_index.get(data["uuid"])) if k is None else (self._kids, k)
+        )
         if row is None or data["generation"] < table.per_row["generation"][row]:
             return  # unknown, or older than what the view holds
         for rc in data["usages"]:
@@ -855,16 +896,20 @@ class HostView:
     def _load_services(self, services: ServiceColumns, now: float) -> np.ndarray:
         """Apply a snapshot's service records in bulk; return each one's row
         (-1 for a host not in the view yet: that record waits for its provider)."""
-        rows = np.fromiter(map(self._index.get, services.hosts, itertools.repeat(-1)),
-                           dtype=np.int64, count=len(services))
+        rows = np.fromiter(
+            map(self._index.get, services.hosts, itertools.repeat(-1)),
+            dtype=np.int64,
+            count=len(services),
+        )
         known = rows >= 0
         at, row = rows[known], self._hosts.per_row
         row["has_service"][at] = True
         row["last_seen"][at] = services.last_seen[known]
         row["disabled"][at] = services.disabled[known]
         row["failed_builds"][at] = services.failed_builds[known]
-        self._waiting = {services.hosts[k]: services.service(int(k))
-                         for k in np.flatnonzero(~known)}
+        self._waiting = {
+            services.hosts[k]: services.service(int(k)) for k in np.flatnonzero(~known)
+        }
         self._services_read_at = now
         return rows
 
@@ -881,8 +926,9 @@ class HostView:
         values per re-read instead of 100,000.
         """
         hosts = self._hosts
-        certain = rules.is_up(now, hosts.live("last_seen"),
-                              self._down_time - 2 * self._services_interval)
+        certain = rules.is_up(
+            now, hosts.live("last_seen"), self._down_time - 2 * self._services_interval
+        )
         return [self.names[i] for i in np.flatnonzero(hosts.live("has_service") & ~certain)]
 
     def _read_heartbeats(self, seen: Mapping[str, float], now: float) -> None:
@@ -891,8 +937,9 @@ class HostView:
         Only rows with a service record take one: a host that heartbeats
         without having registered stays never seen, as it was.
         """
-        rows = np.fromiter(map(self._index.get, seen, itertools.repeat(-1)), dtype=np.int64,
-                           count=len(seen))
+        rows = np.fromiter(
+            map(self._index.get, seen, itertools.repeat(-1)), dtype=np.int64, count=len(seen)
+        )
         when = np.fromiter(seen.values(), dtype=np.float64, count=len(seen))
         keep = rows >= 0
         keep[keep] = self._hosts.per_row["has_service"][rows[keep]]

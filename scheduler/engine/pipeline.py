@@ -97,8 +97,10 @@ CANDIDATES = "candidates"
 
 #: (request-filter switch, host filter) pairs that enforce one policy: with
 #: the switch off, only that host filter keeps it (disabled hosts, zones).
-_POLICY_FILTERS = (("compute_status_filter", "ComputeFilter"),
-                   ("query_placement_for_availability_zone", "AvailabilityZoneFilter"))
+_POLICY_FILTERS = (
+    ("compute_status_filter", "ComputeFilter"),
+    ("query_placement_for_availability_zone", "AvailabilityZoneFilter"),
+)
 
 #: (host index, allocations) of a claim accounted for in the view.
 Consumed = tuple[int, Mapping[str, Mapping[str, int]]]
@@ -178,31 +180,39 @@ class Engine:
     than a second thread).
     """
 
-    def __init__(self, store: SchedulerStore, settings: EngineSettings,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SchedulerStore,
+        settings: EngineSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.settings = settings
         self._clock = clock
         self.view = HostView(store, settings)
-        self.request_filters: list[RequestFilter] = [cls(settings) for cls, on in (
-            # An admin's forced host or requested destination first: it names
-            # the few hosts the request may go to, so every other host is
-            # counted under that reason and the later ones explain the rest.
-            (DestinationRequestFilter, True),
-            # Disabled computes next: the most common reason a host is out,
-            # and the max_placement_results cut must never be spent on them.
-            (DisabledComputesRequestFilter, settings.compute_status_filter),
-            # The availability zone: a request names at most one, and it
-            # removes whole aggregates of hosts.
-            (AvailabilityZoneRequestFilter, settings.query_placement_for_availability_zone),
-            # The project's own aggregates, when some are reserved for it.
-            (TenantAggregatesRequestFilter, settings.limit_tenants_to_placement_aggregate),
-            # Aggregates reserved for traits the request does not ask for;
-            # after the groups are parsed, whose required traits it reads.
-            (IsolatedAggregatesRequestFilter, settings.enable_isolated_aggregate_filtering),
-            # The image's disk format, last: a trait every host usually has.
-            (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
-        ) if on]
+        self.request_filters: list[RequestFilter] = [
+            cls(settings)
+            for cls, on in (
+                # An admin's forced host or requested destination first: it names
+                # the few hosts the request may go to, so every other host is
+                # counted under that reason and the later ones explain the rest.
+                (DestinationRequestFilter, True),
+                # Disabled computes next: the most common reason a host is out,
+                # and the max_placement_results cut must never be spent on them.
+                (DisabledComputesRequestFilter, settings.compute_status_filter),
+                # The availability zone: a request names at most one, and it
+                # removes whole aggregates of hosts.
+                (AvailabilityZoneRequestFilter, settings.query_placement_for_availability_zone),
+                # The project's own aggregates, when some are reserved for it.
+                (TenantAggregatesRequestFilter, settings.limit_tenants_to_placement_aggregate),
+                # Aggregates reserved for traits the request does not ask for;
+                # after the groups are parsed, whose required traits it reads.
+                (IsolatedAggregatesRequestFilter, settings.enable_isolated_aggregate_filtering),
+                # The image's disk format, last: a trait every host usually has.
+                (ImageTypeRequestFilter, settings.query_placement_for_image_type_support),
+            )
+            if on
+        ]
         self.filters, self.weighers = build_plugins(settings)
         # A policy that both a request filter and a host filter can enforce
         # is not enforced at all when an operator turns off the one and
@@ -212,18 +222,31 @@ class Engine:
                 LOG.warning("policy_not_enforced", option=option, host_filter=host_filter)
         self._lock = threading.Lock()
 
-    def select(self, ctx_request_id: str, spec: RequestSpec, instance_uuids: Sequence[str],
-               return_alternates: bool = True, claim: bool = True) -> list[list[Selection]]:
+    def select(
+        self,
+        ctx_request_id: str,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str],
+        return_alternates: bool = True,
+        claim: bool = True,
+    ) -> list[list[Selection]]:
         """Per instance, the primary Selection (claimed) then its alternates.
 
         :raises NoValidHost: some instance found no host; nothing this call
             claimed is left behind.
         """
-        return self.schedule(ctx_request_id, spec, instance_uuids, return_alternates,
-                             claim).selections
+        return self.schedule(
+            ctx_request_id, spec, instance_uuids, return_alternates, claim
+        ).selections
 
-    def schedule(self, ctx_request_id: str, spec: RequestSpec, instance_uuids: Sequence[str],
-                 return_alternates: bool = True, claim: bool = True) -> ScheduleResult:
+    def schedule(
+        self,
+        ctx_request_id: str,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str],
+        return_alternates: bool = True,
+        claim: bool = True,
+    ) -> ScheduleResult:
         """:meth:`select` with the trace of every decision.
 
         With ``claim=False`` (a dry run) nothing is claimed and the view is
@@ -242,8 +265,9 @@ class Engine:
             # Request filters turn policy into constraints, once per request
             # (each returns a new request; see _request_filters for the order).
             request = self._request_filters(request, spec)
-            ctx = PlacementContext(spec=spec, now=now, group_members=self._group_members(spec),
-                                   request=request)
+            ctx = PlacementContext(
+                spec=spec, now=now, group_members=self._group_members(spec), request=request
+            )
             # Each filter's and weigher's per-request state, prepared once for
             # all the request's instances (when first needed, see _filter).
             states = CycleState(ctx)
@@ -254,8 +278,9 @@ class Engine:
             try:
                 for position, instance_uuid in enumerate(instance_uuids):
                     rng = _rng(ctx_request_id, instance_uuid)
-                    trace = InstanceTrace(instance_uuid, self.view.size, position,
-                                          len(instance_uuids))
+                    trace = InstanceTrace(
+                        instance_uuid, self.view.size, position, len(instance_uuids)
+                    )
                     traces.append(trace)
                     # Candidates: host constraints, liveness, then the provider
                     # trees with room for every request group; what placement
@@ -266,8 +291,11 @@ class Engine:
                     candidates = self._filter(placement.hosts, ctx, states, trace)
                     # No host now: unless a re-driven request placed this
                     # instance already, that is the answer.
-                    held = (self.store.get_consumer(instance_uuid)
-                            if claim and not len(candidates) else None)
+                    held = (
+                        self.store.get_consumer(instance_uuid)
+                        if claim and not len(candidates)
+                        else None
+                    )
                     if held is not None and self._on_a_down_host(held, now):
                         # Its host died with the build (no result will come):
                         # place it afresh, as if it had never been placed.
@@ -287,8 +315,9 @@ class Engine:
                         # a re-driven request placed already is found by it,
                         # never claimed twice.
                         order = self._pick(len(ranked), rng)
-                        index, primary, new = self._claim(instance_uuid, ranked, weights, order,
-                                                          placement, ctx, claim, trace)
+                        index, primary, new = self._claim(
+                            instance_uuid, ranked, weights, order, placement, ctx, claim, trace
+                        )
                         if new and index is not None:
                             # Consume in the view and count the group member,
                             # so the next instance of this request sees both.
@@ -301,9 +330,11 @@ class Engine:
                     trace.host = primary.host
                     # Alternates last: they must have room for this instance in
                     # the view as it is after the primary and earlier instances.
-                    alternates = (self._alternates(ranked, weights, index, placement, ctx,
-                                                   trace)
-                                  if return_alternates else [])
+                    alternates = (
+                        self._alternates(ranked, weights, index, placement, ctx, trace)
+                        if return_alternates
+                        else []
+                    )
                     selections.append([primary, *alternates])
             except BaseException as exc:
                 # All or nothing: release what this call claimed.
@@ -331,8 +362,9 @@ class Engine:
             request = request_filter.apply(request, spec, self.view.aggregates)
         return request
 
-    def _candidates(self, ctx: PlacementContext, rng: np.random.Generator,
-                    trace: InstanceTrace) -> Placement:
+    def _candidates(
+        self, ctx: PlacementContext, rng: np.random.Generator, trace: InstanceTrace
+    ) -> Placement:
         """Hosts whose provider trees can take the request, at most
         ``max_placement_results``, with where each request group lands."""
         view, request = self.view, ctx.request
@@ -355,14 +387,22 @@ class Engine:
         limit = self.settings.max_placement_results
         if len(placement) > limit:
             trace.reject(OVER_LIMIT, len(placement) - limit)
-            positions = (np.sort(rng.choice(len(placement), limit, replace=False))
-                         if self.settings.randomize_candidates else np.arange(limit))
+            positions = (
+                np.sort(rng.choice(len(placement), limit, replace=False))
+                if self.settings.randomize_candidates
+                else np.arange(limit)
+            )
             placement = placement.take(positions)
         trace.survived(CANDIDATES, len(placement))
         return placement
 
-    def _filter(self, candidates: np.ndarray, ctx: PlacementContext, states: CycleState,
-                trace: InstanceTrace) -> np.ndarray:
+    def _filter(
+        self,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        states: CycleState,
+        trace: InstanceTrace,
+    ) -> np.ndarray:
         """The candidates every filter keeps; a filter whose state for the request
         is None has nothing to check, and is skipped."""
         for name, host_filter in self.filters:
@@ -373,9 +413,14 @@ class Engine:
             trace.survived(name, len(candidates))
         return candidates
 
-    def _weigh(self, candidates: np.ndarray, ctx: PlacementContext, states: CycleState,
-               rng: np.random.Generator,
-               trace: InstanceTrace) -> tuple[np.ndarray, np.ndarray]:
+    def _weigh(
+        self,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        states: CycleState,
+        rng: np.random.Generator,
+        trace: InstanceTrace,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The candidates best first, and their weights."""
         total = np.zeros(len(candidates))
         shares: list[tuple[str, np.ndarray]] = []
@@ -386,13 +431,19 @@ class Engine:
                     total += share
                     shares.append((name, share))
         settings = self.settings
-        head = (max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
-                + settings.max_attempts)
+        head = (
+            max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
+            + settings.max_attempts
+        )
         order = _rank(total, rng, head)
         trace.top = [
-            WeighedHost(self.view.names[candidates[k]], float(total[k]),
-                        {name: float(share[k]) for name, share in shares})
-            for k in order[:TRACE_TOP]]
+            WeighedHost(
+                self.view.names[candidates[k]],
+                float(total[k]),
+                {name: float(share[k]) for name, share in shares},
+            )
+            for k in order[:TRACE_TOP]
+        ]
         return candidates[order], total[order]
 
     def _pick(self, count: int, rng: np.random.Generator) -> list[int]:
@@ -403,9 +454,17 @@ class Engine:
         attempts = self.settings.claim_attempts
         return [first, *(p for p in range(min(count, attempts + 1)) if p != first)][:attempts]
 
-    def _claim(self, instance_uuid: str, ranked: np.ndarray, weights: np.ndarray,
-               order: list[int], placement: Placement, ctx: PlacementContext, claim: bool,
-               trace: InstanceTrace) -> tuple[int | None, Selection, bool]:
+    def _claim(
+        self,
+        instance_uuid: str,
+        ranked: np.ndarray,
+        weights: np.ndarray,
+        order: list[int],
+        placement: Placement,
+        ctx: PlacementContext,
+        claim: bool,
+        trace: InstanceTrace,
+    ) -> tuple[int | None, Selection, bool]:
         """Claim the first host of ``order`` the store accepts.
 
         Returns its view index (None for a host not in the view), its
@@ -416,8 +475,9 @@ class Engine:
         for position in order:
             index = int(ranked[position])
             at = int(np.searchsorted(placement.hosts, index))
-            selection = self._selection(index, float(weights[position]),
-                                        placement.allocations(self.view, at), ctx.spec)
+            selection = self._selection(
+                index, float(weights[position]), placement.allocations(self.view, at), ctx.spec
+            )
             if not claim:
                 return index, selection, True
             try:
@@ -429,8 +489,12 @@ class Engine:
                     continue
                 return (*self._held(held, ranked, weights, trace), False)
             except (ClaimFailed, ProviderNotFound) as exc:
-                LOG.info("claim_conflict", instance_uuid=instance_uuid, host=selection.host,
-                         error=type(exc).__name__)
+                LOG.info(
+                    "claim_conflict",
+                    instance_uuid=instance_uuid,
+                    host=selection.host,
+                    error=type(exc).__name__,
+                )
                 health.CLAIM_CONFLICTS.inc()
                 trace.conflicts.append((selection.host, type(exc).__name__))
                 if isinstance(exc, ClaimFailed):  # re-read the tree's providers it asked
@@ -444,14 +508,21 @@ class Engine:
         # Say why the claims failed: a strict group policy the store enforced
         # (another worker placed a member there first) or plain capacity.
         for kind, count in Counter(kind for _, kind in trace.conflicts).items():
-            trace.reject(GROUP_CONFLICT if kind == GroupPolicyViolation.__name__
-                         else CLAIM_CONFLICT, count)
+            trace.reject(
+                GROUP_CONFLICT if kind == GroupPolicyViolation.__name__ else CLAIM_CONFLICT, count
+            )
         trace.reject(NOT_TRIED, len(ranked) - len(trace.conflicts))
         raise self._no_valid_host(trace)
 
-    def _alternates(self, ranked: np.ndarray, weights: np.ndarray, primary: int | None,
-                    placement: Placement, ctx: PlacementContext,
-                    trace: InstanceTrace) -> list[Selection]:
+    def _alternates(
+        self,
+        ranked: np.ndarray,
+        weights: np.ndarray,
+        primary: int | None,
+        placement: Placement,
+        ctx: PlacementContext,
+        trace: InstanceTrace,
+    ) -> list[Selection]:
         """Up to ``max_attempts - 1`` other hosts, best first, each with room now."""
         wanted = self.settings.max_attempts - 1
         if not wanted:
@@ -466,44 +537,60 @@ class Engine:
             for position in positions[:wanted]:
                 index = int(ranked[position])
                 at = int(np.searchsorted(placement.hosts, index))
-                out.append(self._selection(index, float(weights[position]),
-                                           placement.allocations(self.view, at), ctx.spec))
+                out.append(
+                    self._selection(
+                        index,
+                        float(weights[position]),
+                        placement.allocations(self.view, at),
+                        ctx.spec,
+                    )
+                )
             return out
         # Hosts were re-read after refused claims: place the request again on
         # the best trees as the view stands now.
         # Best first, in growing chunks: usually the first few still fit.
         start, chunk = 0, 4 * wanted
         while len(out) < wanted and start < len(positions):
-            part = positions[start:start + chunk]
+            part = positions[start : start + chunk]
             fresh = place(self.view, ctx.request, ranked[part])
             for at in range(min(wanted - len(out), len(fresh))):
                 index = int(fresh.hosts[at])
                 weight = float(weights[part[np.flatnonzero(ranked[part] == index)[0]]])
-                out.append(self._selection(index, weight, fresh.allocations(self.view, at),
-                                           ctx.spec))
+                out.append(
+                    self._selection(index, weight, fresh.allocations(self.view, at), ctx.spec)
+                )
             start, chunk = start + chunk, chunk * 4
         return out
 
     # --- helpers --------------------------------------------------------------------
 
-    def _selection(self, index: int, weight: float,
-                   allocations: Mapping[str, Mapping[str, int]],
-                   spec: RequestSpec) -> Selection:
+    def _selection(
+        self,
+        index: int,
+        weight: float,
+        allocations: Mapping[str, Mapping[str, int]],
+        spec: RequestSpec,
+    ) -> Selection:
         """A destination; its provider is the host's root, its allocation request
         lists every provider of the tree the request takes from."""
         name = self.view.names[index]
         return Selection(
-            host=name, node=name, provider_uuid=self.view.uuids[index],
+            host=name,
+            node=name,
+            provider_uuid=self.view.uuids[index],
             allocation_request=AllocationRequest(allocations, spec.project_id, spec.user_id),
-            weight=weight)
+            weight=weight,
+        )
 
-    def _held(self, held: Consumer, ranked: np.ndarray, weights: np.ndarray,
-              trace: InstanceTrace) -> tuple[int | None, Selection]:
+    def _held(
+        self, held: Consumer, ranked: np.ndarray, weights: np.ndarray, trace: InstanceTrace
+    ) -> tuple[int | None, Selection]:
         """The Selection of allocations the instance already holds (never re-claimed)."""
         trace.reused = True
-        provider_uuid = next((rp for rp in held.allocations
-                              if self.view.index_of_uuid(rp) is not None),
-                             next(iter(held.allocations)))
+        provider_uuid = next(
+            (rp for rp in held.allocations if self.view.index_of_uuid(rp) is not None),
+            next(iter(held.allocations)),
+        )
         index = self.view.index_of_uuid(provider_uuid)
         if index is not None:
             host = self.view.names[index]
@@ -514,18 +601,27 @@ class Engine:
             weight = float(weights[at[0]])
         request = AllocationRequest(held.allocations, held.project_id, held.user_id)
         LOG.info("allocation_reused", instance_uuid=held.uuid, host=host)
-        return index, Selection(host=host, node=host, provider_uuid=provider_uuid,
-                                allocation_request=request, weight=weight)
+        return index, Selection(
+            host=host,
+            node=host,
+            provider_uuid=provider_uuid,
+            allocation_request=request,
+            weight=weight,
+        )
 
-    def _claim_one(self, instance_uuid: str, selection: Selection,
-                   ctx: PlacementContext) -> bool:
+    def _claim_one(self, instance_uuid: str, selection: Selection, ctx: PlacementContext) -> bool:
         """Claim ``selection`` for the instance: True when written, False when
         the instance held exactly this already. A claim it holds elsewhere, on
         a host that has stopped heartbeating, is dropped and the claim made
         again; any other claim it holds is a :class:`ConsumerConflict`."""
+
         def claim() -> bool:
-            return self.store.claim(instance_uuid, selection.allocation_request,
-                                    GroupClaim.for_spec(ctx.spec, selection.host))
+            return self.store.claim(
+                instance_uuid,
+                selection.allocation_request,
+                GroupClaim.for_spec(ctx.spec, selection.host),
+            )
+
         try:
             return claim()
         except ConsumerConflict:
@@ -542,16 +638,23 @@ class Engine:
         for provider_uuid in held.allocations:
             index = self.view.index_of_uuid(provider_uuid)
             if index is not None:
-                return not rules.is_up(now, float(self.view.last_seen[index]),
-                                       self.settings.service_down_time)
+                return not rules.is_up(
+                    now, float(self.view.last_seen[index]), self.settings.service_down_time
+                )
         return False
 
     def _release_from_down_host(self, held: Consumer) -> None:
         """Drop a re-driven instance's claim on a host that is down, so it is placed
         again on a live one (the conductor re-drives a boot whose build never
         reported back; re-using the claim would send it to the dead host again)."""
-        host = next((self.view.names[i] for rp in held.allocations
-                     if (i := self.view.index_of_uuid(rp)) is not None), held.host)
+        host = next(
+            (
+                self.view.names[i]
+                for rp in held.allocations
+                if (i := self.view.index_of_uuid(rp)) is not None
+            ),
+            held.host,
+        )
         self.store.release(held.uuid)
         LOG.warning("allocation_on_down_host_released", instance_uuid=held.uuid, host=host)
 
@@ -594,8 +697,9 @@ class CycleState:
         return self._states[key]
 
 
-def build_plugins(settings: EngineSettings) -> tuple[list[tuple[str, BaseFilter[Any]]],
-                                                   list[tuple[str, BaseWeigher[Any]]]]:
+def build_plugins(
+    settings: EngineSettings,
+) -> tuple[list[tuple[str, BaseFilter[Any]]], list[tuple[str, BaseWeigher[Any]]]]:
     """The configured host filters and weighers, in order, each with its own
     arguments (its options), checked here, once.
 
@@ -604,12 +708,20 @@ def build_plugins(settings: EngineSettings) -> tuple[list[tuple[str, BaseFilter[
     """
     filters: list[tuple[str, BaseFilter[Any]]] = [
         (name, build(cls, settings))
-        for name, cls in load_plugins(FILTERS_GROUP, settings.enabled_filters,
-                                      filters_base.BaseFilter)]  # type: ignore[type-abstract]
+        for name, cls in load_plugins(
+            FILTERS_GROUP,
+            settings.enabled_filters,
+            filters_base.BaseFilter,  # type: ignore[type-abstract]
+        )
+    ]
     weighers: list[tuple[str, BaseWeigher[Any]]] = [
         (name, build(cls, settings))
-        for name, cls in load_plugins(WEIGHERS_GROUP, settings.weighers,
-                                      weighers_base.BaseWeigher)]  # type: ignore[type-abstract]
+        for name, cls in load_plugins(
+            WEIGHERS_GROUP,
+            settings.weighers,
+            weighers_base.BaseWeigher,  # type: ignore[type-abstract]
+        )
+    ]
     return filters, weighers
 
 

@@ -96,8 +96,9 @@ class Placement:
 
     def take(self, positions: np.ndarray) -> Placement:
         """The hosts at ``positions`` (a mask or indices), with their slots."""
-        return Placement(self.hosts[positions],
-                         tuple(Slot(s.resources, s.who[positions]) for s in self.slots))
+        return Placement(
+            self.hosts[positions], tuple(Slot(s.resources, s.who[positions]) for s in self.slots)
+        )
 
     def allocations(self, view: HostView, position: int) -> dict[str, dict[str, int]]:
         """What a claim on the host at ``position`` writes: amounts per provider uuid."""
@@ -112,8 +113,9 @@ class Placement:
         return out
 
 
-def host_constraint_mask(view: HostView, constraint: HostConstraint,
-                         rows: np.ndarray | slice) -> np.ndarray:
+def host_constraint_mask(
+    view: HostView, constraint: HostConstraint, rows: np.ndarray | slice
+) -> np.ndarray:
     """Mask of the hosts in ``rows`` whose root provider meets ``constraint``."""
     count = view.size if isinstance(rows, slice) else len(rows)
     ok = np.ones(count, dtype=bool)
@@ -128,8 +130,11 @@ def host_constraint_mask(view: HostView, constraint: HostConstraint,
     if constraint.hosts is not None:
         named = np.zeros(view.size, dtype=bool)
         names = sorted(constraint.hosts)
-        named[view.indices_of_ignoring_case(names) if constraint.ignore_case
-              else view.indices_of(names)] = True
+        named[
+            view.indices_of_ignoring_case(names)
+            if constraint.ignore_case
+            else view.indices_of(names)
+        ] = True
         ok &= named[rows]
     return ok
 
@@ -137,16 +142,16 @@ def host_constraint_mask(view: HostView, constraint: HostConstraint,
 class _Step:
     """One run of :func:`place`: the hosts still in, and how to count the others."""
 
-    def __init__(self, view: HostView, hosts: np.ndarray | None, alive: np.ndarray | None,
-                 reject: Reject) -> None:
+    def __init__(
+        self, view: HostView, hosts: np.ndarray | None, alive: np.ndarray | None, reject: Reject
+    ) -> None:
         self.view = view
         self.rows: np.ndarray | slice = slice(0, view.size) if hosts is None else hosts
         self.hosts = np.arange(view.size) if hosts is None else hosts
         self.n = len(self.hosts)
         self.kids, self.kpos = view.kids_of(hosts)
         # rows to ask the kid table with: a slice (no copy) when it is all of it
-        self.krows: np.ndarray | slice = (slice(0, view.kid_size) if hosts is None
-                                          else self.kids)
+        self.krows: np.ndarray | slice = slice(0, view.kid_size) if hosts is None else self.kids
         self.alive = np.ones(self.n, dtype=bool) if alive is None else alive.copy()
         self._reject = reject
         # what earlier groups of this request already take, per class, per provider
@@ -170,11 +175,14 @@ class _Step:
         """Root and child masks of providers with room for ``amount`` of ``rc``;
         ``shared`` takes off what earlier groups of the request already take."""
         v = self.view
-        root = v.can_give(rc, amount, self.rows,
-                          extra=self.extra_root.get(rc) if shared else None)
-        kid = (v.can_give(rc, amount, self.krows, kid=True,
-                          extra=self.extra_kid.get(rc) if shared else None)
-               if len(self.kids) and v.kids_offer(rc) else np.zeros(len(self.kids), dtype=bool))
+        root = v.can_give(rc, amount, self.rows, extra=self.extra_root.get(rc) if shared else None)
+        kid = (
+            v.can_give(
+                rc, amount, self.krows, kid=True, extra=self.extra_kid.get(rc) if shared else None
+            )
+            if len(self.kids) and v.kids_offer(rc)
+            else np.zeros(len(self.kids), dtype=bool)
+        )
         return root, kid
 
     def take(self, rc: str, amount: int, who: np.ndarray) -> None:
@@ -185,9 +193,13 @@ class _Step:
             kid_extra = self.extra_kid.setdefault(rc, np.zeros(len(self.kids), dtype=np.int64))
             kid_extra[who[who >= 0]] += amount
 
-    def choose(self, root_ok: np.ndarray, kid_ok: np.ndarray,
-               root_score: np.ndarray | None = None,
-               kid_score: np.ndarray | None = None) -> np.ndarray:
+    def choose(
+        self,
+        root_ok: np.ndarray,
+        kid_ok: np.ndarray,
+        root_score: np.ndarray | None = None,
+        kid_score: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Per host, the provider to use: the highest score, the root first on a
         tie, then the first child; :data:`NONE` when none is ok. Child choices
         are positions in ``self.kids``."""
@@ -223,12 +235,19 @@ class _Step:
         kid = np.ones(len(self.kids), dtype=bool)
         checks: list[tuple[_ProviderTest, str]] = [
             (_negated(functools.partial(v.has_trait, t)), reasons.forbidden_trait(t, s))
-            for t in sorted(group.forbidden_traits)]
-        checks += [(functools.partial(v.in_any, c),
-                    reasons.aggregate(reasons.NOT_IN_AGGREGATE, s)) for c in group.member_of]
+            for t in sorted(group.forbidden_traits)
+        ]
+        checks += [
+            (functools.partial(v.in_any, c), reasons.aggregate(reasons.NOT_IN_AGGREGATE, s))
+            for c in group.member_of
+        ]
         if group.forbidden_aggregates:
-            checks.append((_negated(functools.partial(v.in_any, group.forbidden_aggregates)),
-                           reasons.aggregate(reasons.IN_FORBIDDEN_AGGREGATE, s)))
+            checks.append(
+                (
+                    _negated(functools.partial(v.in_any, group.forbidden_aggregates)),
+                    reasons.aggregate(reasons.IN_FORBIDDEN_AGGREGATE, s),
+                )
+            )
         for test, reason in checks:
             root &= test(self.rows, False)
             if len(self.kids):
@@ -243,15 +262,24 @@ class _Step:
             kid_usable = np.zeros(len(self.kids), dtype=bool)
         wanted = set(group.required_traits).union(*group.any_traits)
         for trait in sorted(group.required_traits):  # somewhere usable in the tree
-            kid_has = (v.has_trait(trait, self.krows, kid=True) & kid_usable
-                       if len(self.kids) else kid_usable)
-            self.drop(v.has_trait(trait, self.rows) | self.any_kid(kid_has),
-                      reasons.missing_trait(trait))
+            kid_has = (
+                v.has_trait(trait, self.krows, kid=True) & kid_usable
+                if len(self.kids)
+                else kid_usable
+            )
+            self.drop(
+                v.has_trait(trait, self.rows) | self.any_kid(kid_has), reasons.missing_trait(trait)
+            )
         for clause in group.any_traits:
-            kid_has = (v.in_any_trait(clause, self.krows, kid=True) & kid_usable
-                       if len(self.kids) else kid_usable)
-            self.drop(v.in_any_trait(clause, self.rows) | self.any_kid(kid_has),
-                      reasons.none_of_traits(clause))
+            kid_has = (
+                v.in_any_trait(clause, self.krows, kid=True) & kid_usable
+                if len(self.kids)
+                else kid_usable
+            )
+            self.drop(
+                v.in_any_trait(clause, self.rows) | self.any_kid(kid_has),
+                reasons.none_of_traits(clause),
+            )
         root_score = kid_score = None
         if wanted and len(self.kids):
             root_score = v.trait_count(wanted, self.rows)
@@ -277,16 +305,20 @@ class _Step:
             on_root, on_kid = test(self.rows, False), test(self.krows, True)
             found = np.zeros(self.n, dtype=bool)
             for slot in slots:
-                found |= np.where(slot.who == ROOT, on_root,
-                                  on_kid[np.maximum(slot.who, 0)] & (slot.who >= 0))
+                found |= np.where(
+                    slot.who == ROOT, on_root, on_kid[np.maximum(slot.who, 0)] & (slot.who >= 0)
+                )
             return found
 
         for trait in sorted(group.required_traits):
-            self.drop(chosen_have(functools.partial(v.has_trait, trait)),
-                      reasons.missing_trait(trait))
+            self.drop(
+                chosen_have(functools.partial(v.has_trait, trait)), reasons.missing_trait(trait)
+            )
         for clause in group.any_traits:
-            self.drop(chosen_have(functools.partial(v.in_any_trait, clause)),
-                      reasons.none_of_traits(clause))
+            self.drop(
+                chosen_have(functools.partial(v.in_any_trait, clause)),
+                reasons.none_of_traits(clause),
+            )
 
     def numbered(self, group: RequestGroup, isolate: bool) -> Slot:
         v, s = self.view, group.suffix
@@ -334,8 +366,13 @@ class _Step:
         return Placement(self.hosts[keep], tuple(out))
 
 
-def place(view: HostView, request: ResourceRequest, hosts: np.ndarray | None = None,
-          alive: np.ndarray | None = None, reject: Reject = _ignore) -> Placement:
+def place(
+    view: HostView,
+    request: ResourceRequest,
+    hosts: np.ndarray | None = None,
+    alive: np.ndarray | None = None,
+    reject: Reject = _ignore,
+) -> Placement:
     """Where ``request``'s groups land on each of ``hosts`` (None: every host
     whose ``alive`` entry is True, or every host), in the view as it is now.
     Hosts that cannot take it are left out, counted by ``reject``; the order
@@ -351,7 +388,11 @@ def place(view: HostView, request: ResourceRequest, hosts: np.ndarray | None = N
 def _most_particular_first(group: RequestGroup) -> tuple[int, str]:
     """Numbered groups with more conditions choose their provider first, so a
     plain group does not take the one provider a particular group needs."""
-    conditions = (len(group.required_traits) + len(group.forbidden_traits)
-                  + len(group.any_traits) + len(group.member_of)
-                  + len(group.forbidden_aggregates))
+    conditions = (
+        len(group.required_traits)
+        + len(group.forbidden_traits)
+        + len(group.any_traits)
+        + len(group.member_of)
+        + len(group.forbidden_aggregates)
+    )
     return -conditions, group.suffix

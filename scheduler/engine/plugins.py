@@ -76,8 +76,14 @@ class _Meta:
     multiplier: bool
 
 
-def option(default: Any, *, help: str, min: float | None = None, max: float | None = None,
-           parse: Callable[[Any], Any] | None = None) -> Any:
+def option(
+    default: Any,
+    *,
+    help: str,
+    min: float | None = None,
+    max: float | None = None,
+    parse: Callable[[Any], Any] | None = None,
+) -> Any:
     """A plugin argument, and the ``[filter_scheduler]`` option of its name.
 
     ``min`` / ``max`` bound a number (oslo.config refuses a value outside
@@ -98,8 +104,10 @@ def option(default: Any, *, help: str, min: float | None = None, max: float | No
 def multiplier(default: float, *, help: str, min: float | None = None) -> Any:
     """A weigher's multiplier: a float :func:`option` that the framework scales the
     weigher's normalised score by (also the key of per-aggregate overrides)."""
-    return dataclasses.field(default=float(default), metadata={
-        _METADATA_KEY: _Meta(help, min, None, None, multiplier=True)})
+    return dataclasses.field(
+        default=float(default),
+        metadata={_METADATA_KEY: _Meta(help, min, None, None, multiplier=True)},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,11 +140,13 @@ class PluginArgs:
             elif isinstance(value, dict):
                 object.__setattr__(self, d.name, types.MappingProxyType(dict(value)))
             if d.min is not None and value < d.min:
-                raise ValueError(f"[{OPTIONS_GROUP}] {d.name} must be at least {d.min}, "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"[{OPTIONS_GROUP}] {d.name} must be at least {d.min}, got {value!r}"
+                )
             if d.max is not None and value > d.max:
-                raise ValueError(f"[{OPTIONS_GROUP}] {d.name} must be at most {d.max}, "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"[{OPTIONS_GROUP}] {d.name} must be at most {d.max}, got {value!r}"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,12 +179,18 @@ def _read_declared(args_cls: type[PluginArgs]) -> tuple[Declared, ...]:
             raise TypeError(f"{args_cls.__qualname__}.{f.name}: declare it with option()")
         kind = _kind(hints[f.name])
         if kind is None or kind == "list" and _is_mapping(hints[f.name]) and meta.parse is None:
-            raise TypeError(f"{args_cls.__qualname__}.{f.name}: no option has type "
-                            f"{hints[f.name]} (a mapping needs parse=)")
-        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
-                   else f.default)
-        out.append(Declared(f.name, kind, default, meta.help, meta.min, meta.max, meta.parse,
-                            meta.multiplier))
+            raise TypeError(
+                f"{args_cls.__qualname__}.{f.name}: no option has type "
+                f"{hints[f.name]} (a mapping needs parse=)"
+            )
+        default = (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        )
+        out.append(
+            Declared(
+                f.name, kind, default, meta.help, meta.min, meta.max, meta.parse, meta.multiplier
+            )
+        )
     return tuple(out)
 
 
@@ -216,12 +232,14 @@ def load_plugins(group: str, names: Sequence[str], base: type[T]) -> list[tuple[
         ep = registered.get(name)
         if ep is None:
             known = ", ".join(sorted(registered)) or "none"
-            raise UnknownPlugin(group=group, name=name,
-                                problem=f"no such entry point (known: {known})")
+            raise UnknownPlugin(
+                group=group, name=name, problem=f"no such entry point (known: {known})"
+            )
         cls = ep.load()
         if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise UnknownPlugin(group=group, name=name,
-                                problem=f"{ep.value} is not a {base.__name__}")
+            raise UnknownPlugin(
+                group=group, name=name, problem=f"{ep.value} is not a {base.__name__}"
+            )
         loaded.append((name, cls))
     return loaded
 

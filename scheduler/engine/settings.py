@@ -41,9 +41,16 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 #: Every weigher this project ships (Nova's default is all of its weighers);
 #: those whose multiplier defaults to 0 cost nothing until an operator sets it.
 DEFAULT_WEIGHERS: tuple[str, ...] = (
-    "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
-    "BuildFailureWeigher", "ServerGroupSoftAffinityWeigher",
-    "ServerGroupSoftAntiAffinityWeigher", "ImagePropertiesWeigher", "HypervisorVersionWeigher",
+    "RAMWeigher",
+    "CPUWeigher",
+    "DiskWeigher",
+    "IoOpsWeigher",
+    "NumInstancesWeigher",
+    "BuildFailureWeigher",
+    "ServerGroupSoftAffinityWeigher",
+    "ServerGroupSoftAntiAffinityWeigher",
+    "ImagePropertiesWeigher",
+    "HypervisorVersionWeigher",
 )
 
 
@@ -126,8 +133,12 @@ class EngineSettings:
         object.__setattr__(self, "weighers", tuple(self.weighers))
         object.__setattr__(self, "plugin_options", MappingProxyType(dict(self.plugin_options)))
         object.__setattr__(self, "pci_aliases", MappingProxyType(dict(self.pci_aliases)))
-        for name in ("host_subset_size", "max_attempts", "max_placement_results",
-                     "claim_attempts"):
+        for name in (
+            "host_subset_size",
+            "max_attempts",
+            "max_placement_results",
+            "claim_attempts",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("service_down_time", "services_refresh_interval"):

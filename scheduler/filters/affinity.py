@@ -42,11 +42,16 @@ class _StrictGroupFilter(BaseFilter[ServerGroup]):
     def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
         return ctx.group_with(self.POLICY)
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: ServerGroup) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: ServerGroup
+    ) -> np.ndarray:
         # The members change as the request's instances are placed: read them now.
-        return rules.group_allows(self.POLICY, ctx.members_on(view, candidates),
-                                  ctx.has_members(), state.max_server_per_host)
+        return rules.group_allows(
+            self.POLICY,
+            ctx.members_on(view, candidates),
+            ctx.has_members(),
+            state.max_server_per_host,
+        )
 
 
 class ServerGroupAffinityFilter(_StrictGroupFilter):

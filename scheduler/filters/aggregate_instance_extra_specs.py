@@ -52,14 +52,20 @@ class AggregateInstanceExtraSpecsFilter(BaseFilter[list[tuple[str, Requirement]]
     def prepare(self, ctx: PlacementContext) -> list[tuple[str, Requirement]] | None:
         return aggregate_specs(ctx) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: list[tuple[str, Requirement]]) -> np.ndarray:
+    def passes(
+        self,
+        view: HostView,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: list[tuple[str, Requirement]],
+    ) -> np.ndarray:
         sets = view.aggregate_sets
         pooled = view.capabilities.pooled_metadata(sets)
         codes = view.agg_set[candidates]
         ok = np.zeros(len(sets), dtype=bool)
         for code in np.unique(codes):
             metadata = pooled[code]
-            ok[code] = all(any(req.matches(value) for value in metadata.get(key, ()))
-                           for key, req in state)
+            ok[code] = all(
+                any(req.matches(value) for value in metadata.get(key, ())) for key, req in state
+            )
         return ok[codes]

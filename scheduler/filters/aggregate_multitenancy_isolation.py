@@ -33,14 +33,19 @@ class AggregateMultiTenancyIsolation(BaseFilter[bool]):
 
     REASON = "aggregate reserved for other projects"
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         sets = view.aggregate_sets
         pooled = view.capabilities.pooled_metadata(sets)
         codes = view.agg_set[candidates]
         ok = np.zeros(len(sets), dtype=bool)
         for code in np.unique(codes):
-            projects = {project for key, values in pooled[code].items()
-                        if key.startswith(TENANT_KEY) for project in values}
+            projects = {
+                project
+                for key, values in pooled[code].items()
+                if key.startswith(TENANT_KEY)
+                for project in values
+            }
             ok[code] = not projects or ctx.spec.project_id in projects
         return ok[codes]

@@ -38,6 +38,7 @@ class AvailabilityZoneFilter(BaseFilter[str]):
     def prepare(self, ctx: PlacementContext) -> str | None:
         return ctx.spec.availability_zone
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: str) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: str
+    ) -> np.ndarray:
         return view.zone_mask(state, candidates)

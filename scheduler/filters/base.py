@@ -64,6 +64,7 @@ class BaseFilter(abc.ABC, Generic[S]):
         return True  # type: ignore[return-value]
 
     @abc.abstractmethod
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: S) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: S
+    ) -> np.ndarray:
         """A boolean mask aligned with ``candidates``: True keeps the host."""

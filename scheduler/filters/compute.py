@@ -39,7 +39,8 @@ class ComputeFilter(BaseFilter[bool]):
 
     REASON = reasons.DISABLED
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         up = rules.is_up(ctx.now, view.last_seen[candidates], self.settings.service_down_time)
         return up & ~view.disabled[candidates]

@@ -57,8 +57,13 @@ class ComputeCapabilitiesFilter(BaseFilter[list[tuple[str, Requirement, bool]]])
     def prepare(self, ctx: PlacementContext) -> list[tuple[str, Requirement, bool]] | None:
         return capability_specs(ctx) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: list[tuple[str, Requirement, bool]]) -> np.ndarray:
+    def passes(
+        self,
+        view: HostView,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: list[tuple[str, Requirement, bool]],
+    ) -> np.ndarray:
         caps = view.capabilities
         keep = np.ones(len(candidates), dtype=bool)
         for attribute, requirement, namespaced in state:
@@ -72,8 +77,9 @@ class ComputeCapabilitiesFilter(BaseFilter[list[tuple[str, Requirement, bool]]])
             has_stat = caps.reports_stat(attribute, candidates) & ~reports
             ok = caps.attribute_mask(attribute, requirement.matches, candidates) & reports
             if has_stat.any():
-                ok |= has_stat & numeric_mask(caps.stat(attribute, candidates),
-                                              requirement.matches)
+                ok |= has_stat & numeric_mask(
+                    caps.stat(attribute, candidates), requirement.matches
+                )
             if not namespaced:  # only hosts that report the key are asked
                 ok |= ~(reports | has_stat)
             keep &= ok

@@ -30,6 +30,7 @@ class DifferentHostFilter(BaseFilter[HintedInstances]):
     def prepare(self, ctx: PlacementContext) -> HintedInstances | None:
         return HintedInstances.of(ctx, HINT)
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: HintedInstances) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: HintedInstances
+    ) -> np.ndarray:
         return ~np.isin(candidates, state.rows(view))

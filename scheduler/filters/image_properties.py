@@ -49,7 +49,8 @@ class ImagePropertiesFilter(BaseFilter[ImageRequirements]):
         image_properties_default_architecture: str | None = option(
             None,
             help="Architecture assumed for an image that names none "
-                 "(ImagePropertiesFilter); unset, such an image asks for no architecture.")
+            "(ImagePropertiesFilter); unset, such an image asks for no architecture.",
+        )
 
     args: Args
 
@@ -58,8 +59,13 @@ class ImagePropertiesFilter(BaseFilter[ImageRequirements]):
         wanted = image_requirements(props, self.args.image_properties_default_architecture)
         return wanted if wanted.asks_anything else None
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: ImageRequirements) -> np.ndarray:
+    def passes(
+        self,
+        view: HostView,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: ImageRequirements,
+    ) -> np.ndarray:
         wanted = state
         asked = [v for v in (wanted.arch, wanted.hv_type, wanted.vm_mode) if v]
 

@@ -30,11 +30,12 @@ class IoOpsFilter(BaseFilter[bool]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         max_io_ops_per_host: int = option(
-            8, min=0,
-            help="IoOpsFilter rejects hosts with at least this many builds in progress.")
+            8, min=0, help="IoOpsFilter rejects hosts with at least this many builds in progress."
+        )
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.capabilities.io_ops(candidates) < self.args.max_io_ops_per_host

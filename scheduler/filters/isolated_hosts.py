@@ -37,31 +37,36 @@ class IsolatedHostsFilter(BaseFilter[bool]):
         isolated_hosts: tuple[str, ...] = option(
             (),
             help="Hosts reserved for isolated_images (IsolatedHostsFilter).\n\n"
-                 "Related options: isolated_images, "
-                 "restrict_isolated_hosts_to_isolated_images.")
+            "Related options: isolated_images, "
+            "restrict_isolated_hosts_to_isolated_images.",
+        )
         isolated_images: tuple[str, ...] = option(
             (),
             help="Image ids that may only run on isolated_hosts (IsolatedHostsFilter). A "
-                 "volume-backed request has no image and counts as a non-isolated one.")
+            "volume-backed request has no image and counts as a non-isolated one.",
+        )
         restrict_isolated_hosts_to_isolated_images: bool = option(
             True,
             help="Whether isolated_hosts take isolated images only. With False they take "
-                 "any image, while isolated images still go only to isolated hosts.")
+            "any image, while isolated images still go only to isolated hosts.",
+        )
 
     args: Args
 
     def prepare(self, ctx: PlacementContext) -> bool | None:
         """Whether the request's image is an isolated one (None: nothing is isolated)."""
         s = self.args
-        if not s.isolated_images and not (s.isolated_hosts
-                                          and s.restrict_isolated_hosts_to_isolated_images):
+        if not s.isolated_images and not (
+            s.isolated_hosts and s.restrict_isolated_hosts_to_isolated_images
+        ):
             return None
         spec = ctx.spec
         image_id = None if spec.is_bfv or spec.image is None else spec.image.id
         return image_id is not None and image_id in s.isolated_images
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         s = self.args
         host_isolated = np.isin(candidates, view.indices_of(s.isolated_hosts))
         image_isolated = state

@@ -30,12 +30,15 @@ class NumInstancesFilter(BaseFilter[bool]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         max_instances_per_host: int = option(
-            50, min=0,
+            50,
+            min=0,
             help="NumInstancesFilter rejects hosts holding at least this many instances "
-                 "(0 rejects every host).")
+            "(0 rejects every host).",
+        )
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.consumers[candidates] < self.args.max_instances_per_host

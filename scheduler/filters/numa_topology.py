@@ -58,8 +58,9 @@ def _cpu_ids(text: str, what: str) -> set[int]:
         try:
             first, last = int(low), int(high) if sep else int(low)
         except ValueError:
-            raise InvalidRequest(reason=f"{what} = {text!r} is not a CPU list such as "
-                                 "'0-3,^2,5'") from None
+            raise InvalidRequest(
+                reason=f"{what} = {text!r} is not a CPU list such as '0-3,^2,5'"
+            ) from None
         if first < 0 or last < first:
             raise InvalidRequest(reason=f"{what} = {text!r} has an empty or negative range")
         target.update(range(first, last + 1))
@@ -83,44 +84,55 @@ def requested_cells(spec: RequestSpec) -> tuple[tuple[int, int], ...]:
         except ValueError:
             nodes = 0
         if not 1 <= nodes <= min(MAX_NODES, vcpus):
-            raise InvalidRequest(reason=f"hw:numa_nodes = {nodes_text!r} must be a whole number "
-                                 f"from 1 to {min(MAX_NODES, vcpus)} (at most one per vCPU)")
+            raise InvalidRequest(
+                reason=f"hw:numa_nodes = {nodes_text!r} must be a whole number "
+                f"from 1 to {min(MAX_NODES, vcpus)} (at most one per vCPU)"
+            )
     cpus = {n: _spec(spec, f"hw:numa_cpus.{n}", f"hw_numa_cpus.{n}") for n in range(nodes)}
     mems = {n: _spec(spec, f"hw:numa_mem.{n}", f"hw_numa_mem.{n}") for n in range(nodes)}
     if not any(v is not None for v in (*cpus.values(), *mems.values())):
         if vcpus % nodes or memory % nodes:
-            raise InvalidRequest(reason=f"hw:numa_nodes = {nodes} does not divide the flavor's "
-                                 f"{vcpus} vCPUs and {memory} MB evenly: give hw:numa_cpus.N "
-                                 "and hw:numa_mem.N for every node")
+            raise InvalidRequest(
+                reason=f"hw:numa_nodes = {nodes} does not divide the flavor's "
+                f"{vcpus} vCPUs and {memory} MB evenly: give hw:numa_cpus.N "
+                "and hw:numa_mem.N for every node"
+            )
         return tuple((vcpus // nodes, memory // nodes) for _ in range(nodes))
     missing = [n for n in range(nodes) if cpus[n] is None or mems[n] is None]
     if missing:
-        raise InvalidRequest(reason=f"hw:numa_cpus.N and hw:numa_mem.N must be given for every "
-                             f"node; node {missing[0]} lacks one")
+        raise InvalidRequest(
+            reason=f"hw:numa_cpus.N and hw:numa_mem.N must be given for every "
+            f"node; node {missing[0]} lacks one"
+        )
     seen: set[int] = set()
     cells = []
     for n in range(nodes):
         ids = _cpu_ids(cpus[n] or "", f"hw:numa_cpus.{n}")
         if not ids or ids & seen or max(ids) >= vcpus:
-            raise InvalidRequest(reason=f"hw:numa_cpus.{n} = {cpus[n]!r} must name vCPUs "
-                                 f"below {vcpus} that no other node names")
+            raise InvalidRequest(
+                reason=f"hw:numa_cpus.{n} = {cpus[n]!r} must name vCPUs "
+                f"below {vcpus} that no other node names"
+            )
         seen |= ids
         try:
             mem = int(mems[n] or "")
         except ValueError:
             mem = 0
         if mem < 1:
-            raise InvalidRequest(reason=f"hw:numa_mem.{n} = {mems[n]!r} must be a positive "
-                                 "number of MB")
+            raise InvalidRequest(
+                reason=f"hw:numa_mem.{n} = {mems[n]!r} must be a positive number of MB"
+            )
         cells.append((len(ids), mem))
     if len(seen) != vcpus or sum(m for _, m in cells) != memory:
-        raise InvalidRequest(reason=f"the NUMA nodes must hold exactly the flavor's {vcpus} "
-                             f"vCPUs and {memory} MB")
+        raise InvalidRequest(
+            reason=f"the NUMA nodes must hold exactly the flavor's {vcpus} vCPUs and {memory} MB"
+        )
     return tuple(cells)
 
 
-def cells_fit(cell_cpus: np.ndarray, cell_mem: np.ndarray,
-              wanted: tuple[tuple[int, int], ...]) -> np.ndarray:
+def cells_fit(
+    cell_cpus: np.ndarray, cell_mem: np.ndarray, wanted: tuple[tuple[int, int], ...]
+) -> np.ndarray:
     """Per host (row), whether each wanted (cpus, memory) fits a distinct cell."""
     hosts = cell_cpus.shape[0]
     if not wanted:
@@ -146,7 +158,12 @@ class NUMATopologyFilter(BaseFilter[tuple[tuple[int, int], ...]]):
     def prepare(self, ctx: PlacementContext) -> tuple[tuple[int, int], ...] | None:
         return requested_cells(ctx.spec) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: tuple[tuple[int, int], ...]) -> np.ndarray:
+    def passes(
+        self,
+        view: HostView,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: tuple[tuple[int, int], ...],
+    ) -> np.ndarray:
         cell_cpus, cell_mem = view.capabilities.numa_cells(candidates)
         return cells_fit(cell_cpus, cell_mem, state)

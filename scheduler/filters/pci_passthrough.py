@@ -51,14 +51,17 @@ def requested_aliases(spec: RequestSpec) -> dict[str, int]:
         except ValueError:
             count = 0
         if not name or count < 1:
-            raise InvalidRequest(reason=f"flavor.extra_specs {ALIAS_SPEC!r} = {text!r}: each "
-                                 "entry must be alias or alias:count with a positive count")
+            raise InvalidRequest(
+                reason=f"flavor.extra_specs {ALIAS_SPEC!r} = {text!r}: each "
+                "entry must be alias or alias:count with a positive count"
+            )
         wanted[name] = wanted.get(name, 0) + count
     return wanted
 
 
-def requested_devices(spec: RequestSpec, aliases: Mapping[str, PciAlias]
-                      ) -> dict[tuple[str, str | None], int]:
+def requested_devices(
+    spec: RequestSpec, aliases: Mapping[str, PciAlias]
+) -> dict[tuple[str, str | None], int]:
     """Devices asked for, per (vendor, product) (product None: any).
 
     :raises InvalidRequest: an alias the configuration does not define.
@@ -69,8 +72,10 @@ def requested_devices(spec: RequestSpec, aliases: Mapping[str, PciAlias]
         if alias is None:
             # The message names the request's own alias only: the configured
             # ones are the cloud's, and a user reads this message.
-            raise InvalidRequest(reason=f"flavor.extra_specs {ALIAS_SPEC!r} names PCI alias "
-                                 f"{name!r}, which is not configured")
+            raise InvalidRequest(
+                reason=f"flavor.extra_specs {ALIAS_SPEC!r} names PCI alias "
+                f"{name!r}, which is not configured"
+            )
         key = (alias.vendor_id, alias.product_id)
         devices[key] = devices.get(key, 0) + count
     return devices
@@ -86,8 +91,13 @@ class PciPassthroughFilter(BaseFilter[dict[tuple[str, str | None], int]]):
             return None
         return requested_devices(ctx.spec, self.settings.pci_aliases)
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: dict[tuple[str, str | None], int]) -> np.ndarray:
+    def passes(
+        self,
+        view: HostView,
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: dict[tuple[str, str | None], int],
+    ) -> np.ndarray:
         keep = np.ones(len(candidates), dtype=bool)
         for (vendor, product), count in state.items():
             keep &= view.capabilities.pci_free(vendor, product, candidates) >= count

@@ -26,7 +26,8 @@ class RetryFilter(BaseFilter[tuple[str, ...]]):
     def prepare(self, ctx: PlacementContext) -> tuple[str, ...] | None:
         return tuple(ctx.spec.ignore_hosts) or None
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: tuple[str, ...]) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: tuple[str, ...]
+    ) -> np.ndarray:
         tried = view.indices_of_ignoring_case(state)
         return ~np.isin(candidates, tried)

@@ -51,6 +51,7 @@ class SameHostFilter(BaseFilter[HintedInstances]):
     def prepare(self, ctx: PlacementContext) -> HintedInstances | None:
         return HintedInstances.of(ctx, HINT)
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: HintedInstances) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: HintedInstances
+    ) -> np.ndarray:
         return np.isin(candidates, state.rows(view))

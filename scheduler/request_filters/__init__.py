@@ -22,7 +22,12 @@ from scheduler.request_filters.image_type import ImageTypeRequestFilter
 from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
 from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
 
-__all__ = ["AvailabilityZoneRequestFilter", "DestinationRequestFilter",
-           "DisabledComputesRequestFilter",
-           "ImageTypeRequestFilter", "IsolatedAggregatesRequestFilter", "RequestFilter",
-           "TenantAggregatesRequestFilter"]
+__all__ = [
+    "AvailabilityZoneRequestFilter",
+    "DestinationRequestFilter",
+    "DisabledComputesRequestFilter",
+    "ImageTypeRequestFilter",
+    "IsolatedAggregatesRequestFilter",
+    "RequestFilter",
+    "TenantAggregatesRequestFilter",
+]

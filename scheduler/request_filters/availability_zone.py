@@ -33,21 +33,22 @@ class AvailabilityZoneRequestFilter(RequestFilter):
 
     OPTION = "query_placement_for_availability_zone"
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
         zone = spec.availability_zone
         if zone is None:
             return request
-        zoned = {a.uuid: a.metadata[AZ_KEY] for a in aggregates.values()
-                 if a.metadata.get(AZ_KEY)}
+        zoned = {a.uuid: a.metadata[AZ_KEY] for a in aggregates.values() if a.metadata.get(AZ_KEY)}
         named = frozenset(uuid for uuid, z in zoned.items() if z == zone)
         if named:
-            return request.with_constraint(self.constraint(reasons.NOT_IN_ZONE,
-                                                          member_of=named))
+            return request.with_constraint(self.constraint(reasons.NOT_IN_ZONE, member_of=named))
         if zone == self.settings.default_availability_zone:
             if not zoned:
                 return request
-            return request.with_constraint(self.constraint(
-                reasons.NOT_IN_ZONE, forbidden_aggregates=frozenset(zoned)))
-        return request.with_constraint(self.constraint(reasons.UNKNOWN_ZONE,
-                                                      member_of=frozenset()))
+            return request.with_constraint(
+                self.constraint(reasons.NOT_IN_ZONE, forbidden_aggregates=frozenset(zoned))
+            )
+        return request.with_constraint(
+            self.constraint(reasons.UNKNOWN_ZONE, member_of=frozenset())
+        )

@@ -37,7 +37,8 @@ class RequestFilter(abc.ABC):
         return HostConstraint(reason=reason, stage=type(self).__name__, **conditions)
 
     @abc.abstractmethod
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
         """``request`` narrowed by this policy: a new request, or ``request``
         itself when the policy has nothing to say about ``spec``."""

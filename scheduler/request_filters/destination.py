@@ -37,20 +37,25 @@ class DestinationRequestFilter(RequestFilter):
 
     OPTION = ""  # always on
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
         if spec.force_hosts:
-            request = request.with_constraint(self.constraint(
-                reasons.NOT_FORCED_HOST, hosts=frozenset(spec.force_hosts), ignore_case=True))
+            request = request.with_constraint(
+                self.constraint(
+                    reasons.NOT_FORCED_HOST, hosts=frozenset(spec.force_hosts), ignore_case=True
+                )
+            )
         if spec.force_nodes:
-            request = request.with_constraint(self.constraint(
-                reasons.NOT_FORCED_NODE, hosts=frozenset(spec.force_nodes)))
+            request = request.with_constraint(
+                self.constraint(reasons.NOT_FORCED_NODE, hosts=frozenset(spec.force_nodes))
+            )
         destination = spec.requested_destination
         if destination is not None:
             # A node is named after its host here: a node that is not the
             # host's own matches nothing.
-            names = ({destination.host} if destination.node in (None, destination.host)
-                     else set())
-            request = request.with_constraint(self.constraint(
-                reasons.NOT_REQUESTED_DESTINATION, hosts=frozenset(names)))
+            names = {destination.host} if destination.node in (None, destination.host) else set()
+            request = request.with_constraint(
+                self.constraint(reasons.NOT_REQUESTED_DESTINATION, hosts=frozenset(names))
+            )
         return request

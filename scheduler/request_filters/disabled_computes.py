@@ -30,7 +30,11 @@ class DisabledComputesRequestFilter(RequestFilter):
 
     OPTION = "compute_status_filter"
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
-        return request.with_constraint(self.constraint(
-            reasons.DISABLED, forbidden_traits=frozenset({COMPUTE_STATUS_DISABLED})))
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
+        return request.with_constraint(
+            self.constraint(
+                reasons.DISABLED, forbidden_traits=frozenset({COMPUTE_STATUS_DISABLED})
+            )
+        )

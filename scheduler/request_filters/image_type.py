@@ -35,10 +35,15 @@ class ImageTypeRequestFilter(RequestFilter):
 
     OPTION = "query_placement_for_image_type_support"
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
         image = spec.image
         if spec.is_bfv or image is None or not image.disk_format:
             return request
-        return request.with_constraint(self.constraint(reasons.image_type(image.disk_format),
-            required_traits=frozenset({image_type_trait(image.disk_format)})))
+        return request.with_constraint(
+            self.constraint(
+                reasons.image_type(image.disk_format),
+                required_traits=frozenset({image_type_trait(image.disk_format)}),
+            )
+        )

@@ -27,8 +27,11 @@ TRAIT_KEY_PREFIX = "trait:"
 
 def isolating_traits(aggregate: Aggregate) -> frozenset[str]:
     """The traits an aggregate reserves itself for."""
-    return frozenset(key[len(TRAIT_KEY_PREFIX):] for key, value in aggregate.metadata.items()
-                     if key.startswith(TRAIT_KEY_PREFIX) and value == "required")
+    return frozenset(
+        key[len(TRAIT_KEY_PREFIX) :]
+        for key, value in aggregate.metadata.items()
+        if key.startswith(TRAIT_KEY_PREFIX) and value == "required"
+    )
 
 
 class IsolatedAggregatesRequestFilter(RequestFilter):
@@ -36,12 +39,17 @@ class IsolatedAggregatesRequestFilter(RequestFilter):
 
     OPTION = "enable_isolated_aggregate_filtering"
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
         wanted = request.required_traits
-        closed = frozenset(a.uuid for a in aggregates.values()
-                           if (traits := isolating_traits(a)) and not traits <= wanted)
+        closed = frozenset(
+            a.uuid
+            for a in aggregates.values()
+            if (traits := isolating_traits(a)) and not traits <= wanted
+        )
         if not closed:
             return request
-        return request.with_constraint(self.constraint(
-            reasons.TRAIT_ISOLATED_AGGREGATE, forbidden_aggregates=closed))
+        return request.with_constraint(
+            self.constraint(reasons.TRAIT_ISOLATED_AGGREGATE, forbidden_aggregates=closed)
+        )

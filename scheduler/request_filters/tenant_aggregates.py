@@ -34,9 +34,10 @@ TENANT_KEY_PREFIX = "filter_tenant_id"
 
 def reserved_for(aggregate: Aggregate, project_id: str) -> bool:
     """Does ``aggregate`` reserve itself for ``project_id``?"""
-    return any(key.startswith(TENANT_KEY_PREFIX)
-               and project_id in (p.strip() for p in value.split(","))
-               for key, value in aggregate.metadata.items())
+    return any(
+        key.startswith(TENANT_KEY_PREFIX) and project_id in (p.strip() for p in value.split(","))
+        for key, value in aggregate.metadata.items()
+    )
 
 
 class TenantAggregatesRequestFilter(RequestFilter):
@@ -44,14 +45,16 @@ class TenantAggregatesRequestFilter(RequestFilter):
 
     OPTION = "limit_tenants_to_placement_aggregate"
 
-    def apply(self, request: ResourceRequest, spec: RequestSpec,
-              aggregates: Mapping[str, Aggregate]) -> ResourceRequest:
-        mine = frozenset(a.uuid for a in aggregates.values()
-                         if reserved_for(a, spec.project_id))
+    def apply(
+        self, request: ResourceRequest, spec: RequestSpec, aggregates: Mapping[str, Aggregate]
+    ) -> ResourceRequest:
+        mine = frozenset(a.uuid for a in aggregates.values() if reserved_for(a, spec.project_id))
         if mine:
-            return request.with_constraint(self.constraint(
-                reasons.NOT_IN_TENANT_AGGREGATE, member_of=mine))
+            return request.with_constraint(
+                self.constraint(reasons.NOT_IN_TENANT_AGGREGATE, member_of=mine)
+            )
         if self.settings.placement_aggregate_required_for_tenants:
-            return request.with_constraint(self.constraint(
-                reasons.NO_TENANT_AGGREGATE, member_of=frozenset()))
+            return request.with_constraint(
+                self.constraint(reasons.NO_TENANT_AGGREGATE, member_of=frozenset())
+            )
         return request

@@ -62,5 +62,7 @@ def open_store(url: str, key_prefix: str) -> Store:
         return MemoryStore()
     if sep and scheme in _REDIS_SCHEMES:
         return RedisStore(url, key_prefix)
-    raise ValueError(f"unknown store URL scheme in {url.split('@')[-1]!r}; "
-                     f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}")
+    raise ValueError(
+        f"unknown store URL scheme in {url.split('@')[-1]!r}; "
+        f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}"
+    )

@@ -121,8 +121,9 @@ class PlacementStore(PlacementReader, Protocol):
     def list_providers(self) -> list[Provider]: ...
 
     @abc.abstractmethod
-    def set_inventory(self, uuid: str, generation: int,
-                      inventories: Mapping[str, Inventory]) -> int:
+    def set_inventory(
+        self, uuid: str, generation: int, inventories: Mapping[str, Inventory]
+    ) -> int:
         """Replace the inventory; return the new generation.
 
         :class:`GenerationConflict` if stale; :class:`InventoryInUse` if a
@@ -144,8 +145,9 @@ class PlacementStore(PlacementReader, Protocol):
 
     # allocations
     @abc.abstractmethod
-    def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> bool:
+    def claim(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
         """Atomically check and write a consumer's allocations (see module doc).
 
         True when written; False when the consumer already held exactly
@@ -158,8 +160,7 @@ class PlacementStore(PlacementReader, Protocol):
         """Drop all of a consumer's allocations; True if it held any."""
 
     @abc.abstractmethod
-    def move_allocations(self, source_uuid: str, target_uuid: str,
-                         replace: bool = False) -> bool:
+    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
         """Atomically hand ``source``'s allocations to ``target``; True if moved.
 
         The amounts stay on the same providers (usage does not change); only
@@ -239,8 +240,7 @@ class ServiceStore(Protocol):
     def get_service(self, host: str) -> Service | None: ...
 
     @abc.abstractmethod
-    def set_service_disabled(self, host: str, disabled: bool,
-                             reason: str | None = None) -> None:
+    def set_service_disabled(self, host: str, disabled: bool, reason: str | None = None) -> None:
         """Disable or enable a service and, in the same atomic step, add or
         remove the trait ``COMPUTE_STATUS_DISABLED`` on the root provider
         named after the host (if there is one), bumping its generation. The
@@ -263,8 +263,9 @@ class InstanceStore(Protocol):
         """:class:`InstanceNotFound` if absent."""
 
     @abc.abstractmethod
-    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
-                        **changes: Any) -> InstanceRecord | None:
+    def update_instance(
+        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+    ) -> InstanceRecord | None:
         """Apply ``changes`` atomically; return the new record.
 
         With ``expected_states``, only if the record's state is one of them;
@@ -316,8 +317,13 @@ def check_inventories(inventories: Mapping[str, Inventory]) -> None:
     an allocation ratio that is not positive.
     """
     for rc, inv in inventories.items():
-        if (inv.total < 0 or inv.reserved < 0 or inv.min_unit < 1 or inv.step_size < 1
-                or not inv.allocation_ratio > 0):
+        if (
+            inv.total < 0
+            or inv.reserved < 0
+            or inv.min_unit < 1
+            or inv.step_size < 1
+            or not inv.allocation_ratio > 0
+        ):
             raise InvalidRequest(reason=f"{rc} inventory is out of range: {inv}")
 
 
@@ -341,10 +347,15 @@ def check_reports(reports: Iterable[ServiceReport]) -> list[ServiceReport]:
         if report.capabilities is not None and not isinstance(report.capabilities, Mapping):
             raise InvalidRequest(reason=f"capabilities of {report.host} must be a mapping")
         for name, value in (report.stats or {}).items():
-            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
-                    value, int) or value < 0:
+            if (
+                not isinstance(name, str)
+                or isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 0
+            ):
                 raise InvalidRequest(
-                    reason=f"stat {name!r} of {report.host} must be a non-negative integer")
+                    reason=f"stat {name!r} of {report.host} must be a non-negative integer"
+                )
     return out
 
 

@@ -55,12 +55,16 @@ class HostColumns:
     def provider(self, i: int) -> Provider:
         """Provider ``i`` whole (a bulk load reads the columns instead)."""
         return Provider(
-            uuid=self.uuids[i], name=self.names[i], generation=int(self.generation[i]),
-            root_uuid=self.uuids[i], inventories=self.inventories[self.inventory[i]],
+            uuid=self.uuids[i],
+            name=self.names[i],
+            generation=int(self.generation[i]),
+            root_uuid=self.uuids[i],
+            inventories=self.inventories[self.inventory[i]],
             usages={rc: int(used[i]) for rc, used in self.usage.items() if used[i]},
             traits=self.trait_sets[self.traits[i]],
             aggregates=self.aggregate_sets[self.aggregates[i]],
-            consumers=int(self.consumers[i]))
+            consumers=int(self.consumers[i]),
+        )
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,15 @@ class ServiceColumns:
     def service(self, i: int) -> Service:
         """Service ``i`` whole (a bulk load reads the columns instead)."""
         return Service(
-            host=self.hosts[i], rpc_server=self.rpc_servers[self.rpc_server[i]],
-            last_seen=float(self.last_seen[i]), disabled=bool(self.disabled[i]),
-            disabled_reason=self.disabled_reasons[i], failed_builds=int(self.failed_builds[i]),
+            host=self.hosts[i],
+            rpc_server=self.rpc_servers[self.rpc_server[i]],
+            last_seen=float(self.last_seen[i]),
+            disabled=bool(self.disabled[i]),
+            disabled_reason=self.disabled_reasons[i],
+            failed_builds=int(self.failed_builds[i]),
             capabilities=self.capability_reports[self.capabilities[i]],
-            stats=self.stats_reports[self.stats[i]])
+            stats=self.stats_reports[self.stats[i]],
+        )
 
 
 @dataclass(frozen=True)
@@ -124,15 +132,15 @@ class SharedValues:
         return code
 
 
-
 def _same(value: Any) -> Any:
     return value
 
 
 def _canonical(report: Mapping[str, Any]) -> str:
     """A report (a JSON object, maybe frozen) as canonical JSON text: its key."""
-    return json.dumps(report, sort_keys=True, separators=(",", ":"),
-                      default=lambda value: dict(value))
+    return json.dumps(
+        report, sort_keys=True, separators=(",", ":"), default=lambda value: dict(value)
+    )
 
 
 def _frozen_inventories(items: tuple[tuple[str, Inventory], ...]) -> Mapping[str, Inventory]:
@@ -178,8 +186,17 @@ class HostColumnsBuilder:
         self._usage_class = array("i")
         self._usage_amount = array("q")
 
-    def add(self, uuid: str, name: str, generation: int, consumers: int,
-            usages: Mapping[str, int], inventory: int, traits: int, aggregates: int) -> None:
+    def add(
+        self,
+        uuid: str,
+        name: str,
+        generation: int,
+        consumers: int,
+        usages: Mapping[str, int],
+        inventory: int,
+        traits: int,
+        aggregates: int,
+    ) -> None:
         at = len(self._uuids)
         self._uuids.append(uuid)
         self._names.append(name)
@@ -195,11 +212,16 @@ class HostColumnsBuilder:
 
     def add_provider(self, p: Provider) -> None:
         """A :class:`Provider` object (the in-memory stores keep them)."""
-        self.add(p.uuid, p.name, p.generation, p.consumers, p.usages,
-                 inventory=self.inventories.code(tuple(p.inventories.items()),
-                                                 _frozen_inventories),
-                 traits=self.trait_sets.code(frozenset(p.traits), _same),
-                 aggregates=self.aggregate_sets.code(frozenset(p.aggregates), _same))
+        self.add(
+            p.uuid,
+            p.name,
+            p.generation,
+            p.consumers,
+            p.usages,
+            inventory=self.inventories.code(tuple(p.inventories.items()), _frozen_inventories),
+            traits=self.trait_sets.code(frozenset(p.traits), _same),
+            aggregates=self.aggregate_sets.code(frozenset(p.aggregates), _same),
+        )
 
     def build(self, sort: bool = True) -> HostColumns:
         """The columns, sorted by uuid (``sort=False``: in the order added)."""
@@ -216,13 +238,18 @@ class HostColumnsBuilder:
             used[at[mine]] = amount[mine]
             usage[rc] = used
         return HostColumns(
-            uuids=[self._uuids[i] for i in order], names=[self._names[i] for i in order],
-            generation=_ints(self._generation)[order], consumers=_ints(self._consumers)[order],
+            uuids=[self._uuids[i] for i in order],
+            names=[self._names[i] for i in order],
+            generation=_ints(self._generation)[order],
+            consumers=_ints(self._consumers)[order],
             usage=usage,
-            inventory=_codes(self._inventory)[order], inventories=self.inventories.values,
-            traits=_codes(self._traits)[order], trait_sets=self.trait_sets.values,
+            inventory=_codes(self._inventory)[order],
+            inventories=self.inventories.values,
+            traits=_codes(self._traits)[order],
+            trait_sets=self.trait_sets.values,
             aggregates=_codes(self._aggregates)[order],
-            aggregate_sets=self.aggregate_sets.values)
+            aggregate_sets=self.aggregate_sets.values,
+        )
 
 
 class ServiceColumnsBuilder:
@@ -245,9 +272,17 @@ class ServiceColumnsBuilder:
         self._capabilities = array("i")
         self._stats = array("i")
 
-    def add(self, host: str, rpc_server: int, last_seen: float, disabled: bool,
-            disabled_reason: str | None, failed_builds: int, capabilities: int,
-            stats: int) -> None:
+    def add(
+        self,
+        host: str,
+        rpc_server: int,
+        last_seen: float,
+        disabled: bool,
+        disabled_reason: str | None,
+        failed_builds: int,
+        capabilities: int,
+        stats: int,
+    ) -> None:
         self._hosts.append(host)
         self._rpc_server.append(rpc_server)
         self._last_seen.append(last_seen)
@@ -260,12 +295,18 @@ class ServiceColumnsBuilder:
     def add_service(self, s: Service, last_seen: float | None = None) -> None:
         """A :class:`Service` object (the in-memory stores keep them), its
         ``last_seen`` unless given. Equal reports share a code."""
-        self.add(s.host, self.rpc_servers.code(s.rpc_server, _same),
-                 s.last_seen if last_seen is None else last_seen, s.disabled,
-                 s.disabled_reason, s.failed_builds,
-                 capabilities=self.capability_reports.code(_canonical(s.capabilities),
-                                                           lambda _text: s.capabilities),
-                 stats=self.stats_reports.code(_canonical(s.stats), lambda _text: s.stats))
+        self.add(
+            s.host,
+            self.rpc_servers.code(s.rpc_server, _same),
+            s.last_seen if last_seen is None else last_seen,
+            s.disabled,
+            s.disabled_reason,
+            s.failed_builds,
+            capabilities=self.capability_reports.code(
+                _canonical(s.capabilities), lambda _text: s.capabilities
+            ),
+            stats=self.stats_reports.code(_canonical(s.stats), lambda _text: s.stats),
+        )
 
     def build(self, sort: bool = True) -> ServiceColumns:
         """The columns, sorted by host (``sort=False``: in the order added)."""
@@ -274,10 +315,14 @@ class ServiceColumnsBuilder:
         disabled = np.frombuffer(self._disabled, dtype=np.int8)
         return ServiceColumns(
             hosts=[self._hosts[i] for i in order],
-            rpc_server=_codes(self._rpc_server)[order], rpc_servers=self.rpc_servers.values,
-            last_seen=last_seen[order], disabled=disabled[order].astype(bool),
+            rpc_server=_codes(self._rpc_server)[order],
+            rpc_servers=self.rpc_servers.values,
+            last_seen=last_seen[order],
+            disabled=disabled[order].astype(bool),
             disabled_reasons=[self._reasons[i] for i in order],
             failed_builds=_ints(self._failed_builds)[order],
             capabilities=_codes(self._capabilities)[order],
             capability_reports=self.capability_reports.values,
-            stats=_codes(self._stats)[order], stats_reports=self.stats_reports.values)
+            stats=_codes(self._stats)[order],
+            stats_reports=self.stats_reports.values,
+        )

@@ -79,7 +79,7 @@ class MemoryStore(Store):
         self._fed += 1
         self._feed.append(Change(cursor=f"{self._fed}-0", kind=kind, data=data))
         if len(self._feed) >= 2 * self._maxlen:  # amortised: one trim per maxlen appends
-            del self._feed[:len(self._feed) - self._maxlen]
+            del self._feed[: len(self._feed) - self._maxlen]
 
     # providers
 
@@ -92,8 +92,14 @@ class MemoryStore(Store):
             root = uuid
             if parent_uuid is not None:
                 root = self._get(parent_uuid).root_uuid or parent_uuid
-            provider = Provider(uuid=uuid, name=name, parent_uuid=parent_uuid, root_uuid=root,
-                                inventories=MappingProxyType({}), usages=MappingProxyType({}))
+            provider = Provider(
+                uuid=uuid,
+                name=name,
+                parent_uuid=parent_uuid,
+                root_uuid=root,
+                inventories=MappingProxyType({}),
+                usages=MappingProxyType({}),
+            )
             self._providers[uuid] = provider
             self._names[name] = uuid
             self._append("provider", provider)
@@ -132,8 +138,9 @@ class MemoryStore(Store):
         self._append("provider", provider)
         return provider.generation
 
-    def set_inventory(self, uuid: str, generation: int,
-                      inventories: Mapping[str, Inventory]) -> int:
+    def set_inventory(
+        self, uuid: str, generation: int, inventories: Mapping[str, Inventory]
+    ) -> int:
         check_inventories(inventories)
         new = dict(inventories)
         with self._lock:
@@ -149,8 +156,9 @@ class MemoryStore(Store):
 
     def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
         with self._lock:
-            return self._rewrite(self._at_generation(uuid, generation),
-                                 aggregates=frozenset(aggregates))
+            return self._rewrite(
+                self._at_generation(uuid, generation), aggregates=frozenset(aggregates)
+            )
 
     def put_aggregate(self, aggregate: Aggregate) -> None:
         stored = replace(aggregate, metadata=MappingProxyType(dict(aggregate.metadata)))
@@ -164,8 +172,9 @@ class MemoryStore(Store):
 
     # allocations
 
-    def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> bool:
+    def claim(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
         with self._lock:
@@ -177,9 +186,13 @@ class MemoryStore(Store):
             for rp in sorted(allocations):
                 provider = self._get(rp)
                 for rc in sorted(allocations[rp]):
-                    rules.check_allocation(rp, rc, allocations[rp][rc],
-                                           provider.inventories.get(rc),
-                                           provider.usages.get(rc, 0))
+                    rules.check_allocation(
+                        rp,
+                        rc,
+                        allocations[rp][rc],
+                        provider.inventories.get(rc),
+                        provider.usages.get(rc, 0),
+                    )
             if group is not None:
                 self._join_group(group)
             for rp in sorted(allocations):
@@ -190,18 +203,22 @@ class MemoryStore(Store):
                 self._set_usage(provider, usages, provider.consumers + 1)
             self._consumers[consumer_uuid] = Consumer(
                 uuid=consumer_uuid,
-                allocations=MappingProxyType({rp: MappingProxyType(res)
-                                              for rp, res in allocations.items()}),
-                project_id=request.project_id, user_id=request.user_id,
+                allocations=MappingProxyType(
+                    {rp: MappingProxyType(res) for rp, res in allocations.items()}
+                ),
+                project_id=request.project_id,
+                user_id=request.user_id,
                 group_uuid=group.group_uuid if group else None,
-                host=group.host if group else None)
+                host=group.host if group else None,
+            )
             return True
 
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""
         members = self._groups.get(group.group_uuid, {})
-        rules.check_group(group.group_uuid, group.policy, group.host, members,
-                          group.max_server_per_host)
+        rules.check_group(
+            group.group_uuid, group.policy, group.host, members, group.max_server_per_host
+        )
         members[group.host] = members.get(group.host, 0) + 1
         self._groups[group.group_uuid] = members
 
@@ -214,11 +231,22 @@ class MemoryStore(Store):
             self._groups.pop(group_uuid, None)
 
     def _set_usage(self, provider: Provider, usages: dict[str, int], consumers: int) -> None:
-        provider = replace(provider, generation=provider.generation + 1,
-                           usages=MappingProxyType(usages), consumers=consumers)
+        provider = replace(
+            provider,
+            generation=provider.generation + 1,
+            usages=MappingProxyType(usages),
+            consumers=consumers,
+        )
         self._providers[provider.uuid] = provider
-        self._append("usage", {"uuid": provider.uuid, "generation": provider.generation,
-                               "usages": dict(usages), "consumers": consumers})
+        self._append(
+            "usage",
+            {
+                "uuid": provider.uuid,
+                "generation": provider.generation,
+                "usages": dict(usages),
+                "consumers": consumers,
+            },
+        )
 
     def release(self, consumer_uuid: str) -> bool:
         with self._lock:
@@ -239,8 +267,7 @@ class MemoryStore(Store):
                 self._leave_group(consumer.group_uuid, consumer.host)
             return True
 
-    def move_allocations(self, source_uuid: str, target_uuid: str,
-                         replace: bool = False) -> bool:
+    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
         check_move(source_uuid, target_uuid)
         with self._lock:
             source = self._consumers.get(source_uuid)
@@ -249,8 +276,10 @@ class MemoryStore(Store):
             target = self._consumers.get(target_uuid)
             if target is not None and not replace:
                 raise ConsumerConflict(consumer=target_uuid)
-            touched = {rp: (dict(self._providers[rp].usages), self._providers[rp].consumers)
-                       for rp in (*source.allocations, *(target.allocations if target else ()))}
+            touched = {
+                rp: (dict(self._providers[rp].usages), self._providers[rp].consumers)
+                for rp in (*source.allocations, *(target.allocations if target else ()))
+            }
             if target is not None:
                 for rp, amounts in target.allocations.items():
                     usages, consumers = touched[rp]
@@ -267,8 +296,9 @@ class MemoryStore(Store):
                 usages, consumers = touched[rp]
                 self._set_usage(self._providers[rp], usages, consumers)
             del self._consumers[source_uuid]
-            self._consumers[target_uuid] = dataclasses.replace(source, uuid=target_uuid,
-                                                                 generation=1)
+            self._consumers[target_uuid] = dataclasses.replace(
+                source, uuid=target_uuid, generation=1
+            )
             return True
 
     def get_consumer(self, consumer_uuid: str) -> Consumer | None:
@@ -297,9 +327,13 @@ class MemoryStore(Store):
             children.sort(key=lambda p: p.uuid)
             for service in self._services.values():
                 services.add_service(service, last_seen=self._heartbeats.get(service.host, 0.0))
-            return CompactSnapshot(cursor=f"{self._fed}-0", hosts=hosts.build(),
-                                   children=children, aggregates=self.list_aggregates(),
-                                   services=services.build())
+            return CompactSnapshot(
+                cursor=f"{self._fed}-0",
+                hosts=hosts.build(),
+                children=children,
+                aggregates=self.list_aggregates(),
+                services=services.build(),
+            )
 
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
         after = cursor_key(cursor)
@@ -313,7 +347,7 @@ class MemoryStore(Store):
                 raise StreamTruncated(cursor=cursor)
             # change n sits at index n - dropped - 1; the first after "<n>-<s>" is n + 1
             start = max(after[0] - dropped, 0)
-            return self._feed[start:start + limit]
+            return self._feed[start : start + limit]
 
     # services
 
@@ -381,16 +415,19 @@ class MemoryStore(Store):
             self._services[known.host] = changed
             self._append("service", self._service(known.host))
 
-    def set_service_disabled(self, host: str, disabled: bool,
-                             reason: str | None = None) -> None:
+    def set_service_disabled(self, host: str, disabled: bool, reason: str | None = None) -> None:
         with self._lock:
-            self._change_service(self._known_service(host), disabled=disabled,
-                                 disabled_reason=reason)
+            self._change_service(
+                self._known_service(host), disabled=disabled, disabled_reason=reason
+            )
             # The same step keeps the root provider's status trait in line.
             uuid = self._names.get(host)
             provider = self._providers.get(uuid) if uuid else None
-            if (provider is not None and provider.parent_uuid is None
-                    and (COMPUTE_STATUS_DISABLED in provider.traits) != disabled):
+            if (
+                provider is not None
+                and provider.parent_uuid is None
+                and (COMPUTE_STATUS_DISABLED in provider.traits) != disabled
+            ):
                 traits = provider.traits ^ {COMPUTE_STATUS_DISABLED}
                 self._rewrite(provider, traits=frozenset(traits))
 
@@ -413,8 +450,9 @@ class MemoryStore(Store):
                 raise InstanceNotFound(uuid)
             return record
 
-    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
-                        **changes: Any) -> InstanceRecord | None:
+    def update_instance(
+        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+    ) -> InstanceRecord | None:
         check_instance_changes(changes)
         with self._lock:
             record = self.get_instance(uuid)
@@ -432,8 +470,9 @@ class MemoryStore(Store):
 
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         with self._lock:
-            due = [r for r in self._instances.values()
-                   if r.deadline is not None and r.deadline <= now]
+            due = [
+                r for r in self._instances.values() if r.deadline is not None and r.deadline <= now
+            ]
         return sorted(due, key=lambda r: (r.deadline, r.uuid))[:limit]
 
     # housekeeping
@@ -443,8 +482,16 @@ class MemoryStore(Store):
 
     def wipe(self) -> None:
         with self._lock:
-            for table in (self._providers, self._names, self._aggregates, self._consumers,
-                          self._groups, self._services, self._heartbeats, self._instances):
+            for table in (
+                self._providers,
+                self._names,
+                self._aggregates,
+                self._consumers,
+                self._groups,
+                self._services,
+                self._heartbeats,
+                self._instances,
+            ):
                 table.clear()
             # The feed keeps its cursor numbering: a view holding an old cursor
             # must see the wipe as a truncation, not as an empty stream.

@@ -38,17 +38,25 @@ class Inventory:
         return rules.effective_max_unit(self.total, self.max_unit)
 
     def to_primitive(self) -> dict[str, Any]:
-        return {"total": self.total, "reserved": self.reserved, "min_unit": self.min_unit,
-                "max_unit": self.effective_max_unit, "step_size": self.step_size,
-                "allocation_ratio": self.allocation_ratio}
+        return {
+            "total": self.total,
+            "reserved": self.reserved,
+            "min_unit": self.min_unit,
+            "max_unit": self.effective_max_unit,
+            "step_size": self.step_size,
+            "allocation_ratio": self.allocation_ratio,
+        }
 
     @classmethod
     def from_primitive(cls, d: Mapping[str, Any]) -> Inventory:
-        return cls(total=int(d["total"]), reserved=int(d.get("reserved", 0)),
-                   min_unit=int(d.get("min_unit", 1)), max_unit=int(d["max_unit"])
-                   if d.get("max_unit") is not None else None,
-                   step_size=int(d.get("step_size", 1)),
-                   allocation_ratio=float(d.get("allocation_ratio", 1.0)))
+        return cls(
+            total=int(d["total"]),
+            reserved=int(d.get("reserved", 0)),
+            min_unit=int(d.get("min_unit", 1)),
+            max_unit=int(d["max_unit"]) if d.get("max_unit") is not None else None,
+            step_size=int(d.get("step_size", 1)),
+            allocation_ratio=float(d.get("allocation_ratio", 1.0)),
+        )
 
 
 @dataclass(frozen=True)

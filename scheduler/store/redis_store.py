@@ -104,17 +104,29 @@ _ERROR_PREFIX = "SCHEDULER "
 #: A script's error code -> the exception it stands for, called with its fields.
 _SCRIPT_ERRORS: dict[str, Callable[..., StoreError]] = {
     "ServiceNotFound": functools.partial(NotFound, kind="service"),
-    **{cls.__name__: cls for cls in (
-        ProviderNotFound, InstanceNotFound, ProviderExists, GenerationConflict,
-        InventoryInUse, CapacityExceeded, NoSuchInventory, UnitRuleViolation,
-        ConsumerConflict, GroupPolicyViolation, StreamTruncated)},
+    **{
+        cls.__name__: cls
+        for cls in (
+            ProviderNotFound,
+            InstanceNotFound,
+            ProviderExists,
+            GenerationConflict,
+            InventoryInUse,
+            CapacityExceeded,
+            NoSuchInventory,
+            UnitRuleViolation,
+            ConsumerConflict,
+            GroupPolicyViolation,
+            StreamTruncated,
+        )
+    },
 }
 
 
 def _script_error(message: str) -> StoreError:
     """The typed exception for an error reply (``SCHEDULER <Code> <JSON fields>``)."""
     if message.startswith(_ERROR_PREFIX):
-        code, _, rest = message[len(_ERROR_PREFIX):].partition(" ")
+        code, _, rest = message[len(_ERROR_PREFIX) :].partition(" ")
         build = _SCRIPT_ERRORS.get(code)
         if build is not None:
             fields, _ = json.JSONDecoder().raw_decode(rest)
@@ -147,25 +159,27 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_timeout,
         "health_check_interval": 30,
-        "retry": Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 3,
-                       supported_errors=(redis.ConnectionError,)),
+        "retry": Retry(
+            ExponentialWithJitterBackoff(cap=1.0, base=0.05),
+            3,
+            supported_errors=(redis.ConnectionError,),
+        ),
     }
     if not url.startswith(SENTINEL_SCHEME):
         return redis.Redis.from_url(url, **options)
-    userinfo, _, rest = url[len(SENTINEL_SCHEME):].rpartition("@")
+    userinfo, _, rest = url[len(SENTINEL_SCHEME) :].rpartition("@")
     hosts, _, path = rest.partition("/")
     service, _, db = path.strip("/").partition("/")
     if not hosts or not service:
-        raise ValueError(f"a Sentinel URL needs hosts and a service name: "
-                         f"{mask_secrets(url)!r}")
+        raise ValueError(f"a Sentinel URL needs hosts and a service name: {mask_secrets(url)!r}")
     sentinels = []
     for hostport in hosts.split(","):
         host, _, port = hostport.rpartition(":")
         sentinels.append((host.strip("[]"), int(port)))
     username, _, password = (unquote(part) for part in userinfo.partition(":"))
     return Sentinel(sentinels, socket_timeout=socket_timeout).master_for(
-        service, db=int(db or 0), username=username or None, password=password or None,
-        **options)
+        service, db=int(db or 0), username=username or None, password=password or None, **options
+    )
 
 
 # --- JSON <-> records ---------------------------------------------------------------
@@ -178,8 +192,9 @@ def _parse(build: Callable[[dict[str, Any]], T], raw: str | bytes, where: str) -
         raise CorruptRecord(key=where, reason=repr(exc)[:200]) from exc
 
 
-def _each(build: Callable[[dict[str, Any]], T],
-          pairs: Iterable[tuple[str, str | bytes]], key: str) -> Iterable[T]:
+def _each(
+    build: Callable[[dict[str, Any]], T], pairs: Iterable[tuple[str, str | bytes]], key: str
+) -> Iterable[T]:
     """The records of a hash's (field, value) pairs that can be read; the others
     are logged (``corrupt_record``, with the key and field) and skipped."""
     for name, raw in pairs:
@@ -197,20 +212,26 @@ def _pairs(flat: list[str]) -> Iterable[tuple[str, str]]:
 def _provider(d: dict[str, Any]) -> Provider:
     # Lua's cjson writes an empty list as {}: frozenset() reads both as empty.
     return Provider(
-        uuid=d["uuid"], name=d["name"], generation=int(d["generation"]),
-        parent_uuid=d["parent_uuid"], root_uuid=d["root_uuid"],
+        uuid=d["uuid"],
+        name=d["name"],
+        generation=int(d["generation"]),
+        parent_uuid=d["parent_uuid"],
+        root_uuid=d["root_uuid"],
         inventories=_inventories(d["inventories"]),
         usages={rc: int(n) for rc, n in d["usages"].items()},
-        traits=frozenset(d["traits"]), aggregates=frozenset(d["aggregates"]),
-        consumers=int(d["consumers"]))
+        traits=frozenset(d["traits"]),
+        aggregates=frozenset(d["aggregates"]),
+        consumers=int(d["consumers"]),
+    )
 
 
 @functools.lru_cache(maxsize=4096)
 def _inventories(text: str) -> Mapping[str, Inventory]:
     """A provider's inventories, kept as JSON text inside its JSON (see
     scripts.py); read-only and cached, since hosts of one kind share them."""
-    return MappingProxyType({rc: Inventory.from_primitive(inv)
-                             for rc, inv in json.loads(text).items()})
+    return MappingProxyType(
+        {rc: Inventory.from_primitive(inv) for rc, inv in json.loads(text).items()}
+    )
 
 
 #: Fields asked per HMGET when some hosts' heartbeats are read.
@@ -231,18 +252,22 @@ def _decoded(flat: list[str], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
     (``corrupt_record``, with its key and field) and skipped.
     """
     while flat:
-        chunk = flat[-2 * _DECODE_CHUNK:]
-        del flat[-2 * _DECODE_CHUNK:]
+        chunk = flat[-2 * _DECODE_CHUNK :]
+        del flat[-2 * _DECODE_CHUNK :]
         names, raws = chunk[::2], chunk[1::2]
         del chunk
         try:
             records = json.loads(f"[{','.join(raws)}]")
         except (ValueError, RecursionError):
             records = None
-        if (records is None or len(records) != len(names)
-                or not all(isinstance(r, dict) for r in records)):
-            records = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws,
-                                                                          strict=True)]
+        if (
+            records is None
+            or len(records) != len(names)
+            or not all(isinstance(r, dict) for r in records)
+        ):
+            records = [
+                _object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)
+            ]
         del raws
         for name, record in zip(names, records, strict=True):
             if record is not None:
@@ -266,30 +291,44 @@ def _as_object(value: Any) -> dict[str, Any]:
 
 
 def _usage(d: dict[str, Any]) -> dict[str, Any]:
-    return {"uuid": d["uuid"], "generation": int(d["generation"]),
-            "usages": {rc: int(n) for rc, n in d["usages"].items()},
-            "consumers": int(d["consumers"])}
+    return {
+        "uuid": d["uuid"],
+        "generation": int(d["generation"]),
+        "usages": {rc: int(n) for rc, n in d["usages"].items()},
+        "consumers": int(d["consumers"]),
+    }
 
 
 def _host_row(d: dict[str, Any], hosts: HostColumnsBuilder) -> tuple[Any, ...]:
     """A root provider's arguments to :meth:`HostColumnsBuilder.add`, every
     field read and checked first, so that a bad one adds nothing."""
-    return (_text(d["uuid"]), _text(d["name"]), int(d["generation"]), int(d["consumers"]),
-            {_text(rc): int(n) for rc, n in d["usages"].items()},
-            hosts.inventories.code(d["inventories"], _inventories),
-            hosts.trait_sets.code(tuple(d["traits"]), frozenset),
-            hosts.aggregate_sets.code(tuple(d["aggregates"]), frozenset))
+    return (
+        _text(d["uuid"]),
+        _text(d["name"]),
+        int(d["generation"]),
+        int(d["consumers"]),
+        {_text(rc): int(n) for rc, n in d["usages"].items()},
+        hosts.inventories.code(d["inventories"], _inventories),
+        hosts.trait_sets.code(tuple(d["traits"]), frozenset),
+        hosts.aggregate_sets.code(tuple(d["aggregates"]), frozenset),
+    )
 
 
-def _service_row(d: dict[str, Any], seen: Mapping[str, str],
-                 table: ServiceColumnsBuilder) -> tuple[Any, ...]:
+def _service_row(
+    d: dict[str, Any], seen: Mapping[str, str], table: ServiceColumnsBuilder
+) -> tuple[Any, ...]:
     """A service's arguments to :meth:`ServiceColumnsBuilder.add`, checked first."""
     host = _text(d["host"])
-    return (host, table.rpc_servers.code(_text(d["rpc_server"]), str),
-            float(seen.get(host) or 0), bool(d["disabled"]), d["disabled_reason"],
-            int(d["failed_builds"]),
-            table.capability_reports.code(d.get("capabilities") or "{}", _reported),
-            table.stats_reports.code(d.get("stats") or "{}", _reported))
+    return (
+        host,
+        table.rpc_servers.code(_text(d["rpc_server"]), str),
+        float(seen.get(host) or 0),
+        bool(d["disabled"]),
+        d["disabled_reason"],
+        int(d["failed_builds"]),
+        table.capability_reports.code(d.get("capabilities") or "{}", _reported),
+        table.stats_reports.code(d.get("stats") or "{}", _reported),
+    )
 
 
 def _text(value: Any) -> str:
@@ -305,11 +344,16 @@ def _aggregate(d: dict[str, Any]) -> Aggregate:
 def _service(d: dict[str, Any], last_seen: str | None) -> Service:
     # Reported capabilities and stats are kept as JSON text inside the JSON
     # (see scripts.py); records written before they existed have neither.
-    return Service(host=d["host"], rpc_server=d["rpc_server"], last_seen=float(last_seen or 0),
-                   disabled=bool(d["disabled"]), disabled_reason=d["disabled_reason"],
-                   failed_builds=int(d["failed_builds"]),
-                   capabilities=_reported(d.get("capabilities") or "{}"),
-                   stats=_reported(d.get("stats") or "{}"))
+    return Service(
+        host=d["host"],
+        rpc_server=d["rpc_server"],
+        last_seen=float(last_seen or 0),
+        disabled=bool(d["disabled"]),
+        disabled_reason=d["disabled_reason"],
+        failed_builds=int(d["failed_builds"]),
+        capabilities=_reported(d.get("capabilities") or "{}"),
+        stats=_reported(d.get("stats") or "{}"),
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -338,10 +382,15 @@ def _plain(value: Any) -> Any:
 def _consumer(d: dict[str, Any]) -> Consumer:
     return Consumer(
         uuid=d["uuid"],
-        allocations={rp: {rc: int(n) for rc, n in res.items()}
-                     for rp, res in d["allocations"].items()},
-        project_id=d["project_id"], user_id=d["user_id"], generation=int(d["generation"]),
-        group_uuid=d.get("group_uuid"), host=d.get("host"))
+        allocations={
+            rp: {rc: int(n) for rc, n in res.items()} for rp, res in d["allocations"].items()
+        },
+        project_id=d["project_id"],
+        user_id=d["user_id"],
+        generation=int(d["generation"]),
+        group_uuid=d.get("group_uuid"),
+        host=d.get("host"),
+    )
 
 
 def _instance(d: dict[str, Any]) -> InstanceRecord:
@@ -368,8 +417,9 @@ class RedisStore(Store):
     ``stream_maxlen`` is the change stream's approximate bound.
     """
 
-    def __init__(self, url: str, key_prefix: str, stream_maxlen: int = 100000,
-                 socket_timeout: float = 5.0) -> None:
+    def __init__(
+        self, url: str, key_prefix: str, stream_maxlen: int = 100000, socket_timeout: float = 5.0
+    ) -> None:
         self.keys = Keys.for_prefix(key_prefix)
         self._maxlen = stream_maxlen
         self._client = redis_client(url, socket_timeout)
@@ -384,7 +434,8 @@ class RedisStore(Store):
     def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
         raw = self._scripts.create_provider(
             keys=(self.keys.changes, self.keys.providers, self.keys.provider_names),
-            args=(self._maxlen, uuid, name, parent_uuid or ""))
+            args=(self._maxlen, uuid, name, parent_uuid or ""),
+        )
         return _parse(_provider, raw, f"{self.keys.providers}[{uuid}]")
 
     @_translated
@@ -397,7 +448,8 @@ class RedisStore(Store):
     @_translated
     def get_provider_by_name(self, name: str) -> Provider:
         raw = self._scripts.provider_by_name(
-            keys=(self.keys.providers, self.keys.provider_names), args=(name,))
+            keys=(self.keys.providers, self.keys.provider_names), args=(name,)
+        )
         if raw is None:
             raise ProviderNotFound(name)
         return _parse(_provider, raw, f"{self.keys.provider_names}[{name}]")
@@ -407,8 +459,9 @@ class RedisStore(Store):
         pairs = self._hash(self.keys.providers).items()
         return sorted(_each(_provider, pairs, self.keys.providers), key=lambda p: p.uuid)
 
-    def set_inventory(self, uuid: str, generation: int,
-                      inventories: Mapping[str, Inventory]) -> int:
+    def set_inventory(
+        self, uuid: str, generation: int, inventories: Mapping[str, Inventory]
+    ) -> int:
         check_inventories(inventories)
         value = {rc: asdict(inv) for rc, inv in inventories.items()}
         return self._update_provider(uuid, generation, "inventories", value)
@@ -421,16 +474,24 @@ class RedisStore(Store):
 
     @_translated
     def _update_provider(self, uuid: str, generation: int, field: str, value: Any) -> int:
-        return int(self._scripts.update_provider(
-            keys=(self.keys.changes, self.keys.providers),
-            args=(self._maxlen, uuid, generation, field, json.dumps(value))))
+        return int(
+            self._scripts.update_provider(
+                keys=(self.keys.changes, self.keys.providers),
+                args=(self._maxlen, uuid, generation, field, json.dumps(value)),
+            )
+        )
 
     @_translated
     def put_aggregate(self, aggregate: Aggregate) -> None:
-        data = {"uuid": aggregate.uuid, "name": aggregate.name,
-                "metadata": dict(aggregate.metadata)}
-        self._scripts.put_aggregate(keys=(self.keys.changes, self.keys.aggregates),
-                                    args=(self._maxlen, aggregate.uuid, json.dumps(data)))
+        data = {
+            "uuid": aggregate.uuid,
+            "name": aggregate.name,
+            "metadata": dict(aggregate.metadata),
+        }
+        self._scripts.put_aggregate(
+            keys=(self.keys.changes, self.keys.aggregates),
+            args=(self._maxlen, aggregate.uuid, json.dumps(data)),
+        )
 
     @_translated
     def list_aggregates(self) -> list[Aggregate]:
@@ -440,28 +501,45 @@ class RedisStore(Store):
     # allocations
 
     @_translated
-    def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> bool:
+    def claim(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
         check_allocation_request(request)
         allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
-        group_args = (("", "", "", 0) if group is None else
-                      (group.group_uuid, group.policy, group.host, group.max_server_per_host))
-        return bool(self._scripts.claim(keys=self._alloc_keys, args=(
-            self._maxlen, consumer_uuid, allocations, request.project_id, request.user_id,
-            *group_args)))
+        group_args = (
+            ("", "", "", 0)
+            if group is None
+            else (group.group_uuid, group.policy, group.host, group.max_server_per_host)
+        )
+        return bool(
+            self._scripts.claim(
+                keys=self._alloc_keys,
+                args=(
+                    self._maxlen,
+                    consumer_uuid,
+                    allocations,
+                    request.project_id,
+                    request.user_id,
+                    *group_args,
+                ),
+            )
+        )
 
     @_translated
     def release(self, consumer_uuid: str) -> bool:
-        return bool(self._scripts.release(keys=self._alloc_keys,
-                                          args=(self._maxlen, consumer_uuid)))
+        return bool(
+            self._scripts.release(keys=self._alloc_keys, args=(self._maxlen, consumer_uuid))
+        )
 
     @_translated
-    def move_allocations(self, source_uuid: str, target_uuid: str,
-                         replace: bool = False) -> bool:
+    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
         check_move(source_uuid, target_uuid)
-        return bool(self._scripts.move_allocations(
-            keys=self._alloc_keys,
-            args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0")))
+        return bool(
+            self._scripts.move_allocations(
+                keys=self._alloc_keys,
+                args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0"),
+            )
+        )
 
     @_translated
     def get_consumer(self, consumer_uuid: str) -> Consumer | None:
@@ -480,8 +558,11 @@ class RedisStore(Store):
         raw = self._client.hget(self.keys.groups, group_uuid)
         if raw is None:
             return {}
-        return _parse(lambda d: {host: int(n) for host, n in d.items()}, raw,
-                      f"{self.keys.groups}[{group_uuid}]")
+        return _parse(
+            lambda d: {host: int(n) for host, n in d.items()},
+            raw,
+            f"{self.keys.groups}[{group_uuid}]",
+        )
 
     # change feed
 
@@ -494,7 +575,8 @@ class RedisStore(Store):
         # lists do.
         k = self.keys
         cursor, providers, aggregates, services, heartbeats = self._scripts.snapshot(
-            keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats))
+            keys=(k.changes, k.providers, k.aggregates, k.services, k.heartbeats)
+        )
         hosts, children = HostColumnsBuilder(), []
         for name, d in _decoded(providers, k.providers):
             try:
@@ -502,24 +584,38 @@ class RedisStore(Store):
                     children.append(_provider(d))
                 else:
                     hosts.add(*_host_row(d, hosts))
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
-                    RecursionError) as exc:
-                LOG.error("corrupt_record", key=f"{k.providers}[{name}]",
-                          reason=repr(exc)[:200])
+            except (
+                KeyError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                OverflowError,
+                RecursionError,
+            ) as exc:
+                LOG.error("corrupt_record", key=f"{k.providers}[{name}]", reason=repr(exc)[:200])
         seen = dict(_pairs(heartbeats))
         table = ServiceColumnsBuilder()
         for name, d in _decoded(services, k.services):
             try:
                 table.add(*_service_row(d, seen, table))
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
-                    RecursionError) as exc:
+            except (
+                KeyError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                OverflowError,
+                RecursionError,
+            ) as exc:
                 LOG.error("corrupt_record", key=f"{k.services}[{name}]", reason=repr(exc)[:200])
         return CompactSnapshot(
-            cursor=cursor, hosts=hosts.build(),
+            cursor=cursor,
+            hosts=hosts.build(),
             children=sorted(children, key=lambda p: p.uuid),
-            aggregates=sorted(_each(_aggregate, _pairs(aggregates), k.aggregates),
-                              key=lambda a: a.uuid),
-            services=table.build())
+            aggregates=sorted(
+                _each(_aggregate, _pairs(aggregates), k.aggregates), key=lambda a: a.uuid
+            ),
+            services=table.build(),
+        )
 
     @_translated
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
@@ -527,8 +623,10 @@ class RedisStore(Store):
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         entries = self._scripts.changes(keys=(self.keys.changes,), args=(cursor, limit))
-        return [self._change(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
-                for entry_id, flat in entries]
+        return [
+            self._change(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+            for entry_id, flat in entries
+        ]
 
     def _change(self, cursor: str, fields: dict[str, str]) -> Change:
         where = f"{self.keys.changes}[{cursor}]"
@@ -546,8 +644,11 @@ class RedisStore(Store):
             else:
                 raise CorruptRecord(key=where, reason=f"unknown change kind {kind[:64]!r}")
         except KeyError:
-            return Change(cursor=cursor, kind=CORRUPT_CHANGE,
-                          data=CorruptRecord(key=where, reason="no data field"))
+            return Change(
+                cursor=cursor,
+                kind=CORRUPT_CHANGE,
+                data=CorruptRecord(key=where, reason="no data field"),
+            )
         except CorruptRecord as exc:
             return Change(cursor=cursor, kind=CORRUPT_CHANGE, data=exc)
         return Change(cursor=cursor, kind=kind, data=data)
@@ -558,13 +659,15 @@ class RedisStore(Store):
     def register_services(self, services: Iterable[Service]) -> None:
         pairs = [value for s in services for value in (s.host, s.rpc_server)]
         if pairs:
-            self._scripts.register_services(keys=self._service_keys,
-                                            args=(self._maxlen, *pairs))
+            self._scripts.register_services(keys=self._service_keys, args=(self._maxlen, *pairs))
 
     @_translated
     def report_services(self, reports: Iterable[ServiceReport]) -> None:
-        args = [value for r in check_reports(reports)
-                for value in (r.host, _report_text(r.capabilities), _report_text(r.stats))]
+        args = [
+            value
+            for r in check_reports(reports)
+            for value in (r.host, _report_text(r.capabilities), _report_text(r.stats))
+        ]
         if args:
             self._scripts.report_services(keys=self._service_keys, args=(self._maxlen, *args))
 
@@ -582,10 +685,11 @@ class RedisStore(Store):
         else:
             pipe = self._client.pipeline(transaction=False)
             for start in range(0, len(hosts), _HMGET_CHUNK):
-                pipe.hmget(self.keys.heartbeats, hosts[start:start + _HMGET_CHUNK])
+                pipe.hmget(self.keys.heartbeats, hosts[start : start + _HMGET_CHUNK])
             values = itertools.chain.from_iterable(pipe.execute()) if hosts else ()
-            seen = {host: value for host, value in zip(hosts, values, strict=True)
-                    if value is not None}
+            seen = {
+                host: value for host, value in zip(hosts, values, strict=True) if value is not None
+            }
         try:
             return dict(zip(seen, map(float, seen.values()), strict=True))
         except ValueError as exc:
@@ -612,22 +716,26 @@ class RedisStore(Store):
     def _service(self, raw: str, seen: Mapping[str, str | None]) -> Service:
         return _parse(lambda d: _service(d, seen.get(d["host"])), raw, self.keys.services)
 
-    def _services(self, pairs: Iterable[tuple[str, str]],
-                  seen: Mapping[str, str | None]) -> list[Service]:
-        return sorted(_each(lambda d: _service(d, seen.get(d["host"])), pairs,
-                            self.keys.services), key=lambda s: s.host)
+    def _services(
+        self, pairs: Iterable[tuple[str, str]], seen: Mapping[str, str | None]
+    ) -> list[Service]:
+        return sorted(
+            _each(lambda d: _service(d, seen.get(d["host"])), pairs, self.keys.services),
+            key=lambda s: s.host,
+        )
 
     @_translated
-    def set_service_disabled(self, host: str, disabled: bool,
-                             reason: str | None = None) -> None:
+    def set_service_disabled(self, host: str, disabled: bool, reason: str | None = None) -> None:
         self._scripts.set_service_disabled(
             keys=(*self._service_keys, self.keys.provider_names, self.keys.providers),
-            args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)))
+            args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)),
+        )
 
     @_translated
     def record_build_result(self, host: str, success: bool) -> None:
-        self._scripts.record_build_result(keys=self._service_keys,
-                                          args=(self._maxlen, host, "1" if success else "0"))
+        self._scripts.record_build_result(
+            keys=self._service_keys, args=(self._maxlen, host, "1" if success else "0")
+        )
 
     # instance records
 
@@ -646,14 +754,16 @@ class RedisStore(Store):
         return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
 
     @_translated
-    def update_instance(self, uuid: str, expected_states: Iterable[str] | None = None,
-                        **changes: Any) -> InstanceRecord | None:
+    def update_instance(
+        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+    ) -> InstanceRecord | None:
         check_instance_changes(changes)
         if changes.get("request_spec") is not None:
             changes["request_spec"] = json.dumps(dict(changes["request_spec"]))
         expected = "" if expected_states is None else json.dumps(list(expected_states))
-        raw = self._scripts.update_instance(keys=(self.keys.instances,),
-                                            args=(uuid, expected, json.dumps(changes)))
+        raw = self._scripts.update_instance(
+            keys=(self.keys.instances,), args=(uuid, expected, json.dumps(changes))
+        )
         if raw is None:
             return None
         return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
@@ -665,16 +775,23 @@ class RedisStore(Store):
             return sorted(_each(_instance, pairs, self.keys.instances), key=lambda r: r.uuid)
         wanted = list(uuids)
         raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
-        return list(_each(_instance, ((uuid, raw) for uuid, raw in zip(wanted, raws, strict=True)
-                                      if raw is not None), self.keys.instances))
+        return list(
+            _each(
+                _instance,
+                ((uuid, raw) for uuid, raw in zip(wanted, raws, strict=True) if raw is not None),
+                self.keys.instances,
+            )
+        )
 
     @_translated
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
-        due, unreadable = self._scripts.due_instances(keys=(self.keys.instances,),
-                                                      args=(repr(float(now)), limit))
+        due, unreadable = self._scripts.due_instances(
+            keys=(self.keys.instances,), args=(repr(float(now)), limit)
+        )
         for name in unreadable:  # the script skipped them: say so
-            LOG.error("corrupt_record", key=f"{self.keys.instances}[{name}]",
-                      reason="not a JSON object")
+            LOG.error(
+                "corrupt_record", key=f"{self.keys.instances}[{name}]", reason="not a JSON object"
+            )
         return list(_each(_instance, _pairs(due), self.keys.instances))
 
     # housekeeping

@@ -85,7 +85,12 @@ end
 #: ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
 #: user, group uuid ('' for none), policy, host, max_server_per_host.
 #: Returns 1 when claimed, 0 when the consumer already holds exactly this.
-CLAIM = _FAIL + _FEED + _SORTED_KEYS + _SAVE_USAGE + """
+CLAIM = (
+    _FAIL
+    + _FEED
+    + _SORTED_KEYS
+    + _SAVE_USAGE
+    + """
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
 
@@ -171,10 +176,15 @@ redis.call('HSET', KEYS[3], consumer, cjson.encode({
   host = group ~= '' and host or nil}))
 return 1
 """
+)
 
 #: KEYS: changes, providers, consumers, groups. ARGV: maxlen, consumer uuid.
 #: Returns 1 if the consumer held allocations, else 0.
-RELEASE = _FEED + _SORTED_KEYS + _SAVE_USAGE + """
+RELEASE = (
+    _FEED
+    + _SORTED_KEYS
+    + _SAVE_USAGE
+    + """
 local held = redis.call('HGET', KEYS[3], ARGV[2])
 if not held then return 0 end
 local c = cjson.decode(held)
@@ -204,6 +214,7 @@ end
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
+)
 
 _LEAVE_GROUP = """
 local function leave_group(groups_key, group_uuid, host)
@@ -226,7 +237,13 @@ end
 #: target uuid, '1' to drop what the target holds first (else a target that
 #: holds anything is a ConsumerConflict). Returns 1 when moved, 0 when the
 #: source held nothing (nothing written: a repeated move is a no-op).
-MOVE_ALLOCATIONS = _FAIL + _FEED + _SORTED_KEYS + _SAVE_USAGE + _LEAVE_GROUP + """
+MOVE_ALLOCATIONS = (
+    _FAIL
+    + _FEED
+    + _SORTED_KEYS
+    + _SAVE_USAGE
+    + _LEAVE_GROUP
+    + """
 local source_raw = redis.call('HGET', KEYS[3], ARGV[2])
 if not source_raw then return 0 end
 local target_raw = redis.call('HGET', KEYS[3], ARGV[3])
@@ -263,12 +280,16 @@ redis.call('HSET', KEYS[3], ARGV[3], cjson.encode(source))
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
+)
 
 # --- providers and aggregates -------------------------------------------------------
 
 #: KEYS: changes, providers, provider_names. ARGV: maxlen, uuid, name, parent
 #: uuid ('' for a root). Returns the new provider's JSON.
-CREATE_PROVIDER = _FAIL + _FEED + """
+CREATE_PROVIDER = (
+    _FAIL
+    + _FEED
+    + """
 local uuid, name, parent = ARGV[2], ARGV[3], ARGV[4]
 if redis.call('HEXISTS', KEYS[2], uuid) == 1 then return fail('ProviderExists', {ident = uuid}) end
 if redis.call('HEXISTS', KEYS[3], name) == 1 then return fail('ProviderExists', {ident = name}) end
@@ -288,11 +309,16 @@ redis.call('HSET', KEYS[3], name, uuid)
 feed('provider', data)
 return data
 """
+)
 
 #: Replace one of a provider's ``inventories``, ``traits`` or ``aggregates``,
 #: guarded by its generation. KEYS: changes, providers. ARGV: maxlen, uuid,
 #: generation, field, value JSON. Returns the new generation.
-UPDATE_PROVIDER = _FAIL + _FEED + _SORTED_KEYS + """
+UPDATE_PROVIDER = (
+    _FAIL
+    + _FEED
+    + _SORTED_KEYS
+    + """
 local uuid, expected, field = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local raw = redis.call('HGET', KEYS[2], uuid)
 if not raw then return fail('ProviderNotFound', {ident = uuid}) end
@@ -317,20 +343,27 @@ redis.call('HSET', KEYS[2], uuid, data)
 feed('provider', data)
 return p.generation
 """
+)
 
 #: KEYS: changes, aggregates. ARGV: maxlen, uuid, aggregate JSON.
-PUT_AGGREGATE = _FEED + """
+PUT_AGGREGATE = (
+    _FEED
+    + """
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 feed('aggregate', ARGV[3])
 return 1
 """
+)
 
 # --- services -----------------------------------------------------------------------
 
 #: KEYS: changes, services, heartbeats. ARGV: maxlen, then host, rpc_server
 #: pairs. A new host starts enabled with no failed builds; a known one keeps
 #: its state and only a changed rpc_server is written (and fed).
-REGISTER_SERVICES = _FEED + _SAVE_SERVICE + """
+REGISTER_SERVICES = (
+    _FEED
+    + _SAVE_SERVICE
+    + """
 for i = 2, #ARGV, 2 do
   local host, rpc_server = ARGV[i], ARGV[i + 1]
   local raw = redis.call('HGET', KEYS[2], host)
@@ -347,6 +380,7 @@ for i = 2, #ARGV, 2 do
 end
 return 1
 """
+)
 
 #: KEYS: changes, services, heartbeats, provider_names, providers. ARGV:
 #: maxlen, host, '1' or '0', reason JSON (a string or null). In the same
@@ -354,7 +388,11 @@ return 1
 #: or loses the trait COMPUTE_STATUS_DISABLED, its generation bumped, so the
 #: trait and the service record never disagree. Writes (and feeds) only a
 #: change; returns 1 if anything changed.
-SET_SERVICE_DISABLED = _FAIL + _FEED + _SAVE_SERVICE + """
+SET_SERVICE_DISABLED = (
+    _FAIL
+    + _FEED
+    + _SAVE_SERVICE
+    + """
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
 if not raw then return fail('ServiceNotFound', {ident = ARGV[2]}) end
 local s = cjson.decode(raw)
@@ -386,11 +424,16 @@ if praw then
 end
 return changed
 """
+)
 
 #: KEYS: changes, services, heartbeats. ARGV: maxlen, host, '1' (success) or
 #: '0'. A failure counts one more failed build, a success resets the count;
 #: only a change is written (and fed).
-RECORD_BUILD_RESULT = _FAIL + _FEED + _SAVE_SERVICE + """
+RECORD_BUILD_RESULT = (
+    _FAIL
+    + _FEED
+    + _SAVE_SERVICE
+    + """
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
 if not raw then return fail('ServiceNotFound', {ident = ARGV[2]}) end
 local s = cjson.decode(raw)
@@ -400,6 +443,7 @@ s.failed_builds = failed
 save_service(s)
 return 1
 """
+)
 
 #: KEYS: changes, services, heartbeats. ARGV: maxlen, then (host,
 #: capabilities, stats) triples, each part the JSON text to keep or '' to
@@ -407,7 +451,11 @@ return 1
 #: written). The texts are kept verbatim (the caller writes canonical JSON),
 #: so a report compares as text and only a change is written (and fed).
 #: Returns how many services changed.
-REPORT_SERVICES = _FAIL + _FEED + _SAVE_SERVICE + """
+REPORT_SERVICES = (
+    _FAIL
+    + _FEED
+    + _SAVE_SERVICE
+    + """
 local services = {}
 for i = 2, #ARGV, 3 do
   local host = ARGV[i]
@@ -440,6 +488,7 @@ for _, s in ipairs(changed) do
 end
 return written
 """
+)
 
 # --- change feed --------------------------------------------------------------------
 
@@ -447,7 +496,9 @@ return written
 #: {cursor, then each hash flat (field, value, ...): providers, aggregates,
 #: services, heartbeats}, read at one instant, so the cursor is exactly where
 #: the data stands (the fields name a value the reader cannot parse).
-SNAPSHOT = _STREAM_INFO + """
+SNAPSHOT = (
+    _STREAM_INFO
+    + """
 local cursor = '0-0'
 if redis.call('EXISTS', KEYS[1]) == 1 then
   cursor = stream_info(KEYS[1])['last-generated-id']
@@ -455,13 +506,17 @@ end
 return {cursor, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
         redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
 """
+)
 
 #: KEYS: changes. ARGV: cursor ('<ms>-<seq>', checked by the caller), count.
 #: Returns the entries after the cursor. StreamTruncated when entries after
 #: the cursor may have been trimmed (something was trimmed and the cursor is
 #: older than the first entry kept), or when the cursor is not from this
 #: stream (newer than its last id, or the stream is gone: the data was lost).
-CHANGES = _FAIL + _STREAM_INFO + """
+CHANGES = (
+    _FAIL
+    + _STREAM_INFO
+    + """
 local cursor = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if cursor == '0-0' then return {} end
@@ -484,6 +539,7 @@ if older(last, cursor) or (trimmed and older(cursor, first)) then
 end
 return redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', ARGV[2])
 """
+)
 
 # --- reads and instance records -----------------------------------------------------
 
@@ -498,7 +554,9 @@ return redis.call('HGET', KEYS[1], uuid)
 #: changes (JSON object of top-level fields; ``request_spec`` is itself a
 #: JSON string). Returns the new record's JSON, or nil when the state was not
 #: one of those expected (nothing written).
-UPDATE_INSTANCE = _FAIL + """
+UPDATE_INSTANCE = (
+    _FAIL
+    + """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return fail('InstanceNotFound', {ident = ARGV[1]}) end
 local record = cjson.decode(raw)
@@ -521,6 +579,7 @@ local data = '{' .. table.concat(parts, ',') .. '}'
 redis.call('HSET', KEYS[1], ARGV[1], data)
 return data
 """
+)
 
 #: KEYS: instances. ARGV: now, limit. Returns {the records whose deadline is a
 #: number not after ``now``, earliest first, at most ``limit``, flat as
@@ -551,6 +610,7 @@ for i = 1, math.min(#due, limit) do
 end
 return {out, unreadable}
 """
+
 
 @dataclass(frozen=True)
 class Scripts:

@@ -85,8 +85,9 @@ class BaseWeigher(abc.ABC, Generic[S]):
         if "Args" in cls.__dict__:
             found = [d.name for d in declared(cls.Args) if d.multiplier]
             if len(found) != 1:
-                raise TypeError(f"{cls.__qualname__}.Args must declare one multiplier(), "
-                                f"not {len(found)}")
+                raise TypeError(
+                    f"{cls.__qualname__}.Args must declare one multiplier(), not {len(found)}"
+                )
             cls.MULTIPLIER_OPTION = found[0]
 
     def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None:
@@ -101,23 +102,29 @@ class BaseWeigher(abc.ABC, Generic[S]):
         return True  # type: ignore[return-value]
 
     @abc.abstractmethod
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: S) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: S
+    ) -> np.ndarray:
         """One number per candidate, aligned with ``candidates``; higher is preferred."""
 
-    def weigh(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-              state: S | None) -> np.ndarray:
+    def weigh(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: S | None
+    ) -> np.ndarray:
         """This weigher's contribution per candidate: scaled raw times multiplier
         (0 everywhere when ``state`` is None)."""
-        scaled = (np.zeros(len(candidates)) if state is None
-                  else normalise(self.raw(view, candidates, ctx, state), self.SCALING))
+        scaled = (
+            np.zeros(len(candidates))
+            if state is None
+            else normalise(self.raw(view, candidates, ctx, state), self.SCALING)
+        )
         return self.multipliers(view, candidates) * scaled
 
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
         """The multiplier per candidate: the configured one, or its aggregates' lowest
         override (see the module docstring); one float when no aggregate overrides."""
         per_set = view.capabilities.aggregate_multipliers(
-            self.MULTIPLIER_OPTION, self.multiplier, view.aggregate_sets)
+            self.MULTIPLIER_OPTION, self.multiplier, view.aggregate_sets
+        )
         if per_set is None:
             return self.multiplier
         return per_set[view.agg_set[candidates]]

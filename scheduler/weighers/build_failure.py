@@ -36,11 +36,13 @@ class BuildFailureWeigher(BaseWeigher[bool]):
         build_failure_weight_multiplier: float = multiplier(
             1_000_000.0,
             help="How strongly hosts with recent build failures are avoided. The host's "
-                 "count of failed builds (reset by a success) is multiplied by this and "
-                 "subtracted; 0 ignores failures.")
+            "count of failed builds (reset by a success) is multiplied by this and "
+            "subtracted; 0 ignores failures.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return -view.failed_builds[candidates]

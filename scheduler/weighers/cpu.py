@@ -36,10 +36,12 @@ class CPUWeigher(BaseWeigher[bool]):
         cpu_weight_multiplier: float = multiplier(
             1.0,
             help="Weight of free vCPUs (allocation ratio included). Positive spreads, "
-                 "negative packs.")
+            "negative packs.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.free(VCPU, candidates)

@@ -32,11 +32,12 @@ class DiskWeigher(BaseWeigher[bool]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         disk_weight_multiplier: float = multiplier(
-            1.0,
-            help="Weight of free disk. Positive spreads, negative packs.")
+            1.0, help="Weight of free disk. Positive spreads, negative packs."
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.free_ignoring_ratio(DISK_GB, candidates)

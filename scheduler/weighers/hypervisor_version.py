@@ -36,11 +36,13 @@ class HypervisorVersionWeigher(BaseWeigher[bool]):
         hypervisor_version_weight_multiplier: float = multiplier(
             1.0,
             help="Weight of the reported hypervisor version. Positive prefers newer "
-                 "hypervisors, negative older ones. Versions of different hypervisor types "
-                 "do not compare: keep such hosts in separate aggregates.")
+            "hypervisors, negative older ones. Versions of different hypervisor types "
+            "do not compare: keep such hosts in separate aggregates.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.capabilities.hypervisor_version(candidates)

@@ -66,14 +66,17 @@ class ImagePropertiesWeigher(BaseWeigher[Terms]):
         image_props_weight_multiplier: float = multiplier(
             0.0,
             help="Weight of the instances on a host whose image shares properties with "
-                 "the requested image. Positive packs alike instances together, negative "
-                 "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
-                 "image_props_weight_setting.")
+            "the requested image. Positive packs alike instances together, negative "
+            "spreads them; 0 (the default) turns the weigher off.\n\nRelated options: "
+            "image_props_weight_setting.",
+        )
         image_props_weight_setting: Mapping[str, float] = option(
-            {}, parse=weight_setting,
+            {},
+            parse=weight_setting,
             help="Which image properties the image properties weigher counts, and how "
-                 "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). "
-                 "Empty: every property counts 1; otherwise unlisted properties count 0.")
+            "much, as property=weight pairs (e.g. os_distro=10,hw_machine_type=1). "
+            "Empty: every property counts 1; otherwise unlisted properties count 0.",
+        )
 
     args: Args
 
@@ -83,13 +86,15 @@ class ImagePropertiesWeigher(BaseWeigher[Terms]):
         if image is None:
             return None
         setting = self.args.image_props_weight_setting
-        terms = tuple((setting.get(prop, 0.0) if setting else 1.0,
-                       image_property_stat(prop, str(value)))
-                      for prop, value in image.properties.items())
+        terms = tuple(
+            (setting.get(prop, 0.0) if setting else 1.0, image_property_stat(prop, str(value)))
+            for prop, value in image.properties.items()
+        )
         return tuple((share, stat) for share, stat in terms if share) or None
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: Terms) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: Terms
+    ) -> np.ndarray:
         weight = np.zeros(len(candidates))
         caps = view.capabilities
         for share, stat in state:

@@ -35,11 +35,13 @@ class IoOpsWeigher(BaseWeigher[bool]):
         io_ops_weight_multiplier: float = multiplier(
             -1.0,
             help="Weight of the builds in progress on a host. Negative (the default) "
-                 "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
-                 "ones.")
+            "prefers quieter hosts, spreading the I/O of builds; positive prefers busy "
+            "ones.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.capabilities.io_ops(candidates)

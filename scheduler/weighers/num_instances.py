@@ -34,11 +34,13 @@ class NumInstancesWeigher(BaseWeigher[bool]):
         num_instances_weight_multiplier: float = multiplier(
             0.0,
             help="Weight of the instance count of a host. Positive prefers hosts with "
-                 "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
-                 "weigher off.")
+            "more instances (packs), negative fewer (spreads); 0 (the default) turns the "
+            "weigher off.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.consumers[candidates]

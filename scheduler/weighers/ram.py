@@ -34,10 +34,12 @@ class RAMWeigher(BaseWeigher[bool]):
         ram_weight_multiplier: float = multiplier(
             1.0,
             help="Weight of free RAM. Positive spreads instances across hosts, negative "
-                 "packs them onto the fullest hosts.")
+            "packs them onto the fullest hosts.",
+        )
 
     args: Args
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: bool) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return view.free_ignoring_ratio(MEMORY_MB, candidates)

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-
 class ServerGroupSoftAffinityWeigher(BaseWeigher[ServerGroup]):
     """Members of the request's soft-affinity group on the host (more is better)."""
 
@@ -38,17 +37,20 @@ class ServerGroupSoftAffinityWeigher(BaseWeigher[ServerGroup]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         soft_affinity_weight_multiplier: float = multiplier(
-            1.0, min=0.0,
+            1.0,
+            min=0.0,
             help="How strongly members of a soft-affinity group are drawn to the hosts "
-                 "already running members of their group.\n\nPossible values: 0 or more "
-                 "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
-                 "instead).")
+            "already running members of their group.\n\nPossible values: 0 or more "
+            "(a negative value would mean anti-affinity: use a soft-anti-affinity group "
+            "instead).",
+        )
 
     args: Args
 
     def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
         return ctx.group_with("soft-affinity")
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: ServerGroup) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: ServerGroup
+    ) -> np.ndarray:
         return ctx.members_on(view, candidates)

@@ -38,16 +38,19 @@ class ServerGroupSoftAntiAffinityWeigher(BaseWeigher[ServerGroup]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         soft_anti_affinity_weight_multiplier: float = multiplier(
-            1.0, min=0.0,
+            1.0,
+            min=0.0,
             help="How strongly members of a soft-anti-affinity group are pushed away from "
-                 "the hosts already running members of their group.\n\nPossible values: 0 "
-                 "or more.")
+            "the hosts already running members of their group.\n\nPossible values: 0 "
+            "or more.",
+        )
 
     args: Args
 
     def prepare(self, ctx: PlacementContext) -> ServerGroup | None:
         return ctx.group_with("soft-anti-affinity")
 
-    def raw(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-            state: ServerGroup) -> np.ndarray:
+    def raw(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: ServerGroup
+    ) -> np.ndarray:
         return -ctx.members_on(view, candidates)

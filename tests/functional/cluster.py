@@ -64,11 +64,15 @@ class Process:
             if self.count(event):
                 return
             if self.popen.poll() is not None:
-                raise AssertionError(f"{self.name} exited ({self.popen.returncode}) before "
-                                     f"{event}:\n{self.log_path.read_text()[-4000:]}")
+                raise AssertionError(
+                    f"{self.name} exited ({self.popen.returncode}) before "
+                    f"{event}:\n{self.log_path.read_text()[-4000:]}"
+                )
             time.sleep(0.1)
-        raise AssertionError(f"{self.name} did not log {event} within {timeout}s:\n"
-                             f"{self.log_path.read_text()[-4000:]}")
+        raise AssertionError(
+            f"{self.name} did not log {event} within {timeout}s:\n"
+            f"{self.log_path.read_text()[-4000:]}"
+        )
 
     # A ``scheduler-worker`` is a supervisor: ``popen`` is its cotyledon
     # master, which serves nothing and replaces a worker that dies. Its
@@ -123,8 +127,7 @@ class Cluster:
     def __post_init__(self) -> None:
         self.vhost = f"test-{self.ident}"
         self.prefix = f"test-{self.ident}"
-        self.transport_url = (f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/"
-                              f"{self.vhost}")
+        self.transport_url = f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/{self.vhost}"
         rabbitmqctl("add_vhost", self.vhost)
         rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
         self.store: Store = open_store(REDIS_URL, self.prefix)
@@ -149,8 +152,11 @@ class Cluster:
         for group, values in groups.items():
             self.extra_conf.setdefault(group, {}).update(values)
         conf: dict[str, dict[str, Any]] = {
-            "DEFAULT": {"transport_url": self.transport_url, "host": f"node-{self.ident}",
-                        "rpc_response_timeout": 30},
+            "DEFAULT": {
+                "transport_url": self.transport_url,
+                "host": f"node-{self.ident}",
+                "rpc_response_timeout": 30,
+            },
             "redis": {"url": REDIS_URL, "key_prefix": self.prefix},
             "compute": {"heartbeat_interval": 2},
         }
@@ -166,7 +172,9 @@ class Cluster:
         log_path = self.tmp / f"{name}.log"
         popen = subprocess.Popen(
             [sys.executable, "-m", module, "--config-file", str(self.config_file), *args],
-            stdout=subprocess.DEVNULL, stderr=log_path.open("wb"))
+            stdout=subprocess.DEVNULL,
+            stderr=log_path.open("wb"),
+        )
         proc = Process(name, popen, log_path)
         self.processes.append(proc)
         if ready:
@@ -174,8 +182,16 @@ class Cluster:
         return proc
 
     def start_compute(self, hosts: int, *args: str, name: str = "compute") -> Process:
-        return self.start(name, "compute_sim.cmd", "--hosts", str(hosts), "--name-prefix",
-                          name, *args, ready="compute_sim_started")
+        return self.start(
+            name,
+            "compute_sim.cmd",
+            "--hosts",
+            str(hosts),
+            "--name-prefix",
+            name,
+            *args,
+            ready="compute_sim_started",
+        )
 
     def start_conductor(self) -> Process:
         return self.start("conductor", "conductor_stub.cmd", "serve", ready="conductor_started")
@@ -186,25 +202,50 @@ class Cluster:
     def boot(self, *args: str, timeout: float = 120.0) -> dict[str, Any]:
         """``conductor-stub boot ... --wait --json``, as an operator would run it."""
         out = subprocess.run(
-            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
-             str(self.config_file), "boot", "--wait", "--json", "--timeout", str(timeout),
-             *args], capture_output=True, timeout=timeout + 60)
+            [
+                sys.executable,
+                "-m",
+                "conductor_stub.cmd",
+                "--config-file",
+                str(self.config_file),
+                "boot",
+                "--wait",
+                "--json",
+                "--timeout",
+                str(timeout),
+                *args,
+            ],
+            capture_output=True,
+            timeout=timeout + 60,
+        )
         assert out.returncode == 0, out.stderr.decode()[-4000:]
         return json.loads(out.stdout)
 
-    def conductor_stub(self, *args: str, timeout: float = 120.0,
-                       config_files: tuple[Path, ...] = ()) -> tuple[int, str, str]:
+    def conductor_stub(
+        self, *args: str, timeout: float = 120.0, config_files: tuple[Path, ...] = ()
+    ) -> tuple[int, str, str]:
         """Run ``conductor-stub`` (extra config files read after the cluster's)."""
         files = [arg for f in config_files for arg in ("--config-file", str(f))]
         out = subprocess.run(
-            [sys.executable, "-m", "conductor_stub.cmd", "--config-file",
-             str(self.config_file), *files, *args], capture_output=True, timeout=timeout)
+            [
+                sys.executable,
+                "-m",
+                "conductor_stub.cmd",
+                "--config-file",
+                str(self.config_file),
+                *files,
+                *args,
+            ],
+            capture_output=True,
+            timeout=timeout,
+        )
         return out.returncode, out.stdout.decode(), out.stderr.decode()
 
     def resize(self, uuid: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
         """``conductor-stub resize UUID ... --json``; the instance as it ended."""
         code, stdout, stderr = self.conductor_stub(
-            "resize", uuid, "--json", "--timeout", str(timeout), *args, timeout=timeout + 60)
+            "resize", uuid, "--json", "--timeout", str(timeout), *args, timeout=timeout + 60
+        )
         assert code in (0, 1), stderr[-4000:]
         return {"exit_code": code, **json.loads(stdout)}
 

@@ -50,8 +50,9 @@ def services_up() -> None:
     if not _reachable(redis_host, int(redis_port)):
         missing.append(f"Redis at {REDIS_URL}")
     if missing:
-        pytest.fail("functional tests need " + " and ".join(missing) + " (see .ci/run)",
-                    pytrace=False)
+        pytest.fail(
+            "functional tests need " + " and ".join(missing) + " (see .ci/run)", pytrace=False
+        )
 
 
 @pytest.fixture

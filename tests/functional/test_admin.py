@@ -22,8 +22,18 @@ SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
 
 def admin_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scheduler.cmd.admin", "--config-file", str(cluster.config_file),
-         *args], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cmd.admin",
+            "--config-file",
+            str(cluster.config_file),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def usage_of(cluster: Cluster) -> dict[str, Any]:
@@ -31,7 +41,8 @@ def usage_of(cluster: Cluster) -> dict[str, Any]:
 
 
 def test_explain_an_unplaceable_request_counts_the_reasons_and_claims_nothing(
-        cluster: Cluster, transport: Any) -> None:
+    cluster: Cluster, transport: Any
+) -> None:
     # 8 hosts too small for m1.xlarge, 4 big ones: one disabled, three holding
     # a member of an anti-affinity group.
     giant = cluster.tmp / "flavors.json"
@@ -45,22 +56,42 @@ def test_explain_an_unplaceable_request_counts_the_reasons_and_claims_nothing(
     group = ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity")
     members = [str(uuidlib.uuid4()) for _ in range(3)]
     placed = rpc.SchedulerClient(transport).select_destinations(
-        rpc.RequestContext(), RequestSpec(flavor=SMALL, project_id="p", user_id="u",
-                                          num_instances=3, group=group), members)
+        rpc.RequestContext(),
+        RequestSpec(flavor=SMALL, project_id="p", user_id="u", num_instances=3, group=group),
+        members,
+    )
     assert sorted(per[0].host for per in placed) == ["big-0000", "big-0001", "big-0002"]
     consumers_before, usage_before = cluster.store.list_consumers(), usage_of(cluster)
 
-    text = admin_cli(cluster, "explain", "--flavor", "m1.xlarge", "--group-policy",
-                     "anti-affinity", "--group-uuid", group.uuid)
-    as_json = admin_cli(cluster, "explain", "--flavor", "m1.xlarge", "--group-policy",
-                        "anti-affinity", "--group-uuid", group.uuid, "--json")
+    text = admin_cli(
+        cluster,
+        "explain",
+        "--flavor",
+        "m1.xlarge",
+        "--group-policy",
+        "anti-affinity",
+        "--group-uuid",
+        group.uuid,
+    )
+    as_json = admin_cli(
+        cluster,
+        "explain",
+        "--flavor",
+        "m1.xlarge",
+        "--group-policy",
+        "anti-affinity",
+        "--group-uuid",
+        group.uuid,
+        "--json",
+    )
 
     assert text.returncode == 1, text.stderr  # 1: would not be placed
     print(text.stdout)  # the sample the note shows
     # The disabled host's reason depends on the stage that removes it.
     summary = "0/12 hosts available: 8 insufficient MEMORY_MB, 3 server group anti-affinity, 1 "
-    assert any(line.startswith(summary) and "disabled" in line
-               for line in text.stdout.splitlines()), text.stdout
+    assert any(
+        line.startswith(summary) and "disabled" in line for line in text.stdout.splitlines()
+    ), text.stdout
     assert "dry run: nothing was claimed" in text.stdout
     assert "result: NO VALID HOST" in text.stdout
     report = json.loads(as_json.stdout)
@@ -106,8 +137,10 @@ def test_explain_an_unplaceable_request_counts_the_reasons_and_claims_nothing(
     shown = admin_cli(cluster, "instance", "show", failed["uuid"])
     assert shown.returncode == 0, shown.stderr
     assert "  fault          No valid host was found." in shown.stdout.splitlines()
-    assert ("  fault details  0/12 hosts available: 12 insufficient MEMORY_MB   [admin only]"
-            in shown.stdout.splitlines())
+    assert (
+        "  fault details  0/12 hosts available: 12 insufficient MEMORY_MB   [admin only]"
+        in shown.stdout.splitlines()
+    )
     missing = admin_cli(cluster, "instance", "show", str(uuidlib.uuid4()))
     assert missing.returncode == 2 and "not found" in missing.stderr
 
@@ -118,8 +151,9 @@ def test_explain_an_unplaceable_request_counts_the_reasons_and_claims_nothing(
 #: Contexts that are not admin contexts, by name (one cluster serves them all).
 NON_ADMIN = {
     "member": rpc.RequestContext(user_id="alice", project_id="p", roles=["member"]),
-    "admin-role-without-is_admin": rpc.RequestContext(user_id="bob", project_id="p",
-                                                      roles=["admin"]),
+    "admin-role-without-is_admin": rpc.RequestContext(
+        user_id="bob", project_id="p", roles=["admin"]
+    ),
     "anonymous": rpc.RequestContext(),
 }
 

@@ -31,7 +31,8 @@ GROUP_REASONS = ("server group anti-affinity", GROUP_CONFLICT)
 
 
 def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
-        cluster: Cluster, transport: object) -> None:
+    cluster: Cluster, transport: object
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(HOSTS, "--build-time", "0.01")
     workers = [cluster.start_worker("worker-a"), cluster.start_worker("worker-b")]
@@ -40,12 +41,14 @@ def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
     single = RequestSpec(flavor=TINY, project_id="p", user_id="u", group=group)
     multi = single.replace(num_instances=MULTI)
     requests: list[tuple[RequestSpec, list[str]]] = [
-        (single, [str(uuidlib.uuid4())]) for _ in range(SINGLES)]
+        (single, [str(uuidlib.uuid4())]) for _ in range(SINGLES)
+    ]
     requests.insert(SINGLES // 2, (multi, [str(uuidlib.uuid4()) for _ in range(MULTI)]))
     uuids = [u for _, batch in requests for u in batch]
     now = time.time()
     cluster.store.create_instances(
-        InstanceRecord(uuid=u, created_at=now, updated_at=now) for u in uuids)
+        InstanceRecord(uuid=u, created_at=now, updated_at=now) for u in uuids
+    )
 
     # Cast every request at once from several threads, so both workers have a
     # backlog and decide concurrently.
@@ -56,8 +59,7 @@ def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
         for spec, batch in share:
             client.run_instance(rpc.RequestContext(user_id="u", project_id="p"), spec, batch)
 
-    senders = [threading.Thread(target=send, args=(requests[i::SENDERS],))
-               for i in range(SENDERS)]
+    senders = [threading.Thread(target=send, args=(requests[i::SENDERS],)) for i in range(SENDERS)]
     for t in senders:
         t.start()
     for t in senders:
@@ -70,7 +72,8 @@ def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
         time.sleep(0.2)
     records = {r.uuid: r for r in cluster.store.list_instances(uuids)}
     assert all(r.state in FINAL_STATES for r in records.values()), Counter(
-        r.state for r in records.values())
+        r.state for r in records.values()
+    )
 
     active = [r for r in records.values() if r.state == "ACTIVE"]
     errors = [r for r in records.values() if r.state == "ERROR"]
@@ -86,8 +89,9 @@ def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
     for record in errors:
         assert record.fault == NoValidHost.USER_MESSAGE
         assert record.fault_details and record.fault_details.startswith(f"0/{HOSTS} hosts")
-        assert any(reason in record.fault_details for reason in GROUP_REASONS), \
+        assert any(reason in record.fault_details for reason in GROUP_REASONS), (
             record.fault_details
+        )
         assert cluster.store.get_consumer(record.uuid) is None
     # The multi-instance request is all or nothing.
     multi_states = {records[u].state for u in requests[SINGLES // 2][1]}
@@ -95,7 +99,10 @@ def test_two_workers_never_put_two_anti_affinity_members_on_one_host(
     # Both workers decided: the race was between processes.
     decided = [w.count("instance_scheduled") + w.count("no_valid_host") for w in workers]
     assert all(decided), decided
-    conflicts = sum(1 for w in workers for e in w.log_events()
-                    if e.get("event") == "claim_conflict"
-                    and e.get("error") == "GroupPolicyViolation")
+    conflicts = sum(
+        1
+        for w in workers
+        for e in w.log_events()
+        if e.get("event") == "claim_conflict" and e.get("error") == "GroupPolicyViolation"
+    )
     print(f"decisions per worker: {decided}; claims refused by the group policy: {conflicts}")

@@ -24,8 +24,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench") / "results"
-    done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, json.loads((out / "results.json").read_text())
 
@@ -45,8 +50,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]],
-                                      case: str) -> None:
+def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], case: str) -> None:
     _, results = quick_run
     found = results["cases"][case]
     assert found["seconds"] > 0
@@ -56,26 +60,57 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]],
             assert 0 < median <= p99
 
 
-@pytest.mark.parametrize(("key", "check"), [
-    pytest.param("engine", lambda c: {r["store"] for r in c["rows"]} == {"memory", "redis"},
-                 id="engine-both-stores"),
-    pytest.param("engine", lambda c: all(r["speedup"] > 0 for r in c["naive"]),
-                 id="engine-ratio-to-baseline"),
-    pytest.param("hostview", lambda c: all(r["load_ms"] > 0 for r in c["cold_load"]),
-                 id="hostview-cold-load"),
-    pytest.param("rabbit", lambda c: {(r["call"], r["callers"]) for r in c["rows"]} == {
-        (call, n) for call in ("echo", "select_destinations",
-                               "select_destinations, notifications off") for n in (1, 16)},
-        id="rabbit-echo-and-select-at-1-and-16"),
-    pytest.param("rabbit", lambda c: all(r["server_cpu_ms_per_call"] > 0 for r in c["rows"]),
-                 id="rabbit-server-cpu-per-call"),
-    pytest.param("bootstorm", lambda c: [(r["mode"], r["workers"]) for r in c["rows"]] == [
-        ("backlog", 1), ("backlog", 2)]  # --quick storms from a backlog only
-        and all(r["states"].get("ACTIVE") for r in c["rows"]),
-        id="bootstorm-1-and-2-workers-reach-active"),
-    pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]),
-                 id="memory-rss"),
-])
+@pytest.mark.parametrize(
+    ("key", "check"),
+    [
+        pytest.param(
+            "engine",
+            lambda c: {r["store"] for r in c["rows"]} == {"memory", "redis"},
+            id="engine-both-stores",
+        ),
+        pytest.param(
+            "engine",
+            lambda c: all(r["speedup"] > 0 for r in c["naive"]),
+            id="engine-ratio-to-baseline",
+        ),
+        pytest.param(
+            "hostview",
+            lambda c: all(r["load_ms"] > 0 for r in c["cold_load"]),
+            id="hostview-cold-load",
+        ),
+        pytest.param(
+            "rabbit",
+            lambda c: (
+                {(r["call"], r["callers"]) for r in c["rows"]}
+                == {
+                    (call, n)
+                    for call in (
+                        "echo",
+                        "select_destinations",
+                        "select_destinations, notifications off",
+                    )
+                    for n in (1, 16)
+                }
+            ),
+            id="rabbit-echo-and-select-at-1-and-16",
+        ),
+        pytest.param(
+            "rabbit",
+            lambda c: all(r["server_cpu_ms_per_call"] > 0 for r in c["rows"]),
+            id="rabbit-server-cpu-per-call",
+        ),
+        pytest.param(
+            "bootstorm",
+            lambda c: (
+                [(r["mode"], r["workers"]) for r in c["rows"]]
+                == [("backlog", 1), ("backlog", 2)]  # --quick storms from a backlog only
+                and all(r["states"].get("ACTIVE") for r in c["rows"])
+            ),
+            id="bootstorm-1-and-2-workers-reach-active",
+        ),
+        pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]), id="memory-rss"),
+    ],
+)
 def test_case_content(quick_run: tuple[Path, dict[str, Any]], key: str, check: Any) -> None:
     _, results = quick_run
     assert check(results["cases"][key])
@@ -94,8 +129,9 @@ def test_machine_and_targets_are_reported(quick_run: tuple[Path, dict[str, Any]]
     assert {t["id"] for t in results["targets"]} == {tid for tid, _ in TARGETS}
 
 
-@pytest.mark.parametrize("name", ["engine_latency.png", "rabbit.png", "bootstorm.png",
-                                  "memory_and_load.png"])
+@pytest.mark.parametrize(
+    "name", ["engine_latency.png", "rabbit.png", "bootstorm.png", "memory_and_load.png"]
+)
 def test_plots_are_pngs(quick_run: tuple[Path, dict[str, Any]], name: str) -> None:
     out, _ = quick_run
     assert (out / name).read_bytes()[:8] == PNG_MAGIC
@@ -104,7 +140,14 @@ def test_plots_are_pngs(quick_run: tuple[Path, dict[str, Any]], name: str) -> No
 def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = quick_run
     text = (out / "results.md").read_text()
-    for heading in ("## Machine", "## Targets", "## 1. Engine", "## 2. Host view",
-                    "## 3. Over RabbitMQ", "## 4. Boot storm", "## 5. Worker memory"):
+    for heading in (
+        "## Machine",
+        "## Targets",
+        "## 1. Engine",
+        "## 2. Host view",
+        "## 3. Over RabbitMQ",
+        "## 4. Boot storm",
+        "## 5. Worker memory",
+    ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"

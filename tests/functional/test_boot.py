@@ -27,8 +27,7 @@ def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_boot_100_with_build_failures_all_end_active(cluster: Cluster,
-                                                     notifications: Any) -> None:
+def test_boot_100_with_build_failures_all_end_active(cluster: Cluster, notifications: Any) -> None:
     # Eight attempts make an instance's chance of failing them all 0.2**8.
     cluster.write_config(scheduler={"max_attempts": 8})
     cluster.start_conductor()
@@ -45,16 +44,21 @@ def test_boot_100_with_build_failures_all_end_active(cluster: Cluster,
     # Reschedules went straight to the alternates: the scheduler decided once
     # per instance and saw no other request.
     assert worker.count("instance_scheduled") == 100
-    wait_until(lambda: sum(n["event_type"] == "scheduler.run_instance.end"
-                           for n in notifications()) == 100, what="100 run_instance.end")
+    wait_until(
+        lambda: (
+            sum(n["event_type"] == "scheduler.run_instance.end" for n in notifications()) == 100
+        ),
+        what="100 run_instance.end",
+    )
     starts = [n for n in notifications() if n["event_type"] == "scheduler.run_instance.start"]
     assert len(starts) == 100
     hosts = {i["host"] for i in result["instances"]}
     assert len(hosts) > 10, "spread weighing should use most of the 20 hosts"
 
 
-def test_select_destinations_returns_primary_and_two_alternates(cluster: Cluster,
-                                                                transport: Any) -> None:
+def test_select_destinations_returns_primary_and_two_alternates(
+    cluster: Cluster, transport: Any
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(10)
     cluster.start_worker()
@@ -74,7 +78,8 @@ def test_select_destinations_returns_primary_and_two_alternates(cluster: Cluster
         assert list(consumer.allocations) == [per_instance[0].provider_uuid]
         for alternate in per_instance[1:]:
             assert alternate.allocation_request.allocations == {
-                alternate.provider_uuid: {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}}
+                alternate.provider_uuid: {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
+            }
     # Release what the call claimed, as a conductor that gave up would.
     for uuid in uuids:
         assert cluster.store.release(uuid)
@@ -86,8 +91,16 @@ def test_select_destinations_mode_boots_through_the_conductor(cluster: Cluster) 
     # one of the three good hosts. (Failures drawn at random would leave an
     # instance in ERROR in a small share of runs: a flaky test.)
     cluster.start_conductor()
-    cluster.start_compute(2, "--memory-mb", "262144", "--fail-hosts", "bad-0000,bad-0001",
-                          "--build-time", "0.01", name="bad")
+    cluster.start_compute(
+        2,
+        "--memory-mb",
+        "262144",
+        "--fail-hosts",
+        "bad-0000,bad-0001",
+        "--build-time",
+        "0.01",
+        name="bad",
+    )
     cluster.start_compute(3, "--build-time", "0.01", name="good")
     cluster.write_config(scheduler={"max_attempts": 5})
     cluster.start_worker()
@@ -96,12 +109,12 @@ def test_select_destinations_mode_boots_through_the_conductor(cluster: Cluster) 
     assert {i["host"] for i in result["instances"]} <= {"good-0000", "good-0001", "good-0002"}
     records = [cluster.store.get_instance(i["uuid"]) for i in result["instances"]]
     rescheduled = [r for r in records if r.attempts > 1]
-    assert rescheduled and all(set(r.tried_hosts) <= {"bad-0000", "bad-0001"}
-                               for r in rescheduled)
+    assert rescheduled and all(set(r.tried_hosts) <= {"bad-0000", "bad-0001"} for r in rescheduled)
 
 
-def test_overfill_ends_the_overflow_in_error_with_generic_fault(cluster: Cluster,
-                                                                notifications: Any) -> None:
+def test_overfill_ends_the_overflow_in_error_with_generic_fault(
+    cluster: Cluster, notifications: Any
+) -> None:
     # 4 hosts x (16384 - 512 reserved) MB / 4096 MB per m1.medium = 3 per host.
     cluster.start_conductor()
     cluster.start_compute(4, "--memory-mb", "16384", "--vcpus", "64")
@@ -121,23 +134,27 @@ def test_overfill_ends_the_overflow_in_error_with_generic_fault(cluster: Cluster
     assert not any(host in (record.fault or "") for host in ("compute-000",))
     per_host = Counter(i["host"] for i in result["instances"] if i["state"] == "ACTIVE")
     assert max(per_host.values()) == 3
-    wait_until(lambda: sum(n["priority"] == "ERROR" for n in notifications()) == 4,
-               what="four ERROR notifications")
+    wait_until(
+        lambda: sum(n["priority"] == "ERROR" for n in notifications()) == 4,
+        what="four ERROR notifications",
+    )
     error_note = next(n for n in notifications() if n["priority"] == "ERROR")
     assert error_note["event_type"] == "scheduler.run_instance"
     assert error_note["payload"]["reason"] == NoValidHost.USER_MESSAGE
     assert "compute-" not in str(error_note["payload"])
 
 
-def test_notifications_pair_start_with_end(cluster: Cluster, notifications: Any,
-                                           transport: Any) -> None:
+def test_notifications_pair_start_with_end(
+    cluster: Cluster, notifications: Any, transport: Any
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(3)
     worker = cluster.start_worker()
     cluster.boot("--count", "4", "--per-request", "2")
     client = rpc.SchedulerClient(transport)
-    spec = RequestSpec(flavor=Flavor(name="huge", vcpus=1, memory_mb=10**6),
-                       project_id="p", user_id="u")
+    spec = RequestSpec(
+        flavor=Flavor(name="huge", vcpus=1, memory_mb=10**6), project_id="p", user_id="u"
+    )
     with pytest.raises(NoValidHost):
         client.select_destinations(rpc.RequestContext(), spec, [str(uuidlib.uuid4())])
 
@@ -152,29 +169,51 @@ def test_notifications_pair_start_with_end(cluster: Cluster, notifications: Any,
     assert seen["scheduler.select_destinations"] == 1  # the ERROR one
     publishers = {n["publisher_id"] for n in notifications()}
     assert publishers == {f"scheduler.node-{cluster.ident}"}
-    scheduled = [n["payload"] for n in notifications()
-                 if n["event_type"] == "scheduler.run_instance.scheduled"]
+    scheduled = [
+        n["payload"]
+        for n in notifications()
+        if n["event_type"] == "scheduler.run_instance.scheduled"
+    ]
     assert all(len(p["alternates"]) == 2 for p in scheduled)
     worker.assert_kept_serving()
 
 
 BAD_SPECS = {
     "missing-flavor": {"project_id": "p", "user_id": "u"},
-    "negative-memory": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": -5},
-                        "project_id": "p", "user_id": "u"},
-    "wrong-types": {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
-                    "project_id": 5, "user_id": "u"},
-    "unknown-field": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
-                      "project_id": "p", "user_id": "u", "colour": "red"},
-    "zero-instances": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
-                       "project_id": "p", "user_id": "u", "num_instances": 0},
-    "ten-thousand-instances": {"flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
-                               "project_id": "p", "user_id": "u", "num_instances": 10000},
+    "negative-memory": {
+        "flavor": {"name": "x", "vcpus": 1, "memory_mb": -5},
+        "project_id": "p",
+        "user_id": "u",
+    },
+    "wrong-types": {
+        "flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
+        "project_id": 5,
+        "user_id": "u",
+    },
+    "unknown-field": {
+        "flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+        "project_id": "p",
+        "user_id": "u",
+        "colour": "red",
+    },
+    "zero-instances": {
+        "flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+        "project_id": "p",
+        "user_id": "u",
+        "num_instances": 0,
+    },
+    "ten-thousand-instances": {
+        "flavor": {"name": "x", "vcpus": 1, "memory_mb": 1},
+        "project_id": "p",
+        "user_id": "u",
+        "num_instances": 10000,
+    },
 }
 
 
-def test_bad_input_is_refused_and_the_worker_keeps_serving(cluster: Cluster, transport: Any,
-                                                           notifications: Any) -> None:
+def test_bad_input_is_refused_and_the_worker_keeps_serving(
+    cluster: Cluster, transport: Any, notifications: Any
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(3)
     worker = cluster.start_worker()
@@ -184,8 +223,12 @@ def test_bad_input_is_refused_and_the_worker_keeps_serving(cluster: Cluster, tra
     # A call gets a clear, typed error naming what is wrong.
     for name, spec in BAD_SPECS.items():
         with pytest.raises(InvalidRequest) as err:
-            client.call_raw(ctxt, "select_destinations", request_spec=spec,
-                            instance_uuids=[str(uuidlib.uuid4())])
+            client.call_raw(
+                ctxt,
+                "select_destinations",
+                request_spec=spec,
+                instance_uuids=[str(uuidlib.uuid4())],
+            )
         assert "invalid request" in str(err.value), name
 
     # A cast puts the instances in ERROR with the reason, and says so.
@@ -195,12 +238,16 @@ def test_bad_input_is_refused_and_the_worker_keeps_serving(cluster: Cluster, tra
         cluster.store.create_instances([InstanceRecord(uuid=uuid)])
         client.cast_raw(ctxt, "run_instance", request_spec=spec, instance_uuids=[uuid])
         cast_uuids.append(uuid)
-    wait_until(lambda: all(r.state == "ERROR" for r in cluster.store.list_instances(cast_uuids)),
-               what="bad casts to end in ERROR")
+    wait_until(
+        lambda: all(r.state == "ERROR" for r in cluster.store.list_instances(cast_uuids)),
+        what="bad casts to end in ERROR",
+    )
     for record in cluster.store.list_instances(cast_uuids):
         assert record.fault and record.fault.startswith("invalid request"), record
-    wait_until(lambda: sum(n["priority"] == "ERROR" for n in notifications()) >= len(BAD_SPECS),
-               what="ERROR notifications")
+    wait_until(
+        lambda: sum(n["priority"] == "ERROR" for n in notifications()) >= len(BAD_SPECS),
+        what="ERROR notifications",
+    )
     assert cluster.store.list_consumers() == [], "nothing was claimed"
 
     # And then a good request is served.
@@ -228,8 +275,12 @@ def test_one_simulator_serves_a_thousand_hosts(cluster: Cluster) -> None:
     cluster.start_worker()
     assert len(cluster.store.list_services()) == 1000
     assert {s.rpc_server for s in cluster.store.list_services()} == {
-        next(e["rpc_server"] for e in compute.log_events()
-             if e.get("event") == "compute_sim_started")}
+        next(
+            e["rpc_server"]
+            for e in compute.log_events()
+            if e.get("event") == "compute_sim_started"
+        )
+    }
     result = cluster.boot("--count", "50", "--per-request", "10")
     assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 50}
     assert len({i["host"] for i in result["instances"]}) == 50, "spread over empty hosts"

@@ -18,8 +18,11 @@ from tests.functional.conftest import Cluster
 from tests.functional.test_boot import wait_until
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
-PACKING = {"ram_weight_multiplier": -1.0, "cpu_weight_multiplier": -1.0,
-           "disk_weight_multiplier": -1.0}
+PACKING = {
+    "ram_weight_multiplier": -1.0,
+    "cpu_weight_multiplier": -1.0,
+    "disk_weight_multiplier": -1.0,
+}
 
 
 def select(transport: Any, spec: RequestSpec) -> list[list[Selection]]:
@@ -34,27 +37,49 @@ def release_all(cluster: Cluster, selections: list[list[Selection]]) -> None:
             cluster.store.release(consumer.uuid)
 
 
-def test_image_properties_pick_architecture_and_hypervisor_version(cluster: Cluster,
-                                                                   transport: Any) -> None:
+def test_image_properties_pick_architecture_and_hypervisor_version(
+    cluster: Cluster, transport: Any
+) -> None:
     cluster.start_compute(2, name="x86")
-    cluster.start_compute(2, "--cpu-arch", "aarch64", "--hypervisor-version", "9.1.0",
-                          "--numa-cells", "4:8192,4:8192", name="arm")
+    cluster.start_compute(
+        2,
+        "--cpu-arch",
+        "aarch64",
+        "--hypervisor-version",
+        "9.1.0",
+        "--numa-cells",
+        "4:8192,4:8192",
+        name="arm",
+    )
     cluster.start_worker()
     service = cluster.store.get_service("arm-0000")
     assert service is not None and service.capabilities["cpu_arch"] == "aarch64"
 
-    arm = RequestSpec(flavor=SMALL, project_id="p", user_id="u", num_instances=2,
-                      image=Image(properties={"hw_architecture": "AArch64"}))
+    arm = RequestSpec(
+        flavor=SMALL,
+        project_id="p",
+        user_id="u",
+        num_instances=2,
+        image=Image(properties={"hw_architecture": "AArch64"}),
+    )
     selections = select(transport, arm)
     assert {s.host for per in selections for s in per} == {"arm-0000", "arm-0001"}
 
-    newer = RequestSpec(flavor=SMALL, project_id="p", user_id="u", image=Image(
-        properties={"img_hv_type": "kvm", "img_hv_requested_version": ">=9.0"}))
+    newer = RequestSpec(
+        flavor=SMALL,
+        project_id="p",
+        user_id="u",
+        image=Image(properties={"img_hv_type": "kvm", "img_hv_requested_version": ">=9.0"}),
+    )
     [[primary, *alternates]] = select(transport, newer)
     assert primary.host.startswith("arm-")
 
-    ppc = RequestSpec(flavor=SMALL, project_id="p", user_id="u",
-                      image=Image(properties={"hw_architecture": "ppc64le"}))
+    ppc = RequestSpec(
+        flavor=SMALL,
+        project_id="p",
+        user_id="u",
+        image=Image(properties={"hw_architecture": "ppc64le"}),
+    )
     with pytest.raises(NoValidHost) as err:
         select(transport, ppc)
     assert err.value.reasons == {"image properties not supported": 4}
@@ -62,30 +87,44 @@ def test_image_properties_pick_architecture_and_hypervisor_version(cluster: Clus
 
 
 def test_aggregate_extra_specs_steer_a_flavor(cluster: Cluster, transport: Any) -> None:
-    cluster.write_config(filter_scheduler={
-        "enabled_filters": "ComputeFilter,AggregateInstanceExtraSpecsFilter,"
-                           "ComputeCapabilitiesFilter"})
+    cluster.write_config(
+        filter_scheduler={
+            "enabled_filters": "ComputeFilter,AggregateInstanceExtraSpecsFilter,"
+            "ComputeCapabilitiesFilter"
+        }
+    )
     cluster.start_compute(2, name="ssd")
     cluster.start_compute(2, name="hdd")
     # What an operator does with the aggregates API: tag the SSD hosts.
-    fast = Aggregate(uuid=aggregate_uuid("fast"), name="fast",
-                     metadata={"ssd": "true", "gen": "3"})
+    fast = Aggregate(
+        uuid=aggregate_uuid("fast"), name="fast", metadata={"ssd": "true", "gen": "3"}
+    )
     cluster.store.put_aggregate(fast)
     for name in ("ssd-0000", "ssd-0001"):
         provider = cluster.store.get_provider(provider_uuid(name))
-        cluster.store.set_aggregates(provider.uuid, provider.generation,
-                                     {*provider.aggregates, fast.uuid})
+        cluster.store.set_aggregates(
+            provider.uuid, provider.generation, {*provider.aggregates, fast.uuid}
+        )
     cluster.start_worker()
 
-    flavor = Flavor(name="fast", vcpus=1, memory_mb=2048, root_gb=20,
-                    extra_specs={"aggregate_instance_extra_specs:ssd": "true", "gen": ">= 2"})
+    flavor = Flavor(
+        name="fast",
+        vcpus=1,
+        memory_mb=2048,
+        root_gb=20,
+        extra_specs={"aggregate_instance_extra_specs:ssd": "true", "gen": ">= 2"},
+    )
     spec = RequestSpec(flavor=flavor, project_id="p", user_id="u", num_instances=3)
     selections = select(transport, spec)
     assert Counter(per[0].host for per in selections).keys() <= {"ssd-0000", "ssd-0001"}
     assert all(s.host.startswith("ssd-") for per in selections for s in per)
 
-    too_new = Flavor(name="newer", vcpus=1, memory_mb=2048,
-                     extra_specs={"aggregate_instance_extra_specs:gen": ">= 4"})
+    too_new = Flavor(
+        name="newer",
+        vcpus=1,
+        memory_mb=2048,
+        extra_specs={"aggregate_instance_extra_specs:gen": ">= 4"},
+    )
     with pytest.raises(NoValidHost) as err:
         select(transport, RequestSpec(flavor=too_new, project_id="p", user_id="u"))
     assert err.value.reasons == {"aggregate metadata does not match the flavor": 4}
@@ -93,8 +132,9 @@ def test_aggregate_extra_specs_steer_a_flavor(cluster: Cluster, transport: Any) 
 
 
 def test_same_host_and_different_host_hints(cluster: Cluster, transport: Any) -> None:
-    cluster.write_config(filter_scheduler={
-        "enabled_filters": "ComputeFilter,SameHostFilter,DifferentHostFilter"})
+    cluster.write_config(
+        filter_scheduler={"enabled_filters": "ComputeFilter,SameHostFilter,DifferentHostFilter"}
+    )
     cluster.start_compute(3)
     cluster.start_worker()
     client = rpc.SchedulerClient(transport)
@@ -116,8 +156,13 @@ def test_same_host_and_different_host_hints(cluster: Cluster, transport: Any) ->
 
 
 def test_soft_anti_affinity_spreads_a_group_against_packing(cluster: Cluster) -> None:
-    cluster.write_config(filter_scheduler={**PACKING, "io_ops_weight_multiplier": 0.0,
-                                           "soft_anti_affinity_weight_multiplier": 10.0})
+    cluster.write_config(
+        filter_scheduler={
+            **PACKING,
+            "io_ops_weight_multiplier": 0.0,
+            "soft_anti_affinity_weight_multiplier": 10.0,
+        }
+    )
     cluster.start_conductor()
     cluster.start_compute(4, "--build-time", "0.01")
     cluster.start_worker()

@@ -18,16 +18,18 @@ from scheduler.objects import Flavor, RequestSpec, Selection
 from tests.functional.conftest import Cluster
 
 
-def request(extra_specs: dict[str, str] | None = None, num_instances: int = 1,
-            project_id: str = "p") -> RequestSpec:
-    flavor = Flavor(name="f", vcpus=1, memory_mb=1024, root_gb=10,
-                    extra_specs=extra_specs or {})
-    return RequestSpec(flavor=flavor, project_id=project_id, user_id="u",
-                       num_instances=num_instances)
+def request(
+    extra_specs: dict[str, str] | None = None, num_instances: int = 1, project_id: str = "p"
+) -> RequestSpec:
+    flavor = Flavor(name="f", vcpus=1, memory_mb=1024, root_gb=10, extra_specs=extra_specs or {})
+    return RequestSpec(
+        flavor=flavor, project_id=project_id, user_id="u", num_instances=num_instances
+    )
 
 
-def select(cluster: Cluster, client: rpc.SchedulerClient, spec: RequestSpec
-           ) -> list[list[Selection]]:
+def select(
+    cluster: Cluster, client: rpc.SchedulerClient, spec: RequestSpec
+) -> list[list[Selection]]:
     """select_destinations, then release the claims (the test only looks)."""
     uuids = [str(uuidlib.uuid4()) for _ in range(spec.num_instances)]
     try:
@@ -44,8 +46,16 @@ def hosts_of(selections: Sequence[Sequence[Selection]]) -> list[str]:
 def test_traits_nested_providers_and_granular_groups(cluster: Cluster, transport: Any) -> None:
     cluster.start_compute(3, name="plain")
     cluster.start_compute(2, "--traits", "HW_CPU_X86_AVX512F", name="avx")
-    cluster.start_compute(2, "--vgpus-per-host", "1", "--gpus-per-host", "2",
-                          "--gpu-traits", "CUSTOM_NVIDIA_11", name="gpu")
+    cluster.start_compute(
+        2,
+        "--vgpus-per-host",
+        "1",
+        "--gpus-per-host",
+        "2",
+        "--gpu-traits",
+        "CUSTOM_NVIDIA_11",
+        name="gpu",
+    )
     cluster.start_worker()
     client = rpc.SchedulerClient(transport)
 
@@ -60,15 +70,19 @@ def test_traits_nested_providers_and_granular_groups(cluster: Cluster, transport
 
     # Two numbered VGPU groups, isolated: both GPU children of one host; the
     # allocation names the root and each child, the Selection the root.
-    [[primary, *alternates]] = select(cluster, client, request(
-        {"resources1:VGPU": "1", "resources2:VGPU": "1", "group_policy": "isolate"}))
+    [[primary, *alternates]] = select(
+        cluster,
+        client,
+        request({"resources1:VGPU": "1", "resources2:VGPU": "1", "group_policy": "isolate"}),
+    )
     host = primary.host
     assert host.startswith("gpu-")
     assert primary.provider_uuid == provider_uuid(host)
     assert primary.allocation_request.allocations == {
         provider_uuid(host): {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 10},
         provider_uuid(gpu_name(host, 0)): {"VGPU": 1},
-        provider_uuid(gpu_name(host, 1)): {"VGPU": 1}}
+        provider_uuid(gpu_name(host, 1)): {"VGPU": 1},
+    }
     assert [a.host for a in alternates] == [h for h in ("gpu-0000", "gpu-0001") if h != host]
 
     # The unsuffixed group split across the tree, the trait found on the child;
@@ -76,8 +90,12 @@ def test_traits_nested_providers_and_granular_groups(cluster: Cluster, transport
     wanted = {"resources:VGPU": "1", "trait:CUSTOM_NVIDIA_11": "required"}
     uuids = [str(uuidlib.uuid4()) for _ in range(4)]
     four = client.select_destinations(rpc.RequestContext(), request(wanted, 4), uuids)
-    children = {rp for [s, *_] in four for rp in s.allocation_request.allocations
-                if rp not in {provider_uuid(h) for h in ("gpu-0000", "gpu-0001")}}
+    children = {
+        rp
+        for [s, *_] in four
+        for rp in s.allocation_request.allocations
+        if rp not in {provider_uuid(h) for h in ("gpu-0000", "gpu-0001")}
+    }
     assert len(children) == 4
     with pytest.raises(NoValidHost):
         select(cluster, client, request(wanted))
@@ -115,16 +133,19 @@ def test_aggregates_and_tenant_isolation(cluster: Cluster, transport: Any) -> No
         select(cluster, client, request({"member_of": "silver&gold"}))
 
 
-def test_disabled_hosts_are_skipped_through_the_status_trait(cluster: Cluster,
-                                                            transport: Any) -> None:
+def test_disabled_hosts_are_skipped_through_the_status_trait(
+    cluster: Cluster, transport: Any
+) -> None:
     cluster.write_config(scheduler={"max_placement_results": 2})
     cluster.start_compute(6)
     cluster.start_worker()
     client = rpc.SchedulerClient(transport)
     for n in range(5):  # the first five: a cut of 2 taken before removing them finds none
         cluster.store.set_service_disabled(f"compute-{n:04d}", True, "maintenance")
-    assert "COMPUTE_STATUS_DISABLED" in cluster.store.get_provider(
-        provider_uuid("compute-0000")).traits
+    assert (
+        "COMPUTE_STATUS_DISABLED"
+        in cluster.store.get_provider(provider_uuid("compute-0000")).traits
+    )
     deadline = time.monotonic() + 10
     while True:  # the worker follows the change feed
         try:

@@ -38,15 +38,17 @@ def all_final(cluster: Cluster, uuids: list[str]) -> bool:
     return len(records) == len(uuids) and all(r.state in FINAL_STATES for r in records)
 
 
-def assert_nothing_doubled_or_leaked(cluster: Cluster, records: list[InstanceRecord],
-                                     flavor: str) -> None:
+def assert_nothing_doubled_or_leaked(
+    cluster: Cluster, records: list[InstanceRecord], flavor: str
+) -> None:
     """One allocation per ACTIVE instance, on its host, of its flavor; none else."""
     consumers = {c.uuid: c for c in cluster.store.list_consumers()}
     active = {r.uuid: r for r in records if r.state == "ACTIVE"}
     assert set(consumers) == set(active), "an allocation without an ACTIVE instance, or none"
     for uuid, record in active.items():
         assert dict(consumers[uuid].allocations) == {
-            provider_uuid(record.host or ""): amounts(flavor)}, record
+            provider_uuid(record.host or ""): amounts(flavor)
+        }, record
     for record in records:
         assert record.state == "ACTIVE" or record.fault, record
 
@@ -57,15 +59,15 @@ def test_lost_requests_are_redriven_by_a_restarted_conductor(cluster: Cluster) -
     cluster.start_compute(5, "--build-time", "0.01")
     worker = cluster.start_worker()
     # Every run_instance of this boot is lost on the way.
-    code, stdout, stderr = cluster.conductor_stub("boot", "--count", "20", "--json",
-                                                  config_files=(void_topic(cluster),))
+    code, stdout, stderr = cluster.conductor_stub(
+        "boot", "--count", "20", "--json", config_files=(void_topic(cluster),)
+    )
     assert code == 0, stderr
     uuids = json.loads(stdout)["instances"]
     # The conductor dies before any deadline; the next one finds the pending
     # set in the store.
     first.stop(signal.SIGKILL)
-    second = cluster.start("conductor-b", "conductor_stub.cmd", "serve",
-                           ready="conductor_started")
+    second = cluster.start("conductor-b", "conductor_stub.cmd", "serve", ready="conductor_started")
 
     wait_until(lambda: all_final(cluster, uuids), timeout=30, what="every instance final")
 
@@ -80,10 +82,8 @@ def test_lost_requests_are_redriven_by_a_restarted_conductor(cluster: Cluster) -
     assert_nothing_doubled_or_leaked(cluster, records, "m1.small")
 
 
-def test_a_request_never_answered_ends_in_error_with_its_claim_released(
-        cluster: Cluster) -> None:
-    cluster.write_config(conductor={"build_timeout": 1, "sweep_interval": 0.2,
-                                    "max_redrives": 2})
+def test_a_request_never_answered_ends_in_error_with_its_claim_released(cluster: Cluster) -> None:
+    cluster.write_config(conductor={"build_timeout": 1, "sweep_interval": 0.2, "max_redrives": 2})
     conductor = cluster.start_conductor()
     # Builds take far longer than the conductor waits.
     compute = cluster.start_compute(3, "--build-time", "8")
@@ -96,7 +96,10 @@ def test_a_request_never_answered_ends_in_error_with_its_claim_released(
 
     for record in cluster.store.list_instances(uuids):
         assert (record.state, record.fault, record.redrives) == (
-            "ERROR", RequestTimedOut.USER_MESSAGE, 2), record
+            "ERROR",
+            RequestTimedOut.USER_MESSAGE,
+            2,
+        ), record
         assert record.fault_details and "after 2 re-drive(s)" in record.fault_details
     assert cluster.store.list_consumers() == [], "claims released when given up"
     # The re-driven copies found the claims and the builds under way: nothing doubled.
@@ -106,30 +109,48 @@ def test_a_request_never_answered_ends_in_error_with_its_claim_released(
     wait_until(lambda: conductor.count("late_build_result_released") == 3, what="late results")
     assert {r.state for r in cluster.store.list_instances(uuids)} == {"ERROR"}
     assert cluster.store.list_consumers() == []
-    wait_until(lambda: not cluster.store.list_instances_due(time.time() + 3600),
-               what="the clean-up deadlines to pass")
+    wait_until(
+        lambda: not cluster.store.list_instances_due(time.time() + 3600),
+        what="the clean-up deadlines to pass",
+    )
 
 
 def test_a_worker_killed_with_500_boots_in_flight(cluster: Cluster) -> None:
-    cluster.write_config(conductor={"build_timeout": 8, "sweep_interval": 1,
-                                    "max_redrives": 3})
+    cluster.write_config(conductor={"build_timeout": 8, "sweep_interval": 1, "max_redrives": 3})
     conductor = cluster.start_conductor()
     compute = cluster.start_compute(50, "--build-time", "0.01")
     doomed = cluster.start_worker("worker-a")
     survivor = cluster.start_worker("worker-b")
     # Five API clients boot 100 each at once: casts arrive faster than the
     # workers decide, so each worker pulls a backlog.
-    boots = [subprocess.Popen(
-        [sys.executable, "-m", "conductor_stub.cmd", "--config-file", str(cluster.config_file),
-         "boot", "--count", "100", "--flavor", "m1.tiny", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(5)]
+    boots = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "conductor_stub.cmd",
+                "--config-file",
+                str(cluster.config_file),
+                "boot",
+                "--count",
+                "100",
+                "--flavor",
+                "m1.tiny",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(5)
+    ]
 
     # Kill one worker process while the boots pour in: every cast it has pulled
     # and not yet handled is gone (oslo.messaging acknowledged it on receipt).
     # The process serving, not worker-a's master: a master killed has its
     # worker stopped gracefully, which loses nothing.
-    wait_until(lambda: doomed.count("instance_scheduled") >= 50, timeout=60,
-               what="worker-a to be busy")
+    wait_until(
+        lambda: doomed.count("instance_scheduled") >= 50, timeout=60, what="worker-a to be busy"
+    )
     killed = doomed.serving_pid()
     os.kill(killed, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -142,8 +163,11 @@ def test_a_worker_killed_with_500_boots_in_flight(cluster: Cluster) -> None:
     assert (events[death]["pid"], events[death]["signal"]) == (killed, "SIGKILL")
     by_killed = Counter(e.get("event") for e in events[:death])
     scheduled_by_doomed = by_killed["instance_scheduled"]
-    wait_until(lambda: doomed.count("scheduler_started") == 2, timeout=60,
-               what="worker-a's replacement serving")
+    wait_until(
+        lambda: doomed.count("scheduler_started") == 2,
+        timeout=60,
+        what="worker-a's replacement serving",
+    )
     uuids: list[str] = []
     for boot in boots:
         stdout, stderr = boot.communicate(timeout=120)
@@ -161,12 +185,14 @@ def test_a_worker_killed_with_500_boots_in_flight(cluster: Cluster) -> None:
         "instances": len(records),
         "scheduled_by_killed_worker": scheduled_by_doomed,
         "scheduled_by_survivors": survivor.count("instance_scheduled")
-        + doomed.count("instance_scheduled") - scheduled_by_doomed,
+        + doomed.count("instance_scheduled")
+        - scheduled_by_doomed,
         "instances_redriven": len(redriven),
         "redrives": sum(r.redrives for r in records),
         "redrives_logged": conductor.count("request_redriven"),
         "reused_claims": survivor.count("allocation_reused")
-        + doomed.count("allocation_reused") - by_killed["allocation_reused"],
+        + doomed.count("allocation_reused")
+        - by_killed["allocation_reused"],
         "duplicate_builds_ignored": compute.count("build_duplicate_ignored")
         + compute.count("build_duplicate_reported"),
         "final_states": dict(states),

@@ -27,8 +27,10 @@ def amounts(flavor: str) -> dict[str, int]:
 def holdings(cluster: Cluster) -> dict[str, dict[str, dict[str, int]]]:
     """consumer uuid -> {host: amounts}, for every live allocation."""
     names = {p.uuid: p.name for p in cluster.store.list_providers()}
-    return {c.uuid: {names[rp]: dict(res) for rp, res in c.allocations.items()}
-            for c in cluster.store.list_consumers()}
+    return {
+        c.uuid: {names[rp]: dict(res) for rp, res in c.allocations.items()}
+        for c in cluster.store.list_consumers()
+    }
 
 
 def boot_one(cluster: Cluster, flavor: str) -> dict[str, Any]:
@@ -56,8 +58,9 @@ RESIZE_CASES = [
 
 
 @pytest.mark.parametrize("case", RESIZE_CASES, ids=lambda c: c.name)
-def test_resize_then_confirm_or_revert(cluster: Cluster, notifications: Any,
-                                       case: ResizeCase) -> None:
+def test_resize_then_confirm_or_revert(
+    cluster: Cluster, notifications: Any, case: ResizeCase
+) -> None:
     cluster.start_conductor()
     # The boot goes to the roomier host (RAM weigher); the resize must leave it.
     cluster.start_compute(1, "--memory-mb", "131072", name="src")
@@ -68,39 +71,51 @@ def test_resize_then_confirm_or_revert(cluster: Cluster, notifications: Any,
 
     resized = cluster.resize(uuid, "--flavor", case.new, "--wait")
 
-    assert (resized["exit_code"], resized["state"], resized["host"]) == (0, "RESIZED",
-                                                                        "dst-0000"), resized
+    assert (resized["exit_code"], resized["state"], resized["host"]) == (
+        0,
+        "RESIZED",
+        "dst-0000",
+    ), resized
     migration = cluster.store.get_instance(uuid).migration_uuid
     assert migration is not None
     # Both held until the user decides: the source's by the migration.
-    assert holdings(cluster) == {uuid: {"dst-0000": amounts(case.new)},
-                                 migration: {"src-0000": amounts(case.old)}}
+    assert holdings(cluster) == {
+        uuid: {"dst-0000": amounts(case.new)},
+        migration: {"src-0000": amounts(case.old)},
+    }
     assert [dst.count(step) for step in ("prep_resize", "finish_resize")] == [1, 1]
 
     finished = cluster.resize(uuid, case.finish)
 
-    assert (finished["exit_code"], finished["state"], finished["host"],
-            finished["flavor"]) == (0, "ACTIVE", case.host, case.flavor), finished
+    assert (finished["exit_code"], finished["state"], finished["host"], finished["flavor"]) == (
+        0,
+        "ACTIVE",
+        case.host,
+        case.flavor,
+    ), finished
     assert finished["task_state"] is None and finished["fault"] is None
     assert holdings(cluster) == {uuid: {case.host: amounts(case.flavor)}}
     record = cluster.store.get_instance(uuid)
     assert (record.migration_uuid, record.source_host, record.deadline) == (None, None, None)
-    wait_until(lambda: Counter(n["event_type"] for n in notifications())[
-        "scheduler.resize.end"] == 1, what="scheduler.resize.end")
-    ends = [n["payload"] for n in notifications()
-            if n["event_type"] == "scheduler.resize.end"]
+    wait_until(
+        lambda: Counter(n["event_type"] for n in notifications())["scheduler.resize.end"] == 1,
+        what="scheduler.resize.end",
+    )
+    ends = [n["payload"] for n in notifications() if n["event_type"] == "scheduler.resize.end"]
     assert ends[0]["host"] == "dst-0000" and ends[0]["migration_uuid"] == migration
     assert Counter(n["event_type"] for n in notifications())["scheduler.resize.start"] == 1
 
 
 def test_a_destination_that_fails_is_released_before_the_retry_on_an_alternate(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     cluster.start_conductor()
     # Roomiest first: the boot goes to src; of the destinations, bad weighs
     # best and fails its prep, good takes the retry.
     cluster.start_compute(1, "--memory-mb", "262144", name="src")
-    bad = cluster.start_compute(1, "--memory-mb", "131072", "--fail-resize-hosts", "bad-0000",
-                                name="bad")
+    bad = cluster.start_compute(
+        1, "--memory-mb", "131072", "--fail-resize-hosts", "bad-0000", name="bad"
+    )
     cluster.start_compute(1, name="good")
     cluster.start_worker()
     uuid = boot_one(cluster, "m1.small")["uuid"]
@@ -109,7 +124,11 @@ def test_a_destination_that_fails_is_released_before_the_retry_on_an_alternate(
     resized = cluster.resize(uuid, "--flavor", "m1.large", "--confirm")
 
     assert (resized["exit_code"], resized["state"], resized["host"], resized["flavor"]) == (
-        0, "ACTIVE", "good-0000", "m1.large"), resized
+        0,
+        "ACTIVE",
+        "good-0000",
+        "m1.large",
+    ), resized
     assert resized["tried_hosts"] == ["bad-0000"]
     assert holdings(cluster) == {uuid: {"good-0000": amounts("m1.large")}}
     failed = [e for e in bad.log_events() if e.get("event") == "prep_resize_failed"]
@@ -120,8 +139,9 @@ def test_a_destination_that_fails_is_released_before_the_retry_on_an_alternate(
 
 
 @pytest.mark.parametrize("same_host", [False, True], ids=["source-excluded", "same-host"])
-def test_a_resize_with_no_other_host(cluster: Cluster, notifications: Any,
-                                     same_host: bool) -> None:
+def test_a_resize_with_no_other_host(
+    cluster: Cluster, notifications: Any, same_host: bool
+) -> None:
     cluster.write_config(scheduler={"allow_resize_to_same_host": same_host})
     cluster.start_conductor()
     cluster.start_compute(1, name="only")
@@ -132,20 +152,30 @@ def test_a_resize_with_no_other_host(cluster: Cluster, notifications: Any,
 
     if not same_host:
         # Cannot be placed: still ACTIVE on its source, with its allocation, and a fault.
-        assert (resized["exit_code"], resized["state"], resized["host"], resized["flavor"],
-                resized["fault"]) == (1, "ACTIVE", "only-0000", "m1.small",
-                                      NoValidHost.USER_MESSAGE), resized
+        assert (
+            resized["exit_code"],
+            resized["state"],
+            resized["host"],
+            resized["flavor"],
+            resized["fault"],
+        ) == (1, "ACTIVE", "only-0000", "m1.small", NoValidHost.USER_MESSAGE), resized
         assert "host already tried" in resized["fault_details"]
         assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.small")}}
-        wait_until(lambda: any(n["event_type"] == "scheduler.resize"
-                               and n["priority"] == "ERROR" for n in notifications()),
-                   what="the resize ERROR notification")
+        wait_until(
+            lambda: any(
+                n["event_type"] == "scheduler.resize" and n["priority"] == "ERROR"
+                for n in notifications()
+            ),
+            what="the resize ERROR notification",
+        )
         return
     assert (resized["state"], resized["host"]) == ("RESIZED", "only-0000"), resized
     record = cluster.store.get_instance(uuid)
     assert record.migration_uuid == migration_uuid_for(uuid, record.request_id or "")
-    assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.medium")},
-                                 record.migration_uuid: {"only-0000": amounts("m1.small")}}
+    assert holdings(cluster) == {
+        uuid: {"only-0000": amounts("m1.medium")},
+        record.migration_uuid: {"only-0000": amounts("m1.small")},
+    }
     confirmed = cluster.resize(uuid, "--confirm")
     assert (confirmed["state"], confirmed["flavor"]) == ("ACTIVE", "m1.medium")
     assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.medium")}}

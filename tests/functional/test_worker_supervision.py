@@ -31,8 +31,9 @@ from tests.functional.test_boot import wait_until
 
 
 def tiny_spec() -> RequestSpec:
-    return RequestSpec(flavor=load_catalog("")["m1.tiny"], project_id="p", user_id="u",
-                       num_instances=1)
+    return RequestSpec(
+        flavor=load_catalog("")["m1.tiny"], project_id="p", user_id="u", num_instances=1
+    )
 
 
 def placed(cluster: Cluster, transport: Any, topic: str = "scheduler") -> bool:
@@ -40,7 +41,8 @@ def placed(cluster: Cluster, transport: Any, topic: str = "scheduler") -> bool:
     uuid = str(uuidlib.uuid4())
     client = rpc.SchedulerClient(transport, topic=topic, timeout=30)
     [[primary, *_]] = client.select_destinations(
-        rpc.RequestContext(user_id="u", project_id="p"), tiny_spec(), [uuid])
+        rpc.RequestContext(user_id="u", project_id="p"), tiny_spec(), [uuid]
+    )
     assert cluster.store.release(uuid)
     return bool(primary.host)
 
@@ -88,10 +90,10 @@ class FreezableRelay:
             upstream = socket.create_connection(self._target)
             with self._lock:
                 self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False),
-                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(upstream, client, False), daemon=True
+            ).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         while True:
@@ -134,7 +136,8 @@ def relay() -> Iterator[FreezableRelay]:
 
 
 def test_a_killed_worker_is_restarted_in_its_slot_and_the_daemon_serves_on(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     cluster.write_config(scheduler={"workers": 2})
     cluster.start_conductor()
     cluster.start_compute(3, "--build-time", "0.01")
@@ -152,14 +155,18 @@ def test_a_killed_worker_is_restarted_in_its_slot_and_the_daemon_serves_on(
     assert after["scheduler-worker.1"] not in (doomed, before["scheduler-worker.0"])
     [died] = [e for e in workers.log_events() if e.get("event") == "worker_died"]
     assert (died["pid"], died["worker"], died["exit_code"], died["signal"]) == (
-        doomed, 1, -signal.SIGKILL, "SIGKILL")
+        doomed,
+        1,
+        -signal.SIGKILL,
+        "SIGKILL",
+    )
     assert cluster.boot("--count", "4", "--flavor", "m1.tiny")["summary"]["states"] == {
-        "ACTIVE": 4}
+        "ACTIVE": 4
+    }
     assert workers.popen.poll() is None and all(alive(pid) for pid in after.values())
 
 
-def test_sigterm_stops_every_worker_cleanly_within_the_graceful_timeout(
-        cluster: Cluster) -> None:
+def test_sigterm_stops_every_worker_cleanly_within_the_graceful_timeout(cluster: Cluster) -> None:
     cluster.write_config(scheduler={"workers": 2, "graceful_shutdown_timeout": 10})
     workers = start_workers(cluster, 2)
     pids = workers.serving_pids()
@@ -174,7 +181,8 @@ def test_sigterm_stops_every_worker_cleanly_within_the_graceful_timeout(
 
 
 def test_a_worker_that_does_not_finish_is_killed_at_the_graceful_timeout_one_worker(
-        cluster: Cluster, relay: FreezableRelay, transport: Any) -> None:
+    cluster: Cluster, relay: FreezableRelay, transport: Any
+) -> None:
     """With ``workers = 1`` the worker is a child of the master too. Its
     store stalls while it holds a request, so it cannot drain: it is killed
     after the timeout, long before its store calls would give up."""
@@ -189,7 +197,8 @@ def test_a_worker_that_does_not_finish_is_killed_at_the_graceful_timeout_one_wor
 
     relay.freeze()
     rpc.SchedulerClient(transport).run_instance(
-        rpc.RequestContext(user_id="u", project_id="p"), tiny_spec(), [str(uuidlib.uuid4())])
+        rpc.RequestContext(user_id="u", project_id="p"), tiny_spec(), [str(uuidlib.uuid4())]
+    )
     wait_until(lambda: relay.held > 0, 30, "the worker to wait on the store with the request")
     code, took = stopped_within(workers, 30)
 
@@ -203,7 +212,8 @@ def test_a_worker_that_does_not_finish_is_killed_at_the_graceful_timeout_one_wor
 
 
 def test_sighup_restarts_the_workers_on_the_reloaded_options(
-        cluster: Cluster, transport: Any) -> None:
+    cluster: Cluster, transport: Any
+) -> None:
     cluster.write_config(scheduler={"workers": 2})
     cluster.start_compute(3)
     workers = start_workers(cluster, 2)

@@ -47,8 +47,12 @@ ADMIN_USER, ADMIN_PASSWORD = "ftest-admin", "ftest-admin-pw"
 
 #: Back-off bounds for the daemons of this tier: reconnect within seconds of
 #: a broker coming back, so a test waits seconds, not the 30 s default.
-RABBIT_BACKOFF = {"rabbit_retry_interval": 1, "rabbit_retry_backoff": 1,
-                  "rabbit_interval_max": 3, "kombu_reconnect_delay": 0.5}
+RABBIT_BACKOFF = {
+    "rabbit_retry_interval": 1,
+    "rabbit_retry_backoff": 1,
+    "rabbit_interval_max": 3,
+    "kombu_reconnect_delay": 0.5,
+}
 
 
 def free_port() -> int:
@@ -65,8 +69,12 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
-               interval: float = 0.1) -> None:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.1,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -112,16 +120,55 @@ def certs() -> Iterator[Certs]:
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
-    ca_key, ca, key, csr, cert = (base / n for n in ("ca.key", "ca.pem", "server.key",
-                                                     "server.csr", "server.pem"))
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
-            str(ca), "-days", "2", "-subj", "/CN=scheduler-test-ca")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-            "-subj", "/CN=localhost")
+    ca_key, ca, key, csr, cert = (
+        base / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
+    )
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=scheduler-test-ca",
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=localhost",
+    )
     ext = base / "ext.cnf"
     ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
-            "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
     for path in base.iterdir():
         path.chmod(0o644)
     yield Certs(ca=ca, cert=cert, key=key)
@@ -142,18 +189,23 @@ class PrivateRabbit:
         for name in ("mnesia", "log"):
             (self.base / name).mkdir()
         (self.base / "enabled_plugins").write_text("[].\n")
-        (self.base / "rabbitmq.conf").write_text("\n".join([
-            f"listeners.tcp.default = 127.0.0.1:{self.port}",
-            f"listeners.ssl.default = 127.0.0.1:{self.tls_port}",
-            f"ssl_options.cacertfile = {certs.ca}",
-            f"ssl_options.certfile = {certs.cert}",
-            f"ssl_options.keyfile = {certs.key}",
-            "ssl_options.verify = verify_none",
-            "ssl_options.fail_if_no_peer_cert = false",
-            "loopback_users = none",
-            "log.console = false",
-            "log.file.level = warning",
-        ]) + "\n")
+        (self.base / "rabbitmq.conf").write_text(
+            "\n".join(
+                [
+                    f"listeners.tcp.default = 127.0.0.1:{self.port}",
+                    f"listeners.ssl.default = 127.0.0.1:{self.tls_port}",
+                    f"ssl_options.cacertfile = {certs.ca}",
+                    f"ssl_options.certfile = {certs.cert}",
+                    f"ssl_options.keyfile = {certs.key}",
+                    "ssl_options.verify = verify_none",
+                    "ssl_options.fail_if_no_peer_cert = false",
+                    "loopback_users = none",
+                    "log.console = false",
+                    "log.file.level = warning",
+                ]
+            )
+            + "\n"
+        )
         for path in self.base.rglob("*"):
             shutil.chown(path, "rabbitmq", "rabbitmq")
         self.env = {
@@ -170,15 +222,24 @@ class PrivateRabbit:
         self.stops = 0
 
     def ctl(self, *args: str, timeout: float = 60) -> str:
-        out = subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], env=self.env,
-                             capture_output=True, timeout=timeout)
+        out = subprocess.run(
+            ["rabbitmqctl", "-q", "-n", self.node, *args],
+            env=self.env,
+            capture_output=True,
+            timeout=timeout,
+        )
         if out.returncode:
             raise AssertionError(f"rabbitmqctl {args[0]} failed: {out.stderr.decode()[-2000:]}")
         return out.stdout.decode()
 
     def start(self) -> None:
-        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            ["rabbitmq-server", "-detached"],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         self.ctl("wait", str(self.base / "rabbit.pid"), "--timeout", "90", timeout=120)
         self.ctl("await_startup", "--timeout", "90", timeout=120)
         wait_until(lambda: port_open(self.port), 30, "the private broker's AMQP port")
@@ -215,10 +276,15 @@ class PrivateRabbit:
         self.ctl("add_vhost", vhost)
         self.ctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
 
-    def url(self, vhost: str, user: str = ADMIN_USER, password: str = ADMIN_PASSWORD,
-            tls: bool = False, host: str = "127.0.0.1") -> str:
-        return (f"rabbit://{user}:{password}@{host}:{self.tls_port if tls else self.port}/"
-                f"{vhost}")
+    def url(
+        self,
+        vhost: str,
+        user: str = ADMIN_USER,
+        password: str = ADMIN_PASSWORD,
+        tls: bool = False,
+        host: str = "127.0.0.1",
+    ) -> str:
+        return f"rabbit://{user}:{password}@{host}:{self.tls_port if tls else self.port}/{vhost}"
 
 
 @pytest.fixture(scope="session")
@@ -244,20 +310,47 @@ class PrivateRedis:
         self.dir = _private_dir("sched-redis-")
         self.port = free_port()
         self.tls = tls
-        self.args = ["--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
-                     "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-                     "--logfile", str(self.dir / "redis.log"), *args]
+        self.args = [
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.dir / "redis.log"),
+            *args,
+        ]
         if tls is not None:
-            self.args = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
-                         str(tls.cert), "--tls-key-file", str(tls.key), "--tls-ca-cert-file",
-                         str(tls.ca), "--tls-auth-clients", "no", *self.args]
+            self.args = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(tls.cert),
+                "--tls-key-file",
+                str(tls.key),
+                "--tls-ca-cert-file",
+                str(tls.ca),
+                "--tls-auth-clients",
+                "no",
+                *self.args,
+            ]
         else:
             self.args = ["--port", str(self.port), *self.args]
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.popen = subprocess.Popen(["redis-server", *self.args], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
+        self.popen = subprocess.Popen(
+            ["redis-server", *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_until(lambda: port_open(self.port), 30, "the private Redis")
 
     def stop(self) -> None:
@@ -324,7 +417,8 @@ class FaultCluster(Cluster):
         self.store: Store = open_store(self.redis_url, self.prefix)
         self.extra_conf.setdefault("redis", {})["url"] = self.redis_url
         self.extra_conf.setdefault("oslo_messaging_rabbit", {}).update(
-            {**RABBIT_BACKOFF, **self.rabbit_options})
+            {**RABBIT_BACKOFF, **self.rabbit_options}
+        )
         self.write_config()
 
     def close(self) -> None:
@@ -350,13 +444,15 @@ class FaultCluster(Cluster):
 def shared_redis_up() -> None:
     host, _, port = SHARED_REDIS_URL.split("//", 1)[1].split("/", 1)[0].rpartition(":")
     if not port_open(int(port), host):
-        pytest.fail(f"the fault tier needs Redis at {SHARED_REDIS_URL} (see .ci/run)",
-                    pytrace=False)
+        pytest.fail(
+            f"the fault tier needs Redis at {SHARED_REDIS_URL} (see .ci/run)", pytrace=False
+        )
 
 
 @pytest.fixture
-def make_cluster(tmp_path: Path, private_rabbit: PrivateRabbit
-                 ) -> Iterator[Callable[..., FaultCluster]]:
+def make_cluster(
+    tmp_path: Path, private_rabbit: PrivateRabbit
+) -> Iterator[Callable[..., FaultCluster]]:
     """Build deployments (``make_cluster(redis_url=..., rabbit_url=...)``); each is
     checked (accounting) and torn down after the test."""
     made: list[FaultCluster] = []
@@ -402,5 +498,14 @@ def healthz(port: int) -> tuple[int, dict[str, Any]]:
         return err.code, json.loads(err.read())
 
 
-__all__ = ["Certs", "FaultCluster", "PrivateRabbit", "PrivateRedis", "Process", "free_port",
-           "healthz", "port_open", "wait_until"]
+__all__ = [
+    "Certs",
+    "FaultCluster",
+    "PrivateRabbit",
+    "PrivateRedis",
+    "Process",
+    "free_port",
+    "healthz",
+    "port_open",
+    "wait_until",
+]

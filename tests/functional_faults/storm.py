@@ -52,8 +52,7 @@ class Storm:
 
     def all_final(self) -> bool:
         records = self.records()
-        return len(records) == len(self.uuids) and all(r.state in FINAL_STATES
-                                                       for r in records)
+        return len(records) == len(self.uuids) and all(r.state in FINAL_STATES for r in records)
 
     def settle(self, timeout: float) -> None:
         wait_until(self.all_final, timeout, "every instance ACTIVE or ERROR", interval=0.5)
@@ -69,23 +68,40 @@ class Storm:
             "redrives": sum(r.redrives for r in records),
             "final_states": dict(Counter(r.state for r in records)),
             "error_faults": dict(Counter(r.fault for r in records if r.state == "ERROR")),
-            "seconds_fault_to_settled": (round(now - self.fault_at, 1)
-                                         if self.fault_at is not None else None),
+            "seconds_fault_to_settled": (
+                round(now - self.fault_at, 1) if self.fault_at is not None else None
+            ),
             **extra,
         }
 
 
-def start_storm(cluster: FaultCluster, count: int, senders: int = 2,
-                flavor: str = "m1.tiny") -> Storm:
+def start_storm(
+    cluster: FaultCluster, count: int, senders: int = 2, flavor: str = "m1.tiny"
+) -> Storm:
     """Boot ``count`` instances from ``senders`` processes at once; returns once
     every record exists and every request was cast."""
     storm = Storm(cluster, flavor)
     each = count // senders
-    boots = [subprocess.Popen(
-        [sys.executable, "-m", "conductor_stub.cmd", "--config-file", str(cluster.config_file),
-         "boot", "--count", str(each if i else count - each * (senders - 1)), "--flavor",
-         flavor, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for i in range(senders)]
+    boots = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "conductor_stub.cmd",
+                "--config-file",
+                str(cluster.config_file),
+                "boot",
+                "--count",
+                str(each if i else count - each * (senders - 1)),
+                "--flavor",
+                flavor,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(senders)
+    ]
     for boot in boots:
         stdout, stderr = boot.communicate(timeout=120)
         assert boot.returncode == 0, stderr.decode()[-4000:]
@@ -107,10 +123,12 @@ def assert_settled_cleanly(storm: Storm) -> list[InstanceRecord]:
     active = {r.uuid: r for r in records if r.state == "ACTIVE"}
     assert set(consumers) == set(active), (
         f"{len(set(consumers) - set(active))} allocation(s) without an ACTIVE instance, "
-        f"{len(set(active) - set(consumers))} ACTIVE instance(s) without one")
+        f"{len(set(active) - set(consumers))} ACTIVE instance(s) without one"
+    )
     for uuid, record in active.items():
         assert {rp: dict(a) for rp, a in consumers[uuid].allocations.items()} == {
-            provider_uuid(record.host or ""): amounts}, record
+            provider_uuid(record.host or ""): amounts
+        }, record
     for record in records:
         assert record.state == "ACTIVE" or (record.fault and record.fault_details), record
     storm.cluster.check_accounting()

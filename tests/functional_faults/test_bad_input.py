@@ -44,23 +44,36 @@ def readable_uuids(raw: Any) -> list[str]:
     return [u for u in raw if isinstance(u, str)] if isinstance(raw, list) else []
 
 
-def test_generated_requests_over_rabbitmq_get_a_clear_answer(cluster: FaultCluster,
-                                                             transport: Any) -> None:
+def test_generated_requests_over_rabbitmq_get_a_clear_answer(
+    cluster: FaultCluster, transport: Any
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(6, "--build-time", "0.01", "--availability-zones", "az1,az2")
     worker = cluster.start_worker()
     client = rpc.SchedulerClient(transport, timeout=30)
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=CASES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
     @given(kind=fuzz.contexts, data=st.data(), spec=fuzz.any_request_spec)
     def case(kind: str, data: st.DataObject, spec: Any) -> None:
         raw_uuids = data.draw(fuzz.instance_uuids_for(spec))
         try:
-            raw = client.call_raw(CONTEXTS[kind](), "select_destinations", request_spec=spec,
-                                  instance_uuids=raw_uuids, return_alternates=True)
+            raw = client.call_raw(
+                CONTEXTS[kind](),
+                "select_destinations",
+                request_spec=spec,
+                instance_uuids=raw_uuids,
+                return_alternates=True,
+            )
         except (InvalidRequest, Forbidden, NoValidHost) as exc:
             outcomes[type(exc).__name__.removesuffix("_Remote")] += 1
             assert exc.message
@@ -77,7 +90,8 @@ def test_generated_requests_over_rabbitmq_get_a_clear_answer(cluster: FaultClust
                 held = cluster.store.get_consumer(uuid)
                 assert held is not None
                 assert {rp: dict(a) for rp, a in held.allocations.items()} == {
-                    rp: dict(a) for rp, a in primary.allocation_request.allocations.items()}
+                    rp: dict(a) for rp, a in primary.allocation_request.allocations.items()
+                }
                 cluster.store.release(uuid)
         worker.assert_kept_serving()
 
@@ -93,7 +107,8 @@ GARBAGE = "{not json"
 
 
 def test_foreign_values_under_the_prefix_are_reported_and_boots_go_on(
-        cluster: FaultCluster) -> None:
+    cluster: FaultCluster,
+) -> None:
     cluster.write_config(conductor={"build_timeout": 5, "sweep_interval": 0.5})
     conductor = cluster.start_conductor()
     cluster.start_compute(4, "--build-time", "0.01")
@@ -114,16 +129,20 @@ def test_foreign_values_under_the_prefix_are_reported_and_boots_go_on(
 
     assert first["summary"]["states"] == {"ACTIVE": 2}
     assert second["summary"]["states"] == {"ACTIVE": 8}
-    reported = {e["key"] for e in worker.log_events()
-                if e.get("event") in ("corrupt_record", "corrupt_change_skipped")}
+    reported = {
+        e["key"]
+        for e in worker.log_events()
+        if e.get("event") in ("corrupt_record", "corrupt_change_skipped")
+    }
     assert f"{k.providers}[00000000-0000-4000-8000-00000000dead]" in reported
     assert f"{k.aggregates}[foreign]" in reported
     assert f"{k.services}[ghost]" in reported
     assert any(key.startswith(f"{k.changes}[") for key in reported)
     assert len([key for key in reported if key.startswith(f"{k.changes}[")]) == 2
     # The conductor's sweep names the record it cannot read, and sweeps on.
-    conductor_reported = {e["key"] for e in conductor.log_events()
-                          if e.get("event") == "corrupt_record"}
+    conductor_reported = {
+        e["key"] for e in conductor.log_events() if e.get("event") == "corrupt_record"
+    }
     assert f"{k.instances}[not-an-instance]" in conductor_reported
     assert conductor.count("sweep_failed") == 0
     assert worker.count("Exception during message handling") == 0

@@ -25,8 +25,11 @@ DOOMED = [f"doomed-{i:04d}" for i in range(20)]
 
 
 def test_a_compute_killed_with_builds_in_flight(cluster: FaultCluster) -> None:
-    cluster.write_config(scheduler={"service_down_time": 5}, compute={"heartbeat_interval": 1},
-                         conductor=FAST_CONDUCTOR)
+    cluster.write_config(
+        scheduler={"service_down_time": 5},
+        compute={"heartbeat_interval": 1},
+        conductor=FAST_CONDUCTOR,
+    )
     conductor = cluster.start_conductor()
     cluster.start_compute(20, "--build-time", "0.05", name="steady")
     doomed = cluster.start_compute(20, "--build-time", "3", name="doomed")
@@ -36,13 +39,17 @@ def test_a_compute_killed_with_builds_in_flight(cluster: FaultCluster) -> None:
 
     def building_on_doomed() -> set[str]:
         building = {r.uuid for r in storm.records() if r.state == "BUILDING"}
-        return {c.uuid for c in cluster.store.list_consumers()
-                if c.uuid in building and set(c.allocations) & doomed_rps}
+        return {
+            c.uuid
+            for c in cluster.store.list_consumers()
+            if c.uuid in building and set(c.allocations) & doomed_rps
+        }
 
     # A handful is enough to prove the point; how many overlap depends on how
     # fast the storm is sent, which a loaded machine slows down.
-    wait_until(lambda: len(building_on_doomed()) >= 5, 90, "builds under way on the doomed",
-               interval=0.05)
+    wait_until(
+        lambda: len(building_on_doomed()) >= 5, 90, "builds under way on the doomed", interval=0.05
+    )
     doomed.popen.send_signal(signal.SIGKILL)
     doomed.popen.wait()
     lost_builds = building_on_doomed()
@@ -57,7 +64,8 @@ def test_a_compute_killed_with_builds_in_flight(cluster: FaultCluster) -> None:
         rescheduled_to_live_hosts=len(rescheduled),
         error_after_deadline=len(timed_out),
         claims_released_from_down_hosts=worker.count("allocation_on_down_host_released"),
-        redrives_logged=conductor.count("request_redriven"))
+        redrives_logged=conductor.count("request_redriven"),
+    )
     print("\ncompute SIGKILL:", json.dumps(figures))
     assert in_flight > 0 and lost_builds
     # Each lost build was rescheduled onto a live host, or failed after its deadline.

@@ -29,20 +29,39 @@ SPEC = RequestSpec(flavor=TINY, project_id="p", user_id="u").to_primitive()
 MB = 1024 * 1024
 
 
-def envelope(method: str, args: Any, version: str = "1.0", *, context: dict[str, Any] | None
-             = None, reply_q: str | None = None, msg_id: str | None = None,
-             envelope_version: str = "2.0") -> bytes:
+def envelope(
+    method: str,
+    args: Any,
+    version: str = "1.0",
+    *,
+    context: dict[str, Any] | None = None,
+    reply_q: str | None = None,
+    msg_id: str | None = None,
+    envelope_version: str = "2.0",
+) -> bytes:
     """An oslo.messaging 2.0 envelope, as the rabbit driver writes it."""
-    inner: dict[str, Any] = {"method": method, "args": args, "version": version,
-                             "_unique_id": uuidlib.uuid4().hex}
-    for key, value in (context or {"request_id": f"req-{uuidlib.uuid4()}", "user_id": "u",
-                                   "project_id": "p", "roles": ["member"],
-                                   "is_admin": False}).items():
+    inner: dict[str, Any] = {
+        "method": method,
+        "args": args,
+        "version": version,
+        "_unique_id": uuidlib.uuid4().hex,
+    }
+    for key, value in (
+        context
+        or {
+            "request_id": f"req-{uuidlib.uuid4()}",
+            "user_id": "u",
+            "project_id": "p",
+            "roles": ["member"],
+            "is_admin": False,
+        }
+    ).items():
         inner[f"_context_{key}"] = value
     if reply_q is not None:
         inner.update({"_reply_q": reply_q, "_msg_id": msg_id, "_timeout": None})
-    return json.dumps({"oslo.version": envelope_version,
-                       "oslo.message": json.dumps(inner)}).encode()
+    return json.dumps(
+        {"oslo.version": envelope_version, "oslo.message": json.dumps(inner)}
+    ).encode()
 
 
 #: (id, body, content type): casts the worker must log and drop.
@@ -52,58 +71,124 @@ BAD_CASTS = [
     pytest.param(b"[1, 2, 3]", "application/json", id="json-list"),
     pytest.param(b'"just a string"', "application/json", id="json-string"),
     pytest.param(b'{"method": "run_instance"}', "application/json", id="no-envelope-no-args"),
-    pytest.param(json.dumps({"oslo.version": "2.0", "oslo.message": "{broken"}).encode(),
-                 "application/json", id="envelope-unreadable-message"),
-    pytest.param(envelope("run_instance", {}, envelope_version="9.0"), "application/json",
-                 id="unknown-envelope-version"),
-    pytest.param(envelope("drop_tables", {"really": True}), "application/json",
-                 id="unknown-method"),
-    pytest.param(envelope("run_instance", {"request_spec": SPEC, "instance_uuids": []},
-                          version="2.0"), "application/json", id="version-2.0"),
-    pytest.param(envelope("run_instance", {"request_spec": SPEC, "instance_uuids": []},
-                          version="1.99"), "application/json", id="version-1.99"),
+    pytest.param(
+        json.dumps({"oslo.version": "2.0", "oslo.message": "{broken"}).encode(),
+        "application/json",
+        id="envelope-unreadable-message",
+    ),
+    pytest.param(
+        envelope("run_instance", {}, envelope_version="9.0"),
+        "application/json",
+        id="unknown-envelope-version",
+    ),
+    pytest.param(
+        envelope("drop_tables", {"really": True}), "application/json", id="unknown-method"
+    ),
+    pytest.param(
+        envelope("run_instance", {"request_spec": SPEC, "instance_uuids": []}, version="2.0"),
+        "application/json",
+        id="version-2.0",
+    ),
+    pytest.param(
+        envelope("run_instance", {"request_spec": SPEC, "instance_uuids": []}, version="1.99"),
+        "application/json",
+        id="version-1.99",
+    ),
     pytest.param(envelope("run_instance", [1, 2]), "application/json", id="args-a-list"),
-    pytest.param(envelope("run_instance", {"request_spec": SPEC, "bogus": 1}),
-                 "application/json", id="unexpected-argument"),
+    pytest.param(
+        envelope("run_instance", {"request_spec": SPEC, "bogus": 1}),
+        "application/json",
+        id="unexpected-argument",
+    ),
     # A context of the wrong types gives no admin powers: forcing a host is refused.
-    pytest.param(envelope("run_instance", {"request_spec": {**SPEC, "force_hosts": ["h"]},
-                                           "instance_uuids": [str(uuidlib.uuid4())]},
-                          context={"roles": 5, "is_admin": "yes", "request_id": ["x"] * 9}),
-                 "application/json", id="context-of-the-wrong-types"),
-    pytest.param(envelope("run_instance", {"request_spec": {**SPEC, "user_id": "u" * (2 * MB)},
-                                           "instance_uuids": [str(uuidlib.uuid4())]}),
-                 "application/json", id="two-megabyte-field"),
-    pytest.param(envelope("run_instance", {"request_spec": {
-        **SPEC, "flavor": {**SPEC["flavor"], "extra_specs": {
-            f"k{i}": "v" * 200 for i in range(6000)}}},
-        "instance_uuids": [str(uuidlib.uuid4())]}), "application/json",
-        id="megabyte-of-extra-specs"),
+    pytest.param(
+        envelope(
+            "run_instance",
+            {
+                "request_spec": {**SPEC, "force_hosts": ["h"]},
+                "instance_uuids": [str(uuidlib.uuid4())],
+            },
+            context={"roles": 5, "is_admin": "yes", "request_id": ["x"] * 9},
+        ),
+        "application/json",
+        id="context-of-the-wrong-types",
+    ),
+    pytest.param(
+        envelope(
+            "run_instance",
+            {
+                "request_spec": {**SPEC, "user_id": "u" * (2 * MB)},
+                "instance_uuids": [str(uuidlib.uuid4())],
+            },
+        ),
+        "application/json",
+        id="two-megabyte-field",
+    ),
+    pytest.param(
+        envelope(
+            "run_instance",
+            {
+                "request_spec": {
+                    **SPEC,
+                    "flavor": {
+                        **SPEC["flavor"],
+                        "extra_specs": {f"k{i}": "v" * 200 for i in range(6000)},
+                    },
+                },
+                "instance_uuids": [str(uuidlib.uuid4())],
+            },
+        ),
+        "application/json",
+        id="megabyte-of-extra-specs",
+    ),
     pytest.param(b"{" * (2 * MB), "application/json", id="two-megabytes-of-garbage"),
 ]
 
 #: (id, method, args, version, error class the reply must name): calls.
 BAD_CALLS = [
     pytest.param("drop_tables", {}, "1.0", "NoSuchMethod", id="unknown-method"),
-    pytest.param("select_destinations", {"request_spec": SPEC, "instance_uuids": []}, "2.0",
-                 "UnsupportedVersion", id="version-2.0"),
-    pytest.param("select_destinations", {"request_spec": SPEC, "instance_uuids": []}, "1.99",
-                 "UnsupportedVersion", id="version-1.99"),
-    pytest.param("select_destinations", {"request_spec": {**SPEC, "user_id": "u" * (2 * MB)},
-                                         "instance_uuids": [str(uuidlib.uuid4())]},
-                 "1.0", "InvalidRequest", id="two-megabyte-field"),
-    pytest.param("select_destinations", {"request_spec": "not a spec",
-                                         "instance_uuids": "nor uuids"}, "1.0",
-                 "InvalidRequest", id="arguments-of-the-wrong-types"),
-    pytest.param("explain", {"request_spec": SPEC}, "1.1", "Forbidden",
-                 id="explain-for-a-member"),
-    pytest.param("explain", {"request_spec": SPEC}, "1.1", "Forbidden",
-                 id="explain-for-a-truthy-is_admin"),
+    pytest.param(
+        "select_destinations",
+        {"request_spec": SPEC, "instance_uuids": []},
+        "2.0",
+        "UnsupportedVersion",
+        id="version-2.0",
+    ),
+    pytest.param(
+        "select_destinations",
+        {"request_spec": SPEC, "instance_uuids": []},
+        "1.99",
+        "UnsupportedVersion",
+        id="version-1.99",
+    ),
+    pytest.param(
+        "select_destinations",
+        {
+            "request_spec": {**SPEC, "user_id": "u" * (2 * MB)},
+            "instance_uuids": [str(uuidlib.uuid4())],
+        },
+        "1.0",
+        "InvalidRequest",
+        id="two-megabyte-field",
+    ),
+    pytest.param(
+        "select_destinations",
+        {"request_spec": "not a spec", "instance_uuids": "nor uuids"},
+        "1.0",
+        "InvalidRequest",
+        id="arguments-of-the-wrong-types",
+    ),
+    pytest.param("explain", {"request_spec": SPEC}, "1.1", "Forbidden", id="explain-for-a-member"),
+    pytest.param(
+        "explain", {"request_spec": SPEC}, "1.1", "Forbidden", id="explain-for-a-truthy-is_admin"
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory,
-               private_rabbit: PrivateRabbit) -> Iterator[tuple[FaultCluster, Any]]:
+def deployment(
+    tmp_path_factory: pytest.TempPathFactory, private_rabbit: PrivateRabbit
+) -> Iterator[tuple[FaultCluster, Any]]:
     """One deployment for every message of this module: each test checks the
     same worker process is still there and serving."""
     cluster = FaultCluster(tmp_path_factory.mktemp("raw-amqp"), broker=private_rabbit)
@@ -135,9 +220,13 @@ def amqp_url(cluster: FaultCluster) -> str:
 def publish(cluster: FaultCluster, body: bytes, content_type: str) -> None:
     with kombu.Connection(amqp_url(cluster)) as conn:
         # The exchange oslo.messaging declared for the topic (not re-declared here).
-        conn.Producer().publish(body, exchange="scheduler", routing_key="scheduler",
-                                content_type=content_type, content_encoding="utf-8"
-                                if content_type == "application/json" else "binary")
+        conn.Producer().publish(
+            body,
+            exchange="scheduler",
+            routing_key="scheduler",
+            content_type=content_type,
+            content_encoding="utf-8" if content_type == "application/json" else "binary",
+        )
 
 
 def serves(cluster: FaultCluster, transport: Any) -> bool:
@@ -145,16 +234,16 @@ def serves(cluster: FaultCluster, transport: Any) -> bool:
     uuid = str(uuidlib.uuid4())
     client = rpc.SchedulerClient(transport, timeout=30)
     [[primary, *_]] = client.select_destinations(
-        rpc.RequestContext(user_id="u", project_id="p"),
-        RequestSpec.from_primitive(SPEC), [uuid])
+        rpc.RequestContext(user_id="u", project_id="p"), RequestSpec.from_primitive(SPEC), [uuid]
+    )
     assert cluster.store.release(uuid)
     return bool(primary.host)
 
 
 @pytest.mark.parametrize("body, content_type", BAD_CASTS)
 def test_a_bad_cast_is_logged_and_dropped_and_the_worker_serves_on(
-        deployment: tuple[FaultCluster, Any], transport: Any, body: bytes,
-        content_type: str) -> None:
+    deployment: tuple[FaultCluster, Any], transport: Any, body: bytes, content_type: str
+) -> None:
     cluster, worker = deployment
     pid = worker.serving_pid()
     before = len(worker.log_events())
@@ -164,31 +253,44 @@ def test_a_bad_cast_is_logged_and_dropped_and_the_worker_serves_on(
     worker.assert_kept_serving()
     assert worker.serving_pid() == pid
     logged = worker.log_events()[before:]
-    assert any(e.get("level") in ("error", "warning") for e in logged), \
+    assert any(e.get("level") in ("error", "warning") for e in logged), (
         "the bad message was logged"
+    )
     assert cluster.store.list_consumers() == held, "nothing claimed for it"
 
 
 @pytest.mark.parametrize("method, args, version, error", BAD_CALLS)
 def test_a_bad_call_is_answered_with_an_error_and_the_worker_serves_on(
-        request: pytest.FixtureRequest, deployment: tuple[FaultCluster, Any], transport: Any,
-        method: str, args: Any, version: str, error: str) -> None:
+    request: pytest.FixtureRequest,
+    deployment: tuple[FaultCluster, Any],
+    transport: Any,
+    method: str,
+    args: Any,
+    version: str,
+    error: str,
+) -> None:
     cluster, worker = deployment
-    context = ({"request_id": "req-1", "is_admin": "yes", "roles": ["admin"]}
-               if request.node.callspec.id == "explain-for-a-truthy-is_admin" else None)
+    context = (
+        {"request_id": "req-1", "is_admin": "yes", "roles": ["admin"]}
+        if request.node.callspec.id == "explain-for-a-truthy-is_admin"
+        else None
+    )
     reply_q = f"test-reply-{uuidlib.uuid4().hex}"
     msg_id = uuidlib.uuid4().hex
     with kombu.Connection(amqp_url(cluster)) as conn:
         exchange = kombu.Exchange(reply_q, type="direct", durable=False, auto_delete=True)
-        queue = kombu.Queue(reply_q, exchange, routing_key=reply_q, durable=False,
-                            auto_delete=True)
+        queue = kombu.Queue(
+            reply_q, exchange, routing_key=reply_q, durable=False, auto_delete=True
+        )
         replies: list[dict[str, Any]] = []
-        with conn.Consumer(queue, callbacks=[lambda body, msg: (replies.append(body),
-                                                                msg.ack())]):
-            conn.Producer().publish(envelope(method, args, version, context=context,
-                                             reply_q=reply_q, msg_id=msg_id),
-                                    exchange="scheduler", routing_key="scheduler",
-                                    content_type="application/json", content_encoding="utf-8")
+        with conn.Consumer(queue, callbacks=[lambda body, msg: (replies.append(body), msg.ack())]):
+            conn.Producer().publish(
+                envelope(method, args, version, context=context, reply_q=reply_q, msg_id=msg_id),
+                exchange="scheduler",
+                routing_key="scheduler",
+                content_type="application/json",
+                content_encoding="utf-8",
+            )
             while not any(json.loads(r["oslo.message"]).get("ending") for r in replies):
                 conn.drain_events(timeout=30)
     answers = [json.loads(r["oslo.message"]) for r in replies]

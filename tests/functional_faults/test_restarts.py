@@ -55,25 +55,33 @@ def status(port: int) -> tuple[int, str, str, str]:
     return code, body["status"], body["broker"], body["store"]
 
 
-def test_the_broker_restarted_mid_storm(cluster: FaultCluster,
-                                        private_rabbit: PrivateRabbit) -> None:
+def test_the_broker_restarted_mid_storm(
+    cluster: FaultCluster, private_rabbit: PrivateRabbit
+) -> None:
     port, worker, conductor = deploy(cluster, build_time="0.5")
     storm = start_storm(cluster, 400)
     wait_until(lambda: storm.states()["ACTIVE"] >= 40, 60, "the storm to be under way")
 
     in_flight = storm.mark_fault()
     private_rabbit.stop()
-    wait_until(lambda: status(port) == (503, "degraded", "down", "up"), 20,
-               "the worker to report the broker down")
+    wait_until(
+        lambda: status(port) == (503, "degraded", "down", "up"),
+        20,
+        "the worker to report the broker down",
+    )
     private_rabbit.start()
-    wait_until(lambda: status(port) == (200, "healthy", "up", "up"), 30,
-               "the worker to report healthy again")
+    wait_until(
+        lambda: status(port) == (200, "healthy", "up", "up"),
+        30,
+        "the worker to report healthy again",
+    )
 
     storm.settle(150)
     assert_settled_cleanly(storm)
     figures = storm.figures(
         redrives_logged=conductor.count("request_redriven"),
-        claims_reused=worker.count("allocation_reused"))
+        claims_reused=worker.count("allocation_reused"),
+    )
     print("\nbroker restart:", json.dumps(figures))
     assert in_flight > 0
     # (How many messages the restart loses depends on what sat in the queues,
@@ -84,8 +92,9 @@ def test_the_broker_restarted_mid_storm(cluster: FaultCluster,
     assert conductor.popen.poll() is None
 
 
-def test_the_store_restarted_mid_storm(private_redis: Callable[..., PrivateRedis],
-                                       make_cluster: Callable[..., FaultCluster]) -> None:
+def test_the_store_restarted_mid_storm(
+    private_redis: Callable[..., PrivateRedis], make_cluster: Callable[..., FaultCluster]
+) -> None:
     # (private_redis first: it is torn down after the cluster's final checks.)
     redis_server = private_redis()
     cluster = make_cluster(redis_url=redis_server.url())
@@ -97,19 +106,26 @@ def test_the_store_restarted_mid_storm(private_redis: Callable[..., PrivateRedis
 
     in_flight = storm.mark_fault()
     redis_server.stop()
-    wait_until(lambda: status(port) == (503, "degraded", "up", "down"), 20,
-               "the worker to report the store down")
+    wait_until(
+        lambda: status(port) == (503, "degraded", "up", "down"),
+        20,
+        "the worker to report the store down",
+    )
     time.sleep(3)  # an outage, not a blip: builds finish and report meanwhile
     redis_server.start()
-    wait_until(lambda: status(port) == (200, "healthy", "up", "up"), 30,
-               "the worker to report healthy again")
+    wait_until(
+        lambda: status(port) == (200, "healthy", "up", "up"),
+        30,
+        "the worker to report healthy again",
+    )
 
     storm.settle(150)
     assert_settled_cleanly(storm)
     figures = storm.figures(
         requests_dropped_store_down=worker.count("store_unavailable"),
         redrives_logged=conductor.count("request_redriven"),
-        claims_reused=worker.count("allocation_reused"))
+        claims_reused=worker.count("allocation_reused"),
+    )
     print("\nstore restart:", json.dumps(figures))
     assert in_flight > 0
     assert figures["final_states"] == {"ACTIVE": 400}, figures

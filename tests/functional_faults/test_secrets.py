@@ -53,15 +53,28 @@ TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
 
 
 @pytest.fixture
-def secured(private_redis: Callable[..., PrivateRedis], certs: Certs,
-            private_rabbit: PrivateRabbit, make_cluster: Callable[..., FaultCluster]
-            ) -> Iterator[tuple[FaultCluster, PrivateRedis]]:
+def secured(
+    private_redis: Callable[..., PrivateRedis],
+    certs: Certs,
+    private_rabbit: PrivateRabbit,
+    make_cluster: Callable[..., FaultCluster],
+) -> Iterator[tuple[FaultCluster, PrivateRedis]]:
     """A deployment whose broker and store both want a password, over TLS."""
     # The default user keeps a password of its own: with ``user default off``,
     # Redis 7.0 did not replay the store's scripted writes from its
     # append-only file at restart (NOPERM on EXEC) and came back empty.
-    redis_server = private_redis("--requirepass", DEFAULT_PASSWORD, "--user", REDIS_USER, "on",
-                                 f">{REDIS_PASSWORD}", "~*", "&*", "+@all", tls=certs)
+    redis_server = private_redis(
+        "--requirepass",
+        DEFAULT_PASSWORD,
+        "--user",
+        REDIS_USER,
+        "on",
+        f">{REDIS_PASSWORD}",
+        "~*",
+        "&*",
+        "+@all",
+        tls=certs,
+    )
     ident = uuidlib.uuid4().hex[:10]
     vhost = f"test-{ident}"
     try:
@@ -69,21 +82,25 @@ def secured(private_redis: Callable[..., PrivateRedis], certs: Certs,
     except AssertionError:  # left by an earlier test of this session
         private_rabbit.ctl("change_password", RABBIT_USER, RABBIT_PASSWORD)
     cluster = make_cluster(
-        ident=ident, redis_url=redis_server.url(REDIS_USER, REDIS_PASSWORD, host="localhost"),
-        rabbit_url=private_rabbit.url(vhost, RABBIT_USER, RABBIT_PASSWORD, tls=True,
-                                      host="localhost"),
-        rabbit_options={"ssl": True, "ssl_ca_file": str(certs.ca)})
+        ident=ident,
+        redis_url=redis_server.url(REDIS_USER, REDIS_PASSWORD, host="localhost"),
+        rabbit_url=private_rabbit.url(
+            vhost, RABBIT_USER, RABBIT_PASSWORD, tls=True, host="localhost"
+        ),
+        rabbit_options={"ssl": True, "ssl_ca_file": str(certs.ca)},
+    )
     private_rabbit.ctl("set_permissions", "-p", vhost, RABBIT_USER, ".*", ".*", ".*")
     yield cluster, redis_server
 
 
 def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
-        secured: tuple[FaultCluster, PrivateRedis], private_rabbit: PrivateRabbit,
-        tmp_path: Any) -> None:
+    secured: tuple[FaultCluster, PrivateRedis], private_rabbit: PrivateRabbit, tmp_path: Any
+) -> None:
     cluster, redis_server = secured
     port = free_port()
-    cluster.write_config(scheduler={"health_port": port},
-                         conductor={"build_timeout": 4, "sweep_interval": 0.5})
+    cluster.write_config(
+        scheduler={"health_port": port}, conductor={"build_timeout": 4, "sweep_interval": 0.5}
+    )
     conductor = cluster.start_conductor()
     compute = cluster.start_compute(3, "--vcpus", "2", "--build-time", "0.01")
     worker = cluster.start_worker()
@@ -110,16 +127,27 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
         # Refusals and errors a caller gets back.
         member = rpc.RequestContext(user_id="u", project_id="p")
         for call, kind in (
-                (lambda: client.call_raw(member, "select_destinations",
-                                         request_spec={"flavor": "x"}, instance_uuids=[]),
-                 InvalidRequest),
-                (lambda: client.explain(member, RequestSpec(flavor=TINY, project_id="p",
-                                                            user_id="u")), Forbidden),
-                (lambda: client.select_destinations(
-                    member, RequestSpec(flavor=TINY, project_id="p", user_id="u",
-                                        num_instances=50), [str(uuidlib.uuid4())
-                                                            for _ in range(50)]),
-                 NoValidHost)):
+            (
+                lambda: client.call_raw(
+                    member, "select_destinations", request_spec={"flavor": "x"}, instance_uuids=[]
+                ),
+                InvalidRequest,
+            ),
+            (
+                lambda: client.explain(
+                    member, RequestSpec(flavor=TINY, project_id="p", user_id="u")
+                ),
+                Forbidden,
+            ),
+            (
+                lambda: client.select_destinations(
+                    member,
+                    RequestSpec(flavor=TINY, project_id="p", user_id="u", num_instances=50),
+                    [str(uuidlib.uuid4()) for _ in range(50)],
+                ),
+                NoValidHost,
+            ),
+        ):
             with pytest.raises(kind) as err:
                 call()
             errors.append(f"{type(err.value).__name__}: {err.value} {err.value.__dict__}")
@@ -137,15 +165,30 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
         wrong = tmp_path / "wrong.conf"
         wrong_url = redis_server.url(REDIS_USER, WRONG_PASSWORD, host="localhost")
         wrong.write_text(f"[redis]\nurl = {wrong_url}\n")
-        bad_worker = cluster.start("worker-wrong-password", "scheduler.cmd.worker",
-                                   "--config-file", str(wrong))
+        bad_worker = cluster.start(
+            "worker-wrong-password", "scheduler.cmd.worker", "--config-file", str(wrong)
+        )
         bad_worker.wait_for("store_unreachable", timeout=30)
         bad_worker.stop()
-        admin_out = [subprocess.run(
-            [sys.executable, "-m", "scheduler.cmd.admin", "--config-file",
-             str(cluster.config_file), *args], capture_output=True, text=True, timeout=120)
-            for args in (("hosts", "--json"),
-                         ("instance", "show", failed["instances"][0]["uuid"], "--json"))]
+        admin_out = [
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "scheduler.cmd.admin",
+                    "--config-file",
+                    str(cluster.config_file),
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            for args in (
+                ("hosts", "--json"),
+                ("instance", "show", failed["instances"][0]["uuid"], "--json"),
+            )
+        ]
         wait_until(lambda: len(notifications) >= 20, 20, "notifications")
     finally:
         listener.stop()
@@ -168,6 +211,10 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
     assert conductor.count("conductor_started") and compute.count("compute_sim_started")
     assert any(r.fault == NoValidHost.USER_MESSAGE and r.fault_details for r in records)
     assert any(n["event_type"] == "scheduler.run_instance.end" for n in notifications)
-    assert worker.count("store_unavailable") + conductor.count("sweep_failed") + compute.count(
-        "heartbeat_failed") > 0, "the store outage was seen and logged"
+    assert (
+        worker.count("store_unavailable")
+        + conductor.count("sweep_failed")
+        + compute.count("heartbeat_failed")
+        > 0
+    ), "the store outage was seen and logged"
     assert all(out.returncode == 0 for out in admin_out)

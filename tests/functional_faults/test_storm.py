@@ -34,9 +34,23 @@ MEMBERS = 200
 def boot_in_background(cluster: FaultCluster, count: int, *args: str) -> subprocess.Popen[bytes]:
     """``conductor-stub boot`` without waiting: it creates the records and casts."""
     return subprocess.Popen(
-        [sys.executable, "-m", "conductor_stub.cmd", "--config-file", str(cluster.config_file),
-         "boot", "--count", str(count), "--flavor", "m1.tiny", "--json", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "conductor_stub.cmd",
+            "--config-file",
+            str(cluster.config_file),
+            "boot",
+            "--count",
+            str(count),
+            "--flavor",
+            "m1.tiny",
+            "--json",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def collect(boot: subprocess.Popen[bytes]) -> list[str]:
@@ -46,10 +60,13 @@ def collect(boot: subprocess.Popen[bytes]) -> list[str]:
 
 
 def test_three_workers_place_exactly_what_fits_and_never_break_anti_affinity(
-        cluster: FaultCluster) -> None:
-    cluster.write_config(scheduler={"workers": 3},
-                         filter_scheduler={"max_io_ops_per_host": 1000},
-                         compute={"cpu_allocation_ratio": 1.0})
+    cluster: FaultCluster,
+) -> None:
+    cluster.write_config(
+        scheduler={"workers": 3},
+        filter_scheduler={"max_io_ops_per_host": 1000},
+        compute={"cpu_allocation_ratio": 1.0},
+    )
     cluster.start_conductor()
     cluster.start_compute(HOSTS, "--vcpus", str(SLOTS), "--build-time", "0.01")
     workers = cluster.start("workers", "scheduler.cmd.worker")
@@ -96,13 +113,20 @@ def test_three_workers_place_exactly_what_fits_and_never_break_anti_affinity(
     assert {r.fault for r in errors} == {NoValidHost.USER_MESSAGE}
     assert all(r.fault_details and "hosts available" in r.fault_details for r in errors)
     # All three worker processes decided.
-    decided = Counter(e.get("process") for e in workers.log_events()
-                      if e.get("event") in ("instance_scheduled", "no_valid_host")
-                      and "instance_uuids" not in e)
-    figures = {"instances": len(uuids), "active": len(active), "error": len(errors),
-               "members_placed": len(placed_members), "seconds": round(seconds, 1),
-               "decisions_per_worker": dict(decided),
-               "claim_conflicts": workers.count("claim_conflict")}
+    decided = Counter(
+        e.get("process")
+        for e in workers.log_events()
+        if e.get("event") in ("instance_scheduled", "no_valid_host") and "instance_uuids" not in e
+    )
+    figures = {
+        "instances": len(uuids),
+        "active": len(active),
+        "error": len(errors),
+        "members_placed": len(placed_members),
+        "seconds": round(seconds, 1),
+        "decisions_per_worker": dict(decided),
+        "claim_conflicts": workers.count("claim_conflict"),
+    }
     print("\nstorm:", json.dumps(figures))
     assert len(decided) == 3 and all(decided.values()), decided
     # ... the three processes started (a replacement would log under its slot's name).

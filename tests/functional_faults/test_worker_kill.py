@@ -40,8 +40,9 @@ HELD = 60
 
 
 @pytest.fixture
-def cluster(private_redis: Callable[..., PrivateRedis],
-            make_cluster: Callable[..., FaultCluster]) -> Iterator[FaultCluster]:
+def cluster(
+    private_redis: Callable[..., PrivateRedis], make_cluster: Callable[..., FaultCluster]
+) -> Iterator[FaultCluster]:
     """The deployment on a Redis of the test's own, so that it can be frozen
     (asked for first, so that it outlives the deployment's checks)."""
     redis = private_redis()
@@ -68,14 +69,21 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
     storm = start_storm(cluster, 600 - HELD, senders=3)
     # The rest of the storm: records made now (the conductor's deadlines on
     # them), the requests cast once the store is frozen.
-    spec = RequestSpec(flavor=load_catalog("")[storm.flavor], project_id="demo",
-                       user_id="demo", num_instances=1)
+    spec = RequestSpec(
+        flavor=load_catalog("")[storm.flavor], project_id="demo", user_id="demo", num_instances=1
+    )
     held = [str(uuidlib.uuid4()) for _ in range(HELD)]
     now = time.time()
     cluster.store.create_instances(
-        InstanceRecord(uuid=u, request_spec=spec.to_primitive(), created_at=now,
-                       updated_at=now, deadline=now + FAST_CONDUCTOR["build_timeout"])
-        for u in held)
+        InstanceRecord(
+            uuid=u,
+            request_spec=spec.to_primitive(),
+            created_at=now,
+            updated_at=now,
+            deadline=now + FAST_CONDUCTOR["build_timeout"],
+        )
+        for u in held
+    )
     storm.uuids += held
     client = rpc.SchedulerClient(transport)
 
@@ -83,8 +91,7 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
     redis.popen.send_signal(signal.SIGSTOP)
     try:
         for u in held:
-            client.run_instance(rpc.RequestContext(user_id="demo", project_id="demo"),
-                                spec, [u])
+            client.run_instance(rpc.RequestContext(user_id="demo", project_id="demo"), spec, [u])
         time.sleep(1.0)  # every worker takes its share and blocks on the store
         os.kill(pid, signal.SIGKILL)
     finally:
@@ -102,7 +109,8 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
         held_by_the_workers_at_the_kill=HELD,
         replacement_pid=pids_of_doomed()[1],
         claims_reused=workers.count("allocation_reused"),
-        redrives_logged=conductor.count("request_redriven"))
+        redrives_logged=conductor.count("request_redriven"),
+    )
     print("\nworker SIGKILL:", json.dumps(figures))
     assert workers.count("worker_died") == 1
     [died] = [e for e in workers.log_events() if e.get("event") == "worker_died"]

@@ -87,25 +87,50 @@ class Child:
     aggregates: frozenset[str]
 
 
-def child(name: str, *, inventory: Mapping[str, int] | None = None,
-          used: Mapping[str, int] | None = None, traits: Iterable[str] = (),
-          aggregates: Iterable[str] = (), max_unit: Mapping[str, int] | None = None) -> Child:
+def child(
+    name: str,
+    *,
+    inventory: Mapping[str, int] | None = None,
+    used: Mapping[str, int] | None = None,
+    traits: Iterable[str] = (),
+    aggregates: Iterable[str] = (),
+    max_unit: Mapping[str, int] | None = None,
+) -> Child:
     """A child provider (a GPU pool, a NUMA cell): ``inventory`` is totals per class."""
     max_unit = max_unit or {}
-    return Child(name, {rc: Inventory(total=n, max_unit=max_unit.get(rc))
-                        for rc, n in (inventory or {}).items()},
-                 dict(used or {}), frozenset(traits), frozenset(aggregates))
+    return Child(
+        name,
+        {rc: Inventory(total=n, max_unit=max_unit.get(rc)) for rc, n in (inventory or {}).items()},
+        dict(used or {}),
+        frozenset(traits),
+        frozenset(aggregates),
+    )
 
 
-def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
-         used: Mapping[str, int] | None = None, reserved: Mapping[str, int] | None = None,
-         ratios: Mapping[str, float] | None = None, max_unit: Mapping[str, int] | None = None,
-         min_unit: Mapping[str, int] | None = None, step: Mapping[str, int] | None = None,
-         extra: Mapping[str, Inventory] | None = None, aggregates: Iterable[str] = (),
-         traits: Iterable[str] = (), children: Iterable[Child] = (),
-         up: bool = True, disabled: bool = False, failed_builds: int = 0,
-         service: bool = True, capabilities: Mapping[str, Any] | None = None,
-         stats: Mapping[str, int] | None = None, consumers: int = 0) -> Host:
+def host(
+    name: str,
+    *,
+    vcpus: int = 16,
+    ram: int = 32768,
+    disk: int = 1000,
+    used: Mapping[str, int] | None = None,
+    reserved: Mapping[str, int] | None = None,
+    ratios: Mapping[str, float] | None = None,
+    max_unit: Mapping[str, int] | None = None,
+    min_unit: Mapping[str, int] | None = None,
+    step: Mapping[str, int] | None = None,
+    extra: Mapping[str, Inventory] | None = None,
+    aggregates: Iterable[str] = (),
+    traits: Iterable[str] = (),
+    children: Iterable[Child] = (),
+    up: bool = True,
+    disabled: bool = False,
+    failed_builds: int = 0,
+    service: bool = True,
+    capabilities: Mapping[str, Any] | None = None,
+    stats: Mapping[str, int] | None = None,
+    consumers: int = 0,
+) -> Host:
     """A compute host: a root provider named after it, its service record and
     its child providers. A disabled host carries COMPUTE_STATUS_DISABLED, as
     the store keeps it.
@@ -117,23 +142,57 @@ def host(name: str, *, vcpus: int = 16, ram: int = 32768, disk: int = 1000,
     reserved, ratios = reserved or {}, ratios or {}
     max_unit, min_unit, step = max_unit or {}, min_unit or {}, step or {}
     inventories = {
-        rc: Inventory(total=total, reserved=reserved.get(rc, 0), min_unit=min_unit.get(rc, 1),
-                      max_unit=max_unit.get(rc), step_size=step.get(rc, 1),
-                      allocation_ratio=ratios.get(rc, 1.0))
-        for rc, total in totals.items() if total}
+        rc: Inventory(
+            total=total,
+            reserved=reserved.get(rc, 0),
+            min_unit=min_unit.get(rc, 1),
+            max_unit=max_unit.get(rc),
+            step_size=step.get(rc, 1),
+            allocation_ratio=ratios.get(rc, 1.0),
+        )
+        for rc, total in totals.items()
+        if total
+    }
     inventories.update(extra or {})
     traits = frozenset(traits) | ({COMPUTE_STATUS_DISABLED} if disabled else set())
     root = uuid_of(name)
-    provider = Provider(uuid=root, name=name, generation=1, inventories=inventories,
-                        usages=dict(used or {}), aggregates=frozenset(aggregates),
-                        traits=traits, consumers=consumers)
-    kids = tuple(Provider(uuid=uuid_of(c.name), name=c.name, generation=1, parent_uuid=root,
-                          root_uuid=root, inventories=dict(c.inventories), usages=dict(c.used),
-                          traits=c.traits, aggregates=c.aggregates) for c in children)
-    record = Service(host=name, rpc_server="compute-sim",
-                     last_seen=NOW - 1 if up else NOW - 3600, disabled=disabled,
-                     failed_builds=failed_builds, capabilities=dict(capabilities or {}),
-                     stats=dict(stats or {})) if service else None
+    provider = Provider(
+        uuid=root,
+        name=name,
+        generation=1,
+        inventories=inventories,
+        usages=dict(used or {}),
+        aggregates=frozenset(aggregates),
+        traits=traits,
+        consumers=consumers,
+    )
+    kids = tuple(
+        Provider(
+            uuid=uuid_of(c.name),
+            name=c.name,
+            generation=1,
+            parent_uuid=root,
+            root_uuid=root,
+            inventories=dict(c.inventories),
+            usages=dict(c.used),
+            traits=c.traits,
+            aggregates=c.aggregates,
+        )
+        for c in children
+    )
+    record = (
+        Service(
+            host=name,
+            rpc_server="compute-sim",
+            last_seen=NOW - 1 if up else NOW - 3600,
+            disabled=disabled,
+            failed_builds=failed_builds,
+            capabilities=dict(capabilities or {}),
+            stats=dict(stats or {}),
+        )
+        if service
+        else None
+    )
     return Host(provider, record, kids)
 
 
@@ -147,13 +206,19 @@ def aggregate(name: str, **metadata: str) -> Aggregate:
     return Aggregate(uuid=uuid_of(name), name=name, metadata=metadata)
 
 
-def spec(vcpus: int = 1, ram: int = 1024, disk: int = 10,
-         extra_specs: Mapping[str, str] | None = None,
-         image_properties: Mapping[str, str] | None = None, image_id: str | None = None,
-         **fields: object) -> RequestSpec:
+def spec(
+    vcpus: int = 1,
+    ram: int = 1024,
+    disk: int = 10,
+    extra_specs: Mapping[str, str] | None = None,
+    image_properties: Mapping[str, str] | None = None,
+    image_id: str | None = None,
+    **fields: object,
+) -> RequestSpec:
     """A request for one flavor; ``fields`` set any other RequestSpec field."""
-    flavor = Flavor(name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk,
-                    extra_specs=dict(extra_specs or {}))
+    flavor = Flavor(
+        name="test", vcpus=vcpus, memory_mb=ram, root_gb=disk, extra_specs=dict(extra_specs or {})
+    )
     if image_properties is not None or image_id is not None:
         fields["image"] = Image(id=image_id, properties=image_properties or {})
     fields = {"project_id": "project", "user_id": "user", **fields}
@@ -164,8 +229,9 @@ def group(policy: str, max_server_per_host: int = 1) -> ServerGroup:
     return ServerGroup(uuid=GROUP_UUID, policy=policy, max_server_per_host=max_server_per_host)
 
 
-def context(request: RequestSpec | None = None, members: Mapping[str, int] | None = None,
-            now: float = NOW) -> PlacementContext:
+def context(
+    request: RequestSpec | None = None, members: Mapping[str, int] | None = None, now: float = NOW
+) -> PlacementContext:
     request = request or spec()
     return PlacementContext(spec=request, now=now, group_members=Counter(members or {}))
 
@@ -179,8 +245,7 @@ def settings(**overrides: object) -> EngineSettings:
     return EngineSettings(**overrides, plugin_options=options)  # type: ignore[arg-type]
 
 
-def view_of(*hosts: Host, aggregates: Iterable[Aggregate] = (),
-            **overrides: object) -> HostView:
+def view_of(*hosts: Host, aggregates: Iterable[Aggregate] = (), **overrides: object) -> HostView:
     """A host view loaded from these hosts."""
     view = HostView(HookedStore(hosts, aggregates), settings(**overrides))
     view.refresh(NOW)
@@ -191,8 +256,9 @@ def engine(store: Store, **overrides: object) -> Engine:
     return Engine(store, settings(**overrides), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
-def populate(store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate] = (),
-             now: float = NOW) -> None:
+def populate(
+    store: Store, hosts: Iterable[Host], aggregates: Iterable[Aggregate] = (), now: float = NOW
+) -> None:
     """Write hosts into a real store through its contract (usage comes from claims only)."""
     for agg in aggregates:
         store.put_aggregate(agg)
@@ -219,8 +285,7 @@ def write_provider(store: Store, p: Provider) -> None:
         generation = store.set_aggregates(p.uuid, generation, p.aggregates)
     own = p.traits - {COMPUTE_STATUS_DISABLED}  # the store sets that one
     if held.traits - {COMPUTE_STATUS_DISABLED} != own:
-        store.set_traits(p.uuid, generation,
-                         own | (held.traits & {COMPUTE_STATUS_DISABLED}))
+        store.set_traits(p.uuid, generation, own | (held.traits & {COMPUTE_STATUS_DISABLED}))
 
 
 def write_service(store: Store, service: Service) -> None:
@@ -239,8 +304,7 @@ def write_service(store: Store, service: Service) -> None:
     for _ in range(service.failed_builds - failed):
         store.record_build_result(service.host, success=False)
     if (held.capabilities, held.stats) != (service.capabilities, service.stats):
-        store.report_services([ServiceReport(service.host, service.capabilities,
-                                              service.stats)])
+        store.report_services([ServiceReport(service.host, service.capabilities, service.stats)])
 
 
 class HookedStore(MemoryStore):
@@ -291,8 +355,9 @@ class HookedStore(MemoryStore):
 
     # --- the contract, with the hooks -----------------------------------------------
 
-    def claim(self, consumer_uuid: str, request: AllocationRequest,
-              group: GroupClaim | None = None) -> bool:
+    def claim(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
         if self.get_consumer(consumer_uuid) is None:
             for rp in sorted(request.allocations):
                 name = self.get_provider(rp).name
@@ -309,8 +374,11 @@ class HookedStore(MemoryStore):
         return super().heartbeats(hosts)
 
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:
-        return [c for c in super().changes(cursor, limit)
-                if not any(cursor_key(c.cursor)[0] in hidden for hidden in self._hidden)]
+        return [
+            c
+            for c in super().changes(cursor, limit)
+            if not any(cursor_key(c.cursor)[0] in hidden for hidden in self._hidden)
+        ]
 
     def compact_snapshot(self) -> CompactSnapshot:
         with self._lock:
@@ -320,11 +388,13 @@ class HookedStore(MemoryStore):
             for i in sorted(range(len(snap.hosts)), key=lambda i: written[snap.hosts.uuids[i]]):
                 hosts.add_provider(snap.hosts.provider(i))
             order = {name: n for n, name in enumerate(self._services)}
-            for i in sorted(range(len(snap.services)),
-                            key=lambda i: order[snap.services.hosts[i]]):
+            for i in sorted(
+                range(len(snap.services)), key=lambda i: order[snap.services.hosts[i]]
+            ):
                 services.add_service(snap.services.service(i))
-            return replace(snap, hosts=hosts.build(sort=False),
-                           services=services.build(sort=False))
+            return replace(
+                snap, hosts=hosts.build(sort=False), services=services.build(sort=False)
+            )
 
     # --- what tests provoke ---------------------------------------------------------
 
@@ -346,8 +416,9 @@ class HookedStore(MemoryStore):
     def place(self, consumer_uuid: str, name: str, amounts: Mapping[str, int]) -> None:
         """An instance already running on host ``name`` (a resize's subject):
         claimed, but not one of the ``claims`` a test counts."""
-        MemoryStore.claim(self, consumer_uuid,
-                          AllocationRequest({uuid_of(name): dict(amounts)}, "p", "u"))
+        MemoryStore.claim(
+            self, consumer_uuid, AllocationRequest({uuid_of(name): dict(amounts)}, "p", "u")
+        )
 
     def use(self, name: str, amounts: Mapping[str, int], fed: bool = True) -> None:
         """Another worker's claim on provider ``name``; with ``fed=False`` the

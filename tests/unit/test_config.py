@@ -16,12 +16,22 @@ SAMPLE = ROOT / "etc" / "scheduler" / "scheduler.conf.sample"
 def test_sample_config_is_current(tmp_path: Path) -> None:
     out = tmp_path / "sample.conf"
     subprocess.run(
-        [sys.executable, "-m", "oslo_config.generator", "--config-file",
-         str(ROOT / "etc" / "scheduler" / "scheduler-config-generator.conf"),
-         "--output-file", str(out)],
-        check=True, cwd=ROOT, capture_output=True)
+        [
+            sys.executable,
+            "-m",
+            "oslo_config.generator",
+            "--config-file",
+            str(ROOT / "etc" / "scheduler" / "scheduler-config-generator.conf"),
+            "--output-file",
+            str(out),
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
     assert out.read_text() == SAMPLE.read_text(), (
-        "etc/scheduler/scheduler.conf.sample is stale: run `tox -e genconfig`")
+        "etc/scheduler/scheduler.conf.sample is stale: run `tox -e genconfig`"
+    )
 
 
 def test_sample_shows_our_control_exchange() -> None:

@@ -49,28 +49,45 @@ from tests.unit.factories import aggregate, az, child, engine, host, populate
 
 SCALE = float(os.environ.get("SCHEDULER_FUZZ_SCALE", "1"))
 #: Cases per property; 10,000 in all at scale 1.
-CASES = {name: max(1, int(n * SCALE)) for name, n in {
-    "select_destinations": 4500, "run_instance": 3000, "explain": 1000, "garbage": 1500}.items()}
+CASES = {
+    name: max(1, int(n * SCALE))
+    for name, n in {
+        "select_destinations": 4500,
+        "run_instance": 3000,
+        "explain": 1000,
+        "garbage": 1500,
+    }.items()
+}
 TRIED: Counter[str] = Counter()
 
 AZ1, AZ2 = az("az1-agg", "az1"), az("az2-agg", "az2")
 SSD = aggregate("ssd-agg", ssd="true")
 TENANT = aggregate("tenant-agg", filter_tenant_id="project-x")
-X86_KVM = {"supported_instances": [["x86_64", "kvm", "hvm"]], "hypervisor_version": 6002000,
-           "hypervisor_type": "kvm", "cpu_arch": "x86_64", "vcpus": 16,
-           "pci_devices": [{"vendor_id": "8086", "product_id": "154d", "count": 2}],
-           "numa_cells": [{"cpus": 8, "memory_mb": 16384}, {"cpus": 8, "memory_mb": 16384}]}
-ROOT_TRAITS = {"trait-a": {"HW_CPU_X86_AVX2", "CUSTOM_FAST"},
-               "trait-b": {"HW_CPU_X86_AVX2", "COMPUTE_IMAGE_TYPE_QCOW2"}}
+X86_KVM = {
+    "supported_instances": [["x86_64", "kvm", "hvm"]],
+    "hypervisor_version": 6002000,
+    "hypervisor_type": "kvm",
+    "cpu_arch": "x86_64",
+    "vcpus": 16,
+    "pci_devices": [{"vendor_id": "8086", "product_id": "154d", "count": 2}],
+    "numa_cells": [{"cpus": 8, "memory_mb": 16384}, {"cpus": 8, "memory_mb": 16384}],
+}
+ROOT_TRAITS = {
+    "trait-a": {"HW_CPU_X86_AVX2", "CUSTOM_FAST"},
+    "trait-b": {"HW_CPU_X86_AVX2", "COMPUTE_IMAGE_TYPE_QCOW2"},
+}
 ZONE_HOSTS = {"az1": {"h0", "h1"}, "az2": {"h2"}}
 NEVER = {"off", "gone"}  # disabled, down
 HOSTS = [
-    host("h0", aggregates=[AZ1.uuid]), host("h1", aggregates=[AZ1.uuid]),
-    host("h2", aggregates=[AZ2.uuid]), host("h3"),
+    host("h0", aggregates=[AZ1.uuid]),
+    host("h1", aggregates=[AZ1.uuid]),
+    host("h2", aggregates=[AZ2.uuid]),
+    host("h3"),
     host("trait-a", traits=ROOT_TRAITS["trait-a"], aggregates=[SSD.uuid]),
     host("trait-b", traits=ROOT_TRAITS["trait-b"]),
     host("caps", capabilities=X86_KVM),
-    host("off", disabled=True), host("gone", up=False),
+    host("off", disabled=True),
+    host("gone", up=False),
     host("gpu", children=[child("gpu-pool", inventory={"VGPU": 4})]),
     host("tiny", vcpus=2, ram=2048, disk=20),
     host("tenant", aggregates=[TENANT.uuid]),
@@ -83,9 +100,17 @@ CONTEXTS = {
     "role-only": lambda: rpc.RequestContext(user_id="u", project_id="p", roles=["admin"]),
     "truthy-admin": lambda: rpc.RequestContext(user_id="u", project_id="p", is_admin=1),
 }
-FUZZ = settings(deadline=None, database=None, derandomize=False, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
+FUZZ = settings(
+    deadline=None,
+    database=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 
 class RecordingNotifier(Notifier):
@@ -97,8 +122,7 @@ class RecordingNotifier(Notifier):
         self._ended: dict[str, threading.Event] = defaultdict(threading.Event)
         self._lock = threading.Lock()
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str,
-              payload: Mapping[str, Any]) -> None:
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
         request_id = getattr(ctxt, "request_id", None)
         self.sent.append((priority, event_type, dict(payload), request_id))
         if event_type.endswith(".end"):
@@ -156,8 +180,9 @@ class Rig:
 @pytest.fixture(scope="module")
 def fast_fake_driver() -> Iterator[None]:
     real_sleep = time.sleep
-    patched = types.SimpleNamespace(time=time.time,
-                                    sleep=lambda pause: real_sleep(min(pause, 0.0005)))
+    patched = types.SimpleNamespace(
+        time=time.time, sleep=lambda pause: real_sleep(min(pause, 0.0005))
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(impl_fake, "time", patched)
         yield
@@ -177,15 +202,24 @@ def rig(fast_fake_driver: None) -> Iterator[Rig]:
     errors = OsloErrors()
     logging.getLogger("oslo_messaging").addHandler(errors)
     server.start()
-    r = Rig(store, endpoint, rpc.SchedulerClient(transport, timeout=10), notifier, compute,
-            conductor, errors)
+    r = Rig(
+        store,
+        endpoint,
+        rpc.SchedulerClient(transport, timeout=10),
+        notifier,
+        compute,
+        conductor,
+        errors,
+    )
     yield r
     server.stop()
     server.wait()
     transport.cleanup()
     logging.getLogger("oslo_messaging").removeHandler(errors)
-    print(f"\nfuzz cases tried: {dict(TRIED)} (total {sum(TRIED.values())}); "
-          f"outcomes: {dict(r.outcomes)}")
+    print(
+        f"\nfuzz cases tried: {dict(TRIED)} (total {sum(TRIED.values())}); "
+        f"outcomes: {dict(r.outcomes)}"
+    )
 
 
 # --- what must hold after every case ---------------------------------------------------
@@ -235,7 +269,8 @@ def assert_clear_refusal(exc: BaseException, ctxt_kind: str, data: Any) -> str:
         assert exc.message.startswith("forbidden: ")
         spec = parsed(data)
         assert ctxt_kind != "admin" and spec is not None and spec.has_destination, (
-            "only a valid request from a non-admin that steers it is refused as forbidden")
+            "only a valid request from a non-admin that steers it is refused as forbidden"
+        )
         return "forbidden"
     if isinstance(exc, NoValidHost):
         assert str(exc) == NoValidHost.USER_MESSAGE
@@ -244,8 +279,9 @@ def assert_clear_refusal(exc: BaseException, ctxt_kind: str, data: Any) -> str:
     raise AssertionError(f"not a clear error: {type(exc).__name__}: {exc}")
 
 
-def assert_correct_decision(rig: Rig, ctxt_kind: str, data: Any, uuids: list[str],
-                            selections: list[list[Selection]]) -> None:
+def assert_correct_decision(
+    rig: Rig, ctxt_kind: str, data: Any, uuids: list[str], selections: list[list[Selection]]
+) -> None:
     spec = parsed(data)
     assert spec is not None, "a request the spec parser refuses was served"
     assert ctxt_kind == "admin" or not spec.has_destination
@@ -256,7 +292,8 @@ def assert_correct_decision(rig: Rig, ctxt_kind: str, data: Any, uuids: list[str
         held = rig.store.get_consumer(uuid)
         assert held is not None, "the primary is claimed"
         assert {rp: dict(a) for rp, a in held.allocations.items()} == {
-            rp: dict(a) for rp, a in primary.allocation_request.allocations.items()}
+            rp: dict(a) for rp, a in primary.allocation_request.allocations.items()
+        }
         taken: Counter[str] = Counter()
         for amounts in held.allocations.values():
             taken.update(amounts)
@@ -297,13 +334,19 @@ def context(kind: str) -> rpc.RequestContext:
 # --- the properties --------------------------------------------------------------------
 
 
-def _select_case(rig: Rig, kind: str, data: Any, raw_uuids: Any, alternates: Any,
-                 tag: str) -> None:
+def _select_case(
+    rig: Rig, kind: str, data: Any, raw_uuids: Any, alternates: Any, tag: str
+) -> None:
     TRIED[tag] += 1
     rig.reset()
     try:
-        raw = rig.client.call_raw(context(kind), "select_destinations", request_spec=data,
-                                  instance_uuids=raw_uuids, return_alternates=alternates)
+        raw = rig.client.call_raw(
+            context(kind),
+            "select_destinations",
+            request_spec=data,
+            instance_uuids=raw_uuids,
+            return_alternates=alternates,
+        )
     except (InvalidRequest, Forbidden, NoValidHost) as exc:
         rig.outcomes[assert_clear_refusal(exc, kind, data)] += 1
         assert_nothing_claimed(rig, raw_uuids)
@@ -320,8 +363,12 @@ def _select_case(rig: Rig, kind: str, data: Any, raw_uuids: Any, alternates: Any
 
 def test_select_destinations_gives_a_clear_error_or_a_correct_decision(rig: Rig) -> None:
     @settings(FUZZ, max_examples=CASES["select_destinations"])
-    @given(kind=fuzz.contexts, data=st.data(), spec=fuzz.any_request_spec,
-           alternates=fuzz.weighted((9, st.booleans()), (1, fuzz.bad_scalars)))
+    @given(
+        kind=fuzz.contexts,
+        data=st.data(),
+        spec=fuzz.any_request_spec,
+        alternates=fuzz.weighted((9, st.booleans()), (1, fuzz.bad_scalars)),
+    )
     def case(kind: str, data: st.DataObject, spec: Any, alternates: Any) -> None:
         raw_uuids = data.draw(fuzz.instance_uuids_for(spec))
         _select_case(rig, kind, spec, raw_uuids, alternates, "select_destinations")
@@ -333,8 +380,12 @@ def test_select_destinations_gives_a_clear_error_or_a_correct_decision(rig: Rig)
 
 def test_garbage_in_every_argument_gets_a_clear_error(rig: Rig) -> None:
     @settings(FUZZ, max_examples=CASES["garbage"])
-    @given(kind=fuzz.contexts, spec=fuzz.json_values, raw_uuids=fuzz.json_values,
-           alternates=fuzz.json_values)
+    @given(
+        kind=fuzz.contexts,
+        spec=fuzz.json_values,
+        raw_uuids=fuzz.json_values,
+        alternates=fuzz.json_values,
+    )
     def case(kind: str, spec: Any, raw_uuids: Any, alternates: Any) -> None:
         _select_case(rig, kind, spec, raw_uuids, alternates, "garbage")
 
@@ -352,22 +403,30 @@ def test_run_instance_fails_cleanly_or_builds_what_it_claimed(rig: Rig) -> None:
         ctxt = context(kind)
         rig.client.cast_raw(ctxt, "run_instance", request_spec=spec, instance_uuids=raw_uuids)
         assert rig.notifier.ended(ctxt.request_id).wait(10), "no .end: the cast was not served"
-        mine = [(p, e, payload) for p, e, payload, rid in rig.notifier.sent
-                if rid == ctxt.request_id]
+        mine = [
+            (p, e, payload) for p, e, payload, rid in rig.notifier.sent if rid == ctxt.request_id
+        ]
         errors = [payload for p, _, payload in mine if p == "error"]
         # Every .start has its .end; an ERROR notification or one .scheduled
         # per build in between.
         assert [e for _, e, _ in mine] == [
             "scheduler.run_instance.start",
-            *(["scheduler.run_instance"] if errors else
-              ["scheduler.run_instance.scheduled"] * len(rig.compute.calls)),
-            "scheduler.run_instance.end"]
+            *(
+                ["scheduler.run_instance"]
+                if errors
+                else ["scheduler.run_instance.scheduled"] * len(rig.compute.calls)
+            ),
+            "scheduler.run_instance.end",
+        ]
         builds = [args for name, args in rig.compute.calls if name == "build_and_run_instance"]
         if errors:
             [error] = errors
             reason = error["reason"]
-            assert (reason == NoValidHost.USER_MESSAGE or reason.startswith("invalid request: ")
-                    or reason.startswith("forbidden: ")), reason
+            assert (
+                reason == NoValidHost.USER_MESSAGE
+                or reason.startswith("invalid request: ")
+                or reason.startswith("forbidden: ")
+            ), reason
             assert builds == []
             assert_nothing_claimed(rig, raw_uuids)
             for name, args in rig.conductor.calls:
@@ -376,8 +435,9 @@ def test_run_instance_fails_cleanly_or_builds_what_it_claimed(rig: Rig) -> None:
         else:
             uuids = list(raw_uuids)
             assert [args[0] for args in builds] == uuids
-            assert_correct_decision(rig, kind, spec, uuids, [[args[2], *args[3]]
-                                                            for args in builds])
+            assert_correct_decision(
+                rig, kind, spec, uuids, [[args[2], *args[3]] for args in builds]
+            )
             rig.outcomes["run_instance_built"] += 1
         assert_accounting(rig.store)
         assert rig.oslo_errors.records == []
@@ -412,8 +472,9 @@ def test_explain_is_admin_only_and_never_claims(rig: Rig) -> None:
 
 def test_the_worker_still_serves_after_every_case(rig: Rig) -> None:
     rig.reset()
-    spec = RequestSpec.from_primitive({"flavor": {"name": "f", "vcpus": 1, "memory_mb": 512},
-                                       "project_id": "p", "user_id": "u"})
+    spec = RequestSpec.from_primitive(
+        {"flavor": {"name": "f", "vcpus": 1, "memory_mb": 512}, "project_id": "p", "user_id": "u"}
+    )
     uuid = str(uuidlib.uuid4())
     [[primary, *_]] = rig.client.select_destinations(context("member"), spec, [uuid])
     assert rig.store.get_consumer(uuid) is not None and primary.host not in NEVER

@@ -33,8 +33,9 @@ def switch() -> dict[str, bool]:
 
 @pytest.fixture
 def endpoint(switch: dict[str, bool]) -> Iterator[tuple[Any, health.HealthMonitor]]:
-    monitor = health.HealthMonitor({"store": lambda: switch["store"], "broker": lambda: True},
-                                   interval=3600)
+    monitor = health.HealthMonitor(
+        {"store": lambda: switch["store"], "broker": lambda: True}, interval=3600
+    )
     monitor.start()
     server = health.serve(monitor, "127.0.0.1", 0)
     yield server, monitor
@@ -43,7 +44,8 @@ def endpoint(switch: dict[str, bool]) -> Iterator[tuple[Any, health.HealthMonito
 
 
 def test_degraded_while_a_dependency_is_down_and_healthy_after(
-        endpoint: tuple[Any, health.HealthMonitor], switch: dict[str, bool]) -> None:
+    endpoint: tuple[Any, health.HealthMonitor], switch: dict[str, bool]
+) -> None:
     server, monitor = endpoint
     code, body = get(server, "/healthz")
     assert (code, json.loads(body)["status"]) == (200, "healthy")
@@ -51,8 +53,12 @@ def test_degraded_while_a_dependency_is_down_and_healthy_after(
     monitor.check_now()
     code, body = get(server, "/healthz")
     assert code == 503
-    assert json.loads(body) | {"checked_at": 0} == {"status": "degraded", "store": "down",
-                                                    "broker": "up", "checked_at": 0}
+    assert json.loads(body) | {"checked_at": 0} == {
+        "status": "degraded",
+        "store": "down",
+        "broker": "up",
+        "checked_at": 0,
+    }
     switch["store"] = True
     monitor.check_now()
     assert get(server, "/healthz")[0] == 200
@@ -89,8 +95,9 @@ def test_broker_probe_follows_the_transport_url() -> None:
     closed.close()
 
     def probe(url: str) -> bool:
-        return health.broker_probe(oslo_messaging.TransportURL.parse(conf_mod.CONF, url),
-                                   timeout=1)()
+        return health.broker_probe(
+            oslo_messaging.TransportURL.parse(conf_mod.CONF, url), timeout=1
+        )()
 
     try:
         assert probe(f"rabbit://u:p@127.0.0.1:{open_port}/")

@@ -11,15 +11,18 @@ import pytest
 from scheduler import log
 
 
-@pytest.mark.parametrize("text, secret", [
-    pytest.param("rabbit://guest:s3cr3t@127.0.0.1:5672//", "s3cr3t", id="amqp-url"),
-    pytest.param("redis://:hunter2@localhost:6379/0", "hunter2", id="redis-url-no-user"),
-    pytest.param("rediss://app:p%40ss@cache:6380", "p%40ss", id="rediss-url-escaped"),
-    pytest.param("urls rabbit://a:pw1@h1,b:pw2@h2", "pw2", id="several-hosts"),
-    pytest.param("rabbit://a:pw1@h1 and redis://b:pw9@h2", "pw9", id="several-urls"),
-    pytest.param("connect with password=letmein now", "letmein", id="password-pair"),
-    pytest.param('{"password": "abc123"}', "abc123", id="json-password"),
-])
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        pytest.param("rabbit://guest:s3cr3t@127.0.0.1:5672//", "s3cr3t", id="amqp-url"),
+        pytest.param("redis://:hunter2@localhost:6379/0", "hunter2", id="redis-url-no-user"),
+        pytest.param("rediss://app:p%40ss@cache:6380", "p%40ss", id="rediss-url-escaped"),
+        pytest.param("urls rabbit://a:pw1@h1,b:pw2@h2", "pw2", id="several-hosts"),
+        pytest.param("rabbit://a:pw1@h1 and redis://b:pw9@h2", "pw9", id="several-urls"),
+        pytest.param("connect with password=letmein now", "letmein", id="password-pair"),
+        pytest.param('{"password": "abc123"}', "abc123", id="json-password"),
+    ],
+)
 def test_mask_secrets(text: str, secret: str) -> None:
     masked = log.mask_secrets(text)
     assert secret not in masked
@@ -44,20 +47,23 @@ def test_json_lines_are_masked_and_carry_request_keys(monkeypatch: pytest.Monkey
     assert "topsecret" not in stream.getvalue()
 
 
-def test_secrets_inside_lists_and_mappings_are_masked_too(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secrets_inside_lists_and_mappings_are_masked_too(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
     log.setup(json_lines=True, level="INFO")
-    log.get_logger("test").info("urls", urls=["rabbit://u:topsecret@h//"],
-                                conf={"redis": {"url": "redis://:topsecret@h:6379"}})
+    log.get_logger("test").info(
+        "urls",
+        urls=["rabbit://u:topsecret@h//"],
+        conf={"redis": {"url": "redis://:topsecret@h:6379"}},
+    )
     assert "topsecret" not in stream.getvalue()
     [line] = [json.loads(x) for x in stream.getvalue().splitlines()]
     assert line["urls"] == ["rabbit://u:***@h//"]
 
 
 def test_every_line_names_its_process_whichever_thread_logs_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import threading
 
     stream = io.StringIO()
@@ -69,4 +75,6 @@ def test_every_line_names_its_process_whichever_thread_logs_it(
     log.get_logger("test").info("from_main")
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
     assert [(x["event"], x["process"]) for x in lines] == [
-        ("from_a_thread", "scheduler-worker.2"), ("from_main", "scheduler-worker.2")]
+        ("from_a_thread", "scheduler-worker.2"),
+        ("from_main", "scheduler-worker.2"),
+    ]

@@ -56,14 +56,11 @@ from tests.unit.factories import (
 )
 
 ADMIN = RequestContext.admin(request_id="req-admin", user_id="ops", project_id="admin")
-USER = RequestContext(request_id="req-user", user_id="alice", project_id="p",
-                      roles=["member"])
+USER = RequestContext(request_id="req-user", user_id="alice", project_id="p", roles=["member"])
 #: A role called admin is not an admin context: only is_admin counts.
-ROLE_ONLY = RequestContext(request_id="req-role", user_id="bob", project_id="p",
-                           roles=["admin"])
+ROLE_ONLY = RequestContext(request_id="req-role", user_id="bob", project_id="p", roles=["admin"])
 TRAIT = "HW_CPU_X86_AVX512F"
-HOSTS = ("compute-secret-000", "compute-secret-001", "compute-secret-002",
-         "compute-secret-003")
+HOSTS = ("compute-secret-000", "compute-secret-001", "compute-secret-002", "compute-secret-003")
 
 
 class RecordingNotifier(Notifier):
@@ -71,8 +68,7 @@ class RecordingNotifier(Notifier):
         super().__init__(None, "test")
         self.sent: list[tuple[str, str, dict[str, Any]]] = []
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str,
-              payload: Mapping[str, Any]) -> None:
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
         self.sent.append((priority, event_type, dict(payload)))
 
 
@@ -100,35 +96,45 @@ class Rig:
 def rig(*hosts: Any, **overrides: Any) -> Rig:
     store = HookedStore(hosts or [host(name) for name in HOSTS])
     notifier, conductor, compute = RecordingNotifier(), Recorder(), Recorder()
-    endpoint = SchedulerEndpoint(engine(store, **overrides), compute,  # type: ignore[arg-type]
-                                 conductor, notifier)  # type: ignore[arg-type]
+    endpoint = SchedulerEndpoint(
+        engine(store, **overrides),
+        compute,  # type: ignore[arg-type]
+        conductor,
+        notifier,
+    )  # type: ignore[arg-type]
     return Rig(store, endpoint, notifier, conductor, compute)
 
 
 def unwrapped(call: Callable[..., Any]) -> Callable[..., Any]:
     """An endpoint method as its caller sees it: the typed error, not the
     ExpectedException wrapper oslo.messaging's decorator puts around it."""
+
     def inner(*args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)
         except oslo_messaging.ExpectedException as wrapped:
             raise wrapped.exc_info[1] from None
+
     return inner
 
 
 def snapshot_of_view(r: Rig) -> dict[str, np.ndarray]:
     view = r.endpoint.engine.view
     view.refresh(NOW)
-    return {"used": view._used[:, :view.size].copy(),
-            "consumers": view._consumers[:view.size].copy()}
+    return {
+        "used": view._used[:, : view.size].copy(),
+        "consumers": view._consumers[: view.size].copy(),
+    }
 
 
 # --- explain ------------------------------------------------------------------------
 
 
 def test_explain_reports_an_unplaceable_request_with_counted_reasons() -> None:
-    r = rig(*(host(f"big-{i}", ram=65536) for i in range(2)),
-            *(host(f"small-{i}", ram=8192) for i in range(3)))
+    r = rig(
+        *(host(f"big-{i}", ram=65536) for i in range(2)),
+        *(host(f"small-{i}", ram=8192) for i in range(3)),
+    )
     _members_on(r, "big-0", "big-1")
     before = snapshot_of_view(r)
 
@@ -139,8 +145,9 @@ def test_explain_reports_an_unplaceable_request_with_counted_reasons() -> None:
     assert report.placeable is False
     assert report.request_id == "req-admin"
     (only,) = report.instances
-    assert only.summary == ("0/5 hosts available: 3 insufficient MEMORY_MB, "
-                            "2 server group anti-affinity")
+    assert only.summary == (
+        "0/5 hosts available: 3 insufficient MEMORY_MB, 2 server group anti-affinity"
+    )
     assert report.summary == only.summary
     survivors = {s.stage: s.survivors for s in only.stages}
     assert (survivors["candidates"], survivors["ServerGroupAntiAffinityFilter"]) == (2, 0)
@@ -157,7 +164,8 @@ def test_explain_of_a_placeable_request_shows_top_hosts_and_claims_nothing() -> 
     before = snapshot_of_view(r)
 
     report = ExplainReport.from_primitive(
-        r.endpoint.explain(ADMIN, spec(ram=2048, num_instances=3).to_primitive()))
+        r.endpoint.explain(ADMIN, spec(ram=2048, num_instances=3).to_primitive())
+    )
 
     assert report.placeable is True
     assert [i.position for i in report.instances] == [0, 1, 2]
@@ -179,7 +187,8 @@ def test_explain_of_a_placeable_request_shows_top_hosts_and_claims_nothing() -> 
 def test_explain_of_a_multi_instance_request_stops_at_the_first_unplaced() -> None:
     r = rig(host("a", ram=2048), host("b", ram=1024))
     report = ExplainReport.from_primitive(
-        r.endpoint.explain(ADMIN, spec(ram=1024, num_instances=5).to_primitive()))
+        r.endpoint.explain(ADMIN, spec(ram=1024, num_instances=5).to_primitive())
+    )
     assert report.placeable is False
     assert sorted(i.host or "-" for i in report.instances) == ["-", "a", "a", "b"]
     assert report.instances[-1].host is None
@@ -188,16 +197,25 @@ def test_explain_of_a_multi_instance_request_stops_at_the_first_unplaced() -> No
     assert r.store.consumers == {}
 
 
-@pytest.mark.parametrize("extra_specs, takes", [
-    pytest.param({}, {"VCPU": 2, MEMORY_MB: 1024, "DISK_GB": 10}, id="the-flavor-alone"),
-    pytest.param({"resources:VCPU": "4", "resources:DISK_GB": "0"}, {"VCPU": 4, MEMORY_MB: 1024},
-                 id="overridden-and-dropped"),
-    pytest.param({"resources1:CUSTOM_FPGA": "1", "resources:VCPU": "3"},
-                 {"VCPU": 3, MEMORY_MB: 1024, "DISK_GB": 10, "CUSTOM_FPGA": 1},
-                 id="numbered-group-counted"),
-])
-def test_explain_reports_what_the_engine_claims(extra_specs: dict[str, str],
-                                                takes: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    "extra_specs, takes",
+    [
+        pytest.param({}, {"VCPU": 2, MEMORY_MB: 1024, "DISK_GB": 10}, id="the-flavor-alone"),
+        pytest.param(
+            {"resources:VCPU": "4", "resources:DISK_GB": "0"},
+            {"VCPU": 4, MEMORY_MB: 1024},
+            id="overridden-and-dropped",
+        ),
+        pytest.param(
+            {"resources1:CUSTOM_FPGA": "1", "resources:VCPU": "3"},
+            {"VCPU": 3, MEMORY_MB: 1024, "DISK_GB": 10, "CUSTOM_FPGA": 1},
+            id="numbered-group-counted",
+        ),
+    ],
+)
+def test_explain_reports_what_the_engine_claims(
+    extra_specs: dict[str, str], takes: dict[str, int]
+) -> None:
     r = rig(*(host(name, extra={"CUSTOM_FPGA": Inventory(total=2)}) for name in HOSTS))
     request = spec(vcpus=2, ram=1024, disk=10, extra_specs=extra_specs)
 
@@ -212,11 +230,14 @@ def test_explain_reports_what_the_engine_claims(extra_specs: dict[str, str],
     assert dict(report.resources) == claimed == takes
 
 
-@pytest.mark.parametrize("ctxt", [
-    pytest.param(USER, id="member"),
-    pytest.param(ROLE_ONLY, id="admin-role-without-is_admin"),
-    pytest.param(RequestContext(), id="anonymous"),
-])
+@pytest.mark.parametrize(
+    "ctxt",
+    [
+        pytest.param(USER, id="member"),
+        pytest.param(ROLE_ONLY, id="admin-role-without-is_admin"),
+        pytest.param(RequestContext(), id="anonymous"),
+    ],
+)
 def test_explain_refuses_a_non_admin_context(ctxt: RequestContext) -> None:
     r = rig()
     with pytest.raises(Forbidden) as err:
@@ -248,18 +269,27 @@ class ForcingSpec:
     requested_destination: object = None
 
 
-@pytest.mark.parametrize("fields, ctxt, refused", [
-    pytest.param({"force_hosts": ("h1",)}, USER, "forcing a host", id="force-host-member"),
-    pytest.param({"force_nodes": ("n1",)}, USER, "forcing a node", id="force-node-member"),
-    pytest.param({"requested_destination": {"host": "h1"}}, USER, "requesting a destination",
-                 id="destination-member"),
-    pytest.param({"force_hosts": ("h1",)}, ROLE_ONLY, "forcing a host",
-                 id="force-host-role-only"),
-    pytest.param({"force_hosts": ("h1",)}, ADMIN, None, id="force-host-admin"),
-    pytest.param({}, USER, None, id="nothing-forced-member"),
-])
-def test_admin_only_request_fields(fields: dict[str, Any], ctxt: RequestContext,
-                                   refused: str | None) -> None:
+@pytest.mark.parametrize(
+    "fields, ctxt, refused",
+    [
+        pytest.param({"force_hosts": ("h1",)}, USER, "forcing a host", id="force-host-member"),
+        pytest.param({"force_nodes": ("n1",)}, USER, "forcing a node", id="force-node-member"),
+        pytest.param(
+            {"requested_destination": {"host": "h1"}},
+            USER,
+            "requesting a destination",
+            id="destination-member",
+        ),
+        pytest.param(
+            {"force_hosts": ("h1",)}, ROLE_ONLY, "forcing a host", id="force-host-role-only"
+        ),
+        pytest.param({"force_hosts": ("h1",)}, ADMIN, None, id="force-host-admin"),
+        pytest.param({}, USER, None, id="nothing-forced-member"),
+    ],
+)
+def test_admin_only_request_fields(
+    fields: dict[str, Any], ctxt: RequestContext, refused: str | None
+) -> None:
     if refused is None:
         policy.check_request(ctxt, ForcingSpec(**fields))
         return
@@ -308,8 +338,11 @@ def _failed_ends(r: Rig) -> list[str]:
     """The .end notifications of failed requests. Like every .start and .end they
     are for operators (a successful one names the hosts), so only their state
     is checked."""
-    return [repr(payload) for _, event_type, payload in r.notifier.sent
-            if event_type.endswith(".end") and payload.get("state") == "error"]
+    return [
+        repr(payload)
+        for _, event_type, payload in r.notifier.sent
+        if event_type.endswith(".end") and payload.get("state") == "error"
+    ]
 
 
 def _admin_details(r: Rig, raised: BaseException | None) -> list[str]:
@@ -321,17 +354,25 @@ def _admin_details(r: Rig, raised: BaseException | None) -> list[str]:
 
 
 def _too_big() -> RequestSpec:
-    flavor = Flavor(name="huge", vcpus=1, memory_mb=10**6,
-                    extra_specs={f"trait:{TRAIT}": "required"})
-    return RequestSpec(flavor=flavor, project_id="p", user_id="u",
-                       image=Image(properties={f"trait:{TRAIT}": "required"}))
+    flavor = Flavor(
+        name="huge", vcpus=1, memory_mb=10**6, extra_specs={f"trait:{TRAIT}": "required"}
+    )
+    return RequestSpec(
+        flavor=flavor,
+        project_id="p",
+        user_id="u",
+        image=Image(properties={f"trait:{TRAIT}": "required"}),
+    )
 
 
 def _members_on(r: Rig, *names: str) -> None:
     """One member of the anti-affinity group on each named host."""
     for name in names:
-        r.store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
-                      GroupClaim(GROUP_UUID, "anti-affinity", name))
+        r.store.claim(
+            uuid_of(f"member-{name}"),
+            _allocation(uuid_of(name)),
+            GroupClaim(GROUP_UUID, "anti-affinity", name),
+        )
 
 
 def _fill_group(r: Rig) -> None:
@@ -366,7 +407,8 @@ def _run(r: Rig, request: RequestSpec | dict[str, Any], ctxt: RequestContext = U
 
 def _select(r: Rig, request: RequestSpec, ctxt: RequestContext = USER) -> None:
     unwrapped(r.endpoint.select_destinations)(
-        ctxt, request.to_primitive(), [str(uuidlib.uuid4()) for _ in range(request.num_instances)])
+        ctxt, request.to_primitive(), [str(uuidlib.uuid4()) for _ in range(request.num_instances)]
+    )
 
 
 #: The instance the resize cases resize: it runs on HOSTS[0] (see _resize).
@@ -375,62 +417,118 @@ RESIZED = uuid_of("resized")
 
 def _resize(r: Rig, request: RequestSpec, ctxt: RequestContext = USER) -> None:
     r.store.place(RESIZED, HOSTS[0], {MEMORY_MB: 512})
-    r.endpoint.resize(ctxt, RESIZED, HOSTS[0], request.flavor.to_primitive(),
-                      request.to_primitive())
+    r.endpoint.resize(
+        ctxt, RESIZED, HOSTS[0], request.flavor.to_primitive(), request.to_primitive()
+    )
 
 
 FAILURES = [
-    pytest.param(lambda r: _run(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE,
-                 "insufficient MEMORY_MB", id="run_instance-no-room"),
-    pytest.param(lambda r: _run(r, _too_big()), NoValidHost.USER_MESSAGE,
-                 "0/4 hosts available", id="run_instance-trait-and-room"),
-    pytest.param(lambda r: (_fill_group(r), _run(r, spec(group=group("anti-affinity")))),
-                 NoValidHost.USER_MESSAGE, "server group anti-affinity",
-                 id="run_instance-group-full"),
-    pytest.param(lambda r: _run(r, spec(ram=16384, num_instances=9)), NoValidHost.USER_MESSAGE,
-                 "(instance ", id="run_instance-multi-instance-overflow"),
-    pytest.param(lambda r: _select(r, _too_big()), NoValidHost.USER_MESSAGE,
-                 f"missing trait {TRAIT}", id="select_destinations-no-room"),
-    pytest.param(lambda r: _resize(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE,
-                 "insufficient MEMORY_MB", id="resize-no-room"),
-    pytest.param(lambda r: _run(r, {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
-                                    "project_id": "p", "user_id": "u"}),
-                 "invalid request: flavor.vcpus must be an integer, got str",
-                 "flavor.vcpus", id="run_instance-invalid-input"),
-    pytest.param(lambda r: _resize(r, spec().replace(project_id="")),
-                 "invalid request: request_spec.project_id must not be empty", None,
-                 id="resize-invalid-input"),
+    pytest.param(
+        lambda r: _run(r, spec(ram=10**6)),
+        NoValidHost.USER_MESSAGE,
+        "insufficient MEMORY_MB",
+        id="run_instance-no-room",
+    ),
+    pytest.param(
+        lambda r: _run(r, _too_big()),
+        NoValidHost.USER_MESSAGE,
+        "0/4 hosts available",
+        id="run_instance-trait-and-room",
+    ),
+    pytest.param(
+        lambda r: (_fill_group(r), _run(r, spec(group=group("anti-affinity")))),
+        NoValidHost.USER_MESSAGE,
+        "server group anti-affinity",
+        id="run_instance-group-full",
+    ),
+    pytest.param(
+        lambda r: _run(r, spec(ram=16384, num_instances=9)),
+        NoValidHost.USER_MESSAGE,
+        "(instance ",
+        id="run_instance-multi-instance-overflow",
+    ),
+    pytest.param(
+        lambda r: _select(r, _too_big()),
+        NoValidHost.USER_MESSAGE,
+        f"missing trait {TRAIT}",
+        id="select_destinations-no-room",
+    ),
+    pytest.param(
+        lambda r: _resize(r, spec(ram=10**6)),
+        NoValidHost.USER_MESSAGE,
+        "insufficient MEMORY_MB",
+        id="resize-no-room",
+    ),
+    pytest.param(
+        lambda r: _run(
+            r,
+            {
+                "flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
+                "project_id": "p",
+                "user_id": "u",
+            },
+        ),
+        "invalid request: flavor.vcpus must be an integer, got str",
+        "flavor.vcpus",
+        id="run_instance-invalid-input",
+    ),
+    pytest.param(
+        lambda r: _resize(r, spec().replace(project_id="")),
+        "invalid request: request_spec.project_id must not be empty",
+        None,
+        id="resize-invalid-input",
+    ),
     # What the host filters read is refused at validation, naming the spec.
-    pytest.param(lambda r: _run(r, spec(extra_specs={"capabilities:vcpus": ">= many"})),
-                 "invalid request: flavor.extra_specs 'capabilities:vcpus' = '>= many': "
-                 "operator '>=' compares numbers and 'many' is not one",
-                 "'capabilities:vcpus'", id="run_instance-unreadable-operator"),
-    pytest.param(lambda r: _run(r, spec(image_properties={"img_hv_requested_version": "new"})),
-                 "invalid request: image.properties 'img_hv_requested_version' = 'new': "
-                 "'new' is not a comparison such as '>=6.0'",
-                 "img_hv_requested_version", id="run_instance-unreadable-image-property"),
-    pytest.param(lambda r: _run(r, spec(extra_specs={"pci_passthrough:alias": "gpu:1"})),
-                 "invalid request: flavor.extra_specs 'pci_passthrough:alias' names PCI "
-                 "alias 'gpu', which is not configured", "'gpu'",
-                 id="run_instance-unconfigured-pci-alias"),
-    pytest.param(lambda r: _resize(r, spec(vcpus=3, extra_specs={"hw:numa_nodes": "2"})),
-                 "invalid request: hw:numa_nodes = 2 does not divide the flavor's 3 vCPUs "
-                 "and 1024 MB evenly: give hw:numa_cpus.N and hw:numa_mem.N for every node",
-                 None, id="resize-impossible-numa-split"),
-    pytest.param(lambda r: r.endpoint.resize(
-                     USER, str(uuidlib.uuid4()), HOSTS[0],
-                     Flavor(name="new", vcpus=1, memory_mb=1024,
-                            extra_specs={"resources:VCPU": "lots"}).to_primitive(),
-                     spec().to_primitive()),
-                 "invalid request: extra spec 'resources:VCPU': amount must be an integer "
-                 "from 0 to 2147483647, got 'lots'", None,
-                 id="resize-new-flavor-unreadable-resources"),
+    pytest.param(
+        lambda r: _run(r, spec(extra_specs={"capabilities:vcpus": ">= many"})),
+        "invalid request: flavor.extra_specs 'capabilities:vcpus' = '>= many': "
+        "operator '>=' compares numbers and 'many' is not one",
+        "'capabilities:vcpus'",
+        id="run_instance-unreadable-operator",
+    ),
+    pytest.param(
+        lambda r: _run(r, spec(image_properties={"img_hv_requested_version": "new"})),
+        "invalid request: image.properties 'img_hv_requested_version' = 'new': "
+        "'new' is not a comparison such as '>=6.0'",
+        "img_hv_requested_version",
+        id="run_instance-unreadable-image-property",
+    ),
+    pytest.param(
+        lambda r: _run(r, spec(extra_specs={"pci_passthrough:alias": "gpu:1"})),
+        "invalid request: flavor.extra_specs 'pci_passthrough:alias' names PCI "
+        "alias 'gpu', which is not configured",
+        "'gpu'",
+        id="run_instance-unconfigured-pci-alias",
+    ),
+    pytest.param(
+        lambda r: _resize(r, spec(vcpus=3, extra_specs={"hw:numa_nodes": "2"})),
+        "invalid request: hw:numa_nodes = 2 does not divide the flavor's 3 vCPUs "
+        "and 1024 MB evenly: give hw:numa_cpus.N and hw:numa_mem.N for every node",
+        None,
+        id="resize-impossible-numa-split",
+    ),
+    pytest.param(
+        lambda r: r.endpoint.resize(
+            USER,
+            str(uuidlib.uuid4()),
+            HOSTS[0],
+            Flavor(
+                name="new", vcpus=1, memory_mb=1024, extra_specs={"resources:VCPU": "lots"}
+            ).to_primitive(),
+            spec().to_primitive(),
+        ),
+        "invalid request: extra spec 'resources:VCPU': amount must be an integer "
+        "from 0 to 2147483647, got 'lots'",
+        None,
+        id="resize-new-flavor-unreadable-resources",
+    ),
 ]
 
 
 @pytest.mark.parametrize("provoke, user_sees, admin_sees", FAILURES)
 def test_a_failure_tells_the_user_only_the_generic_reason(
-        provoke: Callable[[Rig], Any], user_sees: str, admin_sees: str | None) -> None:
+    provoke: Callable[[Rig], Any], user_sees: str, admin_sees: str | None
+) -> None:
     r = rig()
     raised: BaseException | None = None
     held = {u: c.allocations for u, c in r.store.consumers.items()}
@@ -456,23 +554,40 @@ def test_a_failure_tells_the_user_only_the_generic_reason(
     assert left == held, "nothing the request claimed (or moved) is left"
 
 
-@pytest.mark.parametrize("call, names", [
-    pytest.param(lambda r: _select(r, spec(extra_specs={"aggregate_instance_extra_specs:az":
-                                                         "<or>"})),
-                 "'aggregate_instance_extra_specs:az' = '<or>'",
-                 id="select_destinations-bare-or"),
-    pytest.param(lambda r: _select(r, spec(vcpus=4, extra_specs={"hw:numa_nodes": "2",
-                                                                 "hw:numa_cpus.0": "0-1"})),
-                 "hw:numa_cpus.N and hw:numa_mem.N", id="select_destinations-numa"),
-    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
-                     ADMIN, spec(image_properties={"hw_architecture": "pdp11"}).to_primitive()),
-                 "image.properties 'hw_architecture' = 'pdp11'", id="explain-image-arch"),
-    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
-                     ADMIN, spec(extra_specs={"pci_passthrough:alias": "nic:x"}).to_primitive()),
-                 "'pci_passthrough:alias' = 'nic:x'", id="explain-pci-syntax"),
-])
+@pytest.mark.parametrize(
+    "call, names",
+    [
+        pytest.param(
+            lambda r: _select(r, spec(extra_specs={"aggregate_instance_extra_specs:az": "<or>"})),
+            "'aggregate_instance_extra_specs:az' = '<or>'",
+            id="select_destinations-bare-or",
+        ),
+        pytest.param(
+            lambda r: _select(
+                r, spec(vcpus=4, extra_specs={"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1"})
+            ),
+            "hw:numa_cpus.N and hw:numa_mem.N",
+            id="select_destinations-numa",
+        ),
+        pytest.param(
+            lambda r: unwrapped(r.endpoint.explain)(
+                ADMIN, spec(image_properties={"hw_architecture": "pdp11"}).to_primitive()
+            ),
+            "image.properties 'hw_architecture' = 'pdp11'",
+            id="explain-image-arch",
+        ),
+        pytest.param(
+            lambda r: unwrapped(r.endpoint.explain)(
+                ADMIN, spec(extra_specs={"pci_passthrough:alias": "nic:x"}).to_primitive()
+            ),
+            "'pci_passthrough:alias' = 'nic:x'",
+            id="explain-pci-syntax",
+        ),
+    ],
+)
 def test_a_call_with_specs_the_filters_cannot_read_is_refused_before_selection(
-        call: Callable[[Rig], Any], names: str) -> None:
+    call: Callable[[Rig], Any], names: str
+) -> None:
     r = rig()
     with pytest.raises(InvalidRequest) as err:
         call(r)
@@ -484,8 +599,11 @@ def test_a_call_with_specs_the_filters_cannot_read_is_refused_before_selection(
 
 def test_a_configured_pci_alias_passes_validation_and_is_placed() -> None:
     devices = {"pci_devices": [{"vendor_id": "8086", "product_id": "154d", "count": 2}]}
-    r = rig(host("plain"), host("with-nics", capabilities=devices),
-            pci_aliases={"nic": PciAlias("nic", "8086", "154d")})
+    r = rig(
+        host("plain"),
+        host("with-nics", capabilities=devices),
+        pci_aliases={"nic": PciAlias("nic", "8086", "154d")},
+    )
     _select(r, spec(extra_specs={"pci_passthrough:alias": "nic:2"}))
     assert [name for _, name, _ in r.store.claims] == ["with-nics"]
 
@@ -494,8 +612,11 @@ def test_claims_refused_by_the_group_policy_fall_through_and_say_why() -> None:
     # The free host has the least RAM: the weighers rank it last.
     store = HookedStore([*(host(name) for name in HOSTS[:3]), host(HOSTS[3], ram=16384)])
     for name in HOSTS[:3]:
-        store.claim(uuid_of(f"member-{name}"), _allocation(uuid_of(name)),
-                    GroupClaim(GROUP_UUID, "anti-affinity", name))
+        store.claim(
+            uuid_of(f"member-{name}"),
+            _allocation(uuid_of(name)),
+            GroupClaim(GROUP_UUID, "anti-affinity", name),
+        )
     eng = engine(StaleGroup(store))  # type: ignore[arg-type]
     placed = eng.schedule("req", spec(group=group("anti-affinity")), [uuid_of("new")])
     trace = placed.traces[0]
@@ -528,16 +649,18 @@ class Broken(HookedStore):
             raise self.error
         return super().group_hosts(group_uuid)
 
-    def move_allocations(self, source_uuid: str, target_uuid: str,
-                         replace: bool = False) -> bool:
+    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
         if self.breaks == "move_allocations":
             raise self.error
         return super().move_allocations(source_uuid, target_uuid, replace)
 
 
 def _broken(r: Rig, error: Exception, breaks: str = "group_hosts") -> Rig:
-    r.endpoint.engine.store = Broken([host(n) for n in HOSTS], error,  # type: ignore[assignment]
-                                     breaks)
+    r.endpoint.engine.store = Broken(
+        [host(n) for n in HOSTS],
+        error,  # type: ignore[assignment]
+        breaks,
+    )
     return r
 
 
@@ -546,17 +669,29 @@ CORRUPT = CorruptRecord(key="{vmsched}:groups[g1]", reason="JSONDecodeError at 0
 BUG = RuntimeError(f"a bug that quotes {STORE_SECRET}")
 
 
-@pytest.mark.parametrize("error, fails_instances, details", [
-    # The store is down: nothing is failed, the conductor re-drives the request.
-    pytest.param(UNREACHABLE, False, None, id="store-unreachable"),
-    # What the store holds cannot be read: the request fails, reported.
-    pytest.param(CORRUPT, True, "corrupt record at {vmsched}:groups[g1]: JSONDecodeError at 0",
-                 id="corrupt-record"),
-    pytest.param(BUG, True, "RuntimeError: a bug that quotes redis://:***@10.0.0.9:6379",
-                 id="unexpected-error"),
-])
+@pytest.mark.parametrize(
+    "error, fails_instances, details",
+    [
+        # The store is down: nothing is failed, the conductor re-drives the request.
+        pytest.param(UNREACHABLE, False, None, id="store-unreachable"),
+        # What the store holds cannot be read: the request fails, reported.
+        pytest.param(
+            CORRUPT,
+            True,
+            "corrupt record at {vmsched}:groups[g1]: JSONDecodeError at 0",
+            id="corrupt-record",
+        ),
+        pytest.param(
+            BUG,
+            True,
+            "RuntimeError: a bug that quotes redis://:***@10.0.0.9:6379",
+            id="unexpected-error",
+        ),
+    ],
+)
 def test_a_cast_survives_a_store_failure_and_says_only_the_generic_reason(
-        error: Exception, fails_instances: bool, details: str | None) -> None:
+    error: Exception, fails_instances: bool, details: str | None
+) -> None:
     r = _broken(rig(), error)
     _run(r, spec(group=group("anti-affinity")))  # raises nothing: the worker keeps serving
     (end,) = [p for _, e, p in r.notifier.sent if e.endswith(".end")]
@@ -576,8 +711,11 @@ def test_a_cast_survives_a_store_failure_and_says_only_the_generic_reason(
 
 #: The instance the cast failure cases boot.
 BOOTED = uuid_of("booted")
-INVALID = {"flavor": {"name": "x", "vcpus": "one", "memory_mb": 1}, "project_id": "p",
-           "user_id": "u"}
+INVALID = {
+    "flavor": {"name": "x", "vcpus": "one", "memory_mb": 1},
+    "project_id": "p",
+    "user_id": "u",
+}
 IN_GROUP = spec(group=group("anti-affinity"))
 
 
@@ -589,8 +727,9 @@ def _boot(r: Rig, request: RequestSpec | dict[str, Any]) -> None:
 def _move(r: Rig, request: RequestSpec) -> None:
     """Resize RESIZED, running on HOSTS[0] in the store the engine reads."""
     r.endpoint.engine.store.place(RESIZED, HOSTS[0], {MEMORY_MB: 512})
-    r.endpoint.resize(USER, RESIZED, HOSTS[0], request.flavor.to_primitive(),
-                      request.to_primitive())
+    r.endpoint.resize(
+        USER, RESIZED, HOSTS[0], request.flavor.to_primitive(), request.to_primitive()
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -609,27 +748,51 @@ class CastFailure:
 
 
 CAST_FAILURES = [
-    CastFailure("run_instance-invalid-input", lambda r: _boot(r, INVALID),
-                "invalid request: flavor.vcpus must be an integer, got str"),
-    CastFailure("run_instance-no-valid-host", lambda r: _boot(r, spec(ram=10**6)),
-                NoValidHost.USER_MESSAGE),
-    CastFailure("run_instance-store-unavailable",
-                lambda r: _boot(_broken(r, UNREACHABLE), IN_GROUP), None),
-    CastFailure("run_instance-unexpected-error", lambda r: _boot(_broken(r, BUG), IN_GROUP),
-                INTERNAL_ERROR_MESSAGE),
-    CastFailure("resize-invalid-input", lambda r: _move(r, spec().replace(project_id="")),
-                "invalid request: request_spec.project_id must not be empty"),
-    CastFailure("resize-no-valid-host", lambda r: _move(r, spec(ram=10**6)),
-                NoValidHost.USER_MESSAGE),
-    CastFailure("resize-store-unavailable-moving",
-                lambda r: _move(_broken(r, UNREACHABLE, "move_allocations"), spec()), None),
-    CastFailure("resize-store-unavailable-selecting",
-                lambda r: _move(_broken(r, UNREACHABLE), IN_GROUP), None, parked=True),
-    CastFailure("resize-unexpected-error-moving",
-                lambda r: _move(_broken(r, BUG, "move_allocations"), spec()),
-                INTERNAL_ERROR_MESSAGE),
-    CastFailure("resize-unexpected-error-selecting",
-                lambda r: _move(_broken(r, BUG), IN_GROUP), INTERNAL_ERROR_MESSAGE),
+    CastFailure(
+        "run_instance-invalid-input",
+        lambda r: _boot(r, INVALID),
+        "invalid request: flavor.vcpus must be an integer, got str",
+    ),
+    CastFailure(
+        "run_instance-no-valid-host", lambda r: _boot(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE
+    ),
+    CastFailure(
+        "run_instance-store-unavailable", lambda r: _boot(_broken(r, UNREACHABLE), IN_GROUP), None
+    ),
+    CastFailure(
+        "run_instance-unexpected-error",
+        lambda r: _boot(_broken(r, BUG), IN_GROUP),
+        INTERNAL_ERROR_MESSAGE,
+    ),
+    CastFailure(
+        "resize-invalid-input",
+        lambda r: _move(r, spec().replace(project_id="")),
+        "invalid request: request_spec.project_id must not be empty",
+    ),
+    CastFailure(
+        "resize-no-valid-host", lambda r: _move(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE
+    ),
+    CastFailure(
+        "resize-store-unavailable-moving",
+        lambda r: _move(_broken(r, UNREACHABLE, "move_allocations"), spec()),
+        None,
+    ),
+    CastFailure(
+        "resize-store-unavailable-selecting",
+        lambda r: _move(_broken(r, UNREACHABLE), IN_GROUP),
+        None,
+        parked=True,
+    ),
+    CastFailure(
+        "resize-unexpected-error-moving",
+        lambda r: _move(_broken(r, BUG, "move_allocations"), spec()),
+        INTERNAL_ERROR_MESSAGE,
+    ),
+    CastFailure(
+        "resize-unexpected-error-selecting",
+        lambda r: _move(_broken(r, BUG), IN_GROUP),
+        INTERNAL_ERROR_MESSAGE,
+    ),
 ]
 
 
@@ -640,57 +803,85 @@ def test_every_failure_of_a_cast_is_reported_once(case: CastFailure) -> None:
     uuid, event = (BOOTED if case.method == "run_instance" else RESIZED), case.method
     sent = [(priority, event_type) for priority, event_type, _ in r.notifier.sent]
     error = [("error", f"scheduler.{event}")] if case.reason is not None else []
-    assert sent == [("info", f"scheduler.{event}.start"), *error,
-                    ("info", f"scheduler.{event}.end")]
+    assert sent == [
+        ("info", f"scheduler.{event}.start"),
+        *error,
+        ("info", f"scheduler.{event}.end"),
+    ]
     assert r.notifier.sent[-1][2]["state"] == "error"
     told = [(name, args[:-1]) for name, args in r.conductor.calls]  # details: see above
     if case.reason is None:
         assert told == []
     else:
-        assert r.notifier.sent[1][2] == {"instance_uuids": [uuid], "state": "error",
-                                         "reason": case.reason}
+        assert r.notifier.sent[1][2] == {
+            "instance_uuids": [uuid],
+            "state": "error",
+            "reason": case.reason,
+        }
         if case.method == "run_instance":
             assert told == [("schedule_failed", ([uuid], case.reason))]
         else:
             [(name, (instance, _, host, success, reason))] = told
             assert (name, instance, host, success, reason) == (
-                "resize_result", uuid, None, False, case.reason)
+                "resize_result",
+                uuid,
+                None,
+                False,
+                case.reason,
+            )
     assert r.compute.calls == []
     source = {uuid_of(HOSTS[0]): {MEMORY_MB: 512}}
     holder = migration_uuid_for(RESIZED, USER.request_id) if case.parked else RESIZED
     store = r.endpoint.engine.store
     held = {u: c.allocations for u, c in store.consumers.items()}  # type: ignore[attr-defined]
     assert held == ({} if case.method == "run_instance" else {holder: source}), (
-        "nothing the request claimed is left; a failed resize hands the source back")
+        "nothing the request claimed is left; a failed resize hands the source back"
+    )
 
 
-@pytest.mark.parametrize("error, raised", [
-    pytest.param(UNREACHABLE, SchedulerUnavailable, id="store-unreachable"),
-    pytest.param(CORRUPT, InternalError, id="corrupt-record"),
-    pytest.param(BUG, InternalError, id="unexpected-error"),
-])
-@pytest.mark.parametrize("call", [
-    pytest.param(lambda r: _select(r, spec(group=group("anti-affinity"))),
-                 id="select_destinations"),
-    pytest.param(lambda r: unwrapped(r.endpoint.explain)(
-        ADMIN, spec(group=group("anti-affinity")).to_primitive()), id="explain"),
-])
+@pytest.mark.parametrize(
+    "error, raised",
+    [
+        pytest.param(UNREACHABLE, SchedulerUnavailable, id="store-unreachable"),
+        pytest.param(CORRUPT, InternalError, id="corrupt-record"),
+        pytest.param(BUG, InternalError, id="unexpected-error"),
+    ],
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(
+            lambda r: _select(r, spec(group=group("anti-affinity"))), id="select_destinations"
+        ),
+        pytest.param(
+            lambda r: unwrapped(r.endpoint.explain)(
+                ADMIN, spec(group=group("anti-affinity")).to_primitive()
+            ),
+            id="explain",
+        ),
+    ],
+)
 def test_a_call_answers_a_store_failure_with_a_generic_typed_error(
-        call: Callable[[Rig], Any], error: Exception, raised: type[Exception]) -> None:
+    call: Callable[[Rig], Any], error: Exception, raised: type[Exception]
+) -> None:
     r = _broken(rig(), error)
     with pytest.raises(raised) as err:
         call(r)
     assert err.value.message == raised.msg
-    assert user_reason(err.value) == (INTERNAL_ERROR_MESSAGE if raised is InternalError
-                                      else SchedulerUnavailable.msg)
+    assert user_reason(err.value) == (
+        INTERNAL_ERROR_MESSAGE if raised is InternalError else SchedulerUnavailable.msg
+    )
     assert not _cloud_names(r) & set(err.value.message.split())
 
 
 FORCED = [
     pytest.param({"force_hosts": (HOSTS[1],)}, "forcing a host", id="force_hosts"),
     pytest.param({"force_nodes": (HOSTS[1],)}, "forcing a node", id="force_nodes"),
-    pytest.param({"requested_destination": Destination(HOSTS[1])}, "requesting a destination",
-                 id="requested_destination"),
+    pytest.param(
+        {"requested_destination": Destination(HOSTS[1])},
+        "requesting a destination",
+        id="requested_destination",
+    ),
 ]
 PATHS = [
     pytest.param(lambda r, request, ctxt: _run(r, request, ctxt), id="run_instance"),
@@ -702,8 +893,8 @@ PATHS = [
 @pytest.mark.parametrize("fields, refused", FORCED)
 @pytest.mark.parametrize("send", PATHS)
 def test_an_admin_only_field_is_refused_for_a_member_on_every_path(
-        send: Callable[[Rig, RequestSpec, RequestContext], Any], fields: dict[str, Any],
-        refused: str) -> None:
+    send: Callable[[Rig, RequestSpec, RequestContext], Any], fields: dict[str, Any], refused: str
+) -> None:
     request = spec(**fields)
     for ctxt in (USER, ROLE_ONLY):
         r = rig()
@@ -726,7 +917,8 @@ def test_an_admin_only_field_is_refused_for_a_member_on_every_path(
 
 @pytest.mark.parametrize("fields, refused", FORCED)
 def test_a_forced_request_that_does_not_fit_tells_the_admin_why_and_the_user_nothing(
-        fields: dict[str, Any], refused: str) -> None:
+    fields: dict[str, Any], refused: str
+) -> None:
     r = rig()
     with pytest.raises(NoValidHost) as err:
         _select(r, spec(ram=10**6, **fields), ADMIN)

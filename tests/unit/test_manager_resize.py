@@ -22,22 +22,30 @@ INSTANCE = uuid_of("instance")
 MIGRATION = migration_uuid_for(INSTANCE, "req-resize")
 
 
-def setup(hosts: tuple[str, ...], same_host: bool = False,
-          held: bool = True) -> tuple[MemoryStore, SchedulerEndpoint, Recorded, Recorded]:
+def setup(
+    hosts: tuple[str, ...], same_host: bool = False, held: bool = True
+) -> tuple[MemoryStore, SchedulerEndpoint, Recorded, Recorded]:
     store = MemoryStore()
     populate(store, [host(name, ram=8192) for name in hosts])
     if held:
         store.claim(INSTANCE, AllocationRequest({uuid_of("h1"): SMALL.resources}, "p", "u"))
     compute, conductor = Recorded(), Recorded()
-    endpoint = SchedulerEndpoint(engine(store), compute, conductor,  # type: ignore[arg-type]
-                                 Notifier(None, "test"), allow_resize_to_same_host=same_host)
+    endpoint = SchedulerEndpoint(
+        engine(store),
+        compute,
+        conductor,  # type: ignore[arg-type]
+        Notifier(None, "test"),
+        allow_resize_to_same_host=same_host,
+    )
     return store, endpoint, compute, conductor
 
 
 def hosts_of(store: MemoryStore) -> dict[str, tuple[str, dict[str, int]]]:
     names = {p.uuid: p.name for p in store.list_providers()}
-    return {c.uuid: next((names[rp], dict(res)) for rp, res in c.allocations.items())
-            for c in store.list_consumers()}
+    return {
+        c.uuid: next((names[rp], dict(res)) for rp, res in c.allocations.items())
+        for c in store.list_consumers()
+    }
 
 
 def resize(endpoint: SchedulerEndpoint, request: RequestSpec = SMALL) -> None:
@@ -76,8 +84,10 @@ def test_resize(case: ResizeCase) -> None:
         assert args[5] == NoValidHost.USER_MESSAGE and "1 host already tried" in str(args[6])
         assert compute.calls == []
         return
-    assert hosts_of(store) == {INSTANCE: (case.dest, BIG_AMOUNTS),
-                               MIGRATION: ("h1", SMALL.resources)}
+    assert hosts_of(store) == {
+        INSTANCE: (case.dest, BIG_AMOUNTS),
+        MIGRATION: ("h1", SMALL.resources),
+    }
     args, _ = compute.last("prep_resize")
     assert args[1:4] == (INSTANCE, MIGRATION, BIG)
     assert args[5].host == case.dest  # type: ignore[attr-defined]
@@ -91,7 +101,8 @@ def test_the_same_request_again_reuses_the_move_and_the_destination() -> None:
     resize(endpoint)  # a re-drive: same request id, so the same migration
     assert hosts_of(store) == first
     assert [args[5].host for name, args, _ in compute.calls] == [  # type: ignore[attr-defined]
-        first[INSTANCE][0]] * 2
+        first[INSTANCE][0]
+    ] * 2
 
 
 def test_alternates_go_with_the_destination_and_exclude_the_source() -> None:

@@ -57,7 +57,8 @@ def events(fake: FakeOsloNotifier) -> list[str]:
 
 
 def test_published_off_the_request_thread_in_order_and_flushed_by_stop(
-        made: list[FakeOsloNotifier]) -> None:
+    made: list[FakeOsloNotifier],
+) -> None:
     notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
     fake = made[0]
     fake.gate.clear()  # the publisher is slow: everything queues
@@ -68,21 +69,25 @@ def test_published_off_the_request_thread_in_order_and_flushed_by_stop(
     assert fake.published == []  # the requests did not wait for the broker
     fake.gate.set()
     notifier.stop()
-    assert events(fake) == ["scheduler.select_destinations.start",
-                            "scheduler.select_destinations.end"] * 3 + [
-                               "scheduler.run_instance"]
-    assert fake.published[1] == ("info", "scheduler.select_destinations.end",
-                                 {"n": 0, "hosts": ["host-0"]})
+    assert events(fake) == [
+        "scheduler.select_destinations.start",
+        "scheduler.select_destinations.end",
+    ] * 3 + ["scheduler.run_instance"]
+    assert fake.published[1] == (
+        "info",
+        "scheduler.select_destinations.end",
+        {"n": 0, "hosts": ["host-0"]},
+    )
     assert set(fake.threads) == {"notifier"}
 
 
 def test_a_full_queue_makes_the_request_wait_and_drops_nothing(
-        made: list[FakeOsloNotifier]) -> None:
+    made: list[FakeOsloNotifier],
+) -> None:
     notifier = Notifier(object(), "h1", queue_size=1)  # type: ignore[arg-type]
     fake = made[0]
     fake.gate.clear()
-    sender = threading.Thread(
-        target=lambda: [notifier.info(None, f"e{n}", {}) for n in range(4)])
+    sender = threading.Thread(target=lambda: [notifier.info(None, f"e{n}", {}) for n in range(4)])
     sender.start()
     sender.join(0.3)
     assert sender.is_alive()  # one being published, one queued, the third waits
@@ -93,7 +98,8 @@ def test_a_full_queue_makes_the_request_wait_and_drops_nothing(
 
 
 def test_after_stop_notifications_go_out_on_the_callers_thread(
-        made: list[FakeOsloNotifier]) -> None:
+    made: list[FakeOsloNotifier],
+) -> None:
     notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
     notifier.info(None, "before", {})
     notifier.stop()
@@ -103,7 +109,8 @@ def test_after_stop_notifications_go_out_on_the_callers_thread(
 
 
 def test_a_failed_publish_is_logged_with_its_request_and_the_rest_go_out(
-        made: list[FakeOsloNotifier]) -> None:
+    made: list[FakeOsloNotifier],
+) -> None:
     notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
     made[0].fail_on = {"lost"}
     with structlog.testing.capture_logs() as logs:
@@ -117,12 +124,16 @@ def test_a_failed_publish_is_logged_with_its_request_and_the_rest_go_out(
     assert [(e["event"], e["event_type"]) for e in logs] == [("notification_failed", "lost")]
 
 
-@pytest.mark.parametrize("transport, enabled", [
-    pytest.param(None, True, id="no-transport"),
-    pytest.param(object(), False, id="disabled"),
-])
+@pytest.mark.parametrize(
+    "transport, enabled",
+    [
+        pytest.param(None, True, id="no-transport"),
+        pytest.param(object(), False, id="disabled"),
+    ],
+)
 def test_a_notifier_that_is_off_sends_nothing_and_starts_no_thread(
-        made: list[FakeOsloNotifier], transport: Any, enabled: bool) -> None:
+    made: list[FakeOsloNotifier], transport: Any, enabled: bool
+) -> None:
     notifier = Notifier(transport, "h1", enabled=enabled)
     notifier.info(None, "ignored", {})
     notifier.stop()

@@ -36,57 +36,122 @@ def spec_with(path: str, value: object) -> dict:
     return data
 
 
-@pytest.mark.parametrize("data, message", [
-    pytest.param(spec_with("flavor", KeyError), "missing field(s): flavor", id="missing-flavor"),
-    pytest.param(spec_with("flavor.memory_mb", -1), "memory_mb must be between",
-                 id="negative-memory"),
-    pytest.param(spec_with("flavor.vcpus", "2"), "vcpus must be an integer", id="vcpus-string"),
-    pytest.param(spec_with("flavor.vcpus", True), "vcpus must be an integer", id="vcpus-bool"),
-    pytest.param(spec_with("flavor.extra_specs", {"a": 1}), "map strings to strings",
-                 id="extra-spec-int"),
-    pytest.param(spec_with("colour", "blue"), "unknown field(s): colour", id="unknown-field"),
-    pytest.param(spec_with("flavor.gpus", 1), "flavor has unknown field(s): gpus",
-                 id="unknown-flavor-field"),
-    pytest.param(spec_with("num_instances", 0), "num_instances must be between 1 and 1000",
-                 id="zero-instances"),
-    pytest.param(spec_with("num_instances", 10000), "num_instances must be between 1 and 1000",
-                 id="ten-thousand-instances"),
-    pytest.param(spec_with("project_id", ""), "project_id must not be empty", id="empty-project"),
-    pytest.param(spec_with("group", {"uuid": "x", "policy": "anti-affinity"}),
-                 "group.uuid is not a valid UUID", id="bad-group-uuid"),
-    pytest.param(spec_with("group", {"uuid": "2b6c0f0e-8f7a-4b7e-9c59-5a3f3c1a0b11",
-                                     "policy": "nearby"}),
-                 "group.policy must be one of", id="bad-group-policy"),
-    pytest.param(spec_with("is_bfv", "yes"), "is_bfv must be a boolean", id="bfv-string"),
-    pytest.param(["not", "a", "dict"], "request_spec must be an object", id="list-spec"),
-    pytest.param(None, "request_spec must be an object", id="none-spec"),
-    # Forcing and destinations: typed and bounded (who may set them is policy's).
-    pytest.param(spec_with("force_hosts", "h1"), "force_hosts must be a list, got str",
-                 id="force-hosts-string"),
-    pytest.param(spec_with("force_nodes", [""]), "force_nodes must hold non-empty strings",
-                 id="force-nodes-empty-name"),
-    pytest.param(spec_with("force_hosts", [f"h{i}" for i in range(101)]),
-                 "force_hosts has more than 100 items", id="too-many-forced"),
-    pytest.param(spec_with("requested_destination", {"node": "n1"}),
-                 "requested_destination is missing field(s): host", id="destination-no-host"),
-    pytest.param(spec_with("requested_destination", {"host": "h", "cell": "c"}),
-                 "requested_destination has unknown field(s): cell", id="destination-cell"),
-    # Sizes: a spec within every bound stays well under 1 MB.
-    pytest.param(spec_with("flavor.extra_specs", {f"k{i}": "v" for i in range(257)}),
-                 "flavor.extra_specs has more than 256 entries", id="too-many-extra-specs"),
-    pytest.param(spec_with("flavor.extra_specs", {"k": "v" * 256}),
-                 "flavor.extra_specs entry 'k' is too long", id="extra-spec-too-long"),
-    pytest.param(spec_with("image", {"properties": {"p": "v" * 1025}}),
-                 "image.properties entry 'p' is too long", id="image-property-too-long"),
-    pytest.param(spec_with("scheduler_hints", {f"h{i}": ["x"] * 9 for i in range(30)}),
-                 "scheduler_hints hold more than 256 values in all", id="too-many-hint-values"),
-    pytest.param(spec_with("scheduler_hints", {"": ["x"]}),
-                 "scheduler_hints names must be strings", id="empty-hint-name"),
-    pytest.param(spec_with("ignore_hosts", ["h"] * 257), "ignore_hosts has more than 256 items",
-                 id="too-many-ignored"),
-    pytest.param(spec_with("user_id", "u" * (2 * 1024 * 1024)),
-                 "user_id is longer than 255 characters", id="two-megabyte-field"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        pytest.param(
+            spec_with("flavor", KeyError), "missing field(s): flavor", id="missing-flavor"
+        ),
+        pytest.param(
+            spec_with("flavor.memory_mb", -1), "memory_mb must be between", id="negative-memory"
+        ),
+        pytest.param(
+            spec_with("flavor.vcpus", "2"), "vcpus must be an integer", id="vcpus-string"
+        ),
+        pytest.param(spec_with("flavor.vcpus", True), "vcpus must be an integer", id="vcpus-bool"),
+        pytest.param(
+            spec_with("flavor.extra_specs", {"a": 1}),
+            "map strings to strings",
+            id="extra-spec-int",
+        ),
+        pytest.param(spec_with("colour", "blue"), "unknown field(s): colour", id="unknown-field"),
+        pytest.param(
+            spec_with("flavor.gpus", 1),
+            "flavor has unknown field(s): gpus",
+            id="unknown-flavor-field",
+        ),
+        pytest.param(
+            spec_with("num_instances", 0),
+            "num_instances must be between 1 and 1000",
+            id="zero-instances",
+        ),
+        pytest.param(
+            spec_with("num_instances", 10000),
+            "num_instances must be between 1 and 1000",
+            id="ten-thousand-instances",
+        ),
+        pytest.param(
+            spec_with("project_id", ""), "project_id must not be empty", id="empty-project"
+        ),
+        pytest.param(
+            spec_with("group", {"uuid": "x", "policy": "anti-affinity"}),
+            "group.uuid is not a valid UUID",
+            id="bad-group-uuid",
+        ),
+        pytest.param(
+            spec_with(
+                "group", {"uuid": "2b6c0f0e-8f7a-4b7e-9c59-5a3f3c1a0b11", "policy": "nearby"}
+            ),
+            "group.policy must be one of",
+            id="bad-group-policy",
+        ),
+        pytest.param(spec_with("is_bfv", "yes"), "is_bfv must be a boolean", id="bfv-string"),
+        pytest.param(["not", "a", "dict"], "request_spec must be an object", id="list-spec"),
+        pytest.param(None, "request_spec must be an object", id="none-spec"),
+        # Forcing and destinations: typed and bounded (who may set them is policy's).
+        pytest.param(
+            spec_with("force_hosts", "h1"),
+            "force_hosts must be a list, got str",
+            id="force-hosts-string",
+        ),
+        pytest.param(
+            spec_with("force_nodes", [""]),
+            "force_nodes must hold non-empty strings",
+            id="force-nodes-empty-name",
+        ),
+        pytest.param(
+            spec_with("force_hosts", [f"h{i}" for i in range(101)]),
+            "force_hosts has more than 100 items",
+            id="too-many-forced",
+        ),
+        pytest.param(
+            spec_with("requested_destination", {"node": "n1"}),
+            "requested_destination is missing field(s): host",
+            id="destination-no-host",
+        ),
+        pytest.param(
+            spec_with("requested_destination", {"host": "h", "cell": "c"}),
+            "requested_destination has unknown field(s): cell",
+            id="destination-cell",
+        ),
+        # Sizes: a spec within every bound stays well under 1 MB.
+        pytest.param(
+            spec_with("flavor.extra_specs", {f"k{i}": "v" for i in range(257)}),
+            "flavor.extra_specs has more than 256 entries",
+            id="too-many-extra-specs",
+        ),
+        pytest.param(
+            spec_with("flavor.extra_specs", {"k": "v" * 256}),
+            "flavor.extra_specs entry 'k' is too long",
+            id="extra-spec-too-long",
+        ),
+        pytest.param(
+            spec_with("image", {"properties": {"p": "v" * 1025}}),
+            "image.properties entry 'p' is too long",
+            id="image-property-too-long",
+        ),
+        pytest.param(
+            spec_with("scheduler_hints", {f"h{i}": ["x"] * 9 for i in range(30)}),
+            "scheduler_hints hold more than 256 values in all",
+            id="too-many-hint-values",
+        ),
+        pytest.param(
+            spec_with("scheduler_hints", {"": ["x"]}),
+            "scheduler_hints names must be strings",
+            id="empty-hint-name",
+        ),
+        pytest.param(
+            spec_with("ignore_hosts", ["h"] * 257),
+            "ignore_hosts has more than 256 items",
+            id="too-many-ignored",
+        ),
+        pytest.param(
+            spec_with("user_id", "u" * (2 * 1024 * 1024)),
+            "user_id is longer than 255 characters",
+            id="two-megabyte-field",
+        ),
+    ],
+)
 def test_invalid_specs_are_refused_with_a_clear_reason(data: object, message: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         RequestSpec.from_primitive(data)
@@ -94,10 +159,18 @@ def test_invalid_specs_are_refused_with_a_clear_reason(data: object, message: st
 
 
 def test_round_trip_keeps_every_field() -> None:
-    data = {**copy.deepcopy(GOOD), "num_instances": 3, "availability_zone": "az1",
-            "group": {"uuid": "2b6c0f0e-8f7a-4b7e-9c59-5a3f3c1a0b11", "policy": "anti-affinity",
-                      "max_server_per_host": 2},
-            "ignore_hosts": ["h1"], "scheduler_hints": {"same_host": ["abc"]}}
+    data = {
+        **copy.deepcopy(GOOD),
+        "num_instances": 3,
+        "availability_zone": "az1",
+        "group": {
+            "uuid": "2b6c0f0e-8f7a-4b7e-9c59-5a3f3c1a0b11",
+            "policy": "anti-affinity",
+            "max_server_per_host": 2,
+        },
+        "ignore_hosts": ["h1"],
+        "scheduler_hints": {"same_host": ["abc"]},
+    }
     spec = RequestSpec.from_primitive(data)
     again = RequestSpec.from_primitive(spec.to_primitive())
     assert again == spec
@@ -109,8 +182,12 @@ def test_forcing_fields_round_trip_and_are_left_out_when_unset() -> None:
     plain = RequestSpec.from_primitive(copy.deepcopy(GOOD))
     assert not set(plain.to_primitive()) & set(RequestSpec.DESTINATION_FIELDS)
     assert not plain.has_destination
-    data = {**copy.deepcopy(GOOD), "force_hosts": ["h1", "h2"], "force_nodes": ["h2"],
-            "requested_destination": {"host": "h2", "node": None}}
+    data = {
+        **copy.deepcopy(GOOD),
+        "force_hosts": ["h1", "h2"],
+        "force_nodes": ["h2"],
+        "requested_destination": {"host": "h2", "node": None},
+    }
     forced = RequestSpec.from_primitive(data)
     assert forced.has_destination
     assert forced.force_hosts == ("h1", "h2") and forced.force_nodes == ("h2",)
@@ -118,22 +195,49 @@ def test_forcing_fields_round_trip_and_are_left_out_when_unset() -> None:
     assert RequestSpec.from_primitive(forced.to_primitive()) == forced
 
 
-@pytest.mark.parametrize("flavor, bfv, expected", [
-    pytest.param({"root_gb": 20}, False, {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20},
-                 id="root-only"),
-    pytest.param({"root_gb": 20, "ephemeral_gb": 5, "swap_mb": 1025}, False,
-                 {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 27}, id="swap-rounded-up"),
-    pytest.param({"root_gb": 20, "ephemeral_gb": 5}, True,
-                 {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 5}, id="volume-backed-no-root"),
-    pytest.param({"root_gb": 20}, True, {"VCPU": 1, "MEMORY_MB": 2048},
-                 id="volume-backed-no-disk-at-all"),
-    # What the engine claims: resource extra specs override the flavor's sizes.
-    pytest.param({"vcpus": 2, "root_gb": 10,
-                  "extra_specs": {"resources:VCPU": "4", "resources:DISK_GB": "0"}}, False,
-                 {"VCPU": 4, "MEMORY_MB": 2048}, id="extra-specs-override"),
-    pytest.param({"root_gb": 20, "extra_specs": {"resources1:VCPU": "2"}}, False,
-                 {"VCPU": 3, "MEMORY_MB": 2048, "DISK_GB": 20}, id="numbered-group-added"),
-])
+@pytest.mark.parametrize(
+    "flavor, bfv, expected",
+    [
+        pytest.param(
+            {"root_gb": 20}, False, {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}, id="root-only"
+        ),
+        pytest.param(
+            {"root_gb": 20, "ephemeral_gb": 5, "swap_mb": 1025},
+            False,
+            {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 27},
+            id="swap-rounded-up",
+        ),
+        pytest.param(
+            {"root_gb": 20, "ephemeral_gb": 5},
+            True,
+            {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 5},
+            id="volume-backed-no-root",
+        ),
+        pytest.param(
+            {"root_gb": 20},
+            True,
+            {"VCPU": 1, "MEMORY_MB": 2048},
+            id="volume-backed-no-disk-at-all",
+        ),
+        # What the engine claims: resource extra specs override the flavor's sizes.
+        pytest.param(
+            {
+                "vcpus": 2,
+                "root_gb": 10,
+                "extra_specs": {"resources:VCPU": "4", "resources:DISK_GB": "0"},
+            },
+            False,
+            {"VCPU": 4, "MEMORY_MB": 2048},
+            id="extra-specs-override",
+        ),
+        pytest.param(
+            {"root_gb": 20, "extra_specs": {"resources1:VCPU": "2"}},
+            False,
+            {"VCPU": 3, "MEMORY_MB": 2048, "DISK_GB": 20},
+            id="numbered-group-added",
+        ),
+    ],
+)
 def test_resources_asked(flavor: dict, bfv: bool, expected: dict) -> None:
     data = copy.deepcopy(GOOD)
     data["flavor"] = {"name": "f", "vcpus": 1, "memory_mb": 2048, **flavor}
@@ -162,8 +266,13 @@ def test_instance_uuids_must_match_the_count_and_be_unique() -> None:
 
 def test_selection_round_trip_and_validation() -> None:
     rp = "7f1c9a52-0b7e-4d0a-8d7c-3e2b1a0c9d88"
-    sel = Selection(host="h1", node="h1", provider_uuid=rp, weight=1.5,
-                    allocation_request=AllocationRequest({rp: {"VCPU": 1}}, "p", "u"))
+    sel = Selection(
+        host="h1",
+        node="h1",
+        provider_uuid=rp,
+        weight=1.5,
+        allocation_request=AllocationRequest({rp: {"VCPU": 1}}, "p", "u"),
+    )
     assert Selection.from_primitive(sel.to_primitive()) == sel
     bad = sel.to_primitive()
     bad["allocation_request"]["allocations"][rp]["VCPU"] = 0

@@ -24,17 +24,34 @@ from scheduler.explain import (
 from scheduler.objects import AllocationRequest, Flavor, RequestSpec, Selection
 
 RP = "7f1c9a52-0b7e-4d0a-8d7c-3e2b1a0c9d88"
-SPEC = RequestSpec(flavor=Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1),
-                   project_id="p", user_id="u")
-SEL = Selection(host="h1", node="h1", provider_uuid=RP, weight=0.5,
-                allocation_request=AllocationRequest({RP: {"VCPU": 1}}, "p", "u"))
+SPEC = RequestSpec(
+    flavor=Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1), project_id="p", user_id="u"
+)
+SEL = Selection(
+    host="h1",
+    node="h1",
+    provider_uuid=RP,
+    weight=0.5,
+    allocation_request=AllocationRequest({RP: {"VCPU": 1}}, "p", "u"),
+)
 REPORT = ExplainReport(
-    request_id="req-abc", flavor="m1.tiny", resources={"VCPU": 1, "MEMORY_MB": 512},
-    num_instances=1, placeable=True, weighers={"RAMWeigher": 1.0},
-    instances=(InstanceExplanation(
-        position=0, hosts=3, stages=(StageSurvivors("candidates", 2),),
-        reasons={"insufficient MEMORY_MB": 1},
-        top=(WeighedHostReport("h1", 1.0, {"RAMWeigher": 1.0}),), host="h1"),))
+    request_id="req-abc",
+    flavor="m1.tiny",
+    resources={"VCPU": 1, "MEMORY_MB": 512},
+    num_instances=1,
+    placeable=True,
+    weighers={"RAMWeigher": 1.0},
+    instances=(
+        InstanceExplanation(
+            position=0,
+            hosts=3,
+            stages=(StageSurvivors("candidates", 2),),
+            reasons={"insufficient MEMORY_MB": 1},
+            top=(WeighedHostReport("h1", 1.0, {"RAMWeigher": 1.0}),),
+            host="h1",
+        ),
+    ),
+)
 
 
 class Recorder:
@@ -77,9 +94,14 @@ def transport() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def servers(transport: Any) -> Iterator[Recorder]:
     rec = Recorder()
-    servers = [rpc.get_server(transport, topic, server, [rec])
-               for topic, server in ((rpc.SCHEDULER_TOPIC, "s1"), (rpc.COMPUTE_TOPIC, "sim-1"),
-                                     (rpc.CONDUCTOR_TOPIC, "c1"))]
+    servers = [
+        rpc.get_server(transport, topic, server, [rec])
+        for topic, server in (
+            (rpc.SCHEDULER_TOPIC, "s1"),
+            (rpc.COMPUTE_TOPIC, "sim-1"),
+            (rpc.CONDUCTOR_TOPIC, "c1"),
+        )
+    ]
     # A worker that only knows 1.0, on a topic of its own.
     servers.append(rpc.get_server(transport, OLD_TOPIC, "old-1", [Recorder(version="1.0")]))
     for s in servers:
@@ -107,46 +129,85 @@ ADMIN = rpc.RequestContext.admin(request_id="req-adm", user_id="ops", project_id
 OLD_TOPIC = "scheduler-1.0"
 
 
-def test_select_destinations_sends_v1_arguments_and_context(transport: Any,
-                                                            recorder: Recorder) -> None:
+def test_select_destinations_sends_v1_arguments_and_context(
+    transport: Any, recorder: Recorder
+) -> None:
     client = rpc.SchedulerClient(transport)
     result = client.select_destinations(CTXT, SPEC, ["i-1"], return_alternates=False)
     name, ctxt, kwargs = recorder.calls[-1]
     assert name == "select_destinations"
-    assert kwargs == {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"],
-                      "return_alternates": False}
+    assert kwargs == {
+        "request_spec": SPEC.to_primitive(),
+        "instance_uuids": ["i-1"],
+        "return_alternates": False,
+    }
     assert ctxt.request_id == "req-abc" and ctxt.roles == ["member"]
     assert result == [[SEL]]
 
 
-@pytest.mark.parametrize("send, method, expected", [
-    pytest.param(lambda t: rpc.SchedulerClient(t).run_instance(CTXT, SPEC, ["i-1"]),
-                 "run_instance", {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"]},
-                 id="run_instance"),
-    pytest.param(lambda t: rpc.SchedulerClient(t).resize(CTXT, "i-1", "h0", SPEC.flavor, SPEC),
-                 "resize", {"instance_uuid": "i-1", "source_host": "h0",
-                            "new_flavor": SPEC.flavor.to_primitive(),
-                            "request_spec": SPEC.to_primitive()}, id="resize"),
-    pytest.param(lambda t: rpc.ComputeClient(t, lambda host: "sim-1").build_and_run_instance(
-        CTXT, "i-1", SPEC, SEL, [SEL]), "build_and_run_instance",
-        {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
-         "selection": SEL.to_primitive(), "host_list": [SEL.to_primitive()]},
-        id="build_and_run_instance"),
-    pytest.param(lambda t: rpc.ConductorClient(t).reschedule(CTXT, "i-1", SPEC, "h1", "boom",
-                                                             [SEL]),
-                 "reschedule", {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
-                                "failed_host": "h1", "reason": "boom",
-                                "host_list": [SEL.to_primitive()], "migration_uuid": None},
-                 id="reschedule"),
-    pytest.param(lambda t: rpc.ConductorClient(t).schedule_failed(CTXT, ["i-1"], "r", "d"),
-                 "schedule_failed", {"instance_uuids": ["i-1"], "reason": "r", "details": "d"},
-                 id="schedule_failed"),
-    pytest.param(lambda t: rpc.ConductorClient(t).build_succeeded(CTXT, "i-1", "h1", "h1"),
-                 "build_succeeded", {"instance_uuid": "i-1", "host": "h1", "node": "h1"},
-                 id="build_succeeded"),
-])
-def test_casts_send_v1_arguments(transport: Any, recorder: Recorder, send: Any, method: str,
-                                 expected: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "send, method, expected",
+    [
+        pytest.param(
+            lambda t: rpc.SchedulerClient(t).run_instance(CTXT, SPEC, ["i-1"]),
+            "run_instance",
+            {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"]},
+            id="run_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.SchedulerClient(t).resize(CTXT, "i-1", "h0", SPEC.flavor, SPEC),
+            "resize",
+            {
+                "instance_uuid": "i-1",
+                "source_host": "h0",
+                "new_flavor": SPEC.flavor.to_primitive(),
+                "request_spec": SPEC.to_primitive(),
+            },
+            id="resize",
+        ),
+        pytest.param(
+            lambda t: rpc.ComputeClient(t, lambda host: "sim-1").build_and_run_instance(
+                CTXT, "i-1", SPEC, SEL, [SEL]
+            ),
+            "build_and_run_instance",
+            {
+                "instance_uuid": "i-1",
+                "request_spec": SPEC.to_primitive(),
+                "selection": SEL.to_primitive(),
+                "host_list": [SEL.to_primitive()],
+            },
+            id="build_and_run_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).reschedule(CTXT, "i-1", SPEC, "h1", "boom", [SEL]),
+            "reschedule",
+            {
+                "instance_uuid": "i-1",
+                "request_spec": SPEC.to_primitive(),
+                "failed_host": "h1",
+                "reason": "boom",
+                "host_list": [SEL.to_primitive()],
+                "migration_uuid": None,
+            },
+            id="reschedule",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).schedule_failed(CTXT, ["i-1"], "r", "d"),
+            "schedule_failed",
+            {"instance_uuids": ["i-1"], "reason": "r", "details": "d"},
+            id="schedule_failed",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).build_succeeded(CTXT, "i-1", "h1", "h1"),
+            "build_succeeded",
+            {"instance_uuid": "i-1", "host": "h1", "node": "h1"},
+            id="build_succeeded",
+        ),
+    ],
+)
+def test_casts_send_v1_arguments(
+    transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
+) -> None:
     send(transport)
     name, ctxt, kwargs = _wait(recorder)
     assert (name, kwargs) == (method, expected)
@@ -157,66 +218,127 @@ def compute(t: Any) -> rpc.ComputeClient:
     return rpc.ComputeClient(t, lambda host: "sim-1")
 
 
-@pytest.mark.parametrize("send, method, expected", [
-    pytest.param(lambda t: compute(t).prep_resize(CTXT, "i-1", "m-1", SPEC.flavor, SPEC, SEL,
-                                                  [SEL]),
-                 "prep_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1",
-                                 "new_flavor": SPEC.flavor.to_primitive(),
-                                 "request_spec": SPEC.to_primitive(),
-                                 "selection": SEL.to_primitive(),
-                                 "host_list": [SEL.to_primitive()]}, id="prep_resize"),
-    pytest.param(lambda t: compute(t).resize_instance(CTXT, "h0", "i-1", "m-1", "h1", "n1"),
-                 "resize_instance", {"instance_uuid": "i-1", "migration_uuid": "m-1",
-                                     "dest_host": "h1", "dest_node": "n1"},
-                 id="resize_instance"),
-    pytest.param(lambda t: compute(t).finish_resize(CTXT, "h1", "n1", "i-1", "m-1"),
-                 "finish_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1",
-                                   "dest_host": "h1", "dest_node": "n1"}, id="finish_resize"),
-    pytest.param(lambda t: compute(t).confirm_resize(CTXT, "h0", "i-1", "m-1"),
-                 "confirm_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
-                 id="confirm_resize"),
-    pytest.param(lambda t: compute(t).revert_resize(CTXT, "h1", "i-1", "m-1"),
-                 "revert_resize", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
-                 id="revert_resize"),
-    pytest.param(lambda t: rpc.ConductorClient(t).reschedule(CTXT, "i-1", SPEC, "h1", "boom",
-                                                             [], migration_uuid="m-1"),
-                 "reschedule", {"instance_uuid": "i-1", "request_spec": SPEC.to_primitive(),
-                                "failed_host": "h1", "reason": "boom", "host_list": [],
-                                "migration_uuid": "m-1"}, id="reschedule-of-a-resize"),
-    pytest.param(lambda t: rpc.ConductorClient(t).resize_result(CTXT, "i-1", "m-1", None,
-                                                                False, "r", "d"),
-                 "resize_result", {"instance_uuid": "i-1", "migration_uuid": "m-1",
-                                   "host": None, "success": False, "reason": "r",
-                                   "details": "d"}, id="resize_result"),
-    pytest.param(lambda t: rpc.ConductorClient(t).resize_confirmed(CTXT, "i-1", "m-1"),
-                 "resize_confirmed", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
-                 id="resize_confirmed"),
-    pytest.param(lambda t: rpc.ConductorClient(t).resize_reverted(CTXT, "i-1", "m-1"),
-                 "resize_reverted", {"instance_uuid": "i-1", "migration_uuid": "m-1"},
-                 id="resize_reverted"),
-])
-def test_resize_casts_send_v1_1_arguments(transport: Any, recorder: Recorder, send: Any,
-                                          method: str, expected: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "send, method, expected",
+    [
+        pytest.param(
+            lambda t: compute(t).prep_resize(CTXT, "i-1", "m-1", SPEC.flavor, SPEC, SEL, [SEL]),
+            "prep_resize",
+            {
+                "instance_uuid": "i-1",
+                "migration_uuid": "m-1",
+                "new_flavor": SPEC.flavor.to_primitive(),
+                "request_spec": SPEC.to_primitive(),
+                "selection": SEL.to_primitive(),
+                "host_list": [SEL.to_primitive()],
+            },
+            id="prep_resize",
+        ),
+        pytest.param(
+            lambda t: compute(t).resize_instance(CTXT, "h0", "i-1", "m-1", "h1", "n1"),
+            "resize_instance",
+            {
+                "instance_uuid": "i-1",
+                "migration_uuid": "m-1",
+                "dest_host": "h1",
+                "dest_node": "n1",
+            },
+            id="resize_instance",
+        ),
+        pytest.param(
+            lambda t: compute(t).finish_resize(CTXT, "h1", "n1", "i-1", "m-1"),
+            "finish_resize",
+            {
+                "instance_uuid": "i-1",
+                "migration_uuid": "m-1",
+                "dest_host": "h1",
+                "dest_node": "n1",
+            },
+            id="finish_resize",
+        ),
+        pytest.param(
+            lambda t: compute(t).confirm_resize(CTXT, "h0", "i-1", "m-1"),
+            "confirm_resize",
+            {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+            id="confirm_resize",
+        ),
+        pytest.param(
+            lambda t: compute(t).revert_resize(CTXT, "h1", "i-1", "m-1"),
+            "revert_resize",
+            {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+            id="revert_resize",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).reschedule(
+                CTXT, "i-1", SPEC, "h1", "boom", [], migration_uuid="m-1"
+            ),
+            "reschedule",
+            {
+                "instance_uuid": "i-1",
+                "request_spec": SPEC.to_primitive(),
+                "failed_host": "h1",
+                "reason": "boom",
+                "host_list": [],
+                "migration_uuid": "m-1",
+            },
+            id="reschedule-of-a-resize",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).resize_result(
+                CTXT, "i-1", "m-1", None, False, "r", "d"
+            ),
+            "resize_result",
+            {
+                "instance_uuid": "i-1",
+                "migration_uuid": "m-1",
+                "host": None,
+                "success": False,
+                "reason": "r",
+                "details": "d",
+            },
+            id="resize_result",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).resize_confirmed(CTXT, "i-1", "m-1"),
+            "resize_confirmed",
+            {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+            id="resize_confirmed",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).resize_reverted(CTXT, "i-1", "m-1"),
+            "resize_reverted",
+            {"instance_uuid": "i-1", "migration_uuid": "m-1"},
+            id="resize_reverted",
+        ),
+    ],
+)
+def test_resize_casts_send_v1_1_arguments(
+    transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
+) -> None:
     send(transport)
     name, ctxt, kwargs = _wait(recorder)
     assert (name, kwargs) == (method, expected)
     assert ctxt.request_id == "req-abc"
 
 
-@pytest.mark.parametrize("client, version", [
-    # The scheduler client's newest version; each method sends its own (below).
-    pytest.param(rpc.SchedulerClient, "1.2", id="scheduler"),
-    pytest.param(rpc.ComputeClient, "1.1", id="compute"),
-    pytest.param(rpc.ConductorClient, "1.1", id="conductor"),
-])
+@pytest.mark.parametrize(
+    "client, version",
+    [
+        # The scheduler client's newest version; each method sends its own (below).
+        pytest.param(rpc.SchedulerClient, "1.2", id="scheduler"),
+        pytest.param(rpc.ComputeClient, "1.1", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.1", id="conductor"),
+    ],
+)
 def test_each_client_pins_its_version(client: type, version: str) -> None:
     assert client.VERSION == version  # type: ignore[attr-defined]
 
 
 def test_typed_errors_cross_the_boundary_whole(transport: Any, recorder: Recorder) -> None:
     client = rpc.SchedulerClient(transport)
-    recorder.raise_next = NoValidHost(details="0/3 hosts available: 3 insufficient VCPU",
-                                      reasons={"insufficient VCPU": 3})
+    recorder.raise_next = NoValidHost(
+        details="0/3 hosts available: 3 insufficient VCPU", reasons={"insufficient VCPU": 3}
+    )
     with pytest.raises(NoValidHost) as err:
         client.select_destinations(CTXT, SPEC, ["i-1"])
     assert err.value.details == "0/3 hosts available: 3 insufficient VCPU"
@@ -226,8 +348,9 @@ def test_typed_errors_cross_the_boundary_whole(transport: Any, recorder: Recorde
         client.select_destinations(CTXT, SPEC, ["i-1"])
 
 
-def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(transport: Any,
-                                                                  recorder: Recorder) -> None:
+def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(
+    transport: Any, recorder: Recorder
+) -> None:
     report = rpc.SchedulerClient(transport).explain(ADMIN, SPEC)
     name, ctxt, kwargs = _wait(recorder)
     assert (name, kwargs) == ("explain", {"request_spec": SPEC.to_primitive()})
@@ -235,12 +358,15 @@ def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(transport: An
     assert report == REPORT
 
 
-@pytest.mark.parametrize("method, version", [
-    pytest.param("select_destinations", "1.0", id="select_destinations"),
-    pytest.param("run_instance", "1.0", id="run_instance"),
-    pytest.param("resize", "1.0", id="resize"),
-    pytest.param("explain", "1.1", id="explain"),
-])
+@pytest.mark.parametrize(
+    "method, version",
+    [
+        pytest.param("select_destinations", "1.0", id="select_destinations"),
+        pytest.param("run_instance", "1.0", id="run_instance"),
+        pytest.param("resize", "1.0", id="resize"),
+        pytest.param("explain", "1.1", id="explain"),
+    ],
+)
 def test_each_method_pins_the_version_that_introduced_it(method: str, version: str) -> None:
     assert rpc.SchedulerClient.SENDS[method] == version
     assert rpc.SchedulerClient.VERSION == "1.2"
@@ -249,13 +375,18 @@ def test_each_method_pins_the_version_that_introduced_it(method: str, version: s
 FORCED = SPEC.replace(force_hosts=("h1",))
 
 
-@pytest.mark.parametrize("send", [
-    pytest.param(lambda c: c.select_destinations(ADMIN, FORCED, ["i-1"]),
-                 id="select_destinations"),
-    pytest.param(lambda c: c.explain(ADMIN, FORCED), id="explain"),
-])
-def test_a_forced_spec_is_sent_at_1_2_so_an_older_worker_refuses_it(transport: Any,
-                                                                    send: Any) -> None:
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(
+            lambda c: c.select_destinations(ADMIN, FORCED, ["i-1"]), id="select_destinations"
+        ),
+        pytest.param(lambda c: c.explain(ADMIN, FORCED), id="explain"),
+    ],
+)
+def test_a_forced_spec_is_sent_at_1_2_so_an_older_worker_refuses_it(
+    transport: Any, send: Any
+) -> None:
     """A 1.1 worker would refuse the unknown field anyway; a 1.0 one must not
     even be asked (it could not say why)."""
     old = rpc.SchedulerClient(transport, topic=OLD_TOPIC, timeout=5)
@@ -264,8 +395,7 @@ def test_a_forced_spec_is_sent_at_1_2_so_an_older_worker_refuses_it(transport: A
     assert err.value.version == "1.2"
 
 
-def test_a_forced_spec_reaches_a_current_worker_whole(transport: Any,
-                                                      recorder: Recorder) -> None:
+def test_a_forced_spec_reaches_a_current_worker_whole(transport: Any, recorder: Recorder) -> None:
     rpc.SchedulerClient(transport).run_instance(ADMIN, FORCED, ["i-1"])
     name, ctxt, kwargs = _wait(recorder)
     assert kwargs["request_spec"]["force_hosts"] == ["h1"]

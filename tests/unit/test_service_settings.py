@@ -46,28 +46,53 @@ def test_defaults_mirror_the_engines(conf: cfg.ConfigOpts) -> None:
 
 
 def test_options_reach_the_settings(conf: cfg.ConfigOpts) -> None:
-    conf.set_override("image_props_weight_setting", ["os_distro=10", " hw_machine_type = 0.5"],
-                      "filter_scheduler")
-    conf.set_override("alias", ['{"name": "nic", "vendor_id": "8086", "product_id": "154d"}'],
-                      "pci")
+    conf.set_override(
+        "image_props_weight_setting",
+        ["os_distro=10", " hw_machine_type = 0.5"],
+        "filter_scheduler",
+    )
+    conf.set_override(
+        "alias", ['{"name": "nic", "vendor_id": "8086", "product_id": "154d"}'], "pci"
+    )
     conf.set_override("isolated_hosts", ["iso1"], "filter_scheduler")
     s = engine_settings(conf)
-    assert s.plugin_options["image_props_weight_setting"] == {"os_distro": 10.0,
-                                                             "hw_machine_type": 0.5}
+    assert s.plugin_options["image_props_weight_setting"] == {
+        "os_distro": 10.0,
+        "hw_machine_type": 0.5,
+    }
     assert s.pci_aliases == {"nic": PciAlias("nic", "8086", "154d")}
     assert s.plugin_options["isolated_hosts"] == ("iso1",)
 
 
-@pytest.mark.parametrize(("group", "name", "value", "message"), [
-    pytest.param("filter_scheduler", "image_props_weight_setting", ["os_distro"],
-                 "not property=number", id="weight-setting-without-number"),
-    pytest.param("filter_scheduler", "image_props_weight_setting", ["os_distro=high"],
-                 "not property=number", id="weight-setting-not-a-number"),
-    pytest.param("pci", "alias", ['{"name": "nic"}'], "needs a name and a vendor_id",
-                 id="pci-alias-without-vendor"),
-])
-def test_malformed_options_stop_start_up(conf: cfg.ConfigOpts, group: str, name: str,
-                                         value: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("group", "name", "value", "message"),
+    [
+        pytest.param(
+            "filter_scheduler",
+            "image_props_weight_setting",
+            ["os_distro"],
+            "not property=number",
+            id="weight-setting-without-number",
+        ),
+        pytest.param(
+            "filter_scheduler",
+            "image_props_weight_setting",
+            ["os_distro=high"],
+            "not property=number",
+            id="weight-setting-not-a-number",
+        ),
+        pytest.param(
+            "pci",
+            "alias",
+            ['{"name": "nic"}'],
+            "needs a name and a vendor_id",
+            id="pci-alias-without-vendor",
+        ),
+    ],
+)
+def test_malformed_options_stop_start_up(
+    conf: cfg.ConfigOpts, group: str, name: str, value: list[str], message: str
+) -> None:
     conf.set_override(name, value, group)
     with pytest.raises(ValueError, match=message):
         engine_settings(conf)
@@ -83,7 +108,7 @@ def test_each_plugin_gets_its_own_arguments(conf: cfg.ConfigOpts) -> None:
     conf.set_override("ram_weight_multiplier", -2.0, "filter_scheduler")
     conf.set_override("enabled_filters", ["IoOpsFilter"], "filter_scheduler")
     eng = Engine(MemoryStore(), engine_settings(conf))
-    (_, io_ops), = eng.filters
+    ((_, io_ops),) = eng.filters
     assert io_ops.args == IoOpsFilter.Args(max_io_ops_per_host=3)
     ram = dict(eng.weighers)["RAMWeigher"]
     assert ram.args == RAMWeigher.Args(ram_weight_multiplier=-2.0)
@@ -92,10 +117,17 @@ def test_each_plugin_gets_its_own_arguments(conf: cfg.ConfigOpts) -> None:
 
 
 def test_an_argument_out_of_bounds_stops_start_up() -> None:
-    with pytest.raises(ValueError, match=r"^\[filter_scheduler\] max_io_ops_per_host must be "
-                       r"at least 0, got -1$"):
-        Engine(MemoryStore(), EngineSettings(enabled_filters=("IoOpsFilter",),
-                                             plugin_options={"max_io_ops_per_host": -1}))
+    with pytest.raises(
+        ValueError,
+        match=r"^\[filter_scheduler\] max_io_ops_per_host must be "
+        r"at least 0, got -1$",
+    ):
+        Engine(
+            MemoryStore(),
+            EngineSettings(
+                enabled_filters=("IoOpsFilter",), plugin_options={"max_io_ops_per_host": -1}
+            ),
+        )
 
 
 # --- a plugin from elsewhere: one module, one entry point ---------------------------------
@@ -114,8 +146,9 @@ class TinyFilter(BaseFilter[bool]):
 
     args: Args
 
-    def passes(self, view: HostView, candidates: np.ndarray, ctx: PlacementContext,
-               state: bool) -> np.ndarray:
+    def passes(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
+    ) -> np.ndarray:
         return np.ones(len(candidates), dtype=bool)
 
 
@@ -124,7 +157,8 @@ def tiny_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """TinyFilter as if another installed package registered it under scheduler.filters."""
     real = importlib.metadata.entry_points
     tiny = importlib.metadata.EntryPoint(
-        name="TinyFilter", value=f"{__name__}:TinyFilter", group=plugins.FILTERS_GROUP)
+        name="TinyFilter", value=f"{__name__}:TinyFilter", group=plugins.FILTERS_GROUP
+    )
 
     def entry_points(**selection: str) -> list[importlib.metadata.EntryPoint]:
         found = list(real(**selection))
@@ -145,13 +179,20 @@ def test_a_new_plugins_option_is_generated_and_reaches_it(tiny_registered: None)
         c = private_conf([f.name])
         settings = engine_settings(c)
     c.reset()
-    (name, tiny), = Engine(MemoryStore(), settings).filters
+    ((name, tiny),) = Engine(MemoryStore(), settings).filters
     assert (name, type(tiny).__name__) == ("TinyFilter", "TinyFilter")
     assert tiny.args.tiny_things_per_host == 5
 
 
-@pytest.mark.parametrize("module", ["scheduler.filters.base", "scheduler.weighers.base",
-                                    "scheduler.filters.same_host", "scheduler.engine.plugins"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "scheduler.filters.base",
+        "scheduler.weighers.base",
+        "scheduler.filters.same_host",
+        "scheduler.engine.plugins",
+    ],
+)
 def test_a_plugin_module_imports_first(module: str) -> None:
     """What another package does: import a plugin (or the helpers) before the engine."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)

@@ -10,36 +10,110 @@ from bench import report
 
 
 def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any]:
-    return {"rows": [{"store": "memory", "hosts": hosts, "request": "1 instance",
-                      "median_ms": median_ms, "requests_per_s": per_s}]}
+    return {
+        "rows": [
+            {
+                "store": "memory",
+                "hosts": hosts,
+                "request": "1 instance",
+                "median_ms": median_ms,
+                "requests_per_s": per_s,
+            }
+        ]
+    }
 
 
-@pytest.mark.parametrize(("cases", "target", "measured_on", "status"), [
-    pytest.param({"engine": _engine(0.5, 2000.0)}, "engine_10k", "in-memory", "met",
-                 id="engine-fast-enough"),
-    pytest.param({"engine": _engine(1.5, 2000.0)}, "engine_10k", "in-memory", "**missed**",
-                 id="engine-too-slow"),
-    pytest.param({"engine": _engine(0.5, 900.0)}, "engine_rate_10k", "in-memory",
-                 "**missed**", id="engine-rate-too-low"),
-    pytest.param({"engine": _engine(0.5, 2000.0, hosts=1000)}, "engine_10k", "in-memory",
-                 "not measured", id="engine-not-at-10k"),
-    pytest.param({"engine": _engine(0.5, 2000.0)}, "engine_10k", "Redis", "not measured",
-                 id="engine-redis-not-run"),
-    pytest.param({"rabbit": {"rows": [{"call": "select_destinations", "callers": 16,
-                                       "ratio_to_echo": 0.85}]}},
-                 "rabbit_ratio", "16 caller", "met", id="rabbit-ratio-met"),
-    pytest.param({"bootstorm": {"cores": 2, "rows": [
-        {"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.2}]}}, "storm_ratio",
-        "backlog", "**missed**", id="storm-ratio-missed"),
-    pytest.param({"bootstorm": {"cores": 2, "rows": [
-        {"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.7}]}}, "storm_ratio",
-        "streamed", "not measured", id="storm-streamed-not-run"),
-    pytest.param({"memory": {"rows": [{"hosts": 100000, "rss_mb": 250.0}]}}, "rss_100k",
-                 "VmRSS", "met", id="rss-met"),
-    pytest.param({"hostview": {"cold_load": [{"hosts": 100000, "load_ms": 6000.0}]}},
-                 "load_100k", "first decision", "**missed**", id="cold-load-missed"),
-])
+@pytest.mark.parametrize(
+    ("cases", "target", "measured_on", "status"),
+    [
+        pytest.param(
+            {"engine": _engine(0.5, 2000.0)},
+            "engine_10k",
+            "in-memory",
+            "met",
+            id="engine-fast-enough",
+        ),
+        pytest.param(
+            {"engine": _engine(1.5, 2000.0)},
+            "engine_10k",
+            "in-memory",
+            "**missed**",
+            id="engine-too-slow",
+        ),
+        pytest.param(
+            {"engine": _engine(0.5, 900.0)},
+            "engine_rate_10k",
+            "in-memory",
+            "**missed**",
+            id="engine-rate-too-low",
+        ),
+        pytest.param(
+            {"engine": _engine(0.5, 2000.0, hosts=1000)},
+            "engine_10k",
+            "in-memory",
+            "not measured",
+            id="engine-not-at-10k",
+        ),
+        pytest.param(
+            {"engine": _engine(0.5, 2000.0)},
+            "engine_10k",
+            "Redis",
+            "not measured",
+            id="engine-redis-not-run",
+        ),
+        pytest.param(
+            {
+                "rabbit": {
+                    "rows": [{"call": "select_destinations", "callers": 16, "ratio_to_echo": 0.85}]
+                }
+            },
+            "rabbit_ratio",
+            "16 caller",
+            "met",
+            id="rabbit-ratio-met",
+        ),
+        pytest.param(
+            {
+                "bootstorm": {
+                    "cores": 2,
+                    "rows": [{"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.2}],
+                }
+            },
+            "storm_ratio",
+            "backlog",
+            "**missed**",
+            id="storm-ratio-missed",
+        ),
+        pytest.param(
+            {
+                "bootstorm": {
+                    "cores": 2,
+                    "rows": [{"mode": "backlog", "workers": 2, "ratio_to_one_worker": 1.7}],
+                }
+            },
+            "storm_ratio",
+            "streamed",
+            "not measured",
+            id="storm-streamed-not-run",
+        ),
+        pytest.param(
+            {"memory": {"rows": [{"hosts": 100000, "rss_mb": 250.0}]}},
+            "rss_100k",
+            "VmRSS",
+            "met",
+            id="rss-met",
+        ),
+        pytest.param(
+            {"hostview": {"cold_load": [{"hosts": 100000, "load_ms": 6000.0}]}},
+            "load_100k",
+            "first decision",
+            "**missed**",
+            id="cold-load-missed",
+        ),
+    ],
+)
 def test_targets(cases: dict[str, Any], target: str, measured_on: str, status: str) -> None:
-    found = [t for t in report.targets(cases)
-             if t["id"] == target and measured_on in t["measured_on"]]
+    found = [
+        t for t in report.targets(cases) if t["id"] == target and measured_on in t["measured_on"]
+    ]
     assert [t["status"] for t in found] == [status]

@@ -27,28 +27,52 @@ from tests.unit.factories import host, uuid_of
 FILTERS = ("ComputeFilter", "AvailabilityZoneFilter")
 
 
-def explanation(position: int, hosts: int, survivors: tuple[int, ...],
-                reasons: dict[str, int], host: str | None,
-                top: tuple[WeighedHostReport, ...] = ()) -> InstanceExplanation:
-    stages = [StageSurvivors("candidates", survivors[0]),
-              *(StageSurvivors(f, n) for f, n in zip(FILTERS, survivors[1:], strict=True))]
-    return InstanceExplanation(position=position, hosts=hosts, stages=tuple(stages),
-                               reasons=reasons, top=top, host=host)
+def explanation(
+    position: int,
+    hosts: int,
+    survivors: tuple[int, ...],
+    reasons: dict[str, int],
+    host: str | None,
+    top: tuple[WeighedHostReport, ...] = (),
+) -> InstanceExplanation:
+    stages = [
+        StageSurvivors("candidates", survivors[0]),
+        *(StageSurvivors(f, n) for f, n in zip(FILTERS, survivors[1:], strict=True)),
+    ]
+    return InstanceExplanation(
+        position=position, hosts=hosts, stages=tuple(stages), reasons=reasons, top=top, host=host
+    )
 
 
-def report(*instances: InstanceExplanation, placeable: bool, count: int | None = None,
-           weighers: dict[str, float] | None = None) -> ExplainReport:
+def report(
+    *instances: InstanceExplanation,
+    placeable: bool,
+    count: int | None = None,
+    weighers: dict[str, float] | None = None,
+) -> ExplainReport:
     return ExplainReport(
-        request_id="req-1", flavor="m1.xlarge",
+        request_id="req-1",
+        flavor="m1.xlarge",
         resources={"VCPU": 8, "MEMORY_MB": 16384, "DISK_GB": 160},
-        num_instances=count or len(instances), placeable=placeable, instances=instances,
-        weighers=weighers if weighers is not None else {"RAMWeigher": 1.0,
-                                                         "BuildFailureWeigher": 1e6})
+        num_instances=count or len(instances),
+        placeable=placeable,
+        instances=instances,
+        weighers=weighers
+        if weighers is not None
+        else {"RAMWeigher": 1.0, "BuildFailureWeigher": 1e6},
+    )
 
 
-UNPLACEABLE = report(explanation(0, 1200, (100, 0, 0), {
-    "insufficient MEMORY_MB": 800, "missing trait HW_CPU_X86_AVX512F": 300,
-    "disabled": 100}, None), placeable=False)
+UNPLACEABLE = report(
+    explanation(
+        0,
+        1200,
+        (100, 0, 0),
+        {"insufficient MEMORY_MB": 800, "missing trait HW_CPU_X86_AVX512F": 300, "disabled": 100},
+        None,
+    ),
+    placeable=False,
+)
 
 UNPLACEABLE_TEXT = """\
 explain req-1: flavor m1.xlarge x 1 (VCPU=8, MEMORY_MB=16384, DISK_GB=160)
@@ -69,10 +93,13 @@ instance 1 of 1: NO VALID HOST
 
   no host passed every stage: nothing was weighed"""
 
-TOP = (WeighedHostReport("cmp-7", 1.75, {"RAMWeigher": 0.75, "BuildFailureWeigher": 1.0}),
-       WeighedHostReport("cmp-2", 0.5, {"RAMWeigher": 0.5, "BuildFailureWeigher": 0.0}))
-PLACEABLE = report(explanation(0, 10, (8, 8, 8), {"insufficient VCPU": 2}, "cmp-7", TOP),
-                   placeable=True)
+TOP = (
+    WeighedHostReport("cmp-7", 1.75, {"RAMWeigher": 0.75, "BuildFailureWeigher": 1.0}),
+    WeighedHostReport("cmp-2", 0.5, {"RAMWeigher": 0.5, "BuildFailureWeigher": 0.0}),
+)
+PLACEABLE = report(
+    explanation(0, 10, (8, 8, 8), {"insufficient VCPU": 2}, "cmp-7", TOP), placeable=True
+)
 
 PLACEABLE_TEXT = """\
 explain req-1: flavor m1.xlarge x 1 (VCPU=8, MEMORY_MB=16384, DISK_GB=160)
@@ -94,42 +121,76 @@ instance 1 of 1: would go to cmp-7
   cmp-7  1.7500        +0.7500                         +1.0000
   cmp-2  0.5000        +0.5000                         +0.0000"""
 
-MANY = report(*(explanation(n, 4, (4 - n, 4 - n, 4 - n), {"insufficient MEMORY_MB": n},
-                            f"cmp-{n}") for n in range(4)),
-              explanation(4, 4, (0, 0, 0), {"insufficient MEMORY_MB": 4}, None),
-              placeable=False, count=6)
+MANY = report(
+    *(
+        explanation(n, 4, (4 - n, 4 - n, 4 - n), {"insufficient MEMORY_MB": n}, f"cmp-{n}")
+        for n in range(4)
+    ),
+    explanation(4, 4, (0, 0, 0), {"insufficient MEMORY_MB": 4}, None),
+    placeable=False,
+    count=6,
+)
 
 
-@pytest.mark.parametrize("given, expected", [
-    pytest.param(UNPLACEABLE, UNPLACEABLE_TEXT, id="unplaceable-counted-reasons"),
-    pytest.param(PLACEABLE, PLACEABLE_TEXT, id="placeable-top-hosts-per-weigher"),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        pytest.param(UNPLACEABLE, UNPLACEABLE_TEXT, id="unplaceable-counted-reasons"),
+        pytest.param(PLACEABLE, PLACEABLE_TEXT, id="placeable-top-hosts-per-weigher"),
+    ],
+)
 def test_format_explain_in_full(given: ExplainReport, expected: str) -> None:
     assert admin.format_explain(given) == expected
 
 
-@pytest.mark.parametrize("given, present, absent", [
-    pytest.param(MANY, [
-        "result: NO VALID HOST (instance 5 of 6 found none; all or nothing, so none would "
-        "be placed)",
-        "0/4 hosts available: 4 insufficient MEMORY_MB",
-        "instance 2 of 6: would go to cmp-1\n  3/4 hosts available: 1 insufficient MEMORY_MB"
-        "\n\ninstance 3 of 6",
-        "instance 5 of 6: NO VALID HOST",
-    ], ["instance 6 of 6"], id="multi-instance-middle-condensed-stops-at-failure"),
-    pytest.param(report(explanation(0, 3, (3, 3, 3), {}, "cmp-0"), placeable=True,
-                        weighers={}),
-                 ["3/3 hosts available\n", "nothing was weighed"],
-                 ["top weighed hosts", "no host passed"], id="placed-without-weighing"),
-    pytest.param(report(explanation(0, 3, (1, 1, 1), {"insufficient VCPU": 2}, "cmp-0",
-                                    (WeighedHostReport("cmp-0", 0.0, {}),)), placeable=True),
-                 ["  cmp-0  0.0000              -                               -"], [],
-                 id="one-host-left-has-no-contributions"),
-    pytest.param(report(explanation(0, 0, (0, 0, 0), {}, None), placeable=False),
-                 ["0/0 hosts available\n"], [], id="empty-cloud"),
-])
-def test_format_explain_lines(given: ExplainReport, present: list[str],
-                              absent: list[str]) -> None:
+@pytest.mark.parametrize(
+    "given, present, absent",
+    [
+        pytest.param(
+            MANY,
+            [
+                "result: NO VALID HOST (instance 5 of 6 found none; all or nothing, so none would "
+                "be placed)",
+                "0/4 hosts available: 4 insufficient MEMORY_MB",
+                "instance 2 of 6: would go to cmp-1\n"
+                "  3/4 hosts available: 1 insufficient MEMORY_MB"
+                "\n\ninstance 3 of 6",
+                "instance 5 of 6: NO VALID HOST",
+            ],
+            ["instance 6 of 6"],
+            id="multi-instance-middle-condensed-stops-at-failure",
+        ),
+        pytest.param(
+            report(explanation(0, 3, (3, 3, 3), {}, "cmp-0"), placeable=True, weighers={}),
+            ["3/3 hosts available\n", "nothing was weighed"],
+            ["top weighed hosts", "no host passed"],
+            id="placed-without-weighing",
+        ),
+        pytest.param(
+            report(
+                explanation(
+                    0,
+                    3,
+                    (1, 1, 1),
+                    {"insufficient VCPU": 2},
+                    "cmp-0",
+                    (WeighedHostReport("cmp-0", 0.0, {}),),
+                ),
+                placeable=True,
+            ),
+            ["  cmp-0  0.0000              -                               -"],
+            [],
+            id="one-host-left-has-no-contributions",
+        ),
+        pytest.param(
+            report(explanation(0, 0, (0, 0, 0), {}, None), placeable=False),
+            ["0/0 hosts available\n"],
+            [],
+            id="empty-cloud",
+        ),
+    ],
+)
+def test_format_explain_lines(given: ExplainReport, present: list[str], absent: list[str]) -> None:
     text = admin.format_explain(given)
     for part in present:
         assert part in text
@@ -137,23 +198,30 @@ def test_format_explain_lines(given: ExplainReport, present: list[str],
         assert part not in text
 
 
-@pytest.mark.parametrize("given", [
-    pytest.param(UNPLACEABLE, id="unplaceable"),
-    pytest.param(PLACEABLE, id="placeable"),
-    pytest.param(MANY, id="multi-instance"),
-])
+@pytest.mark.parametrize(
+    "given",
+    [
+        pytest.param(UNPLACEABLE, id="unplaceable"),
+        pytest.param(PLACEABLE, id="placeable"),
+        pytest.param(MANY, id="multi-instance"),
+    ],
+)
 def test_explain_report_survives_json(given: ExplainReport) -> None:
     raw = json.loads(json.dumps(given.to_primitive()))
     assert ExplainReport.from_primitive(raw) == given
     assert raw["summary"] == given.summary
 
 
-@pytest.mark.parametrize("raw", [
-    pytest.param(None, id="none"),
-    pytest.param({"request_id": "r"}, id="missing-fields"),
-    pytest.param({**PLACEABLE.to_primitive(), "instances": [{"position": "x"}]},
-                 id="bad-instance"),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(None, id="none"),
+        pytest.param({"request_id": "r"}, id="missing-fields"),
+        pytest.param(
+            {**PLACEABLE.to_primitive(), "instances": [{"position": "x"}]}, id="bad-instance"
+        ),
+    ],
+)
 def test_a_malformed_report_is_refused_typed(raw: Any) -> None:
     with pytest.raises(InvalidRequest):
         ExplainReport.from_primitive(raw)
@@ -162,65 +230,117 @@ def test_a_malformed_report_is_refused_typed(raw: Any) -> None:
 # --- arguments ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    pytest.param("trait:HW_CPU_X86_AVX512F=required",
-                 ("trait:HW_CPU_X86_AVX512F", "required"), id="trait"),
-    pytest.param("aggregate_instance_extra_specs:a=b=c",
-                 ("aggregate_instance_extra_specs:a", "b=c"), id="value-with-equals"),
-    pytest.param("hw:cpu_policy=", ("hw:cpu_policy", ""), id="empty-value"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param(
+            "trait:HW_CPU_X86_AVX512F=required",
+            ("trait:HW_CPU_X86_AVX512F", "required"),
+            id="trait",
+        ),
+        pytest.param(
+            "aggregate_instance_extra_specs:a=b=c",
+            ("aggregate_instance_extra_specs:a", "b=c"),
+            id="value-with-equals",
+        ),
+        pytest.param("hw:cpu_policy=", ("hw:cpu_policy", ""), id="empty-value"),
+    ],
+)
 def test_key_value(text: str, expected: tuple[str, str]) -> None:
     assert admin.key_value(text) == expected
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param("no-equals", id="no-equals"),
-    pytest.param("=value", id="no-key"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("no-equals", id="no-equals"),
+        pytest.param("=value", id="no-key"),
+    ],
+)
 def test_key_value_refuses(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         admin.key_value(text)
 
 
 def args(**overrides: Any) -> SimpleNamespace:
-    base = {"flavor": "m1.small", "count": 1, "availability_zone": None, "group_policy": None,
-            "group_uuid": None, "extra_spec": [], "image_property": [],
-            "boot_from_volume": False, "project_id": "admin", "user_id": "admin"}
+    base = {
+        "flavor": "m1.small",
+        "count": 1,
+        "availability_zone": None,
+        "group_policy": None,
+        "group_uuid": None,
+        "extra_spec": [],
+        "image_property": [],
+        "boot_from_volume": False,
+        "project_id": "admin",
+        "user_id": "admin",
+    }
     return SimpleNamespace(**{**base, **overrides})
 
 
 GROUP = "5d4c1e4e-1d2b-4b0e-9f7b-0a1b2c3d4e5f"
 
 
-@pytest.mark.parametrize("given, check", [
-    pytest.param(args(), lambda s: (s.flavor.name, s.num_instances, s.group, s.image)
-                 == ("m1.small", 1, None, None), id="plain"),
-    pytest.param(args(extra_spec=[("trait:HW_CPU_X86_AVX512F", "required")], count=3),
-                 lambda s: (dict(s.flavor.extra_specs), s.num_instances)
-                 == ({"trait:HW_CPU_X86_AVX512F": "required"}, 3), id="extra-spec"),
-    pytest.param(args(image_property=[("hw_architecture", "x86_64")]),
-                 lambda s: dict(s.image.properties) == {"hw_architecture": "x86_64"},
-                 id="image-property"),
-    pytest.param(args(group_policy="anti-affinity", group_uuid=GROUP),
-                 lambda s: (s.group.uuid, s.group.policy) == (GROUP, "anti-affinity"),
-                 id="existing-group"),
-    pytest.param(args(group_policy="affinity"), lambda s: s.group.policy == "affinity",
-                 id="new-group"),
-    pytest.param(args(availability_zone="az1", boot_from_volume=True),
-                 lambda s: (s.availability_zone, s.is_bfv, "DISK_GB" in s.resources)
-                 == ("az1", True, False), id="zone-and-bfv"),
-])
+@pytest.mark.parametrize(
+    "given, check",
+    [
+        pytest.param(
+            args(),
+            lambda s: (
+                (s.flavor.name, s.num_instances, s.group, s.image) == ("m1.small", 1, None, None)
+            ),
+            id="plain",
+        ),
+        pytest.param(
+            args(extra_spec=[("trait:HW_CPU_X86_AVX512F", "required")], count=3),
+            lambda s: (
+                (dict(s.flavor.extra_specs), s.num_instances)
+                == ({"trait:HW_CPU_X86_AVX512F": "required"}, 3)
+            ),
+            id="extra-spec",
+        ),
+        pytest.param(
+            args(image_property=[("hw_architecture", "x86_64")]),
+            lambda s: dict(s.image.properties) == {"hw_architecture": "x86_64"},
+            id="image-property",
+        ),
+        pytest.param(
+            args(group_policy="anti-affinity", group_uuid=GROUP),
+            lambda s: (s.group.uuid, s.group.policy) == (GROUP, "anti-affinity"),
+            id="existing-group",
+        ),
+        pytest.param(
+            args(group_policy="affinity"), lambda s: s.group.policy == "affinity", id="new-group"
+        ),
+        pytest.param(
+            args(availability_zone="az1", boot_from_volume=True),
+            lambda s: (
+                (s.availability_zone, s.is_bfv, "DISK_GB" in s.resources) == ("az1", True, False)
+            ),
+            id="zone-and-bfv",
+        ),
+    ],
+)
 def test_build_spec(given: SimpleNamespace, check: Any) -> None:
     assert check(admin.build_spec(given, load_catalog()))
 
 
-@pytest.mark.parametrize("given, message", [
-    pytest.param(args(flavor="m9.giant"), "unknown flavor 'm9.giant'", id="unknown-flavor"),
-    pytest.param(args(group_uuid=GROUP), "--group-uuid needs --group-policy",
-                 id="group-uuid-without-policy"),
-    pytest.param(args(group_policy="anti-affinity", group_uuid="nope"), "group.uuid",
-                 id="bad-group-uuid"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        pytest.param(args(flavor="m9.giant"), "unknown flavor 'm9.giant'", id="unknown-flavor"),
+        pytest.param(
+            args(group_uuid=GROUP),
+            "--group-uuid needs --group-policy",
+            id="group-uuid-without-policy",
+        ),
+        pytest.param(
+            args(group_policy="anti-affinity", group_uuid="nope"),
+            "group.uuid",
+            id="bad-group-uuid",
+        ),
+    ],
+)
 def test_build_spec_refuses(given: SimpleNamespace, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         admin.build_spec(given, load_catalog())
@@ -239,45 +359,90 @@ def service(name: str, age: float = 1.0, **kwargs: Any) -> Service:
     return Service(host=name, rpc_server="sim", last_seen=NOW - age, **kwargs)
 
 
-CHILD = Provider(uuid=uuid_of("cmp-a-gpu"), name="cmp-a-gpu", parent_uuid=uuid_of("cmp-a"),
-                 root_uuid=uuid_of("cmp-a"),
-                 inventories={"CUSTOM_GPU": Inventory(total=4)}, usages={"CUSTOM_GPU": 1},
-                 traits=frozenset({"CUSTOM_GPU_A100"}))
+CHILD = Provider(
+    uuid=uuid_of("cmp-a-gpu"),
+    name="cmp-a-gpu",
+    parent_uuid=uuid_of("cmp-a"),
+    root_uuid=uuid_of("cmp-a"),
+    inventories={"CUSTOM_GPU": Inventory(total=4)},
+    usages={"CUSTOM_GPU": 1},
+    traits=frozenset({"CUSTOM_GPU_A100"}),
+)
 
 
 EMPTY = {"VCPU": "0/16", "MEMORY_MB": "0/32768", "DISK_GB": "0/1000"}
 
 
-@pytest.mark.parametrize("providers, services, expected", [
-    pytest.param([provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=2)],
-                 [service("cmp-a")],
-                 {"cmp-a": (True, False, None, 0, 2, {"VCPU": "2/16", "MEMORY_MB": "4096/32768",
-                                                      "DISK_GB": "0/1000"})},
-                 id="up-and-used"),
-    pytest.param([provider("cmp-b")], [service("cmp-b", age=3600)],
-                 {"cmp-b": (False, False, None, 0, 0, EMPTY)}, id="down-by-heartbeat"),
-    pytest.param([provider("cmp-c")], [], {"cmp-c": (False, False, None, 0, 0, EMPTY)},
-                 id="no-service-is-down"),
-    pytest.param([provider("cmp-d")],
-                 [service("cmp-d", disabled=True, disabled_reason="maintenance",
-                          failed_builds=3)],
-                 {"cmp-d": (True, True, "maintenance", 3, 0, EMPTY)}, id="disabled-failing"),
-    pytest.param([provider("cmp-a"), CHILD], [service("cmp-a")],
-                 {"cmp-a": (True, False, None, 0, 0, {**EMPTY, "CUSTOM_GPU": "1/4"})},
-                 id="child-provider-counts-toward-its-host"),
-])
-def test_host_rows(providers: list[Provider], services: list[Service],
-                   expected: dict[str, tuple[Any, ...]]) -> None:
+@pytest.mark.parametrize(
+    "providers, services, expected",
+    [
+        pytest.param(
+            [provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=2)],
+            [service("cmp-a")],
+            {
+                "cmp-a": (
+                    True,
+                    False,
+                    None,
+                    0,
+                    2,
+                    {"VCPU": "2/16", "MEMORY_MB": "4096/32768", "DISK_GB": "0/1000"},
+                )
+            },
+            id="up-and-used",
+        ),
+        pytest.param(
+            [provider("cmp-b")],
+            [service("cmp-b", age=3600)],
+            {"cmp-b": (False, False, None, 0, 0, EMPTY)},
+            id="down-by-heartbeat",
+        ),
+        pytest.param(
+            [provider("cmp-c")],
+            [],
+            {"cmp-c": (False, False, None, 0, 0, EMPTY)},
+            id="no-service-is-down",
+        ),
+        pytest.param(
+            [provider("cmp-d")],
+            [service("cmp-d", disabled=True, disabled_reason="maintenance", failed_builds=3)],
+            {"cmp-d": (True, True, "maintenance", 3, 0, EMPTY)},
+            id="disabled-failing",
+        ),
+        pytest.param(
+            [provider("cmp-a"), CHILD],
+            [service("cmp-a")],
+            {"cmp-a": (True, False, None, 0, 0, {**EMPTY, "CUSTOM_GPU": "1/4"})},
+            id="child-provider-counts-toward-its-host",
+        ),
+    ],
+)
+def test_host_rows(
+    providers: list[Provider], services: list[Service], expected: dict[str, tuple[Any, ...]]
+) -> None:
     rows = admin.host_rows(providers, services, NOW, 60.0)
-    got = {r.host: (r.up, r.disabled, r.disabled_reason, r.failed_builds, r.consumers,
-                    {rc: str(u) for rc, u in r.usage.items()}) for r in rows}
+    got = {
+        r.host: (
+            r.up,
+            r.disabled,
+            r.disabled_reason,
+            r.failed_builds,
+            r.consumers,
+            {rc: str(u) for rc, u in r.usage.items()},
+        )
+        for r in rows
+    }
     assert got == expected
 
 
 def test_host_rows_name_aggregates_and_fold_traits() -> None:
-    (row,) = admin.host_rows([provider("cmp-a", aggregates=frozenset({uuid_of("agg")})),
-                              CHILD], [service("cmp-a")], NOW, 60.0,
-                             {uuid_of("agg"): "az1-hosts"})
+    (row,) = admin.host_rows(
+        [provider("cmp-a", aggregates=frozenset({uuid_of("agg")})), CHILD],
+        [service("cmp-a")],
+        NOW,
+        60.0,
+        {uuid_of("agg"): "az1-hosts"},
+    )
     assert (row.aggregates, row.traits) == (("az1-hosts",), ("CUSTOM_GPU_A100",))
     assert row.to_primitive()["usage"]["CUSTOM_GPU"] == {"used": 1, "capacity": 4}
 
@@ -294,14 +459,34 @@ cmp-b  DOWN   disabled (maintenance)              3          0           0/16  \
 DISK_GB 0/2000 (0.0%)"""
 
 
-@pytest.mark.parametrize("rows, expected", [
-    pytest.param(admin.host_rows(
-        [provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=1), provider("cmp-b")],
-        [service("cmp-a"), service("cmp-b", age=3600, disabled=True,
-                                   disabled_reason="maintenance", failed_builds=3)],
-        NOW, 60.0), HOSTS_TEXT, id="two-hosts"),
-    pytest.param([], "no hosts", id="none"),
-])
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        pytest.param(
+            admin.host_rows(
+                [
+                    provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=1),
+                    provider("cmp-b"),
+                ],
+                [
+                    service("cmp-a"),
+                    service(
+                        "cmp-b",
+                        age=3600,
+                        disabled=True,
+                        disabled_reason="maintenance",
+                        failed_builds=3,
+                    ),
+                ],
+                NOW,
+                60.0,
+            ),
+            HOSTS_TEXT,
+            id="two-hosts",
+        ),
+        pytest.param([], "no hosts", id="none"),
+    ],
+)
 def test_format_hosts(rows: list[admin.HostRow], expected: str) -> None:
     assert admin.format_hosts(rows) == expected
 
@@ -309,45 +494,102 @@ def test_format_hosts(rows: list[admin.HostRow], expected: str) -> None:
 # --- instance show ------------------------------------------------------------------
 
 ERRORED = InstanceRecord(
-    uuid=uuid_of("i-error"), state="ERROR", task_state=None, attempts=0,
+    uuid=uuid_of("i-error"),
+    state="ERROR",
+    task_state=None,
+    attempts=0,
     fault="No valid host was found.",
     fault_details="0/4 hosts available: 4 insufficient MEMORY_MB",
-    request_spec={"flavor": {"name": "m1.xlarge"}}, updated_at=0.0)
+    request_spec={"flavor": {"name": "m1.xlarge"}},
+    updated_at=0.0,
+)
 RETRIED = InstanceRecord(
-    uuid=uuid_of("i-retried"), state="ERROR", task_state=None, attempts=3,
-    tried_hosts=("cmp-a", "cmp-b", "cmp-c"), fault="Exceeded maximum number of retries.",
-    fault_details="max retries exceeded; hosts tried: cmp-a, cmp-b, cmp-c; last failure: boom")
-ACTIVE = InstanceRecord(uuid=uuid_of("i-active"), state="ACTIVE", task_state=None,
-                        host="cmp-a", node="cmp-a", attempts=1)
-RESIZED = InstanceRecord(uuid=uuid_of("i-resized"), state="RESIZED", task_state=None,
-                         host="cmp-b", node="cmp-b", attempts=1, redrives=1,
-                         migration_uuid=uuid_of("migration"), source_host="cmp-a",
-                         new_flavor={"name": "m1.large"})
+    uuid=uuid_of("i-retried"),
+    state="ERROR",
+    task_state=None,
+    attempts=3,
+    tried_hosts=("cmp-a", "cmp-b", "cmp-c"),
+    fault="Exceeded maximum number of retries.",
+    fault_details="max retries exceeded; hosts tried: cmp-a, cmp-b, cmp-c; last failure: boom",
+)
+ACTIVE = InstanceRecord(
+    uuid=uuid_of("i-active"),
+    state="ACTIVE",
+    task_state=None,
+    host="cmp-a",
+    node="cmp-a",
+    attempts=1,
+)
+RESIZED = InstanceRecord(
+    uuid=uuid_of("i-resized"),
+    state="RESIZED",
+    task_state=None,
+    host="cmp-b",
+    node="cmp-b",
+    attempts=1,
+    redrives=1,
+    migration_uuid=uuid_of("migration"),
+    source_host="cmp-a",
+    new_flavor={"name": "m1.large"},
+)
 
 
-@pytest.mark.parametrize("record, allocations, expected", [
-    pytest.param(ERRORED, {}, [
-        "  state          ERROR (task: -)", "  flavor         m1.xlarge",
-        "  fault          No valid host was found.",
-        "  fault details  0/4 hosts available: 4 insufficient MEMORY_MB   [admin only]",
-        "  allocations    -"], id="no-valid-host"),
-    pytest.param(RETRIED, {}, [
-        "  attempts       3", "  tried hosts    cmp-a, cmp-b, cmp-c",
-        "  fault          Exceeded maximum number of retries.",
-        "  fault details  max retries exceeded; hosts tried: cmp-a, cmp-b, cmp-c; last "
-        "failure: boom   [admin only]"], id="max-retries"),
-    pytest.param(ACTIVE, {"cmp-a": {"VCPU": 1, "MEMORY_MB": 2048}}, [
-        "  host           cmp-a (node cmp-a)", "  allocations    cmp-a: VCPU=1, MEMORY_MB=2048",
-        "  fault          -", "  fault details  -", "  re-drives      0"], id="active"),
-    pytest.param(RESIZED, {"cmp-b": {"VCPU": 4}}, [
-        "  allocations    cmp-b: VCPU=4",
-        f"  resize         to m1.large from cmp-a; migration {uuid_of('migration')} holds "
-        "cmp-a: VCPU=1", "  re-drives      1"], id="resized"),
-])
-def test_format_instance(record: InstanceRecord, allocations: dict[str, dict[str, int]],
-                         expected: list[str]) -> None:
-    text = admin.format_instance(admin.instance_view(record, allocations,
-                                                     {"cmp-a": {"VCPU": 1}}))
+@pytest.mark.parametrize(
+    "record, allocations, expected",
+    [
+        pytest.param(
+            ERRORED,
+            {},
+            [
+                "  state          ERROR (task: -)",
+                "  flavor         m1.xlarge",
+                "  fault          No valid host was found.",
+                "  fault details  0/4 hosts available: 4 insufficient MEMORY_MB   [admin only]",
+                "  allocations    -",
+            ],
+            id="no-valid-host",
+        ),
+        pytest.param(
+            RETRIED,
+            {},
+            [
+                "  attempts       3",
+                "  tried hosts    cmp-a, cmp-b, cmp-c",
+                "  fault          Exceeded maximum number of retries.",
+                "  fault details  max retries exceeded; hosts tried: cmp-a, cmp-b, cmp-c; last "
+                "failure: boom   [admin only]",
+            ],
+            id="max-retries",
+        ),
+        pytest.param(
+            ACTIVE,
+            {"cmp-a": {"VCPU": 1, "MEMORY_MB": 2048}},
+            [
+                "  host           cmp-a (node cmp-a)",
+                "  allocations    cmp-a: VCPU=1, MEMORY_MB=2048",
+                "  fault          -",
+                "  fault details  -",
+                "  re-drives      0",
+            ],
+            id="active",
+        ),
+        pytest.param(
+            RESIZED,
+            {"cmp-b": {"VCPU": 4}},
+            [
+                "  allocations    cmp-b: VCPU=4",
+                f"  resize         to m1.large from cmp-a; migration {uuid_of('migration')} holds "
+                "cmp-a: VCPU=1",
+                "  re-drives      1",
+            ],
+            id="resized",
+        ),
+    ],
+)
+def test_format_instance(
+    record: InstanceRecord, allocations: dict[str, dict[str, int]], expected: list[str]
+) -> None:
+    text = admin.format_instance(admin.instance_view(record, allocations, {"cmp-a": {"VCPU": 1}}))
     lines = text.splitlines()
     assert lines[0] == f"instance {record.uuid}"
     for line in expected:

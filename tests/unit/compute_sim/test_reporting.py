@@ -56,8 +56,14 @@ def sims() -> Iterator[Callable[..., ComputeSimulator]]:
     made: list[ComputeSimulator] = []
 
     def make(store: Store, hosts: int = 1, **topology: Any) -> ComputeSimulator:
-        sim = ComputeSimulator(store, None, [f"c-{i}" for i in range(hosts)],  # type: ignore[arg-type]
-                               "sim", HostShape(), topology=Topology(**topology))
+        sim = ComputeSimulator(
+            store,
+            None,
+            [f"c-{i}" for i in range(hosts)],  # type: ignore[arg-type]
+            "sim",
+            HostShape(),
+            topology=Topology(**topology),
+        )
         made.append(sim)
         return sim
 
@@ -70,15 +76,24 @@ def disable(host: str) -> Callable[[Store], None]:
     def strike(store: Store) -> None:
         store.register_services([Service(host=host, rpc_server="sim")])
         store.set_service_disabled(host, True, "maintenance")
+
     return strike
 
 
-def test_registers_traits_aggregates_and_gpu_children(sims: Callable[..., ComputeSimulator]
-                                                      ) -> None:
+def test_registers_traits_aggregates_and_gpu_children(
+    sims: Callable[..., ComputeSimulator],
+) -> None:
     store = MemoryStore()
-    sims(store, hosts=3, traits=("HW_CPU_X86_AVX512F",), traits_on=2,
-         aggregates=(AggregateSpec.parse("gold:filter_tenant_id=p1, ssd=true"),),
-         vgpus_per_gpu=4, gpus_per_host=2, gpu_traits=("CUSTOM_NVIDIA_11",)).register()
+    sims(
+        store,
+        hosts=3,
+        traits=("HW_CPU_X86_AVX512F",),
+        traits_on=2,
+        aggregates=(AggregateSpec.parse("gold:filter_tenant_id=p1, ssd=true"),),
+        vgpus_per_gpu=4,
+        gpus_per_host=2,
+        gpu_traits=("CUSTOM_NVIDIA_11",),
+    ).register()
     roots = [store.get_provider(provider_uuid(f"c-{i}")) for i in range(3)]
     assert [r.traits for r in roots] == [{"HW_CPU_X86_AVX512F"}] * 2 + [frozenset()]
     assert all(r.aggregates == {aggregate_uuid("gold")} for r in roots)
@@ -91,7 +106,8 @@ def test_registers_traits_aggregates_and_gpu_children(sims: Callable[..., Comput
 
 
 def test_a_conflict_on_traits_rereads_and_keeps_the_other_writers_change(
-        sims: Callable[..., ComputeSimulator]) -> None:
+    sims: Callable[..., ComputeSimulator],
+) -> None:
     store = RacingStore()
     store.races["set_traits"] = [disable("c-0")]
     sims(store, traits=("HW_CPU_X86_AVX2",)).register()
@@ -102,7 +118,8 @@ def test_a_conflict_on_traits_rereads_and_keeps_the_other_writers_change(
 
 
 def test_a_conflict_with_a_writer_who_wrote_the_same_is_not_repeated(
-        sims: Callable[..., ComputeSimulator]) -> None:
+    sims: Callable[..., ComputeSimulator],
+) -> None:
     store = RacingStore()
     same = HostShape().inventories()
 
@@ -116,14 +133,25 @@ def test_a_conflict_with_a_writer_who_wrote_the_same_is_not_repeated(
     assert dict(store.get_provider(provider_uuid("c-0")).inventories) == same
 
 
-@pytest.mark.parametrize(("current", "reported", "written"), [
-    pytest.param(set(), {"HW_A"}, {"HW_A"}, id="fresh"),
-    pytest.param({"HW_OLD", "HW_A"}, {"HW_A"}, {"HW_A"}, id="drops-a-standard-trait-it-owned"),
-    pytest.param({"CUSTOM_OPERATOR"}, {"HW_A"}, {"HW_A", "CUSTOM_OPERATOR"},
-                 id="keeps-an-operator's-custom-trait"),
-    pytest.param({COMPUTE_STATUS_DISABLED}, {"HW_A"}, {"HW_A", COMPUTE_STATUS_DISABLED},
-                 id="keeps-the-status-trait"),
-])
+@pytest.mark.parametrize(
+    ("current", "reported", "written"),
+    [
+        pytest.param(set(), {"HW_A"}, {"HW_A"}, id="fresh"),
+        pytest.param({"HW_OLD", "HW_A"}, {"HW_A"}, {"HW_A"}, id="drops-a-standard-trait-it-owned"),
+        pytest.param(
+            {"CUSTOM_OPERATOR"},
+            {"HW_A"},
+            {"HW_A", "CUSTOM_OPERATOR"},
+            id="keeps-an-operator's-custom-trait",
+        ),
+        pytest.param(
+            {COMPUTE_STATUS_DISABLED},
+            {"HW_A"},
+            {"HW_A", COMPUTE_STATUS_DISABLED},
+            id="keeps-the-status-trait",
+        ),
+    ],
+)
 def test_traits_to_write(current: set[str], reported: set[str], written: set[str]) -> None:
     assert ComputeSimulator.traits_to_write(frozenset(current), frozenset(reported)) == written
 
@@ -142,13 +170,22 @@ def test_gives_up_after_bounded_conflicts(sims: Callable[..., ComputeSimulator])
     assert len(store.calls["set_aggregates"]) == 5
 
 
-@pytest.mark.parametrize(("text", "parsed"), [
-    pytest.param("gold", AggregateSpec("gold", {}), id="name"),
-    pytest.param("t:filter_tenant_id=p1,x=y", AggregateSpec("t", {"filter_tenant_id": "p1",
-                                                                  "x": "y"}), id="metadata"),
-    pytest.param("gpu:trait:CUSTOM_GPU=required",
-                 AggregateSpec("gpu", {"trait:CUSTOM_GPU": "required"}), id="trait-key"),
-])
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        pytest.param("gold", AggregateSpec("gold", {}), id="name"),
+        pytest.param(
+            "t:filter_tenant_id=p1,x=y",
+            AggregateSpec("t", {"filter_tenant_id": "p1", "x": "y"}),
+            id="metadata",
+        ),
+        pytest.param(
+            "gpu:trait:CUSTOM_GPU=required",
+            AggregateSpec("gpu", {"trait:CUSTOM_GPU": "required"}),
+            id="trait-key",
+        ),
+    ],
+)
 def test_aggregate_spec(text: str, parsed: AggregateSpec) -> None:
     assert AggregateSpec.parse(text) == parsed
 

@@ -26,35 +26,54 @@ MIGRATION = uuid_of("migration")
 class Sim:
     """A simulator of hosts h1..h3 and what it sent."""
 
-    def __init__(self, build_time: float, fail_hosts: tuple[str, ...] = (),
-                 fail_resize_hosts: tuple[str, ...] = (),
-                 topology: Topology = Topology()) -> None:
+    def __init__(
+        self,
+        build_time: float,
+        fail_hosts: tuple[str, ...] = (),
+        fail_resize_hosts: tuple[str, ...] = (),
+        topology: Topology = Topology(),
+    ) -> None:
         self.store = MemoryStore()
         self.seen: list[tuple[str, bool]] = []  # (call, instance held?) at reschedule time
         self.conductor = Recorded(reschedule=self._note)
         self.compute = Recorded()
         self.sim = ComputeSimulator(
-            self.store, self.conductor, ["h1", "h2", "h3"], "sim",  # type: ignore[arg-type]
-            HostShape(), build_time=build_time, fail_hosts=fail_hosts,
-            compute=self.compute, fail_resize_hosts=fail_resize_hosts,  # type: ignore[arg-type]
-            topology=topology)
+            self.store,
+            self.conductor,
+            ["h1", "h2", "h3"],
+            "sim",  # type: ignore[arg-type]
+            HostShape(),
+            build_time=build_time,
+            fail_hosts=fail_hosts,
+            compute=self.compute,
+            fail_resize_hosts=fail_resize_hosts,  # type: ignore[arg-type]
+            topology=topology,
+        )
         self.sim.register()
 
     def _note(self, ctxt: Any, uuid: str, *args: Any, **kwargs: Any) -> None:
         self.seen.append(("reschedule", self.store.get_consumer(uuid) is not None))
 
     def claim(self, consumer: str, host: str) -> None:
-        self.store.claim(consumer, AllocationRequest({provider_uuid(host): SPEC.resources},
-                                                     "p", "u"))
+        self.store.claim(
+            consumer, AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u")
+        )
 
     def build(self, host: str) -> None:
-        self.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(),
-                                        selection(host).to_primitive(), [])
+        self.sim.build_and_run_instance(
+            CTXT, INSTANCE, SPEC.to_primitive(), selection(host).to_primitive(), []
+        )
 
     def prep(self, host: str) -> None:
-        self.sim.prep_resize(CTXT, INSTANCE, MIGRATION, SPEC.flavor.to_primitive(),
-                             SPEC.to_primitive(), selection(host).to_primitive(),
-                             [selection("h3").to_primitive()])
+        self.sim.prep_resize(
+            CTXT,
+            INSTANCE,
+            MIGRATION,
+            SPEC.flavor.to_primitive(),
+            SPEC.to_primitive(),
+            selection(host).to_primitive(),
+            [selection("h3").to_primitive()],
+        )
 
     def io_ops(self, host: str) -> int:
         (service,) = [s for s in self.store.list_services() if s.host == host]
@@ -68,9 +87,13 @@ class Sim:
 
 
 def selection(host: str) -> Selection:
-    return Selection(host=host, node=host, provider_uuid=provider_uuid(host),
-                     allocation_request=AllocationRequest(
-                         {provider_uuid(host): SPEC.resources}, "p", "u"), weight=0.0)
+    return Selection(
+        host=host,
+        node=host,
+        provider_uuid=provider_uuid(host),
+        allocation_request=AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u"),
+        weight=0.0,
+    )
 
 
 @pytest.fixture
@@ -119,12 +142,14 @@ def test_a_cast_after_a_failure_is_a_new_attempt(make: Any) -> None:
     assert sim.seen == [("reschedule", False)] * 2, "released before handing back"
 
 
-@pytest.mark.parametrize("claim_on, kept", [
-    pytest.param("h1", False, id="own-claim-released"),
-    pytest.param("h2", True, id="live-claim-elsewhere-kept"),
-])
-def test_a_failed_build_releases_only_its_own_claim(make: Any, claim_on: str,
-                                                    kept: bool) -> None:
+@pytest.mark.parametrize(
+    "claim_on, kept",
+    [
+        pytest.param("h1", False, id="own-claim-released"),
+        pytest.param("h2", True, id="live-claim-elsewhere-kept"),
+    ],
+)
+def test_a_failed_build_releases_only_its_own_claim(make: Any, claim_on: str, kept: bool) -> None:
     sim = make(build_time=0.0, fail_hosts=("h1",))
     sim.claim(INSTANCE, claim_on)
     sim.build("h1")
@@ -144,7 +169,10 @@ def test_a_failed_prep_releases_the_destination_before_the_retry(make: Any) -> N
     assert sim.seen == [("reschedule", False)]
     (_, _, _, failed, _, alternates), kwargs = sim.conductor.last("reschedule")
     assert (failed, [a.host for a in alternates], kwargs) == (  # type: ignore[attr-defined]
-        "h2", ["h3"], {"migration_uuid": MIGRATION})
+        "h2",
+        ["h3"],
+        {"migration_uuid": MIGRATION},
+    )
     assert sim.store.get_consumer(MIGRATION) is not None, "the source stays parked"
 
 
@@ -172,18 +200,22 @@ def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:
     assert sim.compute.calls == [] and sim.conductor.calls == []
 
 
-@pytest.mark.parametrize("confirm, holders", [
-    pytest.param(True, {INSTANCE: "h2"}, id="confirm-drops-the-source"),
-    pytest.param(False, {INSTANCE: "h1"}, id="revert-drops-the-destination"),
-])
+@pytest.mark.parametrize(
+    "confirm, holders",
+    [
+        pytest.param(True, {INSTANCE: "h2"}, id="confirm-drops-the-source"),
+        pytest.param(False, {INSTANCE: "h1"}, id="revert-drops-the-destination"),
+    ],
+)
 def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) -> None:
     sim = make(build_time=0.0)
     sim.claim(MIGRATION, "h1")
     sim.claim(INSTANCE, "h2")
     (sim.sim.confirm_resize if confirm else sim.sim.revert_resize)(CTXT, INSTANCE, MIGRATION)
     names = {p.uuid: p.name for p in sim.store.list_providers()}
-    assert {c.uuid: names[next(iter(c.allocations))]
-            for c in sim.store.list_consumers()} == holders
+    assert {
+        c.uuid: names[next(iter(c.allocations))] for c in sim.store.list_consumers()
+    } == holders
     assert sim.conductor.names == ["resize_confirmed" if confirm else "resize_reverted"]
 
 
@@ -202,8 +234,10 @@ def test_the_source_is_the_root_of_a_parked_allocation_on_a_tree(make: Any) -> N
     sim = make(build_time=0.0, topology=Topology(vgpus_per_gpu=2))
     gpu = provider_uuid(gpu_name("h1", 0))
     # The child provider listed first: a GPU pool is not a host to cast to.
-    sim.store.claim(MIGRATION, AllocationRequest(
-        {gpu: {"VGPU": 1}, provider_uuid("h1"): SPEC.resources}, "p", "u"))
+    sim.store.claim(
+        MIGRATION,
+        AllocationRequest({gpu: {"VGPU": 1}, provider_uuid("h1"): SPEC.resources}, "p", "u"),
+    )
     sim.claim(INSTANCE, "h2")
     sim.prep("h2")
     sim.wait("resize_instance")

@@ -36,15 +36,22 @@ def ask(name: str, request: RequestSpec = SPEC) -> AllocationRequest:
 
 
 def selection(name: str, request: RequestSpec = SPEC) -> Selection:
-    return Selection(host=name, node=name, provider_uuid=uuid_of(name),
-                     allocation_request=ask(name, request), weight=0.0)
+    return Selection(
+        host=name,
+        node=name,
+        provider_uuid=uuid_of(name),
+        allocation_request=ask(name, request),
+        weight=0.0,
+    )
 
 
 def fill(store: MemoryStore, name: str) -> None:
     """Another tenant takes all the memory left on ``name``."""
     free = store.get_provider(uuid_of(name)).free("MEMORY_MB")
-    store.claim(str(uuidlib.uuid4()), AllocationRequest({uuid_of(name): {"MEMORY_MB": free}},
-                                                        "other", "other"))
+    store.claim(
+        str(uuidlib.uuid4()),
+        AllocationRequest({uuid_of(name): {"MEMORY_MB": free}}, "other", "other"),
+    )
 
 
 def holder(store: MemoryStore, consumer: str) -> str | None:
@@ -59,30 +66,47 @@ def building(store: MemoryStore, name: str = "i1", **fields: Any) -> str:
     """An instance record (BUILDING unless ``fields`` say otherwise)."""
     uuid = uuid_of(name)
     fields.setdefault("deadline", NOW + 60)
-    store.create_instances([InstanceRecord(uuid=uuid, request_spec=SPEC.to_primitive(),
-                                           request_id=REQUEST_ID, created_at=NOW,
-                                           **fields)])
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid=uuid,
+                request_spec=SPEC.to_primitive(),
+                request_id=REQUEST_ID,
+                created_at=NOW,
+                **fields,
+            )
+        ]
+    )
     return uuid
 
 
 def active_on(store: MemoryStore, where: str, name: str = "i1") -> str:
     uuid = building(store, name)
     store.claim(uuid, ask(where))
-    store.update_instance(uuid, state=ACTIVE, task_state=None, host=where, node=where,
-                          deadline=None)
+    store.update_instance(
+        uuid, state=ACTIVE, task_state=None, host=where, node=where, deadline=None
+    )
     return uuid
 
 
-def resizing(store: MemoryStore, source: str, dest: str | None, name: str = "i1",
-             **fields: Any) -> tuple[str, str]:
+def resizing(
+    store: MemoryStore, source: str, dest: str | None, name: str = "i1", **fields: Any
+) -> tuple[str, str]:
     """An instance ACTIVE on ``source`` being resized to BIG: its allocation parked
     on the migration, and (if ``dest``) BIG claimed for it on ``dest``."""
     uuid = active_on(store, source, name)
     migration = migration_uuid_for(uuid, REQUEST_ID)
-    store.update_instance(uuid, state=RESIZING, task_state=RESIZE_PREP,
-                          migration_uuid=migration, new_flavor=BIG.to_primitive(),
-                          source_host=source, source_node=source, deadline=NOW + 60,
-                          **fields)
+    store.update_instance(
+        uuid,
+        state=RESIZING,
+        task_state=RESIZE_PREP,
+        migration_uuid=migration,
+        new_flavor=BIG.to_primitive(),
+        source_host=source,
+        source_node=source,
+        deadline=NOW + 60,
+        **fields,
+    )
     assert store.move_allocations(uuid, migration)
     if dest is not None:
         store.claim(uuid, ask(dest, SPEC.replace(flavor=BIG)))

@@ -39,11 +39,17 @@ from tests.unit.factories import NOW, Recorded
 CTXT = RequestContext(request_id="req-1")
 
 
-def endpoint(store: MemoryStore, scheduler: Recorded | None = None,
-             **settings: Any) -> tuple[ConductorEndpoint, Recorded]:
+def endpoint(
+    store: MemoryStore, scheduler: Recorded | None = None, **settings: Any
+) -> tuple[ConductorEndpoint, Recorded]:
     compute = Recorded()
-    return ConductorEndpoint(store, compute, scheduler or Recorded(),  # type: ignore[arg-type]
-                             ConductorSettings(**settings), clock=lambda: NOW), compute
+    return ConductorEndpoint(
+        store,
+        compute,
+        scheduler or Recorded(),  # type: ignore[arg-type]
+        ConductorSettings(**settings),
+        clock=lambda: NOW,
+    ), compute
 
 
 # --- build results --------------------------------------------------------------------
@@ -80,10 +86,13 @@ def test_build_succeeded(case: ResultCase) -> None:
         assert (record.host, record.task_state, record.deadline) == ("h1", None, None)
 
 
-@pytest.mark.parametrize("held, state", [
-    pytest.param(False, ERROR, id="nothing-held"),
-    pytest.param(True, BUILDING, id="a-re-driven-copy-placed-it"),
-])
+@pytest.mark.parametrize(
+    "held, state",
+    [
+        pytest.param(False, ERROR, id="nothing-held"),
+        pytest.param(True, BUILDING, id="a-re-driven-copy-placed-it"),
+    ],
+)
 def test_schedule_failed(held: bool, state: str) -> None:
     store = cloud("h1")
     uuid = building(store)
@@ -99,9 +108,11 @@ def test_schedule_failed(held: bool, state: str) -> None:
 
 def select_on(store: MemoryStore, host: str) -> Any:
     """A scheduler that places the instance on ``host`` (claimed, as the real one does)."""
+
     def select(ctxt: Any, spec: RequestSpec, uuids: list[str], return_alternates: bool) -> Any:
         store.claim(uuids[0], ask(host))
         return [[selection(host)]]
+
     return select
 
 
@@ -111,13 +122,17 @@ def no_valid_host(*args: Any, **kwargs: Any) -> Any:
 
 def refused(exc: Exception) -> Any:
     """A scheduler that refuses the retry (its spec fails validation or policy)."""
+
     def select(*args: Any, **kwargs: Any) -> Any:
         raise exc
+
     return select
 
 
-INVALID = InvalidRequest(reason="flavor.extra_specs 'pci_passthrough:alias' names PCI alias "
-                         "'gpu', which is not configured")
+INVALID = InvalidRequest(
+    reason="flavor.extra_specs 'pci_passthrough:alias' names PCI alias "
+    "'gpu', which is not configured"
+)
 FORBIDDEN = Forbidden(reason="forcing a host requires an admin context")
 
 
@@ -140,45 +155,86 @@ class RescheduleCase:
 RESCHEDULE_CASES = [
     RescheduleCase("next-alternate", built_on="h2", remaining=("h3",)),
     RescheduleCase("alternate-taken-meanwhile-is-skipped", taken=("h2",), built_on="h3"),
-    RescheduleCase("every-alternate-taken", taken=("h2", "h3"), state=ERROR,
-                   fault=MaxRetriesExceeded.USER_MESSAGE),
-    RescheduleCase("no-alternates-left", alternates=(), state=ERROR,
-                   fault=MaxRetriesExceeded.USER_MESSAGE),
-    RescheduleCase("alternates-left-after-max-attempts-are-still-tried", attempts=2,
-                   built_on="h2", remaining=("h3",)),
-    RescheduleCase("alternates-off-max-attempts-reached", attempts=2, return_alternates=False,
-                   scheduler="h4", state=ERROR, fault=MaxRetriesExceeded.USER_MESSAGE),
+    RescheduleCase(
+        "every-alternate-taken",
+        taken=("h2", "h3"),
+        state=ERROR,
+        fault=MaxRetriesExceeded.USER_MESSAGE,
+    ),
+    RescheduleCase(
+        "no-alternates-left", alternates=(), state=ERROR, fault=MaxRetriesExceeded.USER_MESSAGE
+    ),
+    RescheduleCase(
+        "alternates-left-after-max-attempts-are-still-tried",
+        attempts=2,
+        built_on="h2",
+        remaining=("h3",),
+    ),
+    RescheduleCase(
+        "alternates-off-max-attempts-reached",
+        attempts=2,
+        return_alternates=False,
+        scheduler="h4",
+        state=ERROR,
+        fault=MaxRetriesExceeded.USER_MESSAGE,
+    ),
     RescheduleCase("superseded-by-a-re-driven-copy", held_on="h4"),
-    RescheduleCase("alternates-off-asks-the-scheduler", return_alternates=False,
-                   scheduler="h4", built_on="h4", asks_scheduler=True),
-    RescheduleCase("alternates-off-no-valid-host", return_alternates=False,
-                   scheduler=no_valid_host, state=ERROR, fault=NoValidHost.USER_MESSAGE,
-                   asks_scheduler=True),
-    RescheduleCase("alternates-off-retry-refused-at-validation", return_alternates=False,
-                   scheduler=refused(INVALID), state=ERROR, fault=INVALID.message,
-                   asks_scheduler=True),
-    RescheduleCase("alternates-off-retry-forbidden", return_alternates=False,
-                   scheduler=refused(FORBIDDEN), state=ERROR, fault=FORBIDDEN.message,
-                   asks_scheduler=True),
+    RescheduleCase(
+        "alternates-off-asks-the-scheduler",
+        return_alternates=False,
+        scheduler="h4",
+        built_on="h4",
+        asks_scheduler=True,
+    ),
+    RescheduleCase(
+        "alternates-off-no-valid-host",
+        return_alternates=False,
+        scheduler=no_valid_host,
+        state=ERROR,
+        fault=NoValidHost.USER_MESSAGE,
+        asks_scheduler=True,
+    ),
+    RescheduleCase(
+        "alternates-off-retry-refused-at-validation",
+        return_alternates=False,
+        scheduler=refused(INVALID),
+        state=ERROR,
+        fault=INVALID.message,
+        asks_scheduler=True,
+    ),
+    RescheduleCase(
+        "alternates-off-retry-forbidden",
+        return_alternates=False,
+        scheduler=refused(FORBIDDEN),
+        state=ERROR,
+        fault=FORBIDDEN.message,
+        asks_scheduler=True,
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", RESCHEDULE_CASES, ids=lambda c: c.name)
 def test_reschedule_of_a_build(case: RescheduleCase) -> None:
     store = cloud("h1", "h2", "h3", "h4")
-    uuid = building(store, attempts=case.attempts,
-                    tried_hosts=("h0",) * case.attempts)
+    uuid = building(store, attempts=case.attempts, tried_hosts=("h0",) * case.attempts)
     for name in case.taken:
         fill(store, name)
     if case.held_on:
         store.claim(uuid, ask(case.held_on))
-    answer = select_on(store, case.scheduler) if isinstance(case.scheduler, str) \
-        else case.scheduler
+    answer = (
+        select_on(store, case.scheduler) if isinstance(case.scheduler, str) else case.scheduler
+    )
     scheduler = Recorded(select_destinations=answer)
     conductor, compute = endpoint(store, scheduler, return_alternates=case.return_alternates)
 
-    conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom",
-                         [selection(h).to_primitive() for h in case.alternates])
+    conductor.reschedule(
+        CTXT,
+        uuid,
+        SPEC.to_primitive(),
+        "h1",
+        "boom",
+        [selection(h).to_primitive() for h in case.alternates],
+    )
 
     record = store.get_instance(uuid)
     assert (record.state, record.fault) == (case.state, case.fault), record
@@ -190,10 +246,19 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
         assert chosen.host == case.built_on  # type: ignore[attr-defined]
         assert [s.host for s in remaining] == list(case.remaining)  # type: ignore[attr-defined]
         assert holder(store, uuid) == case.built_on
-        assert (record.host, record.task_state, record.attempts, record.tried_hosts,
-                record.deadline) == (case.built_on, SPAWNING, case.attempts + 1,
-                                     ("h0",) * case.attempts + ("h1",),
-                                     NOW + ConductorSettings().build_timeout)
+        assert (
+            record.host,
+            record.task_state,
+            record.attempts,
+            record.tried_hosts,
+            record.deadline,
+        ) == (
+            case.built_on,
+            SPAWNING,
+            case.attempts + 1,
+            ("h0",) * case.attempts + ("h1",),
+            NOW + ConductorSettings().build_timeout,
+        )
     if case.held_on is None and case.state == ERROR:
         assert store.get_consumer(uuid) is None
     assert ("select_destinations" in scheduler.names) is case.asks_scheduler
@@ -206,8 +271,9 @@ def test_a_reschedule_for_an_instance_no_longer_building_is_ignored() -> None:
     store = cloud("h1", "h2")
     uuid = active_on(store, "h1")
     conductor, compute = endpoint(store)
-    conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h2", "boom",
-                         [selection("h2").to_primitive()])
+    conductor.reschedule(
+        CTXT, uuid, SPEC.to_primitive(), "h2", "boom", [selection("h2").to_primitive()]
+    )
     assert compute.calls == [] and holder(store, uuid) == "h1"
 
 
@@ -228,13 +294,29 @@ class ResizeResultCase:
 
 RESIZE_RESULT_CASES = [
     ResizeResultCase("finished", True, holders_after={"instance": "h2", "migration": "h1"}),
-    ResizeResultCase("cannot-be-placed", False, dest=None, state_after=ACTIVE, host_after="h1",
-                     holders_after={"instance": "h1", "migration": None}),
-    ResizeResultCase("duplicate-after-resized", True, state=RESIZED,
-                     holders_after={"instance": "h2", "migration": "h1"}),
-    ResizeResultCase("late-copy-of-a-finished-resize-is-undone", True, current=False,
-                     state=ACTIVE, state_after=ACTIVE, host_after="h1",
-                     holders_after={"instance": "h1", "migration": None}),
+    ResizeResultCase(
+        "cannot-be-placed",
+        False,
+        dest=None,
+        state_after=ACTIVE,
+        host_after="h1",
+        holders_after={"instance": "h1", "migration": None},
+    ),
+    ResizeResultCase(
+        "duplicate-after-resized",
+        True,
+        state=RESIZED,
+        holders_after={"instance": "h2", "migration": "h1"},
+    ),
+    ResizeResultCase(
+        "late-copy-of-a-finished-resize-is-undone",
+        True,
+        current=False,
+        state=ACTIVE,
+        state_after=ACTIVE,
+        host_after="h1",
+        holders_after={"instance": "h1", "migration": None},
+    ),
 ]
 
 
@@ -244,36 +326,62 @@ def test_resize_result(case: ResizeResultCase) -> None:
     uuid, migration = resizing(store, "h1", case.dest)
     if not case.success:  # the scheduler handed the allocation back before saying so
         store.move_allocations(migration, uuid)
-    store.update_instance(uuid, state=case.state, host="h2" if case.state == RESIZED else "h1",
-                          **({} if case.current else {"migration_uuid": None}))
+    store.update_instance(
+        uuid,
+        state=case.state,
+        host="h2" if case.state == RESIZED else "h1",
+        **({} if case.current else {"migration_uuid": None}),
+    )
     conductor, _ = endpoint(store)
 
-    conductor.resize_result(CTXT, uuid, migration, case.dest, case.success,
-                            None if case.success else NoValidHost.USER_MESSAGE, "details")
+    conductor.resize_result(
+        CTXT,
+        uuid,
+        migration,
+        case.dest,
+        case.success,
+        None if case.success else NoValidHost.USER_MESSAGE,
+        "details",
+    )
 
     record = store.get_instance(uuid)
     assert (record.state, record.host) == (case.state_after, case.host_after), record
-    assert {"instance": holder(store, uuid),
-            "migration": holder(store, migration)} == case.holders_after
+    assert {
+        "instance": holder(store, uuid),
+        "migration": holder(store, migration),
+    } == case.holders_after
     if not case.success:
         assert (record.fault, record.fault_details, record.migration_uuid) == (
-            NoValidHost.USER_MESSAGE, "details", None)
+            NoValidHost.USER_MESSAGE,
+            "details",
+            None,
+        )
 
 
-@pytest.mark.parametrize("alternates, state, holds, cast_to", [
-    pytest.param(("h3",), RESIZING, "h3", "h3", id="next-alternate"),
-    pytest.param((), ACTIVE, "h1", None, id="exhausted-stays-active-on-source"),
-])
-def test_reschedule_of_a_resize(alternates: tuple[str, ...], state: str, holds: str,
-                                cast_to: str | None) -> None:
+@pytest.mark.parametrize(
+    "alternates, state, holds, cast_to",
+    [
+        pytest.param(("h3",), RESIZING, "h3", "h3", id="next-alternate"),
+        pytest.param((), ACTIVE, "h1", None, id="exhausted-stays-active-on-source"),
+    ],
+)
+def test_reschedule_of_a_resize(
+    alternates: tuple[str, ...], state: str, holds: str, cast_to: str | None
+) -> None:
     store = cloud("h1", "h2", "h3")
     uuid, migration = resizing(store, "h1", None)  # h2 failed and released its claim
     conductor, compute = endpoint(store)
     big = SPEC.replace(flavor=BIG)
 
-    conductor.reschedule(CTXT, uuid, big.to_primitive(), "h2", "boom",
-                         [selection(h, big).to_primitive() for h in alternates],
-                         migration_uuid=migration)
+    conductor.reschedule(
+        CTXT,
+        uuid,
+        big.to_primitive(),
+        "h2",
+        "boom",
+        [selection(h, big).to_primitive() for h in alternates],
+        migration_uuid=migration,
+    )
 
     record = store.get_instance(uuid)
     assert (record.state, holder(store, uuid), record.tried_hosts) == (state, holds, ("h2",))
@@ -285,20 +393,26 @@ def test_reschedule_of_a_resize(alternates: tuple[str, ...], state: str, holds: 
     assert args[1:3] == (uuid, migration) and args[5].host == cast_to  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("confirm, host, flavor", [
-    pytest.param(True, "h2", "big", id="confirmed"),
-    pytest.param(False, "h1", "test", id="reverted"),
-])
+@pytest.mark.parametrize(
+    "confirm, host, flavor",
+    [
+        pytest.param(True, "h2", "big", id="confirmed"),
+        pytest.param(False, "h1", "test", id="reverted"),
+    ],
+)
 def test_resize_confirmed_or_reverted(confirm: bool, host: str, flavor: str) -> None:
     store = cloud("h1", "h2")
     uuid, migration = resizing(store, "h1", "h2")
     store.update_instance(uuid, state=RESIZED, task_state=None, host="h2", node="h2")
     conductor, _ = endpoint(store)
-    (conductor.resize_confirmed if confirm else conductor.resize_reverted)(
-        CTXT, uuid, migration)
+    (conductor.resize_confirmed if confirm else conductor.resize_reverted)(CTXT, uuid, migration)
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.migration_uuid, record.source_host) == (
-        ACTIVE, host, None, None)
+        ACTIVE,
+        host,
+        None,
+        None,
+    )
     assert RequestSpec.from_primitive(dict(record.request_spec or {})).flavor.name == flavor
 
 
@@ -311,15 +425,22 @@ def _every_alternate_taken(store: MemoryStore) -> str:
     uuid = building(store)
     fill(store, "h2")
     fill(store, "h3")
-    endpoint(store)[0].reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom on h1",
-                                  [selection(h).to_primitive() for h in ("h2", "h3")])
+    endpoint(store)[0].reschedule(
+        CTXT,
+        uuid,
+        SPEC.to_primitive(),
+        "h1",
+        "boom on h1",
+        [selection(h).to_primitive() for h in ("h2", "h3")],
+    )
     return uuid
 
 
 def _build_retry_finds_no_host(store: MemoryStore) -> str:
     uuid = building(store)
-    conductor, _ = endpoint(store, Recorded(select_destinations=no_valid_host),
-                            return_alternates=False)
+    conductor, _ = endpoint(
+        store, Recorded(select_destinations=no_valid_host), return_alternates=False
+    )
     conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom on h1", [])
     return uuid
 
@@ -328,34 +449,71 @@ def _resize_alternates_exhausted(store: MemoryStore) -> str:
     uuid, migration = resizing(store, "h1", None)
     big = SPEC.replace(flavor=BIG)
     fill(store, "h3")
-    endpoint(store)[0].reschedule(CTXT, uuid, big.to_primitive(), "h2", "boom on h2",
-                                  [selection("h3", big).to_primitive()],
-                                  migration_uuid=migration)
+    endpoint(store)[0].reschedule(
+        CTXT,
+        uuid,
+        big.to_primitive(),
+        "h2",
+        "boom on h2",
+        [selection("h3", big).to_primitive()],
+        migration_uuid=migration,
+    )
     return uuid
 
 
 def _resize_retry_finds_no_host(store: MemoryStore) -> str:
     uuid, migration = resizing(store, "h1", None)
-    conductor, _ = endpoint(store, Recorded(select_destinations=no_valid_host),
-                            return_alternates=False)
-    conductor.reschedule(CTXT, uuid, SPEC.replace(flavor=BIG).to_primitive(), "h2",
-                         "boom on h2", [], migration_uuid=migration)
+    conductor, _ = endpoint(
+        store, Recorded(select_destinations=no_valid_host), return_alternates=False
+    )
+    conductor.reschedule(
+        CTXT,
+        uuid,
+        SPEC.replace(flavor=BIG).to_primitive(),
+        "h2",
+        "boom on h2",
+        [],
+        migration_uuid=migration,
+    )
     return uuid
 
 
-@pytest.mark.parametrize("provoke, state, fault, details", [
-    pytest.param(_every_alternate_taken, ERROR, MaxRetriesExceeded.USER_MESSAGE,
-                 "alternates refused: h2 (CapacityExceeded), h3 (CapacityExceeded)",
-                 id="build-every-alternate-taken"),
-    pytest.param(_build_retry_finds_no_host, ERROR, NoValidHost.USER_MESSAGE,
-                 "0/4 hosts available", id="build-retry-through-the-scheduler"),
-    pytest.param(_resize_alternates_exhausted, ACTIVE, MaxRetriesExceeded.USER_MESSAGE,
-                 "alternates refused: h3 (CapacityExceeded)", id="resize-alternates-taken"),
-    pytest.param(_resize_retry_finds_no_host, ACTIVE, NoValidHost.USER_MESSAGE,
-                 "0/4 hosts available", id="resize-retry-through-the-scheduler"),
-])
+@pytest.mark.parametrize(
+    "provoke, state, fault, details",
+    [
+        pytest.param(
+            _every_alternate_taken,
+            ERROR,
+            MaxRetriesExceeded.USER_MESSAGE,
+            "alternates refused: h2 (CapacityExceeded), h3 (CapacityExceeded)",
+            id="build-every-alternate-taken",
+        ),
+        pytest.param(
+            _build_retry_finds_no_host,
+            ERROR,
+            NoValidHost.USER_MESSAGE,
+            "0/4 hosts available",
+            id="build-retry-through-the-scheduler",
+        ),
+        pytest.param(
+            _resize_alternates_exhausted,
+            ACTIVE,
+            MaxRetriesExceeded.USER_MESSAGE,
+            "alternates refused: h3 (CapacityExceeded)",
+            id="resize-alternates-taken",
+        ),
+        pytest.param(
+            _resize_retry_finds_no_host,
+            ACTIVE,
+            NoValidHost.USER_MESSAGE,
+            "0/4 hosts available",
+            id="resize-retry-through-the-scheduler",
+        ),
+    ],
+)
 def test_a_failed_reschedule_tells_the_user_only_the_generic_reason(
-        provoke: Any, state: str, fault: str, details: str) -> None:
+    provoke: Any, state: str, fault: str, details: str
+) -> None:
     store = cloud(*HOSTS)
     record = store.get_instance(provoke(store))
     assert (record.state, record.fault) == (state, fault)

@@ -38,8 +38,14 @@ class Compute:
     def __init__(self) -> None:
         self.builds: list[tuple[str, str, list[str]]] = []
 
-    def build_and_run_instance(self, ctxt: Any, instance_uuid: str, spec: RequestSpec,
-                               selection: Selection, alternates: list[Selection]) -> None:
+    def build_and_run_instance(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: list[Selection],
+    ) -> None:
         self.builds.append((instance_uuid, selection.host, [a.host for a in alternates]))
 
 
@@ -51,25 +57,38 @@ def _store(ram: int = 4096) -> MemoryStore:
 
 def _selection(name: str, ram: int = 1024) -> Selection:
     rp = uuid_of(name)
-    return Selection(host=name, node=name, provider_uuid=rp, weight=0.0,
-                     allocation_request=AllocationRequest({rp: {"MEMORY_MB": ram}}, "p", "u"))
+    return Selection(
+        host=name,
+        node=name,
+        provider_uuid=rp,
+        weight=0.0,
+        allocation_request=AllocationRequest({rp: {"MEMORY_MB": ram}}, "p", "u"),
+    )
 
 
-def _reschedule(store: MemoryStore, request: RequestSpec, alternates: list[str],
-                ram: int = 1024) -> tuple[InstanceRecord, Compute]:
+def _reschedule(
+    store: MemoryStore, request: RequestSpec, alternates: list[str], ram: int = 1024
+) -> tuple[InstanceRecord, Compute]:
     uuid = uuid_of("rescheduled")
     store.create_instances([InstanceRecord(uuid=uuid, attempts=1, tried_hosts=())])
     compute = Compute()
     ConductorEndpoint(store, compute).reschedule(  # type: ignore[arg-type]
-        CTXT, uuid, request.to_primitive(), "cmp-failed", "simulated build failure",
-        [_selection(a, ram).to_primitive() for a in alternates])
+        CTXT,
+        uuid,
+        request.to_primitive(),
+        "cmp-failed",
+        "simulated build failure",
+        [_selection(a, ram).to_primitive() for a in alternates],
+    )
     return store.get_instance(uuid), compute
 
 
-@pytest.mark.parametrize("policy", ["anti-affinity", "affinity", "soft-anti-affinity",
-                                    "soft-affinity"])
+@pytest.mark.parametrize(
+    "policy", ["anti-affinity", "affinity", "soft-anti-affinity", "soft-affinity"]
+)
 def test_an_instance_rescheduled_onto_an_alternate_stays_a_member_of_its_group(
-        policy: str) -> None:
+    policy: str,
+) -> None:
     # Soft groups too: their weighers read where the group's members are.
     store = _store()
     record, compute = _reschedule(store, spec(group=group(policy)), ["cmp-a"])
@@ -88,8 +107,11 @@ def test_an_alternate_claim_of_a_request_with_no_group_records_no_member() -> No
 def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -> None:
     store = _store()
     # Another member of the group landed on cmp-a after the alternates were picked.
-    store.claim(uuid_of("member"), _selection("cmp-a").allocation_request,
-                GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"))
+    store.claim(
+        uuid_of("member"),
+        _selection("cmp-a").allocation_request,
+        GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
+    )
     record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
     assert record.host == "cmp-b" and record.attempts == 2
     assert compute.builds == [(record.uuid, "cmp-b", [])]
@@ -98,8 +120,11 @@ def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -
 
 def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
     store = _store(ram=2048)
-    store.claim(uuid_of("member"), _selection("cmp-a").allocation_request,
-                GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"))
+    store.claim(
+        uuid_of("member"),
+        _selection("cmp-a").allocation_request,
+        GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
+    )
     store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
     record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
     assert record.state == ERROR and compute.builds == []
@@ -108,7 +133,8 @@ def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> Non
     assert record.fault_details == (
         "max retries exceeded: 2 attempt(s), hosts tried: cmp-failed; last failure: simulated "
         "build failure; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
-        "(CapacityExceeded)")
+        "(CapacityExceeded)"
+    )
     assert store.get_consumer(record.uuid) is None
 
 
@@ -117,10 +143,14 @@ def test_schedule_failed_keeps_the_fault_and_the_admin_details_apart() -> None:
     uuid = uuid_of("failed")
     store.create_instances([InstanceRecord(uuid=uuid)])
     ConductorEndpoint(store, Compute()).schedule_failed(  # type: ignore[arg-type]
-        CTXT, [uuid], NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient MEMORY_MB")
+        CTXT, [uuid], NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient MEMORY_MB"
+    )
     record = store.get_instance(uuid)
     assert (record.state, record.fault, record.fault_details) == (
-        ERROR, NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient MEMORY_MB")
+        ERROR,
+        NoValidHost.USER_MESSAGE,
+        "0/3 hosts available: 3 insufficient MEMORY_MB",
+    )
 
 
 class Scheduler:
@@ -131,21 +161,35 @@ class Scheduler:
         raise self.error
 
 
-@pytest.mark.parametrize("error, fault, details", [
-    pytest.param(NoValidHost(details="0/3 hosts available: 3 insufficient VCPU"),
-                 NoValidHost.USER_MESSAGE, "0/3 hosts available: 3 insufficient VCPU",
-                 id="no-valid-host"),
-    pytest.param(InvalidRequest(reason="flavor.vcpus must be an integer"),
-                 "invalid request: flavor.vcpus must be an integer",
-                 "invalid request: flavor.vcpus must be an integer", id="invalid-request"),
-    pytest.param(Forbidden(reason="forcing a host requires an admin context"),
-                 "forbidden: forcing a host requires an admin context",
-                 "forbidden: forcing a host requires an admin context", id="forbidden"),
-    pytest.param(InternalError(), INTERNAL_ERROR_MESSAGE, InternalError.msg,
-                 id="internal-error"),
-])
+@pytest.mark.parametrize(
+    "error, fault, details",
+    [
+        pytest.param(
+            NoValidHost(details="0/3 hosts available: 3 insufficient VCPU"),
+            NoValidHost.USER_MESSAGE,
+            "0/3 hosts available: 3 insufficient VCPU",
+            id="no-valid-host",
+        ),
+        pytest.param(
+            InvalidRequest(reason="flavor.vcpus must be an integer"),
+            "invalid request: flavor.vcpus must be an integer",
+            "invalid request: flavor.vcpus must be an integer",
+            id="invalid-request",
+        ),
+        pytest.param(
+            Forbidden(reason="forcing a host requires an admin context"),
+            "forbidden: forcing a host requires an admin context",
+            "forbidden: forcing a host requires an admin context",
+            id="forbidden",
+        ),
+        pytest.param(
+            InternalError(), INTERNAL_ERROR_MESSAGE, InternalError.msg, id="internal-error"
+        ),
+    ],
+)
 def test_select_destinations_mode_puts_refused_instances_in_error(
-        error: Exception, fault: str, details: str) -> None:
+    error: Exception, fault: str, details: str
+) -> None:
     store = _store()
     booter = Booter(store, Scheduler(error), Compute())  # type: ignore[arg-type]
     uuids = booter.boot(CTXT, spec().flavor, 2, per_request=2, mode="select_destinations")
@@ -153,10 +197,13 @@ def test_select_destinations_mode_puts_refused_instances_in_error(
     assert [(r.state, r.fault, r.fault_details) for r in records] == [(ERROR, fault, details)] * 2
 
 
-@pytest.mark.parametrize("error", [
-    pytest.param(SchedulerUnavailable(), id="scheduler-cannot-reach-its-store"),
-    pytest.param(oslo_messaging.MessagingTimeout(), id="no-answer"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(SchedulerUnavailable(), id="scheduler-cannot-reach-its-store"),
+        pytest.param(oslo_messaging.MessagingTimeout(), id="no-answer"),
+    ],
+)
 def test_select_destinations_mode_leaves_the_instances_to_the_redrive(error: Exception) -> None:
     """Not an answer about the request: the records keep building, with their
     deadlines, and the conductor re-drives them."""

@@ -38,10 +38,24 @@ SETTINGS = ConductorSettings(build_timeout=10, resize_timeout=20, max_redrives=3
 
 def sweeper(store: MemoryStore, clock: float = LATER) -> tuple[Sweeper, Recorded, Recorded]:
     scheduler, compute = Recorded(), Recorded()
-    resizer = Resizer(store, scheduler, compute, SETTINGS,  # type: ignore[arg-type]
-                      clock=lambda: clock)
-    return (Sweeper(store, scheduler, resizer, SETTINGS,  # type: ignore[arg-type]
-                    clock=lambda: clock), scheduler, compute)
+    resizer = Resizer(
+        store,
+        scheduler,
+        compute,
+        SETTINGS,  # type: ignore[arg-type]
+        clock=lambda: clock,
+    )
+    return (
+        Sweeper(
+            store,
+            scheduler,
+            resizer,
+            SETTINGS,  # type: ignore[arg-type]
+            clock=lambda: clock,
+        ),
+        scheduler,
+        compute,
+    )
 
 
 def boot(store: MemoryStore, redrives: int, claim: bool) -> str:
@@ -58,9 +72,17 @@ def resize(store: MemoryStore, redrives: int, claim: bool) -> str:
 def finish(task_state: str) -> Any:
     def make(store: MemoryStore, redrives: int, claim: bool) -> str:
         uuid, _ = resizing(store, "h1", "h2")
-        store.update_instance(uuid, state=RESIZED, task_state=task_state, host="h2",
-                              node="h2", redrives=redrives, deadline=NOW + 60)
+        store.update_instance(
+            uuid,
+            state=RESIZED,
+            task_state=task_state,
+            host="h2",
+            node="h2",
+            redrives=redrives,
+            deadline=NOW + 60,
+        )
         return uuid
+
     return make
 
 
@@ -87,24 +109,77 @@ class SweepCase:
 
 
 SWEEP_CASES = [
-    SweepCase("boot-redriven", boot, sent=("run_instance",), deadline=LATER + 10,
-              counts={"run_instance": 1}),
-    SweepCase("boot-timed-out-releases-the-claim", boot, redrives=3, state=ERROR, holder=None,
-              fault=RequestTimedOut.USER_MESSAGE, redrives_after=3, deadline=LATER + 10,
-              counts={"timed_out": 1}),
-    SweepCase("resize-redriven", resize, sent=("resize",), state=RESIZING, holder="h2",
-              deadline=LATER + 20, counts={"resize": 1}),
-    SweepCase("resize-timed-out-stays-active-on-source", resize, redrives=3, state=ACTIVE,
-              fault=RequestTimedOut.USER_MESSAGE, redrives_after=3, counts={"timed_out": 1}),
-    SweepCase("confirm-redriven", finish(RESIZE_CONFIRMING), sent=("confirm_resize",),
-              state=RESIZED, holder="h2", deadline=LATER + 20, counts={"confirm": 1}),
-    SweepCase("confirm-done-by-the-conductor", finish(RESIZE_CONFIRMING), redrives=3,
-              state=ACTIVE, holder="h2", redrives_after=3, counts={"confirm_done_here": 1}),
-    SweepCase("revert-done-by-the-conductor", finish(RESIZE_REVERTING), redrives=3,
-              state=ACTIVE, redrives_after=3, counts={"revert_done_here": 1}),
-    SweepCase("given-up-instance-cleaned-up", given_up, state=ERROR, holder=None,
-              fault=RequestTimedOut.USER_MESSAGE, redrives_after=0,
-              counts={"cleaned_up": 1}),
+    SweepCase(
+        "boot-redriven",
+        boot,
+        sent=("run_instance",),
+        deadline=LATER + 10,
+        counts={"run_instance": 1},
+    ),
+    SweepCase(
+        "boot-timed-out-releases-the-claim",
+        boot,
+        redrives=3,
+        state=ERROR,
+        holder=None,
+        fault=RequestTimedOut.USER_MESSAGE,
+        redrives_after=3,
+        deadline=LATER + 10,
+        counts={"timed_out": 1},
+    ),
+    SweepCase(
+        "resize-redriven",
+        resize,
+        sent=("resize",),
+        state=RESIZING,
+        holder="h2",
+        deadline=LATER + 20,
+        counts={"resize": 1},
+    ),
+    SweepCase(
+        "resize-timed-out-stays-active-on-source",
+        resize,
+        redrives=3,
+        state=ACTIVE,
+        fault=RequestTimedOut.USER_MESSAGE,
+        redrives_after=3,
+        counts={"timed_out": 1},
+    ),
+    SweepCase(
+        "confirm-redriven",
+        finish(RESIZE_CONFIRMING),
+        sent=("confirm_resize",),
+        state=RESIZED,
+        holder="h2",
+        deadline=LATER + 20,
+        counts={"confirm": 1},
+    ),
+    SweepCase(
+        "confirm-done-by-the-conductor",
+        finish(RESIZE_CONFIRMING),
+        redrives=3,
+        state=ACTIVE,
+        holder="h2",
+        redrives_after=3,
+        counts={"confirm_done_here": 1},
+    ),
+    SweepCase(
+        "revert-done-by-the-conductor",
+        finish(RESIZE_REVERTING),
+        redrives=3,
+        state=ACTIVE,
+        redrives_after=3,
+        counts={"revert_done_here": 1},
+    ),
+    SweepCase(
+        "given-up-instance-cleaned-up",
+        given_up,
+        state=ERROR,
+        holder=None,
+        fault=RequestTimedOut.USER_MESSAGE,
+        redrives_after=0,
+        counts={"cleaned_up": 1},
+    ),
 ]
 
 
@@ -117,14 +192,19 @@ def test_sweep(case: SweepCase) -> None:
     assert sweep.sweep() == 1
 
     record = store.get_instance(uuid)
-    assert (record.state, holder(store, uuid), record.fault, record.redrives,
-            record.deadline) == (case.state, case.holder, case.fault, case.redrives_after,
-                                 case.deadline), record
+    assert (record.state, holder(store, uuid), record.fault, record.redrives, record.deadline) == (
+        case.state,
+        case.holder,
+        case.fault,
+        case.redrives_after,
+        case.deadline,
+    ), record
     assert (*scheduler.names, *compute.names) == case.sent
     assert dict(sweep.counts) == case.counts
     if record.state == ACTIVE:
         assert record.migration_uuid is None and store.list_consumers() == [
-            store.get_consumer(uuid)]
+            store.get_consumer(uuid)
+        ]
 
 
 def test_a_redriven_boot_is_the_same_request_for_one_instance() -> None:
@@ -135,7 +215,10 @@ def test_a_redriven_boot_is_the_same_request_for_one_instance() -> None:
     (ctxt, spec, uuids), _ = scheduler.last("run_instance")
     assert ctxt.request_id == REQUEST_ID  # type: ignore[attr-defined]
     assert (spec.num_instances, spec.ignore_hosts, uuids) == (  # type: ignore[attr-defined]
-        1, ("h3",), [uuid])
+        1,
+        ("h3",),
+        [uuid],
+    )
 
 
 @pytest.mark.parametrize("is_admin", [True, False])
@@ -148,7 +231,9 @@ def test_a_redriven_boot_has_the_rights_it_was_made_with(is_admin: bool) -> None
     sweep.sweep()
     (ctxt, _spec, _uuids), _ = scheduler.last("run_instance")
     assert (ctxt.is_admin, ctxt.roles) == (  # type: ignore[attr-defined]
-        is_admin, ["admin"] if is_admin else ["member"])
+        is_admin,
+        ["admin"] if is_admin else ["member"],
+    )
 
 
 def test_a_redriven_resize_names_the_same_migration() -> None:
@@ -158,7 +243,11 @@ def test_a_redriven_resize_names_the_same_migration() -> None:
     sweep.sweep()
     (ctxt, resized, source, flavor, spec), _ = scheduler.last("resize")
     assert (ctxt.request_id, resized, source, flavor) == (  # type: ignore[attr-defined]
-        REQUEST_ID, uuid, "h1", BIG)
+        REQUEST_ID,
+        uuid,
+        "h1",
+        BIG,
+    )
     assert spec.flavor == BIG  # type: ignore[attr-defined]
 
 

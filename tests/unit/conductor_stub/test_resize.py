@@ -23,8 +23,17 @@ from tests.unit.factories import NOW, Recorded
 
 def resizer(store: MemoryStore) -> tuple[Resizer, Recorded, Recorded]:
     scheduler, compute = Recorded(), Recorded()
-    return Resizer(store, scheduler, compute,  # type: ignore[arg-type]
-                   ConductorSettings(resize_timeout=30), clock=lambda: NOW), scheduler, compute
+    return (
+        Resizer(
+            store,
+            scheduler,
+            compute,  # type: ignore[arg-type]
+            ConductorSettings(resize_timeout=30),
+            clock=lambda: NOW,
+        ),
+        scheduler,
+        compute,
+    )
 
 
 def test_start_marks_the_record_and_casts_the_resize() -> None:
@@ -34,12 +43,22 @@ def test_start_marks_the_record_and_casts_the_resize() -> None:
 
     started = resize.start(uuid, BIG)
 
-    assert (started.state, started.task_state, started.source_host, started.new_flavor,
-            started.deadline) == (RESIZING, RESIZE_PREP, "h1", BIG.to_primitive(), NOW + 30)
+    assert (
+        started.state,
+        started.task_state,
+        started.source_host,
+        started.new_flavor,
+        started.deadline,
+    ) == (RESIZING, RESIZE_PREP, "h1", BIG.to_primitive(), NOW + 30)
     assert started.migration_uuid == migration_uuid_for(uuid, started.request_id or "")
     (ctxt, resized, source, flavor, spec), _ = scheduler.last("resize")
     assert (ctxt.request_id, resized, source, flavor, spec.flavor) == (  # type: ignore[attr-defined]
-        started.request_id, uuid, "h1", BIG, BIG)
+        started.request_id,
+        uuid,
+        "h1",
+        BIG,
+        BIG,
+    )
 
 
 @pytest.mark.parametrize("state", ["BUILDING", RESIZING, RESIZED, "ERROR"])
@@ -52,12 +71,16 @@ def test_only_an_active_instance_can_start_a_resize(state: str) -> None:
     assert scheduler.calls == [] and store.get_instance(uuid).state == state
 
 
-@pytest.mark.parametrize("confirm, task_state, method, host", [
-    pytest.param(True, RESIZE_CONFIRMING, "confirm_resize", "h1", id="confirm-to-source"),
-    pytest.param(False, RESIZE_REVERTING, "revert_resize", "h2", id="revert-to-destination"),
-])
-def test_confirm_or_revert_is_cast_to_the_host_that_acts(confirm: bool, task_state: str,
-                                                         method: str, host: str) -> None:
+@pytest.mark.parametrize(
+    "confirm, task_state, method, host",
+    [
+        pytest.param(True, RESIZE_CONFIRMING, "confirm_resize", "h1", id="confirm-to-source"),
+        pytest.param(False, RESIZE_REVERTING, "revert_resize", "h2", id="revert-to-destination"),
+    ],
+)
+def test_confirm_or_revert_is_cast_to_the_host_that_acts(
+    confirm: bool, task_state: str, method: str, host: str
+) -> None:
     store = cloud("h1", "h2")
     uuid, migration = resizing(store, "h1", "h2")
     store.update_instance(uuid, state=RESIZED, task_state=None, host="h2", node="h2")

@@ -32,8 +32,7 @@ def assert_usage_is_the_sum_of_allocations(store: object) -> None:
 
 
 def test_fills_hosts_exactly_then_finds_no_host() -> None:
-    store = memory_store(*(host(f"h{i}", vcpus=8, ram=4096, ratios={VCPU: 2.0})
-                           for i in range(5)))
+    store = memory_store(*(host(f"h{i}", vcpus=8, ram=4096, ratios={VCPU: 2.0}) for i in range(5)))
     eng = engine(store, host_subset_size=2)
     for n in range(20):  # 4 instances of 1024 MB fit per host
         eng.select(f"req{n}", spec(vcpus=2, ram=1024, disk=1), [uuid_of(f"i{n}")])
@@ -61,8 +60,9 @@ def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> Non
     fresh, stale = engine(store), engine(Lagging(store))
     stale.schedule("req-first", spec(ram=1024, disk=1), [uuid_of("first")])  # loads its view
     # The rest of the biggest host is taken behind the stale worker's back.
-    store.claim(uuid_of("filler"), AllocationRequest({uuid_of("big"): {MEMORY_MB: 7168}},
-                                                     "p", "u"))
+    store.claim(
+        uuid_of("filler"), AllocationRequest({uuid_of("big"): {MEMORY_MB: 7168}}, "p", "u")
+    )
     conflicts = []
     for n in range(8):  # the 8 slots left on h1 and h2, the workers taking turns
         worker = stale if n % 2 else fresh
@@ -80,8 +80,11 @@ def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> Non
 def test_anti_affinity_holds_across_workers() -> None:
     store = memory_store(*(host(f"h{i}") for i in range(3)))
     a, b = engine(store, weighers=()), engine(store, weighers=())
-    a.select("req-a", spec(num_instances=2, group=group("anti-affinity")),
-             [uuid_of("a0"), uuid_of("a1")])
+    a.select(
+        "req-a",
+        spec(num_instances=2, group=group("anti-affinity")),
+        [uuid_of("a0"), uuid_of("a1")],
+    )
     b.select("req-b", spec(group=group("anti-affinity")), [uuid_of("b0")])
     with pytest.raises(NoValidHost):
         a.select("req-c", spec(group=group("anti-affinity")), [uuid_of("c0")])
@@ -101,12 +104,16 @@ def test_released_request_leaves_nothing_and_reselect_reuses() -> None:
     assert len(store.list_consumers()) == 1
 
 
-@pytest.mark.parametrize("up, placed_on, released", [
-    pytest.param(True, "h0", False, id="host-alive-claim-reused"),
-    pytest.param(False, "h1", True, id="host-down-placed-again"),
-])
+@pytest.mark.parametrize(
+    "up, placed_on, released",
+    [
+        pytest.param(True, "h0", False, id="host-alive-claim-reused"),
+        pytest.param(False, "h1", True, id="host-down-placed-again"),
+    ],
+)
 def test_a_redriven_request_reuses_its_claim_unless_the_host_is_down(
-        up: bool, placed_on: str, released: bool) -> None:
+    up: bool, placed_on: str, released: bool
+) -> None:
     store = memory_store(host("h0", up=up), host("h1", ram=2048))
     store.claim(uuid_of("i1"), AllocationRequest({uuid_of("h0"): {MEMORY_MB: 1024}}, "p", "u"))
     with structlog.testing.capture_logs() as logs:
@@ -118,8 +125,7 @@ def test_a_redriven_request_reuses_its_claim_unless_the_host_is_down(
     assert_usage_is_the_sum_of_allocations(store)
 
 
-def test_a_redriven_request_whose_claim_is_on_a_down_host_and_no_host_left_holds_nothing(
-        ) -> None:
+def test_a_redriven_request_whose_claim_is_on_a_down_host_and_no_host_left_holds_nothing() -> None:
     store = memory_store(host("h0", up=False), host("h1", ram=512))
     store.claim(uuid_of("i1"), AllocationRequest({uuid_of("h0"): {MEMORY_MB: 1024}}, "p", "u"))
     with structlog.testing.capture_logs() as logs, pytest.raises(NoValidHost):

@@ -12,8 +12,11 @@ from scheduler.store.base import GroupClaim
 from tests.unit.factories import GROUP_UUID, HookedStore, engine, group, host, spec, uuid_of
 
 # Resource weighers pack (negative), so only a group weigher can spread.
-PACKING = {"ram_weight_multiplier": -1.0, "cpu_weight_multiplier": -1.0,
-           "disk_weight_multiplier": -1.0}
+PACKING = {
+    "ram_weight_multiplier": -1.0,
+    "cpu_weight_multiplier": -1.0,
+    "disk_weight_multiplier": -1.0,
+}
 X86_KVM = {"supported_instances": [["x86_64", "kvm", "hvm"]], "hypervisor_version": 6002000}
 
 
@@ -22,20 +25,29 @@ def primaries(selections: list) -> list[str]:
 
 
 def test_default_filters_include_capabilities_and_image_properties() -> None:
-    store = HookedStore([host("arm", capabilities={"supported_instances": [
-        ["aarch64", "kvm", "hvm"]]}), host("x86", capabilities=X86_KVM)])
-    request = spec(image_properties={"hw_architecture": "aarch64"},
-                   extra_specs={"capabilities:hypervisor_version": ">= 6000000"})
+    store = HookedStore(
+        [
+            host("arm", capabilities={"supported_instances": [["aarch64", "kvm", "hvm"]]}),
+            host("x86", capabilities=X86_KVM),
+        ]
+    )
+    request = spec(
+        image_properties={"hw_architecture": "aarch64"},
+        extra_specs={"capabilities:hypervisor_version": ">= 6000000"},
+    )
     with pytest.raises(NoValidHost) as err:
         engine(store).select("req", request, [uuid_of("i1")])
-    assert err.value.reasons == {"image properties not supported": 1,
-                                 "capabilities do not match the flavor": 1}
+    assert err.value.reasons == {
+        "image properties not supported": 1,
+        "capabilities do not match the flavor": 1,
+    }
 
 
 def test_soft_anti_affinity_spreads_a_request_against_packing_weighers() -> None:
     store = HookedStore([host(f"h{i}") for i in range(4)])
-    eng = engine(store, weight_multipliers={**PACKING,
-                                            "soft_anti_affinity_weight_multiplier": 10.0})
+    eng = engine(
+        store, weight_multipliers={**PACKING, "soft_anti_affinity_weight_multiplier": 10.0}
+    )
     request = spec(num_instances=4, group=group("soft-anti-affinity"))
     selections = eng.select("req", request, [uuid_of(f"i{n}") for n in range(4)])
     assert sorted(primaries(selections)) == ["h0", "h1", "h2", "h3"]
@@ -43,8 +55,9 @@ def test_soft_anti_affinity_spreads_a_request_against_packing_weighers() -> None
 
 def test_soft_anti_affinity_sees_members_of_earlier_requests() -> None:
     store = HookedStore([host("h0"), host("h1", used={MEMORY_MB: 8192})])
-    eng = engine(store, weight_multipliers={**PACKING,
-                                            "soft_anti_affinity_weight_multiplier": 10.0})
+    eng = engine(
+        store, weight_multipliers={**PACKING, "soft_anti_affinity_weight_multiplier": 10.0}
+    )
     request = spec(group=group("soft-anti-affinity"))
     first = primaries(eng.select("req-1", request, [uuid_of("i1")]))
     second = primaries(eng.select("req-2", request, [uuid_of("i2")]))
@@ -62,8 +75,9 @@ def test_soft_affinity_gathers_against_spreading_weighers() -> None:
 
 def test_io_ops_limit_counts_this_requests_placements() -> None:
     store = HookedStore([host(f"h{i}", stats={"num_io_ops": 0}) for i in range(3)])
-    eng = engine(store, enabled_filters=("IoOpsFilter",), max_io_ops_per_host=1,
-                 weight_multipliers=PACKING)
+    eng = engine(
+        store, enabled_filters=("IoOpsFilter",), max_io_ops_per_host=1, weight_multipliers=PACKING
+    )
     selections = eng.select("req", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
     assert sorted(primaries(selections)) == ["h0", "h1", "h2"]
     with pytest.raises(NoValidHost) as err:
@@ -79,9 +93,11 @@ def test_a_decision_replays_and_ties_are_shuffled_by_request() -> None:
     def decide(request_id: str) -> str:
         store = HookedStore(hosts)
         for n, on in enumerate(("h0", "h1")):
-            store.claim(uuid_of(f"member{n}"),
-                        AllocationRequest({uuid_of(on): {"VCPU": 1}}, "p", "u"),
-                        GroupClaim(GROUP_UUID, "soft-anti-affinity", on))
+            store.claim(
+                uuid_of(f"member{n}"),
+                AllocationRequest({uuid_of(on): {"VCPU": 1}}, "p", "u"),
+                GroupClaim(GROUP_UUID, "soft-anti-affinity", on),
+            )
         request = spec(group=group("soft-anti-affinity"))
         return primaries(engine(store).select(request_id, request, [uuid_of("new")]))[0]
 

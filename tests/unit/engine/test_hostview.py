@@ -25,39 +25,63 @@ def everyone(view: HostView) -> np.ndarray:
     return np.arange(view.size)
 
 
-@pytest.mark.parametrize(("kwargs", "rc", "capacity"), [
-    pytest.param({"ram": 1000}, MEMORY_MB, 1000, id="plain"),
-    pytest.param({"ram": 1000, "reserved": {MEMORY_MB: 200}}, MEMORY_MB, 800, id="reserved"),
-    pytest.param({"vcpus": 8, "ratios": {VCPU: 4.0}}, VCPU, 32, id="ratio"),
-    pytest.param({"vcpus": 8, "reserved": {VCPU: 2}, "ratios": {VCPU: 1.5}}, VCPU, 9,
-                 id="reserved-then-ratio"),
-    pytest.param({"disk": 10, "ratios": {DISK_GB: 0.55}}, DISK_GB, 5, id="ratio-rounds-down"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "rc", "capacity"),
+    [
+        pytest.param({"ram": 1000}, MEMORY_MB, 1000, id="plain"),
+        pytest.param({"ram": 1000, "reserved": {MEMORY_MB: 200}}, MEMORY_MB, 800, id="reserved"),
+        pytest.param({"vcpus": 8, "ratios": {VCPU: 4.0}}, VCPU, 32, id="ratio"),
+        pytest.param(
+            {"vcpus": 8, "reserved": {VCPU: 2}, "ratios": {VCPU: 1.5}},
+            VCPU,
+            9,
+            id="reserved-then-ratio",
+        ),
+        pytest.param({"disk": 10, "ratios": {DISK_GB: 0.55}}, DISK_GB, 5, id="ratio-rounds-down"),
+    ],
+)
 def test_capacity_applies_reserved_then_ratio(kwargs: dict, rc: str, capacity: int) -> None:
     view = view_of(host("h1", **kwargs))
     j = view.resource_classes.index(rc)
     assert view.capacity[j, 0] == capacity
 
 
-@pytest.mark.parametrize(("kwargs", "request_", "short"), [
-    pytest.param({}, {MEMORY_MB: 32768}, None, id="exactly-full-fits"),
-    pytest.param({"used": {MEMORY_MB: 1}}, {MEMORY_MB: 32768}, MEMORY_MB, id="one-too-many"),
-    pytest.param({"vcpus": 4, "ratios": {VCPU: 4.0}}, {VCPU: 4}, None, id="ratio-gives-room"),
-    pytest.param({"vcpus": 4, "ratios": {VCPU: 16.0}, "used": {VCPU: 60}}, {VCPU: 5}, VCPU,
-                 id="ratio-room-used-up"),
-    pytest.param({"vcpus": 4, "ratios": {VCPU: 16.0}}, {VCPU: 5}, VCPU,
-                 id="never-above-total-whatever-the-ratio"),
-    pytest.param({"ram": 1000, "reserved": {MEMORY_MB: 500}}, {MEMORY_MB: 600}, MEMORY_MB,
-                 id="reserved-is-not-free"),
-    pytest.param({"max_unit": {MEMORY_MB: 2048}}, {MEMORY_MB: 4096}, MEMORY_MB,
-                 id="above-max-unit"),
-    pytest.param({"min_unit": {MEMORY_MB: 2048}}, {MEMORY_MB: 1024}, MEMORY_MB,
-                 id="below-min-unit"),
-    pytest.param({"step": {MEMORY_MB: 512}}, {MEMORY_MB: 1000}, MEMORY_MB, id="off-step"),
-    pytest.param({"step": {MEMORY_MB: 512}}, {MEMORY_MB: 1024}, None, id="on-step"),
-    pytest.param({"disk": 0}, {DISK_GB: 1}, DISK_GB, id="no-such-inventory"),
-    pytest.param({}, {"CUSTOM_GPU": 1}, "CUSTOM_GPU", id="class-no-host-has"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "request_", "short"),
+    [
+        pytest.param({}, {MEMORY_MB: 32768}, None, id="exactly-full-fits"),
+        pytest.param({"used": {MEMORY_MB: 1}}, {MEMORY_MB: 32768}, MEMORY_MB, id="one-too-many"),
+        pytest.param({"vcpus": 4, "ratios": {VCPU: 4.0}}, {VCPU: 4}, None, id="ratio-gives-room"),
+        pytest.param(
+            {"vcpus": 4, "ratios": {VCPU: 16.0}, "used": {VCPU: 60}},
+            {VCPU: 5},
+            VCPU,
+            id="ratio-room-used-up",
+        ),
+        pytest.param(
+            {"vcpus": 4, "ratios": {VCPU: 16.0}},
+            {VCPU: 5},
+            VCPU,
+            id="never-above-total-whatever-the-ratio",
+        ),
+        pytest.param(
+            {"ram": 1000, "reserved": {MEMORY_MB: 500}},
+            {MEMORY_MB: 600},
+            MEMORY_MB,
+            id="reserved-is-not-free",
+        ),
+        pytest.param(
+            {"max_unit": {MEMORY_MB: 2048}}, {MEMORY_MB: 4096}, MEMORY_MB, id="above-max-unit"
+        ),
+        pytest.param(
+            {"min_unit": {MEMORY_MB: 2048}}, {MEMORY_MB: 1024}, MEMORY_MB, id="below-min-unit"
+        ),
+        pytest.param({"step": {MEMORY_MB: 512}}, {MEMORY_MB: 1000}, MEMORY_MB, id="off-step"),
+        pytest.param({"step": {MEMORY_MB: 512}}, {MEMORY_MB: 1024}, None, id="on-step"),
+        pytest.param({"disk": 0}, {DISK_GB: 1}, DISK_GB, id="no-such-inventory"),
+        pytest.param({}, {"CUSTOM_GPU": 1}, "CUSTOM_GPU", id="class-no-host-has"),
+    ],
+)
 def test_shortfalls(kwargs: dict, request_: dict, short: str | None) -> None:
     view = view_of(host("h1", **kwargs))
     failing = {rc for rc, bad in view.shortfalls(request_) if bad[0]}
@@ -66,8 +90,16 @@ def test_shortfalls(kwargs: dict, request_: dict, short: str | None) -> None:
 
 
 def test_free_with_and_without_ratio() -> None:
-    view = view_of(host("h1", vcpus=8, ram=4096, ratios={VCPU: 2.0, MEMORY_MB: 1.5},
-                        reserved={MEMORY_MB: 96}, used={VCPU: 3, MEMORY_MB: 1000}))
+    view = view_of(
+        host(
+            "h1",
+            vcpus=8,
+            ram=4096,
+            ratios={VCPU: 2.0, MEMORY_MB: 1.5},
+            reserved={MEMORY_MB: 96},
+            used={VCPU: 3, MEMORY_MB: 1000},
+        )
+    )
     idx = everyone(view)
     assert view.free(VCPU, idx).tolist() == [13]
     assert view.free_ignoring_ratio(MEMORY_MB, idx).tolist() == [3000]
@@ -95,9 +127,14 @@ def test_lookups_by_name_uuid_and_ignoring_case() -> None:
 
 def test_zones_come_from_aggregates_else_the_default() -> None:
     east, west = az("agg-east", "east"), az("agg-west", "west")
-    view = view_of(host("e1", aggregates=[east.uuid]), host("w1", aggregates=[west.uuid]),
-                   host("both", aggregates=[east.uuid, west.uuid]), host("none"),
-                   aggregates=[east, west], default_availability_zone="nova")
+    view = view_of(
+        host("e1", aggregates=[east.uuid]),
+        host("w1", aggregates=[west.uuid]),
+        host("both", aggregates=[east.uuid, west.uuid]),
+        host("none"),
+        aggregates=[east, west],
+        default_availability_zone="nova",
+    )
     idx = everyone(view)
     assert view.zone_mask("east", idx).tolist() == [True, False, True, False]
     assert view.zone_mask("nova", idx).tolist() == [False, False, False, True]
@@ -105,8 +142,9 @@ def test_zones_come_from_aggregates_else_the_default() -> None:
 
 
 def test_hosts_sharing_aggregates_share_a_code() -> None:
-    view = view_of(host("h1", aggregates=["a", "b"]), host("h2"),
-                   host("h3", aggregates=["b", "a"]))
+    view = view_of(
+        host("h1", aggregates=["a", "b"]), host("h2"), host("h3", aggregates=["b", "a"])
+    )
     codes = view.agg_set.tolist()
     assert codes[0] == codes[2] != codes[1]
     assert view.aggregate_sets[codes[0]] == {"a", "b"}
@@ -114,8 +152,13 @@ def test_hosts_sharing_aggregates_share_a_code() -> None:
 
 
 def test_nested_providers_are_not_hosts_but_count_toward_theirs() -> None:
-    child = Provider(uuid=uuid_of("h1-gpu"), name="h1-gpu", parent_uuid=uuid_of("h1"),
-                     root_uuid=uuid_of("h1"), inventories={"CUSTOM_GPU": Inventory(total=2)})
+    child = Provider(
+        uuid=uuid_of("h1-gpu"),
+        name="h1-gpu",
+        parent_uuid=uuid_of("h1"),
+        root_uuid=uuid_of("h1"),
+        inventories={"CUSTOM_GPU": Inventory(total=2)},
+    )
     store = HookedStore([host("h0"), host("h1")])
     write_provider(store, child)
     view = HostView(store, settings())  # type: ignore[arg-type]
@@ -126,15 +169,15 @@ def test_nested_providers_are_not_hosts_but_count_toward_theirs() -> None:
     kids, positions = view.kids_of(np.array([1, 0]))
     assert (kids.tolist(), positions.tolist()) == ([0], [0])
     assert view.can_give("CUSTOM_GPU", 2, kids, kid=True).tolist() == [True]
-    assert view.can_give("CUSTOM_GPU", 1, kids, kid=True,
-                         extra=np.array([2])).tolist() == [False]
+    assert view.can_give("CUSTOM_GPU", 1, kids, kid=True, extra=np.array([2])).tolist() == [False]
 
 
 def test_follows_child_providers_and_their_usage() -> None:
     store = HookedStore([host("h1")])
     view = loaded(store)
-    store.put_provider(host("h1", children=[child("h1-gpu", inventory={"VGPU": 4},
-                                                  traits=["CUSTOM_T4"])]))
+    store.put_provider(
+        host("h1", children=[child("h1-gpu", inventory={"VGPU": 4}, traits=["CUSTOM_T4"])])
+    )
     store.use("h1-gpu", {"VGPU": 3})
     view.refresh(NOW)
     j = view.resource_classes.index("VGPU")
@@ -143,8 +186,7 @@ def test_follows_child_providers_and_their_usage() -> None:
     view.consume_allocation(0, {uuid_of("h1-gpu"): {"VGPU": 1}, uuid_of("h1"): {VCPU: 2}})
     assert view.kid_used[j].tolist() == [4]
     assert view.consumers.tolist() == [1]
-    view.consume_allocation(0, {uuid_of("h1-gpu"): {"VGPU": 1}, uuid_of("h1"): {VCPU: 2}},
-                            sign=-1)
+    view.consume_allocation(0, {uuid_of("h1-gpu"): {"VGPU": 1}, uuid_of("h1"): {VCPU: 2}}, sign=-1)
     assert view.kid_used[j].tolist() == [3]
     assert view.free(VCPU, everyone(view)).tolist() == [16]
 
@@ -161,8 +203,10 @@ def test_a_child_seen_before_its_root_waits_for_it() -> None:
 
 def test_traits_and_aggregates_are_bits_past_one_word() -> None:
     many = [f"CUSTOM_T{i}" for i in range(130)]
-    view = view_of(host("h0", traits=many[:70], aggregates=["a1"]),
-                   host("h1", traits=many[60:], aggregates=["a2"]))
+    view = view_of(
+        host("h0", traits=many[:70], aggregates=["a1"]),
+        host("h1", traits=many[60:], aggregates=["a2"]),
+    )
     idx = everyone(view)
     assert view.has_trait("CUSTOM_T0", idx).tolist() == [True, False]
     assert view.has_trait("CUSTOM_T65", idx).tolist() == [True, True]
@@ -185,11 +229,11 @@ def test_trait_changes_replace_the_bits() -> None:
 
 def test_aggregates_by_name_and_a_child_through_its_root() -> None:
     gold = Aggregate(uuid=uuid_of("gold"), name="gold")
-    view = view_of(host("h1", aggregates=[gold.uuid],
-                        children=[child("h1-gpu", inventory={"VGPU": 1})]),
-                   host("h2", children=[child("h2-gpu", inventory={"VGPU": 1},
-                                              aggregates=[gold.uuid])]),
-                   aggregates=[gold])
+    view = view_of(
+        host("h1", aggregates=[gold.uuid], children=[child("h1-gpu", inventory={"VGPU": 1})]),
+        host("h2", children=[child("h2-gpu", inventory={"VGPU": 1}, aggregates=[gold.uuid])]),
+        aggregates=[gold],
+    )
     assert view.in_any(["gold"], everyone(view)).tolist() == [True, False]
     assert view.in_any(["gold"], np.arange(view.kid_size), kid=True).tolist() == [True, True]
 
@@ -212,12 +256,32 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
     # The bulk load and the per-row write read one declaration of which
     # Inventory field fills which column; both must give the same view.
     hosts = [
-        host("h0", reserved={MEMORY_MB: 512}, ratios={VCPU: 4.0}, used={VCPU: 3},
-             traits=["CUSTOM_A"], aggregates=["a1"], consumers=2,
-             children=[child("h0-gpu", inventory={"VGPU": 4}, used={"VGPU": 1},
-                             traits=["CUSTOM_T4"], max_unit={"VGPU": 2})]),
-        host("h1", disk=0, max_unit={MEMORY_MB: 4096}, min_unit={VCPU: 2},
-             step={MEMORY_MB: 256}, extra={"CUSTOM_FPGA": Inventory(total=2, reserved=1)}),
+        host(
+            "h0",
+            reserved={MEMORY_MB: 512},
+            ratios={VCPU: 4.0},
+            used={VCPU: 3},
+            traits=["CUSTOM_A"],
+            aggregates=["a1"],
+            consumers=2,
+            children=[
+                child(
+                    "h0-gpu",
+                    inventory={"VGPU": 4},
+                    used={"VGPU": 1},
+                    traits=["CUSTOM_T4"],
+                    max_unit={"VGPU": 2},
+                )
+            ],
+        ),
+        host(
+            "h1",
+            disk=0,
+            max_unit={MEMORY_MB: 4096},
+            min_unit={VCPU: 2},
+            step={MEMORY_MB: 256},
+            extra={"CUSTOM_FPGA": Inventory(total=2, reserved=1)},
+        ),
         host("h2", ratios={DISK_GB: 0.5}, aggregates=["a1", "a2"], traits=["CUSTOM_B"]),
     ]
     snapshot = view_of(*hosts)
@@ -229,24 +293,38 @@ def test_a_snapshot_load_and_fed_changes_give_the_same_columns() -> None:
     assert (fed.names, fed.kid_uuids) == (snapshot.names, snapshot.kid_uuids)
     for rc in snapshot.resource_classes:
         j, k = snapshot.resource_classes.index(rc), fed.resource_classes.index(rc)
-        for column in ("total", "reserved", "ratio", "capacity", "used", "min_unit",
-                       "max_unit", "step"):
+        for column in (
+            "total",
+            "reserved",
+            "ratio",
+            "capacity",
+            "used",
+            "min_unit",
+            "max_unit",
+            "step",
+        ):
             assert getattr(fed, column)[k].tolist() == getattr(snapshot, column)[j].tolist(), (
-                rc, column)
+                rc,
+                column,
+            )
         assert fed.kid_capacity[k].tolist() == snapshot.kid_capacity[j].tolist(), rc
         assert fed.kid_used[k].tolist() == snapshot.kid_used[j].tolist(), rc
         kids = np.arange(snapshot.kid_size)
         for amount in (1, 2, 3, 256, 4096):
             assert fed.can_give(rc, amount, everyone(fed)).tolist() == (
-                snapshot.can_give(rc, amount, everyone(snapshot)).tolist()), (rc, amount)
+                snapshot.can_give(rc, amount, everyone(snapshot)).tolist()
+            ), (rc, amount)
             assert fed.can_give(rc, amount, kids, kid=True).tolist() == (
-                snapshot.can_give(rc, amount, kids, kid=True).tolist()), (rc, amount)
+                snapshot.can_give(rc, amount, kids, kid=True).tolist()
+            ), (rc, amount)
     assert fed.consumers.tolist() == snapshot.consumers.tolist() == [2, 0, 0]
     for trait in ("CUSTOM_A", "CUSTOM_B", "CUSTOM_T4"):
         assert fed.has_trait(trait, everyone(fed)).tolist() == (
-            snapshot.has_trait(trait, everyone(snapshot)).tolist())
+            snapshot.has_trait(trait, everyone(snapshot)).tolist()
+        )
         assert fed.has_trait(trait, kids, kid=True).tolist() == (
-            snapshot.has_trait(trait, kids, kid=True).tolist())
+            snapshot.has_trait(trait, kids, kid=True).tolist()
+        )
     assert fed.in_any(["a2"], everyone(fed)).tolist() == [False, False, True]
     assert snapshot.in_any(["a2"], everyone(snapshot)).tolist() == [False, False, True]
     assert fed.kid_host.tolist() == snapshot.kid_host.tolist() == [0]
@@ -334,8 +412,9 @@ def test_follows_aggregate_changes() -> None:
 def test_follows_service_changes() -> None:
     store = HookedStore([host("h1"), host("h2")])
     view = loaded(store)
-    store.put_service(Service(host="h2", rpc_server="x", last_seen=NOW - 1, disabled=True,
-                              failed_builds=3))
+    store.put_service(
+        Service(host="h2", rpc_server="x", last_seen=NOW - 1, disabled=True, failed_builds=3)
+    )
     view.refresh(NOW)
     assert view.disabled.tolist() == [False, True]
     assert view.failed_builds.tolist() == [0, 3]
@@ -385,8 +464,9 @@ def test_heartbeats_are_reread_at_most_every_interval() -> None:
 def test_only_hosts_whose_liveness_is_in_doubt_are_reread() -> None:
     # Down time 60 s, re-read every 2 s: a host seen within 56 s is up until
     # the next re-read whatever its newer heartbeats say, so it is not asked.
-    store = HookedStore([host("fresh"), host("aging"), host("down", up=False),
-                       host("unregistered", service=False)])
+    store = HookedStore(
+        [host("fresh"), host("aging"), host("down", up=False), host("unregistered", service=False)]
+    )
     view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
     store.heartbeat(["aging"], NOW - 57)
     view._last_seen[1] = NOW - 57  # as if its last re-read was 57 s ago
@@ -399,8 +479,7 @@ def test_only_hosts_whose_liveness_is_in_doubt_are_reread() -> None:
 
 
 @pytest.mark.parametrize("silent_for", [0, 10, 55, 57, 59, 61, 120])
-def test_the_liveness_a_view_answers_is_that_of_every_heartbeat_reread(
-        silent_for: float) -> None:
+def test_the_liveness_a_view_answers_is_that_of_every_heartbeat_reread(silent_for: float) -> None:
     # A host that heartbeats every 10 s and then falls silent: at every
     # decision the view's answer (up or not) is what re-reading every
     # heartbeat at every interval would give.
@@ -429,8 +508,12 @@ def test_only_heartbeats_are_reread_the_rest_comes_with_the_feed() -> None:
     store = HookedStore([host("h1", up=False)])
     view = loaded(store, services_refresh_interval=2.0)
     with store.unfed():
-        store.put_service(Service(host="h1", rpc_server="x", last_seen=NOW + 1,
-                                  disabled=True, failed_builds=2))
+        store.put_service(
+            Service(host="h1", rpc_server="x", last_seen=NOW + 1, disabled=True, failed_builds=2)
+        )
     view.refresh(NOW + 2)
     assert (view.last_seen.tolist(), view.disabled.tolist(), view.failed_builds.tolist()) == (
-        [NOW + 1], [False], [0])
+        [NOW + 1],
+        [False],
+        [0],
+    )

@@ -39,31 +39,45 @@ def primaries(selections: list) -> list[str]:
 # --- candidates and filters: what NoValidHost says ----------------------------------
 
 
-@pytest.mark.parametrize(("hosts", "request_", "details", "reasons"), [
-    pytest.param(
-        [host(f"small{i}", ram=512) for i in range(15)]
-        + [host(f"down{i}", up=False) for i in range(3)]
-        + [host(f"off{i}", disabled=True) for i in range(2)],
-        spec(ram=1024), "0/20 hosts available: 2 disabled, 3 host down, 15 insufficient MEMORY_MB",
-        {"disabled": 2, "host down": 3, "insufficient MEMORY_MB": 15}, id="kube-style-summary"),
-    pytest.param(
-        [host("tiny", vcpus=1, ram=512), host("lowram", ram=512), host("gone", up=False)],
-        spec(vcpus=2, ram=1024), "0/3 hosts available: 1 host down, 1 insufficient VCPU, "
-        "1 insufficient MEMORY_MB",
-        {"insufficient VCPU": 1, "insufficient MEMORY_MB": 1, "host down": 1},
-        id="each-host-counted-once-by-its-first-stage"),
-    pytest.param(
-        [host("h1"), host("h2")], spec(availability_zone="atlantis"),
-        "0/2 hosts available: 2 unknown availability zone",
-        {"unknown availability zone": 2}, id="zone-with-no-hosts"),
-    pytest.param(
-        [host("h1"), host("H2")], spec(ignore_hosts=("h1", "h2")),
-        "0/2 hosts available: 2 host already tried", {"host already tried": 2},
-        id="all-tried"),
-    pytest.param([], spec(), "0/0 hosts available", {}, id="no-hosts-at-all"),
-])
-def test_no_valid_host_counts_per_reason(hosts: list, request_: object, details: str,
-                                         reasons: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("hosts", "request_", "details", "reasons"),
+    [
+        pytest.param(
+            [host(f"small{i}", ram=512) for i in range(15)]
+            + [host(f"down{i}", up=False) for i in range(3)]
+            + [host(f"off{i}", disabled=True) for i in range(2)],
+            spec(ram=1024),
+            "0/20 hosts available: 2 disabled, 3 host down, 15 insufficient MEMORY_MB",
+            {"disabled": 2, "host down": 3, "insufficient MEMORY_MB": 15},
+            id="kube-style-summary",
+        ),
+        pytest.param(
+            [host("tiny", vcpus=1, ram=512), host("lowram", ram=512), host("gone", up=False)],
+            spec(vcpus=2, ram=1024),
+            "0/3 hosts available: 1 host down, 1 insufficient VCPU, 1 insufficient MEMORY_MB",
+            {"insufficient VCPU": 1, "insufficient MEMORY_MB": 1, "host down": 1},
+            id="each-host-counted-once-by-its-first-stage",
+        ),
+        pytest.param(
+            [host("h1"), host("h2")],
+            spec(availability_zone="atlantis"),
+            "0/2 hosts available: 2 unknown availability zone",
+            {"unknown availability zone": 2},
+            id="zone-with-no-hosts",
+        ),
+        pytest.param(
+            [host("h1"), host("H2")],
+            spec(ignore_hosts=("h1", "h2")),
+            "0/2 hosts available: 2 host already tried",
+            {"host already tried": 2},
+            id="all-tried",
+        ),
+        pytest.param([], spec(), "0/0 hosts available", {}, id="no-hosts-at-all"),
+    ],
+)
+def test_no_valid_host_counts_per_reason(
+    hosts: list, request_: object, details: str, reasons: dict[str, int]
+) -> None:
     store = HookedStore(hosts)
     with pytest.raises(NoValidHost) as err:
         engine(store).select("req", request_, [uuid_of("i1")])
@@ -74,30 +88,40 @@ def test_no_valid_host_counts_per_reason(hosts: list, request_: object, details:
 
 
 def test_capacity_honours_ratio_and_reserved() -> None:
-    store = HookedStore([
-        host("reserved-away", ram=4096, reserved={MEMORY_MB: 2048}),
-        host("overcommitted", ram=2048, ratios={MEMORY_MB: 1.5}, used={MEMORY_MB: 2048}),
-        host("roomy", vcpus=2, ratios={VCPU: 8.0}, used={VCPU: 12}),
-    ])
+    store = HookedStore(
+        [
+            host("reserved-away", ram=4096, reserved={MEMORY_MB: 2048}),
+            host("overcommitted", ram=2048, ratios={MEMORY_MB: 1.5}, used={MEMORY_MB: 2048}),
+            host("roomy", vcpus=2, ratios={VCPU: 8.0}, used={VCPU: 12}),
+        ]
+    )
     selections = engine(store, **FLAT).select("req", spec(vcpus=2, ram=3000), [uuid_of("i1")])
     assert primaries(selections) == ["roomy"]
 
 
 def test_max_placement_results_limits_candidates() -> None:
-    store = HookedStore([host(f"h{i}", used={MEMORY_MB: 32768}) for i in range(3)]
-                      + [host(f"ok{i}") for i in range(6)])
+    store = HookedStore(
+        [host(f"h{i}", used={MEMORY_MB: 32768}) for i in range(3)]
+        + [host(f"ok{i}") for i in range(6)]
+    )
     result = engine(store, max_placement_results=2, **FLAT).schedule(
-        "req", spec(), [uuid_of("i1")], claim=False)
+        "req", spec(), [uuid_of("i1")], claim=False
+    )
     assert result.traces[0].reasons == {"insufficient MEMORY_MB": 3, OVER_LIMIT: 4}
     assert [(s.stage, s.survivors) for s in result.traces[0].stages[:3]] == [
-        ("DisabledComputesRequestFilter", 9), ("hosts up", 9), ("candidates", 2)]
+        ("DisabledComputesRequestFilter", 9),
+        ("hosts up", 9),
+        ("candidates", 2),
+    ]
 
 
 def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
     store = HookedStore([host(f"h{i}") for i in range(20)])
     eng = engine(store, max_placement_results=2, randomize_candidates=True, **FLAT)
-    picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
-              for n in range(30)}
+    picked = {
+        primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
+        for n in range(30)
+    }
     assert len(picked) > 5
     assert not picked <= {"h0", "h1"}
 
@@ -106,22 +130,28 @@ def test_randomized_candidates_are_drawn_from_all_hosts() -> None:
 
 
 def test_weighers_rank_and_the_best_is_claimed() -> None:
-    store = HookedStore([host("busy", used={MEMORY_MB: 30000}), host("idle"),
-                       host("flaky", failed_builds=2)])
+    store = HookedStore(
+        [host("busy", used={MEMORY_MB: 30000}), host("idle"), host("flaky", failed_builds=2)]
+    )
     result = engine(store, weighers=RESOURCE_WEIGHERS).schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["idle"]
     trace = result.traces[0]
     assert [w.host for w in trace.top] == ["idle", "busy", "flaky"]
-    assert set(trace.top[0].contributions) == {"RAMWeigher", "CPUWeigher", "DiskWeigher",
-                                               "BuildFailureWeigher"}
+    assert set(trace.top[0].contributions) == {
+        "RAMWeigher",
+        "CPUWeigher",
+        "DiskWeigher",
+        "BuildFailureWeigher",
+    }
     assert trace.top[0].weight == pytest.approx(sum(trace.top[0].contributions.values()))
     assert trace.top[2].contributions["BuildFailureWeigher"] == 0.0
 
 
 def test_packing_with_negative_multipliers() -> None:
     store = HookedStore([host("idle"), host("busy", used={MEMORY_MB: 30000})])
-    eng = engine(store, weighers=("RAMWeigher",),
-                 weight_multipliers={"ram_weight_multiplier": -1.0})
+    eng = engine(
+        store, weighers=("RAMWeigher",), weight_multipliers={"ram_weight_multiplier": -1.0}
+    )
     assert primaries(eng.select("req", spec(), [uuid_of("i1")])) == ["busy"]
 
 
@@ -136,25 +166,31 @@ def test_pick_stays_within_host_subset_size(subset: int) -> None:
     # Free RAM strictly decreasing: h0 is the best, h9 the worst.
     store = HookedStore([host(f"h{i}", used={MEMORY_MB: 1000 * i}) for i in range(10)])
     eng = engine(store, host_subset_size=subset, weighers=("RAMWeigher",))
-    picked = Counter(primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
-                     for n in range(60))
+    picked = Counter(
+        primaries(eng.select(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False))[0]
+        for n in range(60)
+    )
     assert set(picked) == {f"h{i}" for i in range(subset)}
 
 
 def test_same_request_replays_the_same_decision() -> None:
     hosts = [host(f"h{i}") for i in range(50)]
     first = engine(HookedStore(hosts), host_subset_size=10).select(
-        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
+        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)]
+    )
     again = engine(HookedStore(hosts), host_subset_size=10).select(
-        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)])
+        "req-42", spec(num_instances=3), [uuid_of(f"i{n}") for n in range(3)]
+    )
     assert first == again
 
 
 def test_ties_are_broken_at_random_by_request() -> None:
     store = HookedStore([host(f"h{i}") for i in range(20)])
     eng = engine(store, **FLAT)
-    picked = {primaries(eng.select(f"req{n}", spec(), [uuid_of("i1")], claim=False))[0]
-              for n in range(30)}
+    picked = {
+        primaries(eng.select(f"req{n}", spec(), [uuid_of("i1")], claim=False))[0]
+        for n in range(30)
+    }
     assert len(picked) > 5
 
 
@@ -163,20 +199,28 @@ def test_ties_are_broken_at_random_by_request() -> None:
 
 def test_claim_records_the_allocation_request_of_the_selection() -> None:
     store = HookedStore([host("h1")])
-    [[selection]] = engine(store, max_attempts=1).select("req", spec(vcpus=2, ram=2048, disk=20),
-                                                         [uuid_of("i1")])
-    assert (selection.host, selection.node, selection.provider_uuid) == (
-        "h1", "h1", uuid_of("h1"))
+    [[selection]] = engine(store, max_attempts=1).select(
+        "req", spec(vcpus=2, ram=2048, disk=20), [uuid_of("i1")]
+    )
+    assert (selection.host, selection.node, selection.provider_uuid) == ("h1", "h1", uuid_of("h1"))
     assert selection.allocation_request.allocations == {
-        uuid_of("h1"): {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}}
-    assert (selection.allocation_request.project_id,
-            selection.allocation_request.user_id) == ("project", "user")
+        uuid_of("h1"): {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
+    }
+    assert (selection.allocation_request.project_id, selection.allocation_request.user_id) == (
+        "project",
+        "user",
+    )
     assert store.consumers[uuid_of("i1")].allocations == selection.allocation_request.allocations
 
 
 def test_claim_conflict_falls_through_to_the_next_best_host() -> None:
-    store = HookedStore([host("best"), host("second", used={MEMORY_MB: 1000}),
-                       host("third", used={MEMORY_MB: 2000})])
+    store = HookedStore(
+        [
+            host("best"),
+            host("second", used={MEMORY_MB: 1000}),
+            host("third", used={MEMORY_MB: 2000}),
+        ]
+    )
     store.conflict_on.add("best")
     result = engine(store, weighers=("RAMWeigher",)).schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["second"]
@@ -215,18 +259,22 @@ def test_soft_group_claims_record_the_member() -> None:
     store = HookedStore([host("h1")])
     engine(store).select("req", spec(group=group("soft-anti-affinity")), [uuid_of("i1")])
     assert [claim for _, _, claim in store.claims] == [
-        GroupClaim(GROUP_UUID, "soft-anti-affinity", "h1", 1)]
+        GroupClaim(GROUP_UUID, "soft-anti-affinity", "h1", 1)
+    ]
     assert store.group_hosts(GROUP_UUID) == {"h1": 1}
 
 
 # --- alternates -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("max_attempts", "hosts", "alternates"), [
-    pytest.param(3, 5, 2, id="max-attempts-minus-one"),
-    pytest.param(5, 3, 2, id="no-more-than-the-other-hosts"),
-    pytest.param(1, 5, 0, id="none-wanted"),
-])
+@pytest.mark.parametrize(
+    ("max_attempts", "hosts", "alternates"),
+    [
+        pytest.param(3, 5, 2, id="max-attempts-minus-one"),
+        pytest.param(5, 3, 2, id="no-more-than-the-other-hosts"),
+        pytest.param(1, 5, 0, id="none-wanted"),
+    ],
+)
 def test_alternates_count(max_attempts: int, hosts: int, alternates: int) -> None:
     store = HookedStore([host(f"h{i}") for i in range(hosts)])
     [selections] = engine(store, max_attempts=max_attempts).select("req", spec(), [uuid_of("i1")])
@@ -245,12 +293,22 @@ def test_alternates_are_ranked_and_not_claimed() -> None:
 
 def test_alternates_follow_what_earlier_instances_consumed() -> None:
     # Packing: free RAM b 1024 < c 1536 < a 2048; each instance takes 1024.
-    store = HookedStore([host("a", ram=2048), host("b", ram=4096, used={MEMORY_MB: 3072}),
-                       host("c", ram=8192, used={MEMORY_MB: 6656})])
-    eng = engine(store, weighers=("RAMWeigher",),
-                 weight_multipliers={"ram_weight_multiplier": -1.0}, max_attempts=3)
-    selections = eng.select("req", spec(ram=1024, num_instances=3),
-                            [uuid_of(f"i{n}") for n in range(3)])
+    store = HookedStore(
+        [
+            host("a", ram=2048),
+            host("b", ram=4096, used={MEMORY_MB: 3072}),
+            host("c", ram=8192, used={MEMORY_MB: 6656}),
+        ]
+    )
+    eng = engine(
+        store,
+        weighers=("RAMWeigher",),
+        weight_multipliers={"ram_weight_multiplier": -1.0},
+        max_attempts=3,
+    )
+    selections = eng.select(
+        "req", spec(ram=1024, num_instances=3), [uuid_of(f"i{n}") for n in range(3)]
+    )
     hosts = [[s.host for s in per_instance] for per_instance in selections]
     # i1 fills "b"; i2 leaves "c" 512, too little to be an alternate of i3.
     assert hosts == [["b", "c", "a"], ["c", "a"], ["a"]]
@@ -267,8 +325,9 @@ def test_no_alternates_when_not_asked() -> None:
 
 def test_instances_consume_the_view_one_after_another() -> None:
     store = HookedStore([host("a", ram=2048), host("b", ram=1024)])
-    selections = engine(store, **FLAT).select("req", spec(ram=1024, num_instances=3),
-                                              [uuid_of(f"i{n}") for n in range(3)])
+    selections = engine(store, **FLAT).select(
+        "req", spec(ram=1024, num_instances=3), [uuid_of(f"i{n}") for n in range(3)]
+    )
     assert sorted(primaries(selections)) == ["a", "a", "b"]
     assert hosts_free(store) == {"a": 0, "b": 0}
 
@@ -282,8 +341,9 @@ def test_all_or_nothing_releases_every_claim() -> None:
     assert store.consumers == {}
     assert hosts_free(store) == {"a": 2048, "b": 1024}
     # The view is as the store: the same hosts serve the next request whole.
-    selections = eng.select("req2", spec(ram=1024, num_instances=3),
-                            [uuid_of(f"j{n}") for n in range(3)])
+    selections = eng.select(
+        "req2", spec(ram=1024, num_instances=3), [uuid_of(f"j{n}") for n in range(3)]
+    )
     assert sorted(primaries(selections)) == ["a", "a", "b"]
 
 
@@ -291,8 +351,9 @@ def test_dry_run_claims_nothing_and_leaves_the_view_as_it_was() -> None:
     store = HookedStore([host("a", ram=2048)])
     eng = engine(store)
     for request in ("dry1", "dry2"):
-        selections = eng.select(request, spec(ram=1024, num_instances=2),
-                                [uuid_of("i1"), uuid_of("i2")], claim=False)
+        selections = eng.select(
+            request, spec(ram=1024, num_instances=2), [uuid_of("i1"), uuid_of("i2")], claim=False
+        )
         assert primaries(selections) == ["a", "a"]
     assert store.consumers == {}
     assert eng.view.free(MEMORY_MB, [0]).tolist() == [2048]
@@ -302,27 +363,31 @@ def test_anti_affinity_spreads_a_multi_instance_request() -> None:
     store = HookedStore([host(f"h{i}") for i in range(4)])
     uuids = [uuid_of(f"i{n}") for n in range(4)]
     selections = engine(store, **FLAT).select(
-        "req", spec(num_instances=4, group=group("anti-affinity")), uuids)
+        "req", spec(num_instances=4, group=group("anti-affinity")), uuids
+    )
     assert sorted(primaries(selections)) == ["h0", "h1", "h2", "h3"]
     with pytest.raises(NoValidHost) as err:
-        engine(store, **FLAT).select("req2", spec(group=group("anti-affinity")),
-                                     [uuid_of("i-extra")])
+        engine(store, **FLAT).select(
+            "req2", spec(group=group("anti-affinity")), [uuid_of("i-extra")]
+        )
     assert err.value.reasons == {"server group anti-affinity": 4}
 
 
 def test_anti_affinity_max_server_per_host() -> None:
     store = HookedStore([host("h0"), host("h1")])
     selections = engine(store, **FLAT).select(
-        "req", spec(num_instances=4, group=group("anti-affinity", 2)),
-        [uuid_of(f"i{n}") for n in range(4)])
+        "req",
+        spec(num_instances=4, group=group("anti-affinity", 2)),
+        [uuid_of(f"i{n}") for n in range(4)],
+    )
     assert Counter(primaries(selections)) == {"h0": 2, "h1": 2}
 
 
 def test_affinity_keeps_a_multi_instance_request_together() -> None:
     store = HookedStore([host(f"h{i}") for i in range(4)])
     selections = engine(store, **FLAT).select(
-        "req", spec(num_instances=3, group=group("affinity")),
-        [uuid_of(f"i{n}") for n in range(3)])
+        "req", spec(num_instances=3, group=group("affinity")), [uuid_of(f"i{n}") for n in range(3)]
+    )
     assert len(set(primaries(selections))) == 1
 
 
@@ -358,8 +423,9 @@ def test_racing_duplicate_claim_is_reused() -> None:
     eng = engine(store, weighers=("RAMWeigher",))
     theirs = AllocationRequest({uuid_of("h2"): spec().resources}, "project", "user")
 
-    def claim_racing(consumer_uuid: str, request: AllocationRequest,
-                     group: GroupClaim | None = None) -> bool:
+    def claim_racing(
+        consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
         if not store.consumers:
             HookedStore.claim(store, consumer_uuid, theirs)
         return HookedStore.claim(store, consumer_uuid, request, group)
@@ -372,10 +438,13 @@ def test_racing_duplicate_claim_is_reused() -> None:
     assert len(store.claims) == 1
 
 
-@pytest.mark.parametrize("ram", [
-    pytest.param(2048, id="its-host-has-room-for-it-again"),
-    pytest.param(1024, id="its-host-is-full"),
-])
+@pytest.mark.parametrize(
+    "ram",
+    [
+        pytest.param(2048, id="its-host-has-room-for-it-again"),
+        pytest.param(1024, id="its-host-is-full"),
+    ],
+)
 def test_a_redrive_that_fails_keeps_what_was_placed_before(ram: int) -> None:
     # i1 was placed by the first attempt; the re-drive of [i1, i2] finds it
     # (by its claim, or by a look-up when no host has room) and no host for
@@ -395,11 +464,14 @@ def test_a_redrive_that_fails_keeps_what_was_placed_before(ram: int) -> None:
 # --- construction ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides", [
-    pytest.param({"enabled_filters": ("ComputeFilter", "NoSuchFilter")}, id="filter"),
-    pytest.param({"weighers": ("RAMWeigher", "NoSuchWeigher")}, id="weigher"),
-    pytest.param({"enabled_filters": ("RAMWeigher",)}, id="weigher-named-as-filter"),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"enabled_filters": ("ComputeFilter", "NoSuchFilter")}, id="filter"),
+        pytest.param({"weighers": ("RAMWeigher", "NoSuchWeigher")}, id="weigher"),
+        pytest.param({"enabled_filters": ("RAMWeigher",)}, id="weigher-named-as-filter"),
+    ],
+)
 def test_unknown_plugin_fails_at_construction(overrides: dict) -> None:
     with pytest.raises(UnknownPlugin) as err:
         engine(HookedStore(), **overrides)
@@ -407,26 +479,42 @@ def test_unknown_plugin_fails_at_construction(overrides: dict) -> None:
 
 
 def test_plugins_load_in_configured_order() -> None:
-    eng = engine(HookedStore(), enabled_filters=("RetryFilter", "ComputeFilter"),
-                 weighers=("DiskWeigher",))
+    eng = engine(
+        HookedStore(), enabled_filters=("RetryFilter", "ComputeFilter"), weighers=("DiskWeigher",)
+    )
     assert [name for name, _ in eng.filters] == ["RetryFilter", "ComputeFilter"]
     assert [name for name, _ in eng.weighers] == ["DiskWeigher"]
     assert isinstance(eng, Engine)
 
 
-@pytest.mark.parametrize("overrides, unenforced", [
-    pytest.param({}, [], id="defaults-enforce-both"),
-    pytest.param({"compute_status_filter": False}, [], id="status-off-compute-filter-on"),
-    pytest.param({"compute_status_filter": False, "enabled_filters": ("RetryFilter",)},
-                 ["compute_status_filter"], id="status-off-no-compute-filter"),
-    pytest.param({"query_placement_for_availability_zone": False},
-                 ["query_placement_for_availability_zone"], id="zone-request-filter-off"),
-    pytest.param({"query_placement_for_availability_zone": False,
-                  "enabled_filters": ("ComputeFilter", "AvailabilityZoneFilter")}, [],
-                 id="zone-host-filter-instead"),
-])
+@pytest.mark.parametrize(
+    "overrides, unenforced",
+    [
+        pytest.param({}, [], id="defaults-enforce-both"),
+        pytest.param({"compute_status_filter": False}, [], id="status-off-compute-filter-on"),
+        pytest.param(
+            {"compute_status_filter": False, "enabled_filters": ("RetryFilter",)},
+            ["compute_status_filter"],
+            id="status-off-no-compute-filter",
+        ),
+        pytest.param(
+            {"query_placement_for_availability_zone": False},
+            ["query_placement_for_availability_zone"],
+            id="zone-request-filter-off",
+        ),
+        pytest.param(
+            {
+                "query_placement_for_availability_zone": False,
+                "enabled_filters": ("ComputeFilter", "AvailabilityZoneFilter"),
+            },
+            [],
+            id="zone-host-filter-instead",
+        ),
+    ],
+)
 def test_a_policy_left_to_no_filter_is_warned_at_construction(
-        overrides: dict, unenforced: list[str]) -> None:
+    overrides: dict, unenforced: list[str]
+) -> None:
     with structlog.testing.capture_logs() as logs:
         engine(HookedStore(), **overrides)
     assert [e["option"] for e in logs if e["event"] == "policy_not_enforced"] == unenforced
@@ -435,18 +523,39 @@ def test_a_policy_left_to_no_filter_is_warned_at_construction(
 def test_trace_counts_survivors_per_stage() -> None:
     # The default pipeline: request filters and liveness before the candidates,
     # then the default host filters (disabled hosts never reach ComputeFilter).
-    store = HookedStore([host("small", ram=512), host("down", up=False), host("tried"),
-                       host("off", disabled=True), host("ok1"), host("ok2")])
-    result = engine(store).schedule("req", spec(ignore_hosts=("tried",)), [uuid_of("i1")],
-                                    claim=False)
+    store = HookedStore(
+        [
+            host("small", ram=512),
+            host("down", up=False),
+            host("tried"),
+            host("off", disabled=True),
+            host("ok1"),
+            host("ok2"),
+        ]
+    )
+    result = engine(store).schedule(
+        "req", spec(ignore_hosts=("tried",)), [uuid_of("i1")], claim=False
+    )
     stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
-    assert stages == [("DisabledComputesRequestFilter", 5), ("hosts up", 4),
-                      ("candidates", 3), ("ComputeFilter", 3), ("RetryFilter", 2),
-                      ("ComputeCapabilitiesFilter", 2), ("ImagePropertiesFilter", 2),
-                      ("ServerGroupAntiAffinityFilter", 2), ("ServerGroupAffinityFilter", 2),
-                      ("PciPassthroughFilter", 2), ("NUMATopologyFilter", 2)]
-    assert result.traces[0].reasons == {"disabled": 1, "host down": 1,
-                                        "insufficient MEMORY_MB": 1, "host already tried": 1}
+    assert stages == [
+        ("DisabledComputesRequestFilter", 5),
+        ("hosts up", 4),
+        ("candidates", 3),
+        ("ComputeFilter", 3),
+        ("RetryFilter", 2),
+        ("ComputeCapabilitiesFilter", 2),
+        ("ImagePropertiesFilter", 2),
+        ("ServerGroupAntiAffinityFilter", 2),
+        ("ServerGroupAffinityFilter", 2),
+        ("PciPassthroughFilter", 2),
+        ("NUMATopologyFilter", 2),
+    ]
+    assert result.traces[0].reasons == {
+        "disabled": 1,
+        "host down": 1,
+        "insufficient MEMORY_MB": 1,
+        "host already tried": 1,
+    }
     assert result.traces[0].host in {"ok1", "ok2"}
 
 
@@ -455,8 +564,9 @@ def test_alternates_of_each_instance_have_room_after_the_instances_before_it() -
     # still free once it and the instances before it are placed.
     store = HookedStore([host(f"h{i}", ram=2048) for i in range(3)])
     uuids = [uuid_of(f"i{n}") for n in range(3)]
-    selections = engine(store, max_attempts=3).select("req", spec(ram=2048, num_instances=3),
-                                                      uuids)
+    selections = engine(store, max_attempts=3).select(
+        "req", spec(ram=2048, num_instances=3), uuids
+    )
     placed: list[str] = []
     for per in selections:
         primary, *alternates = (s.host for s in per)
@@ -465,13 +575,15 @@ def test_alternates_of_each_instance_have_room_after_the_instances_before_it() -
     assert sorted(placed) == ["h0", "h1", "h2"]
 
 
-@pytest.mark.parametrize("total", [
-    pytest.param([1.0] * 50, id="all-equal"),
-    pytest.param([3.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], id="runs"),
-    pytest.param([float(i % 7) for i in range(60)], id="runs-across-the-edge"),
-])
-def test_ranking_is_best_first_with_ties_drawn_where_decisions_look(total: list[float]
-                                                                    ) -> None:
+@pytest.mark.parametrize(
+    "total",
+    [
+        pytest.param([1.0] * 50, id="all-equal"),
+        pytest.param([3.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], id="runs"),
+        pytest.param([float(i % 7) for i in range(60)], id="runs-across-the-edge"),
+    ],
+)
+def test_ranking_is_best_first_with_ties_drawn_where_decisions_look(total: list[float]) -> None:
     values = np.array(total)
     head = 6
     orders = [_rank(values, np.random.default_rng(seed), head) for seed in range(40)]

@@ -14,9 +14,15 @@ from scheduler.store.base import Aggregate
 from tests.unit.factories import NOW, HookedStore, Host, context, settings
 
 
-def kept(filter_cls: type[BaseFilter], hosts: Iterable[Host], request: RequestSpec,
-         aggregates: Iterable[Aggregate] = (), members: Mapping[str, int] | None = None,
-         store: HookedStore | None = None, **overrides: object) -> list[str]:
+def kept(
+    filter_cls: type[BaseFilter],
+    hosts: Iterable[Host],
+    request: RequestSpec,
+    aggregates: Iterable[Aggregate] = (),
+    members: Mapping[str, int] | None = None,
+    store: HookedStore | None = None,
+    **overrides: object,
+) -> list[str]:
     """Names of the hosts the filter keeps, in view order (all when it does not apply);
     ``overrides`` are settings and the filter's own options."""
     store = store or HookedStore(hosts, aggregates)

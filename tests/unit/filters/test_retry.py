@@ -9,11 +9,14 @@ from scheduler.filters.retry import RetryFilter
 from tests.unit.factories import context, host, settings, spec, view_of
 
 
-@pytest.mark.parametrize(("ignore", "kept"), [
-    pytest.param(("h1",), ["h2", "h3"], id="one-tried"),
-    pytest.param(("H2", "h3"), ["h1"], id="case-insensitive"),
-    pytest.param(("elsewhere",), ["h1", "h2", "h3"], id="unknown-host-changes-nothing"),
-])
+@pytest.mark.parametrize(
+    ("ignore", "kept"),
+    [
+        pytest.param(("h1",), ["h2", "h3"], id="one-tried"),
+        pytest.param(("H2", "h3"), ["h1"], id="case-insensitive"),
+        pytest.param(("elsewhere",), ["h1", "h2", "h3"], id="unknown-host-changes-nothing"),
+    ],
+)
 def test_retry_filter(ignore: tuple[str, ...], kept: list[str]) -> None:
     view = view_of(host("h1"), host("h2"), host("h3"))
     idx = np.arange(view.size)

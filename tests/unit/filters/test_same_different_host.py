@@ -25,21 +25,39 @@ def store_with(instances: dict[str, str]) -> HookedStore:
 PLACED = {"web1": "h1", "web2": "h3", "db1": "h3"}
 
 
-@pytest.mark.parametrize(("filter_cls", "hint", "instances", "expected"), [
-    pytest.param(SameHostFilter, "same_host", ["web1"], ["h1"], id="same-one"),
-    pytest.param(SameHostFilter, "same_host", ["web1", "web2"], ["h1", "h3"],
-                 id="same-any-listed"),
-    pytest.param(SameHostFilter, "same_host", ["ghost"], [], id="same-unknown-instance"),
-    pytest.param(SameHostFilter, "same_host", [], HOSTS, id="same-empty-hint"),
-    pytest.param(DifferentHostFilter, "different_host", ["web1"], ["h2", "h3"],
-                 id="different-one"),
-    pytest.param(DifferentHostFilter, "different_host", ["web1", "db1"], ["h2"],
-                 id="different-all-listed"),
-    pytest.param(DifferentHostFilter, "different_host", ["ghost"], HOSTS,
-                 id="different-unknown-instance"),
-    pytest.param(SameHostFilter, "different_host", ["web1"], HOSTS, id="same-ignores-other-hint"),
-])
-def test_hints(filter_cls: type[BaseFilter], hint: str, instances: list[str],
-               expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("filter_cls", "hint", "instances", "expected"),
+    [
+        pytest.param(SameHostFilter, "same_host", ["web1"], ["h1"], id="same-one"),
+        pytest.param(
+            SameHostFilter, "same_host", ["web1", "web2"], ["h1", "h3"], id="same-any-listed"
+        ),
+        pytest.param(SameHostFilter, "same_host", ["ghost"], [], id="same-unknown-instance"),
+        pytest.param(SameHostFilter, "same_host", [], HOSTS, id="same-empty-hint"),
+        pytest.param(
+            DifferentHostFilter, "different_host", ["web1"], ["h2", "h3"], id="different-one"
+        ),
+        pytest.param(
+            DifferentHostFilter,
+            "different_host",
+            ["web1", "db1"],
+            ["h2"],
+            id="different-all-listed",
+        ),
+        pytest.param(
+            DifferentHostFilter,
+            "different_host",
+            ["ghost"],
+            HOSTS,
+            id="different-unknown-instance",
+        ),
+        pytest.param(
+            SameHostFilter, "different_host", ["web1"], HOSTS, id="same-ignores-other-hint"
+        ),
+    ],
+)
+def test_hints(
+    filter_cls: type[BaseFilter], hint: str, instances: list[str], expected: list[str]
+) -> None:
     request = spec(scheduler_hints={hint: tuple(uuid_of(i) for i in instances)})
     assert kept(filter_cls, [], request, store=store_with(PLACED)) == expected

@@ -11,20 +11,39 @@ from scheduler.objects import RequestSpec
 from tests.unit.factories import settings, spec
 
 
-@pytest.mark.parametrize(("request_", "message"), [
-    pytest.param(spec(extra_specs={"capabilities:gen": ">= new"}),
-                 "flavor.extra_specs 'capabilities:gen' = '>= new'", id="numeric-operator"),
-    pytest.param(spec(extra_specs={"aggregate_instance_extra_specs:az": "<or>"}),
-                 "'aggregate_instance_extra_specs:az' = '<or>'", id="bare-or"),
-    pytest.param(spec(image_properties={"hw_architecture": "pdp11"}),
-                 "image.properties 'hw_architecture' = 'pdp11'", id="unknown-arch"),
-    pytest.param(spec(image_properties={"img_hv_requested_version": "newest"}),
-                 "'img_hv_requested_version' = 'newest'", id="version"),
-    pytest.param(spec(vcpus=3, extra_specs={"hw:numa_nodes": "2"}), "hw:numa_nodes",
-                 id="numa"),
-    pytest.param(spec(extra_specs={"pci_passthrough:alias": "nic:lots"}),
-                 "'pci_passthrough:alias'", id="pci-syntax"),
-])
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        pytest.param(
+            spec(extra_specs={"capabilities:gen": ">= new"}),
+            "flavor.extra_specs 'capabilities:gen' = '>= new'",
+            id="numeric-operator",
+        ),
+        pytest.param(
+            spec(extra_specs={"aggregate_instance_extra_specs:az": "<or>"}),
+            "'aggregate_instance_extra_specs:az' = '<or>'",
+            id="bare-or",
+        ),
+        pytest.param(
+            spec(image_properties={"hw_architecture": "pdp11"}),
+            "image.properties 'hw_architecture' = 'pdp11'",
+            id="unknown-arch",
+        ),
+        pytest.param(
+            spec(image_properties={"img_hv_requested_version": "newest"}),
+            "'img_hv_requested_version' = 'newest'",
+            id="version",
+        ),
+        pytest.param(
+            spec(vcpus=3, extra_specs={"hw:numa_nodes": "2"}), "hw:numa_nodes", id="numa"
+        ),
+        pytest.param(
+            spec(extra_specs={"pci_passthrough:alias": "nic:lots"}),
+            "'pci_passthrough:alias'",
+            id="pci-syntax",
+        ),
+    ],
+)
 def test_bad_requests_are_refused_naming_the_spec(request_: RequestSpec, message: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         validate_request(request_)
@@ -40,8 +59,15 @@ def test_pci_aliases_are_checked_against_the_configured_ones() -> None:
 
 
 def test_a_good_request_passes() -> None:
-    request = spec(vcpus=4, extra_specs={"capabilities:cpu_arch": "x86_64", "ssd": "<in> t",
-                                         "hw:numa_nodes": "2", "pci_passthrough:alias": "nic"},
-                   image_properties={"hw_architecture": "amd64", "os_distro": "ubuntu"})
+    request = spec(
+        vcpus=4,
+        extra_specs={
+            "capabilities:cpu_arch": "x86_64",
+            "ssd": "<in> t",
+            "hw:numa_nodes": "2",
+            "pci_passthrough:alias": "nic",
+        },
+        image_properties={"hw_architecture": "amd64", "os_distro": "ubuntu"},
+    )
     validate_request(request, settings(pci_aliases={"nic": PciAlias("nic", "8086")}))
     assert request.flavor.extra_specs["ssd"] == "<in> t"

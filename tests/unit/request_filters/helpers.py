@@ -11,8 +11,12 @@ from scheduler.store.base import Aggregate
 from tests.unit.factories import settings
 
 
-def added(cls: type[RequestFilter], request: RequestSpec, aggregates: Sequence[Aggregate] = (),
-          **options: object) -> HostConstraint | None:
+def added(
+    cls: type[RequestFilter],
+    request: RequestSpec,
+    aggregates: Sequence[Aggregate] = (),
+    **options: object,
+) -> HostConstraint | None:
     """The constraint the filter adds (None: it returns the request unchanged),
     checking that it leaves the request it was given as it was and names
     itself as the constraint's stage."""

@@ -64,8 +64,12 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
         if request.param == "memory":
             store = MemoryStore(stream_maxlen=stream_maxlen)
         else:
-            store = RedisStore(REDIS_URL, f"test-store-{uuidlib.uuid4().hex}",
-                               stream_maxlen=stream_maxlen, socket_timeout=2.0)
+            store = RedisStore(
+                REDIS_URL,
+                f"test-store-{uuidlib.uuid4().hex}",
+                stream_maxlen=stream_maxlen,
+                socket_timeout=2.0,
+            )
         if not store.ping():
             pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
         made.append(store)
@@ -86,22 +90,32 @@ def store(make_store: MakeStore) -> Store:
 
 # --- one small factory ---------------------------------------------------------------
 
-DEFAULT_INVENTORY = {"VCPU": Inventory(total=8), "MEMORY_MB": Inventory(total=4096),
-                     "DISK_GB": Inventory(total=100)}
+DEFAULT_INVENTORY = {
+    "VCPU": Inventory(total=8),
+    "MEMORY_MB": Inventory(total=4096),
+    "DISK_GB": Inventory(total=100),
+}
 
 
 def new_uuid() -> str:
     return str(uuidlib.uuid4())
 
 
-def make_host(store: Store, name: str | None = None,
-              inventories: dict[str, Inventory] | None = None,
-              parent_uuid: str | None = None) -> Provider:
+def make_host(
+    store: Store,
+    name: str | None = None,
+    inventories: dict[str, Inventory] | None = None,
+    parent_uuid: str | None = None,
+) -> Provider:
     """A provider with inventory (the default: 8 VCPU, 4096 MB, 100 GB)."""
-    provider = store.create_provider(new_uuid(), name or f"host-{new_uuid()[:8]}",
-                                     parent_uuid=parent_uuid)
-    store.set_inventory(provider.uuid, provider.generation,
-                        DEFAULT_INVENTORY if inventories is None else inventories)
+    provider = store.create_provider(
+        new_uuid(), name or f"host-{new_uuid()[:8]}", parent_uuid=parent_uuid
+    )
+    store.set_inventory(
+        provider.uuid,
+        provider.generation,
+        DEFAULT_INVENTORY if inventories is None else inventories,
+    )
     return store.get_provider(provider.uuid)
 
 
@@ -154,9 +168,12 @@ def test_missing_providers_are_typed_errors(store: Store) -> None:
 
 def test_provider_writes_replace_and_bump_the_generation(store: Store) -> None:
     p = store.create_provider(new_uuid(), "h")
-    inventories = {"VCPU": Inventory(total=16, reserved=2, min_unit=1, max_unit=8,
-                                     step_size=1, allocation_ratio=0.1 + 0.2),
-                   "CUSTOM_GPU": Inventory(total=2)}
+    inventories = {
+        "VCPU": Inventory(
+            total=16, reserved=2, min_unit=1, max_unit=8, step_size=1, allocation_ratio=0.1 + 0.2
+        ),
+        "CUSTOM_GPU": Inventory(total=2),
+    }
     assert store.set_inventory(p.uuid, 0, inventories) == 1
     assert store.set_traits(p.uuid, 1, ["HW_CPU_X86_AVX2", "COMPUTE_STATUS_DISABLED"]) == 2
     assert store.set_aggregates(p.uuid, 2, [new_uuid() for _ in range(2)]) == 3
@@ -171,14 +188,19 @@ def test_provider_writes_replace_and_bump_the_generation(store: Store) -> None:
     assert got.generation == 5
 
 
-@pytest.mark.parametrize("write", [
-    pytest.param(lambda s, p, g: s.set_inventory(p, g, {"VCPU": Inventory(total=1)}),
-                 id="inventory"),
-    pytest.param(lambda s, p, g: s.set_traits(p, g, ["CUSTOM_X"]), id="traits"),
-    pytest.param(lambda s, p, g: s.set_aggregates(p, g, [new_uuid()]), id="aggregates"),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(
+            lambda s, p, g: s.set_inventory(p, g, {"VCPU": Inventory(total=1)}), id="inventory"
+        ),
+        pytest.param(lambda s, p, g: s.set_traits(p, g, ["CUSTOM_X"]), id="traits"),
+        pytest.param(lambda s, p, g: s.set_aggregates(p, g, [new_uuid()]), id="aggregates"),
+    ],
+)
 def test_stale_generation_is_a_conflict_and_writes_nothing(
-        store: Store, write: Callable[[Store, str, int], int]) -> None:
+    store: Store, write: Callable[[Store, str, int], int]
+) -> None:
     p = make_host(store)  # generation 1
     before = store.get_provider(p.uuid)
     with pytest.raises(GenerationConflict) as exc:
@@ -208,13 +230,16 @@ def test_inventory_in_use_cannot_be_removed(store: Store) -> None:
     assert store.set_inventory(p.uuid, gen, {"VCPU": Inventory(total=4)}) == gen + 1
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(Inventory(total=-1), id="negative-total"),
-    pytest.param(Inventory(total=4, reserved=-1), id="negative-reserved"),
-    pytest.param(Inventory(total=4, min_unit=0), id="min-unit-0"),
-    pytest.param(Inventory(total=4, step_size=0), id="step-size-0"),
-    pytest.param(Inventory(total=4, allocation_ratio=0.0), id="ratio-0"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(Inventory(total=-1), id="negative-total"),
+        pytest.param(Inventory(total=4, reserved=-1), id="negative-reserved"),
+        pytest.param(Inventory(total=4, min_unit=0), id="min-unit-0"),
+        pytest.param(Inventory(total=4, step_size=0), id="step-size-0"),
+        pytest.param(Inventory(total=4, allocation_ratio=0.0), id="ratio-0"),
+    ],
+)
 def test_nonsense_inventory_is_refused(store: Store, bad: Inventory) -> None:
     p = store.create_provider(new_uuid(), "h")
     with pytest.raises(InvalidRequest):
@@ -229,7 +254,8 @@ def test_aggregates_are_created_or_replaced(store: Store) -> None:
     store.put_aggregate(Aggregate(uuid=a, name="az1", metadata={"availability_zone": "az2"}))
     assert store.list_aggregates() == [
         Aggregate(uuid=a, name="az1", metadata={"availability_zone": "az2"}),
-        Aggregate(uuid=b, name="empty")]
+        Aggregate(uuid=b, name="empty"),
+    ]
 
 
 # --- claims ---------------------------------------------------------------------------
@@ -253,8 +279,9 @@ CAPACITY_CASES = [
 
 
 @pytest.mark.parametrize("case", CAPACITY_CASES, ids=lambda c: c.name)
-def test_capacity_is_int_of_total_less_reserved_times_ratio(store: Store,
-                                                            case: CapacityCase) -> None:
+def test_capacity_is_int_of_total_less_reserved_times_ratio(
+    store: Store, case: CapacityCase
+) -> None:
     assert case.inventory.capacity == case.capacity
     p = make_host(store, inventories={"VCPU": case.inventory})
     left = case.capacity
@@ -313,20 +340,55 @@ class RefusalCase:
 
 
 REFUSAL_CASES = [
-    RefusalCase("capacity", Inventory(total=4, reserved=1), {"VCPU": 4}, CapacityExceeded,
-                {"rc": "VCPU", "requested": 4, "free": 3}),
-    RefusalCase("no-such-inventory", Inventory(total=4), {"VCPU": 1, "DISK_GB": 1},
-                NoSuchInventory, {"rc": "DISK_GB"}),
-    RefusalCase("min-unit", Inventory(total=8, min_unit=2), {"VCPU": 1}, UnitRuleViolation,
-                {"rc": "VCPU", "requested": 1, "rule": "min_unit", "limit": 2}),
-    RefusalCase("max-unit", Inventory(total=8, max_unit=4), {"VCPU": 5}, UnitRuleViolation,
-                {"rc": "VCPU", "requested": 5, "rule": "max_unit", "limit": 4}),
-    RefusalCase("max-unit-defaults-to-total", Inventory(total=8, allocation_ratio=4.0),
-                {"VCPU": 9}, UnitRuleViolation, {"rule": "max_unit", "limit": 8}),
-    RefusalCase("step-size", Inventory(total=8, step_size=2), {"VCPU": 3}, UnitRuleViolation,
-                {"rc": "VCPU", "requested": 3, "rule": "step_size", "limit": 2}),
-    RefusalCase("zero-amount", Inventory(total=8), {"VCPU": 0}, UnitRuleViolation,
-                {"rule": "min_unit", "limit": 1}),
+    RefusalCase(
+        "capacity",
+        Inventory(total=4, reserved=1),
+        {"VCPU": 4},
+        CapacityExceeded,
+        {"rc": "VCPU", "requested": 4, "free": 3},
+    ),
+    RefusalCase(
+        "no-such-inventory",
+        Inventory(total=4),
+        {"VCPU": 1, "DISK_GB": 1},
+        NoSuchInventory,
+        {"rc": "DISK_GB"},
+    ),
+    RefusalCase(
+        "min-unit",
+        Inventory(total=8, min_unit=2),
+        {"VCPU": 1},
+        UnitRuleViolation,
+        {"rc": "VCPU", "requested": 1, "rule": "min_unit", "limit": 2},
+    ),
+    RefusalCase(
+        "max-unit",
+        Inventory(total=8, max_unit=4),
+        {"VCPU": 5},
+        UnitRuleViolation,
+        {"rc": "VCPU", "requested": 5, "rule": "max_unit", "limit": 4},
+    ),
+    RefusalCase(
+        "max-unit-defaults-to-total",
+        Inventory(total=8, allocation_ratio=4.0),
+        {"VCPU": 9},
+        UnitRuleViolation,
+        {"rule": "max_unit", "limit": 8},
+    ),
+    RefusalCase(
+        "step-size",
+        Inventory(total=8, step_size=2),
+        {"VCPU": 3},
+        UnitRuleViolation,
+        {"rc": "VCPU", "requested": 3, "rule": "step_size", "limit": 2},
+    ),
+    RefusalCase(
+        "zero-amount",
+        Inventory(total=8),
+        {"VCPU": 0},
+        UnitRuleViolation,
+        {"rule": "min_unit", "limit": 1},
+    ),
 ]
 
 
@@ -351,8 +413,9 @@ def test_claim_on_a_missing_provider(store: Store) -> None:
 
 
 @pytest.mark.parametrize("allocations", [{}, {"rp": {}}], ids=["no-provider", "no-amount"])
-def test_empty_allocation_request_is_invalid(store: Store,
-                                             allocations: dict[str, dict[str, int]]) -> None:
+def test_empty_allocation_request_is_invalid(
+    store: Store, allocations: dict[str, dict[str, int]]
+) -> None:
     with pytest.raises(InvalidRequest):
         store.claim(new_uuid(), ask(allocations))
     assert store.list_consumers() == []
@@ -394,16 +457,41 @@ class GroupCase:
 
 
 GROUP_CASES = [
-    GroupCase("anti-affinity-1", "anti-affinity", 1,
-              [("h1", True), ("h1", False), ("h2", True), ("h2", False)], {"h1": 1, "h2": 1}),
-    GroupCase("anti-affinity-2", "anti-affinity", 2,
-              [("h1", True), ("h1", True), ("h1", False), ("h2", True)], {"h1": 2, "h2": 1}),
-    GroupCase("affinity", "affinity", 1,
-              [("h2", True), ("h1", False), ("h2", True), ("h1", False)], {"h2": 2}),
-    GroupCase("soft-anti-affinity-is-not-checked", "soft-anti-affinity", 1,
-              [("h1", True), ("h1", True)], {"h1": 2}),
-    GroupCase("soft-affinity-is-not-checked", "soft-affinity", 1,
-              [("h1", True), ("h2", True)], {"h1": 1, "h2": 1}),
+    GroupCase(
+        "anti-affinity-1",
+        "anti-affinity",
+        1,
+        [("h1", True), ("h1", False), ("h2", True), ("h2", False)],
+        {"h1": 1, "h2": 1},
+    ),
+    GroupCase(
+        "anti-affinity-2",
+        "anti-affinity",
+        2,
+        [("h1", True), ("h1", True), ("h1", False), ("h2", True)],
+        {"h1": 2, "h2": 1},
+    ),
+    GroupCase(
+        "affinity",
+        "affinity",
+        1,
+        [("h2", True), ("h1", False), ("h2", True), ("h1", False)],
+        {"h2": 2},
+    ),
+    GroupCase(
+        "soft-anti-affinity-is-not-checked",
+        "soft-anti-affinity",
+        1,
+        [("h1", True), ("h1", True)],
+        {"h1": 2},
+    ),
+    GroupCase(
+        "soft-affinity-is-not-checked",
+        "soft-affinity",
+        1,
+        [("h1", True), ("h2", True)],
+        {"h1": 1, "h2": 1},
+    ),
 ]
 
 
@@ -431,8 +519,11 @@ def test_release_restores_usage_group_members_and_consumers(store: Store) -> Non
     group = new_uuid()
     claims = {new_uuid(): {"VCPU": n, "MEMORY_MB": 128 * n} for n in (1, 2)}
     for consumer, amounts in claims.items():
-        store.claim(consumer, ask({p.uuid: amounts}),
-                    GroupClaim(group, "anti-affinity", "h1", max_server_per_host=2))
+        store.claim(
+            consumer,
+            ask({p.uuid: amounts}),
+            GroupClaim(group, "anti-affinity", "h1", max_server_per_host=2),
+        )
     first, second = claims
     assert store.release(first) is True
     after = store.get_provider(p.uuid)
@@ -471,16 +562,57 @@ class MoveCase:
 
 
 MOVE_CASES = [
-    MoveCase("to-an-empty-target", {"VCPU": 2, "MEMORY_MB": 512}, None, False, True,
-             {"VCPU": 2, "MEMORY_MB": 512}, {}, {"target": "a"}),
-    MoveCase("empty-source-is-a-no-op", None, {"VCPU": 1}, False, False,
-             {}, {"VCPU": 1}, {"target": "b"}),
-    MoveCase("empty-source-with-replace-keeps-the-target", None, {"VCPU": 1}, True, False,
-             {}, {"VCPU": 1}, {"target": "b"}),
-    MoveCase("holding-target-conflicts", {"VCPU": 2}, {"VCPU": 1}, False, False,
-             {"VCPU": 2}, {"VCPU": 1}, {"source": "a", "target": "b"}, conflict=True),
-    MoveCase("replace-drops-the-targets-and-restores", {"VCPU": 2}, {"VCPU": 4, "DISK_GB": 5},
-             True, True, {"VCPU": 2}, {}, {"target": "a"}),
+    MoveCase(
+        "to-an-empty-target",
+        {"VCPU": 2, "MEMORY_MB": 512},
+        None,
+        False,
+        True,
+        {"VCPU": 2, "MEMORY_MB": 512},
+        {},
+        {"target": "a"},
+    ),
+    MoveCase(
+        "empty-source-is-a-no-op",
+        None,
+        {"VCPU": 1},
+        False,
+        False,
+        {},
+        {"VCPU": 1},
+        {"target": "b"},
+    ),
+    MoveCase(
+        "empty-source-with-replace-keeps-the-target",
+        None,
+        {"VCPU": 1},
+        True,
+        False,
+        {},
+        {"VCPU": 1},
+        {"target": "b"},
+    ),
+    MoveCase(
+        "holding-target-conflicts",
+        {"VCPU": 2},
+        {"VCPU": 1},
+        False,
+        False,
+        {"VCPU": 2},
+        {"VCPU": 1},
+        {"source": "a", "target": "b"},
+        conflict=True,
+    ),
+    MoveCase(
+        "replace-drops-the-targets-and-restores",
+        {"VCPU": 2},
+        {"VCPU": 4, "DISK_GB": 5},
+        True,
+        True,
+        {"VCPU": 2},
+        {},
+        {"target": "a"},
+    ),
 ]
 
 
@@ -497,13 +629,18 @@ def test_move_allocations(store: Store, case: MoveCase) -> None:
             store.move_allocations(consumers["source"], consumers["target"], case.replace)
         assert exc.value.kwargs == {"consumer": consumers["target"]}
     else:
-        assert store.move_allocations(consumers["source"], consumers["target"],
-                                      case.replace) is case.moved
+        assert (
+            store.move_allocations(consumers["source"], consumers["target"], case.replace)
+            is case.moved
+        )
     after = {name: store.get_provider(h.uuid) for name, h in hosts.items()}
     assert dict(after["a"].usages) == case.usage_a
     assert dict(after["b"].usages) == case.usage_b
-    held = {who: next(iter(c.allocations)) for who, uuid in consumers.items()
-            if (c := store.get_consumer(uuid)) is not None}
+    held = {
+        who: next(iter(c.allocations))
+        for who, uuid in consumers.items()
+        if (c := store.get_consumer(uuid)) is not None
+    }
     assert held == {who: hosts[h].uuid for who, h in case.holders.items()}
     for name in hosts:
         assert after[name].consumers == sum(1 for h in case.holders.values() if h == name)
@@ -520,14 +657,27 @@ def test_a_move_keeps_project_user_and_group_and_feeds_absolute_usage(store: Sto
     assert store.move_allocations(instance, migration) is True
     moved = store.get_consumer(migration)
     assert moved is not None and store.get_consumer(instance) is None
-    assert (dict(moved.allocations), moved.project_id, moved.user_id, moved.group_uuid,
-            moved.host) == ({a.uuid: {"VCPU": 2}}, "project", "user", group, "a")
+    assert (
+        dict(moved.allocations),
+        moved.project_id,
+        moved.user_id,
+        moved.group_uuid,
+        moved.host,
+    ) == ({a.uuid: {"VCPU": 2}}, "project", "user", group, "a")
     assert store.group_hosts(group) == {"a": 1}
     a_now = store.get_provider(a.uuid)
     assert a_now.generation == claimed.generation + 1
     assert [(c.kind, c.data) for c in store.changes(cursor)] == [
-        ("usage", {"uuid": a.uuid, "generation": a_now.generation, "usages": {"VCPU": 2},
-                   "consumers": 1})]
+        (
+            "usage",
+            {
+                "uuid": a.uuid,
+                "generation": a_now.generation,
+                "usages": {"VCPU": 2},
+                "consumers": 1,
+            },
+        )
+    ]
     # A revert: the instance claimed on b meanwhile; hand the migration's back.
     store.claim(instance, ask({b.uuid: {"VCPU": 4}}), GroupClaim(group, "anti-affinity", "b"))
     assert store.group_hosts(group) == {"a": 1, "b": 1}
@@ -563,9 +713,11 @@ class View:
         snap = store.compact_snapshot()
         hosts = [snap.hosts.provider(i) for i in range(len(snap.hosts))]
         services = [snap.services.service(i) for i in range(len(snap.services))]
-        return cls({p.uuid: p for p in [*hosts, *snap.children]},
-                   {a.uuid: a for a in snap.aggregates},
-                   {s.host: s for s in services}), snap.cursor
+        return cls(
+            {p.uuid: p for p in [*hosts, *snap.children]},
+            {a.uuid: a for a in snap.aggregates},
+            {s.host: s for s in services},
+        ), snap.cursor
 
     def apply(self, store: Store, cursor: str, limit: int = 3) -> str:
         while batch := store.changes(cursor, limit):
@@ -575,8 +727,11 @@ class View:
                 elif change.kind == "usage":
                     d = change.data
                     self.providers[d["uuid"]] = replace(
-                        self.providers[d["uuid"]], generation=d["generation"],
-                        usages=d["usages"], consumers=d["consumers"])
+                        self.providers[d["uuid"]],
+                        generation=d["generation"],
+                        usages=d["usages"],
+                        consumers=d["consumers"],
+                    )
                 elif change.kind == "aggregate":
                     self.aggregates[change.data.uuid] = change.data
                 else:
@@ -605,8 +760,9 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
     store.register_services([Service(host="b", rpc_server="sim-1")])
     store.set_service_disabled("a", True, "maintenance")
     store.record_build_result("b", success=False)
-    store.report_services([ServiceReport("a", capabilities={"cpu_arch": "x86_64"},
-                                         stats={"num_io_ops": 1})])
+    store.report_services(
+        [ServiceReport("a", capabilities={"cpu_arch": "x86_64"}, stats={"num_io_ops": 1})]
+    )
 
     cursor = view.apply(store, cursor)
     assert sorted(view.providers.values(), key=lambda p: p.uuid) == store.list_providers()
@@ -617,23 +773,31 @@ def test_snapshot_plus_changes_equals_the_store(store: Store) -> None:
 
 
 def test_the_compact_snapshot_holds_what_the_store_lists(store: Store) -> None:
-    big = {"VCPU": Inventory(total=64, allocation_ratio=4.0, max_unit=16),
-           "MEMORY_MB": Inventory(total=262144, reserved=512, step_size=256)}
+    big = {
+        "VCPU": Inventory(total=64, allocation_ratio=4.0, max_unit=16),
+        "MEMORY_MB": Inventory(total=262144, reserved=512, step_size=256),
+    }
     hosts = [make_host(store, f"h{i}", inventories=big if i % 2 else None) for i in range(5)]
-    gpu = make_host(store, "h1-gpu", inventories={"VGPU": Inventory(total=4)},
-                    parent_uuid=hosts[1].uuid)
+    gpu = make_host(
+        store, "h1-gpu", inventories={"VGPU": Inventory(total=4)}, parent_uuid=hosts[1].uuid
+    )
     store.set_traits(hosts[0].uuid, hosts[0].generation, ["CUSTOM_A", "CUSTOM_B"])
     store.set_aggregates(hosts[2].uuid, hosts[2].generation, ["agg-1"])
     store.put_aggregate(Aggregate(uuid="agg-1", name="az1", metadata={"availability_zone": "a"}))
     store.claim(new_uuid(), ask({hosts[3].uuid: {"VCPU": 4}, gpu.uuid: {"VGPU": 1}}))
     store.claim(new_uuid(), ask({hosts[3].uuid: {"MEMORY_MB": 1024}}))
-    store.register_services([Service(host=f"h{i}", rpc_server=f"sim-{i % 2}")
-                             for i in (0, 1, 2, 9)])  # h9: no provider yet
+    store.register_services(
+        [Service(host=f"h{i}", rpc_server=f"sim-{i % 2}") for i in (0, 1, 2, 9)]
+    )  # h9: no provider yet
     store.heartbeat(["h0", "h9"], 1000.25)
     store.set_service_disabled("h1", True, "maintenance")
     store.record_build_result("h2", success=False)
-    store.report_services([ServiceReport("h0", capabilities=CAPABILITIES, stats={"n": 1}),
-                           ServiceReport("h9", capabilities=CAPABILITIES)])
+    store.report_services(
+        [
+            ServiceReport("h0", capabilities=CAPABILITIES, stats={"n": 1}),
+            ServiceReport("h9", capabilities=CAPABILITIES),
+        ]
+    )
 
     compact, providers = store.compact_snapshot(), store.list_providers()
     assert store.changes(compact.cursor) == []  # the cursor of the last write
@@ -644,7 +808,8 @@ def test_the_compact_snapshot_holds_what_the_store_lists(store: Store) -> None:
     assert list(compact.aggregates) == store.list_aggregates()
     assert compact.services.hosts == ["h0", "h1", "h2", "h9"]
     assert [compact.services.service(i) for i in range(len(compact.services))] == (
-        store.list_services())
+        store.list_services()
+    )
 
 
 def test_the_compact_snapshot_gives_a_shared_value_once(store: Store) -> None:
@@ -652,8 +817,9 @@ def test_the_compact_snapshot_gives_a_shared_value_once(store: Store) -> None:
         provider = make_host(store, f"h{i}")
         store.set_traits(provider.uuid, provider.generation, ["CUSTOM_A"] if i % 2 else [])
     store.register_services([Service(host=f"h{i}", rpc_server="sim-1") for i in range(4)])
-    store.report_services([ServiceReport(f"h{i}", capabilities={"cpu_arch": "x86_64"})
-                           for i in range(4)])
+    store.report_services(
+        [ServiceReport(f"h{i}", capabilities={"cpu_arch": "x86_64"}) for i in range(4)]
+    )
     hosts, services = store.compact_snapshot().hosts, store.compact_snapshot().services
     assert len(hosts.inventories) == 1 and hosts.inventory.tolist() == [0] * 4
     assert sorted(hosts.trait_sets, key=len) == [frozenset(), {"CUSTOM_A"}]
@@ -687,10 +853,17 @@ def test_claim_and_release_feed_absolute_usage(store: Store) -> None:
     store.release(consumer)
     changes = store.changes(cursor)
     assert [(c.kind, c.data) for c in changes] == [
-        ("usage", {"uuid": p.uuid, "generation": p.generation + 1, "usages": {"VCPU": 3},
-                   "consumers": 1}),
-        ("usage", {"uuid": p.uuid, "generation": p.generation + 2, "usages": {},
-                   "consumers": 0})]
+        (
+            "usage",
+            {
+                "uuid": p.uuid,
+                "generation": p.generation + 1,
+                "usages": {"VCPU": 3},
+                "consumers": 1,
+            },
+        ),
+        ("usage", {"uuid": p.uuid, "generation": p.generation + 2, "usages": {}, "consumers": 0}),
+    ]
 
 
 def test_fresh_store_cursor_is_valid(make_store: MakeStore) -> None:
@@ -739,7 +912,8 @@ def test_services_register_heartbeat_and_list(store: Store) -> None:
     store.heartbeat(["h1", "h2", "h3"], 1234.25)
     assert store.list_services() == [
         Service(host="h1", rpc_server="sim-1", last_seen=1234.25),
-        Service(host="h2", rpc_server="sim-1", last_seen=1234.25)]
+        Service(host="h2", rpc_server="sim-1", last_seen=1234.25),
+    ]
     assert store.get_service("h3") is None  # a heartbeat does not register
     now = time.time()
     store.heartbeat(["h1"], now)
@@ -783,11 +957,18 @@ def test_service_state_changes_are_fed_once(store: Store) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])  # unchanged
     store.register_services([Service(host="h1", rpc_server="sim-2")])
     store.set_service_disabled("h1", False)
-    fed = [(c.data.disabled, c.data.disabled_reason, c.data.failed_builds, c.data.rpc_server)
-           for c in store.changes(cursor)]
-    assert fed == [(True, "maintenance", 0, "sim-1"), (True, "maintenance", 1, "sim-1"),
-                   (True, "maintenance", 2, "sim-1"), (True, "maintenance", 0, "sim-1"),
-                   (True, "maintenance", 0, "sim-2"), (False, None, 0, "sim-2")]
+    fed = [
+        (c.data.disabled, c.data.disabled_reason, c.data.failed_builds, c.data.rpc_server)
+        for c in store.changes(cursor)
+    ]
+    assert fed == [
+        (True, "maintenance", 0, "sim-1"),
+        (True, "maintenance", 1, "sim-1"),
+        (True, "maintenance", 2, "sim-1"),
+        (True, "maintenance", 0, "sim-1"),
+        (True, "maintenance", 0, "sim-2"),
+        (False, None, 0, "sim-2"),
+    ]
     assert all(c.kind == "service" and c.data.last_seen == 7.5 for c in store.changes(cursor))
 
 
@@ -796,31 +977,43 @@ def test_registering_again_keeps_the_service_state(store: Store) -> None:
     store.set_service_disabled("h1", True, "broken")
     store.record_build_result("h1", success=False)
     store.register_services([Service(host="h1", rpc_server="sim-2")])
-    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-2", disabled=True,
-                                              disabled_reason="broken", failed_builds=1)
+    assert store.get_service("h1") == Service(
+        host="h1", rpc_server="sim-2", disabled=True, disabled_reason="broken", failed_builds=1
+    )
 
 
-@pytest.mark.parametrize("write", [
-    pytest.param(lambda s: s.set_service_disabled("ghost", True), id="disable"),
-    pytest.param(lambda s: s.record_build_result("ghost", success=False), id="build-result"),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda s: s.set_service_disabled("ghost", True), id="disable"),
+        pytest.param(lambda s: s.record_build_result("ghost", success=False), id="build-result"),
+    ],
+)
 def test_unknown_service_is_not_found(store: Store, write: Callable[[Store], None]) -> None:
     with pytest.raises(NotFound):
         write(store)
     assert store.list_services() == []
 
 
-CAPABILITIES = {"cpu_arch": "x86_64", "hypervisor_version": 6002000,
-                "supported_instances": [["x86_64", "kvm", "hvm"]],
-                "cpu_info": {"vendor": "Intel", "features": ["avx", "sse"]}, "ratio": 1.5}
+CAPABILITIES = {
+    "cpu_arch": "x86_64",
+    "hypervisor_version": 6002000,
+    "supported_instances": [["x86_64", "kvm", "hvm"]],
+    "cpu_info": {"vendor": "Intel", "features": ["avx", "sse"]},
+    "ratio": 1.5,
+}
 
 
 def test_reports_are_kept_frozen_and_fed_only_when_they_change(store: Store) -> None:
     store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
     store.heartbeat(["h1"], 3.5)
     cursor = store.compact_snapshot().cursor
-    store.report_services([ServiceReport("h1", capabilities=CAPABILITIES, stats={"n": 1}),
-                           ServiceReport("h2", stats={})])
+    store.report_services(
+        [
+            ServiceReport("h1", capabilities=CAPABILITIES, stats={"n": 1}),
+            ServiceReport("h2", stats={}),
+        ]
+    )
     store.report_services([ServiceReport("h1", capabilities=dict(CAPABILITIES))])  # same
     store.report_services([ServiceReport("h1", stats={"n": 2})])  # capabilities kept
     store.heartbeat(["h1"], 9.0)  # not fed, changes no report
@@ -830,7 +1023,8 @@ def test_reports_are_kept_frozen_and_fed_only_when_they_change(store: Store) -> 
     assert service is not None
     assert service.capabilities == CAPABILITIES | {
         "supported_instances": (("x86_64", "kvm", "hvm"),),
-        "cpu_info": {"vendor": "Intel", "features": ("avx", "sse")}}
+        "cpu_info": {"vendor": "Intel", "features": ("avx", "sse")},
+    }
     assert service.stats == {"n": 2}
     with pytest.raises(TypeError):
         service.capabilities["cpu_arch"] = "ppc64"  # type: ignore[index]
@@ -842,19 +1036,32 @@ def test_reports_survive_other_service_writes(store: Store) -> None:
     store.set_service_disabled("h1", True, "maintenance")
     store.record_build_result("h1", success=False)
     store.register_services([Service(host="h1", rpc_server="sim-2")])
-    assert store.list_services() == [Service(
-        host="h1", rpc_server="sim-2", disabled=True, disabled_reason="maintenance",
-        failed_builds=1, capabilities={"a": "b"}, stats={"n": 3})]
+    assert store.list_services() == [
+        Service(
+            host="h1",
+            rpc_server="sim-2",
+            disabled=True,
+            disabled_reason="maintenance",
+            failed_builds=1,
+            capabilities={"a": "b"},
+            stats={"n": 3},
+        )
+    ]
     compact = store.compact_snapshot().services
     assert [compact.service(i) for i in range(len(compact))] == store.list_services()
 
 
-@pytest.mark.parametrize("report", [
-    pytest.param(ServiceReport("h1", stats={"n": -1}), id="negative-stat"),
-    pytest.param(ServiceReport("h1", stats={"n": 1.5}), id="fractional-stat"),
-    pytest.param(ServiceReport("h1", stats={"n": True}), id="boolean-stat"),
-    pytest.param(ServiceReport("h1", capabilities=["x86_64"]), id="capabilities-not-a-mapping"),
-])
+@pytest.mark.parametrize(
+    "report",
+    [
+        pytest.param(ServiceReport("h1", stats={"n": -1}), id="negative-stat"),
+        pytest.param(ServiceReport("h1", stats={"n": 1.5}), id="fractional-stat"),
+        pytest.param(ServiceReport("h1", stats={"n": True}), id="boolean-stat"),
+        pytest.param(
+            ServiceReport("h1", capabilities=["x86_64"]), id="capabilities-not-a-mapping"
+        ),
+    ],
+)
 def test_nonsense_reports_are_refused(store: Store, report: ServiceReport) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])
     with pytest.raises(InvalidRequest):
@@ -866,8 +1073,9 @@ def test_a_report_for_an_unknown_host_writes_nothing(store: Store) -> None:
     store.register_services([Service(host="h1", rpc_server="sim-1")])
     cursor = store.compact_snapshot().cursor
     with pytest.raises(NotFound):
-        store.report_services([ServiceReport("h1", stats={"n": 1}),
-                               ServiceReport("ghost", stats={"n": 1})])
+        store.report_services(
+            [ServiceReport("h1", stats={"n": 1}), ServiceReport("ghost", stats={"n": 1})]
+        )
     assert store.changes(cursor) == []
     assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")
 
@@ -889,52 +1097,105 @@ def test_instances_create_is_idempotent_and_list_is_sorted(store: Store) -> None
 
 def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
     uuid = new_uuid()
-    spec = {"flavor": {"name": "m1", "vcpus": 1, "memory_mb": 512, "extra_specs": {}},
-            "ignore_hosts": [], "scheduler_hints": {}, "group": None}
+    spec = {
+        "flavor": {"name": "m1", "vcpus": 1, "memory_mb": 512, "extra_specs": {}},
+        "ignore_hosts": [],
+        "scheduler_hints": {},
+        "group": None,
+    }
     store.create_instances([InstanceRecord(uuid=uuid, request_spec=spec, created_at=1.5)])
     now = time.time()
-    updated = store.update_instance(uuid, state=ACTIVE, task_state=None, host="h1",
-                                    node="h1", attempts=2, updated_at=now, deadline=now + 0.1)
-    expected = InstanceRecord(uuid=uuid, state=ACTIVE, task_state=None, host="h1", node="h1",
-                              attempts=2, request_spec=spec, created_at=1.5, updated_at=now,
-                              deadline=now + 0.1)
+    updated = store.update_instance(
+        uuid,
+        state=ACTIVE,
+        task_state=None,
+        host="h1",
+        node="h1",
+        attempts=2,
+        updated_at=now,
+        deadline=now + 0.1,
+    )
+    expected = InstanceRecord(
+        uuid=uuid,
+        state=ACTIVE,
+        task_state=None,
+        host="h1",
+        node="h1",
+        attempts=2,
+        request_spec=spec,
+        created_at=1.5,
+        updated_at=now,
+        deadline=now + 0.1,
+    )
     assert updated == expected
     assert store.get_instance(uuid) == expected
 
 
 def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> None:
     uuid = new_uuid()
-    store.create_instances([InstanceRecord(uuid=uuid, request_id="req-1", deadline=2.5,
-                                           roles=("admin", "member"), is_admin=True)])
-    flavor = {"name": "m1.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 80,
-              "ephemeral_gb": 0, "swap_mb": 0, "extra_specs": {}}
-    updated = store.update_instance(uuid, redrives=2, migration_uuid=new_uuid(),
-                                    new_flavor=flavor, source_host="h1", source_node="h1")
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid=uuid,
+                request_id="req-1",
+                deadline=2.5,
+                roles=("admin", "member"),
+                is_admin=True,
+            )
+        ]
+    )
+    flavor = {
+        "name": "m1.large",
+        "vcpus": 4,
+        "memory_mb": 8192,
+        "root_gb": 80,
+        "ephemeral_gb": 0,
+        "swap_mb": 0,
+        "extra_specs": {},
+    }
+    updated = store.update_instance(
+        uuid,
+        redrives=2,
+        migration_uuid=new_uuid(),
+        new_flavor=flavor,
+        source_host="h1",
+        source_node="h1",
+    )
     assert updated is not None
     assert store.get_instance(uuid) == updated
-    assert (updated.request_id, updated.redrives, updated.new_flavor, updated.source_host,
-            updated.deadline, updated.roles, updated.is_admin) == (
-        "req-1", 2, flavor, "h1", 2.5, ("admin", "member"), True)
+    assert (
+        updated.request_id,
+        updated.redrives,
+        updated.new_flavor,
+        updated.source_host,
+        updated.deadline,
+        updated.roles,
+        updated.is_admin,
+    ) == ("req-1", 2, flavor, "h1", 2.5, ("admin", "member"), True)
     cleared = store.update_instance(uuid, migration_uuid=None, new_flavor=None, deadline=None)
     assert cleared is not None and cleared.new_flavor is None and cleared.deadline is None
     assert store.list_instances_due(10.0) == []
 
 
-@pytest.mark.parametrize("expected_states, applies", [
-    pytest.param([BUILDING], True, id="expected"),
-    pytest.param([BUILDING, ERROR], True, id="one-of"),
-    pytest.param([ACTIVE, ERROR], False, id="not-expected"),
-    pytest.param([], False, id="none-expected"),
-])
-def test_instance_update_with_expected_states(store: Store, expected_states: list[str],
-                                              applies: bool) -> None:
+@pytest.mark.parametrize(
+    "expected_states, applies",
+    [
+        pytest.param([BUILDING], True, id="expected"),
+        pytest.param([BUILDING, ERROR], True, id="one-of"),
+        pytest.param([ACTIVE, ERROR], False, id="not-expected"),
+        pytest.param([], False, id="none-expected"),
+    ],
+)
+def test_instance_update_with_expected_states(
+    store: Store, expected_states: list[str], applies: bool
+) -> None:
     uuid = new_uuid()
     store.create_instances([InstanceRecord(uuid=uuid)])
-    result = store.update_instance(uuid, expected_states=expected_states, state=ERROR,
-                                   fault="No valid host was found.")
+    result = store.update_instance(
+        uuid, expected_states=expected_states, state=ERROR, fault="No valid host was found."
+    )
     if applies:
-        assert result == InstanceRecord(uuid=uuid, state=ERROR,
-                                        fault="No valid host was found.")
+        assert result == InstanceRecord(uuid=uuid, state=ERROR, fault="No valid host was found.")
         assert store.get_instance(uuid) == result
     else:
         assert result is None
@@ -953,17 +1214,24 @@ def test_instance_update_refuses_unknown_fields_and_instances(store: Store) -> N
     assert store.get_instance(uuid) == InstanceRecord(uuid=uuid)
 
 
-@pytest.mark.parametrize("limit, expected", [
-    pytest.param(1000, ["past", "just-now"], id="all-due"),
-    pytest.param(1, ["past"], id="earliest-first"),
-])
-def test_instances_due_are_those_past_their_deadline(store: Store, limit: int,
-                                                     expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    "limit, expected",
+    [
+        pytest.param(1000, ["past", "just-now"], id="all-due"),
+        pytest.param(1, ["past"], id="earliest-first"),
+    ],
+)
+def test_instances_due_are_those_past_their_deadline(
+    store: Store, limit: int, expected: list[str]
+) -> None:
     now = time.time()
     deadlines = {"past": now - 10.25, "just-now": now, "future": now + 5, "none": None}
     uuids = {name: new_uuid() for name in deadlines}
-    store.create_instances(InstanceRecord(uuid=uuids[name], deadline=deadline)
-                           for name, deadline in deadlines.items() if name != "just-now")
+    store.create_instances(
+        InstanceRecord(uuid=uuids[name], deadline=deadline)
+        for name, deadline in deadlines.items()
+        if name != "just-now"
+    )
     store.create_instances([InstanceRecord(uuid=uuids["just-now"])])
     store.update_instance(uuids["just-now"], deadline=now)  # written by the update script
     due = store.list_instances_due(now, limit)
@@ -1025,8 +1293,9 @@ def test_racing_anti_affinity_claims_place_one_member(store: Store) -> None:
     def worker(i: int) -> None:
         consumer = new_uuid()
         try:
-            store.claim(consumer, ask({p.uuid: {"VCPU": 1}}),
-                        GroupClaim(group, "anti-affinity", "h1"))
+            store.claim(
+                consumer, ask({p.uuid: {"VCPU": 1}}), GroupClaim(group, "anti-affinity", "h1")
+            )
             placed.append(consumer)
         except GroupPolicyViolation:
             pass
@@ -1073,12 +1342,16 @@ def test_a_claim_spans_a_tree_and_its_release_restores_it(store: Store) -> None:
     assert dict(store.get_provider(gpu.uuid).usages) == {}
 
 
-@pytest.mark.parametrize(("gpu_ask", "error"), [
-    pytest.param({"VGPU": 3}, UnitRuleViolation, id="child-max-unit"),
-    pytest.param({"VGPU": 1, "VCPU": 1}, NoSuchInventory, id="child-lacks-the-class"),
-])
+@pytest.mark.parametrize(
+    ("gpu_ask", "error"),
+    [
+        pytest.param({"VGPU": 3}, UnitRuleViolation, id="child-max-unit"),
+        pytest.param({"VGPU": 1, "VCPU": 1}, NoSuchInventory, id="child-lacks-the-class"),
+    ],
+)
 def test_a_tree_claim_refused_on_the_child_writes_nothing_on_the_root(
-        store: Store, gpu_ask: dict[str, int], error: type[ClaimFailed]) -> None:
+    store: Store, gpu_ask: dict[str, int], error: type[ClaimFailed]
+) -> None:
     root, gpu = make_tree(store)
     with pytest.raises(error):
         store.claim(new_uuid(), ask({root.uuid: {"VCPU": 1}, gpu.uuid: gpu_ask}))
@@ -1098,7 +1371,8 @@ def test_a_tree_claim_never_overcommits_the_child(store: Store) -> None:
 
 @pytest.mark.parametrize("traits", [[], ["CUSTOM_X"]], ids=["no-traits", "with-traits"])
 def test_disabling_a_service_sets_the_status_trait_in_the_same_write(
-        store: Store, traits: list[str]) -> None:
+    store: Store, traits: list[str]
+) -> None:
     p = make_host(store, name="h1")
     if traits:
         store.set_traits(p.uuid, p.generation, traits)

@@ -39,8 +39,12 @@ def store() -> Iterator[RedisStore]:
     if not store.ping():
         pytest.fail(f"Redis at {REDIS_URL} does not answer")
     populate(store, [host("h1", ram=4096), host("h2", ram=4096)])
-    store.create_instances([InstanceRecord(uuid=uuid_of("i-ok")),
-                            InstanceRecord(uuid=uuid_of("i-due"), deadline=100.0)])
+    store.create_instances(
+        [
+            InstanceRecord(uuid=uuid_of("i-ok")),
+            InstanceRecord(uuid=uuid_of("i-due"), deadline=100.0),
+        ]
+    )
     yield store
     store.wipe()
     store.close()
@@ -54,53 +58,127 @@ def raw() -> Iterator[redis.Redis]:
 
 #: (hash, a bad value, the list that must skip it, the get that must raise)
 BAD_VALUES = [
-    pytest.param("providers", GARBAGE, lambda s: s.list_providers(),
-                 lambda s: s.get_provider(FIELD), id="provider-not-json"),
-    pytest.param("providers", json.dumps({"uuid": FIELD}), lambda s: s.list_providers(),
-                 lambda s: s.get_provider(FIELD), id="provider-missing-fields"),
-    pytest.param("providers", "[" * 100000, lambda s: s.list_providers(),
-                 lambda s: s.get_provider(FIELD), id="provider-nested-too-deep"),
+    pytest.param(
+        "providers",
+        GARBAGE,
+        lambda s: s.list_providers(),
+        lambda s: s.get_provider(FIELD),
+        id="provider-not-json",
+    ),
+    pytest.param(
+        "providers",
+        json.dumps({"uuid": FIELD}),
+        lambda s: s.list_providers(),
+        lambda s: s.get_provider(FIELD),
+        id="provider-missing-fields",
+    ),
+    pytest.param(
+        "providers",
+        "[" * 100000,
+        lambda s: s.list_providers(),
+        lambda s: s.get_provider(FIELD),
+        id="provider-nested-too-deep",
+    ),
     # The compact snapshot a worker's view loads from skips the same values.
-    pytest.param("providers", GARBAGE, lambda s: _hosts(s.compact_snapshot()), None,
-                 id="compact-provider-not-json"),
-    pytest.param("providers", json.dumps({"uuid": FIELD}),
-                 lambda s: _hosts(s.compact_snapshot()), None,
-                 id="compact-provider-missing-fields"),
-    pytest.param("providers", "[" * 100000, lambda s: _hosts(s.compact_snapshot()), None,
-                 id="compact-provider-nested-too-deep"),
-    pytest.param("providers", json.dumps([FIELD]), lambda s: _hosts(s.compact_snapshot()),
-                 None, id="compact-provider-a-list"),
-    pytest.param("services", GARBAGE, lambda s: _services(s.compact_snapshot()), None,
-                 id="compact-service-not-json"),
-    pytest.param("services", json.dumps({"host": "ghost"}),
-                 lambda s: _services(s.compact_snapshot()), None,
-                 id="compact-service-missing-fields"),
-    pytest.param("aggregates", json.dumps([1, 2]), lambda s: s.list_aggregates(), None,
-                 id="aggregate-a-list"),
-    pytest.param("consumers", GARBAGE, lambda s: s.list_consumers(),
-                 lambda s: s.get_consumer(FIELD), id="consumer-not-json"),
-    pytest.param("services", json.dumps({"host": "ghost"}), lambda s: s.list_services(), None,
-                 id="service-missing-fields"),
-    pytest.param("services", GARBAGE, lambda s: s.list_services(), None,
-                 id="service-not-json"),
-    pytest.param("instances", GARBAGE, lambda s: s.list_instances(),
-                 lambda s: s.get_instance(FIELD), id="instance-not-json"),
-    pytest.param("instances", json.dumps({"state": "ACTIVE"}),
-                 lambda s: s.list_instances([uuid_of("i-ok"), FIELD]),
-                 lambda s: s.get_instance(FIELD), id="instance-asked-by-uuid"),
+    pytest.param(
+        "providers",
+        GARBAGE,
+        lambda s: _hosts(s.compact_snapshot()),
+        None,
+        id="compact-provider-not-json",
+    ),
+    pytest.param(
+        "providers",
+        json.dumps({"uuid": FIELD}),
+        lambda s: _hosts(s.compact_snapshot()),
+        None,
+        id="compact-provider-missing-fields",
+    ),
+    pytest.param(
+        "providers",
+        "[" * 100000,
+        lambda s: _hosts(s.compact_snapshot()),
+        None,
+        id="compact-provider-nested-too-deep",
+    ),
+    pytest.param(
+        "providers",
+        json.dumps([FIELD]),
+        lambda s: _hosts(s.compact_snapshot()),
+        None,
+        id="compact-provider-a-list",
+    ),
+    pytest.param(
+        "services",
+        GARBAGE,
+        lambda s: _services(s.compact_snapshot()),
+        None,
+        id="compact-service-not-json",
+    ),
+    pytest.param(
+        "services",
+        json.dumps({"host": "ghost"}),
+        lambda s: _services(s.compact_snapshot()),
+        None,
+        id="compact-service-missing-fields",
+    ),
+    pytest.param(
+        "aggregates",
+        json.dumps([1, 2]),
+        lambda s: s.list_aggregates(),
+        None,
+        id="aggregate-a-list",
+    ),
+    pytest.param(
+        "consumers",
+        GARBAGE,
+        lambda s: s.list_consumers(),
+        lambda s: s.get_consumer(FIELD),
+        id="consumer-not-json",
+    ),
+    pytest.param(
+        "services",
+        json.dumps({"host": "ghost"}),
+        lambda s: s.list_services(),
+        None,
+        id="service-missing-fields",
+    ),
+    pytest.param("services", GARBAGE, lambda s: s.list_services(), None, id="service-not-json"),
+    pytest.param(
+        "instances",
+        GARBAGE,
+        lambda s: s.list_instances(),
+        lambda s: s.get_instance(FIELD),
+        id="instance-not-json",
+    ),
+    pytest.param(
+        "instances",
+        json.dumps({"state": "ACTIVE"}),
+        lambda s: s.list_instances([uuid_of("i-ok"), FIELD]),
+        lambda s: s.get_instance(FIELD),
+        id="instance-asked-by-uuid",
+    ),
     # The conductor's sweep: a value that is not a record never stops it.
-    pytest.param("instances", GARBAGE, lambda s: s.list_instances_due(2e9), None,
-                 id="instance-in-the-sweep"),
-    pytest.param("instances", json.dumps({"deadline": 1.0}),
-                 lambda s: s.list_instances_due(2e9), None, id="due-instance-missing-fields"),
+    pytest.param(
+        "instances", GARBAGE, lambda s: s.list_instances_due(2e9), None, id="instance-in-the-sweep"
+    ),
+    pytest.param(
+        "instances",
+        json.dumps({"deadline": 1.0}),
+        lambda s: s.list_instances_due(2e9),
+        None,
+        id="due-instance-missing-fields",
+    ),
 ]
 
 
 def _hosts(snap: CompactSnapshot) -> list[tuple[Any, ...]]:
     """A compact snapshot's root providers, row by row (the columns must stay aligned)."""
     h = snap.hosts
-    return [(h.uuids[i], h.names[i], int(h.generation[i]), h.provider(i).inventories)
-            for i in range(len(h))]
+    return [
+        (h.uuids[i], h.names[i], int(h.generation[i]), h.provider(i).inventories)
+        for i in range(len(h))
+    ]
 
 
 def _services(snap: CompactSnapshot) -> list[tuple[Any, ...]]:
@@ -108,7 +186,8 @@ def _services(snap: CompactSnapshot) -> list[tuple[Any, ...]]:
 
 
 def test_a_provider_with_one_bad_field_adds_no_half_row_to_the_compact_snapshot(
-        store: RedisStore, raw: redis.Redis) -> None:
+    store: RedisStore, raw: redis.Redis
+) -> None:
     before = _hosts(store.compact_snapshot())
     good = json.loads(raw.hget(store.keys.providers, store.get_provider_by_name("h1").uuid))
     bad = {**good, "uuid": FIELD, "name": "h9", "consumers": "many"}
@@ -117,14 +196,19 @@ def test_a_provider_with_one_bad_field_adds_no_half_row_to_the_compact_snapshot(
         after = _hosts(store.compact_snapshot())
     assert after == before
     assert [e["key"] for e in logs if e["event"] == "corrupt_record"] == [
-        f"{store.keys.providers}[{FIELD}]"]
+        f"{store.keys.providers}[{FIELD}]"
+    ]
 
 
 @pytest.mark.parametrize("hash_name, value, listed, get", BAD_VALUES)
 def test_a_list_skips_what_it_cannot_read_and_logs_its_key(
-        store: RedisStore, raw: redis.Redis, hash_name: str, value: str,
-        listed: Callable[[RedisStore], list[Any]], get: Callable[[RedisStore], Any] | None
-        ) -> None:
+    store: RedisStore,
+    raw: redis.Redis,
+    hash_name: str,
+    value: str,
+    listed: Callable[[RedisStore], list[Any]],
+    get: Callable[[RedisStore], Any] | None,
+) -> None:
     before = listed(store)
     key = getattr(store.keys, hash_name)
     raw.hset(key, FIELD, value)
@@ -139,14 +223,18 @@ def test_a_list_skips_what_it_cannot_read_and_logs_its_key(
         assert FIELD in err.value.kwargs["key"]
 
 
-@pytest.mark.parametrize("fields", [
-    pytest.param({"k": "provider", "d": GARBAGE}, id="provider-not-json"),
-    pytest.param({"k": "usage", "d": json.dumps({"uuid": FIELD})}, id="usage-missing-fields"),
-    pytest.param({"k": "teleport", "d": "{}"}, id="unknown-kind"),
-    pytest.param({"x": "y"}, id="no-kind-no-data"),
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"k": "provider", "d": GARBAGE}, id="provider-not-json"),
+        pytest.param({"k": "usage", "d": json.dumps({"uuid": FIELD})}, id="usage-missing-fields"),
+        pytest.param({"k": "teleport", "d": "{}"}, id="unknown-kind"),
+        pytest.param({"x": "y"}, id="no-kind-no-data"),
+    ],
+)
 def test_a_change_it_cannot_read_is_a_corrupt_change_and_the_view_moves_past_it(
-        store: RedisStore, raw: redis.Redis, fields: dict[str, str]) -> None:
+    store: RedisStore, raw: redis.Redis, fields: dict[str, str]
+) -> None:
     eng = engine(store)  # type: ignore[arg-type]
     eng.view.refresh(0.0)
     cursor = store.compact_snapshot().cursor
@@ -162,7 +250,8 @@ def test_a_change_it_cannot_read_is_a_corrupt_change_and_the_view_moves_past_it(
 
 
 def test_a_worker_over_a_store_with_foreign_values_keeps_placing(
-        store: RedisStore, raw: redis.Redis) -> None:
+    store: RedisStore, raw: redis.Redis
+) -> None:
     k = store.keys
     raw.hset(k.providers, FIELD, GARBAGE)
     raw.hset(k.aggregates, "foreign", "42")
@@ -170,8 +259,10 @@ def test_a_worker_over_a_store_with_foreign_values_keeps_placing(
     raw.hset(k.groups, "not-a-group", GARBAGE)
     raw.xadd(k.changes, {"k": "provider", "d": GARBAGE})
     eng = engine(store)  # type: ignore[arg-type]
-    placed = [eng.select(f"req-{n}", spec(ram=2048, disk=1), [uuid_of(f"i{n}")])[0][0].host
-              for n in range(2)]
+    placed = [
+        eng.select(f"req-{n}", spec(ram=2048, disk=1), [uuid_of(f"i{n}")])[0][0].host
+        for n in range(2)
+    ]
     assert sorted(placed) == ["h1", "h2"]
     # And its view keeps following the store past more garbage.
     raw.xadd(k.changes, {"k": "usage", "d": "[]"})

@@ -61,8 +61,12 @@ def test_an_unreachable_redis_is_store_unavailable() -> None:
     store = RedisStore("redis://127.0.0.1:1/0", "unreachable", socket_timeout=0.5)
     assert store.ping() is False
     with pytest.raises(StoreUnavailable):
-        store.claim(str(uuidlib.uuid4()), AllocationRequest(
-            allocations={str(uuidlib.uuid4()): {"VCPU": 1}}, project_id="p", user_id="u"))
+        store.claim(
+            str(uuidlib.uuid4()),
+            AllocationRequest(
+                allocations={str(uuidlib.uuid4()): {"VCPU": 1}}, project_id="p", user_id="u"
+            ),
+        )
     with pytest.raises(StoreUnavailable):
         store.list_providers()
 
@@ -76,13 +80,16 @@ def test_an_unreadable_record_is_corrupt(store: RedisStore) -> None:
     assert uuid in exc.value.kwargs["key"]
 
 
-@pytest.mark.parametrize("url, kind", [
-    ("memory://", MemoryStore),
-    ("redis://127.0.0.1:6379/0", RedisStore),
-    ("rediss://user:secret@127.0.0.1:6380/1", RedisStore),
-    ("unix:///run/redis.sock?db=2", RedisStore),
-    ("redis+sentinel://127.0.0.1:26379/mymaster", RedisStore),
-])
+@pytest.mark.parametrize(
+    "url, kind",
+    [
+        ("memory://", MemoryStore),
+        ("redis://127.0.0.1:6379/0", RedisStore),
+        ("rediss://user:secret@127.0.0.1:6380/1", RedisStore),
+        ("unix:///run/redis.sock?db=2", RedisStore),
+        ("redis+sentinel://127.0.0.1:26379/mymaster", RedisStore),
+    ],
+)
 def test_open_store_picks_the_implementation_by_scheme(url: str, kind: type) -> None:
     store = open_store(url, "prefix")  # nothing connects until the first command
     assert isinstance(store, kind)
@@ -100,9 +107,10 @@ def test_sentinel_url_names_the_sentinels_service_db_and_password() -> None:
     pool = client.connection_pool
     assert isinstance(pool, SentinelConnectionPool)
     assert pool.service_name == "cell1"
-    assert [(c.connection_pool.connection_kwargs["host"],
-             c.connection_pool.connection_kwargs["port"])
-            for c in pool.sentinel_manager.sentinels] == [("10.0.0.1", 26379), ("::1", 26380)]
+    assert [
+        (c.connection_pool.connection_kwargs["host"], c.connection_pool.connection_kwargs["port"])
+        for c in pool.sentinel_manager.sentinels
+    ] == [("10.0.0.1", 26379), ("::1", 26380)]
     assert pool.connection_kwargs["db"] == 2
     assert pool.connection_kwargs["password"] == "s@cret"
     client.close()

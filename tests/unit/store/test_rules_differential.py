@@ -55,18 +55,22 @@ POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 ROOMY = Inventory(total=2**50)
 
 small = st.integers(min_value=0, max_value=40)
-numbers = st.one_of(small, st.integers(min_value=0, max_value=4096),
-                    st.integers(min_value=0, max_value=10**12))
+numbers = st.one_of(
+    small, st.integers(min_value=0, max_value=4096), st.integers(min_value=0, max_value=10**12)
+)
 ratios = st.one_of(
     st.sampled_from([1.0, 0.5, 1.5, 2.0, 16.0, 0.1, 0.3, 0.7, 1.1, 1 / 3, 0.9999999]),
-    st.floats(min_value=0.01, max_value=40.0, allow_nan=False, allow_infinity=False))
+    st.floats(min_value=0.01, max_value=40.0, allow_nan=False, allow_infinity=False),
+)
 inventories = st.builds(
-    Inventory, total=st.one_of(st.integers(min_value=8, max_value=4096), numbers),
+    Inventory,
+    total=st.one_of(st.integers(min_value=8, max_value=4096), numbers),
     reserved=st.one_of(st.just(0), numbers),
     min_unit=st.one_of(st.just(1), st.integers(min_value=1, max_value=8)),
     max_unit=st.one_of(st.none(), st.integers(min_value=64, max_value=10**12), numbers),
     step_size=st.one_of(st.just(1), st.integers(min_value=1, max_value=8)),
-    allocation_ratio=ratios)
+    allocation_ratio=ratios,
+)
 amounts = st.one_of(st.integers(min_value=-2, max_value=48), numbers)
 
 
@@ -92,8 +96,12 @@ class Scenario:
     group: GroupState | None
 
 
-def some(draw: st.DrawFn, names: tuple[str, ...], value: st.SearchStrategy[Any],
-         at_least_one: bool = False) -> dict[str, Any]:
+def some(
+    draw: st.DrawFn,
+    names: tuple[str, ...],
+    value: st.SearchStrategy[Any],
+    at_least_one: bool = False,
+) -> dict[str, Any]:
     """A value for each of a random subset of ``names`` (a flip each: no
     rejected draws, as a dictionary of few possible keys would have)."""
     chosen = [name for name in names if draw(st.booleans())]
@@ -112,8 +120,12 @@ def provider_states(draw: st.DrawFn) -> ProviderState:
 @st.composite
 def group_states(draw: st.DrawFn) -> GroupState:
     members = some(draw, HOSTS, st.integers(min_value=1, max_value=2))
-    return GroupState(draw(st.sampled_from(POLICIES)), members, draw(st.sampled_from(HOSTS)),
-                      draw(st.integers(min_value=1, max_value=3)))
+    return GroupState(
+        draw(st.sampled_from(POLICIES)),
+        members,
+        draw(st.sampled_from(HOSTS)),
+        draw(st.integers(min_value=1, max_value=3)),
+    )
 
 
 @st.composite
@@ -134,9 +146,15 @@ def requests(draw: st.DrawFn, state: ProviderState | None) -> dict[str, int]:
     amounts it can give, now and then a class it has no inventory of, or any
     amount."""
     invs = {} if state is None else state.inventories
-    asked = {rc: draw(fitting(inv, state.usages.get(rc, 0)) if state and draw(
-                 st.integers(min_value=0, max_value=3)) else amounts)
-             for rc, inv in invs.items() if draw(st.integers(min_value=0, max_value=3))}
+    asked = {
+        rc: draw(
+            fitting(inv, state.usages.get(rc, 0))
+            if state and draw(st.integers(min_value=0, max_value=3))
+            else amounts
+        )
+        for rc, inv in invs.items()
+        if draw(st.integers(min_value=0, max_value=3))
+    }
     if not asked or draw(st.integers(min_value=0, max_value=9)) == 0:
         asked.update(some(draw, CLASSES, amounts, at_least_one=True))
     return asked
@@ -162,8 +180,9 @@ FILLER = str(uuidlib.uuid4())
 def stores() -> Iterator[tuple[MemoryStore, RedisStore]]:
     """The two stores every example writes into (fresh uuids each time)."""
     memory = MemoryStore(stream_maxlen=1000)
-    on_redis = RedisStore(REDIS_URL, f"test-rules-{uuidlib.uuid4().hex}", stream_maxlen=1000,
-                          socket_timeout=2.0)
+    on_redis = RedisStore(
+        REDIS_URL, f"test-rules-{uuidlib.uuid4().hex}", stream_maxlen=1000, socket_timeout=2.0
+    )
     if not on_redis.ping():
         pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
     for store in (memory, on_redis):
@@ -194,12 +213,16 @@ def set_up(store: Store, scenario: Scenario, uuids: list[str], group_uuid: str) 
     if scenario.group is not None:
         for host, count in scenario.group.members.items():
             for n in range(count):
-                store.claim(f"{group_uuid}-{host}-{n}", ask({FILLER: {CLASSES[0]: 1}}),
-                            GroupClaim(group_uuid, "soft-affinity", host))
+                store.claim(
+                    f"{group_uuid}-{host}-{n}",
+                    ask({FILLER: {CLASSES[0]: 1}}),
+                    GroupClaim(group_uuid, "soft-affinity", host),
+                )
 
 
-def outcome(store: Store, consumer: str, request: AllocationRequest,
-            group: GroupClaim | None) -> tuple[Any, ...]:
+def outcome(
+    store: Store, consumer: str, request: AllocationRequest, group: GroupClaim | None
+) -> tuple[Any, ...]:
     """The claim's answer: what it returned, or its error's type and fields."""
     try:
         return ("claimed", store.claim(consumer, request, group))
@@ -209,26 +232,42 @@ def outcome(store: Store, consumer: str, request: AllocationRequest,
 
 def state(store: Store, uuids: list[str], group_uuid: str) -> tuple[Any, ...]:
     providers = [store.get_provider(uuid) for uuid in uuids]
-    return ([(p.generation, dict(p.usages), p.consumers) for p in providers],
-            store.group_hosts(group_uuid))
+    return (
+        [(p.generation, dict(p.usages), p.consumers) for p in providers],
+        store.group_hosts(group_uuid),
+    )
 
 
 #: The stores are module fixtures on purpose: every example writes fresh uuids.
-QUICK = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                       HealthCheck.too_slow])
+QUICK = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @settings(QUICK, max_examples=EXAMPLES)
 @given(scenario=scenarios())
 def test_the_claim_script_and_the_python_rules_agree(
-        stores: tuple[MemoryStore, RedisStore], scenario: Scenario) -> None:
+    stores: tuple[MemoryStore, RedisStore], scenario: Scenario
+) -> None:
     uuids = [new_uuid() for _ in scenario.providers]
     group_uuid, consumer, missing = new_uuid(), new_uuid(), new_uuid()
-    request = ask({(uuids[i] if i >= 0 else missing): dict(amounts)
-                   for i, amounts in scenario.request.items()})
-    group = None if scenario.group is None else GroupClaim(
-        group_uuid, scenario.group.policy, scenario.group.host,
-        scenario.group.max_server_per_host)
+    request = ask(
+        {
+            (uuids[i] if i >= 0 else missing): dict(amounts)
+            for i, amounts in scenario.request.items()
+        }
+    )
+    group = (
+        None
+        if scenario.group is None
+        else GroupClaim(
+            group_uuid,
+            scenario.group.policy,
+            scenario.group.host,
+            scenario.group.max_server_per_host,
+        )
+    )
     answers = []
     for store in stores:
         set_up(store, scenario, uuids, group_uuid)
@@ -239,11 +278,11 @@ def test_the_claim_script_and_the_python_rules_agree(
     assert lua == python
 
 
-
 @settings(QUICK, max_examples=GROUP_EXAMPLES)
 @given(group=group_states())
 def test_the_group_rule_agrees_when_the_resources_fit(
-        stores: tuple[MemoryStore, RedisStore], group: GroupState) -> None:
+    stores: tuple[MemoryStore, RedisStore], group: GroupState
+) -> None:
     # Most drawn claims above stop at a resource rule before the group check:
     # here every claim fits, so each one reaches it.
     scenario = Scenario(providers=(), request={}, group=group)
@@ -252,7 +291,11 @@ def test_the_group_rule_agrees_when_the_resources_fit(
     answers = []
     for store in stores:
         set_up(store, scenario, [], group_uuid)
-        answers.append((outcome(store, consumer, ask({FILLER: {CLASSES[0]: 1}}), claim),
-                        store.group_hosts(group_uuid)))
+        answers.append(
+            (
+                outcome(store, consumer, ask({FILLER: {CLASSES[0]: 1}}), claim),
+                store.group_hosts(group_uuid),
+            )
+        )
     python, lua = answers
     assert lua == python

@@ -11,8 +11,9 @@ from scheduler.weighers.base import BaseWeigher
 from tests.unit.factories import Host, context, settings, view_of
 
 
-def ranking(weigher_cls: type[BaseWeigher], hosts: list[Host],
-            multiplier: float | None = None) -> list[str]:
+def ranking(
+    weigher_cls: type[BaseWeigher], hosts: list[Host], multiplier: float | None = None
+) -> list[str]:
     """Host names best first under this weigher alone (ties keep their order)."""
     multipliers = {} if multiplier is None else {weigher_cls.MULTIPLIER_OPTION: multiplier}
     weigher = build(weigher_cls, settings(**multipliers))

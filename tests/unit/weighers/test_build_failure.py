@@ -12,11 +12,14 @@ from tests.unit.weighers.helpers import ranking
 HOSTS = [host("flaky", failed_builds=3), host("clean"), host("once", failed_builds=1)]
 
 
-@pytest.mark.parametrize(("multiplier", "best_first"), [
-    pytest.param(None, ["clean", "once", "flaky"], id="default-sinks-failures"),
-    pytest.param(1.0, ["clean", "once", "flaky"], id="positive-sinks-failures"),
-    pytest.param(-1.0, ["flaky", "once", "clean"], id="negative-prefers-failures"),
-])
+@pytest.mark.parametrize(
+    ("multiplier", "best_first"),
+    [
+        pytest.param(None, ["clean", "once", "flaky"], id="default-sinks-failures"),
+        pytest.param(1.0, ["clean", "once", "flaky"], id="positive-sinks-failures"),
+        pytest.param(-1.0, ["flaky", "once", "clean"], id="negative-prefers-failures"),
+    ],
+)
 def test_build_failure_order(multiplier: float | None, best_first: list[str]) -> None:
     assert ranking(BuildFailureWeigher, HOSTS, multiplier) == best_first
 

@@ -12,11 +12,14 @@ from tests.unit.weighers.helpers import ranking, raw_weights
 HOSTS = [host("busy", used={VCPU: 14}), host("idle"), host("half", used={VCPU: 8})]
 
 
-@pytest.mark.parametrize(("multiplier", "best_first"), [
-    pytest.param(None, ["idle", "half", "busy"], id="default-spreads"),
-    pytest.param(1.0, ["idle", "half", "busy"], id="positive-spreads"),
-    pytest.param(-1.0, ["busy", "half", "idle"], id="negative-packs"),
-])
+@pytest.mark.parametrize(
+    ("multiplier", "best_first"),
+    [
+        pytest.param(None, ["idle", "half", "busy"], id="default-spreads"),
+        pytest.param(1.0, ["idle", "half", "busy"], id="positive-spreads"),
+        pytest.param(-1.0, ["busy", "half", "idle"], id="negative-packs"),
+    ],
+)
 def test_cpu_weigher_order(multiplier: float | None, best_first: list[str]) -> None:
     assert ranking(CPUWeigher, HOSTS, multiplier) == best_first
 

@@ -12,11 +12,14 @@ from tests.unit.weighers.helpers import ranking, raw_weights
 HOSTS = [host("busy", used={DISK_GB: 900}), host("idle"), host("half", used={DISK_GB: 500})]
 
 
-@pytest.mark.parametrize(("multiplier", "best_first"), [
-    pytest.param(None, ["idle", "half", "busy"], id="default-spreads"),
-    pytest.param(1.0, ["idle", "half", "busy"], id="positive-spreads"),
-    pytest.param(-1.0, ["busy", "half", "idle"], id="negative-packs"),
-])
+@pytest.mark.parametrize(
+    ("multiplier", "best_first"),
+    [
+        pytest.param(None, ["idle", "half", "busy"], id="default-spreads"),
+        pytest.param(1.0, ["idle", "half", "busy"], id="positive-spreads"),
+        pytest.param(-1.0, ["busy", "half", "idle"], id="negative-packs"),
+    ],
+)
 def test_disk_weigher_order(multiplier: float | None, best_first: list[str]) -> None:
     assert ranking(DiskWeigher, HOSTS, multiplier) == best_first
 
