@@ -79,6 +79,10 @@ class BaseWeigher(abc.ABC, Generic[S]):
     MULTIPLIER_OPTION: ClassVar[str]
     #: How the framework scales the raw numbers to [0, 1].
     SCALING: ClassVar[Scaling] = BY_RANGE
+    #: -1 for a weigher whose configured multiplier (and its aggregate overrides)
+    #: is applied negated, as Nova does for build failures: the option reads as
+    #: "how strongly to avoid", and its value stays what operators write.
+    SIGN: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,7 +121,7 @@ class BaseWeigher(abc.ABC, Generic[S]):
             if state is None
             else normalise(self.raw(view, candidates, ctx, state), self.SCALING)
         )
-        return self.multipliers(view, candidates) * scaled
+        return self.SIGN * self.multipliers(view, candidates) * scaled
 
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
         """The multiplier per candidate: the configured one, or its aggregates' lowest

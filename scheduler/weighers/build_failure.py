@@ -1,10 +1,12 @@
 """BuildFailureWeigher: sinks hosts whose recent builds failed.
 
-The raw weight is minus the host's count of consecutive failed builds (a
-success resets it), scaled between the candidates' minimum and maximum, as
-in Nova. With the default ``build_failure_weight_multiplier`` of 1,000,000 a
-host with failures sinks below every host without, whatever the other
-weighers say: one recent failure weighs -1,000,000 relative to a clean host.
+The raw weight is the host's count of consecutive failed builds (a success
+resets it), scaled between the candidates' minimum and maximum, and the
+configured ``build_failure_weight_multiplier`` is applied **negated**, as in
+Nova: with the default of 1,000,000 the hosts with the fewest failures score
+0 and the one with the most -1,000,000, so a host with failures sinks below
+every host without, whatever the other weighers say. A per-aggregate value of
+the option is negated the same way (the lowest value wins before negation).
 
 A positive multiplier **avoids** failing hosts (the larger, the more it
 dominates the other weighers); a negative one would prefer them and makes
@@ -30,6 +32,7 @@ class BuildFailureWeigher(BaseWeigher[bool]):
     """Fewer recent build failures is better."""
 
     SCALING = BY_RANGE
+    SIGN = -1.0
 
     @dataclass(frozen=True)
     class Args(PluginArgs):
@@ -45,4 +48,4 @@ class BuildFailureWeigher(BaseWeigher[bool]):
     def raw(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        return -view.failed_builds[candidates]
+        return view.failed_builds[candidates]
