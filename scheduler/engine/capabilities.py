@@ -168,8 +168,11 @@ class CapabilityReport:
         ):
             raise ValueError("capability report holds negative numbers")
         return cls(
-            cpu_arch=canonical_arch(_opt_str(data.get("cpu_arch"))),
-            hypervisor_type=canonical_hv_type(_opt_str(data.get("hypervisor_type"))),
+            # As the driver reports them: ComputeCapabilitiesFilter compares them
+            # so, as Nova does; only supported_instances (the image properties
+            # filter's) is canonicalised, as the image's side is.
+            cpu_arch=_opt_str(data.get("cpu_arch")),
+            hypervisor_type=_opt_str(data.get("hypervisor_type")),
             hypervisor_version=version,
             supported_instances=triples,
             numa_cells=cells,

@@ -8,7 +8,10 @@ reported under ``<key>`` (nested attributes joined with ``:``, e.g.
 the live counts ``num_instances`` and ``num_io_ops``. A host that reports
 none of them fails. A spec without a namespace (``ssd = true``) is matched
 the same way, but only on hosts that report that key: the others pass it, as
-in Nova (the key is taken to be meant for the aggregates).
+in Nova (the key is taken to be meant for the aggregates). Reported values
+are compared as the compute reports them, as in Nova:
+``capabilities:hypervisor_type=QEMU`` matches a host reporting ``QEMU``, and
+``=qemu`` does not (only the image properties filter canonicalises).
 
 Each requirement is evaluated once per distinct reported value and
 broadcast over the candidates by category code.

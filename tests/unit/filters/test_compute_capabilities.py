@@ -85,3 +85,28 @@ def test_compute_capabilities(extra_specs: dict[str, str], expected: list[str]) 
 def test_applies_only_to_capability_specs(extra_specs: dict[str, str], applies: bool) -> None:
     ctx = context(spec(extra_specs=extra_specs))
     assert (ComputeCapabilitiesFilter(settings()).prepare(ctx) is not None) is applies
+
+
+# Reported values are compared as the driver reports them, as in Nova: a host
+# whose hypervisor says QEMU matches "QEMU", not "qemu"; its architecture
+# likewise. (Only the image properties filter canonicalises, on both sides.)
+AS_REPORTED = [
+    host("libvirt-qemu", capabilities={"hypervisor_type": "QEMU", "cpu_arch": "AMD64"}),
+    host("lower-kvm", capabilities={"hypervisor_type": "kvm", "cpu_arch": "x86_64"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra_specs", "expected"),
+    [
+        pytest.param({"capabilities:hypervisor_type": "QEMU"}, ["libvirt-qemu"], id="as-reported"),
+        pytest.param({"capabilities:hypervisor_type": "qemu"}, [], id="case-matters"),
+        pytest.param({"capabilities:hypervisor_type": "s== KVM"}, [], id="no-canonical-kvm"),
+        pytest.param({"capabilities:cpu_arch": "AMD64"}, ["libvirt-qemu"], id="arch-as-reported"),
+        pytest.param({"capabilities:cpu_arch": "x86_64"}, ["lower-kvm"], id="arch-not-mapped"),
+    ],
+)
+def test_reported_values_are_compared_as_reported(
+    extra_specs: dict[str, str], expected: list[str]
+) -> None:
+    assert kept(ComputeCapabilitiesFilter, AS_REPORTED, spec(extra_specs=extra_specs)) == expected
