@@ -416,10 +416,20 @@ def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every option on ``conf``, in groups of its own.
+
+    ``ConfigOpts.register_group`` keeps a shallow copy of the group object it is
+    given, and options' overrides and defaults live in that group's table of
+    options: two ``ConfigOpts`` given the same group object would share it, so an
+    override set on one (a test's private config) would be read back by the
+    other (the global one). Each registration therefore gets new group objects.
+    """
     for group, opts in _groups():
+        own = None
         if group is not None:
-            conf.register_group(group)
-        conf.register_opts(opts, group=group)
+            own = cfg.OptGroup(group.name, title=group.title, help=group.help)
+            conf.register_group(own)
+        conf.register_opts(opts, group=own)
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:

@@ -49,3 +49,27 @@ def test_operator_flavors_extend_the_catalog(tmp_path: Path) -> None:
     catalog = load_catalog(str(extra))
     assert catalog["gpu.large"].memory_mb == 32768
     assert catalog["m1.tiny"].memory_mb == 512
+
+
+def test_two_configurations_in_one_process_do_not_share_option_state() -> None:
+    """An override or default set on one private configuration is never read back
+    by another, nor by the global one, in any group."""
+    from oslo_config import cfg
+
+    from scheduler import conf
+    from tests.unit.factories import private_conf
+
+    first = private_conf()
+    first.set_override("workers", 4, group="scheduler")
+    first.set_override("max_instances_per_host", 3, group="filter_scheduler")
+    first.set_default("topic", "elsewhere", group="scheduler")
+    second = private_conf()
+    assert second.scheduler.workers == 1
+    assert second.filter_scheduler.max_instances_per_host == 50
+    assert second.scheduler.topic == "scheduler"
+    fresh = cfg.ConfigOpts()
+    conf.register_opts(fresh)
+    fresh([], project="scheduler", default_config_files=[])
+    assert (fresh.scheduler.workers, fresh.scheduler.topic) == (1, "scheduler")
+    assert conf.CONF.scheduler.workers == 1  # the global configuration
+    assert first.scheduler.workers == 4 and first.scheduler.topic == "elsewhere"
