@@ -130,6 +130,34 @@ def setup(
     )
 
 
+def _library_defaults() -> None:
+    """Until a daemon calls :func:`setup`, events go to the stdlib logger of
+    their name, rendered and masked, and nothing else is configured.
+
+    A program that uses the engine as a library and never configured logging
+    hears only warnings, through Python's last-resort handler on stderr (never
+    stdout), as from any well-behaved library; one that configured the stdlib
+    itself gets our events through its own handlers. Loggers are not cached,
+    so the first :func:`setup` applies to loggers already handed out.
+    """
+    if structlog.is_configured():  # the embedding program configured structlog
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            _mask_processor,
+            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+
+
+_library_defaults()
+
+
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     return structlog.get_logger(name)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +81,55 @@ def test_every_line_names_its_process_whichever_thread_logs_it(
         ("from_a_thread", "scheduler-worker.2"),
         ("from_main", "scheduler-worker.2"),
     ]
+
+
+_LIBRARY_USE = """
+import logging, sys
+from scheduler.exceptions import NoValidHost
+from scheduler.store.memory import MemoryStore
+from scheduler import log
+from tests.unit.factories import engine, host, populate, spec, uuid_of
+
+store = MemoryStore()
+populate(store, [host("h0", vcpus=1, ram=512)])
+try:
+    engine(store).select("req-1", spec(vcpus=4, ram=4096, disk=1), [uuid_of("i1")])
+except NoValidHost:
+    pass
+else:
+    sys.exit("expected NoValidHost")
+log.get_logger("scheduler.test").warning("odd_thing", url="redis://u:pw@h")
+if sys.argv[1:] == ["configured"]:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+    log.get_logger("scheduler.test").info("now_heard", url="rabbit://u:hunter2@h")
+"""
+
+
+def _library_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _LIBRARY_USE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+        check=True,
+    )
+
+
+def test_library_use_without_setup_is_quiet_but_for_warnings() -> None:
+    """An engine in a program that never called ``log.setup`` prints nothing on
+    stdout and no INFO event (a refused request logs one); a warning still reaches
+    stderr, masked."""
+    run = _library_run()
+    assert run.stdout == ""
+    assert "odd_thing" in run.stderr
+    assert "u:***@h" in run.stderr and "pw@" not in run.stderr
+    assert "no_valid_host" not in run.stderr and "info" not in run.stderr.lower()
+
+
+def test_library_events_follow_the_programs_own_logging_config() -> None:
+    """Once the embedding program configures the stdlib, our events go through its
+    handlers, under our logger names, still masked."""
+    run = _library_run("configured")
+    assert "scheduler.test event='now_heard' url='rabbit://u:***@h'" in run.stdout
+    assert "hunter2" not in run.stdout
