@@ -8,9 +8,9 @@ context:
 
 * ``explain`` — it names hosts, filters, traits and aggregates;
 * forcing a host or node, or requesting a destination — they steer a request
-  past the weighers (we differ from Nova, which also skips every filter for a
-  forced host: here a forced request still passes through the filters and the
-  atomic claim, so it cannot overcommit).
+  past the weighers (we differ from Nova, which also skips every host filter
+  for a forced host: here a forced request still passes through every filter
+  and the atomic claim; see :mod:`scheduler.request_filters.destination`).
 
 A refusal is :class:`~scheduler.exceptions.Forbidden` with a message that
 says what needs an admin context and names nothing of the cloud.

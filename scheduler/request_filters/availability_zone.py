@@ -5,11 +5,18 @@ A request for the default zone (``default_availability_zone``) that no
 aggregate names goes to the hosts in no zone aggregate at all (a host in
 none belongs to the default zone). A request without a zone is not narrowed.
 
+When an aggregate does name the default zone, a request for it goes to that
+aggregate's hosts only, as in Nova's request filter; AvailabilityZoneFilter
+(a host filter, Nova's too) would also keep the hosts in no zone aggregate.
+
 **We differ from Nova**: there a zone that no aggregate names restricts
-nothing at the scheduler (its API checked zones earlier); here a request for
-an unknown zone finds no host, every host counted under "unknown
-availability zone". On by default, as Nova's
-``query_placement_for_availability_zone``.
+nothing at the scheduler (its API checked zones earlier, and a request for
+the default zone may land in any zone); here a request for an unknown zone
+finds no host, every host counted under "unknown availability zone", and one
+for the default zone stays out of the named zones. Nova's zone request
+filter always runs; here it is on by default, behind
+``query_placement_for_availability_zone``, so an operator who wants
+AvailabilityZoneFilter's answer can turn it off.
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ no host, every host counted under the field's reason. Only an admin may set
 these fields (:mod:`scheduler.policy` refuses them to anyone else before the
 engine runs).
 
-**We differ from Nova**: Nova queries placement for the first forced host only
-and then skips every host filter, so a forced build can overcommit a host or
-break a server group's policy. Here every forced name counts, and a forced
-request still passes through the capacity step, the host filters and the
-atomic claim: it goes where it was sent, or it finds no valid host, and it
-never overcommits. Always on: there is no option, since these fields are the
-request's own.
+**We differ from Nova**: Nova asks placement about the first forced host only
+and then skips every host filter for the forced hosts and nodes; its atomic
+claim still keeps placement's resources from being overcommitted, but a
+forced build can break a server group's policy or land where the NUMA, PCI or
+image rules say it cannot run. Here every forced name counts, and a forced
+request still passes through the capacity step, every host filter and the
+atomic claim: it goes where it was sent, or it finds no valid host. Always
+on: there is no option, since these fields are the request's own.
 """
 
 from __future__ import annotations

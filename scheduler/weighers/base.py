@@ -10,8 +10,10 @@ highest total wins. As in Nova:
   negative value counting as 0;
 * ``BY_RANGE`` (the others): (value - minimum) / (maximum - minimum).
 
-When every candidate has the same value, all score 0. With one candidate
-left nothing is weighed.
+When every candidate has the same value they all score the same: 0 under
+``BY_RANGE``; 1 under ``BY_MAX`` (0 if that value is 0 or less), as in Nova,
+whose RAM, CPU, disk and I/O weighers scale from a minimum of 0. With one
+candidate left nothing is weighed.
 
 Per-aggregate multipliers, as in Nova: an aggregate whose metadata sets a
 weigher's option (``ram_weight_multiplier = -1.0``) overrides the configured

@@ -38,9 +38,11 @@ class BuildFailureWeigher(BaseWeigher[bool]):
     class Args(PluginArgs):
         build_failure_weight_multiplier: float = multiplier(
             1_000_000.0,
-            help="How strongly hosts with recent build failures are avoided. The host's "
-            "count of failed builds (reset by a success) is multiplied by this and "
-            "subtracted; 0 ignores failures.",
+            help="How strongly hosts with recent build failures are avoided. Each "
+            "candidate's count of failed builds (reset by a success) is scaled to 0..1 "
+            "between the fewest and the most failures among the candidates, multiplied "
+            "by this and subtracted: the host with the most failures loses this much; 0 "
+            "ignores failures.",
         )
 
     args: Args
