@@ -659,6 +659,18 @@ class HostView:
         per_class = self._hosts.per_class
         return per_class["capacity"][j, idx] - per_class["used"][j, idx]
 
+    def free_of_overcommitted_total(self, rc: str, idx: np.ndarray) -> np.ndarray:
+        """``total * ratio - reserved - used`` of ``rc`` on the hosts in ``idx``
+        (floats): the ratio scales the total only, the reserved amount counting
+        as used, once and unscaled, as Nova's resource tracker counts reserved
+        host vCPUs."""
+        j = self._rc.get(rc)
+        if j is None:
+            return np.zeros(len(idx), dtype=np.float64)
+        per_class = self._hosts.per_class
+        scaled = per_class["total"][j, idx] * per_class["ratio"][j, idx]
+        return scaled - per_class["reserved"][j, idx] - per_class["used"][j, idx]
+
     def free_ignoring_ratio(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Physically free ``rc`` (total - reserved - used) on the hosts in ``idx``."""
         j = self._rc.get(rc)
