@@ -9,7 +9,8 @@ and ``BaseWeightHandler``), applying the same default stages as
   min_unit, step size per resource class), the first ``max_placement_results``;
 * filters: compute service up and enabled, availability zone, hosts already
   tried, strict server-group affinity and anti-affinity;
-* weighers: free RAM and disk (ratio ignored), free vCPU (ratio applied),
+* weighers: free RAM and disk (ratio ignored), free vCPU (ratio applied to
+  the total, reserved subtracted once),
   build failures; each normalised across the candidates and multiplied;
 * pick the best, consume it in the host object, then alternates (best first,
   each with room).
@@ -170,7 +171,10 @@ class CPUWeigher:
     minval_by_max = True
 
     def weigh(self, host: HostState) -> float:
-        return host.free(VCPU) if VCPU in host.total else 0
+        if VCPU not in host.total:
+            return 0
+        scaled = host.total[VCPU] * host.ratio[VCPU]
+        return scaled - host.reserved[VCPU] - host.used.get(VCPU, 0)
 
 
 class DiskWeigher:

@@ -332,7 +332,9 @@ class HostCapabilities:
         self._aggregates: dict[str, Aggregate] = {}
         self._agg_epoch = 0
         self._pooled: tuple[int, list[Mapping[str, frozenset[str]]]] = (-1, [])
-        self._multipliers: dict[str, tuple[int, np.ndarray | None]] = {}
+        self._lowest: dict[
+            tuple[str, float, Callable[[str], float]], tuple[int, np.ndarray | None]
+        ] = {}
         self.grow(_INITIAL_ROWS)
 
     def grow(self, rows: int) -> None:
@@ -508,22 +510,33 @@ class HostCapabilities:
         self._pooled = (self._agg_epoch, pooled)
         return pooled
 
-    def aggregate_multipliers(
-        self, option: str, default: float, sets: Sequence[frozenset[str]]
+    def aggregate_lowest(
+        self,
+        key: str,
+        default: float,
+        sets: Sequence[frozenset[str]],
+        number: Callable[[str], float] = float,
     ) -> np.ndarray | None:
-        """Per aggregate set, the lowest ``option`` its aggregates' metadata sets
-        (``default`` where none does, or where a value is not a number); None
-        when no aggregate sets it at all, so the default applies everywhere."""
-        epoch, table = self._multipliers.get(option, (-1, None))
+        """Per aggregate set, the lowest number its aggregates' metadata ``key``
+        gives (a weigher's multiplier, a filter's limit), each value read with
+        ``number`` (``int`` for a count); ``default`` where no aggregate of the
+        set gives one, or where one of its values does not read (a number that
+        is not finite included), as Nova falls back to the option. None when no
+        aggregate has the key at all, so the default applies everywhere.
+
+        Computed once per aggregate change and kept, so an unreadable value is
+        logged once, not per request."""
+        cache_key = (key, default, number)
+        epoch, table = self._lowest.get(cache_key, (-1, None))
         if epoch == self._agg_epoch and (table is None or len(table) == len(sets)):
             return table
         setting = {
-            uuid: agg.metadata[option]
+            uuid: agg.metadata[key]
             for uuid, agg in self._aggregates.items()
-            if option in agg.metadata
+            if key in agg.metadata
         }
         if not setting:
-            self._multipliers[option] = (self._agg_epoch, None)
+            self._lowest[cache_key] = (self._agg_epoch, None)
             return None
         out = np.full(len(sets), default)
         for code, aggregates in enumerate(sets):
@@ -531,13 +544,13 @@ class HostCapabilities:
             if not values:
                 continue
             try:
-                numbers = [float(v) for v in values]
+                numbers = [number(v) for v in values]
             except ValueError:
-                LOG.warning("weight_multiplier_unreadable", option=option, values=values)
+                LOG.warning("aggregate_metadata_unreadable", key=key, values=values)
                 continue
             if all(math.isfinite(n) for n in numbers):
                 out[code] = min(numbers)
-        self._multipliers[option] = (self._agg_epoch, out)
+        self._lowest[cache_key] = (self._agg_epoch, out)
         return out
 
     def instance_rows(

@@ -659,6 +659,18 @@ class HostView:
         per_class = self._hosts.per_class
         return per_class["capacity"][j, idx] - per_class["used"][j, idx]
 
+    def free_of_overcommitted_total(self, rc: str, idx: np.ndarray) -> np.ndarray:
+        """``total * ratio - reserved - used`` of ``rc`` on the hosts in ``idx``
+        (floats): the ratio scales the total only, the reserved amount counting
+        as used, once and unscaled, as Nova's resource tracker counts reserved
+        host vCPUs."""
+        j = self._rc.get(rc)
+        if j is None:
+            return np.zeros(len(idx), dtype=np.float64)
+        per_class = self._hosts.per_class
+        scaled = per_class["total"][j, idx] * per_class["ratio"][j, idx]
+        return scaled - per_class["reserved"][j, idx] - per_class["used"][j, idx]
+
     def free_ignoring_ratio(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Physically free ``rc`` (total - reserved - used) on the hosts in ``idx``."""
         j = self._rc.get(rc)
@@ -667,6 +679,35 @@ class HostView:
         per_class = self._hosts.per_class
         physical = per_class["total"][j, idx] - per_class["reserved"][j, idx]
         return physical - per_class["used"][j, idx]
+
+    def aggregate_lowest(
+        self,
+        key: str,
+        default: float,
+        idx: np.ndarray,
+        number: Callable[[str], float] = float,
+    ) -> float | np.ndarray:
+        """Per host in ``idx``, the lowest number its aggregates' metadata ``key``
+        gives, else ``default`` (see :meth:`HostCapabilities.aggregate_lowest`);
+        ``default`` itself, one number, when no aggregate has the key."""
+        per_set = self.capabilities.aggregate_lowest(key, default, self._agg_sets, number)
+        if per_set is None:
+            return default
+        return per_set[self._hosts.per_row["agg_set"][idx]]
+
+    def metadata_mask(
+        self, predicate: Callable[[Mapping[str, frozenset[str]]], bool], idx: np.ndarray
+    ) -> np.ndarray:
+        """``predicate`` of each host's pooled aggregate metadata (every key's
+        values over its aggregates, split on commas and stripped: see
+        :meth:`HostCapabilities.pooled_metadata`), for the hosts in ``idx``;
+        asked once per distinct aggregate set among them."""
+        pooled = self.capabilities.pooled_metadata(self._agg_sets)
+        codes = self._hosts.per_row["agg_set"][idx]
+        ok = np.zeros(len(pooled), dtype=bool)
+        for code in np.unique(codes):
+            ok[code] = predicate(pooled[code])
+        return ok[codes]
 
     def zone_mask(self, zone: str, idx: np.ndarray) -> np.ndarray:
         """Mask of the hosts in ``idx`` that belong to availability zone ``zone``.

@@ -22,6 +22,7 @@ every host for them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,13 +60,9 @@ class AggregateInstanceExtraSpecsFilter(BaseFilter[list[tuple[str, Requirement]]
         ctx: PlacementContext,
         state: list[tuple[str, Requirement]],
     ) -> np.ndarray:
-        sets = view.aggregate_sets
-        pooled = view.capabilities.pooled_metadata(sets)
-        codes = view.agg_set[candidates]
-        ok = np.zeros(len(sets), dtype=bool)
-        for code in np.unique(codes):
-            metadata = pooled[code]
-            ok[code] = all(
+        def meets(metadata: Mapping[str, frozenset[str]]) -> bool:
+            return all(
                 any(req.matches(value) for value in metadata.get(key, ())) for key, req in state
             )
-        return ok[codes]
+
+        return view.metadata_mask(meets, candidates)

@@ -14,6 +14,7 @@ Evaluated once per distinct aggregate set among the candidates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,16 +37,15 @@ class AggregateMultiTenancyIsolation(BaseFilter[bool]):
     def passes(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        sets = view.aggregate_sets
-        pooled = view.capabilities.pooled_metadata(sets)
-        codes = view.agg_set[candidates]
-        ok = np.zeros(len(sets), dtype=bool)
-        for code in np.unique(codes):
+        project = ctx.spec.project_id
+
+        def admits(metadata: Mapping[str, frozenset[str]]) -> bool:
             projects = {
-                project
-                for key, values in pooled[code].items()
+                listed
+                for key, values in metadata.items()
                 if key.startswith(TENANT_KEY)
-                for project in values
+                for listed in values
             }
-            ok[code] = not projects or ctx.spec.project_id in projects
-        return ok[codes]
+            return not projects or project in projects
+
+        return view.metadata_mask(admits, candidates)

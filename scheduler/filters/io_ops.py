@@ -30,7 +30,11 @@ class IoOpsFilter(BaseFilter[bool]):
     @dataclass(frozen=True)
     class Args(PluginArgs):
         max_io_ops_per_host: int = option(
-            8, min=0, help="IoOpsFilter rejects hosts with at least this many builds in progress."
+            8,
+            min=0,
+            help="IoOpsFilter rejects hosts with at least this many builds in progress; "
+            "AggregateIoOpsFilter too, on hosts whose aggregates set no "
+            "max_io_ops_per_host metadata (or one that is not an integer).",
         )
 
     args: Args
@@ -38,4 +42,9 @@ class IoOpsFilter(BaseFilter[bool]):
     def passes(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        return view.capabilities.io_ops(candidates) < self.args.max_io_ops_per_host
+        return view.capabilities.io_ops(candidates) < self.limits(view, candidates)
+
+    def limits(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
+        """The limit per candidate: ``max_io_ops_per_host`` for all (an aggregate
+        variant reads it per host)."""
+        return self.args.max_io_ops_per_host

@@ -33,7 +33,9 @@ class NumInstancesFilter(BaseFilter[bool]):
             50,
             min=0,
             help="NumInstancesFilter rejects hosts holding at least this many instances "
-            "(0 rejects every host).",
+            "(0 rejects every host); AggregateNumInstancesFilter too, on hosts whose "
+            "aggregates set no max_instances_per_host metadata (or one that is not an "
+            "integer).",
         )
 
     args: Args
@@ -41,4 +43,9 @@ class NumInstancesFilter(BaseFilter[bool]):
     def passes(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        return view.consumers[candidates] < self.args.max_instances_per_host
+        return view.consumers[candidates] < self.limits(view, candidates)
+
+    def limits(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
+        """The limit per candidate: ``max_instances_per_host`` for all (an aggregate
+        variant reads it per host)."""
+        return self.args.max_instances_per_host

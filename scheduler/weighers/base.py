@@ -128,9 +128,4 @@ class BaseWeigher(abc.ABC, Generic[S]):
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
         """The multiplier per candidate: the configured one, or its aggregates' lowest
         override (see the module docstring); one float when no aggregate overrides."""
-        per_set = view.capabilities.aggregate_multipliers(
-            self.MULTIPLIER_OPTION, self.multiplier, view.aggregate_sets
-        )
-        if per_set is None:
-            return self.multiplier
-        return per_set[view.agg_set[candidates]]
+        return view.aggregate_lowest(self.MULTIPLIER_OPTION, self.multiplier, candidates)

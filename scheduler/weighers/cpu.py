@@ -1,9 +1,12 @@
 """CPUWeigher: prefers hosts with more free vCPUs.
 
-The raw weight is the host's free VCPU capacity with the allocation ratio
-applied (``(total - reserved) * ratio - used``), as Nova's CPU weigher uses
-the ratio (Nova does not subtract reserved vCPUs; here the same capacity as
-the claim is used, so a reserved vCPU is never counted as free).
+The raw weight is Nova's count of free vCPUs, ``total * ratio - reserved -
+used``: Nova's weigher takes ``vcpus_total * cpu_allocation_ratio -
+vcpus_used``, and its resource tracker starts ``vcpus_used`` at the host's
+reserved vCPUs, so the reserved ones are subtracted once, not scaled by the
+ratio. This is not the claim's capacity (``(total - reserved) * ratio``, as
+Placement has it, see :mod:`scheduler.rules`): with a ratio above 1 the
+weigher counts a reserved vCPU as one, the claim as ``ratio``.
 
 ``cpu_weight_multiplier`` (default 1.0): a positive multiplier **spreads**
 instances across hosts (the host with most free vCPUs wins); a negative one
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class CPUWeigher(BaseWeigher[bool]):
-    """Free vCPUs (allocation ratio applied)."""
+    """Free vCPUs (allocation ratio applied to the total, reserved subtracted once)."""
 
     SCALING = BY_MAX
 
@@ -44,4 +47,4 @@ class CPUWeigher(BaseWeigher[bool]):
     def raw(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        return view.free(VCPU, candidates)
+        return view.free_of_overcommitted_total(VCPU, candidates)

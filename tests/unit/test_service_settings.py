@@ -24,8 +24,12 @@ from scheduler.engine.hostview import HostView
 from scheduler.engine.pipeline import Engine
 from scheduler.engine.plugins import PluginArgs, option
 from scheduler.engine.settings import DEFAULT_FILTERS, DEFAULT_WEIGHERS, EngineSettings, PciAlias
+from scheduler.filters.aggregate_image_properties_isolation import (
+    AggregateImagePropertiesIsolation,
+)
 from scheduler.filters.base import BaseFilter
 from scheduler.filters.io_ops import IoOpsFilter
+from scheduler.filters.num_instances import NumInstancesFilter
 from scheduler.service import engine_settings
 from scheduler.store.memory import MemoryStore
 from scheduler.weighers.ram import RAMWeigher
@@ -114,6 +118,31 @@ def test_each_plugin_gets_its_own_arguments(conf: cfg.ConfigOpts) -> None:
     assert ram.args == RAMWeigher.Args(ram_weight_multiplier=-2.0)
     assert ram.multiplier == -2.0
     assert dict(eng.weighers)["IoOpsWeigher"].multiplier == -1.0  # its declared default
+
+
+def test_the_aggregate_filters_load_by_name_with_their_options(conf: cfg.ConfigOpts) -> None:
+    names = [
+        "AggregateImagePropertiesIsolation",
+        "AggregateTypeAffinityFilter",
+        "AggregateNumInstancesFilter",
+        "AggregateIoOpsFilter",
+    ]
+    conf.set_override("enabled_filters", names, "filter_scheduler")
+    conf.set_override("aggregate_image_properties_isolation_namespace", "iso", "filter_scheduler")
+    conf.set_override("max_instances_per_host", 7, "filter_scheduler")
+    conf.set_override("max_io_ops_per_host", 2, "filter_scheduler")
+    eng = Engine(MemoryStore(), engine_settings(conf))
+    loaded = dict(eng.filters)
+    assert list(loaded) == names
+    assert [type(f).__name__ for f in loaded.values()] == names
+    image = loaded["AggregateImagePropertiesIsolation"]
+    assert image.args == AggregateImagePropertiesIsolation.Args(
+        aggregate_image_properties_isolation_namespace="iso",
+        aggregate_image_properties_isolation_separator=".",
+    )
+    # The aggregate variants read the plain filters' options: one declaration each.
+    assert loaded["AggregateNumInstancesFilter"].args == NumInstancesFilter.Args(7)
+    assert loaded["AggregateIoOpsFilter"].args == IoOpsFilter.Args(2)
 
 
 def test_an_argument_out_of_bounds_stops_start_up() -> None:

@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import structlog
 
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import MEMORY_MB, AllocationRequest
 from scheduler.store.base import GroupClaim
-from tests.unit.factories import GROUP_UUID, HookedStore, engine, group, host, spec, uuid_of
+from tests.unit.factories import (
+    GROUP_UUID,
+    HookedStore,
+    aggregate,
+    engine,
+    group,
+    host,
+    spec,
+    uuid_of,
+)
 
 # Resource weighers pack (negative), so only a group weigher can spread.
 PACKING = {
@@ -105,3 +115,56 @@ def test_a_decision_replays_and_ties_are_shuffled_by_request() -> None:
     picked = Counter(decide(f"req-{n}") for n in range(40))
     assert set(picked) == {"h2", "h3"}  # never a host with a member
     assert min(picked.values()) >= 5  # and the tie really is broken at random
+
+
+def test_aggregate_filters_by_name_in_the_pipeline() -> None:
+    # Each aggregate keeps out one host; "free", in none, takes the first
+    # instance and then has reached the configured limit of 1.
+    aggregates = [
+        aggregate("windows", os_distro="windows"),
+        aggregate("big", instance_type="m1.xlarge"),
+        aggregate("full", max_instances_per_host="0"),
+        aggregate("busy", max_io_ops_per_host="1"),
+    ]
+    store = HookedStore(
+        [
+            host("windows", aggregates=[uuid_of("windows")]),
+            host("big", aggregates=[uuid_of("big")]),
+            host("full", aggregates=[uuid_of("full")]),
+            host("busy", aggregates=[uuid_of("busy")], stats={"num_io_ops": 1}),
+            host("free"),
+        ],
+        aggregates,
+    )
+    eng = engine(
+        store,
+        enabled_filters=(
+            "AggregateImagePropertiesIsolation",
+            "AggregateTypeAffinityFilter",
+            "AggregateNumInstancesFilter",
+            "AggregateIoOpsFilter",
+        ),
+        max_instances_per_host=1,
+    )
+    request = spec(image_properties={"os_distro": "ubuntu"})
+    assert primaries(eng.select("req", request, [uuid_of("i1")])) == ["free"]
+    with pytest.raises(NoValidHost) as err:
+        eng.select("req-2", request, [uuid_of("i2")])
+    assert err.value.reasons == {
+        "aggregate metadata does not match the image": 1,
+        "aggregate reserved for other flavors": 1,
+        "too many instances": 2,
+        "too many builds in progress": 1,
+    }
+
+
+def test_an_unreadable_aggregate_limit_is_logged_once_not_per_request() -> None:
+    aggregates = [aggregate("odd", max_instances_per_host="many")]
+    store = HookedStore([host(f"h{i}", aggregates=[uuid_of("odd")]) for i in range(3)], aggregates)
+    eng = engine(store, enabled_filters=("AggregateNumInstancesFilter",))
+    with structlog.testing.capture_logs() as logs:
+        for n in range(3):
+            eng.select(f"req-{n}", spec(), [uuid_of(f"i{n}")])
+    unreadable = [e for e in logs if e["event"] == "aggregate_metadata_unreadable"]
+    assert len(unreadable) == 1
+    assert unreadable[0]["key"] == "max_instances_per_host"

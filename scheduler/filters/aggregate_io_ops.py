@@ -1,0 +1,35 @@
+"""AggregateIoOpsFilter: IoOpsFilter with the limit per aggregate.
+
+An aggregate whose metadata sets ``max_io_ops_per_host`` (an integer)
+overrides the ``max_io_ops_per_host`` option on its hosts; a host in several
+such aggregates takes the lowest. As in Nova, a host whose aggregates set
+none keeps the option, and so does one whose aggregates give a value that is
+not an integer (logged once per aggregate change, not per request). The
+count and the comparison are IoOpsFilter's: a host passes with fewer builds
+in progress than its limit.
+
+Evaluated once per distinct aggregate set, and broadcast by the set code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scheduler.filters.io_ops import IoOpsFilter
+
+if TYPE_CHECKING:
+    from scheduler.engine.hostview import HostView
+
+#: The aggregate metadata key, named as the option it overrides.
+LIMIT_KEY = "max_io_ops_per_host"
+
+
+class AggregateIoOpsFilter(IoOpsFilter):
+    """Keeps hosts with fewer builds in progress than their aggregates' (or the
+    configured) limit."""
+
+    def limits(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
+        limit = self.args.max_io_ops_per_host
+        return view.aggregate_lowest(LIMIT_KEY, limit, candidates, int)
