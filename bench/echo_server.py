@@ -29,14 +29,15 @@ LOG = log.get_logger("bench.echo_server")
 
 
 class EchoEndpoint:
-    target = oslo_messaging.Target(version="1.0")
+    # The scheduler client's version: a client is served at once, as by a
+    # worker (an older version would refuse it first, and the client ask again).
+    target = oslo_messaging.Target(version=rpc.SchedulerClient.VERSION)
 
     def __init__(self, response: Any) -> None:
         self.response = response
 
-    def select_destinations(
-        self, ctxt: Any, request_spec: Any, instance_uuids: Any, return_alternates: bool = True
-    ) -> Any:
+    def select_destinations(self, ctxt: Any, **arguments: Any) -> Any:
+        """Whatever the scheduler's takes (request_spec, instance_uuids, ...)."""
         return self.response
 
 

@@ -234,7 +234,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.1")
+    target = oslo_messaging.Target(version="1.2")
 
     def __init__(
         self,
@@ -430,7 +430,7 @@ class ComputeSimulator:
             if status == BUILD_ACTIVE:
                 # Built already: the first report may have been lost, say it again.
                 LOG.info("build_duplicate_reported")
-                self.conductor.build_succeeded(ctxt, instance_uuid, chosen.host, chosen.node)
+                self._report_built(ctxt, instance_uuid, chosen)
                 return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
@@ -482,7 +482,14 @@ class ComputeSimulator:
             if was_failing:
                 self.store.record_build_result(chosen.host, success=True)
             LOG.info("build_succeeded")
-            self.conductor.build_succeeded(ctxt, instance_uuid, chosen.host, chosen.node)
+            self._report_built(ctxt, instance_uuid, chosen)
+
+    def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
+        """Tell the conductor where the instance runs: the host, node and zone
+        of the Selection it was built from."""
+        self.conductor.build_succeeded(
+            ctxt, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
+        )
 
     def _release_if_here(self, consumer_uuid: str, chosen: Selection) -> bool:
         """Release the consumer's claim if it is the one on this host.

@@ -95,7 +95,7 @@ class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
     resize_result, resize_confirmed, resize_reverted."""
 
-    target = oslo_messaging.Target(version="1.1")
+    target = oslo_messaging.Target(version="1.2")
 
     def __init__(
         self,
@@ -113,7 +113,16 @@ class ConductorEndpoint:
 
     # --- builds ---------------------------------------------------------------------
 
-    def build_succeeded(self, ctxt: Any, instance_uuid: str, host: str, node: str) -> None:
+    def build_succeeded(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
+    ) -> None:
+        """Built on ``host`` in ``availability_zone`` (1.2; None from an older
+        compute, or from a Selection that named no zone)."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             record = self.store.get_instance(instance_uuid)
             if record.state == BUILDING:
@@ -125,8 +134,7 @@ class ConductorEndpoint:
                     expected_states=[BUILDING],
                     state=ACTIVE,
                     task_state=None,
-                    host=host,
-                    node=node,
+                    **records.placed_on(host, node, availability_zone),
                     attempts=record.attempts + 1,
                     deadline=None,
                     updated_at=self._clock(),
@@ -211,8 +219,7 @@ class ConductorEndpoint:
                 attempts=attempts,
                 tried_hosts=tried,
                 task_state=SPAWNING,
-                host=None,
-                node=None,
+                **records.placed_on(),
                 updated_at=self._clock(),
                 deadline=self._clock() + self.settings.build_timeout,
             )
@@ -489,7 +496,9 @@ class ConductorEndpoint:
         ``state`` meanwhile (given up), drop the claim just made."""
         changes: dict[str, Any] = {"updated_at": self._clock()}
         if state == BUILDING:
-            changes.update(host=selection.host, node=selection.node)
+            changes.update(
+                records.placed_on(selection.host, selection.node, selection.availability_zone)
+            )
         if self.store.update_instance(uuid, expected_states=[state], **changes) is not None:
             return True
         # Given up meanwhile. A resize given up has handed the source's
@@ -557,6 +566,7 @@ class BootReport:
                     "uuid": r.uuid,
                     "state": r.state,
                     "host": r.host,
+                    "availability_zone": r.availability_zone,
                     "attempts": r.attempts,
                     "redrives": r.redrives,
                     "fault": r.fault,

@@ -88,6 +88,15 @@ def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
     return provider.uuid in held.allocations
 
 
+def placed_on(
+    host: str | None = None, node: str | None = None, availability_zone: str | None = None
+) -> dict[str, str | None]:
+    """The record's fields of where a build is: host, node and zone, always
+    written together, so that no zone outlives the host it was the zone of
+    (nothing given: nowhere)."""
+    return {"host": host, "node": node, "availability_zone": availability_zone}
+
+
 def fail_build(
     store: ConductorStore,
     uuid: str,
@@ -109,8 +118,7 @@ def fail_build(
         expected_states=[BUILDING],
         state=ERROR,
         task_state=None,
-        host=None,
-        node=None,
+        **placed_on(),
         fault=fault,
         fault_details=details,
         updated_at=now,

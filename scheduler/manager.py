@@ -199,9 +199,9 @@ class DecisionStats:
 
 class SchedulerEndpoint:
     """topic ``scheduler``: select_destinations and explain (calls), run_instance
-    and resize (casts). Serves every version up to 1.2 (see SchedulerClient)."""
+    and resize (casts). Serves every version up to 1.3 (see SchedulerClient)."""
 
-    target = oslo_messaging.Target(version="1.2")
+    target = oslo_messaging.Target(version="1.3")
 
     def __init__(
         self,
@@ -247,16 +247,30 @@ class SchedulerEndpoint:
         InvalidRequest, NoValidHost, Forbidden, SchedulerUnavailable, InternalError
     )
     def select_destinations(
-        self, ctxt: Any, request_spec: Any, instance_uuids: Any, return_alternates: bool = True
+        self,
+        ctxt: Any,
+        request_spec: Any,
+        instance_uuids: Any,
+        return_alternates: bool = True,
+        return_zones: bool = False,
     ) -> list[list[dict[str, Any]]]:
-        """Selections per instance, primary first; the primaries are claimed."""
+        """Selections per instance, primary first; the primaries are claimed.
+
+        Each carries its host's availability zone only if the client asked for
+        it (``return_zones``, RPC 1.3): an older client's Selection refuses
+        the field.
+        """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id), call_errors("select_destinations"):
             spec = self._read_spec(request_spec)
             policy.check_request(ctxt, spec)
             uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
-            if not isinstance(return_alternates, bool):
-                raise InvalidRequest(reason="return_alternates must be a boolean")
+            for name, flag in (
+                ("return_alternates", return_alternates),
+                ("return_zones", return_zones),
+            ):
+                if not isinstance(flag, bool):
+                    raise InvalidRequest(reason=f"{name} must be a boolean")
             payload = {"request_spec": _spec_summary(spec), "instance_uuids": list(uuids)}
             with self.notifier.action(ctxt, "select_destinations", payload) as end:
                 try:
@@ -271,7 +285,10 @@ class SchedulerEndpoint:
                     end["state"] = "error"
                     raise
                 end["hosts"] = [s[0].host for s in selections]
-            return [[s.to_primitive() for s in per] for per in selections]
+            return [
+                [(s if return_zones else s.without_zone()).to_primitive() for s in per]
+                for per in selections
+            ]
 
     @oslo_messaging.expected_exceptions(
         InvalidRequest, Forbidden, SchedulerUnavailable, InternalError

@@ -12,7 +12,7 @@ import re
 import uuid as uuidlib
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -557,6 +557,11 @@ class Selection:
     """One destination: where to build and how to claim it.
 
     The conductor can claim an alternate with nothing but what this holds.
+    ``availability_zone`` is the zone the scheduler saw the host in (its
+    aggregates' ``availability_zone``, else ``default_availability_zone``);
+    None from a worker older than RPC 1.3, which did not say. It is left out
+    of :meth:`to_primitive` when None, and :meth:`without_zone` drops it for
+    a reader older than that (whose ``from_primitive`` refuses the field).
     """
 
     host: str
@@ -564,26 +569,31 @@ class Selection:
     provider_uuid: str
     allocation_request: AllocationRequest
     weight: float
+    availability_zone: str | None = None
+
+    FIELDS = {"host", "node", "provider_uuid", "allocation_request", "weight", "availability_zone"}
+
+    def without_zone(self) -> Selection:
+        """This selection as a reader older than the zone field reads it."""
+        return replace(self, availability_zone=None)
 
     def to_primitive(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "host": self.host,
             "node": self.node,
             "provider_uuid": self.provider_uuid,
             "allocation_request": self.allocation_request.to_primitive(),
             "weight": self.weight,
         }
+        if self.availability_zone is not None:
+            out["availability_zone"] = self.availability_zone
+        return out
 
     @classmethod
     def from_primitive(cls, data: Any) -> Selection:
         w = "selection"
         data = _require_mapping(data, w)
-        _check_fields(
-            data,
-            w,
-            {"host", "node", "provider_uuid", "allocation_request", "weight"},
-            {"host", "node", "provider_uuid", "allocation_request"},
-        )
+        _check_fields(data, w, cls.FIELDS, {"host", "node", "provider_uuid", "allocation_request"})
         weight = data.get("weight", 0.0)
         if not isinstance(weight, int | float) or isinstance(weight, bool):
             raise InvalidRequest(reason="selection.weight must be a number")
@@ -593,6 +603,7 @@ class Selection:
             provider_uuid=validate_uuid(data["provider_uuid"], "selection.provider_uuid"),
             allocation_request=AllocationRequest.from_primitive(data["allocation_request"]),
             weight=float(weight),
+            availability_zone=_str(data, "availability_zone", w, optional=True) or None,
         )
 
 
@@ -625,7 +636,10 @@ class InstanceRecord:
     ``request_id`` is the request's id, reused when it is re-driven. During a
     resize, ``migration_uuid`` is the consumer holding the source's
     allocation, ``new_flavor`` the flavor asked for (a Flavor primitive) and
-    ``source_host`` / ``source_node`` where the instance was. ``roles`` and
+    ``source_host`` / ``source_node`` where the instance was.
+    ``availability_zone`` is the zone of ``host`` as the Selection it was
+    built from named it (None: not known, e.g. from a worker older than RPC
+    1.3; a resize leaves it as it was). ``roles`` and
     ``is_admin`` are the rights the request was made with, so that a re-drive
     is sent with them (an admin's forced host is refused to anyone else).
     """
@@ -635,6 +649,7 @@ class InstanceRecord:
     task_state: str | None = SCHEDULING
     host: str | None = None
     node: str | None = None
+    availability_zone: str | None = None
     attempts: int = 0
     tried_hosts: tuple[str, ...] = ()
     fault: str | None = None
@@ -659,6 +674,7 @@ class InstanceRecord:
             "task_state": self.task_state,
             "host": self.host,
             "node": self.node,
+            "availability_zone": self.availability_zone,
             "attempts": self.attempts,
             "tried_hosts": list(self.tried_hosts),
             "fault": self.fault,

@@ -22,8 +22,9 @@ from oslo_context import context as oslo_context
 from scheduler.explain import ExplainReport
 from scheduler.objects import Flavor, RequestSpec, Selection
 
-#: Modules whose exceptions are rebuilt on the caller's side.
-ALLOWED_EXMODS = ["scheduler.exceptions"]
+#: Modules whose exceptions are rebuilt on the caller's side (oslo.messaging's
+#: dispatcher: so that an older server's ``UnsupportedVersion`` arrives typed).
+ALLOWED_EXMODS = ["scheduler.exceptions", "oslo_messaging.rpc.dispatcher"]
 
 SCHEDULER_TOPIC = "scheduler"
 COMPUTE_TOPIC = "compute"
@@ -96,9 +97,16 @@ class SchedulerClient:
             them is sent at its method's own version, so an older worker
             still serves it; one that sets any is sent at 1.2, so an older
             worker refuses it (UnsupportedVersion) rather than ignoring it.
+      1.3 - select_destinations(return_zones=True): each Selection, primary
+            and alternates, carries its host's availability_zone. Without
+            the argument (an older client) a worker leaves the field out, as
+            that client's Selection refuses it. The client asks at 1.3 and,
+            refused by an older worker (UnsupportedVersion: refused before
+            anything ran, nothing claimed), asks again as before 1.3 and
+            takes Selections without a zone.
     """
 
-    VERSION = "1.2"
+    VERSION = "1.3"
     #: The version each method sends.
     SENDS = {
         "select_destinations": "1.0",
@@ -108,6 +116,8 @@ class SchedulerClient:
     }
     #: The version a request spec with a forced host or destination needs.
     DESTINATION_VERSION = "1.2"
+    #: The version whose Selections carry availability_zone.
+    ZONE_VERSION = "1.3"
 
     def __init__(
         self,
@@ -117,14 +127,23 @@ class SchedulerClient:
     ) -> None:
         self._client = _client(transport, topic, self.VERSION, timeout)
 
-    def _prepare(self, method: str, spec: RequestSpec | None = None, **kwargs: Any) -> Any:
-        version = self.SENDS[method]
+    def _prepare(
+        self,
+        method: str,
+        spec: RequestSpec | None = None,
+        *,
+        needs: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The call context at the newest of the method's version, ``needs``
+        (what an argument sent needs) and the destination version if ``spec``
+        forces a host."""
+        versions = [self.SENDS[method]]
+        if needs is not None:
+            versions.append(needs)
         if spec is not None and spec.has_destination:
-            version = max(
-                version,
-                self.DESTINATION_VERSION,
-                key=lambda v: tuple(int(n) for n in v.split(".")),
-            )
+            versions.append(self.DESTINATION_VERSION)
+        version = max(versions, key=lambda v: tuple(int(n) for n in v.split(".")))
         return self._client.prepare(version=version, **kwargs)
 
     def select_destinations(
@@ -135,14 +154,21 @@ class SchedulerClient:
         return_alternates: bool = True,
         timeout: float | None = None,
     ) -> list[list[Selection]]:
-        cctxt = self._prepare("select_destinations", spec, timeout=timeout)
-        raw = cctxt.call(
-            ctxt,
-            "select_destinations",
-            request_spec=spec.to_primitive(),
-            instance_uuids=list(instance_uuids),
-            return_alternates=return_alternates,
-        )
+        """Selections per instance, primary first, each with its zone (none
+        from a worker older than 1.3: see the class's versions)."""
+        kwargs: dict[str, Any] = {
+            "request_spec": spec.to_primitive(),
+            "instance_uuids": list(instance_uuids),
+            "return_alternates": return_alternates,
+        }
+        try:
+            cctxt = self._prepare(
+                "select_destinations", spec, needs=self.ZONE_VERSION, timeout=timeout
+            )
+            raw = cctxt.call(ctxt, "select_destinations", return_zones=True, **kwargs)
+        except oslo_messaging.UnsupportedVersion:
+            cctxt = self._prepare("select_destinations", spec, timeout=timeout)
+            raw = cctxt.call(ctxt, "select_destinations", **kwargs)
         return [[Selection.from_primitive(s) for s in per_instance] for per_instance in raw]
 
     def run_instance(
@@ -200,13 +226,23 @@ class ComputeClient:
     Versions:
       1.0 - build_and_run_instance, prep_resize.
       1.1 - resize_instance, finish_resize, confirm_resize, revert_resize.
+      1.2 - the selection and host_list of build_and_run_instance and
+            prep_resize may carry availability_zone; sent at 1.2 only when
+            one does (else at 1.1, as before), so an older compute refuses
+            it by version.
     """
 
-    VERSION = "1.1"
+    VERSION = "1.2"
+    #: What every method sends when no Selection it carries names a zone.
+    BASE_VERSION = "1.1"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
         self._resolve = resolve
+
+    def _at(self, host: str, selections: Sequence[Selection] = ()) -> Any:
+        version = self.VERSION if _zoned(selections) else self.BASE_VERSION
+        return self._client.prepare(server=self._resolve(host), version=version)
 
     def build_and_run_instance(
         self,
@@ -216,7 +252,7 @@ class ComputeClient:
         selection: Selection,
         alternates: Sequence[Selection],
     ) -> None:
-        cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
+        cctxt = self._at(selection.host, (selection, *alternates))
         cctxt.cast(
             ctxt,
             "build_and_run_instance",
@@ -236,7 +272,7 @@ class ComputeClient:
         selection: Selection,
         alternates: Sequence[Selection],
     ) -> None:
-        cctxt = self._client.prepare(server=self._resolve(selection.host), version=self.VERSION)
+        cctxt = self._at(selection.host, (selection, *alternates))
         cctxt.cast(
             ctxt,
             "prep_resize",
@@ -249,8 +285,7 @@ class ComputeClient:
         )
 
     def _cast(self, ctxt: RequestContext, host: str, method: str, **kwargs: Any) -> None:
-        cctxt = self._client.prepare(server=self._resolve(host), version=self.VERSION)
-        cctxt.cast(ctxt, method, **kwargs)
+        self._at(host).cast(ctxt, method, **kwargs)
 
     def resize_instance(
         self,
@@ -323,20 +358,42 @@ class ConductorClient:
       1.0 - build_succeeded, reschedule, schedule_failed, resize_result.
       1.1 - reschedule takes migration_uuid (a failed resize destination),
             resize_result takes details; resize_confirmed, resize_reverted.
+      1.2 - build_succeeded takes availability_zone (the built Selection's);
+            reschedule's host_list entries may carry availability_zone.
+            Sent at 1.2 only with a zone (else at 1.1, as before).
     """
 
-    VERSION = "1.1"
+    VERSION = "1.2"
+    #: What every method sends when it carries no zone.
+    BASE_VERSION = "1.1"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
 
-    def _cast(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
-        self._client.prepare(version=self.VERSION).cast(ctxt, method, **kwargs)
+    def _cast(self, ctxt: RequestContext, method: str, zoned: bool = False, **kwargs: Any) -> None:
+        version = self.VERSION if zoned else self.BASE_VERSION
+        self._client.prepare(version=version).cast(ctxt, method, **kwargs)
 
     def build_succeeded(
-        self, ctxt: RequestContext, instance_uuid: str, host: str, node: str
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
     ) -> None:
-        self._cast(ctxt, "build_succeeded", instance_uuid=instance_uuid, host=host, node=node)
+        """The instance is built on ``host``, in ``availability_zone`` (the zone
+        of the Selection it was built from; None: it named none)."""
+        zone = {} if availability_zone is None else {"availability_zone": availability_zone}
+        self._cast(
+            ctxt,
+            "build_succeeded",
+            bool(zone),
+            instance_uuid=instance_uuid,
+            host=host,
+            node=node,
+            **zone,
+        )
 
     def reschedule(
         self,
@@ -352,6 +409,7 @@ class ConductorClient:
         self._cast(
             ctxt,
             "reschedule",
+            _zoned(alternates),
             instance_uuid=instance_uuid,
             request_spec=spec.to_primitive(),
             failed_host=failed_host,
@@ -407,3 +465,9 @@ class ConductorClient:
         self._cast(
             ctxt, "resize_reverted", instance_uuid=instance_uuid, migration_uuid=migration_uuid
         )
+
+
+def _zoned(selections: Sequence[Selection]) -> bool:
+    """True if any of ``selections`` names an availability zone: a field that
+    a compute or conductor older than its 1.2 refuses."""
+    return any(s.availability_zone is not None for s in selections)

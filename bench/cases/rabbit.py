@@ -106,6 +106,7 @@ def run(bench: Bench) -> dict[str, Any]:
             request_spec=request(SINGLE).to_primitive(),
             instance_uuids=[uuid],
             return_alternates=True,
+            return_zones=True,
         )
         claimed.append(uuid)
         response_file = cluster.tmp / "echo-response.json"

@@ -715,12 +715,22 @@ class HostView:
         A host belongs to the zones its aggregates name; a host in none
         belongs to the default zone.
         """
-        if self._set_zones is None:
-            self._set_zones = [self._zones_of(s) for s in self._agg_sets]
+        set_zones = self._zones_by_set()
         in_zone = np.fromiter(
-            (zone in zones for zones in self._set_zones), dtype=bool, count=len(self._set_zones)
+            (zone in zones for zones in set_zones), dtype=bool, count=len(set_zones)
         )
         return in_zone[self._hosts.per_row["agg_set"][idx]]
+
+    def zone_of(self, index: int, requested: str | None = None) -> str:
+        """The availability zone of host ``index``, as :meth:`zone_mask` counts
+        it: the one its aggregates name, else the default zone. A host its
+        aggregates put in several zones is reported in ``requested`` when that
+        is one of them (the zone it was chosen for), else in the first by name.
+        """
+        zones = self._zones_by_set()[int(self._hosts.per_row["agg_set"][index])]
+        if requested is not None and requested in zones:
+            return requested
+        return min(zones)
 
     # --- internals ------------------------------------------------------------------
 
@@ -813,6 +823,13 @@ class HostView:
             self._agg_sets.append(aggregates)
             self._set_zones = None
         return code
+
+    def _zones_by_set(self) -> list[frozenset[str]]:
+        """The zones of each aggregate set (by its code), worked out once per
+        change of the aggregates."""
+        if self._set_zones is None:
+            self._set_zones = [self._zones_of(s) for s in self._agg_sets]
+        return self._set_zones
 
     def _zones_of(self, aggregates: frozenset[str]) -> frozenset[str]:
         zones = frozenset(

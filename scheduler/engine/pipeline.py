@@ -306,7 +306,7 @@ class Engine:
                     # Weighers rank the survivors (a shuffle first breaks ties at random).
                     ranked, weights = self._weigh(candidates, ctx, states, rng, trace)
                     if held is not None:
-                        index, primary = self._held(held, ranked, weights, trace)
+                        index, primary = self._held(held, ranked, weights, trace, ctx.spec)
                     else:
                         # Pick one of the best host_subset_size, then claim it
                         # atomically; a conflict (another worker got there
@@ -487,7 +487,7 @@ class Engine:
                 if held is None:  # released again meanwhile: try the next host
                     trace.conflicts.append((selection.host, ConsumerConflict.__name__))
                     continue
-                return (*self._held(held, ranked, weights, trace), False)
+                return (*self._held(held, ranked, weights, trace, ctx.spec), False)
             except (ClaimFailed, ProviderNotFound) as exc:
                 LOG.info(
                     "claim_conflict",
@@ -580,10 +580,16 @@ class Engine:
             provider_uuid=self.view.uuids[index],
             allocation_request=AllocationRequest(allocations, spec.project_id, spec.user_id),
             weight=weight,
+            availability_zone=self.view.zone_of(index, spec.availability_zone),
         )
 
     def _held(
-        self, held: Consumer, ranked: np.ndarray, weights: np.ndarray, trace: InstanceTrace
+        self,
+        held: Consumer,
+        ranked: np.ndarray,
+        weights: np.ndarray,
+        trace: InstanceTrace,
+        spec: RequestSpec,
     ) -> tuple[int | None, Selection]:
         """The Selection of allocations the instance already holds (never re-claimed)."""
         trace.reused = True
@@ -600,6 +606,8 @@ class Engine:
         if index is not None and (at := np.flatnonzero(ranked == index)).size:
             weight = float(weights[at[0]])
         request = AllocationRequest(held.allocations, held.project_id, held.user_id)
+        at_host = index if index is not None else self.view.index_of(host)
+        zone = self.view.zone_of(at_host, spec.availability_zone) if at_host is not None else None
         LOG.info("allocation_reused", instance_uuid=held.uuid, host=host)
         return index, Selection(
             host=host,
@@ -607,6 +615,7 @@ class Engine:
             provider_uuid=provider_uuid,
             allocation_request=request,
             weight=weight,
+            availability_zone=zone,
         )
 
     def _claim_one(self, instance_uuid: str, selection: Selection, ctx: PlacementContext) -> bool:

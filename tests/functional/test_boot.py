@@ -31,13 +31,20 @@ def test_boot_100_with_build_failures_all_end_active(cluster: Cluster, notificat
     # Eight attempts make an instance's chance of failing them all 0.2**8.
     cluster.write_config(scheduler={"max_attempts": 8})
     cluster.start_conductor()
-    compute = cluster.start_compute(20, "--fail-rate", "0.2", "--build-time", "0.01")
+    compute = cluster.start_compute(
+        20, "--fail-rate", "0.2", "--build-time", "0.01", "--availability-zones", "az1"
+    )
     worker = cluster.start_worker()
 
-    result = cluster.boot("--count", "100", "--flavor", "m1.small")
+    result = cluster.boot("--count", "100", "--flavor", "m1.small", "--availability-zone", "az1")
 
     states = Counter(i["state"] for i in result["instances"])
     assert states == {"ACTIVE": 100}, result["summary"]
+    # Where each landed, first build or rescheduled: the zone its Selection
+    # named, as the compute reported it back, on the conductor's record.
+    assert {i["availability_zone"] for i in result["instances"]} == {"az1"}
+    records = [cluster.store.get_instance(i["uuid"]) for i in result["instances"]]
+    assert {r.availability_zone for r in records} == {"az1"}
     rescheduled = [i for i in result["instances"] if i["attempts"] > 1]
     assert rescheduled, "with a 20% failure rate some builds must have been rescheduled"
     assert compute.count("build_failed") == sum(i["attempts"] - 1 for i in result["instances"])
@@ -60,7 +67,9 @@ def test_select_destinations_returns_primary_and_two_alternates(
     cluster: Cluster, transport: Any
 ) -> None:
     cluster.start_conductor()
-    cluster.start_compute(10)
+    cluster.start_compute(10, "--availability-zones", "east,west")  # round robin
+    # In no zone (the default one), and roomiest: weighed first, so selected.
+    cluster.start_compute(2, "--memory-mb", "262144", name="plain")
     cluster.start_worker()
     client = rpc.SchedulerClient(transport)
     spec = RequestSpec(flavor=SMALL, project_id="p", user_id="u", num_instances=3)
@@ -73,6 +82,11 @@ def test_select_destinations_returns_primary_and_two_alternates(
         assert len(per_instance) == 3
         hosts = [s.host for s in per_instance]
         assert len(set(hosts)) == 3, "alternates are other hosts than the primary"
+        # Each Selection, alternates too, names the zone of its own host.
+        for s in per_instance:
+            prefix, number = s.host.rsplit("-", 1)
+            zone = "nova" if prefix == "plain" else ("east", "west")[int(number) % 2]
+            assert s.availability_zone == zone, s
         consumer = cluster.store.get_consumer(uuid)
         assert consumer is not None, "the primary is claimed"
         assert list(consumer.allocations) == [per_instance[0].provider_uuid]
@@ -80,6 +94,7 @@ def test_select_destinations_returns_primary_and_two_alternates(
             assert alternate.allocation_request.allocations == {
                 alternate.provider_uuid: {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
             }
+    assert {s.host for per in selections for s in per} >= {"plain-0000", "plain-0001"}
     # Release what the call claimed, as a conductor that gave up would.
     for uuid in uuids:
         assert cluster.store.release(uuid)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,11 +43,12 @@ from scheduler.objects import (
 )
 from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
 from scheduler.rpc import RequestContext
-from scheduler.store.base import GroupClaim, Inventory
+from scheduler.store.base import Aggregate, GroupClaim, Inventory
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
     HookedStore,
+    az,
     engine,
     group,
     host,
@@ -93,8 +94,8 @@ class Rig:
     compute: Recorder
 
 
-def rig(*hosts: Any, **overrides: Any) -> Rig:
-    store = HookedStore(hosts or [host(name) for name in HOSTS])
+def rig(*hosts: Any, aggregates: Sequence[Aggregate] = (), **overrides: Any) -> Rig:
+    store = HookedStore(hosts or [host(name) for name in HOSTS], aggregates)
     notifier, conductor, compute = RecordingNotifier(), Recorder(), Recorder()
     endpoint = SchedulerEndpoint(
         engine(store, **overrides),
@@ -926,3 +927,51 @@ def test_a_forced_request_that_does_not_fit_tells_the_admin_why_and_the_user_not
     assert err.value.details.startswith("0/4 hosts available: 3 not ")
     assert "insufficient MEMORY_MB" in err.value.details
     assert r.store.claims == []
+
+
+# --- the zone of each selection (RPC 1.3) --------------------------------------------
+
+#: The fields a Selection had before RPC 1.3: a reader of that time refuses any other.
+PRE_ZONE_FIELDS = {"host", "node", "provider_uuid", "allocation_request", "weight"}
+
+
+def _zoned_rig() -> Rig:
+    east = az("agg-east", "east")
+    return rig(host("e1", aggregates=[east.uuid]), host("n1"), host("n2"), aggregates=[east])
+
+
+def test_a_client_that_asks_for_zones_gets_each_selections_zone() -> None:
+    r = _zoned_rig()
+    [per_instance] = unwrapped(r.endpoint.select_destinations)(
+        USER, spec().to_primitive(), [str(uuidlib.uuid4())], return_zones=True
+    )
+    assert {s["host"]: s["availability_zone"] for s in per_instance} == {
+        "e1": "east",
+        "n1": "nova",
+        "n2": "nova",
+    }
+
+
+def test_a_client_older_than_zones_gets_selections_it_can_read() -> None:
+    r = _zoned_rig()
+    [per_instance] = unwrapped(r.endpoint.select_destinations)(
+        USER, spec().to_primitive(), [str(uuidlib.uuid4())]
+    )
+    assert len(per_instance) == 3
+    assert all(set(s) == PRE_ZONE_FIELDS for s in per_instance)
+
+
+def test_return_zones_must_be_a_boolean() -> None:
+    with pytest.raises(InvalidRequest, match="return_zones must be a boolean"):
+        unwrapped(rig().endpoint.select_destinations)(
+            USER, spec().to_primitive(), [str(uuidlib.uuid4())], return_zones="yes"
+        )
+
+
+def test_a_build_is_cast_with_the_zones_of_the_primary_and_alternates() -> None:
+    r = _zoned_rig()
+    _run(r, spec())
+    [(name, (_, _, primary, alternates))] = r.compute.calls
+    assert name == "build_and_run_instance"
+    zones = {s.host: s.availability_zone for s in (primary, *alternates)}
+    assert zones == {"e1": "east", "n1": "nova", "n2": "nova"}

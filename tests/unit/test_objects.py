@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -278,8 +279,24 @@ def test_selection_round_trip_and_validation() -> None:
     bad["allocation_request"]["allocations"][rp]["VCPU"] = 0
     with pytest.raises(InvalidRequest, match="VCPU must be between 1"):
         Selection.from_primitive(bad)
+    # The zone (RPC 1.3) round trips; a Selection without one reads as before it.
+    assert set(sel.to_primitive()) == PRE_ZONE_FIELDS
+    zoned = dataclasses.replace(sel, availability_zone="east")
+    assert zoned.to_primitive()["availability_zone"] == "east"
+    assert Selection.from_primitive(zoned.to_primitive()) == zoned
+    # For a reader older than the field: the same selection, the field left out.
+    assert zoned.without_zone().to_primitive() == sel.to_primitive()
+    for value, message in ((3, "must be a string"), ("z" * 256, "is longer than 255")):
+        with pytest.raises(InvalidRequest, match=f"selection.availability_zone {message}"):
+            Selection.from_primitive({**zoned.to_primitive(), "availability_zone": value})
+
+
+#: The fields a Selection had before RPC 1.3: a reader of that time refuses any other.
+PRE_ZONE_FIELDS = {"host", "node", "provider_uuid", "allocation_request", "weight"}
 
 
 def test_instance_record_round_trip() -> None:
-    rec = InstanceRecord(uuid="u", attempts=2, tried_hosts=("a", "b"), fault="x")
+    rec = InstanceRecord(
+        uuid="u", attempts=2, tried_hosts=("a", "b"), fault="x", availability_zone="east"
+    )
     assert InstanceRecord.from_primitive(rec.to_primitive()) == rec

@@ -1,9 +1,11 @@
 """The RPC boundary: what each client method sends at the version it pins
-(scheduler: 1.0, and 1.1 for explain; compute and conductor: 1.1), and that
+(scheduler: 1.0, 1.1 for explain, 1.3 for select_destinations with zones;
+compute and conductor: 1.1, and 1.2 when a Selection names a zone), and that
 the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -34,6 +36,7 @@ SEL = Selection(
     weight=0.5,
     allocation_request=AllocationRequest({RP: {"VCPU": 1}}, "p", "u"),
 )
+ZONED = dataclasses.replace(SEL, availability_zone="east")
 REPORT = ExplainReport(
     request_id="req-abc",
     flavor="m1.tiny",
@@ -57,10 +60,10 @@ REPORT = ExplainReport(
 class Recorder:
     """Records every method called on it, with its context and arguments.
 
-    Serves every version up to ``version`` (1.2 unless told), as a worker does.
+    Serves every version up to ``version`` (1.3 unless told), as a worker does.
     """
 
-    def __init__(self, version: str = "1.2") -> None:
+    def __init__(self, version: str = "1.3") -> None:
         self.target = oslo_messaging.Target(version=version)
         self.calls: list[tuple[str, Any, dict[str, Any]]] = []
         self.event = threading.Event()
@@ -77,7 +80,11 @@ class Recorder:
             if self.raise_next is not None:
                 exc, self.raise_next = self.raise_next, None
                 raise exc
-            return REPORT.to_primitive() if name == "explain" else [[SEL.to_primitive()]]
+            if name == "explain":
+                return REPORT.to_primitive()
+            # As a worker answers: the zone only to a client that asked for it.
+            zoned = ZONED if kwargs.get("return_zones") else ZONED.without_zone()
+            return [[zoned.to_primitive()]]
 
         return method
 
@@ -102,8 +109,9 @@ def servers(transport: Any) -> Iterator[Recorder]:
             (rpc.CONDUCTOR_TOPIC, "c1"),
         )
     ]
-    # A worker that only knows 1.0, on a topic of its own.
+    # Workers that only know 1.0 and 1.2, on topics of their own.
     servers.append(rpc.get_server(transport, OLD_TOPIC, "old-1", [Recorder(version="1.0")]))
+    servers.append(rpc.get_server(transport, V1_2_TOPIC, "old-2", [OLD_WORKER]))
     for s in servers:
         s.start()
     yield rec
@@ -127,9 +135,12 @@ def _wait(rec: Recorder) -> tuple[str, Any, dict[str, Any]]:
 CTXT = rpc.RequestContext(request_id="req-abc", user_id="u", project_id="p", roles=["member"])
 ADMIN = rpc.RequestContext.admin(request_id="req-adm", user_id="ops", project_id="admin")
 OLD_TOPIC = "scheduler-1.0"
+V1_2_TOPIC = "scheduler-1.2"
+#: The worker on V1_2_TOPIC, before Selections had a zone.
+OLD_WORKER = Recorder(version="1.2")
 
 
-def test_select_destinations_sends_v1_arguments_and_context(
+def test_select_destinations_sends_v1_3_arguments_and_context(
     transport: Any, recorder: Recorder
 ) -> None:
     client = rpc.SchedulerClient(transport)
@@ -140,9 +151,39 @@ def test_select_destinations_sends_v1_arguments_and_context(
         "request_spec": SPEC.to_primitive(),
         "instance_uuids": ["i-1"],
         "return_alternates": False,
+        "return_zones": True,
     }
     assert ctxt.request_id == "req-abc" and ctxt.roles == ["member"]
-    assert result == [[SEL]]
+    assert result == [[ZONED]]
+    assert result[0][0].availability_zone == "east"
+
+
+def test_a_1_2_worker_is_asked_again_as_before_and_its_selections_have_no_zone(
+    transport: Any,
+) -> None:
+    """Refused at 1.3 (before anything ran), the client asks as a 1.2 client
+    did, and takes the Selections without a zone."""
+    OLD_WORKER.calls.clear()
+    client = rpc.SchedulerClient(transport, topic=V1_2_TOPIC, timeout=5)
+    result = client.select_destinations(CTXT, SPEC, ["i-1"])
+    assert [kwargs for _, _, kwargs in OLD_WORKER.calls] == [
+        {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"], "return_alternates": True}
+    ]
+    assert result == [[ZONED.without_zone()]]
+    assert result[0][0].availability_zone is None
+
+
+def test_an_older_servers_refusal_arrives_typed_over_a_real_transport() -> None:
+    """Over RabbitMQ the refusal is rebuilt from its module name (the fake
+    driver above hands the exception object over): unless the dispatcher's
+    module is allowed, the client would see a RemoteError and not fall back."""
+    from oslo_messaging._drivers import common
+
+    wire = common.serialize_remote_exception(
+        (oslo_messaging.UnsupportedVersion, oslo_messaging.UnsupportedVersion("1.3"), None)
+    )
+    err = common.deserialize_remote_exception(wire, rpc.ALLOWED_EXMODS)
+    assert isinstance(err, oslo_messaging.UnsupportedVersion)
 
 
 @pytest.mark.parametrize(
@@ -325,9 +366,9 @@ def test_resize_casts_send_v1_1_arguments(
     "client, version",
     [
         # The scheduler client's newest version; each method sends its own (below).
-        pytest.param(rpc.SchedulerClient, "1.2", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.1", id="compute"),
-        pytest.param(rpc.ConductorClient, "1.1", id="conductor"),
+        pytest.param(rpc.SchedulerClient, "1.3", id="scheduler"),
+        pytest.param(rpc.ComputeClient, "1.2", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.2", id="conductor"),
     ],
 )
 def test_each_client_pins_its_version(client: type, version: str) -> None:
@@ -369,7 +410,7 @@ def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(
 )
 def test_each_method_pins_the_version_that_introduced_it(method: str, version: str) -> None:
     assert rpc.SchedulerClient.SENDS[method] == version
-    assert rpc.SchedulerClient.VERSION == "1.2"
+    assert rpc.SchedulerClient.VERSION == "1.3"
 
 
 FORCED = SPEC.replace(force_hosts=("h1",))
@@ -404,7 +445,7 @@ def test_a_forced_spec_reaches_a_current_worker_whole(transport: Any, recorder: 
 
 def test_a_1_0_worker_still_serves_a_1_1_client_except_explain(transport: Any) -> None:
     client = rpc.SchedulerClient(transport, topic=OLD_TOPIC, timeout=5)
-    assert client.select_destinations(CTXT, SPEC, ["i-1"]) == [[SEL]]
+    assert client.select_destinations(CTXT, SPEC, ["i-1"]) == [[ZONED.without_zone()]]
     with pytest.raises(oslo_messaging.UnsupportedVersion):
         client.explain(ADMIN, SPEC)
 
@@ -413,3 +454,105 @@ def test_forbidden_crosses_the_boundary_typed(transport: Any, recorder: Recorder
     recorder.raise_next = Forbidden(reason="explain requires an admin context")
     with pytest.raises(Forbidden, match="explain requires an admin context"):
         rpc.SchedulerClient(transport).explain(CTXT, SPEC)
+
+
+class PrepareSpy:
+    """Stands for a client's oslo.messaging client: records the version each
+    message is prepared at, and the cast."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, dict[str, Any]]] = []
+        self._version = ""
+
+    def prepare(self, version: str, **_: Any) -> PrepareSpy:
+        self._version = version
+        return self
+
+    def cast(self, ctxt: Any, method: str, **kwargs: Any) -> None:
+        self.sent.append((self._version, method, kwargs))
+
+
+def _spied(client: Any) -> PrepareSpy:
+    client._client = spy = PrepareSpy()
+    return spy
+
+
+@pytest.mark.parametrize(
+    "make, send, version, zones",
+    [
+        pytest.param(
+            compute,
+            lambda c: c.build_and_run_instance(CTXT, "i-1", SPEC, SEL, [SEL]),
+            "1.1",
+            [],
+            id="build-without-zones",
+        ),
+        pytest.param(
+            compute,
+            lambda c: c.build_and_run_instance(CTXT, "i-1", SPEC, SEL, [ZONED]),
+            "1.2",
+            ["east"],
+            id="build-with-a-zoned-alternate",
+        ),
+        pytest.param(
+            compute,
+            lambda c: c.prep_resize(CTXT, "i-1", "m-1", SPEC.flavor, SPEC, ZONED, []),
+            "1.2",
+            ["east"],
+            id="prep-resize-zoned",
+        ),
+        pytest.param(
+            compute,
+            lambda c: c.confirm_resize(CTXT, "h0", "i-1", "m-1"),
+            "1.1",
+            [],
+            id="other-compute-casts-unchanged",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
+            lambda c: c.build_succeeded(CTXT, "i-1", "h1", "h1"),
+            "1.1",
+            [],
+            id="built-without-zone",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
+            lambda c: c.build_succeeded(CTXT, "i-1", "h1", "h1", "east"),
+            "1.2",
+            ["east"],
+            id="built-in-a-zone",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
+            lambda c: c.reschedule(CTXT, "i-1", SPEC, "h1", "boom", [ZONED]),
+            "1.2",
+            ["east"],
+            id="reschedule-with-zoned-alternates",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
+            lambda c: c.schedule_failed(CTXT, ["i-1"], "r", "d"),
+            "1.1",
+            [],
+            id="other-conductor-casts-unchanged",
+        ),
+    ],
+)
+def test_a_cast_carrying_a_zone_is_sent_at_1_2_else_as_before(
+    transport: Any, make: Any, send: Any, version: str, zones: list[str]
+) -> None:
+    """So a compute or conductor older than 1.2 refuses it by its version
+    rather than by the field; a message with no zone reads as it always did."""
+    client = make(transport)
+    spy = _spied(client)
+    send(client)
+    [(sent_at, _, kwargs)] = spy.sent
+    assert sent_at == version
+    carried = [
+        s["availability_zone"]
+        for s in [kwargs.get("selection") or {}, *kwargs.get("host_list", [])]
+        if "availability_zone" in s
+    ]
+    if "availability_zone" in kwargs:
+        carried.append(kwargs["availability_zone"])
+    assert carried == zones

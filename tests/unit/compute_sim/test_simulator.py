@@ -86,13 +86,14 @@ class Sim:
             time.sleep(0.01)
 
 
-def selection(host: str) -> Selection:
+def selection(host: str, availability_zone: str | None = None) -> Selection:
     return Selection(
         host=host,
         node=host,
         provider_uuid=provider_uuid(host),
         allocation_request=AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u"),
         weight=0.0,
+        availability_zone=availability_zone,
     )
 
 
@@ -130,6 +131,17 @@ def test_a_duplicate_of_a_finished_build_reports_again(make: Any) -> None:
     sim.build("h1")  # the first report may have been lost
     assert sim.conductor.names == ["build_succeeded", "build_succeeded"]
     assert sim.sim.builds_ok == 1
+
+
+def test_a_build_reports_the_zone_of_its_selection_each_time(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    zoned = selection("h1", availability_zone="east").to_primitive()
+    sim.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(), zoned, [])
+    sim.wait("build_succeeded")
+    sim.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(), zoned, [])
+    reports = [args[1:] for name, args, _ in sim.conductor.calls if name == "build_succeeded"]
+    assert reports == [(INSTANCE, "h1", "h1", "east")] * 2
 
 
 def test_a_cast_after_a_failure_is_a_new_attempt(make: Any) -> None:

@@ -35,13 +35,16 @@ def ask(name: str, request: RequestSpec = SPEC) -> AllocationRequest:
     return AllocationRequest({uuid_of(name): request.resources}, "project", "user")
 
 
-def selection(name: str, request: RequestSpec = SPEC) -> Selection:
+def selection(
+    name: str, request: RequestSpec = SPEC, availability_zone: str | None = None
+) -> Selection:
     return Selection(
         host=name,
         node=name,
         provider_uuid=uuid_of(name),
         allocation_request=ask(name, request),
         weight=0.0,
+        availability_zone=availability_zone,
     )
 
 

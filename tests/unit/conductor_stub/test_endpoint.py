@@ -86,6 +86,57 @@ def test_build_succeeded(case: ResultCase) -> None:
         assert (record.host, record.task_state, record.deadline) == ("h1", None, None)
 
 
+def test_a_build_records_the_zone_it_was_built_in_and_an_older_compute_none() -> None:
+    store = cloud("h1", "h2")
+    zoned, unzoned = building(store, "i1"), building(store, "i2")
+    store.claim(zoned, ask("h1"))
+    store.claim(unzoned, ask("h2"))
+    conductor, _ = endpoint(store)
+    conductor.build_succeeded(CTXT, zoned, "h1", "h1", availability_zone="east")
+    conductor.build_succeeded(CTXT, unzoned, "h2", "h2")  # as a compute older than 1.2
+    assert (store.get_instance(zoned).host, store.get_instance(zoned).availability_zone) == (
+        "h1",
+        "east",
+    )
+    assert store.get_instance(unzoned).availability_zone is None
+
+
+def test_a_reschedule_records_the_alternates_zone_and_no_zone_outlives_its_host() -> None:
+    store = cloud("h1", "h2", "h3")
+    uuid = building(store, host="h1", node="h1", availability_zone="east")
+    fill(store, "h2")
+    conductor, compute = endpoint(store)
+    alternates = [selection("h2", availability_zone="west"), selection("h3")]
+    conductor.reschedule(
+        CTXT, uuid, SPEC.to_primitive(), "h1", "boom", [a.to_primitive() for a in alternates]
+    )
+    # h2 was taken: built on h3, whose Selection (from an older worker) named no zone.
+    record = store.get_instance(uuid)
+    assert (record.host, record.availability_zone) == ("h3", None)
+    (_, _, _, chosen, _), _ = compute.last("build_and_run_instance")
+    assert chosen == alternates[1]
+
+    uuid2 = building(store, "i2", host="h1", node="h1")
+    conductor.reschedule(
+        CTXT,
+        uuid2,
+        SPEC.to_primitive(),
+        "h1",
+        "boom",
+        [selection("h3", availability_zone="west").to_primitive()],
+    )
+    assert store.get_instance(uuid2).availability_zone == "west"
+
+
+def test_a_failed_build_keeps_no_zone() -> None:
+    store = cloud("h1")
+    uuid = building(store, host="h1", node="h1", availability_zone="east")
+    conductor, _ = endpoint(store)
+    conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom", [])
+    record = store.get_instance(uuid)
+    assert (record.state, record.host, record.availability_zone) == (ERROR, None, None)
+
+
 @pytest.mark.parametrize(
     "held, state",
     [

@@ -11,6 +11,7 @@ from scheduler.store.base import Aggregate, Inventory, Provider, Service
 from tests.unit.factories import (
     NOW,
     HookedStore,
+    aggregate,
     az,
     child,
     host,
@@ -139,6 +140,24 @@ def test_zones_come_from_aggregates_else_the_default() -> None:
     assert view.zone_mask("east", idx).tolist() == [True, False, True, False]
     assert view.zone_mask("nova", idx).tolist() == [False, False, False, True]
     assert view.zone_mask("nowhere", idx).tolist() == [False] * 4
+
+
+def test_a_hosts_zone_is_its_aggregates_else_the_default() -> None:
+    east, west = az("agg-east", "east"), az("agg-west", "west")
+    view = view_of(
+        host("e1", aggregates=[east.uuid]),
+        host("both", aggregates=[west.uuid, east.uuid]),
+        host("none", aggregates=[uuid_of("plain")]),
+        aggregates=[east, west, aggregate("plain", ssd="true")],
+        default_availability_zone="elsewhere",
+    )
+    assert [view.zone_of(i) for i in range(3)] == ["east", "east", "elsewhere"]
+    # A host in several zones is reported in the one it was asked for.
+    assert view.zone_of(1, "west") == "west"
+    assert view.zone_of(0, "west") == "east"
+    # ... as the zone filters count it.
+    for i in range(3):
+        assert view.zone_mask(view.zone_of(i), np.array([i])).tolist() == [True]
 
 
 def test_hosts_sharing_aggregates_share_a_code() -> None:

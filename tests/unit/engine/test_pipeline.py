@@ -16,6 +16,7 @@ from scheduler.store.base import GroupClaim
 from tests.unit.factories import (
     GROUP_UUID,
     HookedStore,
+    az,
     engine,
     group,
     host,
@@ -313,6 +314,36 @@ def test_alternates_follow_what_earlier_instances_consumed() -> None:
     hosts = [[s.host for s in per_instance] for per_instance in selections]
     # i1 fills "b"; i2 leaves "c" 512, too little to be an alternate of i3.
     assert hosts == [["b", "c", "a"], ["c", "a"], ["a"]]
+
+
+def test_each_selection_names_its_own_hosts_zone_the_default_for_a_host_in_none() -> None:
+    east, west = az("agg-east", "east"), az("agg-west", "west")
+    store = HookedStore(
+        [
+            host("e1", aggregates=[east.uuid]),
+            host("w1", aggregates=[west.uuid]),
+            host("plain"),
+        ],
+        [east, west],
+    )
+    [per_instance] = engine(store, **FLAT).select("req", spec(), [uuid_of("i1")])
+    assert len(per_instance) == 3  # the primary and two alternates
+    assert {s.host: s.availability_zone for s in per_instance} == {
+        "e1": "east",
+        "w1": "west",
+        "plain": "nova",
+    }
+
+
+def test_a_host_in_two_zones_is_reported_in_the_zone_asked_for() -> None:
+    east, west = az("agg-east", "east"), az("agg-west", "west")
+    store = HookedStore([host("both", aggregates=[east.uuid, west.uuid])], [east, west])
+    first = engine(store).select("req", spec(availability_zone="west"), [uuid_of("i1")])
+    assert first[0][0].availability_zone == "west"
+    # Selected again (a re-driven request), the allocation it holds is reused.
+    again = engine(store).select("req2", spec(availability_zone="west"), [uuid_of("i1")])
+    assert len(store.claims) == 1
+    assert again[0][0].availability_zone == "west"
 
 
 def test_no_alternates_when_not_asked() -> None:
