@@ -19,7 +19,7 @@ import oslo_messaging
 from oslo_config import cfg
 from oslo_context import context as oslo_context
 
-from scheduler.explain import ExplainReport
+from scheduler.explain import ExplainReport, StageHosts
 from scheduler.objects import Flavor, RequestSpec, Selection
 
 #: Modules whose exceptions are rebuilt on the caller's side.
@@ -96,16 +96,25 @@ class SchedulerClient:
             them is sent at its method's own version, so an older worker
             still serves it; one that sets any is sent at 1.2, so an older
             worker refuses it (UnsupportedVersion) rather than ignoring it.
+      1.3 - explain(request_spec, instance_uuids, all_hosts): the uuids
+            whose random draws the dry run takes (so its ties fall as
+            select_destinations' for the same request id and uuids) and
+            every host by name; sent at 1.1 when neither is asked for.
+            run_filter(request_spec, filter_name): admin only; one host
+            filter alone on every host, returning its StageHosts.
     """
 
-    VERSION = "1.2"
+    VERSION = "1.3"
     #: The version each method sends.
     SENDS = {
         "select_destinations": "1.0",
         "run_instance": "1.0",
         "resize": "1.0",
         "explain": "1.1",
+        "run_filter": "1.3",
     }
+    #: The version explain needs for instance uuids or all hosts.
+    EXPLAIN_HOSTS_VERSION = "1.3"
     #: The version a request spec with a forced host or destination needs.
     DESTINATION_VERSION = "1.2"
 
@@ -117,14 +126,19 @@ class SchedulerClient:
     ) -> None:
         self._client = _client(transport, topic, self.VERSION, timeout)
 
-    def _prepare(self, method: str, spec: RequestSpec | None = None, **kwargs: Any) -> Any:
-        version = self.SENDS[method]
+    def _prepare(
+        self,
+        method: str,
+        spec: RequestSpec | None = None,
+        needs: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A call context at ``method``'s version, or at ``needs`` (an argument's
+        version) or the destination fields' version when higher."""
+        versions = [self.SENDS[method], needs or "1.0"]
         if spec is not None and spec.has_destination:
-            version = max(
-                version,
-                self.DESTINATION_VERSION,
-                key=lambda v: tuple(int(n) for n in v.split(".")),
-            )
+            versions.append(self.DESTINATION_VERSION)
+        version = max(versions, key=lambda v: tuple(int(n) for n in v.split(".")))
         return self._client.prepare(version=version, **kwargs)
 
     def select_destinations(
@@ -175,12 +189,41 @@ class SchedulerClient:
         )
 
     def explain(
-        self, ctxt: RequestContext, spec: RequestSpec, timeout: float | None = None
+        self,
+        ctxt: RequestContext,
+        spec: RequestSpec,
+        timeout: float | None = None,
+        instance_uuids: Sequence[str] | None = None,
+        all_hosts: bool = False,
     ) -> ExplainReport:
-        """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise)."""
-        cctxt = self._prepare("explain", spec, timeout=timeout)
-        raw = cctxt.call(ctxt, "explain", request_spec=spec.to_primitive())
-        return ExplainReport.from_primitive(raw)
+        """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise).
+
+        The dry run draws its ties from ``ctxt.request_id`` and
+        ``instance_uuids`` (the worker makes some up when None); ``all_hosts``
+        lists every stage's hosts by name. Either needs a 1.3 worker.
+        """
+        kwargs: dict[str, Any] = {"request_spec": spec.to_primitive()}
+        if instance_uuids is not None:
+            kwargs["instance_uuids"] = list(instance_uuids)
+        if all_hosts:
+            kwargs["all_hosts"] = True
+        needs = self.EXPLAIN_HOSTS_VERSION if len(kwargs) > 1 else None
+        cctxt = self._prepare("explain", spec, needs=needs, timeout=timeout)
+        return ExplainReport.from_primitive(cctxt.call(ctxt, "explain", **kwargs))
+
+    def run_filter(
+        self,
+        ctxt: RequestContext,
+        spec: RequestSpec,
+        filter_name: str,
+        timeout: float | None = None,
+    ) -> StageHosts:
+        """Admin only: host filter ``filter_name`` alone on every host, for ``spec``."""
+        cctxt = self._prepare("run_filter", spec, timeout=timeout)
+        raw = cctxt.call(
+            ctxt, "run_filter", request_spec=spec.to_primitive(), filter_name=filter_name
+        )
+        return StageHosts.from_primitive(raw)
 
     def cast_raw(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
         """Send arbitrary arguments: for tests that check what bad input does."""
