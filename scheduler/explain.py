@@ -1,10 +1,22 @@
 """The answer to "why no host?": what ``explain`` returns.
 
 An :class:`ExplainReport` is built from the engine's decision traces of a dry
-run (nothing claimed) and crosses the RPC boundary as primitives. Per
-instance it holds each stage's survivors, the hosts removed per reason (a
-host is counted once, by the first stage that removed it) and the best
-weighed hosts with each weigher's contribution to their weight.
+run (:meth:`scheduler.engine.pipeline.Engine.explain`, nothing claimed) and
+crosses the RPC boundary as primitives. Per instance it holds each stage's
+survivors, the hosts removed per reason (a host is counted once, by the first
+stage that removed it) and the best weighed hosts with each weigher's
+contribution to their weight.
+
+Asked for all hosts, each instance also carries its :class:`InstanceHosts`:
+per stage (each request filter, the candidate step, each host filter in
+order) the surviving hosts by name and the reason of every host removed, and
+the whole weighed list, best first, with each weigher's normalised value,
+multiplier and contribution. The engine records those names only when asked
+(a decision of ``select_destinations`` never pays for them).
+
+One host filter run alone on every host of the view
+(:meth:`~scheduler.engine.pipeline.Engine.run_filter`) answers with a
+:class:`StageHosts` too: which hosts it would remove for a request, and why.
 
 Everything here is admin-only: it names hosts, filters, traits and
 aggregates. Users only ever see ``NoValidHost.USER_MESSAGE``.
@@ -32,6 +44,10 @@ def _mapping(data: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise InvalidRequest(reason=f"{what} must be an object, got {type(data).__name__}")
     return data
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def summary_line(available: int, hosts: int, reasons: Mapping[str, int]) -> str:
@@ -70,10 +86,157 @@ class WeighedHostReport:
 
 
 @dataclass(frozen=True)
+class StageHosts:
+    """One stage by name: the hosts it kept and, per host it removed, why.
+
+    ``kind`` is :data:`REQUEST_FILTER`, :data:`CANDIDATE_STEP` or
+    :data:`HOST_FILTER`. ``skipped`` is a host filter the request gave
+    nothing to check (it kept every host). ``survivors`` keep the view's
+    order; a host already removed by an earlier stage is not in ``removed``.
+    """
+
+    stage: str
+    kind: str
+    survivors: tuple[str, ...]
+    removed: Mapping[str, str] = field(default_factory=dict)
+    skipped: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "survivors", tuple(self.survivors))
+        object.__setattr__(self, "removed", _frozen(self.removed))
+
+    @property
+    def hosts(self) -> int:
+        """The hosts the stage was asked about."""
+        return len(self.survivors) + len(self.removed)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "kind": self.kind,
+            "survivors": list(self.survivors),
+            "removed": dict(self.removed),
+            "skipped": self.skipped,
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> StageHosts:
+        data = _mapping(data, "stage")
+        try:
+            return cls(
+                stage=str(data["stage"]),
+                kind=str(data["kind"]),
+                survivors=tuple(str(h) for h in data["survivors"]),
+                removed={str(k): str(v) for k, v in _mapping(data["removed"], "removed").items()},
+                skipped=bool(data["skipped"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidRequest(reason=f"malformed stage: {exc!r}") from None
+
+
+#: :attr:`StageHosts.kind` values.
+REQUEST_FILTER = "request filter"
+CANDIDATE_STEP = "candidates"
+HOST_FILTER = "host filter"
+
+
+@dataclass(frozen=True)
+class WeigherShare:
+    """One weigher's part of a host's weight: ``contribution`` is ``multiplier``
+    (the configured one or its aggregate override, signed as applied) times
+    ``normalised`` (the weigher's raw value scaled to [0, 1] over the candidates)."""
+
+    normalised: float
+    multiplier: float
+    contribution: float
+
+
+@dataclass(frozen=True)
+class WeighedHostDetail:
+    """A weighed host with every weigher's :class:`WeigherShare`, by weigher name."""
+
+    host: str
+    weight: float
+    shares: Mapping[str, WeigherShare] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shares", _frozen(self.shares))
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "weight": self.weight,
+            "shares": {
+                name: {
+                    "normalised": s.normalised,
+                    "multiplier": s.multiplier,
+                    "contribution": s.contribution,
+                }
+                for name, s in self.shares.items()
+            },
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> WeighedHostDetail:
+        data = _mapping(data, "weighed host")
+        return cls(
+            host=str(data["host"]),
+            weight=float(data["weight"]),
+            shares={
+                str(name): WeigherShare(
+                    float(s["normalised"]), float(s["multiplier"]), float(s["contribution"])
+                )
+                for name, s in _mapping(data["shares"], "shares").items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class InstanceHosts:
+    """One instance's dry run host by host: each stage in order, then the whole
+    weighed list, best first (in the order the pick draws from, ties broken as
+    ``select_destinations`` breaks them for the same request id and uuid)."""
+
+    stages: tuple[StageHosts, ...] = ()
+    weighed: tuple[WeighedHostDetail, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "weighed", tuple(self.weighed))
+
+    def stage(self, name: str) -> StageHosts:
+        """The stage called ``name``.
+
+        :raises KeyError: no stage of that name ran.
+        """
+        for stage in self.stages:
+            if stage.stage == name:
+                return stage
+        raise KeyError(name)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "stages": [s.to_primitive() for s in self.stages],
+            "weighed": [w.to_primitive() for w in self.weighed],
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> InstanceHosts:
+        data = _mapping(data, "hosts")
+        return cls(
+            stages=tuple(StageHosts.from_primitive(s) for s in data["stages"]),
+            weighed=tuple(WeighedHostDetail.from_primitive(w) for w in data["weighed"]),
+        )
+
+
+@dataclass(frozen=True)
 class InstanceExplanation:
     """The dry-run decision for one instance of the request.
 
     ``host`` is where it would go, or None when no host was left for it.
+    ``detail`` is its host-by-host account, when all hosts were asked for.
+    ``instance_uuid`` is the uuid the dry run drew its ties with (None from
+    a worker that does not report it).
     """
 
     position: int
@@ -82,6 +245,8 @@ class InstanceExplanation:
     reasons: Mapping[str, int]
     top: tuple[WeighedHostReport, ...]
     host: str | None
+    instance_uuid: str | None = None
+    detail: InstanceHosts | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -114,6 +279,8 @@ class InstanceExplanation:
                 WeighedHostReport(w.host, w.weight, dict(w.contributions)) for w in trace.top
             ),
             host=trace.host,
+            instance_uuid=trace.instance_uuid,
+            detail=trace.detail,
         )
 
     def to_primitive(self) -> dict[str, Any]:
@@ -127,8 +294,10 @@ class InstanceExplanation:
                 for w in self.top
             ],
             "host": self.host,
+            "instance_uuid": self.instance_uuid,
             "available": self.available,
             "summary": self.summary,
+            **({"detail": self.detail.to_primitive()} if self.detail is not None else {}),
         }
 
     @classmethod
@@ -151,6 +320,10 @@ class InstanceExplanation:
                     for w in data["top"]
                 ),
                 host=data["host"] if data["host"] is None else str(data["host"]),
+                instance_uuid=_optional_str(data.get("instance_uuid")),
+                detail=(
+                    InstanceHosts.from_primitive(data["detail"]) if data.get("detail") else None
+                ),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidRequest(reason=f"malformed explanation: {exc!r}") from None
@@ -164,7 +337,9 @@ class ExplainReport:
     when the request would be placed; otherwise those up to and including
     the first that found no host (the engine stops there: all or nothing).
     Only the first and the last examined keep their top weighed hosts (a
-    thousand-instance request would otherwise answer with megabytes).
+    thousand-instance request would otherwise answer with megabytes); each
+    keeps its ``detail`` when all hosts were asked for (then the caller
+    asked for the megabytes).
     ``weighers`` maps each weigher that ran to its multiplier (an enabled
     weigher whose multiplier is 0 does not run, and is left out).
     """

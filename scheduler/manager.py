@@ -21,8 +21,10 @@ logs. Invalid input and refusals say what is wrong with the request itself
 (built from its field names and values only, never from the cloud's state).
 
 ``explain`` (admin only) runs the pipeline as a dry run and returns the
-:class:`~scheduler.explain.ExplainReport`; forcing a host or requesting a
-destination is admin-only too (:mod:`scheduler.policy`).
+:class:`~scheduler.explain.ExplainReport` (with every host by name when asked);
+``run_filter`` (admin only) runs one host filter alone on every host and
+returns its :class:`~scheduler.explain.StageHosts`; forcing a host or
+requesting a destination is admin-only too (:mod:`scheduler.policy`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import oslo_messaging
 
 from scheduler import health, policy
 from scheduler.engine.pipeline import Engine
+from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import (
     ConsumerConflict,
     Forbidden,
@@ -49,7 +52,6 @@ from scheduler.exceptions import (
     SchedulerUnavailable,
     StoreUnavailable,
 )
-from scheduler.explain import ExplainReport
 from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
 from scheduler.notifier import Notifier
@@ -198,10 +200,11 @@ class DecisionStats:
 
 
 class SchedulerEndpoint:
-    """topic ``scheduler``: select_destinations and explain (calls), run_instance
-    and resize (casts). Serves every version up to 1.3 (see SchedulerClient)."""
+    """topic ``scheduler``: select_destinations, explain and run_filter (calls),
+    run_instance and resize (casts). Serves every version up to 1.4 (see
+    SchedulerClient)."""
 
-    target = oslo_messaging.Target(version="1.3")
+    target = oslo_messaging.Target(version="1.4")
 
     def __init__(
         self,
@@ -293,42 +296,37 @@ class SchedulerEndpoint:
     @oslo_messaging.expected_exceptions(
         InvalidRequest, Forbidden, SchedulerUnavailable, InternalError
     )
-    def explain(self, ctxt: Any, request_spec: Any) -> dict[str, Any]:
+    def explain(
+        self,
+        ctxt: Any,
+        request_spec: Any,
+        instance_uuids: Any = None,
+        all_hosts: Any = False,
+    ) -> dict[str, Any]:
         """Admin only: the pipeline as a dry run, and why it decided as it did.
 
         Nothing is claimed and the worker's view is left as it was (the
         engine consumes for later instances of the request, then gives it
-        back). Returns :meth:`ExplainReport.to_primitive`.
+        back). The context's request id and ``instance_uuids`` (1.4; made up
+        when not given) seed the random draws, so with those of a real
+        request every tie falls as it would for ``select_destinations``.
+        With ``all_hosts`` (1.4) every stage's hosts are listed by name.
+        Returns :meth:`ExplainReport.to_primitive`.
         """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id), call_errors("explain"):
-            try:
-                policy.require_admin(ctxt, "explain")
-            except Forbidden:
-                LOG.warning(
-                    "explain_refused",
-                    user_id=getattr(ctxt, "user_id", None),
-                    project_id=getattr(ctxt, "project_id", None),
-                )
-                raise
+            self._require_admin(ctxt, "explain", refused="explain_refused")
             spec = self._read_spec(request_spec)
-            uuids = [
-                str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
-                for n in range(spec.num_instances)
-            ]
-            # The weighers that run: a multiplier of 0 turns one off.
-            weighers = {name: w.multiplier for name, w in self.engine.weighers if w.multiplier}
-            try:
-                result = self.engine.schedule(
-                    request_id, spec, uuids, return_alternates=False, claim=False
-                )
-                report = ExplainReport.build(
-                    request_id, spec, result.traces, weighers, placeable=True
-                )
-            except NoValidHost as exc:
-                report = ExplainReport.build(
-                    request_id, spec, exc.traces, weighers, placeable=False
-                )
+            if instance_uuids is None:
+                uuids: Sequence[str] = [
+                    str(uuidlib.uuid5(_EXPLAIN_NAMESPACE, f"{request_id}/{n}"))
+                    for n in range(spec.num_instances)
+                ]
+            else:
+                uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
+            if not isinstance(all_hosts, bool):
+                raise InvalidRequest(reason="all_hosts must be a boolean")
+            report = self.engine.explain(request_id, spec, uuids, all_hosts=all_hosts)
             LOG.info(
                 "explained",
                 user_id=getattr(ctxt, "user_id", None),
@@ -336,6 +334,44 @@ class SchedulerEndpoint:
                 details=report.summary,
             )
             return report.to_primitive()
+
+    @oslo_messaging.expected_exceptions(
+        InvalidRequest, Forbidden, SchedulerUnavailable, InternalError
+    )
+    def run_filter(self, ctxt: Any, request_spec: Any, filter_name: Any) -> dict[str, Any]:
+        """Admin only (1.4): host filter ``filter_name`` alone on every host, for
+        the request; returns :meth:`StageHosts.to_primitive`. An unregistered
+        name is refused as InvalidRequest, naming the registered ones."""
+        request_id = _request_id(ctxt)
+        with bind_request(request_id=request_id), call_errors("run_filter"):
+            self._require_admin(ctxt, "run_filter", refused="run_filter_refused")
+            spec = self._read_spec(request_spec)
+            if not isinstance(filter_name, str):
+                raise InvalidRequest(reason="filter_name must be a string")
+            try:
+                run = self.engine.run_filter(filter_name, spec)
+            except UnknownPlugin as exc:
+                raise InvalidRequest(reason=exc.message) from None
+            LOG.info(
+                "filter_run",
+                user_id=getattr(ctxt, "user_id", None),
+                filter=filter_name,
+                removed=len(run.removed),
+                hosts=run.hosts,
+            )
+            return run.to_primitive()
+
+    def _require_admin(self, ctxt: Any, method: str, refused: str) -> None:
+        """:class:`Forbidden` unless an admin context, logged as event ``refused``."""
+        try:
+            policy.require_admin(ctxt, method)
+        except Forbidden:
+            LOG.warning(
+                refused,
+                user_id=getattr(ctxt, "user_id", None),
+                project_id=getattr(ctxt, "project_id", None),
+            )
+            raise
 
     # --- casts ----------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ in ``is_admin``. What is checked here is that the operations which reveal the
 cloud's layout or bypass its placement rules are asked for in an admin
 context:
 
-* ``explain`` — it names hosts, filters, traits and aggregates;
+* ``explain`` and ``run_filter`` — they name hosts, filters, traits and
+  aggregates;
 * forcing a host or node, or requesting a destination — they steer a request
   past the weighers (we differ from Nova, which also skips every host filter
   for a forced host: here a forced request still passes through every filter

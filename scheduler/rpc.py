@@ -19,7 +19,7 @@ import oslo_messaging
 from oslo_config import cfg
 from oslo_context import context as oslo_context
 
-from scheduler.explain import ExplainReport
+from scheduler.explain import ExplainReport, StageHosts
 from scheduler.objects import Flavor, RequestSpec, Selection
 
 #: Modules whose exceptions are rebuilt on the caller's side (oslo.messaging's
@@ -104,16 +104,25 @@ class SchedulerClient:
             refused by an older worker (UnsupportedVersion: refused before
             anything ran, nothing claimed), asks again as before 1.3 and
             takes Selections without a zone.
+      1.4 - explain(request_spec, instance_uuids, all_hosts): the uuids
+            whose random draws the dry run takes (so its ties fall as
+            select_destinations' for the same request id and uuids) and
+            every host by name; sent at 1.1 when neither is asked for.
+            run_filter(request_spec, filter_name): admin only; one host
+            filter alone on every host, returning its StageHosts.
     """
 
-    VERSION = "1.3"
+    VERSION = "1.4"
     #: The version each method sends.
     SENDS = {
         "select_destinations": "1.0",
         "run_instance": "1.0",
         "resize": "1.0",
         "explain": "1.1",
+        "run_filter": "1.4",
     }
+    #: The version explain needs for instance uuids or all hosts.
+    EXPLAIN_HOSTS_VERSION = "1.4"
     #: The version a request spec with a forced host or destination needs.
     DESTINATION_VERSION = "1.2"
     #: The version whose Selections carry availability_zone.
@@ -201,12 +210,41 @@ class SchedulerClient:
         )
 
     def explain(
-        self, ctxt: RequestContext, spec: RequestSpec, timeout: float | None = None
+        self,
+        ctxt: RequestContext,
+        spec: RequestSpec,
+        timeout: float | None = None,
+        instance_uuids: Sequence[str] | None = None,
+        all_hosts: bool = False,
     ) -> ExplainReport:
-        """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise)."""
-        cctxt = self._prepare("explain", spec, timeout=timeout)
-        raw = cctxt.call(ctxt, "explain", request_spec=spec.to_primitive())
-        return ExplainReport.from_primitive(raw)
+        """Admin only (:class:`~scheduler.exceptions.Forbidden` otherwise).
+
+        The dry run draws its ties from ``ctxt.request_id`` and
+        ``instance_uuids`` (the worker makes some up when None); ``all_hosts``
+        lists every stage's hosts by name. Either needs a 1.3 worker.
+        """
+        kwargs: dict[str, Any] = {"request_spec": spec.to_primitive()}
+        if instance_uuids is not None:
+            kwargs["instance_uuids"] = list(instance_uuids)
+        if all_hosts:
+            kwargs["all_hosts"] = True
+        needs = self.EXPLAIN_HOSTS_VERSION if len(kwargs) > 1 else None
+        cctxt = self._prepare("explain", spec, needs=needs, timeout=timeout)
+        return ExplainReport.from_primitive(cctxt.call(ctxt, "explain", **kwargs))
+
+    def run_filter(
+        self,
+        ctxt: RequestContext,
+        spec: RequestSpec,
+        filter_name: str,
+        timeout: float | None = None,
+    ) -> StageHosts:
+        """Admin only: host filter ``filter_name`` alone on every host, for ``spec``."""
+        cctxt = self._prepare("run_filter", spec, timeout=timeout)
+        raw = cctxt.call(
+            ctxt, "run_filter", request_spec=spec.to_primitive(), filter_name=filter_name
+        )
+        return StageHosts.from_primitive(raw)
 
     def cast_raw(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
         """Send arbitrary arguments: for tests that check what bad input does."""

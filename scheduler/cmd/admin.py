@@ -5,7 +5,11 @@ became of an instance.
 ``explain``, in an admin context) to run the pipeline on a request as a dry
 run: nothing is claimed. It prints how many hosts each stage left, the hosts
 removed per reason (``0/1200 hosts available: 800 insufficient MEMORY_MB,
-...``) and the best weighed hosts with each weigher's contribution.
+...``) and the best weighed hosts with each weigher's contribution. With
+``--request-id`` and ``--instance-uuid`` of a real request its ties fall as
+that request's did; ``--json --all-hosts`` prints every stage's hosts by name
+and the whole weighed list; ``--only-filter NAME`` runs one host filter alone
+on every host (RPC ``run_filter``) and names the hosts it removes.
 
 ``scheduler-admin hosts`` and ``scheduler-admin instance show UUID`` read the
 store directly: usage against capacity per resource class, up/down, disabled,
@@ -34,8 +38,15 @@ from conductor_stub.flavors import load_catalog
 from scheduler import conf as conf_mod
 from scheduler import log, rpc, rules
 from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
-from scheduler.explain import ExplainReport, InstanceExplanation
-from scheduler.objects import GROUP_POLICIES, Image, InstanceRecord, RequestSpec, ServerGroup
+from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
+from scheduler.objects import (
+    GROUP_POLICIES,
+    Image,
+    InstanceRecord,
+    RequestSpec,
+    ServerGroup,
+    validate_instance_uuids,
+)
 from scheduler.service import make_store
 from scheduler.store import PlacementReader, Provider, Service, Store
 
@@ -52,11 +63,20 @@ EXIT_UNPLACEABLE = 1
 EXIT_ERROR = 2
 
 _EXPLAIN_EPILOG = """\
-exit status: 0 the request would be placed, 1 it would not, 2 the command failed.
+exit status: 0 the request would be placed (--only-filter: some host kept),
+1 it would not (no host kept), 2 the command failed.
 
-example:
+ties: hosts of equal weight are drawn at random, seeded by the request id and
+each instance's uuid. Give those of a real request (--request-id,
+--instance-uuid) and explain names the hosts select_destinations chose for it
+on the same hosts; by default both are made up.
+
+examples:
   scheduler-admin explain --flavor m1.xlarge --count 2 \\
       --extra-spec trait:HW_CPU_X86_AVX512F=required --availability-zone az1
+  scheduler-admin explain --flavor m1.small --json --all-hosts \\
+      --request-id req-0f3c... --instance-uuid 6a1d...
+  scheduler-admin explain --flavor m1.small --only-filter ComputeFilter
 """
 
 
@@ -142,7 +162,40 @@ def _add_commands(subparsers: Any) -> None:
         help="Project the request is made for (tenant isolation; default admin).",
     )
     explain.add_argument("--user-id", default="admin", help="User the request is made for.")
-    explain.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    explain.add_argument(
+        "--request-id",
+        metavar="REQ",
+        help="The request id the dry run draws its ties with (a real request's, to "
+        "replay its decision; default: a new one).",
+    )
+    explain.add_argument(
+        "--instance-uuid",
+        metavar="UUID",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="The instances' uuids, as many as --count (repeatable): with --request-id, "
+        "a real request's, so ties fall as they did for it (default: made up).",
+    )
+    explain.add_argument(
+        "--json", action="store_true", help="Print the report as JSON instead of the summary."
+    )
+    only = explain.add_mutually_exclusive_group()
+    only.add_argument(
+        "--all-hosts",
+        action="store_true",
+        help="With --json: every stage's surviving hosts by name, the reason of every "
+        "host removed, and the whole weighed list with each weigher's normalised value, "
+        "multiplier and contribution. Needs --json (refused without it: the summary is "
+        "the readable form).",
+    )
+    only.add_argument(
+        "--only-filter",
+        metavar="FILTER",
+        help="Run this one host filter alone on every host, for the request, and print "
+        "the hosts it removes with its reason (no other stage runs; a registered "
+        "filter that is not enabled may be tried).",
+    )
 
     hosts = subparsers.add_parser(
         "hosts",
@@ -301,15 +354,39 @@ def format_explain(report: ExplainReport) -> str:
     return "\n".join(lines)
 
 
+def format_filter_run(run: StageHosts) -> str:
+    """One filter run alone, as an operator reads it."""
+    head = f"{run.stage} alone on {run.hosts} hosts"
+    if run.skipped:
+        return f"{head}: the request gives it nothing to check; every host kept"
+    lines = [f"{head}: {len(run.removed)} removed, {len(run.survivors)} kept"]
+    if run.removed:
+        rows = sorted(run.removed.items())
+        lines += ["", *_table(("removed host", "reason"), rows, indent="  ", left=2)]
+    return "\n".join(lines)
+
+
 def _explain(conf: cfg.ConfigOpts) -> int:
     args = conf.command
+    if args.all_hosts and not args.json:
+        raise InvalidRequest(reason="--all-hosts needs --json (the summary is the readable form)")
     spec = build_spec(args, load_catalog(conf.conductor.flavors_file))
+    uuids = (
+        validate_instance_uuids(args.instance_uuid, spec.num_instances)
+        if args.instance_uuid
+        else None
+    )
     transport = rpc.get_transport(conf)
     try:
         client = rpc.SchedulerClient(transport, conf.scheduler.topic)
-        ctxt = rpc.RequestContext.admin(user_id="scheduler-admin", project_id=args.project_id)
+        ctxt = rpc.RequestContext.admin(
+            user_id="scheduler-admin", project_id=args.project_id, request_id=args.request_id
+        )
         try:
-            report = client.explain(ctxt, spec)
+            if args.only_filter:
+                run = client.run_filter(ctxt, spec, args.only_filter)
+            else:
+                report = client.explain(ctxt, spec, instance_uuids=uuids, all_hosts=args.all_hosts)
         except oslo_messaging.MessagingTimeout:
             print(
                 f"scheduler-admin: no scheduler worker answered on topic "
@@ -317,8 +394,18 @@ def _explain(conf: cfg.ConfigOpts) -> int:
                 file=sys.stderr,
             )
             return EXIT_ERROR
+        except oslo_messaging.UnsupportedVersion as exc:
+            print(
+                f"scheduler-admin: the worker that answered does not serve RPC version "
+                f"{exc.version}, which --instance-uuid, --all-hosts and --only-filter need",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
     finally:
         transport.cleanup()
+    if args.only_filter:
+        print(json.dumps(run.to_primitive(), indent=2) if args.json else format_filter_run(run))
+        return EXIT_PLACEABLE if run.survivors else EXIT_UNPLACEABLE
     print(json.dumps(report.to_primitive(), indent=2) if args.json else format_explain(report))
     return EXIT_PLACEABLE if report.placeable else EXIT_UNPLACEABLE
 

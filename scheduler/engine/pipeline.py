@@ -24,6 +24,13 @@ a generator seeded with the request id and the instance uuid, so replaying
 the same request on the same view gives the same hosts. Each instance leaves
 an :class:`InstanceTrace` (survivors per stage, rejections per reason, the
 top weighed hosts with each weigher's share) for logs and ``explain``.
+
+:meth:`Engine.explain` is the dry run of one request (nothing claimed): the
+same stages, the same random draws for the same request id and instance
+uuids, and, asked for all hosts, every stage's hosts by name and the whole
+weighed list. Those names are recorded only then: the decisions of
+``select_destinations`` count hosts, they never list them.
+:meth:`Engine.run_filter` runs one host filter alone on every host.
 """
 
 from __future__ import annotations
@@ -54,6 +61,16 @@ from scheduler.exceptions import (
     NoValidHost,
     ProviderNotFound,
     StoreError,
+)
+from scheduler.explain import (
+    CANDIDATE_STEP,
+    HOST_FILTER,
+    REQUEST_FILTER,
+    ExplainReport,
+    InstanceHosts,
+    StageHosts,
+    WeighedHostDetail,
+    WeigherShare,
 )
 
 # The plugin bases (here and below) as modules, not names: a plugin module
@@ -147,6 +164,17 @@ class InstanceTrace:
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     host: str | None = None
     reused: bool = False
+    #: Each stage's hosts by name, recorded only when a dry run asks for all
+    #: hosts (None otherwise: nothing is listed), and the whole weighed list.
+    by_name: list[StageHosts] | None = None
+    weighed: list[WeighedHostDetail] = field(default_factory=list)
+
+    @property
+    def detail(self) -> InstanceHosts | None:
+        """The host-by-host account, when it was recorded."""
+        if self.by_name is None:
+            return None
+        return InstanceHosts(tuple(self.by_name), tuple(self.weighed))
 
     def survived(self, stage: str, survivors: int) -> None:
         self.stages.append(StageCount(stage, survivors))
@@ -239,6 +267,67 @@ class Engine:
             ctx_request_id, spec, instance_uuids, return_alternates, claim
         ).selections
 
+    def explain(
+        self,
+        request_id: str,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str],
+        all_hosts: bool = False,
+    ) -> ExplainReport:
+        """The dry run of a request: where each instance would go and why,
+        nothing claimed, the view left as it was.
+
+        Given the request id and instance uuids of a real request, it draws
+        every tie as :meth:`select` would on the same view (the draws are
+        seeded by them). With ``all_hosts`` each instance's explanation holds
+        its :class:`~scheduler.explain.InstanceHosts`: every stage's
+        survivors and removed hosts by name, and the whole weighed list with
+        each weigher's normalised value, multiplier and contribution.
+
+        :raises InvalidRequest: the request spec is malformed.
+        """
+        # The weighers that run: a multiplier of 0 turns one off.
+        weighers = {name: w.multiplier for name, w in self.weighers if w.multiplier}
+        try:
+            result = self.schedule(
+                request_id, spec, instance_uuids, False, claim=False, all_hosts=all_hosts
+            )
+        except NoValidHost as exc:
+            return ExplainReport.build(request_id, spec, exc.traces, weighers, placeable=False)
+        return ExplainReport.build(request_id, spec, result.traces, weighers, placeable=True)
+
+    def run_filter(self, name: str, spec: RequestSpec) -> StageHosts:
+        """Host filter ``name`` alone on every host of the view, for ``spec``: the
+        hosts it keeps and the reason of each it removes, as a stage of kind
+        :data:`~scheduler.explain.HOST_FILTER`. Nothing else runs
+        on the hosts (the request filters only shape the request the filter
+        reads, as in :meth:`schedule`). A filter that is not configured is
+        built with this engine's settings, so an operator can try one first.
+
+        :raises UnknownPlugin: ``name`` is not a registered host filter.
+        :raises InvalidRequest: the request spec is malformed.
+        """
+        configured = dict(self.filters)
+        host_filter = configured.get(name) or build_filters(self.settings, [name])[0][1]
+        with self._lock:
+            now = self._clock()
+            self.view.refresh(now)
+            request = self._request_filters(spec.resource_request, spec)
+            ctx = PlacementContext(
+                spec=spec, now=now, group_members=self._group_members(spec), request=request
+            )
+            hosts = np.arange(self.view.size)
+            state = host_filter.prepare(ctx)
+            if state is None:
+                return StageHosts(name, HOST_FILTER, self._names(hosts), skipped=True)
+            keep = host_filter.passes(self.view, hosts, ctx, state)
+            return StageHosts(
+                name,
+                HOST_FILTER,
+                self._names(hosts[keep]),
+                self._removed([(host_filter.REASON, hosts[~keep])]),
+            )
+
     def schedule(
         self,
         ctx_request_id: str,
@@ -246,11 +335,13 @@ class Engine:
         instance_uuids: Sequence[str],
         return_alternates: bool = True,
         claim: bool = True,
+        all_hosts: bool = False,
     ) -> ScheduleResult:
         """:meth:`select` with the trace of every decision.
 
         With ``claim=False`` (a dry run) nothing is claimed and the view is
-        left as it was.
+        left as it was. With ``all_hosts`` each trace also lists every stage's
+        hosts by name (:attr:`InstanceTrace.detail`); a cost paid only then.
         """
         with self._lock:
             now = self._clock()
@@ -281,6 +372,8 @@ class Engine:
                     trace = InstanceTrace(
                         instance_uuid, self.view.size, position, len(instance_uuids)
                     )
+                    if all_hosts:
+                        trace.by_name = []
                     traces.append(trace)
                     # Candidates: host constraints, liveness, then the provider
                     # trees with room for every request group; what placement
@@ -371,19 +464,35 @@ class Engine:
         assert request is not None  # set by schedule()
         every = slice(0, view.size)
         alive = np.ones(view.size, dtype=bool)
+        # Host by host only when asked (a dry run for all hosts).
+        by_name = trace.by_name is not None
         # The request filters' constraints on the compute node, in their order.
         for constraint in request.host_constraints:
             ok = host_constraint_mask(view, constraint, every)
-            trace.reject(constraint.reason, int(np.count_nonzero(alive & ~ok)))
+            gone = alive & ~ok
+            trace.reject(constraint.reason, int(np.count_nonzero(gone)))
             alive &= ok
-            trace.survived(constraint.stage or constraint.reason, int(np.count_nonzero(alive)))
+            stage = constraint.stage or constraint.reason
+            trace.survived(stage, int(np.count_nonzero(alive)))
+            if by_name:
+                self._record(trace, stage, REQUEST_FILTER, alive, [(constraint.reason, gone)])
         # Hosts that stopped heartbeating, also before the cut.
         up = rules.is_up(ctx.now, view.last_seen, self.settings.service_down_time)
-        trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(alive & ~up)))
+        gone = alive & ~up
+        trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(gone)))
         alive &= up
         trace.survived(HOSTS_UP, int(np.count_nonzero(alive)))
+        if by_name:
+            self._record(trace, HOSTS_UP, CANDIDATE_STEP, alive, [(reasons.HOST_DOWN, gone)])
         # Traits, aggregates and capacity per request group, over the trees.
-        placement = place(view, request, alive=alive, reject=trace.reject)
+        out: list[tuple[str, np.ndarray]] = []
+        placement = place(
+            view,
+            request,
+            alive=alive,
+            reject=trace.reject,
+            removed=out.append if by_name else None,
+        )
         limit = self.settings.max_placement_results
         if len(placement) > limit:
             trace.reject(OVER_LIMIT, len(placement) - limit)
@@ -392,8 +501,13 @@ class Engine:
                 if self.settings.randomize_candidates
                 else np.arange(limit)
             )
+            if by_name:
+                cut = np.setdiff1d(placement.hosts, placement.hosts[positions])
+                out.append((OVER_LIMIT, cut))
             placement = placement.take(positions)
         trace.survived(CANDIDATES, len(placement))
+        if by_name:
+            self._record(trace, CANDIDATES, CANDIDATE_STEP, placement.hosts, out)
         return placement
 
     def _filter(
@@ -405,12 +519,21 @@ class Engine:
     ) -> np.ndarray:
         """The candidates every filter keeps; a filter whose state for the request
         is None has nothing to check, and is skipped."""
+        by_name = trace.by_name is not None
         for name, host_filter in self.filters:
+            out: list[tuple[str, np.ndarray]] = []
+            skipped = False
             if len(candidates) and (state := states.of(host_filter)) is not None:
                 keep = host_filter.passes(self.view, candidates, ctx, state)
                 trace.reject(host_filter.REASON, len(candidates) - int(np.count_nonzero(keep)))
+                if by_name:
+                    out.append((host_filter.REASON, candidates[~keep]))
                 candidates = candidates[keep]
+            else:
+                skipped = bool(len(candidates))
             trace.survived(name, len(candidates))
+            if by_name:
+                self._record(trace, name, HOST_FILTER, candidates, out, skipped)
         return candidates
 
     def _weigh(
@@ -424,12 +547,19 @@ class Engine:
         """The candidates best first, and their weights."""
         total = np.zeros(len(candidates))
         shares: list[tuple[str, np.ndarray]] = []
+        # Asked for all hosts: each weigher's normalised values and multipliers.
+        parts: list[tuple[np.ndarray, np.ndarray]] | None = (
+            [] if trace.by_name is not None else None
+        )
         if len(candidates) > 1:  # one host left: nothing to weigh
             for name, weigher in self.weighers:
                 if weigher.multiplier:
-                    share = weigher.weigh(self.view, candidates, ctx, states.of(weigher))
+                    state = states.of(weigher)
+                    share = weigher.weigh(self.view, candidates, ctx, state)
                     total += share
                     shares.append((name, share))
+                    if parts is not None:
+                        parts.append(self._weigher_parts(weigher, candidates, ctx, state))
         settings = self.settings
         head = (
             max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
@@ -444,7 +574,42 @@ class Engine:
             )
             for k in order[:TRACE_TOP]
         ]
+        if parts is not None:
+            names = self.view.names
+            trace.weighed = [
+                WeighedHostDetail(
+                    names[candidates[k]],
+                    float(total[k]),
+                    {
+                        name: WeigherShare(float(norm[k]), float(mult[k]), float(share[k]))
+                        for (name, share), (norm, mult) in zip(shares, parts, strict=True)
+                    },
+                )
+                for k in order
+            ]
         return candidates[order], total[order]
+
+    def _weigher_parts(
+        self,
+        weigher: BaseWeigher[Any],
+        candidates: np.ndarray,
+        ctx: PlacementContext,
+        state: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A weigher's normalised values and (signed) multipliers per candidate,
+        whose product is what its ``weigh`` contributed (explain only)."""
+        normalised = (
+            np.zeros(len(candidates))
+            if state is None
+            else weighers_base.normalise(
+                weigher.raw(self.view, candidates, ctx, state), weigher.SCALING
+            )
+        )
+        multipliers = np.broadcast_to(
+            weigher.SIGN * np.asarray(weigher.multipliers(self.view, candidates), dtype=float),
+            len(candidates),
+        )
+        return normalised, multipliers
 
     def _pick(self, count: int, rng: np.random.Generator) -> list[int]:
         """Positions in the ranking to claim in turn: one drawn from the best
@@ -563,6 +728,30 @@ class Engine:
         return out
 
     # --- helpers --------------------------------------------------------------------
+
+    def _names(self, hosts: np.ndarray) -> tuple[str, ...]:
+        """The names of ``hosts``: view indices, or a mask over the view."""
+        names = self.view.names
+        return tuple(names[i] for i in (np.flatnonzero(hosts) if hosts.dtype == bool else hosts))
+
+    def _removed(self, removed: Sequence[tuple[str, np.ndarray]]) -> dict[str, str]:
+        """Host name -> reason, from (reason, hosts as for :meth:`_names`) pairs."""
+        return {name: reason for reason, hosts in removed for name in self._names(hosts)}
+
+    def _record(
+        self,
+        trace: InstanceTrace,
+        stage: str,
+        kind: str,
+        kept: np.ndarray,
+        removed: Sequence[tuple[str, np.ndarray]],
+        skipped: bool = False,
+    ) -> None:
+        """One stage's hosts by name, in a trace that asked for them."""
+        assert trace.by_name is not None
+        trace.by_name.append(
+            StageHosts(stage, kind, self._names(kept), self._removed(removed), skipped)
+        )
 
     def _selection(
         self,
@@ -715,14 +904,7 @@ def build_plugins(
     :raises UnknownPlugin: a configured name is not a registered plugin.
     :raises ValueError: an option is out of its bounds (one line, naming it).
     """
-    filters: list[tuple[str, BaseFilter[Any]]] = [
-        (name, build(cls, settings))
-        for name, cls in load_plugins(
-            FILTERS_GROUP,
-            settings.enabled_filters,
-            filters_base.BaseFilter,  # type: ignore[type-abstract]
-        )
-    ]
+    filters = build_filters(settings, settings.enabled_filters)
     weighers: list[tuple[str, BaseWeigher[Any]]] = [
         (name, build(cls, settings))
         for name, cls in load_plugins(
@@ -732,6 +914,23 @@ def build_plugins(
         )
     ]
     return filters, weighers
+
+
+def build_filters(
+    settings: EngineSettings, names: Sequence[str]
+) -> list[tuple[str, BaseFilter[Any]]]:
+    """The host filters ``names``, in order, each with its arguments.
+
+    :raises UnknownPlugin: a name is not a registered host filter.
+    """
+    return [
+        (name, build(cls, settings))
+        for name, cls in load_plugins(
+            FILTERS_GROUP,
+            names,
+            filters_base.BaseFilter,  # type: ignore[type-abstract]
+        )
+    ]
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

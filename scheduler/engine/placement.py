@@ -54,6 +54,9 @@ from scheduler.resource_request import HostConstraint, RequestGroup, ResourceReq
 
 #: ``reject(reason, count)``: where the step counts the hosts it removes.
 Reject = Callable[[str, int], None]
+#: ``removed((reason, hosts))``: where a dry run asked for all hosts lists them
+#: (view indices).
+Removed = Callable[[tuple[str, np.ndarray]], None]
 
 #: A question asked of providers: (rows, kid) -> mask (e.g. ``HostView.has_trait`` bound
 #: to one trait).
@@ -143,7 +146,12 @@ class _Step:
     """One run of :func:`place`: the hosts still in, and how to count the others."""
 
     def __init__(
-        self, view: HostView, hosts: np.ndarray | None, alive: np.ndarray | None, reject: Reject
+        self,
+        view: HostView,
+        hosts: np.ndarray | None,
+        alive: np.ndarray | None,
+        reject: Reject,
+        removed: Removed | None = None,
     ) -> None:
         self.view = view
         self.rows: np.ndarray | slice = slice(0, view.size) if hosts is None else hosts
@@ -154,6 +162,7 @@ class _Step:
         self.krows: np.ndarray | slice = slice(0, view.kid_size) if hosts is None else self.kids
         self.alive = np.ones(self.n, dtype=bool) if alive is None else alive.copy()
         self._reject = reject
+        self._removed = removed
         # what earlier groups of this request already take, per class, per provider
         self.extra_root: dict[str, np.ndarray] = {}
         self.extra_kid: dict[str, np.ndarray] = {}
@@ -163,6 +172,8 @@ class _Step:
     def drop(self, keep: np.ndarray, reason: str) -> None:
         """Remove the hosts not in ``keep``, counting those still in under ``reason``."""
         self._reject(reason, int(np.count_nonzero(self.alive & ~keep)))
+        if self._removed is not None:
+            self._removed((reason, self.hosts[self.alive & ~keep]))
         self.alive &= keep
 
     def any_kid(self, kid_mask: np.ndarray) -> np.ndarray:
@@ -372,13 +383,14 @@ def place(
     hosts: np.ndarray | None = None,
     alive: np.ndarray | None = None,
     reject: Reject = _ignore,
+    removed: Removed | None = None,
 ) -> Placement:
     """Where ``request``'s groups land on each of ``hosts`` (None: every host
     whose ``alive`` entry is True, or every host), in the view as it is now.
-    Hosts that cannot take it are left out, counted by ``reject``; the order
-    of ``hosts`` is kept. Host constraints are not asked here (see
-    :func:`host_constraint_mask`)."""
-    step = _Step(view, hosts, alive, reject)
+    Hosts that cannot take it are left out, counted by ``reject`` (and, given
+    ``removed``, listed there by reason); the order of ``hosts`` is kept.
+    Host constraints are not asked here (see :func:`host_constraint_mask`)."""
+    step = _Step(view, hosts, alive, reject, removed)
     slots = step.unsuffixed(request.unsuffixed, shared=bool(request.numbered))
     for group in sorted(request.numbered, key=_most_particular_first):
         slots.append(step.numbered(group, request.isolate))

@@ -1,6 +1,8 @@
 """``scheduler-admin`` against a real worker, RabbitMQ and Redis: explain on an
 unplaceable request (counted reasons, nothing claimed), on a placeable one,
-the refusal of a non-admin explain, hosts, and an instance's fault."""
+explain host by host (``--json --all-hosts``, ``--only-filter``) against what
+the engine decides, the refusal of a non-admin explain, hosts, and an
+instance's fault."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ from typing import Any
 
 import pytest
 
+from conductor_stub.flavors import load_catalog
 from scheduler import rpc
+from scheduler.engine import Engine
 from scheduler.exceptions import Forbidden, NoValidHost
+from scheduler.explain import ExplainReport
 from scheduler.objects import Flavor, RequestSpec, ServerGroup
+from scheduler.service import engine_settings
 from tests.functional.conftest import Cluster
+from tests.unit.factories import private_conf
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
 
@@ -146,6 +153,67 @@ def test_explain_an_unplaceable_request_counts_the_reasons_and_claims_nothing(
 
     for uuid in members:
         assert cluster.store.release(uuid)
+
+
+def test_explain_all_hosts_names_what_the_engine_decides(cluster: Cluster, transport: Any) -> None:
+    # Six equal hosts (their weights tie, the pick among 3 is drawn), one of
+    # them disabled, and two too small for m1.small.
+    cluster.write_config(filter_scheduler={"host_subset_size": 3})
+    cluster.start_compute(6, "--memory-mb", "16384", name="even")
+    cluster.start_compute(2, "--memory-mb", "2048", name="tiny")
+    cluster.store.set_service_disabled("even-0005", True, "maintenance")
+    cluster.start_worker()
+    request_id, uuids = f"req-{uuidlib.uuid4()}", [str(uuidlib.uuid4()) for _ in range(2)]
+    spec = RequestSpec(
+        flavor=load_catalog()["m1.small"], project_id="admin", user_id="admin", num_instances=2
+    )
+
+    out = admin_cli(
+        cluster,
+        "explain",
+        "--flavor",
+        "m1.small",
+        "--count",
+        "2",
+        "--json",
+        "--all-hosts",
+        "--request-id",
+        request_id,
+        "--instance-uuid",
+        *uuids,
+    )
+    assert out.returncode == 0, out.stderr
+    report = ExplainReport.from_primitive(json.loads(out.stdout))
+    first = report.instances[0].detail
+    assert first is not None
+    assert dict(first.stage("DisabledComputesRequestFilter").removed) == {"even-0005": "disabled"}
+    assert dict(first.stage("candidates").removed) == {
+        "tiny-0000": "insufficient MEMORY_MB",
+        "tiny-0001": "insufficient MEMORY_MB",
+    }
+    assert sorted(w.host for w in first.weighed) == [f"even-000{n}" for n in range(5)]
+
+    # An engine in this process, over the same store with the worker's
+    # settings, decides host by host what the worker reported.
+    local = Engine(cluster.store, engine_settings(private_conf([str(cluster.config_file)])))
+    mine = local.explain(request_id, spec, uuids, all_hosts=True)
+    assert [i.detail for i in report.instances] == [i.detail for i in mine.instances]
+    run = local.run_filter("ComputeFilter", spec)
+
+    # The real decision for the same request id and uuids: the same hosts.
+    placed = rpc.SchedulerClient(transport, timeout=30).select_destinations(
+        rpc.RequestContext(request_id=request_id), spec, uuids
+    )
+    assert [per[0].host for per in placed] == [i.host for i in report.instances]
+    for uuid in uuids:
+        assert cluster.store.release(uuid)
+
+    # One filter alone on every host, as the engine runs it.
+    only = admin_cli(cluster, "explain", "--flavor", "m1.small", "--only-filter", "ComputeFilter")
+    assert only.returncode == 0, only.stderr
+    assert only.stdout.splitlines()[0] == "ComputeFilter alone on 8 hosts: 1 removed, 7 kept"
+    assert dict(run.removed) == {"even-0005": "disabled"}
+    assert any(line.split() == ["even-0005", "disabled"] for line in only.stdout.splitlines())
 
 
 #: Contexts that are not admin contexts, by name (one cluster serves them all).

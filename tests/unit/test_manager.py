@@ -258,6 +258,58 @@ def test_explain_validates_the_request_of_an_admin() -> None:
         unwrapped(rig().endpoint.explain)(ADMIN, {**spec().to_primitive(), "colour": "red"})
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_explain_with_the_requests_ids_names_the_host_select_destinations_chooses(
+    count: int,
+) -> None:
+    """Sixteen hosts tie: given the request id (the context's) and instance uuids
+    of a request, explain draws its ties as select_destinations does for it;
+    left to make up its own uuids, it names other hosts."""
+    chosen, own_uuids_differ = set(), False
+    for seed in range(12):
+        r = rig(*[host(f"h{i:02}") for i in range(16)], host_subset_size=4, weighers=())
+        ctxt = RequestContext.admin(request_id=f"req-{seed}", user_id="ops", project_id="p")
+        uuids = [str(uuidlib.uuid4()) for _ in range(count)]
+        request = spec(num_instances=count).to_primitive()
+        report = ExplainReport.from_primitive(r.endpoint.explain(ctxt, request, uuids, True))
+        own = ExplainReport.from_primitive(r.endpoint.explain(ctxt, request))
+        placed = r.endpoint.select_destinations(ctxt, request, uuids)
+        hosts = [per[0]["host"] for per in placed]
+        assert [i.host for i in report.instances] == hosts, seed
+        assert [i.instance_uuid for i in report.instances] == uuids
+        own_uuids_differ |= [i.host for i in own.instances] != hosts
+        chosen.add(hosts[0])
+    assert len(chosen) > 3 and own_uuids_differ
+
+
+@pytest.mark.parametrize(
+    ("uuids", "all_hosts", "message"),
+    [
+        pytest.param(["not-a-uuid"], False, "instance_uuids", id="bad-uuid"),
+        pytest.param([str(uuidlib.uuid4())] * 2, False, "entries", id="wrong-count"),
+        pytest.param(None, "yes", "all_hosts must be a boolean", id="all-hosts-not-bool"),
+    ],
+)
+def test_explain_refuses_bad_uuids_or_all_hosts(uuids: Any, all_hosts: Any, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        unwrapped(rig().endpoint.explain)(ADMIN, spec().to_primitive(), uuids, all_hosts)
+
+
+def test_run_filter_names_the_hosts_one_filter_removes() -> None:
+    r = rig(host("h1"), host("h2", disabled=True), host("h3", up=False))
+    raw = r.endpoint.run_filter(ADMIN, spec().to_primitive(), "ComputeFilter")
+    assert raw["survivors"] == ["h1"]
+    assert raw["removed"] == {"h2": "disabled", "h3": "disabled"}
+    assert r.store.claims == []
+
+
+def test_run_filter_refuses_an_unknown_filter_and_a_non_admin() -> None:
+    with pytest.raises(InvalidRequest, match="NoSuchFilter"):
+        unwrapped(rig().endpoint.run_filter)(ADMIN, spec().to_primitive(), "NoSuchFilter")
+    with pytest.raises(Forbidden, match="run_filter requires an admin context"):
+        unwrapped(rig().endpoint.run_filter)(USER, spec().to_primitive(), "ComputeFilter")
+
+
 # --- admin-only request fields ------------------------------------------------------
 
 

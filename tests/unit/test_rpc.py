@@ -1,6 +1,7 @@
 """The RPC boundary: what each client method sends at the version it pins
-(scheduler: 1.0, 1.1 for explain, 1.3 for select_destinations with zones;
-compute and conductor: 1.1, and 1.2 when a Selection names a zone), and that
+(scheduler: 1.0, 1.1 for explain, 1.3 for select_destinations with zones,
+1.4 for explain's uuids and all hosts and for run_filter; compute and
+conductor: 1.1, and 1.2 when a Selection names a zone), and that
 the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
 from scheduler.explain import (
+    HOST_FILTER,
     ExplainReport,
     InstanceExplanation,
+    StageHosts,
     StageSurvivors,
     WeighedHostReport,
 )
@@ -60,10 +63,10 @@ REPORT = ExplainReport(
 class Recorder:
     """Records every method called on it, with its context and arguments.
 
-    Serves every version up to ``version`` (1.3 unless told), as a worker does.
+    Serves every version up to ``version`` (1.4 unless told), as a worker does.
     """
 
-    def __init__(self, version: str = "1.3") -> None:
+    def __init__(self, version: str = "1.4") -> None:
         self.target = oslo_messaging.Target(version=version)
         self.calls: list[tuple[str, Any, dict[str, Any]]] = []
         self.event = threading.Event()
@@ -82,6 +85,8 @@ class Recorder:
                 raise exc
             if name == "explain":
                 return REPORT.to_primitive()
+            if name == "run_filter":
+                return FILTER_RUN.to_primitive()
             # As a worker answers: the zone only to a client that asked for it.
             zoned = ZONED if kwargs.get("return_zones") else ZONED.without_zone()
             return [[zoned.to_primitive()]]
@@ -138,6 +143,7 @@ OLD_TOPIC = "scheduler-1.0"
 V1_2_TOPIC = "scheduler-1.2"
 #: The worker on V1_2_TOPIC, before Selections had a zone.
 OLD_WORKER = Recorder(version="1.2")
+FILTER_RUN = StageHosts("ComputeFilter", HOST_FILTER, ("h1",), {"h2": "disabled"})
 
 
 def test_select_destinations_sends_v1_3_arguments_and_context(
@@ -366,7 +372,7 @@ def test_resize_casts_send_v1_1_arguments(
     "client, version",
     [
         # The scheduler client's newest version; each method sends its own (below).
-        pytest.param(rpc.SchedulerClient, "1.3", id="scheduler"),
+        pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
         pytest.param(rpc.ComputeClient, "1.2", id="compute"),
         pytest.param(rpc.ConductorClient, "1.2", id="conductor"),
     ],
@@ -406,11 +412,56 @@ def test_explain_sends_v1_1_arguments_and_returns_the_typed_report(
         pytest.param("run_instance", "1.0", id="run_instance"),
         pytest.param("resize", "1.0", id="resize"),
         pytest.param("explain", "1.1", id="explain"),
+        pytest.param("run_filter", "1.4", id="run_filter"),
     ],
 )
 def test_each_method_pins_the_version_that_introduced_it(method: str, version: str) -> None:
     assert rpc.SchedulerClient.SENDS[method] == version
-    assert rpc.SchedulerClient.VERSION == "1.3"
+    assert rpc.SchedulerClient.VERSION == "1.4"
+
+
+def test_explain_with_uuids_and_all_hosts_sends_them(transport: Any, recorder: Recorder) -> None:
+    rpc.SchedulerClient(transport).explain(ADMIN, SPEC, instance_uuids=["i-1"], all_hosts=True)
+    name, ctxt, kwargs = _wait(recorder)
+    assert (name, kwargs) == (
+        "explain",
+        {"request_spec": SPEC.to_primitive(), "instance_uuids": ["i-1"], "all_hosts": True},
+    )
+    assert ctxt.request_id == "req-adm"
+
+
+def test_run_filter_sends_the_name_and_returns_the_typed_run(
+    transport: Any, recorder: Recorder
+) -> None:
+    run = rpc.SchedulerClient(transport).run_filter(ADMIN, SPEC, "ComputeFilter")
+    name, _, kwargs = _wait(recorder)
+    assert (name, kwargs) == (
+        "run_filter",
+        {"request_spec": SPEC.to_primitive(), "filter_name": "ComputeFilter"},
+    )
+    assert run == FILTER_RUN
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(lambda c: c.explain(ADMIN, SPEC, instance_uuids=["i-1"]), id="uuids"),
+        pytest.param(lambda c: c.explain(ADMIN, SPEC, all_hosts=True), id="all-hosts"),
+        pytest.param(lambda c: c.run_filter(ADMIN, SPEC, "ComputeFilter"), id="run_filter"),
+    ],
+)
+def test_what_1_4_added_is_sent_at_1_4_so_an_older_worker_refuses_it(
+    transport: Any, send: Any
+) -> None:
+    with pytest.raises(oslo_messaging.UnsupportedVersion) as err:
+        send(rpc.SchedulerClient(transport, topic=V1_2_TOPIC, timeout=5))
+    assert err.value.version == "1.4"
+
+
+def test_a_1_2_worker_still_serves_a_plain_explain(transport: Any) -> None:
+    assert rpc.SchedulerClient(transport, topic=V1_2_TOPIC, timeout=5).explain(ADMIN, SPEC) == (
+        REPORT
+    )
 
 
 FORCED = SPEC.replace(force_hosts=("h1",))

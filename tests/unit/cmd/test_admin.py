@@ -15,10 +15,16 @@ from conductor_stub.flavors import load_catalog
 from scheduler.cmd import admin
 from scheduler.exceptions import InvalidRequest
 from scheduler.explain import (
+    CANDIDATE_STEP,
+    HOST_FILTER,
     ExplainReport,
     InstanceExplanation,
+    InstanceHosts,
+    StageHosts,
     StageSurvivors,
+    WeighedHostDetail,
     WeighedHostReport,
+    WeigherShare,
 )
 from scheduler.objects import InstanceRecord
 from scheduler.store.base import Inventory, Provider, Service
@@ -198,12 +204,36 @@ def test_format_explain_lines(given: ExplainReport, present: list[str], absent: 
         assert part not in text
 
 
+ALL_HOSTS = replace(
+    PLACEABLE,
+    instances=(
+        replace(
+            PLACEABLE.instances[0],
+            instance_uuid=uuid_of("i1"),
+            detail=InstanceHosts(
+                stages=(
+                    StageHosts(
+                        "candidates", CANDIDATE_STEP, ("h1", "h2"), {"h3": "insufficient VCPU"}
+                    ),
+                    StageHosts("RetryFilter", HOST_FILTER, ("h1", "h2"), skipped=True),
+                ),
+                weighed=(
+                    WeighedHostDetail("h1", 1.0, {"RAMWeigher": WeigherShare(1.0, 1.0, 1.0)}),
+                    WeighedHostDetail("h2", 0.5, {"RAMWeigher": WeigherShare(0.5, 1.0, 0.5)}),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 @pytest.mark.parametrize(
     "given",
     [
         pytest.param(UNPLACEABLE, id="unplaceable"),
         pytest.param(PLACEABLE, id="placeable"),
         pytest.param(MANY, id="multi-instance"),
+        pytest.param(ALL_HOSTS, id="all-hosts"),
     ],
 )
 def test_explain_report_survives_json(given: ExplainReport) -> None:
@@ -225,6 +255,47 @@ def test_explain_report_survives_json(given: ExplainReport) -> None:
 def test_a_malformed_report_is_refused_typed(raw: Any) -> None:
     with pytest.raises(InvalidRequest):
         ExplainReport.from_primitive(raw)
+
+
+def test_a_report_from_a_worker_without_uuids_or_detail_still_reads() -> None:
+    raw = PLACEABLE.to_primitive()
+    for inst in raw["instances"]:
+        del inst["instance_uuid"]
+    assert ExplainReport.from_primitive(raw) == PLACEABLE
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        pytest.param(
+            StageHosts(
+                "ComputeFilter",
+                HOST_FILTER,
+                ("h1",),
+                {"h3": "disabled", "h2": "disabled"},
+            ),
+            "ComputeFilter alone on 3 hosts: 2 removed, 1 kept\n"
+            "\n"
+            "  removed host  reason\n"
+            "  h2            disabled\n"
+            "  h3            disabled",
+            id="removed",
+        ),
+        pytest.param(
+            StageHosts("RetryFilter", HOST_FILTER, ("h1", "h2"), skipped=True),
+            "RetryFilter alone on 2 hosts: the request gives it nothing to check; every host kept",
+            id="skipped",
+        ),
+        pytest.param(
+            StageHosts("RetryFilter", HOST_FILTER, ("h1",)),
+            "RetryFilter alone on 1 hosts: 0 removed, 1 kept",
+            id="nothing-removed",
+        ),
+    ],
+)
+def test_format_filter_run(given: StageHosts, expected: str) -> None:
+    assert admin.format_filter_run(given) == expected
+    assert StageHosts.from_primitive(json.loads(json.dumps(given.to_primitive()))) == given
 
 
 # --- arguments ----------------------------------------------------------------------
@@ -344,6 +415,66 @@ def test_build_spec(given: SimpleNamespace, check: Any) -> None:
 def test_build_spec_refuses(given: SimpleNamespace, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         admin.build_spec(given, load_catalog())
+
+
+def explain_conf(**overrides: Any) -> SimpleNamespace:
+    defaults = {
+        "json": False,
+        "all_hosts": False,
+        "only_filter": None,
+        "request_id": None,
+        "instance_uuid": [],
+    }
+    command = args(**{**defaults, **overrides})
+    return SimpleNamespace(command=command, conductor=SimpleNamespace(flavors_file=None))
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        pytest.param(
+            explain_conf(all_hosts=True),
+            r"--all-hosts needs --json \(the summary is the readable form\)",
+            id="all-hosts-without-json",
+        ),
+        pytest.param(
+            explain_conf(count=2, instance_uuid=[uuid_of("i1")]),
+            "instance_uuids has 1 entries but num_instances is 2",
+            id="uuids-not-as-many-as-count",
+        ),
+        pytest.param(explain_conf(instance_uuid=["nope"]), "instance_uuids", id="not-a-uuid"),
+    ],
+)
+def test_explain_refuses_before_asking_a_worker(given: SimpleNamespace, message: str) -> None:
+    # No transport is configured: reaching the RPC would fail otherwise.
+    with pytest.raises(InvalidRequest, match=message):
+        admin._explain(given)  # type: ignore[arg-type]
+
+
+def explain_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scheduler-admin")
+    admin._add_commands(parser.add_subparsers(dest="name"))
+    return parser
+
+
+def test_explain_help_says_what_all_hosts_and_only_filter_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        explain_parser().parse_args(["explain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--all-hosts With --json: every stage's surviving hosts by name" in text
+    assert "Needs --json" in text
+    assert "--only-filter FILTER Run this one host filter alone on every host" in text
+    assert "--request-id" in text and "--instance-uuid" in text
+
+
+def test_all_hosts_and_only_filter_exclude_each_other() -> None:
+    parser = explain_parser()
+    parsed = parser.parse_args(["explain", "--flavor", "m1.small", "--only-filter", "X"])
+    assert (parsed.only_filter, parsed.all_hosts) == ("X", False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["explain", "--flavor", "m1.small", "--all-hosts", "--only-filter", "X"])
 
 
 # --- hosts --------------------------------------------------------------------------
