@@ -80,7 +80,9 @@ scheduler_opts = [
         default=1000,
         min=1,
         help="At most this many candidate hosts are examined per request after the "
-        "capacity step. Disabled and down hosts are removed before the cut.",
+        "capacity step. Disabled and down hosts are removed before the cut. As in Nova, "
+        "a request in a server group or with a same_host or different_host hint is not "
+        "cut: its filters need to see every host that has room.",
     ),
     cfg.BoolOpt(
         "randomize_allocation_candidates",

@@ -493,8 +493,8 @@ class Engine:
             reject=trace.reject,
             removed=out.append if by_name else None,
         )
-        limit = self.settings.max_placement_results
-        if len(placement) > limit:
+        limit = None if sees_every_candidate(ctx.spec) else self.settings.max_placement_results
+        if limit is not None and len(placement) > limit:
             trace.reject(OVER_LIMIT, len(placement) - limit)
             positions = (
                 np.sort(rng.choice(len(placement), limit, replace=False))
@@ -931,6 +931,18 @@ def build_filters(
             filters_base.BaseFilter,  # type: ignore[type-abstract]
         )
     ]
+
+
+#: Scheduler hints whose filters must see every candidate (see sees_every_candidate).
+_HOST_HINTS = ("group", "same_host", "different_host")
+
+
+def sees_every_candidate(spec: RequestSpec) -> bool:
+    """Whether a request is exempt from the ``max_placement_results`` cut, as in
+    Nova: one in a server group or with a ``same_host`` / ``different_host``
+    hint. Its filters keep only a few hosts of the cloud (the group's, or those
+    away from it), and a cut made before them could keep none of those."""
+    return spec.group is not None or any(hint in spec.scheduler_hints for hint in _HOST_HINTS)
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

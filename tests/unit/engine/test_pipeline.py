@@ -635,3 +635,49 @@ def test_ranking_is_best_first_with_ties_drawn_where_decisions_look(total: list[
 def test_ranking_without_ties_is_the_plain_order() -> None:
     values = np.array([0.5, 3.0, 1.0, 2.0])
     assert _rank(values, np.random.default_rng(1), 2).tolist() == [1, 3, 2, 0]
+
+
+def _members_on(store: HookedStore, policy: str, *hosts: str) -> object:
+    """Claims one member of a ``policy`` group on each of ``hosts``; the group."""
+    g = group(policy)
+    for name in hosts:
+        store.claim(
+            uuid_of(f"member-{name}"),
+            AllocationRequest({uuid_of(name): {VCPU: 1}}, "project", "user"),
+            GroupClaim(g.uuid, g.policy, name),
+        )
+    return g
+
+
+def test_a_request_in_a_server_group_is_not_cut_to_max_placement_results() -> None:
+    """As in Nova: the cut keeps h0 and h1 (store order), both holding a member of
+    the anti-affinity group; cut anyway, the request would find no host."""
+    store = HookedStore([host(f"h{i}") for i in range(5)])
+    g = _members_on(store, "anti-affinity", "h0", "h1")
+    eng = engine(store, max_placement_results=2, **FLAT)
+    result = eng.schedule("req", spec(group=g), [uuid_of("new")], claim=False)
+    assert result.selections[0][0].host in {"h2", "h3", "h4"}
+    assert OVER_LIMIT not in result.traces[0].reasons
+    # Without a group the cut still applies.
+    plain = eng.schedule("req", spec(), [uuid_of("new")], claim=False)
+    assert plain.traces[0].reasons[OVER_LIMIT] == 3
+
+
+@pytest.mark.parametrize("hint", ["same_host", "different_host"])
+def test_a_request_with_a_host_hint_is_not_cut_to_max_placement_results(hint: str) -> None:
+    """``same_host`` next to an instance on h4, ``different_host`` away from those
+    on h0 and h1: with the cut at 2 (h0, h1) neither could be placed."""
+    store = HookedStore([host(f"h{i}") for i in range(5)])
+    others = ("h4",) if hint == "same_host" else ("h0", "h1")
+    for name in others:
+        store.claim(
+            uuid_of(f"other-{name}"),
+            AllocationRequest({uuid_of(name): {VCPU: 1}}, "project", "user"),
+            None,
+        )
+    wanted = {"h4"} if hint == "same_host" else {"h2", "h3", "h4"}
+    filters = ("ComputeFilter", "SameHostFilter" if hint == "same_host" else "DifferentHostFilter")
+    eng = engine(store, max_placement_results=2, enabled_filters=filters, **FLAT)
+    hints = {hint: tuple(uuid_of(f"other-{name}") for name in others)}
+    result = eng.schedule("req", spec(scheduler_hints=hints), [uuid_of("new")], claim=False)
+    assert result.selections[0][0].host in wanted
