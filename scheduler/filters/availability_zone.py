@@ -11,9 +11,10 @@ removed this filter; with that on, this filter removes nothing. Enable it
 when the request filter is off, or requests for a zone go anywhere. Its
 reason is the request filter's, so the counts read the same.
 
-**We differ from Nova**: in Nova a requested zone that no aggregate names
-restricts nothing at the scheduler (its API validated zones earlier). Here a
-request for a zone with no hosts finds no host, and NoValidHost says why.
+As Nova's filter, it keeps no host for a zone that no aggregate names (other
+than the default zone), and for the default zone keeps the hosts in no zone
+aggregate and those whose aggregates name it. Where zones differ from Nova is
+in the request filter (:mod:`scheduler.request_filters.availability_zone`).
 """
 
 from __future__ import annotations
