@@ -183,7 +183,9 @@ filter_scheduler_opts = [
         "Disabled hosts and availability zones are handled before the candidates by "
         "the request filters ([scheduler] compute_status_filter, "
         "query_placement_for_availability_zone); with one of those off, list "
-        "ComputeFilter or AvailabilityZoneFilter here to keep that policy.",
+        "ComputeFilter or AvailabilityZoneFilter here to keep that policy. Hosts "
+        "already tried (and a resize's source) are removed before the candidates "
+        "whatever is listed here: RetryFilter, still accepted, is not needed.",
     ),
     cfg.ListOpt(
         "weighers",

@@ -170,9 +170,11 @@ class HostConstraint:
     forbidden_traits: frozenset[str] = frozenset()
     member_of: frozenset[str] | None = None
     forbidden_aggregates: frozenset[str] = frozenset()
-    #: Host names the node must be one of (None: any); matched ignoring case
-    #: when ``ignore_case`` (as forced hosts are).
+    #: Host names the node must be one of (None: any), and those it must not
+    #: be (hosts already tried); both matched ignoring case when
+    #: ``ignore_case`` (as forced and ignored hosts are).
     hosts: frozenset[str] | None = None
+    forbidden_hosts: frozenset[str] = frozenset()
     ignore_case: bool = False
     #: Who added it (a request filter's name), for the trace's stages.
     stage: str = field(default="", compare=False)

@@ -248,6 +248,10 @@ class Engine:
         for option, host_filter in _POLICY_FILTERS:
             if not getattr(settings, option) and host_filter not in settings.enabled_filters:
                 LOG.warning("policy_not_enforced", option=option, host_filter=host_filter)
+        # A filter kept only so that configs naming it load: it is not needed.
+        for name, configured in self.filters:
+            if configured.NOT_NEEDED:
+                LOG.warning("host_filter_not_needed", host_filter=name, why=configured.NOT_NEEDED)
         self._lock = threading.Lock()
 
     def select(

@@ -131,15 +131,18 @@ def host_constraint_mask(
     if constraint.forbidden_aggregates:
         ok &= ~view.in_any(constraint.forbidden_aggregates, rows)
     if constraint.hosts is not None:
-        named = np.zeros(view.size, dtype=bool)
-        names = sorted(constraint.hosts)
-        named[
-            view.indices_of_ignoring_case(names)
-            if constraint.ignore_case
-            else view.indices_of(names)
-        ] = True
-        ok &= named[rows]
+        ok &= _named(view, constraint.hosts, constraint.ignore_case)[rows]
+    if constraint.forbidden_hosts:
+        ok &= ~_named(view, constraint.forbidden_hosts, constraint.ignore_case)[rows]
     return ok
+
+
+def _named(view: HostView, names: frozenset[str], ignore_case: bool) -> np.ndarray:
+    """Mask of every host of the view named in ``names``."""
+    find = view.indices_of_ignoring_case if ignore_case else view.indices_of
+    named = np.zeros(view.size, dtype=bool)
+    named[find(sorted(names))] = True
+    return named
 
 
 class _Step:

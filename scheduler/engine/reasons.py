@@ -42,6 +42,8 @@ TRAIT_ISOLATED_AGGREGATE = "in an aggregate isolated by traits"
 NOT_FORCED_HOST = "not a forced host"
 NOT_FORCED_NODE = "not a forced node"
 NOT_REQUESTED_DESTINATION = "not the requested destination"
+#: A host a previous attempt of the request used (``ignore_hosts``).
+ALREADY_TRIED = "host already tried"
 
 
 def _group(reason: str, suffix: str) -> str:

@@ -19,16 +19,17 @@ from typing import Any
 #: The host filters that run by default, in order (cheapest and most
 #: selective first), the one list every default derives from: Nova 34's
 #: defaults (ComputeFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter,
-#: ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter), plus the retry
-#: filter, which is how this scheduler honours resize's excluded source and
-#: hosts already tried. Availability zones, like disabled hosts, are the
+#: ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter), plus the PCI and
+#: NUMA filters. Hosts already tried (and a resize's source), like forced
+#: hosts, are the request's own, removed by the always-on destination request
+#: filter whatever filters are enabled (the RetryFilter that did it is not
+#: needed any more). Availability zones, like disabled hosts, are the
 #: request filters' (before the candidate step, on by default), as in Nova;
 #: the AvailabilityZoneFilter stays available for a cloud that turns
 #: ``query_placement_for_availability_zone`` off, and ComputeFilter removes
 #: disabled hosts when ``compute_status_filter`` is off.
 DEFAULT_FILTERS: tuple[str, ...] = (
     "ComputeFilter",
-    "RetryFilter",
     "ComputeCapabilitiesFilter",
     "ImagePropertiesFilter",
     "ServerGroupAntiAffinityFilter",

@@ -50,6 +50,10 @@ class BaseFilter(abc.ABC, Generic[S]):
 
     #: What a rejected host is counted under in NoValidHost's details.
     REASON: ClassVar[str]
+    #: Set (to why) on a filter that has nothing left to do and is kept only
+    #: so that configs naming it still load: enabled, the engine warns at
+    #: start-up that it is not needed.
+    NOT_NEEDED: ClassVar[str] = ""
     #: The filter's arguments, one option each (none by default).
     Args: ClassVar[type[PluginArgs]] = NoArgs
 

@@ -1,8 +1,14 @@
-"""RetryFilter: rejects the hosts already tried for this request.
+"""RetryFilter: nothing left to do; kept so that configs naming it still load.
 
-The request's ``ignore_hosts`` lists the hosts a previous attempt used (a
-failed build, the source of a resize); they are matched case-insensitively,
-as Nova matches ignored hosts.
+Hosts already tried for a request (its ``ignore_hosts``: a failed build's or
+resize's earlier attempts, a resize's source host) are the request's own
+field, so :class:`~scheduler.request_filters.DestinationRequestFilter`, which
+is always on, removes them before the candidate step, counted under "host
+already tried", whatever host filters are enabled (as Nova's host manager
+strips ignored hosts; Nova has no RetryFilter any more). This filter is no
+longer among the defaults; listed in ``enabled_filters`` it keeps every host
+and is skipped on every request, and the engine warns at start-up that it is
+not needed.
 """
 
 from __future__ import annotations
@@ -18,16 +24,15 @@ if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 
-class RetryFilter(BaseFilter[tuple[str, ...]]):
-    """Keeps hosts not yet tried for this request."""
+class RetryFilter(BaseFilter[None]):
+    """Keeps every host: hosts already tried are gone before the host filters."""
 
-    REASON = "host already tried"
+    NOT_NEEDED = "hosts already tried are removed before the candidate step"
 
-    def prepare(self, ctx: PlacementContext) -> tuple[str, ...] | None:
-        return tuple(ctx.spec.ignore_hosts) or None
+    def prepare(self, ctx: PlacementContext) -> None:
+        return None
 
     def passes(
-        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: tuple[str, ...]
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: None
     ) -> np.ndarray:
-        tried = view.indices_of_ignoring_case(state)
-        return ~np.isin(candidates, tried)
+        return np.ones(len(candidates), dtype=bool)

@@ -135,7 +135,7 @@ def test_with_alternates_off_the_conductor_asks_the_scheduler_again(
         for e in conductor.log_events()
         if e.get("event") == "rescheduled_via_scheduler"
     ]
-    # Each retry ignores every host tried so far (the retry filter keeps them out).
+    # Each retry ignores every host tried so far (removed before the candidate step).
     assert [len(ignored) for ignored in asked] == list(range(1, max_attempts))
     wait_until(
         lambda: (

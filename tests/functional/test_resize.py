@@ -138,14 +138,27 @@ def test_a_destination_that_fails_is_released_before_the_retry_on_an_alternate(
     assert conductor.count("resize_rescheduled") == 1
 
 
-@pytest.mark.parametrize("same_host", [False, True], ids=["source-excluded", "same-host"])
+@pytest.mark.parametrize(
+    ("same_host", "filters"),
+    [
+        # The source is excluded by the request's own ignored hosts, whatever
+        # host filters are enabled; RetryFilter, listed, is warned as not needed.
+        pytest.param(False, "ComputeFilter", id="source-excluded"),
+        pytest.param(False, "ComputeFilter,RetryFilter", id="source-excluded-retry-filter-listed"),
+        pytest.param(True, "ComputeFilter", id="same-host"),
+    ],
+)
 def test_a_resize_with_no_other_host(
-    cluster: Cluster, notifications: Any, same_host: bool
+    cluster: Cluster, notifications: Any, same_host: bool, filters: str
 ) -> None:
-    cluster.write_config(scheduler={"allow_resize_to_same_host": same_host})
+    cluster.write_config(
+        scheduler={"allow_resize_to_same_host": same_host},
+        filter_scheduler={"enabled_filters": filters},
+    )
     cluster.start_conductor()
     cluster.start_compute(1, name="only")
-    cluster.start_worker()
+    worker = cluster.start_worker()
+    assert worker.count("host_filter_not_needed") == ("RetryFilter" in filters)
     uuid = boot_one(cluster, "m1.small")["uuid"]
 
     resized = cluster.resize(uuid, "--flavor", "m1.medium", "--wait")
@@ -159,7 +172,7 @@ def test_a_resize_with_no_other_host(
             resized["flavor"],
             resized["fault"],
         ) == (1, "ACTIVE", "only-0000", "m1.small", NoValidHost.USER_MESSAGE), resized
-        assert "host already tried" in resized["fault_details"]
+        assert "1 host already tried" in resized["fault_details"]
         assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.small")}}
         wait_until(
             lambda: any(

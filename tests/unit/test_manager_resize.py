@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from scheduler.engine.settings import DEFAULT_FILTERS
 from scheduler.exceptions import NoValidHost
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
@@ -23,7 +24,10 @@ MIGRATION = migration_uuid_for(INSTANCE, "req-resize")
 
 
 def setup(
-    hosts: tuple[str, ...], same_host: bool = False, held: bool = True
+    hosts: tuple[str, ...],
+    same_host: bool = False,
+    held: bool = True,
+    filters: tuple[str, ...] = DEFAULT_FILTERS,
 ) -> tuple[MemoryStore, SchedulerEndpoint, Recorded, Recorded]:
     store = MemoryStore()
     populate(store, [host(name, ram=8192) for name in hosts])
@@ -31,7 +35,7 @@ def setup(
         store.claim(INSTANCE, AllocationRequest({uuid_of("h1"): SMALL.resources}, "p", "u"))
     compute, conductor = Recorded(), Recorded()
     endpoint = SchedulerEndpoint(
-        engine(store),
+        engine(store, enabled_filters=filters),
         compute,
         conductor,  # type: ignore[arg-type]
         Notifier(None, "test"),
@@ -70,9 +74,18 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize(
+    "filters",
+    [
+        pytest.param(DEFAULT_FILTERS, id="default-filters"),
+        # The source is excluded by the request's own ignore_hosts, whatever
+        # host filters an operator enables (none at all here).
+        pytest.param((), id="no-host-filters"),
+    ],
+)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_resize(case: ResizeCase) -> None:
-    store, endpoint, compute, conductor = setup(case.hosts, case.same_host)
+def test_resize(case: ResizeCase, filters: tuple[str, ...]) -> None:
+    store, endpoint, compute, conductor = setup(case.hosts, case.same_host, filters=filters)
 
     resize(endpoint)
 

@@ -287,8 +287,8 @@ def test_a_report_from_a_worker_without_uuids_or_detail_still_reads() -> None:
             id="skipped",
         ),
         pytest.param(
-            StageHosts("RetryFilter", HOST_FILTER, ("h1",)),
-            "RetryFilter alone on 1 hosts: 0 removed, 1 kept",
+            StageHosts("ImagePropertiesFilter", HOST_FILTER, ("h1",)),
+            "ImagePropertiesFilter alone on 1 hosts: 0 removed, 1 kept",
             id="nothing-removed",
         ),
     ],

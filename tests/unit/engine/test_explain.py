@@ -29,21 +29,21 @@ def test_all_hosts_names_every_stage_survivors_and_every_removed_hosts_reason() 
     detail = inst.detail
     assert detail is not None
     by_stage = {s.stage: s for s in detail.stages}
-    # A request filter, the candidate step, each host filter in order.
+    # The request filters, the candidate step, each host filter in order.
+    assert by_stage["DestinationRequestFilter"].kind == REQUEST_FILTER
+    assert dict(by_stage["DestinationRequestFilter"].removed) == {"mid": "host already tried"}
+    assert "mid" not in by_stage["DestinationRequestFilter"].survivors
     assert by_stage["DisabledComputesRequestFilter"].kind == REQUEST_FILTER
     assert dict(by_stage["DisabledComputesRequestFilter"].removed) == {"off": "disabled"}
     assert dict(by_stage["hosts up"].removed) == {"down": "host down"}
     assert by_stage["hosts up"].kind == by_stage["candidates"].kind == CANDIDATE_STEP
     assert dict(by_stage["candidates"].removed) == {"small": "insufficient MEMORY_MB"}
-    assert by_stage["candidates"].survivors == ("big1", "big2", "mid")
-    assert by_stage["RetryFilter"].kind == HOST_FILTER
-    assert dict(by_stage["RetryFilter"].removed) == {"mid": "host already tried"}
-    assert by_stage["RetryFilter"].survivors == ("big1", "big2")
+    assert by_stage["candidates"].survivors == ("big1", "big2")
     filters = [s.stage for s in detail.stages if s.kind == HOST_FILTER]
     assert filters == [name for name, _ in eng.filters]
     # A filter the request gives nothing to check keeps every host, said so.
     assert by_stage["ServerGroupAffinityFilter"].skipped
-    assert not by_stage["RetryFilter"].skipped
+    assert not by_stage["ComputeFilter"].skipped
     # Every removed host once, by its first stage: the same counts as the summary.
     removed = [h for s in detail.stages for h in s.removed]
     assert sorted(removed) == ["down", "mid", "off", "small"]
@@ -121,15 +121,22 @@ def test_explain_chooses_the_host_select_chooses_for_the_same_ids(count: int) ->
 
 def test_run_filter_runs_one_filter_on_every_host() -> None:
     eng = engine(HookedStore(HOSTS))
-    run = eng.run_filter("RetryFilter", spec(ignore_hosts=("mid", "small")))
-    assert dict(run.removed) == {"mid": "host already tried", "small": "host already tried"}
+    run = eng.run_filter("ComputeFilter", spec(ram=100000))
+    assert dict(run.removed) == {"down": "disabled", "off": "disabled"}
     # Every other host is asked, also those earlier stages would remove.
-    assert run.survivors == ("big1", "big2", "down", "off")
+    assert run.survivors == ("big1", "big2", "mid", "small")
     assert run.hosts == len(HOSTS) and not run.skipped
 
 
 def test_run_filter_with_nothing_to_check_keeps_every_host() -> None:
-    run = engine(HookedStore(HOSTS)).run_filter("RetryFilter", spec())
+    run = engine(HookedStore(HOSTS)).run_filter("ServerGroupAffinityFilter", spec())
+    assert run.skipped and run.removed == {} and len(run.survivors) == len(HOSTS)
+
+
+def test_retry_filter_has_nothing_left_to_check() -> None:
+    """Hosts already tried are the destination request filter's: RetryFilter,
+    still loadable by name, is skipped even for a request that ignores hosts."""
+    run = engine(HookedStore(HOSTS)).run_filter("RetryFilter", spec(ignore_hosts=("mid",)))
     assert run.skipped and run.removed == {} and len(run.survivors) == len(HOSTS)
 
 

@@ -512,9 +512,11 @@ def test_unknown_plugin_fails_at_construction(overrides: dict) -> None:
 
 def test_plugins_load_in_configured_order() -> None:
     eng = engine(
-        HookedStore(), enabled_filters=("RetryFilter", "ComputeFilter"), weighers=("DiskWeigher",)
+        HookedStore(),
+        enabled_filters=("ImagePropertiesFilter", "ComputeFilter"),
+        weighers=("DiskWeigher",),
     )
-    assert [name for name, _ in eng.filters] == ["RetryFilter", "ComputeFilter"]
+    assert [name for name, _ in eng.filters] == ["ImagePropertiesFilter", "ComputeFilter"]
     assert [name for name, _ in eng.weighers] == ["DiskWeigher"]
     assert isinstance(eng, Engine)
 
@@ -525,7 +527,7 @@ def test_plugins_load_in_configured_order() -> None:
         pytest.param({}, [], id="defaults-enforce-both"),
         pytest.param({"compute_status_filter": False}, [], id="status-off-compute-filter-on"),
         pytest.param(
-            {"compute_status_filter": False, "enabled_filters": ("RetryFilter",)},
+            {"compute_status_filter": False, "enabled_filters": ("ImagePropertiesFilter",)},
             ["compute_status_filter"],
             id="status-off-no-compute-filter",
         ),
@@ -570,11 +572,11 @@ def test_trace_counts_survivors_per_stage() -> None:
     )
     stages = [(s.stage, s.survivors) for s in result.traces[0].stages]
     assert stages == [
-        ("DisabledComputesRequestFilter", 5),
-        ("hosts up", 4),
-        ("candidates", 3),
-        ("ComputeFilter", 3),
-        ("RetryFilter", 2),
+        ("DestinationRequestFilter", 5),
+        ("DisabledComputesRequestFilter", 4),
+        ("hosts up", 3),
+        ("candidates", 2),
+        ("ComputeFilter", 2),
         ("ComputeCapabilitiesFilter", 2),
         ("ImagePropertiesFilter", 2),
         ("ServerGroupAntiAffinityFilter", 2),
@@ -583,10 +585,10 @@ def test_trace_counts_survivors_per_stage() -> None:
         ("NUMATopologyFilter", 2),
     ]
     assert result.traces[0].reasons == {
+        "host already tried": 1,
         "disabled": 1,
         "host down": 1,
         "insufficient MEMORY_MB": 1,
-        "host already tried": 1,
     }
     assert result.traces[0].host in {"ok1", "ok2"}
 
