@@ -181,6 +181,10 @@ class ConsumerDeleted(StoreError):
 
     msg = "instance %(consumer)s is being deleted: nothing is claimed for it"
 
+    def __init__(self, consumer: str) -> None:
+        super().__init__(consumer=consumer)
+        self.consumer = consumer
+
 
 class StreamTruncated(StoreError):
     """A change-feed cursor fell off the stream: reload from a snapshot."""

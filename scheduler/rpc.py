@@ -200,9 +200,14 @@ class ComputeClient:
     Versions:
       1.0 - build_and_run_instance, prep_resize.
       1.1 - resize_instance, finish_resize, confirm_resize, revert_resize.
+      1.2 - terminate_instance. Sent at 1.2 alone (the rest still at 1.1, so a
+            1.1 compute serves them), so a 1.1 compute refuses it
+            (UnsupportedVersion) rather than ignoring it.
     """
 
     VERSION = "1.1"
+    #: The version terminate_instance sends.
+    TERMINATE_VERSION = "1.2"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -248,9 +253,30 @@ class ComputeClient:
             host_list=[a.to_primitive() for a in alternates],
         )
 
-    def _cast(self, ctxt: RequestContext, host: str, method: str, **kwargs: Any) -> None:
-        cctxt = self._client.prepare(server=self._resolve(host), version=self.VERSION)
+    def _cast(
+        self,
+        ctxt: RequestContext,
+        to_host: str,
+        method: str,
+        version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        cctxt = self._client.prepare(
+            server=self._resolve(to_host), version=version or self.VERSION
+        )
         cctxt.cast(ctxt, method, **kwargs)
+
+    def terminate_instance(self, ctxt: RequestContext, host: str, instance_uuid: str) -> None:
+        """To a host that may run (or be building) the instance: destroy it there,
+        cancel what is in flight for it, and say so (``instance_terminated``)."""
+        self._cast(
+            ctxt,
+            host,
+            "terminate_instance",
+            version=self.TERMINATE_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
 
     def resize_instance(
         self,
@@ -323,15 +349,30 @@ class ConductorClient:
       1.0 - build_succeeded, reschedule, schedule_failed, resize_result.
       1.1 - reschedule takes migration_uuid (a failed resize destination),
             resize_result takes details; resize_confirmed, resize_reverted.
+      1.2 - instance_terminated. Sent at 1.2 alone (the rest still at 1.1).
     """
 
     VERSION = "1.1"
+    #: The version instance_terminated sends.
+    TERMINATED_VERSION = "1.2"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
 
-    def _cast(self, ctxt: RequestContext, method: str, **kwargs: Any) -> None:
-        self._client.prepare(version=self.VERSION).cast(ctxt, method, **kwargs)
+    def _cast(
+        self, ctxt: RequestContext, method: str, version: str | None = None, **kwargs: Any
+    ) -> None:
+        self._client.prepare(version=version or self.VERSION).cast(ctxt, method, **kwargs)
+
+    def instance_terminated(self, ctxt: RequestContext, instance_uuid: str, host: str) -> None:
+        """The instance's VM is gone from ``host`` (and nothing is in flight for it there)."""
+        self._cast(
+            ctxt,
+            "instance_terminated",
+            version=self.TERMINATED_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
 
     def build_succeeded(
         self, ctxt: RequestContext, instance_uuid: str, host: str, node: str

@@ -1,5 +1,6 @@
 """The RPC boundary: what each client method sends at the version it pins
-(scheduler: 1.0, and 1.1 for explain; compute and conductor: 1.1), and that
+(scheduler: 1.0, and 1.1 for explain; compute and conductor: 1.1, and 1.2 for
+the delete's terminate_instance and instance_terminated), and that
 the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
@@ -413,3 +414,39 @@ def test_forbidden_crosses_the_boundary_typed(transport: Any, recorder: Recorder
     recorder.raise_next = Forbidden(reason="explain requires an admin context")
     with pytest.raises(Forbidden, match="explain requires an admin context"):
         rpc.SchedulerClient(transport).explain(CTXT, SPEC)
+
+
+@pytest.mark.parametrize(
+    "send, method, expected",
+    [
+        pytest.param(
+            lambda t: rpc.ComputeClient(t, lambda host: "sim-1").terminate_instance(
+                CTXT, "h1", "i-1"
+            ),
+            "terminate_instance",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="terminate_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).instance_terminated(CTXT, "i-1", "h1"),
+            "instance_terminated",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="instance_terminated",
+        ),
+    ],
+)
+def test_delete_casts_send_v1_2_arguments(
+    transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
+) -> None:
+    send(transport)
+    name, ctxt, kwargs = _wait(recorder)
+    assert (name, kwargs) == (method, expected)
+    assert ctxt.request_id == "req-abc"
+
+
+def test_the_delete_casts_pin_1_2_and_the_rest_stay_at_1_1() -> None:
+    """So a 1.1 compute or conductor still serves every other cast (and
+    refuses a delete's, by its version, rather than taking it for another)."""
+    assert rpc.ComputeClient.TERMINATE_VERSION == "1.2"
+    assert rpc.ConductorClient.TERMINATED_VERSION == "1.2"
+    assert rpc.ComputeClient.VERSION == rpc.ConductorClient.VERSION == "1.1"
