@@ -311,9 +311,24 @@ def compute(t: Any) -> rpc.ComputeClient:
             {"instance_uuid": "i-1", "migration_uuid": "m-1"},
             id="resize_reverted",
         ),
+        # The delete's casts (1.2).
+        pytest.param(
+            lambda t: rpc.ComputeClient(t, lambda host: "sim-1").terminate_instance(
+                CTXT, "h1", "i-1"
+            ),
+            "terminate_instance",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="terminate_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).instance_terminated(CTXT, "i-1", "h1"),
+            "instance_terminated",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="instance_terminated",
+        ),
     ],
 )
-def test_resize_casts_send_v1_1_arguments(
+def test_resize_and_delete_casts_send_their_arguments(
     transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
 ) -> None:
     send(transport)
@@ -414,34 +429,6 @@ def test_forbidden_crosses_the_boundary_typed(transport: Any, recorder: Recorder
     recorder.raise_next = Forbidden(reason="explain requires an admin context")
     with pytest.raises(Forbidden, match="explain requires an admin context"):
         rpc.SchedulerClient(transport).explain(CTXT, SPEC)
-
-
-@pytest.mark.parametrize(
-    "send, method, expected",
-    [
-        pytest.param(
-            lambda t: rpc.ComputeClient(t, lambda host: "sim-1").terminate_instance(
-                CTXT, "h1", "i-1"
-            ),
-            "terminate_instance",
-            {"instance_uuid": "i-1", "host": "h1"},
-            id="terminate_instance",
-        ),
-        pytest.param(
-            lambda t: rpc.ConductorClient(t).instance_terminated(CTXT, "i-1", "h1"),
-            "instance_terminated",
-            {"instance_uuid": "i-1", "host": "h1"},
-            id="instance_terminated",
-        ),
-    ],
-)
-def test_delete_casts_send_v1_2_arguments(
-    transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
-) -> None:
-    send(transport)
-    name, ctxt, kwargs = _wait(recorder)
-    assert (name, kwargs) == (method, expected)
-    assert ctxt.request_id == "req-abc"
 
 
 def test_the_delete_casts_pin_1_2_and_the_rest_stay_at_1_1() -> None:

@@ -29,14 +29,13 @@ from scheduler.objects import (
     RESIZING,
     AllocationRequest,
     InstanceRecord,
-    Selection,
     migration_uuid_for,
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import GroupClaim, MemoryStore
-from tests.unit.factories import NOW, Recorded, spec, uuid_of
+from tests.unit.compute_sim.test_simulator import SPEC, selection
+from tests.unit.factories import NOW, Recorded, uuid_of
 
-SPEC = spec(vcpus=1, ram=1024, disk=10)
 CTXT = RequestContext(request_id="req-build")
 SETTINGS = ConductorSettings(delete_timeout=30, deleted_retention=600, max_redrives=2)
 GROUP = uuid_of("group")
@@ -153,16 +152,6 @@ class Cloud:
         assert self.sim.hosts_running(uuid) == []
         for host in ("h1", "h2", "h3"):
             assert self.store.get_provider(provider_uuid(host)).usages == {}
-
-
-def selection(host: str) -> Selection:
-    return Selection(
-        host=host,
-        node=host,
-        provider_uuid=provider_uuid(host),
-        allocation_request=AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u"),
-        weight=0.0,
-    )
 
 
 @pytest.fixture
