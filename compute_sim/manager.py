@@ -29,7 +29,8 @@ migration, so the conductor may re-drive any of them.
 
 A delete reaches each host that may run the instance or be building it
 (``terminate_instance``): the host destroys the VM, if it runs there, and
-remembers the instance as terminated, so a build or resize step still in
+remembers the instance as terminated (for the life of the process, as
+``_builds`` remembers builds), so a build or resize step still in
 flight for it, or arriving later (whatever order the casts come in), makes
 no VM and reports nothing; then it tells the conductor
 (``instance_terminated``), which releases the claims. What runs where is
