@@ -1,6 +1,7 @@
 """Delete end to end over RabbitMQ and Redis, through the real daemons:
-capacity given back, a delete racing a build, twice, an unknown uuid, the
-record expired by Redis after its retention, and ``--all --state`` clean-up.
+capacity given back, a delete racing a build and a resize, twice, an unknown
+uuid, the record expired by Redis after its retention, and ``--all --state``
+clean-up.
 The shared checker (conftest) then requires that no allocation, group
 membership or VM is left to a DELETED instance."""
 
@@ -112,3 +113,28 @@ def test_a_deleted_record_expires_and_all_with_a_state_cleans_up(cluster: Cluste
     wait_until(lambda: cluster.store.list_instances([gone]) == [], what="the record to expire")
     code, _, err = delete(cluster, gone)
     assert code == 2 and "no such instance" in err
+
+
+def test_delete_of_a_resizing_instance_releases_both_hosts_and_cancels_the_resize(
+    cluster: Cluster,
+) -> None:
+    cluster.start_conductor()
+    # The boot goes to the roomier host; the destination preps slowly.
+    src = cluster.start_compute(1, "--memory-mb", "131072", name="src")
+    dst = cluster.start_compute(1, "--build-time", "10", name="dst")
+    cluster.start_worker()
+    [instance] = boot(cluster, 1)
+    uuid = instance["uuid"]
+    assert instance["host"] == "src-0000"
+    resized = cluster.resize(uuid, "--flavor", "m1.medium")
+    assert resized["state"] == "RESIZING", resized
+    dst.wait_for("prep_resize", timeout=30)  # under way on the destination
+
+    code, out, err = delete(cluster, uuid, "--wait")
+    assert code == 0, err
+    assert out.split() == [uuid, "DELETED"]
+    assert cluster.store.list_consumers() == []  # the instance's and the migration's
+    assert src.count("instance_terminated") == dst.count("instance_terminated") == 1
+    dst.wait_for("resize_cancelled_by_delete", timeout=30)
+    assert dst.count("vm_started") == 0 and uuid not in cluster.running_vms()
+    assert cluster.store.get_instance(uuid).state == "DELETED"
