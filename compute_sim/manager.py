@@ -27,6 +27,18 @@ claim *before* handing the resize back for a retry on the alternates.
 migration's back to it, in one atomic step. Every step is idempotent per
 migration, so the conductor may re-drive any of them.
 
+A delete reaches each host that may run the instance or be building it
+(``terminate_instance``): the host destroys the VM, if it runs there, and
+remembers the instance as terminated (for the life of the process, as
+``_builds`` remembers builds), so a build or resize step still in
+flight for it, or arriving later (whatever order the casts come in), makes
+no VM and reports nothing; then it tells the conductor
+(``instance_terminated``), which releases the claims. What runs where is
+logged as it changes (``vm_started`` / ``vm_stopped``, with the instance
+and the host), so a test can tell what each host runs: a build that
+succeeded, a resize finished on its destination (off the source), a revert
+back on the source (off the destination).
+
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
@@ -234,7 +246,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.2")
+    target = oslo_messaging.Target(version="1.3")
 
     def __init__(
         self,
@@ -268,6 +280,9 @@ class ComputeSimulator:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._builds: dict[tuple[str, str], str] = {}  # (instance, host) -> BUILD_*
+        self._running: set[tuple[str, str]] = set()  # (instance, host): its VM runs there
+        # Instances a delete reached here: nothing is built or started for them again.
+        self._terminated: set[str] = set()
         self._failing: set[str] = set()  # hosts whose last build failed
         # Resizes: to cast the walk's next step, and what steps this process has seen.
         self.compute = compute
@@ -421,9 +436,13 @@ class ComputeSimulator:
                 return
             key = (instance_uuid, chosen.host)
             with self._lock:
+                terminated = instance_uuid in self._terminated
                 status = self._builds.get(key)
-                if status is None or status == BUILD_FAILED:
+                if not terminated and (status is None or status == BUILD_FAILED):
                     self._builds[key] = BUILD_RUNNING
+            if terminated:
+                LOG.info("build_of_deleted_instance_ignored")
+                return
             if status == BUILD_RUNNING:
                 LOG.info("build_duplicate_ignored")
                 return
@@ -454,6 +473,14 @@ class ComputeSimulator:
             host=chosen.host,
         ):
             key = (instance_uuid, chosen.host)
+            with self._lock:
+                cancelled = instance_uuid in self._terminated
+                if cancelled:
+                    self._builds[key] = BUILD_FAILED
+            if cancelled:  # deleted while building: no VM, nothing to report
+                self._count(chosen.host, -1)
+                LOG.info("build_cancelled_by_delete")
+                return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
             self._count(chosen.host, -1, None if failed else image)
@@ -475,7 +502,12 @@ class ComputeSimulator:
                 )
                 return
             with self._lock:
+                if instance_uuid in self._terminated:  # deleted meanwhile
+                    self._builds[key] = BUILD_FAILED
+                    LOG.info("build_cancelled_by_delete")
+                    return
                 self._builds[key] = BUILD_ACTIVE
+                self._start_vm(instance_uuid, chosen.host)
                 self.builds_ok += 1
                 was_failing = chosen.host in self._failing
                 self._failing.discard(chosen.host)
@@ -573,6 +605,13 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
+            with self._lock:
+                cancelled = instance_uuid in self._terminated
+                if cancelled:
+                    self._migrations[key] = STEP_FAILED
+            if cancelled:
+                LOG.info("resize_cancelled_by_delete")
+                return
             if chosen.host in self.fail_resize_hosts:
                 # Nova's bug 1741125 was a retry refused for the resources its
                 # own failed attempt still held: release first, then hand back.
@@ -636,6 +675,10 @@ class ComputeSimulator:
         ):
             LOG.info("resize_instance")
             assert self.compute is not None, "a simulator that resizes needs a compute client"
+            source = self._source_host(migration_uuid)
+            if source is not None:  # its disk goes to the destination
+                with self._lock:
+                    self._stop_vm(instance_uuid, source)
             compute = self.compute
             self._runner.later(
                 self.build_time,
@@ -655,8 +698,13 @@ class ComputeSimulator:
             migration_uuid=migration_uuid,
         ):
             with self._lock:
+                if instance_uuid in self._terminated:
+                    self._migrations[(migration_uuid, dest_host)] = STEP_FAILED
+                    LOG.info("resize_cancelled_by_delete")
+                    return
                 again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
                 self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
+                self._start_vm(instance_uuid, dest_host)
             LOG.info("finish_resize_reported_again" if again else "finish_resize")
             self.conductor.resize_result(ctxt, instance_uuid, migration_uuid, dest_host, True)
 
@@ -679,6 +727,55 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
+            with self._lock:
+                if moved and source is not None:  # back on the source, off the destination
+                    for running, host in list(self._running):
+                        if running == instance_uuid:
+                            self._stop_vm(instance_uuid, host)
+                    if instance_uuid not in self._terminated:
+                        self._start_vm(instance_uuid, source)
             LOG.info("resize_reverted", moved=moved)
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
+
+    # --- RPC endpoint: delete ---------------------------------------------------------
+
+    def terminate_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+        """Destroy the instance's VM on ``host`` (if it runs there) and cancel
+        whatever is in flight for it in this process; then tell the conductor.
+
+        Idempotent: a repeat (the conductor re-drives a delete it has not heard
+        back on) destroys nothing more and reports again.
+        """
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
+        ):
+            if host not in self._host_set:
+                LOG.error("terminate_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                self._terminated.add(instance_uuid)
+                destroyed = (instance_uuid, host) in self._running
+                self._stop_vm(instance_uuid, host)
+            LOG.info("instance_terminated", destroyed=destroyed)
+            self.conductor.instance_terminated(ctxt, instance_uuid, host)
+
+    # --- what runs where --------------------------------------------------------------
+
+    def hosts_running(self, instance_uuid: str) -> list[str]:
+        """The hosts of this process that run the instance's VM."""
+        with self._lock:
+            return sorted(h for u, h in self._running if u == instance_uuid)
+
+    def _start_vm(self, instance_uuid: str, host: str) -> None:
+        """(Under the lock.) The VM runs on ``host`` now."""
+        if (instance_uuid, host) not in self._running:
+            self._running.add((instance_uuid, host))
+            LOG.info("vm_started", instance_uuid=instance_uuid, host=host)
+
+    def _stop_vm(self, instance_uuid: str, host: str) -> None:
+        """(Under the lock.) The VM no longer runs on ``host``."""
+        if (instance_uuid, host) in self._running:
+            self._running.discard((instance_uuid, host))
+            LOG.info("vm_stopped", instance_uuid=instance_uuid, host=host)

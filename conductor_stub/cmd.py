@@ -5,6 +5,8 @@ results and re-drives the requests it has not heard back on (run it as a
 daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
 --wait`` boots instances and prints what became of them. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one.
+``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
+[--project P]``) deletes instances.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from conductor_stub.delete import Deleter
 from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, ConductorEndpoint
 from conductor_stub.records import ConductorSettings
@@ -103,9 +106,44 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     resize.add_argument("--json", action="store_true", help="Print the instance as JSON.")
 
+    delete = subparsers.add_parser(
+        "delete",
+        help="Delete instances: each host that may run one destroys its VM (a "
+        "build or resize in flight is cancelled), its claims are released and "
+        "it goes DELETED; the record is kept [conductor] deleted_retention "
+        "seconds. Deleting a deleted instance does nothing; an unknown uuid is "
+        "an error and nothing is deleted.",
+        description="Delete instances: each host that may run one destroys its VM "
+        "(a build or resize in flight is cancelled), its allocations are released "
+        "(server-group membership with them) and it goes DELETED. The record is "
+        "kept [conductor] deleted_retention seconds, then the store removes it. "
+        "Deleting a DELETING or DELETED instance does nothing; if any uuid is "
+        "unknown, nothing is deleted and the exit status is 2.",
+    )
+    delete.add_argument("uuids", nargs="*", metavar="UUID", help="The instances.")
+    delete.add_argument(
+        "--all",
+        action="store_true",
+        help="Every live instance (for test clean-up), narrowed by --state and --project.",
+    )
+    delete.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        help="With --all: only instances in this state (repeatable; e.g. ERROR).",
+    )
+    delete.add_argument("--project", help="With --all: only this project's instances.")
+    delete.add_argument(
+        "--wait", action="store_true", help="Wait until every instance is DELETED."
+    )
+    delete.add_argument(
+        "--timeout", type=float, default=120.0, help="Seconds --wait waits at most (default 120)."
+    )
+    delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
+
 
 command_opt = cfg.SubCommandOpt(
-    "command", title="Commands", handler=_add_commands, help="serve | boot | resize"
+    "command", title="Commands", handler=_add_commands, help="serve | boot | resize | delete"
 )
 
 
@@ -114,6 +152,8 @@ def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     return ConductorSettings(
         build_timeout=float(c.build_timeout),
         resize_timeout=float(c.resize_timeout),
+        delete_timeout=float(c.delete_timeout),
+        deleted_retention=float(c.deleted_retention),
         max_redrives=c.max_redrives,
         sweep_interval=c.sweep_interval,
         return_alternates=c.return_alternates,
@@ -258,6 +298,65 @@ def _run_resize(
     return resizer.wait(args.uuid, finished, left())
 
 
+def _delete(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+
+    def refuse(message: str) -> int:
+        print(f"conductor-stub delete: {message}", file=sys.stderr)
+        return 2
+
+    if args.all == bool(args.uuids):
+        return refuse("give instance uuids, or --all")
+    if (args.state or args.project) and not args.all:
+        return refuse("--state and --project narrow --all only")
+    store = make_store(conf)
+    if args.all:
+        uuids = [r.uuid for r in store.list_instances() if selected(r, args.state, args.project)]
+    else:
+        uuids = list(dict.fromkeys(args.uuids))
+        known = {r.uuid for r in store.list_instances(uuids)}
+        missing = [u for u in uuids if u not in known]
+        if missing:  # nothing is deleted
+            return refuse(f"no such instance: {', '.join(missing)}")
+    transport = rpc.get_transport(conf)
+    deleter = Deleter(
+        store, rpc.ComputeClient(transport, ServiceResolver(store)), conductor_settings(conf)
+    )
+    try:
+        records = [deleter.delete(uuid) for uuid in uuids]
+        if args.wait:
+            left, timed_out = deleter.wait(uuids, args.timeout)
+            if timed_out:
+                print(
+                    f"conductor-stub delete: timed out after {args.timeout:g} s; not yet "
+                    "DELETED: "
+                    + ", ".join(
+                        f"{r.uuid} ({r.state}, waiting on {', '.join(r.pending_hosts) or '-'})"
+                        for r in left
+                    ),
+                    file=sys.stderr,
+                )
+                return 1
+            records = store.list_instances(uuids)
+    finally:
+        transport.cleanup()
+    shown = [{"uuid": r.uuid, "state": r.state, "host": r.host} for r in records]
+    print(
+        json.dumps({"instances": shown})
+        if args.json
+        else "\n".join(f"{r['uuid']} {r['state']}" for r in shown)
+    )
+    return 0
+
+
+def selected(record: InstanceRecord, states: Sequence[str], project: str | None) -> bool:
+    """Whether ``delete --all`` takes the record: in one of ``states`` (any, if
+    none) and of ``project`` (any, if None)."""
+    if states and record.state not in {s.upper() for s in states}:
+        return False
+    return project is None or (record.request_spec or {}).get("project_id") == project
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
     conf = conf_mod.parse_args(
@@ -275,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if conf.command.name == "resize":
             return _resize(conf)
+        if conf.command.name == "delete":
+            return _delete(conf)
         return _boot(conf)
     except SchedulerError as exc:
         print(f"conductor-stub: {exc.message}", file=sys.stderr)

@@ -47,12 +47,15 @@ from typing import Any
 import oslo_messaging
 
 from conductor_stub import records
+from conductor_stub.delete import Deleter
 from conductor_stub.records import ConductorSettings, ConductorStore
 from scheduler import policy
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
+    ConsumerDeleted,
     Forbidden,
+    InstanceNotFound,
     InternalError,
     InvalidRequest,
     MaxRetriesExceeded,
@@ -65,6 +68,7 @@ from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     ACTIVE,
     BUILDING,
+    DELETED,
     ERROR,
     FINAL_STATES,
     RESIZED,
@@ -93,9 +97,9 @@ def _refused(refused: list[str]) -> str:
 
 class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
-    resize_result, resize_confirmed, resize_reverted."""
+    resize_result, resize_confirmed, resize_reverted, instance_terminated."""
 
-    target = oslo_messaging.Target(version="1.2")
+    target = oslo_messaging.Target(version="1.3")
 
     def __init__(
         self,
@@ -110,6 +114,23 @@ class ConductorEndpoint:
         self.scheduler = scheduler
         self.settings = settings or ConductorSettings()
         self._clock = clock
+        self.deleter = Deleter(store, compute, self.settings, clock)
+
+    # --- deletes --------------------------------------------------------------------
+
+    def instance_terminated(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+        """A host destroyed the VM of an instance being deleted (see
+        :mod:`conductor_stub.delete`); the last one to answer finishes it."""
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
+            try:
+                record = self.deleter.finish(instance_uuid, host)
+            except InstanceNotFound:  # past its retention already
+                LOG.info("instance_terminated_late")
+                return
+            if record is None:
+                LOG.warning("instance_terminated_not_deleting")
+            elif record.state != DELETED:
+                LOG.info("delete_waiting", pending=list(record.pending_hosts))
 
     # --- builds ---------------------------------------------------------------------
 
@@ -485,6 +506,9 @@ class ConductorEndpoint:
         except ConsumerConflict:
             LOG.info("reschedule_superseded", alternate=alternate.host)
             return None
+        except ConsumerDeleted:
+            LOG.info("reschedule_stopped_by_delete", alternate=alternate.host)
+            return None
         except (ClaimFailed, ProviderNotFound) as exc:
             LOG.info("alternate_skipped", alternate=alternate.host, reason=type(exc).__name__)
             refused.append(f"{alternate.host} ({type(exc).__name__})")
@@ -510,17 +534,19 @@ class ConductorEndpoint:
 
     def _select_again(self, ctxt: Any, uuid: str, spec: RequestSpec) -> Selection | None:
         """Ask the scheduler for one host (claimed for the instance), or None if
-        it did not answer (the sweeper re-drives the request later)."""
+        it did not answer (the sweeper re-drives the request later) or the
+        instance is being deleted."""
         if self.scheduler is None:
             raise NoValidHost(details="no scheduler client to ask again")
         try:
-            return self.scheduler.select_destinations(ctxt, spec, [uuid], return_alternates=False)[
-                0
-            ][0]
+            [per_instance] = self.scheduler.select_destinations(
+                ctxt, spec, [uuid], return_alternates=False
+            )
         except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
             # No answer, or the scheduler cannot reach the store for now.
             LOG.warning("select_again_timed_out", error=type(exc).__name__)
             return None
+        return per_instance[0] if per_instance else None  # none: deleted meanwhile
 
 
 @dataclass
@@ -682,6 +708,8 @@ class Booter:
             return
         single = spec.replace(num_instances=1)
         for uuid, per_instance in zip(uuids, selections, strict=True):
+            if not per_instance:  # deleted meanwhile: nothing was claimed for it
+                continue
             self.compute.build_and_run_instance(
                 ctxt, uuid, single, per_instance[0], per_instance[1:]
             )

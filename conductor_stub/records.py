@@ -14,6 +14,9 @@ one of them wins and the loser changes nothing::
     RESIZED --confirm--> ACTIVE on the destination (the source's allocation dropped)
     RESIZED --revert--> ACTIVE on the source (the destination's dropped, the
                                             source's handed back)
+    any but DELETED --delete--> DELETING (fenced: no claim lands) --every host
+        that may run it destroyed it / re-drives exhausted--> DELETED (every
+        claim released; the record expires after a retention)
 
 An instance in ERROR holds no allocation: whatever a late attempt claims for
 it is released when its result arrives, and once more when the record's
@@ -48,14 +51,17 @@ LOG = get_logger(__name__)
 class ConductorSettings:
     """The conductor's options, read once and passed in.
 
-    ``build_timeout`` / ``resize_timeout``: seconds to wait for an answer
-    before re-driving; ``max_redrives``: re-drives before the request has
+    ``build_timeout`` / ``resize_timeout`` / ``delete_timeout``: seconds to
+    wait for an answer before re-driving; ``deleted_retention``: seconds a
+    DELETED record is kept; ``max_redrives``: re-drives before the request has
     timed out; ``return_alternates``: reschedule onto the alternates (else
     ask the scheduler again); ``max_attempts``: hosts tried per instance.
     """
 
     build_timeout: float = 120.0
     resize_timeout: float = 300.0
+    delete_timeout: float = 60.0
+    deleted_retention: float = 86400.0
     max_redrives: int = 3
     sweep_interval: float = 5.0
     return_alternates: bool = True

@@ -15,11 +15,15 @@ not heard back on:
 * RESIZING: ``resize`` is sent again with the same request id, so the same
   migration: its move is a no-op and the destination's claim is reused.
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
+* DELETING: the terminate is cast again to the hosts that have not answered
+  (see :mod:`conductor_stub.delete`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
 a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
-source with a fault, and a confirm or revert is done here, in the store.
+source with a fault, a confirm or revert is done here, in the store, and a
+delete finishes without the hosts that never answered (its claims
+released; a VM left there is the reconciler's).
 So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
 
@@ -42,6 +46,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from conductor_stub import records
+from conductor_stub.delete import Deleter
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from scheduler import policy
@@ -49,6 +54,7 @@ from scheduler.exceptions import RequestTimedOut
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     BUILDING,
+    DELETING,
     ERROR,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
@@ -71,7 +77,9 @@ class Sweeper:
     """Re-drives the requests past their deadline; gives up after ``max_redrives``.
 
     ``counts`` totals what every sweep did, by kind (``run_instance``,
-    ``resize``, ``confirm``, ``revert``, ``timed_out``, ``cleaned_up``).
+    ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
+    ``cleaned_up``, ``delete_done_here``). ``deleter`` re-sends terminates
+    (by default one on the resizer's compute client).
     """
 
     def __init__(
@@ -81,12 +89,14 @@ class Sweeper:
         resizer: Resizer,
         settings: ConductorSettings,
         clock: Callable[[], float] = time.time,
+        deleter: Deleter | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.resizer = resizer
         self.settings = settings
         self._clock = clock
+        self.deleter = deleter or Deleter(store, resizer.compute, settings, clock)
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
@@ -120,6 +130,8 @@ class Sweeper:
             self._finish_resize(record)
         elif record.state == ERROR:
             self._clean_up(record)
+        elif record.state == DELETING:
+            self._delete(record)
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
@@ -183,6 +195,22 @@ class Sweeper:
         if updated is not None:
             (self.resizer.send_confirm if confirming else self.resizer.send_revert)(updated)
             self._redriven(kind, record)
+
+    def _delete(self, record: InstanceRecord) -> None:
+        if record.redrives >= self.settings.max_redrives:
+            done = self.deleter.finish(record.uuid, None, force=True)
+            if done is not None:
+                self.counts["delete_done_here"] += 1
+                LOG.warning(
+                    "delete_finished_by_conductor",
+                    redrives=record.redrives,
+                    unanswered=list(record.pending_hosts),
+                )
+            return
+        updated = self._push(record, DELETING, self.settings.delete_timeout)
+        if updated is not None:
+            self.deleter.terminate(updated)
+            self._redriven("terminate", record)
 
     def _clean_up(self, record: InstanceRecord) -> None:
         """An instance given up: release what a late attempt may have claimed."""

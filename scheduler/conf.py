@@ -376,6 +376,25 @@ conductor_opts = [
         "itself, a confirm or a revert) before it re-drives it.",
     ),
     cfg.IntOpt(
+        "delete_timeout",
+        default=60,
+        min=1,
+        help="Seconds the conductor waits for every host that may run an instance "
+        "being deleted to say its VM is gone, before it casts the terminate again "
+        "to those that have not. After max_redrives the delete finishes without "
+        "them (its claims released, the instance DELETED).",
+    ),
+    cfg.FloatOpt(
+        "deleted_retention",
+        default=86400.0,
+        min=0.001,
+        help="Seconds a DELETED instance's record is kept (for show and audits) "
+        "before the store itself removes it (Redis key expiry; no sweep looks for "
+        "it). Until then a claim for that instance is refused, so a request for it "
+        "still in flight cannot claim anything.\n\n"
+        "Related options: delete_timeout.",
+    ),
+    cfg.IntOpt(
         "max_redrives",
         default=3,
         min=0,

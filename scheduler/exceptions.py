@@ -174,6 +174,18 @@ class GroupPolicyViolation(ClaimFailed):
     msg = "server group %(group)s policy %(policy)s forbids host %(host)s"
 
 
+class ConsumerDeleted(StoreError):
+    """The consumer is an instance being deleted (or deleted): nothing may be
+    claimed for it. Not a :class:`ClaimFailed`: no other host would do, so
+    the claimer drops the instance instead of trying the next one."""
+
+    msg = "instance %(consumer)s is being deleted: nothing is claimed for it"
+
+    def __init__(self, consumer: str) -> None:
+        super().__init__(consumer=consumer)
+        self.consumer = consumer
+
+
 class StreamTruncated(StoreError):
     """A change-feed cursor fell off the stream: reload from a snapshot."""
 

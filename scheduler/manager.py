@@ -45,6 +45,7 @@ from scheduler.engine.pipeline import Engine
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import (
     ConsumerConflict,
+    ConsumerDeleted,
     Forbidden,
     InternalError,
     InvalidRequest,
@@ -240,9 +241,27 @@ class SchedulerEndpoint:
         spec: RequestSpec,
         uuids: Sequence[str],
         return_alternates: bool = True,
-    ) -> list[list[Selection]]:
-        with self.stats.timed():
-            return self.engine.select(request_id, spec, uuids, return_alternates=return_alternates)
+    ) -> dict[str, list[Selection]]:
+        """Selections per instance uuid, in request order. An instance being
+        deleted (its claim refused with :class:`ConsumerDeleted`) is dropped
+        and the rest are placed without it (what it would have claimed is
+        released by the all-or-nothing step): it gets no Selection."""
+        live = list(uuids)
+        while True:
+            try:
+                with self.stats.timed():
+                    selections = self.engine.select(
+                        request_id,
+                        spec.replace(num_instances=len(live)),
+                        live,
+                        return_alternates=return_alternates,
+                    )
+                return dict(zip(live, selections, strict=True))
+            except ConsumerDeleted as exc:
+                LOG.info("instance_deleted_meanwhile", instance_uuid=exc.consumer)
+                live.remove(exc.consumer)
+                if not live:
+                    return {}
 
     # --- calls ----------------------------------------------------------------------
 
@@ -287,10 +306,11 @@ class SchedulerEndpoint:
                 except BaseException:
                     end["state"] = "error"
                     raise
-                end["hosts"] = [s[0].host for s in selections]
+                end["hosts"] = [s[0].host for s in selections.values()]
+            # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
             return [
                 [(s if return_zones else s.without_zone()).to_primitive() for s in per]
-                for per in selections
+                for per in (selections.get(u, []) for u in uuids)
             ]
 
     @oslo_messaging.expected_exceptions(
@@ -418,9 +438,9 @@ class SchedulerEndpoint:
                         instance_uuids=list(uuids),
                     )
                     return
-                for uuid, per_instance in zip(uuids, selections, strict=True):
+                for uuid, per_instance in selections.items():
                     self._cast_build(ctxt, uuid, spec, per_instance)
-                end["hosts"] = [s[0].host for s in selections]
+                end["hosts"] = [s[0].host for s in selections.values()]
 
     def _cast_build(
         self, ctxt: Any, instance_uuid: str, spec: RequestSpec, per_instance: Sequence[Selection]
@@ -488,7 +508,11 @@ class SchedulerEndpoint:
                     return
                 end["migration_uuid"] = migration_uuid
                 try:
-                    selections = self._select(request_id, spec, [uuid])
+                    selections = list(self._select(request_id, spec, [uuid]).values())
+                    if not selections:  # deleted meanwhile: the delete releases it all
+                        self._unpark(uuid, migration_uuid)
+                        end["state"] = "deleted"
+                        return
                 except Exception as exc:  # the source goes back to the instance
                     self._cast_failed(
                         ctxt,

@@ -614,7 +614,9 @@ ACTIVE = "ACTIVE"
 ERROR = "ERROR"
 RESIZING = "RESIZING"  # a resize is under way; the instance still runs on its source
 RESIZED = "RESIZED"  # resized on the destination, waiting for confirm or revert
-FINAL_STATES = frozenset({ACTIVE, ERROR})
+DELETING = "DELETING"  # fenced against claims; waiting for the computes to destroy it
+DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a retention
+FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED})
 
 # Task states: what the conductor is waiting for (None: nothing).
 SCHEDULING = "scheduling"  # run_instance sent; no build heard of yet
@@ -622,6 +624,7 @@ SPAWNING = "spawning"  # the conductor cast a build itself (a reschedule)
 RESIZE_PREP = "resize_prep"  # resize sent; prep -> resize -> finish under way
 RESIZE_CONFIRMING = "resize_confirming"
 RESIZE_REVERTING = "resize_reverting"
+DELETING_TASK = "deleting"  # terminate cast to the hosts in pending_hosts
 
 
 @dataclass(frozen=True)
@@ -642,6 +645,8 @@ class InstanceRecord:
     1.3; a resize leaves it as it was). ``roles`` and
     ``is_admin`` are the rights the request was made with, so that a re-drive
     is sent with them (an admin's forced host is refused to anyone else).
+    While DELETING, ``pending_hosts`` are the hosts that have not yet said
+    the instance's VM is gone there.
     """
 
     uuid: str
@@ -666,6 +671,7 @@ class InstanceRecord:
     source_node: str | None = None
     roles: tuple[str, ...] = ()
     is_admin: bool = False
+    pending_hosts: tuple[str, ...] = ()
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -691,12 +697,14 @@ class InstanceRecord:
             "source_node": self.source_node,
             "roles": list(self.roles),
             "is_admin": self.is_admin,
+            "pending_hosts": list(self.pending_hosts),
         }
 
     @classmethod
     def from_primitive(cls, data: Mapping[str, Any]) -> InstanceRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
+        known["pending_hosts"] = tuple(known.get("pending_hosts") or ())
         # Records written before these existed, or by Lua (an empty list is {}).
         roles = known.get("roles")
         known["roles"] = (

@@ -268,18 +268,30 @@ class ComputeClient:
             prep_resize may carry availability_zone; sent at 1.2 only when
             one does (else at 1.1, as before), so an older compute refuses
             it by version.
+      1.3 - terminate_instance. Sent at 1.3 alone (the rest as above, so an
+            older compute serves them), so an older compute refuses it
+            (UnsupportedVersion) rather than ignoring it.
     """
 
-    VERSION = "1.2"
+    VERSION = "1.3"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
+    #: The version a Selection naming a zone needs.
+    ZONE_VERSION = "1.2"
+    #: The version terminate_instance sends.
+    TERMINATE_VERSION = "1.3"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
         self._resolve = resolve
 
-    def _at(self, host: str, selections: Sequence[Selection] = ()) -> Any:
-        version = self.VERSION if _zoned(selections) else self.BASE_VERSION
+    def _at(
+        self, host: str, selections: Sequence[Selection] = (), version: str | None = None
+    ) -> Any:
+        """A context for ``host`` at ``version``, else at the zone's version when a
+        Selection names one, else at the base version."""
+        if version is None:
+            version = self.ZONE_VERSION if _zoned(selections) else self.BASE_VERSION
         return self._client.prepare(server=self._resolve(host), version=version)
 
     def build_and_run_instance(
@@ -322,8 +334,28 @@ class ComputeClient:
             host_list=[a.to_primitive() for a in alternates],
         )
 
-    def _cast(self, ctxt: RequestContext, host: str, method: str, **kwargs: Any) -> None:
-        self._at(host).cast(ctxt, method, **kwargs)
+    def _cast(
+        self,
+        ctxt: RequestContext,
+        to_host: str,
+        method: str,
+        version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        cctxt = self._at(to_host) if version is None else self._at(to_host, version=version)
+        cctxt.cast(ctxt, method, **kwargs)
+
+    def terminate_instance(self, ctxt: RequestContext, host: str, instance_uuid: str) -> None:
+        """To a host that may run (or be building) the instance: destroy it there,
+        cancel what is in flight for it, and say so (``instance_terminated``)."""
+        self._cast(
+            ctxt,
+            host,
+            "terminate_instance",
+            version=self.TERMINATE_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
 
     def resize_instance(
         self,
@@ -399,18 +431,41 @@ class ConductorClient:
       1.2 - build_succeeded takes availability_zone (the built Selection's);
             reschedule's host_list entries may carry availability_zone.
             Sent at 1.2 only with a zone (else at 1.1, as before).
+      1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
     """
 
-    VERSION = "1.2"
+    VERSION = "1.3"
     #: What every method sends when it carries no zone.
     BASE_VERSION = "1.1"
+    #: The version a zone needs.
+    ZONE_VERSION = "1.2"
+    #: The version instance_terminated sends.
+    TERMINATED_VERSION = "1.3"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
 
-    def _cast(self, ctxt: RequestContext, method: str, zoned: bool = False, **kwargs: Any) -> None:
-        version = self.VERSION if zoned else self.BASE_VERSION
+    def _cast(
+        self,
+        ctxt: RequestContext,
+        method: str,
+        zoned: bool = False,
+        version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if version is None:
+            version = self.ZONE_VERSION if zoned else self.BASE_VERSION
         self._client.prepare(version=version).cast(ctxt, method, **kwargs)
+
+    def instance_terminated(self, ctxt: RequestContext, instance_uuid: str, host: str) -> None:
+        """The instance's VM is gone from ``host`` (and nothing is in flight for it there)."""
+        self._cast(
+            ctxt,
+            "instance_terminated",
+            version=self.TERMINATED_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
 
     def build_succeeded(
         self,

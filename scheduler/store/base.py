@@ -34,7 +34,11 @@ Semantics (Placement's, where it is good):
   Each refusal has its own type (:class:`CapacityExceeded`,
   :class:`NoSuchInventory`, :class:`UnitRuleViolation`,
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
-* Release is idempotent.
+* Release is idempotent; it ends the consumer's server-group membership in
+  the same step.
+* An instance being deleted is fenced (:meth:`InstanceStore.start_delete`):
+  a claim for it raises :class:`ConsumerDeleted`, until its DELETED record
+  expires.
 * A move hands one consumer's allocations to another in one atomic step
   (a resize parks the instance's allocation on its migration consumer, and a
   revert hands it back): usage does not change, a repeated move is a no-op.
@@ -270,11 +274,43 @@ class InstanceStore(Protocol):
 
         With ``expected_states``, only if the record's state is one of them;
         otherwise nothing is written and ``None`` is returned (a late or
-        duplicate result cannot overwrite a final state).
+        duplicate result cannot overwrite a final state). A DELETED record is
+        never changed: ``None`` too.
         """
 
     @abc.abstractmethod
-    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]: ...
+    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
+        """The records of ``uuids`` (DELETED ones within their retention too), or
+        every live record (no DELETED one)."""
+
+    @abc.abstractmethod
+    def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
+        """Start deleting an instance: in one step, its record goes DELETING (with
+        ``changes``) and a fence is set, so that every claim for the uuid is
+        refused from then on (:class:`ConsumerDeleted`), whatever it races.
+
+        Returns (the record, True), or (the record as it is, False) when it
+        was DELETING or DELETED already (nothing written).
+        :class:`InstanceNotFound` if there is no such record.
+        """
+
+    @abc.abstractmethod
+    def finish_delete(
+        self, uuid: str, host: str | None, retention: float, now: float, force: bool = False
+    ) -> InstanceRecord | None:
+        """``host`` says the VM of a DELETING instance is gone there: it leaves
+        ``pending_hosts``. Once none is left (or with ``force``), in one step:
+        the instance's allocations and its migration's are released (their
+        server-group memberships end with them), and the record is DELETED,
+        kept ``retention`` seconds, then removed by the store itself (no sweep
+        finds it). A DELETED record is never changed again
+        (:meth:`update_instance` returns None for it), and the fence lasts as
+        long as it does.
+
+        Returns the record as it now is; the DELETED record as it is when
+        repeated; None when the instance is neither DELETING nor DELETED
+        (nothing written). :class:`InstanceNotFound` if there is no record.
+        """
 
     @abc.abstractmethod
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:

@@ -3,8 +3,12 @@
 The prefix is wrapped in a Redis Cluster hash tag (``{<prefix>}:providers``),
 so all keys of one store hash to one slot: every Lua script may touch any of
 them, and a cell can live on its own Redis or on one Redis Cluster slot. All
-keys are fixed names (no key per provider, group or instance), so every
-script declares every key it touches in ``KEYS``, as Redis requires.
+keys but one kind are fixed names (no key per provider, group or instance),
+so every script declares every key it touches in ``KEYS``, as Redis
+requires. The exception is ``deleted:<uuid>``, one string per instance being
+deleted, so that Redis itself expires a deleted record (a hash field cannot
+expire on Redis 7.0); only a caller that knows the uuid touches it, and it
+names it in ``KEYS`` (:meth:`Keys.deleted_record`).
 
 Layout (values are JSON unless said otherwise):
 
@@ -23,6 +27,11 @@ key                 type    content
 ``instances``       hash    instance uuid -> instance record
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
+``deleted:<uuid>``  string  the instance's delete fence: ``deleting`` while it
+                            is DELETING (its record still in ``instances``),
+                            then the DELETED record, expiring after the
+                            retention (a claim for the uuid is refused while
+                            the key exists)
 ==================  ======  =====================================================
 """
 
@@ -44,6 +53,11 @@ class Keys:
     heartbeats: str
     instances: str
     changes: str
+    deleted: str  # the prefix of the ``deleted:<uuid>`` keys
+
+    def deleted_record(self, instance_uuid: str) -> str:
+        """The key of one instance's delete fence and, once DELETED, its record."""
+        return f"{self.deleted}:{instance_uuid}"
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Keys:

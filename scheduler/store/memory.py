@@ -18,8 +18,10 @@ in the Redis store's order (by uuid; services by host).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 from scheduler import rules
 from scheduler.exceptions import (
     ConsumerConflict,
+    ConsumerDeleted,
     GenerationConflict,
     InstanceNotFound,
     InventoryInUse,
@@ -35,7 +38,7 @@ from scheduler.exceptions import (
     ProviderNotFound,
     StreamTruncated,
 )
-from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.objects import DELETED, DELETING, AllocationRequest, InstanceRecord
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store.base import (
     Aggregate,
@@ -59,9 +62,20 @@ from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, Service
 
 
 class MemoryStore(Store):
-    """The store contract in one process; ``stream_maxlen`` bounds the change feed."""
+    """The store contract in one process; ``stream_maxlen`` bounds the change feed.
 
-    def __init__(self, stream_maxlen: int = 100000) -> None:
+    ``clock`` tells when a DELETED record's retention has passed (as Redis's
+    key expiry does for the Redis store): such a record is gone when next
+    looked at.
+    """
+
+    def __init__(
+        self, stream_maxlen: int = 100000, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._clock = clock
+        # Delete fences: uuid -> (the DELETED record, or None while DELETING;
+        # when it expires).
+        self._deleted: dict[str, tuple[InstanceRecord | None, float]] = {}
         self._lock = threading.RLock()
         self._providers: dict[str, Provider] = {}
         self._names: dict[str, str] = {}
@@ -178,6 +192,8 @@ class MemoryStore(Store):
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
         with self._lock:
+            if self._fenced(consumer_uuid) is not None:
+                raise ConsumerDeleted(consumer=consumer_uuid)
             held = self._consumers.get(consumer_uuid)
             if held is not None:
                 if held.allocations == allocations:
@@ -443,9 +459,22 @@ class MemoryStore(Store):
             for record in records:
                 self._instances.setdefault(record.uuid, record)
 
+    def _fenced(self, uuid: str) -> tuple[InstanceRecord | None, float] | None:
+        """The instance's delete fence, if it has one that has not expired."""
+        fence = self._deleted.get(uuid)
+        if fence is not None and fence[1] <= self._clock():
+            del self._deleted[uuid]
+            return None
+        return fence
+
+    def _tomb(self, uuid: str) -> InstanceRecord | None:
+        """The DELETED record, within its retention."""
+        fence = self._fenced(uuid)
+        return None if fence is None else fence[0]
+
     def get_instance(self, uuid: str) -> InstanceRecord:
         with self._lock:
-            record = self._instances.get(uuid)
+            record = self._instances.get(uuid) or self._tomb(uuid)
             if record is None:
                 raise InstanceNotFound(uuid)
             return record
@@ -456,17 +485,61 @@ class MemoryStore(Store):
         check_instance_changes(changes)
         with self._lock:
             record = self.get_instance(uuid)
+            if record.state == DELETED:
+                return None
             if expected_states is not None and record.state not in set(expected_states):
                 return None
             record = replace(record, **changes)
             self._instances[uuid] = record
             return record
 
+    def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
+        check_instance_changes(changes)
+        with self._lock:
+            record = self.get_instance(uuid)
+            if record.state in (DELETING, DELETED):
+                return record, False
+            record = replace(record, **changes, state=DELETING)
+            self._instances[uuid] = record
+            self._deleted[uuid] = (None, math.inf)
+            return record, True
+
+    def finish_delete(
+        self, uuid: str, host: str | None, retention: float, now: float, force: bool = False
+    ) -> InstanceRecord | None:
+        with self._lock:
+            record = self.get_instance(uuid)
+            if record.state == DELETED:
+                return record
+            if record.state != DELETING:
+                return None
+            pending = tuple(h for h in record.pending_hosts if h != (host or ""))
+            if pending and not force:
+                record = replace(record, pending_hosts=pending)
+                self._instances[uuid] = record
+                return record
+            self.release(uuid)
+            if record.migration_uuid:
+                self.release(record.migration_uuid)
+            record = replace(
+                record,
+                state=DELETED,
+                task_state=None,
+                deadline=None,
+                pending_hosts=(),
+                updated_at=now,
+            )
+            del self._instances[uuid]
+            # Redis keeps at least a millisecond too.
+            self._deleted[uuid] = (record, self._clock() + max(retention, 0.001))
+            return record
+
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
         with self._lock:
             if uuids is None:
                 return sorted(self._instances.values(), key=lambda r: r.uuid)
-            return [self._instances[u] for u in uuids if u in self._instances]
+            found = ((u, self._instances.get(u) or self._tomb(u)) for u in uuids)
+            return [r for _, r in found if r is not None]
 
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         with self._lock:
@@ -491,6 +564,7 @@ class MemoryStore(Store):
                 self._services,
                 self._heartbeats,
                 self._instances,
+                self._deleted,
             ):
                 table.clear()
             # The feed keeps its cursor numbering: a view holding an old cursor

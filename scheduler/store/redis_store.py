@@ -50,6 +50,7 @@ from redis.sentinel import Sentinel
 from scheduler.exceptions import (
     CapacityExceeded,
     ConsumerConflict,
+    ConsumerDeleted,
     CorruptRecord,
     GenerationConflict,
     GroupPolicyViolation,
@@ -87,7 +88,7 @@ from scheduler.store.base import (
 )
 from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Scripts
+from scheduler.store.scripts import DELETING_MARKER, Scripts
 
 LOG = get_logger(__name__)
 
@@ -116,6 +117,7 @@ _SCRIPT_ERRORS: dict[str, Callable[..., StoreError]] = {
             NoSuchInventory,
             UnitRuleViolation,
             ConsumerConflict,
+            ConsumerDeleted,
             GroupPolicyViolation,
             StreamTruncated,
         )
@@ -400,6 +402,14 @@ def _instance(d: dict[str, Any]) -> InstanceRecord:
     return InstanceRecord.from_primitive(d)
 
 
+def _changes_json(changes: dict[str, Any]) -> str:
+    """An instance update's changes as the scripts take them (``request_spec``
+    as a JSON string of its own)."""
+    if changes.get("request_spec") is not None:
+        changes = {**changes, "request_spec": json.dumps(dict(changes["request_spec"]))}
+    return json.dumps(changes)
+
+
 def _instance_json(record: InstanceRecord) -> str:
     d = record.to_primitive()
     if d["request_spec"] is not None:
@@ -513,7 +523,7 @@ class RedisStore(Store):
         )
         return bool(
             self._scripts.claim(
-                keys=self._alloc_keys,
+                keys=(*self._alloc_keys, self.keys.deleted_record(consumer_uuid)),
                 args=(
                     self._maxlen,
                     consumer_uuid,
@@ -748,25 +758,57 @@ class RedisStore(Store):
 
     @_translated
     def get_instance(self, uuid: str) -> InstanceRecord:
-        raw = self._client.hget(self.keys.instances, uuid)
-        if raw is None:
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(self.keys.instances, uuid)
+        pipe.get(self.keys.deleted_record(uuid))
+        raw, tomb = pipe.execute()
+        if raw is not None:
+            return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
+        if tomb is None or tomb == DELETING_MARKER:
             raise InstanceNotFound(uuid)
-        return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
+        return _parse(_instance, tomb, self.keys.deleted_record(uuid))
 
     @_translated
     def update_instance(
         self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
     ) -> InstanceRecord | None:
         check_instance_changes(changes)
-        if changes.get("request_spec") is not None:
-            changes["request_spec"] = json.dumps(dict(changes["request_spec"]))
         expected = "" if expected_states is None else json.dumps(list(expected_states))
         raw = self._scripts.update_instance(
-            keys=(self.keys.instances,), args=(uuid, expected, json.dumps(changes))
+            keys=(self.keys.instances, self.keys.deleted_record(uuid)),
+            args=(uuid, expected, _changes_json(changes)),
         )
         if raw is None:
             return None
         return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]")
+
+    @_translated
+    def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
+        check_instance_changes(changes)
+        started, raw = self._scripts.start_delete(
+            keys=(self.keys.instances, self.keys.deleted_record(uuid)),
+            args=(uuid, _changes_json(changes)),
+        )
+        return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]"), bool(started)
+
+    @_translated
+    def finish_delete(
+        self, uuid: str, host: str | None, retention: float, now: float, force: bool = False
+    ) -> InstanceRecord | None:
+        raw = self._scripts.finish_delete(
+            keys=(*self._alloc_keys, self.keys.instances, self.keys.deleted_record(uuid)),
+            args=(
+                self._maxlen,
+                uuid,
+                host or "",
+                "1" if force else "0",
+                max(int(retention * 1000), 1),
+                repr(float(now)),
+            ),
+        )
+        if raw is None:
+            return None
+        return _parse(_instance, raw, self.keys.deleted_record(uuid))
 
     @_translated
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
@@ -774,11 +816,20 @@ class RedisStore(Store):
             pairs = self._hash(self.keys.instances).items()
             return sorted(_each(_instance, pairs, self.keys.instances), key=lambda r: r.uuid)
         wanted = list(uuids)
-        raws = self._client.hmget(self.keys.instances, wanted) if wanted else []
+        if not wanted:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hmget(self.keys.instances, wanted)
+        pipe.mget([self.keys.deleted_record(u) for u in wanted])
+        raws, tombs = pipe.execute()
+        found = (
+            (uuid, raw if raw is not None else tomb)
+            for uuid, raw, tomb in zip(wanted, raws, tombs, strict=True)
+        )
         return list(
             _each(
                 _instance,
-                ((uuid, raw) for uuid, raw in zip(wanted, raws, strict=True) if raw is not None),
+                ((u, raw) for u, raw in found if raw is not None and raw != DELETING_MARKER),
                 self.keys.instances,
             )
         )
@@ -805,6 +856,9 @@ class RedisStore(Store):
     @_translated
     def wipe(self) -> None:
         self._client.delete(*self.keys.all())
+        # The per-instance keys of deleted records (a test's or demo's few).
+        for key in self._client.scan_iter(match=f"{self.keys.deleted}:*", count=1000):
+            self._client.delete(key)
 
     def close(self) -> None:
         self._client.close()

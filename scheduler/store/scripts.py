@@ -81,7 +81,8 @@ end
 
 # --- allocations --------------------------------------------------------------------
 
-#: KEYS: changes, providers, consumers, groups.
+#: KEYS: changes, providers, consumers, groups, the consumer's delete fence
+#: (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid).
 #: ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
 #: user, group uuid ('' for none), policy, host, max_server_per_host.
 #: Returns 1 when claimed, 0 when the consumer already holds exactly this.
@@ -103,6 +104,10 @@ local function covers(a, b)
     end
   end
   return true
+end
+
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return fail('ConsumerDeleted', {consumer = consumer})
 end
 
 local held = redis.call('HGET', KEYS[3], consumer)
@@ -178,44 +183,6 @@ return 1
 """
 )
 
-#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, consumer uuid.
-#: Returns 1 if the consumer held allocations, else 0.
-RELEASE = (
-    _FEED
-    + _SORTED_KEYS
-    + _SAVE_USAGE
-    + """
-local held = redis.call('HGET', KEYS[3], ARGV[2])
-if not held then return 0 end
-local c = cjson.decode(held)
-for _, rp in ipairs(sorted_keys(c.allocations)) do
-  local p = cjson.decode(redis.call('HGET', KEYS[2], rp))
-  for rc, amount in pairs(c.allocations[rp]) do
-    local left = (p.usages[rc] or 0) - amount
-    if left > 0 then p.usages[rc] = left else p.usages[rc] = nil end
-  end
-  p.consumers = math.max(p.consumers - 1, 0)
-  p.generation = p.generation + 1
-  save_usage(KEYS[2], rp, p)
-end
-if c.group_uuid then
-  local raw = redis.call('HGET', KEYS[4], c.group_uuid)
-  if raw then
-    local members = cjson.decode(raw)
-    local left = (members[c.host] or 0) - 1
-    if left > 0 then members[c.host] = left else members[c.host] = nil end
-    if next(members) == nil then
-      redis.call('HDEL', KEYS[4], c.group_uuid)
-    else
-      redis.call('HSET', KEYS[4], c.group_uuid, cjson.encode(members))
-    end
-  end
-end
-redis.call('HDEL', KEYS[3], ARGV[2])
-return 1
-"""
-)
-
 _LEAVE_GROUP = """
 local function leave_group(groups_key, group_uuid, host)
   local raw = redis.call('HGET', groups_key, group_uuid)
@@ -230,6 +197,38 @@ local function leave_group(groups_key, group_uuid, host)
   end
 end
 """
+
+# Drop a consumer's allocations and its group membership (KEYS[2..4]:
+# providers, consumers, groups); 1 if it held any, else 0.
+_RELEASE_CONSUMER = (
+    _SORTED_KEYS
+    + _SAVE_USAGE
+    + _LEAVE_GROUP
+    + """
+local function release_consumer(uuid)
+  local held = redis.call('HGET', KEYS[3], uuid)
+  if not held then return 0 end
+  local c = cjson.decode(held)
+  for _, rp in ipairs(sorted_keys(c.allocations)) do
+    local p = cjson.decode(redis.call('HGET', KEYS[2], rp))
+    for rc, amount in pairs(c.allocations[rp]) do
+      local left = (p.usages[rc] or 0) - amount
+      if left > 0 then p.usages[rc] = left else p.usages[rc] = nil end
+    end
+    p.consumers = math.max(p.consumers - 1, 0)
+    p.generation = p.generation + 1
+    save_usage(KEYS[2], rp, p)
+  end
+  if type(c.group_uuid) == 'string' then leave_group(KEYS[4], c.group_uuid, c.host) end
+  redis.call('HDEL', KEYS[3], uuid)
+  return 1
+end
+"""
+)
+
+#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, consumer uuid.
+#: Returns 1 if the consumer held allocations, else 0.
+RELEASE = _FEED + _RELEASE_CONSUMER + "return release_consumer(ARGV[2])\n"
 
 #: Hand one consumer's allocations to another (a resize parks the instance's
 #: allocation on its migration consumer; a revert hands it back).
@@ -550,15 +549,50 @@ if not uuid then return false end
 return redis.call('HGET', KEYS[1], uuid)
 """
 
-#: KEYS: instances. ARGV: uuid, expected states (JSON list, or '' for any),
-#: changes (JSON object of top-level fields; ``request_spec`` is itself a
-#: JSON string). Returns the new record's JSON, or nil when the state was not
-#: one of those expected (nothing written).
+# cjson would cut timestamps to 14 digits; records are flat, so write them here.
+_ENCODE_RECORD = """
+local function encode_record(record)
+  local parts = {}
+  for field, value in pairs(record) do
+    local text = type(value) == 'number' and string.format('%.17g', value) or cjson.encode(value)
+    parts[#parts + 1] = cjson.encode(field) .. ':' .. text
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+"""
+
+#: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
+DELETING_MARKER = "deleting"
+
+# An instance's record: (its live JSON, nil), or (nil, its DELETED JSON), or
+# an InstanceNotFound error reply to return when it has neither.
+_FIND_RECORD = (
+    """
+local function find_record(instances_key, deleted_key, uuid)
+  local raw = redis.call('HGET', instances_key, uuid)
+  if raw then return raw, nil end
+  local tomb = redis.call('GET', deleted_key)
+  if tomb and tomb ~= '"""
+    + DELETING_MARKER
+    + """' then return nil, tomb end
+  return nil, nil, fail('InstanceNotFound', {ident = uuid})
+end
+"""
+)
+
+#: KEYS: instances, the instance's ``deleted:<uuid>`` key. ARGV: uuid,
+#: expected states (JSON list, or '' for any), changes (JSON object of
+#: top-level fields; ``request_spec`` is itself a JSON string). Returns the
+#: new record's JSON, or nil when the state was not one of those expected or
+#: the record is DELETED (a deleted record is never changed; nothing written).
 UPDATE_INSTANCE = (
     _FAIL
+    + _FIND_RECORD
+    + _ENCODE_RECORD
     + """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return fail('InstanceNotFound', {ident = ARGV[1]}) end
+local raw, tomb, missing = find_record(KEYS[1], KEYS[2], ARGV[1])
+if missing then return missing end
+if tomb then return false end
 local record = cjson.decode(raw)
 if ARGV[2] ~= '' then
   local expected = false
@@ -568,15 +602,81 @@ if ARGV[2] ~= '' then
   if not expected then return false end
 end
 for field, value in pairs(cjson.decode(ARGV[3])) do record[field] = value end
-
--- cjson would cut timestamps to 14 digits; records are flat, so write them here.
-local parts = {}
-for field, value in pairs(record) do
-  local text = type(value) == 'number' and string.format('%.17g', value) or cjson.encode(value)
-  parts[#parts + 1] = cjson.encode(field) .. ':' .. text
-end
-local data = '{' .. table.concat(parts, ',') .. '}'
+local data = encode_record(record)
 redis.call('HSET', KEYS[1], ARGV[1], data)
+return data
+"""
+)
+
+#: Start a delete: the record goes DELETING (with ``changes``) and the
+#: instance's fence is set, in one step, so no claim for it can land after.
+#: KEYS: instances, the instance's ``deleted:<uuid>`` key. ARGV: uuid,
+#: changes (JSON object). Returns {1, the new record} when started, {0, the
+#: record} when it was DELETING or DELETED already (nothing written).
+START_DELETE = (
+    _FAIL
+    + _FIND_RECORD
+    + _ENCODE_RECORD
+    + """
+local raw, tomb, missing = find_record(KEYS[1], KEYS[2], ARGV[1])
+if missing then return missing end
+if tomb then return {0, tomb} end
+local record = cjson.decode(raw)
+if record.state == 'DELETING' or record.state == 'DELETED' then return {0, raw} end
+for field, value in pairs(cjson.decode(ARGV[2])) do record[field] = value end
+record.state = 'DELETING'
+local data = encode_record(record)
+redis.call('HSET', KEYS[1], ARGV[1], data)
+redis.call('SET', KEYS[2], '"""
+    + DELETING_MARKER
+    + """')
+return {1, data}
+"""
+)
+
+#: A host says the VM of a DELETING instance is gone there. Once no host is
+#: pending (or with force), in one step: the instance's and its migration's
+#: allocations are released (their group memberships end with them), the
+#: record is DELETED and moves from ``instances`` to its ``deleted:<uuid>``
+#: key, which expires after the retention.
+#: KEYS: changes, providers, consumers, groups, instances, the instance's
+#: ``deleted:<uuid>`` key. ARGV: maxlen, uuid, host ('' for none), '1' to
+#: force, retention in ms, now. Returns the record's JSON as it now is, or nil
+#: when it is neither DELETING nor DELETED (nothing written).
+FINISH_DELETE = (
+    _FAIL
+    + _FIND_RECORD
+    + _FEED
+    + _RELEASE_CONSUMER
+    + _ENCODE_RECORD
+    + """
+local raw, tomb, missing = find_record(KEYS[5], KEYS[6], ARGV[2])
+if missing then return missing end
+if tomb then return tomb end
+local record = cjson.decode(raw)
+if record.state ~= 'DELETING' then return false end
+local pending = {}
+if type(record.pending_hosts) == 'table' then
+  for _, h in ipairs(record.pending_hosts) do
+    if h ~= ARGV[3] then pending[#pending + 1] = h end
+  end
+end
+if #pending > 0 and ARGV[4] ~= '1' then
+  record.pending_hosts = pending
+  local data = encode_record(record)
+  redis.call('HSET', KEYS[5], ARGV[2], data)
+  return data
+end
+release_consumer(ARGV[2])
+if type(record.migration_uuid) == 'string' then release_consumer(record.migration_uuid) end
+record.state = 'DELETED'
+record.task_state = cjson.null
+record.deadline = cjson.null
+record.pending_hosts = {}
+record.updated_at = tonumber(ARGV[6])
+local data = encode_record(record)
+redis.call('HDEL', KEYS[5], ARGV[2])
+redis.call('SET', KEYS[6], data, 'PX', ARGV[5])
 return data
 """
 )
@@ -631,6 +731,8 @@ class Scripts:
     update_instance: Script
     move_allocations: Script
     due_instances: Script
+    start_delete: Script
+    finish_delete: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> Scripts:
@@ -650,4 +752,6 @@ class Scripts:
             update_instance=client.register_script(UPDATE_INSTANCE),
             move_allocations=client.register_script(MOVE_ALLOCATIONS),
             due_instances=client.register_script(DUE_INSTANCES),
+            start_delete=client.register_script(START_DELETE),
+            finish_delete=client.register_script(FINISH_DELETE),
         )

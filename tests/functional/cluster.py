@@ -15,11 +15,12 @@ import subprocess
 import sys
 import time
 import uuid as uuidlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.objects import DELETED
 from scheduler.store import Store, open_store
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
@@ -250,17 +251,79 @@ class Cluster:
         return {"exit_code": code, **json.loads(stdout)}
 
     def check_accounting(self) -> None:
-        """Usage == sum of live allocations, and <= capacity, on every provider."""
+        """The invariants every functional and fault test leaves standing (run
+        after each one; the one checker of them):
+
+        * on every provider, usage equals the sum of its live allocations and
+          never exceeds capacity;
+        * every server group's members per host are exactly those of its live
+          allocations (so strict policies hold as claimed, and an instance
+          that holds nothing is no member);
+        * no VM runs on two hosts, from what the live simulators logged
+          (``vm_started`` / ``vm_stopped``; a simulator that was stopped or
+          killed took its VMs with it);
+        * a DELETED instance holds no allocation (nor does its migration), is
+          no group's member and runs on no compute.
+        """
+        consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for consumer in self.store.list_consumers():
+        members: dict[str, Counter[str]] = defaultdict(Counter)
+        for consumer in consumers:
             for rp, resources in consumer.allocations.items():
                 for rc, amount in resources.items():
                     summed[rp][rc] += amount
+            if consumer.group_uuid is not None and consumer.host is not None:
+                members[consumer.group_uuid][consumer.host] += 1
         for provider in self.store.list_providers():
             for rc, inv in provider.inventories.items():
                 used = provider.usages.get(rc, 0)
                 assert used == summed[provider.uuid].get(rc, 0), (provider.name, rc)
                 assert used <= inv.capacity, (provider.name, rc, used, inv.capacity)
+        running = self.running_vms()
+        two = {uuid: hosts for uuid, hosts in running.items() if len(hosts) > 1}
+        assert not two, f"VMs running on two hosts: {two}"
+        held = {c.uuid for c in consumers}
+        candidates = held | set(running) | self._logged_instances("instance_terminated")
+        deleted = [r for r in self.store.list_instances(sorted(candidates)) if r.state == DELETED]
+        for record in deleted:
+            assert record.uuid not in held, f"allocation of DELETED {record.uuid}"
+            assert record.migration_uuid not in held, f"migration of DELETED {record.uuid}"
+            assert not running.get(record.uuid), f"DELETED {record.uuid} runs on {running}"
+            group = (record.request_spec or {}).get("group") or {}
+            if group.get("uuid"):
+                members.setdefault(group["uuid"], Counter())
+        for group_uuid, hosts in members.items():
+            assert self.store.group_hosts(group_uuid) == {h: n for h, n in hosts.items() if n}, (
+                group_uuid,
+                hosts,
+            )
+
+    def _live_events(self, *names: str) -> list[dict[str, Any]]:
+        """The lines named ``names`` of every process still running, oldest first."""
+        events = [
+            e
+            for proc in self.processes
+            if proc.popen.poll() is None
+            for e in proc.log_events()
+            if e.get("event") in names
+        ]
+        return sorted(events, key=lambda e: str(e.get("timestamp", "")))
+
+    def running_vms(self) -> dict[str, set[str]]:
+        """instance uuid -> the hosts its VM runs on, as the live simulators logged."""
+        running: dict[str, set[str]] = defaultdict(set)
+        for e in self._live_events("vm_started", "vm_stopped"):
+            hosts = running[e["instance_uuid"]]
+            (hosts.add if e["event"] == "vm_started" else hosts.discard)(e["host"])
+        return {uuid: hosts for uuid, hosts in running.items() if hosts}
+
+    def _logged_instances(self, event: str) -> set[str]:
+        return {
+            e["instance_uuid"]
+            for proc in self.processes
+            for e in proc.log_events()
+            if e.get("event") == event and "instance_uuid" in e
+        }
 
     def close(self) -> None:
         for proc in self.processes:  # all at once: each takes a second or two to drain

@@ -5,10 +5,12 @@ its own Redis key prefix, so runs never see each other's queues, messages or
 keys. The services must be up: if RabbitMQ or Redis cannot be reached the
 tests fail (never skip) — CI starts them first.
 
-After every test the cluster's accounting is checked from the store: each
-provider's usage equals the sum of its live allocations and never exceeds
-its capacity. The process harness (:class:`Cluster`, :class:`Process`) is in
-``cluster.py``.
+After every test the cluster's invariants are checked
+(:meth:`Cluster.check_accounting`): each provider's usage equals the sum of
+its live allocations and never exceeds its capacity; group members are
+those of the live allocations; no VM runs on two hosts; a DELETED instance
+holds nothing, is in no group and runs nowhere. The process harness
+(:class:`Cluster`, :class:`Process`) is in ``cluster.py``.
 """
 
 from __future__ import annotations

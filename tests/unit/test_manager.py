@@ -38,6 +38,7 @@ from scheduler.objects import (
     Destination,
     Flavor,
     Image,
+    InstanceRecord,
     RequestSpec,
     migration_uuid_for,
 )
@@ -1027,3 +1028,59 @@ def test_a_build_is_cast_with_the_zones_of_the_primary_and_alternates() -> None:
     assert name == "build_and_run_instance"
     zones = {s.host: s.availability_zone for s in (primary, *alternates)}
     assert zones == {"e1": "east", "n1": "nova", "n2": "nova"}
+
+
+# --- an instance deleted while it is being scheduled -----------------------------------
+
+
+def _deleting(r: Rig, uuid: str) -> None:
+    """The conductor started deleting ``uuid``: its record DELETING, claims fenced."""
+    r.store.create_instances([InstanceRecord(uuid=uuid)])
+    r.store.start_delete(uuid)
+
+
+def test_run_instance_places_the_others_of_a_request_without_a_deleted_one() -> None:
+    r = rig()
+    uuids = [str(uuidlib.uuid4()) for _ in range(3)]
+    _deleting(r, uuids[1])
+    r.endpoint.run_instance(USER, spec(num_instances=3).to_primitive(), uuids)
+    built = [args[0] for name, args in r.compute.calls if name == "build_and_run_instance"]
+    assert built == [uuids[0], uuids[2]]
+    assert r.conductor.calls == []  # nothing failed
+    assert r.store.get_consumer(uuids[1]) is None
+    assert {c.uuid for c in r.store.list_consumers()} == {uuids[0], uuids[2]}
+
+
+def test_run_instance_of_a_deleted_instance_alone_claims_and_casts_nothing() -> None:
+    r = rig()
+    uuid = str(uuidlib.uuid4())
+    _deleting(r, uuid)
+    r.endpoint.run_instance(USER, spec().to_primitive(), [uuid])
+    assert r.compute.calls == [] and r.conductor.calls == []
+    assert r.store.list_consumers() == []
+    ends = [p for _, event, p in r.notifier.sent if event == "scheduler.run_instance.end"]
+    assert ends and "state" not in ends[-1]  # not an error: nothing to do
+
+
+def test_select_destinations_gives_a_deleted_instance_no_selection() -> None:
+    r = rig()
+    uuids = [str(uuidlib.uuid4()) for _ in range(2)]
+    _deleting(r, uuids[0])
+    answer = unwrapped(r.endpoint.select_destinations)(
+        USER, spec(num_instances=2).to_primitive(), uuids
+    )
+    assert answer[0] == [] and len(answer[1]) >= 1
+    assert [c.uuid for c in r.store.list_consumers()] == [uuids[1]]
+
+
+def test_a_resize_of_an_instance_deleted_meanwhile_hands_the_source_back() -> None:
+    r = rig()
+    r.store.place(RESIZED, HOSTS[0], {MEMORY_MB: 512})
+    _deleting(r, RESIZED)
+    flavor = spec().flavor
+    r.endpoint.resize(USER, RESIZED, HOSTS[0], flavor.to_primitive(), spec().to_primitive())
+    assert r.compute.calls == [] and r.conductor.calls == []
+    held = r.store.get_consumer(RESIZED)  # the delete releases it, with the migration's
+    assert (
+        held is not None and r.store.get_consumer(migration_uuid_for(RESIZED, "req-user")) is None
+    )

@@ -1,7 +1,8 @@
 """The RPC boundary: what each client method sends at the version it pins
 (scheduler: 1.0, 1.1 for explain, 1.3 for select_destinations with zones,
 1.4 for explain's uuids and all hosts and for run_filter; compute and
-conductor: 1.1, and 1.2 when a Selection names a zone), and that
+conductor: 1.1, 1.2 when a Selection names a zone, 1.3 for the delete's
+terminate_instance and instance_terminated), and that
 the context and typed errors cross it (over oslo.messaging's fake:// driver)."""
 
 from __future__ import annotations
@@ -357,9 +358,24 @@ def compute(t: Any) -> rpc.ComputeClient:
             {"instance_uuid": "i-1", "migration_uuid": "m-1"},
             id="resize_reverted",
         ),
+        # The delete's casts (1.2).
+        pytest.param(
+            lambda t: rpc.ComputeClient(t, lambda host: "sim-1").terminate_instance(
+                CTXT, "h1", "i-1"
+            ),
+            "terminate_instance",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="terminate_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).instance_terminated(CTXT, "i-1", "h1"),
+            "instance_terminated",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="instance_terminated",
+        ),
     ],
 )
-def test_resize_casts_send_v1_1_arguments(
+def test_resize_and_delete_casts_send_their_arguments(
     transport: Any, recorder: Recorder, send: Any, method: str, expected: dict[str, Any]
 ) -> None:
     send(transport)
@@ -373,8 +389,8 @@ def test_resize_casts_send_v1_1_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.2", id="compute"),
-        pytest.param(rpc.ConductorClient, "1.2", id="conductor"),
+        pytest.param(rpc.ComputeClient, "1.3", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.3", id="conductor"),
     ],
 )
 def test_each_client_pins_its_version(client: type, version: str) -> None:
@@ -607,3 +623,17 @@ def test_a_cast_carrying_a_zone_is_sent_at_1_2_else_as_before(
     if "availability_zone" in kwargs:
         carried.append(kwargs["availability_zone"])
     assert carried == zones
+
+
+def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
+    """So an older compute or conductor still serves every other cast (and
+    refuses a delete's, by its version, rather than taking it for another)."""
+    client = compute(transport)
+    spy = _spied(client)
+    client.terminate_instance(CTXT, "h0", "i-1")
+    conductor = rpc.ConductorClient(transport)
+    conductor_spy = _spied(conductor)
+    conductor.instance_terminated(CTXT, "i-1", "h0")
+    assert [(v, m) for v, m, _ in spy.sent] == [("1.3", "terminate_instance")]
+    assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.3", "instance_terminated")]
+    assert rpc.ComputeClient.VERSION == rpc.ConductorClient.VERSION == "1.3"

@@ -25,6 +25,7 @@ from scheduler.exceptions import (
     CapacityExceeded,
     ClaimFailed,
     ConsumerConflict,
+    ConsumerDeleted,
     GenerationConflict,
     GroupPolicyViolation,
     InstanceNotFound,
@@ -37,7 +38,16 @@ from scheduler.exceptions import (
     StreamTruncated,
     UnitRuleViolation,
 )
-from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
+from scheduler.objects import (
+    ACTIVE,
+    BUILDING,
+    DELETED,
+    DELETING,
+    ERROR,
+    RESIZING,
+    AllocationRequest,
+    InstanceRecord,
+)
 from scheduler.store import (
     Aggregate,
     GroupClaim,
@@ -78,8 +88,7 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
     yield make
     for store in made:
         if isinstance(store, RedisStore):
-            with redis.Redis.from_url(REDIS_URL) as client:
-                client.delete(*store.keys.all())
+            store.wipe()  # the per-instance keys of deleted records too
         store.close()
 
 
@@ -1407,3 +1416,101 @@ def test_the_status_trait_catches_up_with_a_provider_made_later(store: Store) ->
     assert "COMPUTE_STATUS_DISABLED" not in p.traits
     store.set_service_disabled("h1", True)  # the service is unchanged, the trait is set
     assert "COMPUTE_STATUS_DISABLED" in store.get_provider(p.uuid).traits
+
+
+# --- deleting instances -----------------------------------------------------------------
+
+
+def test_a_delete_fences_the_instance_against_every_claim(store: Store) -> None:
+    p = make_host(store)
+    uuid, other = new_uuid(), new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid), InstanceRecord(uuid=other)])
+    record, started = store.start_delete(uuid, task_state="deleting", deadline=5.0)
+    assert started and record.state == DELETING and record.deadline == 5.0
+    assert store.get_instance(uuid) == record
+    with pytest.raises(ConsumerDeleted):
+        store.claim(uuid, ask({p.uuid: {"VCPU": 1}}))
+    assert store.get_consumer(uuid) is None
+    assert store.get_provider(p.uuid).usages == {}
+    # Another instance, and a migration consumer, claim as before.
+    assert store.claim(other, ask({p.uuid: {"VCPU": 1}})) is True
+    # Twice is a no-op: nothing written.
+    again, started = store.start_delete(uuid, task_state="other", deadline=9.0)
+    assert not started and again == record
+    with pytest.raises(InstanceNotFound):
+        store.start_delete(new_uuid())
+
+
+def test_a_delete_finishes_when_every_pending_host_answered(store: Store) -> None:
+    source, dest = make_host(store, "src"), make_host(store, "dst")
+    uuid, migration, group = new_uuid(), new_uuid(), new_uuid()
+    store.create_instances(
+        [InstanceRecord(uuid=uuid, state=RESIZING, migration_uuid=migration, host="dst")]
+    )
+    # A resize under way: the source's allocation parked on the migration, the
+    # destination's claimed for the instance, both members of a group.
+    store.claim(migration, ask({source.uuid: {"VCPU": 2}}), GroupClaim(group, "affinity", "src"))
+    store.claim(uuid, ask({dest.uuid: {"VCPU": 4}}))
+    store.start_delete(uuid)
+    store.update_instance(uuid, pending_hosts=("src", "dst"))
+    waiting = store.finish_delete(uuid, "src", retention=60, now=7.0)
+    assert waiting is not None and waiting.state == DELETING
+    assert waiting.pending_hosts == ("dst",)
+    assert store.get_consumer(uuid) is not None  # nothing released yet
+    deleted = store.finish_delete(uuid, "dst", retention=60, now=8.0)
+    assert deleted is not None
+    assert (deleted.state, deleted.pending_hosts, deleted.updated_at) == (DELETED, (), 8.0)
+    assert deleted.task_state is None and deleted.deadline is None
+    assert store.get_consumer(uuid) is None and store.get_consumer(migration) is None
+    assert store.get_provider(source.uuid).usages == {}
+    assert store.get_provider(dest.uuid).usages == {}
+    assert store.group_hosts(group) == {}
+    assert store.list_consumers() == []
+    # Kept for show and audits, never changed, not among the live records.
+    assert store.get_instance(uuid) == deleted
+    assert store.list_instances([uuid]) == [deleted]
+    assert store.list_instances() == []
+    assert store.update_instance(uuid, state=ACTIVE) is None
+    assert store.update_instance(uuid, expected_states=[DELETED], fault="x") is None
+    assert store.finish_delete(uuid, "dst", retention=60, now=9.0) == deleted
+    assert store.start_delete(uuid) == (deleted, False)
+    with pytest.raises(ConsumerDeleted):  # still fenced
+        store.claim(uuid, ask({dest.uuid: {"VCPU": 1}}))
+
+
+def test_finishing_a_delete_by_force_or_of_an_instance_not_deleting(store: Store) -> None:
+    p = make_host(store)
+    uuid, live = new_uuid(), new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid), InstanceRecord(uuid=live, state=ACTIVE)])
+    store.claim(uuid, ask({p.uuid: {"VCPU": 1}}))
+    assert store.finish_delete(live, "h", retention=60, now=1.0) is None
+    assert store.get_instance(live).state == ACTIVE
+    with pytest.raises(InstanceNotFound):
+        store.finish_delete(new_uuid(), "h", retention=60, now=1.0)
+    store.start_delete(uuid, pending_hosts=("h1", "h2"))
+    done = store.finish_delete(uuid, None, retention=60, now=2.0, force=True)
+    assert done is not None and done.state == DELETED
+    assert store.get_consumer(uuid) is None and store.get_provider(p.uuid).usages == {}
+
+
+def test_a_deleted_record_is_removed_by_the_store_after_its_retention(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid)])
+    store.start_delete(uuid)
+    store.finish_delete(uuid, None, retention=0.2, now=1.0)
+    assert store.get_instance(uuid).state == DELETED
+    if isinstance(store, RedisStore):  # Redis expires the key itself
+        with redis.Redis.from_url(REDIS_URL) as client:
+            assert 0 < client.pttl(store.keys.deleted_record(uuid)) <= 200
+    deadline = time.monotonic() + 10
+    while store.list_instances([uuid]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.list_instances([uuid]) == []
+    with pytest.raises(InstanceNotFound):
+        store.get_instance(uuid)
+    # The fence went with it.
+    p = make_host(store)
+    assert store.claim(uuid, ask({p.uuid: {"VCPU": 1}})) is True

@@ -23,6 +23,12 @@ members on hosts, a strict or soft policy and ``max_server_per_host``.
 Numbers stay below 10**12: the script's JSON encoder writes 14 significant
 digits, exact below 10**14.
 
+A delete's release is written twice too (``finish_delete`` in Lua and in
+the memory store): one property draws what an instance and its migration
+hold, their group, the hosts a delete waits on, the answers (repeats and
+strangers among them), a forced finish and a late claim, and requires the
+same answers and the same usages, generations, group members and record.
+
 Every state is written under fresh uuids, so nothing is reset between
 examples: one connection and one prefix serve the whole run.
 """
@@ -35,12 +41,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.exceptions import ClaimFailed, ProviderNotFound
-from scheduler.objects import AllocationRequest
+from scheduler.exceptions import ClaimFailed, ConsumerDeleted, ProviderNotFound
+from scheduler.objects import RESIZING, AllocationRequest, InstanceRecord
 from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store
 from tests.unit.store.test_contract import REDIS_URL, ask
 
@@ -189,8 +194,7 @@ def stores() -> Iterator[tuple[MemoryStore, RedisStore]]:
         store.create_provider(FILLER, FILLER)
         store.set_inventory(FILLER, 0, {CLASSES[0]: ROOMY})
     yield memory, on_redis
-    with redis.Redis.from_url(REDIS_URL) as client:
-        client.delete(*on_redis.keys.all())
+    on_redis.wipe()
     on_redis.close()
 
 
@@ -298,4 +302,90 @@ def test_the_group_rule_agrees_when_the_resources_fit(
             )
         )
     python, lua = answers
+    assert lua == python
+
+
+# --- a delete's release, on both stores -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeleteScenario:
+    """What an instance holds when its delete finishes, and how it finishes."""
+
+    instance: Mapping[str, int] | None  # VCPU per provider index, or nothing held
+    migration: Mapping[str, int] | None  # a resize's parked source allocation
+    policy: str | None  # the instance's (and migration's) server group
+    pending: tuple[str, ...]  # hosts the terminate went to
+    answers: tuple[str, ...]  # hosts that answered, in order (repeats, strangers)
+    force: bool
+    claim_after: bool  # a late claim for the instance after the delete started
+
+
+@st.composite
+def delete_scenarios(draw: st.DrawFn) -> DeleteScenario:
+    held = st.one_of(
+        st.none(), st.dictionaries(st.sampled_from(("0", "1")), small.map(lambda n: n + 1))
+    )
+    instance, migration = draw(held), draw(held)
+    pending = tuple(draw(st.lists(st.sampled_from(HOSTS), max_size=3, unique=True)))
+    answers = tuple(draw(st.lists(st.sampled_from((*HOSTS, "")), max_size=4)))
+    return DeleteScenario(
+        instance=instance or None,
+        migration=migration or None,
+        policy=draw(st.one_of(st.none(), st.sampled_from(POLICIES))),
+        pending=pending,
+        answers=answers,
+        force=draw(st.booleans()),
+        claim_after=draw(st.booleans()),
+    )
+
+
+def delete_outcome(store: Store, scenario: DeleteScenario) -> tuple[Any, ...]:
+    """Run the scenario on ``store``; every answer and the state it leaves."""
+    providers = [new_uuid(), new_uuid()]
+    for uuid in providers:
+        store.create_provider(uuid, uuid)
+        store.set_inventory(uuid, 0, {CLASSES[0]: Inventory(total=10**6)})
+    uuid, migration, group_uuid = new_uuid(), new_uuid(), new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, state=RESIZING, migration_uuid=migration)])
+    for consumer, held in ((uuid, scenario.instance), (migration, scenario.migration)):
+        if held:
+            group = None
+            if scenario.policy is not None:
+                group = GroupClaim(group_uuid, "soft-affinity", HOSTS[len(held) - 1])
+            store.claim(
+                consumer,
+                ask({providers[int(i)]: {CLASSES[0]: n} for i, n in held.items()}),
+                group,
+            )
+    answers: list[Any] = []
+    record, started = store.start_delete(uuid, pending_hosts=scenario.pending)
+    answers.append((record.state, record.pending_hosts, started))
+    if scenario.claim_after:
+        try:
+            answers.append(store.claim(uuid, ask({providers[0]: {CLASSES[0]: 1}})))
+        except ConsumerDeleted as exc:
+            answers.append((type(exc).__name__, exc.kwargs["consumer"] == uuid))
+    for host in scenario.answers:
+        done = store.finish_delete(uuid, host, retention=60, now=1.0)
+        answers.append(None if done is None else (done.state, done.pending_hosts))
+    if scenario.force:
+        done = store.finish_delete(uuid, None, retention=60, now=2.0, force=True)
+        answers.append(None if done is None else (done.state, done.pending_hosts))
+    held_now = {c: store.get_consumer(c) for c in (uuid, migration)}
+    return (
+        answers,
+        [(p.generation, dict(p.usages), p.consumers) for p in map(store.get_provider, providers)],
+        store.group_hosts(group_uuid),
+        [c for c, h in held_now.items() if h is not None] == [],
+        store.get_instance(uuid).state,
+    )
+
+
+@settings(QUICK, max_examples=GROUP_EXAMPLES)
+@given(scenario=delete_scenarios())
+def test_a_delete_releases_the_same_on_both_stores(
+    stores: tuple[MemoryStore, RedisStore], scenario: DeleteScenario
+) -> None:
+    python, lua = (delete_outcome(store, scenario) for store in stores)
     assert lua == python
