@@ -165,6 +165,7 @@ def test_select_destinations_sends_v1_3_arguments_and_context(
     assert result[0][0].availability_zone == "east"
 
 
+@pytest.mark.usefixtures("servers")  # the 1.2 worker must be serving
 def test_a_1_2_worker_is_asked_again_as_before_and_its_selections_have_no_zone(
     transport: Any,
 ) -> None:
@@ -458,6 +459,7 @@ def test_run_filter_sends_the_name_and_returns_the_typed_run(
     assert run == FILTER_RUN
 
 
+@pytest.mark.usefixtures("servers")  # the 1.2 worker must be serving
 @pytest.mark.parametrize(
     "send",
     [
@@ -474,6 +476,7 @@ def test_what_1_4_added_is_sent_at_1_4_so_an_older_worker_refuses_it(
     assert err.value.version == "1.4"
 
 
+@pytest.mark.usefixtures("servers")  # the 1.2 worker must be serving
 def test_a_1_2_worker_still_serves_a_plain_explain(transport: Any) -> None:
     assert rpc.SchedulerClient(transport, topic=V1_2_TOPIC, timeout=5).explain(ADMIN, SPEC) == (
         REPORT
@@ -510,6 +513,7 @@ def test_a_forced_spec_reaches_a_current_worker_whole(transport: Any, recorder: 
     assert RequestSpec.from_primitive(kwargs["request_spec"]) == FORCED
 
 
+@pytest.mark.usefixtures("servers")  # the 1.0 worker must be serving
 def test_a_1_0_worker_still_serves_a_1_1_client_except_explain(transport: Any) -> None:
     client = rpc.SchedulerClient(transport, topic=OLD_TOPIC, timeout=5)
     assert client.select_destinations(CTXT, SPEC, ["i-1"]) == [[ZONED.without_zone()]]
