@@ -288,6 +288,8 @@ class ComputeSimulator:
         self.compute = compute
         self.fail_resize_hosts = set(fail_resize_hosts)
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
+        # (migration, dest) -> the zone its Selection named, reported when it finishes
+        self._resize_zones: dict[tuple[str, str], str | None] = {}
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
@@ -559,6 +561,7 @@ class ComputeSimulator:
                 return
             key = (migration_uuid, chosen.host)
             with self._lock:
+                self._resize_zones[key] = chosen.availability_zone
                 step = self._migrations.get(key)
                 if step is None or step == STEP_FAILED:
                     self._migrations[key] = STEP_PREP
@@ -574,7 +577,12 @@ class ComputeSimulator:
             if step == STEP_FINISHED:
                 LOG.info("prep_resize_duplicate_reported")
                 self.conductor.resize_result(
-                    ctxt, instance_uuid, migration_uuid, chosen.host, True
+                    ctxt,
+                    instance_uuid,
+                    migration_uuid,
+                    chosen.host,
+                    True,
+                    availability_zone=chosen.availability_zone,
                 )
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
@@ -704,9 +712,12 @@ class ComputeSimulator:
                     return
                 again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
                 self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
+                zone = self._resize_zones.get((migration_uuid, dest_host))
                 self._start_vm(instance_uuid, dest_host)
             LOG.info("finish_resize_reported_again" if again else "finish_resize")
-            self.conductor.resize_result(ctxt, instance_uuid, migration_uuid, dest_host, True)
+            self.conductor.resize_result(
+                ctxt, instance_uuid, migration_uuid, dest_host, True, availability_zone=zone
+            )
 
     def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the source: drop the source's allocation (the migration's)."""

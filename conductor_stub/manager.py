@@ -328,7 +328,10 @@ class ConductorEndpoint:
         success: bool,
         reason: str | None = None,
         details: str | None = None,
+        availability_zone: str | None = None,
     ) -> None:
+        """The resize finished on ``host``, in ``availability_zone`` (the zone of
+        the destination's Selection; 1.2, None from an older compute), or failed."""
         with bind_request(
             request_id=_request_id(ctxt),
             instance_uuid=instance_uuid,
@@ -363,8 +366,7 @@ class ConductorEndpoint:
                 expected_states=[RESIZING],
                 state=RESIZED,
                 task_state=None,
-                host=host,
-                node=host,
+                **records.placed_on(host, host, availability_zone),
                 deadline=None,
                 updated_at=self._clock(),
             )

@@ -161,6 +161,7 @@ def fail_resize(
         new_flavor=None,
         source_host=None,
         source_node=None,
+        source_availability_zone=None,
         deadline=None,
         updated_at=clock(),
     )
@@ -190,6 +191,7 @@ def finish_confirm(
         new_flavor=None,
         source_host=None,
         source_node=None,
+        source_availability_zone=None,
         deadline=None,
         updated_at=clock(),
     )
@@ -205,12 +207,12 @@ def finish_revert(
         expected_states=[RESIZED],
         state=ACTIVE,
         task_state=None,
-        host=record.source_host,
-        node=record.source_node,
+        **placed_on(record.source_host, record.source_node, record.source_availability_zone),
         migration_uuid=None,
         new_flavor=None,
         source_host=None,
         source_node=None,
+        source_availability_zone=None,
         deadline=None,
         updated_at=clock(),
     )

@@ -92,6 +92,7 @@ class Resizer:
             new_flavor=flavor.to_primitive(),
             source_host=record.host,
             source_node=record.node,
+            source_availability_zone=record.availability_zone,
             attempts=0,
             tried_hosts=(),
             redrives=0,

@@ -642,7 +642,8 @@ class InstanceRecord:
     ``source_host`` / ``source_node`` where the instance was.
     ``availability_zone`` is the zone of ``host`` as the Selection it was
     built from named it (None: not known, e.g. from a worker older than RPC
-    1.3; a resize leaves it as it was). ``roles`` and
+    1.3); a resize records the destination's, and keeps the source's in
+    ``source_availability_zone`` for a revert. ``roles`` and
     ``is_admin`` are the rights the request was made with, so that a re-drive
     is sent with them (an admin's forced host is refused to anyone else).
     While DELETING, ``pending_hosts`` are the hosts that have not yet said
@@ -669,6 +670,7 @@ class InstanceRecord:
     new_flavor: Mapping[str, Any] | None = None
     source_host: str | None = None
     source_node: str | None = None
+    source_availability_zone: str | None = None
     roles: tuple[str, ...] = ()
     is_admin: bool = False
     pending_hosts: tuple[str, ...] = ()
@@ -695,6 +697,7 @@ class InstanceRecord:
             "new_flavor": dict(self.new_flavor) if self.new_flavor else None,
             "source_host": self.source_host,
             "source_node": self.source_node,
+            "source_availability_zone": self.source_availability_zone,
             "roles": list(self.roles),
             "is_admin": self.is_admin,
             "pending_hosts": list(self.pending_hosts),

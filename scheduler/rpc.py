@@ -428,8 +428,9 @@ class ConductorClient:
       1.0 - build_succeeded, reschedule, schedule_failed, resize_result.
       1.1 - reschedule takes migration_uuid (a failed resize destination),
             resize_result takes details; resize_confirmed, resize_reverted.
-      1.2 - build_succeeded takes availability_zone (the built Selection's);
-            reschedule's host_list entries may carry availability_zone.
+      1.2 - build_succeeded and resize_result take availability_zone (the
+            built or resized-to Selection's); reschedule's host_list entries
+            may carry availability_zone.
             Sent at 1.2 only with a zone (else at 1.1, as before).
       1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
     """
@@ -531,18 +532,23 @@ class ConductorClient:
         success: bool,
         reason: str | None = None,
         details: str | None = None,
+        availability_zone: str | None = None,
     ) -> None:
-        """The resize finished on ``host``, or (not ``success``) could not be placed:
-        ``reason`` is user-safe, ``details`` admin-only."""
+        """The resize finished on ``host`` (in ``availability_zone``, its
+        Selection's), or (not ``success``) could not be placed: ``reason`` is
+        user-safe, ``details`` admin-only."""
+        zone = {} if availability_zone is None else {"availability_zone": availability_zone}
         self._cast(
             ctxt,
             "resize_result",
+            bool(zone),
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
             host=host,
             success=success,
             reason=reason,
             details=details,
+            **zone,
         )
 
     def resize_confirmed(

@@ -49,6 +49,11 @@ class ResizeCase:
     host: str  # where the instance ends
     flavor: str  # with which flavor
 
+    @property
+    def zone(self) -> str:
+        """The zone it ends in: each host is in a zone of its own."""
+        return self.host.split("-")[0]
+
 
 RESIZE_CASES = [
     ResizeCase("confirm", "m1.small", "m1.medium", "--confirm", "dst-0000", "m1.medium"),
@@ -63,11 +68,14 @@ def test_resize_then_confirm_or_revert(
 ) -> None:
     cluster.start_conductor()
     # The boot goes to the roomier host (RAM weigher); the resize must leave it.
-    cluster.start_compute(1, "--memory-mb", "131072", name="src")
-    dst = cluster.start_compute(1, name="dst")
+    cluster.start_compute(
+        1, "--memory-mb", "131072", "--aggregate", "src:availability_zone=src", name="src"
+    )
+    dst = cluster.start_compute(1, "--aggregate", "dst:availability_zone=dst", name="dst")
     cluster.start_worker()
     uuid = boot_one(cluster, case.old)["uuid"]
     assert holdings(cluster) == {uuid: {"src-0000": amounts(case.old)}}
+    assert cluster.store.get_instance(uuid).availability_zone == "src"
 
     resized = cluster.resize(uuid, "--flavor", case.new, "--wait")
 
@@ -78,6 +86,9 @@ def test_resize_then_confirm_or_revert(
     ), resized
     migration = cluster.store.get_instance(uuid).migration_uuid
     assert migration is not None
+    # The zone is where the instance is now; the source's is kept for a revert.
+    resizing = cluster.store.get_instance(uuid)
+    assert (resizing.availability_zone, resizing.source_availability_zone) == ("dst", "src")
     # Both held until the user decides: the source's by the migration.
     assert holdings(cluster) == {
         uuid: {"dst-0000": amounts(case.new)},
@@ -97,6 +108,7 @@ def test_resize_then_confirm_or_revert(
     assert holdings(cluster) == {uuid: {case.host: amounts(case.flavor)}}
     record = cluster.store.get_instance(uuid)
     assert (record.migration_uuid, record.source_host, record.deadline) == (None, None, None)
+    assert (record.availability_zone, record.source_availability_zone) == (case.zone, None)
     wait_until(
         lambda: Counter(n["event_type"] for n in notifications())["scheduler.resize.end"] == 1,
         what="scheduler.resize.end",

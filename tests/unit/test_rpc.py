@@ -602,6 +602,20 @@ def _spied(client: Any) -> PrepareSpy:
         ),
         pytest.param(
             rpc.ConductorClient,
+            lambda c: c.resize_result(CTXT, "i-1", "m-1", "h2", True, availability_zone="east"),
+            "1.2",
+            ["east"],
+            id="resized-in-a-zone",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
+            lambda c: c.resize_result(CTXT, "i-1", "m-1", "h2", True),
+            "1.1",
+            [],
+            id="resized-without-zone",
+        ),
+        pytest.param(
+            rpc.ConductorClient,
             lambda c: c.schedule_failed(CTXT, ["i-1"], "r", "d"),
             "1.1",
             [],

@@ -64,14 +64,14 @@ class Sim:
             CTXT, INSTANCE, SPEC.to_primitive(), selection(host).to_primitive(), []
         )
 
-    def prep(self, host: str) -> None:
+    def prep(self, host: str, zone: str | None = None) -> None:
         self.sim.prep_resize(
             CTXT,
             INSTANCE,
             MIGRATION,
             SPEC.flavor.to_primitive(),
             SPEC.to_primitive(),
-            selection(host).to_primitive(),
+            selection(host, availability_zone=zone).to_primitive(),
             [selection("h3").to_primitive()],
         )
 
@@ -202,6 +202,21 @@ def test_prep_resize_finish_then_duplicates(make: Any) -> None:
     assert sim.conductor.last("resize_result")[0][1:] == (INSTANCE, MIGRATION, "h2", True)
     sim.prep("h2")  # a re-drive after the end: report again
     assert sim.conductor.names.count("resize_result") == 2
+
+
+def test_a_finished_resize_reports_the_zone_of_its_selection_each_time(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(MIGRATION, "h1")
+    sim.claim(INSTANCE, "h2")
+    sim.prep("h2", zone="west")
+    sim.wait("resize_instance")
+    sim.sim.resize_instance(CTXT, INSTANCE, MIGRATION, "h2", "h2")
+    sim.wait("finish_resize")
+    sim.sim.finish_resize(CTXT, INSTANCE, MIGRATION, "h2", "h2")
+    assert sim.conductor.last("resize_result")[1] == {"availability_zone": "west"}
+    sim.prep("h2", zone="west")  # a re-drive after the end reports it again
+    assert sim.conductor.names.count("resize_result") == 2
+    assert sim.conductor.last("resize_result")[1] == {"availability_zone": "west"}
 
 
 def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:

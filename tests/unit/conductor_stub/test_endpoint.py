@@ -467,6 +467,30 @@ def test_resize_confirmed_or_reverted(confirm: bool, host: str, flavor: str) -> 
     assert RequestSpec.from_primitive(dict(record.request_spec or {})).flavor.name == flavor
 
 
+@pytest.mark.parametrize(
+    "confirm, host, zone",
+    [
+        pytest.param(True, "h2", "west", id="confirmed-in-the-destinations-zone"),
+        pytest.param(False, "h1", "east", id="reverted-to-the-sources-zone"),
+    ],
+)
+def test_a_resize_records_the_destinations_zone_and_a_revert_the_sources(
+    confirm: bool, host: str, zone: str
+) -> None:
+    store = cloud("h1", "h2")
+    uuid, migration = resizing(
+        store, "h1", "h2", availability_zone="east", source_availability_zone="east"
+    )
+    conductor, _ = endpoint(store)
+    conductor.resize_result(CTXT, uuid, migration, "h2", True, availability_zone="west")
+    record = store.get_instance(uuid)
+    assert (record.state, record.host, record.availability_zone) == (RESIZED, "h2", "west")
+    (conductor.resize_confirmed if confirm else conductor.resize_reverted)(CTXT, uuid, migration)
+    record = store.get_instance(uuid)
+    assert (record.state, record.host, record.availability_zone) == (ACTIVE, host, zone)
+    assert record.source_availability_zone is None
+
+
 # --- what a user reads ------------------------------------------------------------------
 
 HOSTS = ("h1", "h2", "h3", "h4")

@@ -39,6 +39,7 @@ def resizer(store: MemoryStore) -> tuple[Resizer, Recorded, Recorded]:
 def test_start_marks_the_record_and_casts_the_resize() -> None:
     store = cloud("h1", "h2")
     uuid = active_on(store, "h1")
+    store.update_instance(uuid, availability_zone="east")
     resize, scheduler, _ = resizer(store)
 
     started = resize.start(uuid, BIG)
@@ -47,9 +48,10 @@ def test_start_marks_the_record_and_casts_the_resize() -> None:
         started.state,
         started.task_state,
         started.source_host,
+        started.source_availability_zone,
         started.new_flavor,
         started.deadline,
-    ) == (RESIZING, RESIZE_PREP, "h1", BIG.to_primitive(), NOW + 30)
+    ) == (RESIZING, RESIZE_PREP, "h1", "east", BIG.to_primitive(), NOW + 30)
     assert started.migration_uuid == migration_uuid_for(uuid, started.request_id or "")
     (ctxt, resized, source, flavor, spec), _ = scheduler.last("resize")
     assert (ctxt.request_id, resized, source, flavor, spec.flavor) == (  # type: ignore[attr-defined]
