@@ -442,7 +442,7 @@ class ConductorEndpoint:
             return
         refused: list[str] = []
         for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused)
+            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
             if outcome is None:
                 return
             if not outcome:
@@ -493,17 +493,25 @@ class ConductorEndpoint:
     # --- shared steps ---------------------------------------------------------------
 
     def _claim_alternate(
-        self, uuid: str, spec: RequestSpec, alternate: Selection, refused: list[str]
+        self,
+        uuid: str,
+        spec: RequestSpec,
+        alternate: Selection,
+        refused: list[str],
+        migration_uuid: str | None = None,
     ) -> bool | None:
         """Claim an alternate for the instance, as a member of its group (strict
-        policies checked):
+        policies checked; a resize names its ``migration_uuid``, whose
+        membership on the source is the instance's own):
         True if claimed; False if its resources were taken meanwhile, the
         group policy now forbids it or it is gone (noted in ``refused``: skip
         to the next); None if the instance holds a claim already (a re-driven
         copy placed it: stop here)."""
         try:
             self.store.claim(
-                uuid, alternate.allocation_request, GroupClaim.for_spec(spec, alternate.host)
+                uuid,
+                alternate.allocation_request,
+                GroupClaim.for_spec(spec, alternate.host, migration_uuid),
             )
         except ConsumerConflict:
             LOG.info("reschedule_superseded", alternate=alternate.host)

@@ -241,8 +241,10 @@ class SchedulerEndpoint:
         spec: RequestSpec,
         uuids: Sequence[str],
         return_alternates: bool = True,
+        migration_uuid: str | None = None,
     ) -> dict[str, list[Selection]]:
-        """Selections per instance uuid, in request order. An instance being
+        """Selections per instance uuid, in request order (a resize names its
+        ``migration_uuid``: see :meth:`Engine.select`). An instance being
         deleted (its claim refused with :class:`ConsumerDeleted`) is dropped
         and the rest are placed without it (what it would have claimed is
         released by the all-or-nothing step): it gets no Selection."""
@@ -255,6 +257,7 @@ class SchedulerEndpoint:
                         spec.replace(num_instances=len(live)),
                         live,
                         return_alternates=return_alternates,
+                        migration_uuid=migration_uuid,
                     )
                 return dict(zip(live, selections, strict=True))
             except ConsumerDeleted as exc:
@@ -508,7 +511,11 @@ class SchedulerEndpoint:
                     return
                 end["migration_uuid"] = migration_uuid
                 try:
-                    selections = list(self._select(request_id, spec, [uuid]).values())
+                    selections = list(
+                        self._select(
+                            request_id, spec, [uuid], migration_uuid=migration_uuid
+                        ).values()
+                    )
                     if not selections:  # deleted meanwhile: the delete releases it all
                         self._unpark(uuid, migration_uuid)
                         end["state"] = "deleted"

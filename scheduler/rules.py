@@ -113,22 +113,35 @@ def check_allocation(
 
 @overload
 def group_allows(
-    policy: str, here: int, has_members: bool, max_server_per_host: int = 1
+    policy: str, here: int, has_members: bool, max_server_per_host: int = 1, own: int = 0
 ) -> bool: ...
 @overload
 def group_allows(
-    policy: str, here: np.ndarray, has_members: bool, max_server_per_host: int = 1
+    policy: str,
+    here: np.ndarray,
+    has_members: bool,
+    max_server_per_host: int = 1,
+    own: int | np.ndarray = 0,
 ) -> np.ndarray: ...
 def group_allows(
-    policy: str, here: int | np.ndarray, has_members: bool, max_server_per_host: int = 1
+    policy: str,
+    here: int | np.ndarray,
+    has_members: bool,
+    max_server_per_host: int = 1,
+    own: int | np.ndarray = 0,
 ) -> bool | np.ndarray:
     """Whether a strict ``policy`` lets one more member onto a host holding
     ``here`` members (an int, or an array of counts per host) of a group that
     ``has_members`` anywhere. Anti-affinity: fewer than ``max_server_per_host``
-    there. Affinity: the group is empty, or the host holds members. A soft
-    policy always allows (it only weighs)."""
+    there, not counting the ``own`` of them (0 or 1, per host like ``here``)
+    that are the placed instance's own membership: a move's migration
+    consumer holds it on the source, and the instance may come back beside
+    itself there (as Nova accepts the host already running the instance).
+    Affinity: the group is empty, or the host holds members (its own
+    membership counts: it ties the instance to its host). A soft policy
+    always allows (it only weighs)."""
     if policy == ANTI_AFFINITY:
-        return here < max_server_per_host
+        return here - own < max_server_per_host
     if policy == AFFINITY:
         return (here > 0) | (not has_members)
     return np.ones_like(here, dtype=bool) if isinstance(here, np.ndarray) else True
@@ -140,13 +153,21 @@ def check_group(
     host: str,
     members: Mapping[str, int],
     max_server_per_host: int = 1,
+    own_host: str | None = None,
 ) -> None:
-    """Whether a claim may add a member of the group on ``host``.
+    """Whether a claim may add a member of the group on ``host``, given the
+    group's ``members`` per host and ``own_host``, where the claimant's own
+    membership is counted among them (a move's migration consumer on the
+    source; None: nowhere), which :func:`group_allows` does not hold against it.
 
     :raises GroupPolicyViolation: the strict policy forbids it.
     """
     if not group_allows(
-        policy, members.get(host, 0), any(n > 0 for n in members.values()), max_server_per_host
+        policy,
+        members.get(host, 0),
+        any(n > 0 for n in members.values()),
+        max_server_per_host,
+        int(own_host == host),
     ):
         raise GroupPolicyViolation(group=group_uuid, policy=policy, host=host)
 

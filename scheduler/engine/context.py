@@ -27,12 +27,22 @@ class PlacementContext:
     ``now`` is the request's clock reading, for liveness. ``request`` is the
     typed resource request after the request filters (None only in tests
     that build a context by hand).
+
+    A move (a resize) names its ``migration_uuid``: the consumer that holds
+    the instance's source allocation, and with it the instance's own group
+    membership, counted in ``group_members`` on ``own_host`` (None when it
+    is no member of the request's group). The strict filters do not hold
+    that membership against the instance (:func:`scheduler.rules.group_allows`),
+    and every claim of the request names the migration, so the store's
+    check does the same.
     """
 
     spec: RequestSpec
     now: float
     group_members: Counter[str] = field(default_factory=Counter)
     request: ResourceRequest | None = None
+    migration_uuid: str | None = None
+    own_host: str | None = None
 
     def group_with(self, policy: str) -> ServerGroup | None:
         """The request's group, when its policy is ``policy``."""
@@ -42,6 +52,11 @@ class PlacementContext:
     def has_members(self) -> bool:
         """Whether the request's group has a member on any host (in the view or not)."""
         return any(n > 0 for n in self.group_members.values())
+
+    def own_on(self, view: HostView, candidates: np.ndarray) -> np.ndarray:
+        """Of :meth:`members_on`, the instance's own membership: 1 on ``own_host``, else 0."""
+        row = view.index_of(self.own_host) if self.own_host is not None else None
+        return (candidates == (-1 if row is None else row)).astype(np.int64)
 
     def members_on(self, view: HostView, candidates: np.ndarray) -> np.ndarray:
         """Members of the request's group on each candidate host (0 where none)."""

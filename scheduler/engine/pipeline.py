@@ -261,14 +261,24 @@ class Engine:
         instance_uuids: Sequence[str],
         return_alternates: bool = True,
         claim: bool = True,
+        migration_uuid: str | None = None,
     ) -> list[list[Selection]]:
         """Per instance, the primary Selection (claimed) then its alternates.
+
+        A move of one instance (a resize) names its ``migration_uuid``, the
+        consumer holding the instance's source allocation: its group
+        membership there is the instance's own (see :class:`PlacementContext`).
 
         :raises NoValidHost: some instance found no host; nothing this call
             claimed is left behind.
         """
         return self.schedule(
-            ctx_request_id, spec, instance_uuids, return_alternates, claim
+            ctx_request_id,
+            spec,
+            instance_uuids,
+            return_alternates,
+            claim,
+            migration_uuid=migration_uuid,
         ).selections
 
     def explain(
@@ -340,6 +350,7 @@ class Engine:
         return_alternates: bool = True,
         claim: bool = True,
         all_hosts: bool = False,
+        migration_uuid: str | None = None,
     ) -> ScheduleResult:
         """:meth:`select` with the trace of every decision.
 
@@ -361,7 +372,12 @@ class Engine:
             # (each returns a new request; see _request_filters for the order).
             request = self._request_filters(request, spec)
             ctx = PlacementContext(
-                spec=spec, now=now, group_members=self._group_members(spec), request=request
+                spec=spec,
+                now=now,
+                group_members=self._group_members(spec),
+                request=request,
+                migration_uuid=migration_uuid,
+                own_host=self._own_host(spec, migration_uuid),
             )
             # Each filter's and weigher's per-request state, prepared once for
             # all the request's instances (when first needed, see _filter).
@@ -451,6 +467,13 @@ class Engine:
         if spec.group is None:
             return Counter()
         return Counter(self.store.group_hosts(spec.group.uuid))
+
+    def _own_host(self, spec: RequestSpec, migration_uuid: str | None) -> str | None:
+        """Where the moved instance's own membership of its group is held (by its migration)."""
+        if spec.group is None or migration_uuid is None:
+            return None
+        held = self.store.get_consumer(migration_uuid)
+        return held.member_host(spec.group.uuid) if held is not None else None
 
     def _request_filters(self, request: ResourceRequest, spec: RequestSpec) -> ResourceRequest:
         """The enabled request filters, in the order wired in ``__init__``;
@@ -821,7 +844,7 @@ class Engine:
             return self.store.claim(
                 instance_uuid,
                 selection.allocation_request,
-                GroupClaim.for_spec(ctx.spec, selection.host),
+                GroupClaim.for_spec(ctx.spec, selection.host, ctx.migration_uuid),
             )
 
         try:

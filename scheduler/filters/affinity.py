@@ -14,9 +14,12 @@ re-checks, so racing workers cannot break it either.
 * ServerGroupAntiAffinityFilter rejects hosts that already hold
   ``max_server_per_host`` members (1 unless the group relaxes it).
 
-Nova's anti-affinity also accepts the host already running the instance
-being placed; here an instance that already holds allocations is reused by
-the engine before any filter matters, so that case does not arise.
+Like Nova's, anti-affinity accepts the host already running the instance
+being placed: during a resize the instance's membership on its source is
+held by the migration consumer (``ctx.own_host``), and that one is not
+counted against the instance, so with ``allow_resize_to_same_host`` it can
+resize in place. Affinity counts it like any member (it ties the instance
+to its host).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class _StrictGroupFilter(BaseFilter[ServerGroup]):
             ctx.members_on(view, candidates),
             ctx.has_members(),
             state.max_server_per_host,
+            ctx.own_on(view, candidates),
         )
 
 

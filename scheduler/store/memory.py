@@ -232,8 +232,14 @@ class MemoryStore(Store):
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""
         members = self._groups.get(group.group_uuid, {})
+        own = self._consumers.get(group.own_consumer) if group.own_consumer else None
         rules.check_group(
-            group.group_uuid, group.policy, group.host, members, group.max_server_per_host
+            group.group_uuid,
+            group.policy,
+            group.host,
+            members,
+            group.max_server_per_host,
+            own.member_host(group.group_uuid) if own is not None else None,
         )
         members[group.host] = members.get(group.host, 0) + 1
         self._groups[group.group_uuid] = members

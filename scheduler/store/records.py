@@ -128,22 +128,33 @@ class GroupClaim:
     are checked (:func:`scheduler.rules.check_group`): ``affinity``, the
     group's members all on one host; ``anti-affinity``, at most
     ``max_server_per_host`` members per host.
+
+    ``own_consumer`` names the consumer whose membership is the claimant's
+    own: a move's migration, holding the instance's membership on its source
+    while the instance is placed again. Where it is a member of this group,
+    on ``host``, the check does not count it against the claim (``own_host``
+    of :func:`scheduler.rules.check_group`); anywhere else it changes nothing.
     """
 
     group_uuid: str
     policy: str
     host: str
     max_server_per_host: int = 1
+    own_consumer: str | None = None
 
     @classmethod
-    def for_spec(cls, spec: RequestSpec, host: str) -> GroupClaim | None:
+    def for_spec(
+        cls, spec: RequestSpec, host: str, migration_uuid: str | None = None
+    ) -> GroupClaim | None:
         """The group membership a claim of ``spec`` on ``host`` records (None when
-        the request names no group). Every claim of an instance, the
-        scheduler's and the conductor's of an alternate, is made with this."""
+        the request names no group); a move's claim names its ``migration_uuid``,
+        the consumer holding the instance's own membership. Every claim of an
+        instance, the scheduler's and the conductor's of an alternate, is made
+        with this."""
         group = spec.group
         if group is None:
             return None
-        return cls(group.uuid, group.policy, host, group.max_server_per_host)
+        return cls(group.uuid, group.policy, host, group.max_server_per_host, migration_uuid)
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,10 @@ class Consumer:
     generation: int = 1
     group_uuid: str | None = None
     host: str | None = None
+
+    def member_host(self, group_uuid: str) -> str | None:
+        """Where this consumer is a member of the group (None: it is not)."""
+        return self.host if self.group_uuid == group_uuid else None
 
 
 #: The kind of a change-feed entry that cannot be read (see :class:`Change`).

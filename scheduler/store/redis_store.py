@@ -517,9 +517,15 @@ class RedisStore(Store):
         check_allocation_request(request)
         allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
         group_args = (
-            ("", "", "", 0)
+            ("", "", "", 0, "")
             if group is None
-            else (group.group_uuid, group.policy, group.host, group.max_server_per_host)
+            else (
+                group.group_uuid,
+                group.policy,
+                group.host,
+                group.max_server_per_host,
+                group.own_consumer or "",
+            )
         )
         return bool(
             self._scripts.claim(

@@ -84,8 +84,10 @@ end
 #: KEYS: changes, providers, consumers, groups, the consumer's delete fence
 #: (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid).
 #: ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
-#: user, group uuid ('' for none), policy, host, max_server_per_host.
-#: Returns 1 when claimed, 0 when the consumer already holds exactly this.
+#: user, group uuid ('' for none), policy, host, max_server_per_host, the
+#: consumer holding the claimant's own membership ('' for none: see
+#: ``GroupClaim.own_consumer``). Returns 1 when claimed, 0 when the consumer
+#: already holds exactly this.
 CLAIM = (
     _FAIL
     + _FEED
@@ -158,7 +160,14 @@ if group ~= '' then
   local raw = redis.call('HGET', KEYS[4], group)
   local members = raw and cjson.decode(raw) or {}
   local here = members[host] or 0
-  if (policy == 'anti-affinity' and here >= tonumber(ARGV[9]))
+  -- The claimant's own membership on this host is not held against it.
+  local own = 0
+  local own_raw = ARGV[10] ~= '' and redis.call('HGET', KEYS[3], ARGV[10])
+  if own_raw then
+    local c = cjson.decode(own_raw)
+    if c.group_uuid == group and c.host == host then own = 1 end
+  end
+  if (policy == 'anti-affinity' and here - own >= tonumber(ARGV[9]))
       or (policy == 'affinity' and here == 0 and next(members) ~= nil) then
     return fail('GroupPolicyViolation', {group = group, policy = policy, host = host})
   end

@@ -204,3 +204,50 @@ def test_a_resize_with_no_other_host(
     confirmed = cluster.resize(uuid, "--confirm")
     assert (confirmed["state"], confirmed["flavor"]) == ("ACTIVE", "m1.medium")
     assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.medium")}}
+
+
+def test_an_anti_affinity_member_resizes_in_place(cluster: Cluster) -> None:
+    # Two members, one per host: the other host is the other member's, so the
+    # instance's own host, where its migration keeps its membership, is the
+    # only one the group allows it.
+    cluster.write_config(scheduler={"allow_resize_to_same_host": True})
+    cluster.start_conductor()
+    cluster.start_compute(2)
+    cluster.start_worker()
+    booted = cluster.boot(
+        "--count", "2", "--flavor", "m1.small", "--group-policy", "anti-affinity"
+    )
+    assert [i["state"] for i in booted["instances"]] == ["ACTIVE", "ACTIVE"], booted
+    first, second = booted["instances"]
+    assert first["host"] != second["host"]
+    group_uuid = cluster.store.get_instance(first["uuid"]).request_spec["group"]["uuid"]
+
+    resized = cluster.resize(first["uuid"], "--flavor", "m1.medium", "--wait")
+
+    assert (resized["exit_code"], resized["state"], resized["host"]) == (
+        0,
+        "RESIZED",
+        first["host"],
+    ), resized
+    migration = cluster.store.get_instance(first["uuid"]).migration_uuid
+    assert migration is not None
+    assert holdings(cluster) == {
+        first["uuid"]: {first["host"]: amounts("m1.medium")},
+        migration: {first["host"]: amounts("m1.small")},
+        second["uuid"]: {second["host"]: amounts("m1.small")},
+    }
+    assert cluster.store.group_hosts(group_uuid) == {first["host"]: 2, second["host"]: 1}
+
+    confirmed = cluster.resize(first["uuid"], "--confirm")
+
+    assert (confirmed["exit_code"], confirmed["state"], confirmed["host"]) == (
+        0,
+        "ACTIVE",
+        first["host"],
+    ), confirmed
+    assert (confirmed["flavor"], confirmed["fault"]) == ("m1.medium", None), confirmed
+    assert holdings(cluster) == {
+        first["uuid"]: {first["host"]: amounts("m1.medium")},
+        second["uuid"]: {second["host"]: amounts("m1.small")},
+    }
+    assert cluster.store.group_hosts(group_uuid) == {first["host"]: 1, second["host"]: 1}

@@ -13,8 +13,8 @@ from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
 from scheduler.objects import AllocationRequest, Flavor, RequestSpec, migration_uuid_for
 from scheduler.rpc import RequestContext
-from scheduler.store import MemoryStore
-from tests.unit.factories import Recorded, engine, host, populate, spec, uuid_of
+from scheduler.store import GroupClaim, MemoryStore
+from tests.unit.factories import GROUP_UUID, Recorded, engine, group, host, populate, spec, uuid_of
 
 SMALL = spec(vcpus=1, ram=1024, disk=10)
 BIG = Flavor(name="big", vcpus=2, memory_mb=2048, root_gb=20)
@@ -132,3 +132,59 @@ def test_an_instance_holding_nothing_cannot_be_resized() -> None:
     args, _ = conductor.last("resize_result")
     assert args[4] is False and str(args[5]).startswith("invalid request")
     assert compute.calls == [] and store.list_consumers() == []
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        pytest.param(DEFAULT_FILTERS, id="default-filters"),
+        # No host filter: the store's claim alone judges the group.
+        pytest.param((), id="no-host-filters"),
+    ],
+)
+def test_an_anti_affinity_member_resizes_in_place_beside_its_own_membership(
+    filters: tuple[str, ...],
+) -> None:
+    # The instance on h1 and another member on h2 fill the group's hosts; the
+    # migration keeps the instance's membership on h1, which is its own.
+    store, endpoint, compute, conductor = setup(
+        ("h1", "h2"), same_host=True, held=False, filters=filters
+    )
+    request = SMALL.replace(group=group("anti-affinity"))
+    other = uuid_of("other-member")
+    for consumer, name in ((INSTANCE, "h1"), (other, "h2")):
+        store.claim(
+            consumer,
+            AllocationRequest({uuid_of(name): SMALL.resources}, "p", "u"),
+            GroupClaim.for_spec(request, name),
+        )
+
+    resize(endpoint, request)
+
+    assert conductor.calls == []
+    assert hosts_of(store) == {
+        INSTANCE: ("h1", BIG_AMOUNTS),
+        MIGRATION: ("h1", SMALL.resources),
+        other: ("h2", SMALL.resources),
+    }
+    args, _ = compute.last("prep_resize")
+    assert args[5].host == "h1"  # type: ignore[attr-defined]
+    assert store.group_hosts(GROUP_UUID) == {"h1": 2, "h2": 1}
+
+
+def test_an_affinity_member_resizes_where_its_group_is() -> None:
+    # The group's one member is the instance: its own membership on h1 ties
+    # it there, though h2 has room too.
+    store, endpoint, compute, _ = setup(("h1", "h2"), same_host=True, held=False)
+    request = SMALL.replace(group=group("affinity"))
+    store.claim(
+        INSTANCE,
+        AllocationRequest({uuid_of("h1"): SMALL.resources}, "p", "u"),
+        GroupClaim.for_spec(request, "h1"),
+    )
+
+    resize(endpoint, request)
+
+    args, _ = compute.last("prep_resize")
+    assert args[5].host == "h1" and args[6] == []  # type: ignore[attr-defined]
+    assert store.group_hosts(GROUP_UUID) == {"h1": 2}

@@ -21,7 +21,7 @@ from scheduler.objects import (
     RequestSpec,
 )
 from scheduler.rpc import RequestContext
-from scheduler.store import MemoryStore
+from scheduler.store import GroupClaim, MemoryStore
 from tests.unit.conductor_stub.helpers import (
     BIG,
     SPEC,
@@ -34,7 +34,7 @@ from tests.unit.conductor_stub.helpers import (
     resizing,
     selection,
 )
-from tests.unit.factories import NOW, Recorded
+from tests.unit.factories import GROUP_UUID, NOW, Recorded, group
 
 CTXT = RequestContext(request_id="req-1")
 
@@ -409,6 +409,25 @@ def test_resize_result(case: ResizeResultCase) -> None:
         )
 
 
+def reschedule_resize(
+    conductor: ConductorEndpoint,
+    uuid: str,
+    migration: str,
+    request: RequestSpec,
+    alternates: tuple[str, ...],
+) -> None:
+    """The compute's answer that the resize's prep failed on h2, with ``alternates``."""
+    conductor.reschedule(
+        CTXT,
+        uuid,
+        request.to_primitive(),
+        "h2",
+        "boom",
+        [selection(h, request).to_primitive() for h in alternates],
+        migration_uuid=migration,
+    )
+
+
 @pytest.mark.parametrize(
     "alternates, state, holds, cast_to",
     [
@@ -424,15 +443,7 @@ def test_reschedule_of_a_resize(
     conductor, compute = endpoint(store)
     big = SPEC.replace(flavor=BIG)
 
-    conductor.reschedule(
-        CTXT,
-        uuid,
-        big.to_primitive(),
-        "h2",
-        "boom",
-        [selection(h, big).to_primitive() for h in alternates],
-        migration_uuid=migration,
-    )
+    reschedule_resize(conductor, uuid, migration, big, alternates)
 
     record = store.get_instance(uuid)
     assert (record.state, holder(store, uuid), record.tried_hosts) == (state, holds, ("h2",))
@@ -442,6 +453,29 @@ def test_reschedule_of_a_resize(
         return
     args, _ = compute.last("prep_resize")
     assert args[1:3] == (uuid, migration) and args[5].host == cast_to  # type: ignore[attr-defined]
+
+
+def test_a_resize_rescheduled_onto_its_source_keeps_anti_affinity_with_itself() -> None:
+    # The instance is its anti-affinity group's member on h1, held by the
+    # migration; h2 (tried, failed) released its claim; the alternate is h1.
+    store = cloud("h1", "h2")
+    uuid, migration = resizing(store, "h1", None)
+    store.release(migration)
+    store.claim(migration, ask("h1"), GroupClaim(GROUP_UUID, "anti-affinity", "h1"))
+    conductor, compute = endpoint(store)
+    big = SPEC.replace(flavor=BIG, group=group("anti-affinity"))
+
+    reschedule_resize(conductor, uuid, migration, big, ("h1",))
+
+    record = store.get_instance(uuid)
+    assert (record.state, holder(store, uuid), holder(store, migration)) == (
+        RESIZING,
+        "h1",
+        "h1",
+    )
+    assert store.group_hosts(GROUP_UUID) == {"h1": 2}
+    args, _ = compute.last("prep_resize")
+    assert args[5].host == "h1"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -700,6 +700,65 @@ def test_a_move_keeps_project_user_and_group_and_feeds_absolute_usage(store: Sto
     assert store.list_consumers() == []
 
 
+def test_a_moved_instance_is_not_held_against_its_own_membership(store: Store) -> None:
+    # A resize parked the anti-affinity member's source on its migration,
+    # which keeps the membership on h1; h2 holds another member.
+    h1, h2 = make_host(store, "h1"), make_host(store, "h2")
+    instance, migration, other, group = new_uuid(), new_uuid(), new_uuid(), new_uuid()
+    store.claim(instance, ask({h1.uuid: {"VCPU": 1}}), GroupClaim(group, "anti-affinity", "h1"))
+    store.claim(other, ask({h2.uuid: {"VCPU": 1}}), GroupClaim(group, "anti-affinity", "h2"))
+    assert store.move_allocations(instance, migration) is True
+    in_place = ask({h1.uuid: {"VCPU": 2}})
+
+    # Without naming its migration, the instance is refused beside itself.
+    with pytest.raises(GroupPolicyViolation):
+        store.claim(instance, in_place, GroupClaim(group, "anti-affinity", "h1"))
+    # On another host its own membership does not help.
+    with pytest.raises(GroupPolicyViolation):
+        store.claim(
+            instance,
+            ask({h2.uuid: {"VCPU": 2}}),
+            GroupClaim(group, "anti-affinity", "h2", own_consumer=migration),
+        )
+    # Nor does another consumer's, nor a migration of another group.
+    stranger, elsewhere = new_uuid(), new_uuid()
+    store.claim(
+        elsewhere, ask({h1.uuid: {"VCPU": 1}}), GroupClaim(new_uuid(), "soft-affinity", "h1")
+    )
+    for not_own in (stranger, elsewhere):
+        with pytest.raises(GroupPolicyViolation):
+            store.claim(
+                instance, in_place, GroupClaim(group, "anti-affinity", "h1", own_consumer=not_own)
+            )
+    assert store.get_consumer(instance) is None
+    assert store.group_hosts(group) == {"h1": 1, "h2": 1}
+
+    # Naming it, the instance resizes in place; both are counted until confirmed.
+    own = GroupClaim(group, "anti-affinity", "h1", own_consumer=migration)
+    assert store.claim(instance, in_place, own) is True
+    assert store.group_hosts(group) == {"h1": 2, "h2": 1}
+    assert store.release(migration) is True  # the confirm
+    assert store.group_hosts(group) == {"h1": 1, "h2": 1}
+
+
+def test_affinity_counts_a_moved_instances_own_membership(store: Store) -> None:
+    # The group's one member is resizing: its migration holds it on h1, so
+    # affinity keeps the instance on h1, and the migration changes nothing there.
+    h1, h2 = make_host(store, "h1"), make_host(store, "h2")
+    instance, migration, group = new_uuid(), new_uuid(), new_uuid()
+    store.claim(instance, ask({h1.uuid: {"VCPU": 1}}), GroupClaim(group, "affinity", "h1"))
+    assert store.move_allocations(instance, migration) is True
+    with pytest.raises(GroupPolicyViolation):
+        store.claim(
+            instance,
+            ask({h2.uuid: {"VCPU": 2}}),
+            GroupClaim(group, "affinity", "h2", own_consumer=migration),
+        )
+    own = GroupClaim(group, "affinity", "h1", own_consumer=migration)
+    assert store.claim(instance, ask({h1.uuid: {"VCPU": 2}}), own) is True
+    assert store.group_hosts(group) == {"h1": 2}
+
+
 def test_a_move_onto_itself_is_invalid(store: Store) -> None:
     consumer = new_uuid()
     with pytest.raises(InvalidRequest):

@@ -19,7 +19,10 @@ truncation of ``(total - reserved) * ratio`` decides) and usage, also above
 what the inventory now gives (an inventory lowered under its usage); a
 request over those providers, now and then a class a provider has no
 inventory of or a provider that does not exist; and a server group with
-members on hosts, a strict or soft policy and ``max_server_per_host``.
+members on hosts, a strict or soft policy and ``max_server_per_host``, and
+now and then an own-membership consumer named by the claim (a move's
+migration): a member of the group on the claim's host or another, a member
+of another group, or holding nothing.
 Numbers stay below 10**12: the script's JSON encoder writes 14 significant
 digits, exact below 10**14.
 
@@ -56,6 +59,7 @@ GROUP_EXAMPLES = 500
 CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_FPGA")
 HOSTS = ("h1", "h2", "h3")
 POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+OWN_ABSENT, OWN_ELSEWHERE = "absent", "another-group"
 #: An inventory big enough for any seeding claim (usage and group members).
 ROOMY = Inventory(total=2**50)
 
@@ -91,6 +95,11 @@ class GroupState:
     members: Mapping[str, int]  # host -> members there
     host: str  # where the claim puts the new member
     max_server_per_host: int
+    #: The consumer the claim names as holding its own membership: None, the
+    #: claim names none; OWN_ABSENT, it holds nothing; OWN_ELSEWHERE, it is a
+    #: member of another group on the claim's host; a host, it is a member of
+    #: this group there (counted in ``members`` besides).
+    own: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ def group_states(draw: st.DrawFn) -> GroupState:
         members,
         draw(st.sampled_from(HOSTS)),
         draw(st.integers(min_value=1, max_value=3)),
+        draw(st.sampled_from((None, OWN_ABSENT, OWN_ELSEWHERE, *HOSTS))),
     )
 
 
@@ -222,6 +232,33 @@ def set_up(store: Store, scenario: Scenario, uuids: list[str], group_uuid: str) 
                     ask({FILLER: {CLASSES[0]: 1}}),
                     GroupClaim(group_uuid, "soft-affinity", host),
                 )
+        own = scenario.group.own
+        if own is not None and own != OWN_ABSENT:
+            member_of, host = (
+                (f"{group_uuid}-other", scenario.group.host)
+                if own == OWN_ELSEWHERE
+                else (group_uuid, own)
+            )
+            store.claim(
+                own_consumer(group_uuid),
+                ask({FILLER: {CLASSES[0]: 1}}),
+                GroupClaim(member_of, "soft-affinity", host),
+            )
+
+
+def own_consumer(group_uuid: str) -> str:
+    return f"{group_uuid}-own"
+
+
+def group_claim(group: GroupState, group_uuid: str) -> GroupClaim:
+    """The drawn group's claim, naming its own-membership consumer if drawn."""
+    return GroupClaim(
+        group_uuid,
+        group.policy,
+        group.host,
+        group.max_server_per_host,
+        own_consumer(group_uuid) if group.own is not None else None,
+    )
 
 
 def outcome(
@@ -262,16 +299,7 @@ def test_the_claim_script_and_the_python_rules_agree(
             for i, amounts in scenario.request.items()
         }
     )
-    group = (
-        None
-        if scenario.group is None
-        else GroupClaim(
-            group_uuid,
-            scenario.group.policy,
-            scenario.group.host,
-            scenario.group.max_server_per_host,
-        )
-    )
+    group = None if scenario.group is None else group_claim(scenario.group, group_uuid)
     answers = []
     for store in stores:
         set_up(store, scenario, uuids, group_uuid)
@@ -291,7 +319,7 @@ def test_the_group_rule_agrees_when_the_resources_fit(
     # here every claim fits, so each one reaches it.
     scenario = Scenario(providers=(), request={}, group=group)
     group_uuid, consumer = new_uuid(), new_uuid()
-    claim = GroupClaim(group_uuid, group.policy, group.host, group.max_server_per_host)
+    claim = group_claim(group, group_uuid)
     answers = []
     for store in stores:
         set_up(store, scenario, [], group_uuid)
