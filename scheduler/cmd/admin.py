@@ -17,6 +17,12 @@ failed builds; an instance's state, attempts, tried hosts, re-drives, its
 user-facing fault and the admin-only fault details (and during a resize the
 migration, with the source's allocation parked on it).
 
+``scheduler-admin host disable HOST [--reason R]`` and ``host enable HOST``
+take a host out of scheduling and put it back: the service's flag and its
+root provider's ``COMPUTE_STATUS_DISABLED`` trait in one atomic store write,
+seen by every worker through the change feed; instances running there are
+untouched.
+
 Every command takes ``--json`` for one JSON document instead of text.
 """
 
@@ -52,7 +58,8 @@ from scheduler.store import PlacementReader, Provider, Service, Store
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
-    "the hosts hold (hosts), what became of an instance (instance show)."
+    "the hosts hold (hosts), what became of an instance (instance show); take a host out "
+    "of scheduling and back (host disable, host enable)."
 )
 
 #: Exit status of ``explain``: the request would be placed / would not be.
@@ -221,9 +228,45 @@ def _add_commands(subparsers: Any) -> None:
     show.add_argument("uuid", help="The instance uuid.")
     show.add_argument("--json", action="store_true", help="Print the record as JSON.")
 
+    host = subparsers.add_parser(
+        "host",
+        help="Disable or enable one host's compute service.",
+        description="Disable or enable one host's compute service. The service flag and the "
+        "host's COMPUTE_STATUS_DISABLED trait are written in one atomic store step, so every "
+        "worker sees it through the store's change feed within its poll interval.",
+    )
+    host_actions = host.add_subparsers(dest="action", title="actions", metavar="ACTION")
+    host_actions.required = True
+    disable = host_actions.add_parser(
+        "disable",
+        help="Take no new instances on HOST; those running there are untouched.",
+        description="Disable HOST: no boot, reschedule or resize picks it from now on (the "
+        "disabled-computes request filter and ComputeFilter both skip it); instances "
+        "running there are untouched. Disabling a disabled host replaces its reason when "
+        "--reason is given and does nothing otherwise. A compute restarting does not "
+        "enable it again. An unknown host is an error (exit status 2), nothing changed.",
+    )
+    disable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
+    disable.add_argument(
+        "--reason", help="Why, kept with the service and shown by scheduler-admin hosts."
+    )
+    disable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
+    enable = host_actions.add_parser(
+        "enable",
+        help="Let HOST take new instances again (its reason is cleared).",
+        description="Enable HOST: it takes new instances again and its disabled reason is "
+        "cleared. Enabling an enabled host does nothing. An unknown host is an error (exit "
+        "status 2), nothing changed.",
+    )
+    enable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
+    enable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
+
 
 command_opt = cfg.SubCommandOpt(
-    "command", title="Commands", handler=_add_commands, help="explain | hosts | instance show"
+    "command",
+    title="Commands",
+    handler=_add_commands,
+    help="explain | hosts | instance show | host disable | host enable",
 )
 
 
@@ -681,6 +724,42 @@ def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
     return 0
 
 
+# --- host disable / enable ---------------------------------------------------------
+
+
+def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
+    """Disable or enable one host's service (flag and status trait in one store step)."""
+    args = conf.command
+    disable = args.action == "disable"
+    before = store.get_service(args.hostname)
+    if before is None:
+        raise NotFound(kind="host", ident=args.hostname)
+    reason = getattr(args, "reason", None) if disable else None
+    if disable and before.disabled and reason is None:
+        reason = before.disabled_reason  # no new reason: disabling again changes nothing
+    store.set_service_disabled(args.hostname, disable, reason)
+    after = store.get_service(args.hostname) or before
+    changed = (before.disabled, before.disabled_reason) != (after.disabled, after.disabled_reason)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "host": after.host,
+                    "disabled": after.disabled,
+                    "disabled_reason": after.disabled_reason,
+                    "changed": changed,
+                }
+            )
+        )
+        return 0
+    state = "disabled" if after.disabled else "enabled"
+    why = f" ({after.disabled_reason})" if after.disabled_reason else ""
+    print(
+        f"host {after.host} {state}{why}" if changed else f"host {after.host} already {state}{why}"
+    )
+    return 0
+
+
 # --- main ---------------------------------------------------------------------------
 
 
@@ -692,6 +771,8 @@ def run(conf: cfg.ConfigOpts) -> int:
     try:
         if command == "hosts":
             return _hosts(conf, store)
+        if command == "host":
+            return _host_set(conf, store)
         return _instance_show(conf, store)
     finally:
         store.close()
