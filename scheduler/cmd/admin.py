@@ -308,7 +308,7 @@ def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     return RequestSpec.from_primitive(spec.to_primitive())  # validated as a worker would
 
 
-def _table(
+def table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "", left: int = 1
 ) -> list[str]:
     """Aligned columns: the first ``left`` left-aligned, the others right-aligned."""
@@ -343,7 +343,7 @@ def _explain_instance(
     for stage in inst.stages:
         rows.append((stage.stage, stage.survivors, left - stage.survivors or ""))
         left = stage.survivors
-    lines += ["", *_table(("stage", "hosts left", "removed"), rows, indent="  ")]
+    lines += ["", *table(("stage", "hosts left", "removed"), rows, indent="  ")]
     if not inst.top:
         lines += [
             "",
@@ -365,7 +365,7 @@ def _explain_instance(
     lines += [
         "",
         "  top weighed hosts (weight = the sum of each weigher's contribution):",
-        *_table(headers, rows, indent="  "),
+        *table(headers, rows, indent="  "),
     ]
     return lines
 
@@ -405,7 +405,7 @@ def format_filter_run(run: StageHosts) -> str:
     lines = [f"{head}: {len(run.removed)} removed, {len(run.survivors)} kept"]
     if run.removed:
         rows = sorted(run.removed.items())
-        lines += ["", *_table(("removed host", "reason"), rows, indent="  ", left=2)]
+        lines += ["", *table(("removed host", "reason"), rows, indent="  ", left=2)]
     return "\n".join(lines)
 
 
@@ -562,7 +562,7 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         "consumers",
         *(f"{rc} used/cap" for rc in classes),
     ]
-    table = _table(
+    lines = table(
         headers,
         [
             (
@@ -590,7 +590,7 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         f"{len(rows)} hosts: {up} up, {len(rows) - up} down, {disabled} disabled; "
         + "; ".join(totals)
     )
-    return "\n".join([*table, "", summary])
+    return "\n".join([*lines, "", summary])
 
 
 def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
@@ -611,14 +611,21 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- instance show ------------------------------------------------------------------
 
 
+#: What only an admin sees of an instance (``conductor-stub show`` without
+#: ``--admin`` leaves them out; ``scheduler-admin`` is an admin's tool).
+ADMIN_FIELDS = ("node", "tried_hosts", "fault_details", "allocations", "redrives")
+
+
 def instance_view(
     record: InstanceRecord,
     allocations: Mapping[str, Mapping[str, int]],
     migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
+    admin: bool = True,
 ) -> dict[str, Any]:
-    """What ``instance show`` prints: the record without its request spec, plus
-    the allocations it holds (by provider name) and its flavor; during a
-    resize, the migration too (the source's allocation is parked on it)."""
+    """What ``instance show`` (and ``conductor-stub show``) prints: the record
+    without its request spec, plus the allocations it holds (by provider name)
+    and its flavor; during a resize, the migration too (the source's allocation
+    is parked on it). Without ``admin``, the :data:`ADMIN_FIELDS` are left out."""
     spec = record.request_spec or {}
     flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
     resize = None
@@ -627,16 +634,19 @@ def instance_view(
             "migration_uuid": record.migration_uuid,
             "source_host": record.source_host,
             "new_flavor": (record.new_flavor or {}).get("name"),
-            "allocations": {
-                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
-            },
         }
-    return {
+        if admin:
+            resize["allocations"] = {
+                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
+            }
+    view = {
         "uuid": record.uuid,
         "state": record.state,
         "task_state": record.task_state,
         "host": record.host,
         "node": record.node,
+        "availability_zone": record.availability_zone,
+        "request_id": record.request_id,
         "attempts": record.attempts,
         "tried_hosts": list(record.tried_hosts),
         "fault": record.fault,
@@ -648,6 +658,7 @@ def instance_view(
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
+    return view if admin else {k: v for k, v in view.items() if k not in ADMIN_FIELDS}
 
 
 def format_instance(view: Mapping[str, Any]) -> str:
@@ -663,43 +674,49 @@ def format_instance(view: Mapping[str, Any]) -> str:
         )
 
     resize = view.get("resize")
+    admin = "fault_details" in view
+    migration = ""
+    if resize:
+        migration = (
+            f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
+            f"migration {resize['migration_uuid']}"
+        )
+        if admin:
+            migration += f" holds {held(resize['allocations'])}"
+    node = f" (node {show(view['node'])})" if admin else ""
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
-        ("host", f"{show(view['host'])} (node {show(view['node'])})"),
+        ("host", f"{show(view['host'])}{node}"),
+        ("zone", show(view.get("availability_zone"))),
+        ("request", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
-        ("tried hosts", show(view["tried_hosts"])),
-        ("allocations", held(view["allocations"])),
-        *(
-            [
-                (
-                    "resize",
-                    f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
-                    f"migration {resize['migration_uuid']} holds "
-                    f"{held(resize['allocations'])}",
-                )
-            ]
-            if resize
-            else []
-        ),
-        ("re-drives", show(view.get("redrives", 0))),
+        *([("resize", migration)] if resize else []),
         ("fault", show(view["fault"])),
-        (
-            "fault details",
-            show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
-        ),
+    ]
+    if admin:
+        rows += [
+            ("tried hosts", show(view["tried_hosts"])),
+            ("allocations", held(view["allocations"])),
+            ("re-drives", show(view.get("redrives", 0))),
+            (
+                "fault details",
+                show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
+            ),
+        ]
+    rows.append(
         (
             "updated",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
             if view["updated_at"]
             else "-",
-        ),
-    ]
+        )
+    )
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"instance {view['uuid']}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
 
 
-def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
+def held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
     """A consumer's allocations by provider name."""
     consumer = store.get_consumer(consumer_uuid)
     allocations: dict[str, Mapping[str, int]] = {}
@@ -712,15 +729,21 @@ def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[st
     return allocations
 
 
-def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
-    args = conf.command
-    record = store.get_instance(args.uuid)
+def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
+    """One instance as ``instance show`` and ``conductor-stub show`` print it
+    (:class:`InstanceNotFound` if there is no such record)."""
+    record = store.get_instance(uuid)
     view = instance_view(
         record,
-        _held_by(store, record.uuid),
-        _held_by(store, record.migration_uuid) if record.migration_uuid else None,
+        held_by(store, record.uuid),
+        held_by(store, record.migration_uuid) if record.migration_uuid else None,
+        admin=admin,
     )
-    print(json.dumps(view, indent=2) if args.json else format_instance(view))
+    return json.dumps(view, indent=2) if as_json else format_instance(view)
+
+
+def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
+    print(render_instance(store, conf.command.uuid, as_json=conf.command.json))
     return 0
 
 

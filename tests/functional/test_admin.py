@@ -280,6 +280,19 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
     (back,) = cluster.boot("--count", "1")["instances"]
     assert back["host"] == busy
 
+    # conductor-stub list / show read the same records.
+    code, out, err = cluster.conductor_stub("list", "--host", free, "--json")
+    assert code == 0, err
+    listed = {r["uuid"] for r in json.loads(out)["instances"]}
+    assert listed == {i["uuid"] for i in booted}
+    code, out, err = cluster.conductor_stub("show", running["uuid"], "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["state"], shown["host"], shown["flavor"]) == ("ACTIVE", busy, "m1.small")
+    assert "allocations" not in shown
+    code, out, err = cluster.conductor_stub("show", running["uuid"], "--json", "--admin")
+    assert json.loads(out)["allocations"], err
+
     unknown = admin_cli(cluster, "host", "disable", "compute-9999")
     assert unknown.returncode == 2
     assert unknown.stderr == "scheduler-admin: host compute-9999 not found\n"
