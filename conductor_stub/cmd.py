@@ -423,7 +423,7 @@ def _list(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     rows = [
         list_row(r)
-        for r in store.list_instances()
+        for r in store.scan_instances()
         if selected(r, args.state, args.project, args.on_host)
     ]
     print(json.dumps({"instances": rows}) if args.json else format_list(rows))

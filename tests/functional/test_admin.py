@@ -21,6 +21,7 @@ from scheduler.exceptions import Forbidden, NoValidHost
 from scheduler.explain import ExplainReport
 from scheduler.objects import Flavor, RequestSpec, ServerGroup
 from scheduler.service import engine_settings
+from scheduler.store import Service
 from tests.functional.conftest import Cluster, Process
 from tests.unit.factories import private_conf
 
@@ -250,13 +251,14 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
     cluster: Cluster,
 ) -> None:
     cluster.start_conductor()
-    cluster.start_compute(2)
+    compute = cluster.start_compute(2)
     workers = [cluster.start_worker("worker-a"), cluster.start_worker("worker-b")]
     (running,) = cluster.boot("--count", "1")["instances"]
     assert running["state"] == "ACTIVE"
     busy = running["host"]
     [free] = {"compute-0000", "compute-0001"} - {busy}
     held_before = cluster.store.get_consumer(running["uuid"])
+    held_rpc_server = (cluster.store.get_service(busy) or Service(busy, "-")).rpc_server
 
     disabled = admin_cli(cluster, "host", "disable", busy, "--reason", "maintenance")
     assert disabled.returncode == 0, disabled.stderr
@@ -299,3 +301,24 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
     assert all(not s.disabled for s in cluster.store.list_services())
     for w in workers:
         w.assert_kept_serving()
+
+    # A compute restarting does not enable a host an admin disabled: its
+    # registration keeps the service's state, its trait report keeps the
+    # status trait. (No boot after it here: a worker addresses a host by the
+    # compute's previous RPC server name for up to 30 s, which is another
+    # matter.)
+    admin_cli(cluster, "host", "disable", busy, "--reason", "psu")
+    compute.stop()
+    cluster.start(
+        "compute-again",
+        "compute_sim.cmd",
+        "--hosts",
+        "2",
+        "--name-prefix",
+        "compute",
+        ready="compute_sim_started",
+    )
+    service = cluster.store.get_service(busy)
+    assert service is not None and service.rpc_server != held_rpc_server
+    assert (service.disabled, service.disabled_reason) == (True, "psu")
+    assert "COMPUTE_STATUS_DISABLED" in cluster.store.get_provider_by_name(busy).traits

@@ -879,3 +879,17 @@ def test_host_help_says_what_each_does(
     with pytest.raises(SystemExit):
         explain_parser().parse_args(argv)
     assert says in " ".join(capsys.readouterr().out.split())
+
+
+def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
+    record = replace(RESIZED, availability_zone="az1", request_id="req-9")
+    view = admin.instance_view(record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False)
+    assert not set(admin.ADMIN_FIELDS) & set(view)
+    assert "allocations" not in view["resize"]
+    lines = admin.format_instance(view).splitlines()
+    assert "  host      cmp-b" in lines
+    assert "  zone      az1" in lines and "  request   req-9" in lines
+    assert f"  resize    to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
+    assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
+    full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
+    assert "  zone           az1" in full and "  request        req-9" in full
