@@ -32,7 +32,7 @@ from conductor_stub.resize import Resizer, finished, settled, summary
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
-from scheduler.cmd.admin import render_instance, table
+from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
 from scheduler.objects import RESIZED, RESIZING, Flavor, InstanceRecord
 from scheduler.service import ServiceResolver, make_store
@@ -345,7 +345,7 @@ def _delete(conf: cfg.ConfigOpts) -> int:
         return refuse("--state and --project narrow --all only")
     store = make_store(conf)
     if args.all:
-        uuids = [r.uuid for r in store.list_instances() if selected(r, args.state, args.project)]
+        uuids = [r.uuid for r in store.scan_instances() if selected(r, args.state, args.project)]
     else:
         uuids = list(dict.fromkeys(args.uuids))
         known = {r.uuid for r in store.list_instances(uuids)}
@@ -404,7 +404,7 @@ def list_row(record: InstanceRecord) -> dict[str, Any]:
         "task_state": record.task_state,
         "host": record.host,
         "availability_zone": record.availability_zone,
-        "flavor": (spec.get("flavor") or {}).get("name"),
+        "flavor": flavor_name(record),
         "project_id": spec.get("project_id"),
     }
 
@@ -421,18 +421,25 @@ def format_list(rows: Sequence[dict[str, Any]]) -> str:
 def _list(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     store = make_store(conf)
-    rows = [
-        list_row(r)
-        for r in store.scan_instances()
-        if selected(r, args.state, args.project, args.on_host)
-    ]
+    try:
+        rows = [
+            list_row(r)
+            for r in store.scan_instances()
+            if selected(r, args.state, args.project, args.on_host)
+        ]
+    finally:
+        store.close()
     print(json.dumps({"instances": rows}) if args.json else format_list(rows))
     return 0
 
 
 def _show(conf: cfg.ConfigOpts) -> int:
     args = conf.command
-    print(render_instance(make_store(conf), args.uuid, admin=args.admin, as_json=args.json))
+    store = make_store(conf)
+    try:
+        print(render_instance(store, args.uuid, admin=args.admin, as_json=args.json))
+    finally:
+        store.close()
     return 0
 
 

@@ -616,6 +616,13 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 ADMIN_FIELDS = ("node", "tried_hosts", "fault_details", "allocations", "redrives")
 
 
+def flavor_name(record: InstanceRecord) -> str | None:
+    """The name of the flavor an instance was booted (or last resized) with."""
+    spec = record.request_spec or {}
+    flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
+    return flavor.get("name") if isinstance(flavor, Mapping) else None
+
+
 def instance_view(
     record: InstanceRecord,
     allocations: Mapping[str, Mapping[str, int]],
@@ -626,8 +633,6 @@ def instance_view(
     without its request spec, plus the allocations it holds (by provider name)
     and its flavor; during a resize, the migration too (the source's allocation
     is parked on it). Without ``admin``, the :data:`ADMIN_FIELDS` are left out."""
-    spec = record.request_spec or {}
-    flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
     resize = None
     if record.migration_uuid:
         resize = {
@@ -651,7 +656,7 @@ def instance_view(
         "tried_hosts": list(record.tried_hosts),
         "fault": record.fault,
         "fault_details": record.fault_details,
-        "flavor": flavor.get("name") if isinstance(flavor, Mapping) else None,
+        "flavor": flavor_name(record),
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
         "redrives": record.redrives,
         "resize": resize,
