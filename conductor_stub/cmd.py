@@ -6,7 +6,9 @@ daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
 --wait`` boots instances and prints what became of them. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one.
 ``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
-[--project P]``) deletes instances.
+[--project P]``) deletes instances. ``conductor-stub list [--state S] [--host H]
+[--project P]`` lists them and ``conductor-stub show UUID [--admin]`` shows
+one (the renderer is ``scheduler-admin instance show``'s).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from conductor_stub.resize import Resizer, finished, settled, summary
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
+from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
 from scheduler.objects import RESIZED, RESIZING, Flavor, InstanceRecord
 from scheduler.service import ServiceResolver, make_store
@@ -141,9 +144,40 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
+    listing = subparsers.add_parser(
+        "list",
+        help="List instances: uuid, state, task state, host, zone, flavor, project.",
+        description="List the live instance records (DELETED ones are not listed), "
+        "narrowed by --state, --host and --project (all of those given must match).",
+    )
+    listing.add_argument(
+        "--state", action="append", default=[], help="Only this state (repeatable; e.g. ERROR)."
+    )
+    listing.add_argument("--host", dest="on_host", metavar="HOST", help="Only those on HOST.")
+    listing.add_argument("--project", help="Only this project's instances.")
+    listing.add_argument("--json", action="store_true", help="Print the instances as JSON.")
+
+    show = subparsers.add_parser(
+        "show",
+        help="One instance: state, task state, host, zone, flavor, request id, attempts, "
+        "resize in flight, fault (--admin: the admin details too).",
+        description="Print one instance's record as its user sees it: state, task state, "
+        "host, zone, flavor, request id, attempts, the resize in flight and the fault. "
+        "With --admin (an admin's view): node, tried hosts, allocations, re-drives and the "
+        "admin-only fault details too. An unknown uuid is an error (exit status 2).",
+    )
+    show.add_argument("uuid", help="The instance uuid.")
+    show.add_argument(
+        "--admin", action="store_true", help="Show the admin details (an admin's view)."
+    )
+    show.add_argument("--json", action="store_true", help="Print the record as JSON.")
+
 
 command_opt = cfg.SubCommandOpt(
-    "command", title="Commands", handler=_add_commands, help="serve | boot | resize | delete"
+    "command",
+    title="Commands",
+    handler=_add_commands,
+    help="serve | boot | resize | delete | list | show",
 )
 
 
@@ -311,7 +345,7 @@ def _delete(conf: cfg.ConfigOpts) -> int:
         return refuse("--state and --project narrow --all only")
     store = make_store(conf)
     if args.all:
-        uuids = [r.uuid for r in store.list_instances() if selected(r, args.state, args.project)]
+        uuids = [r.uuid for r in store.scan_instances() if selected(r, args.state, args.project)]
     else:
         uuids = list(dict.fromkeys(args.uuids))
         known = {r.uuid for r in store.list_instances(uuids)}
@@ -349,12 +383,64 @@ def _delete(conf: cfg.ConfigOpts) -> int:
     return 0
 
 
-def selected(record: InstanceRecord, states: Sequence[str], project: str | None) -> bool:
-    """Whether ``delete --all`` takes the record: in one of ``states`` (any, if
-    none) and of ``project`` (any, if None)."""
+def selected(
+    record: InstanceRecord, states: Sequence[str], project: str | None, host: str | None = None
+) -> bool:
+    """Whether ``delete --all`` and ``list`` take the record: in one of
+    ``states`` (any, if none), of ``project`` and on ``host`` (any, if None)."""
     if states and record.state not in {s.upper() for s in states}:
         return False
+    if host is not None and record.host != host:
+        return False
     return project is None or (record.request_spec or {}).get("project_id") == project
+
+
+def list_row(record: InstanceRecord) -> dict[str, Any]:
+    """One instance as ``list`` prints it."""
+    spec = record.request_spec or {}
+    return {
+        "uuid": record.uuid,
+        "state": record.state,
+        "task_state": record.task_state,
+        "host": record.host,
+        "availability_zone": record.availability_zone,
+        "flavor": flavor_name(record),
+        "project_id": spec.get("project_id"),
+    }
+
+
+def format_list(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "no instances"
+    keys = ("uuid", "state", "task_state", "host", "availability_zone", "flavor", "project_id")
+    headers = ("uuid", "state", "task", "host", "zone", "flavor", "project")
+    cells = [[("-" if r[k] is None else str(r[k])) for k in keys] for r in rows]
+    return "\n".join(table(headers, cells, left=len(headers)) + [f"{len(rows)} instance(s)"])
+
+
+def _list(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    store = make_store(conf)
+    try:
+        rows = [
+            list_row(r)
+            for r in store.scan_instances()
+            if selected(r, args.state, args.project, args.on_host)
+        ]
+    finally:
+        store.close()
+    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
+    return 0
+
+
+def _show(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    store = make_store(conf)
+    try:
+        print(render_instance(store, args.uuid, admin=args.admin, as_json=args.json))
+    finally:
+        store.close()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -376,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _resize(conf)
         if conf.command.name == "delete":
             return _delete(conf)
+        if conf.command.name == "list":
+            return _list(conf)
+        if conf.command.name == "show":
+            return _show(conf)
         return _boot(conf)
     except SchedulerError as exc:
         print(f"conductor-stub: {exc.message}", file=sys.stderr)

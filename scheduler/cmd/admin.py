@@ -17,6 +17,12 @@ failed builds; an instance's state, attempts, tried hosts, re-drives, its
 user-facing fault and the admin-only fault details (and during a resize the
 migration, with the source's allocation parked on it).
 
+``scheduler-admin host disable HOST [--reason R]`` and ``host enable HOST``
+take a host out of scheduling and put it back: the service's flag and its
+root provider's ``COMPUTE_STATUS_DISABLED`` trait in one atomic store write,
+seen by every worker through the change feed; instances running there are
+untouched.
+
 Every command takes ``--json`` for one JSON document instead of text.
 """
 
@@ -52,7 +58,8 @@ from scheduler.store import PlacementReader, Provider, Service, Store
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
-    "the hosts hold (hosts), what became of an instance (instance show)."
+    "the hosts hold (hosts), what became of an instance (instance show); take a host out "
+    "of scheduling and back (host disable, host enable)."
 )
 
 #: Exit status of ``explain``: the request would be placed / would not be.
@@ -221,9 +228,45 @@ def _add_commands(subparsers: Any) -> None:
     show.add_argument("uuid", help="The instance uuid.")
     show.add_argument("--json", action="store_true", help="Print the record as JSON.")
 
+    host = subparsers.add_parser(
+        "host",
+        help="Disable or enable one host's compute service.",
+        description="Disable or enable one host's compute service. The service flag and the "
+        "host's COMPUTE_STATUS_DISABLED trait are written in one atomic store step, so every "
+        "worker sees it through the store's change feed within its poll interval.",
+    )
+    host_actions = host.add_subparsers(dest="action", title="actions", metavar="ACTION")
+    host_actions.required = True
+    disable = host_actions.add_parser(
+        "disable",
+        help="Take no new instances on HOST; those running there are untouched.",
+        description="Disable HOST: no boot, reschedule or resize picks it from now on (the "
+        "disabled-computes request filter and ComputeFilter both skip it); instances "
+        "running there are untouched. Disabling a disabled host replaces its reason when "
+        "--reason is given and does nothing otherwise. A compute restarting does not "
+        "enable it again. An unknown host is an error (exit status 2), nothing changed.",
+    )
+    disable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
+    disable.add_argument(
+        "--reason", help="Why, kept with the service and shown by scheduler-admin hosts."
+    )
+    disable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
+    enable = host_actions.add_parser(
+        "enable",
+        help="Let HOST take new instances again (its reason is cleared).",
+        description="Enable HOST: it takes new instances again and its disabled reason is "
+        "cleared. Enabling an enabled host does nothing. An unknown host is an error (exit "
+        "status 2), nothing changed.",
+    )
+    enable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
+    enable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
+
 
 command_opt = cfg.SubCommandOpt(
-    "command", title="Commands", handler=_add_commands, help="explain | hosts | instance show"
+    "command",
+    title="Commands",
+    handler=_add_commands,
+    help="explain | hosts | instance show | host disable | host enable",
 )
 
 
@@ -265,7 +308,7 @@ def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     return RequestSpec.from_primitive(spec.to_primitive())  # validated as a worker would
 
 
-def _table(
+def table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "", left: int = 1
 ) -> list[str]:
     """Aligned columns: the first ``left`` left-aligned, the others right-aligned."""
@@ -300,7 +343,7 @@ def _explain_instance(
     for stage in inst.stages:
         rows.append((stage.stage, stage.survivors, left - stage.survivors or ""))
         left = stage.survivors
-    lines += ["", *_table(("stage", "hosts left", "removed"), rows, indent="  ")]
+    lines += ["", *table(("stage", "hosts left", "removed"), rows, indent="  ")]
     if not inst.top:
         lines += [
             "",
@@ -322,7 +365,7 @@ def _explain_instance(
     lines += [
         "",
         "  top weighed hosts (weight = the sum of each weigher's contribution):",
-        *_table(headers, rows, indent="  "),
+        *table(headers, rows, indent="  "),
     ]
     return lines
 
@@ -362,7 +405,7 @@ def format_filter_run(run: StageHosts) -> str:
     lines = [f"{head}: {len(run.removed)} removed, {len(run.survivors)} kept"]
     if run.removed:
         rows = sorted(run.removed.items())
-        lines += ["", *_table(("removed host", "reason"), rows, indent="  ", left=2)]
+        lines += ["", *table(("removed host", "reason"), rows, indent="  ", left=2)]
     return "\n".join(lines)
 
 
@@ -519,7 +562,7 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         "consumers",
         *(f"{rc} used/cap" for rc in classes),
     ]
-    table = _table(
+    lines = table(
         headers,
         [
             (
@@ -547,7 +590,7 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         f"{len(rows)} hosts: {up} up, {len(rows) - up} down, {disabled} disabled; "
         + "; ".join(totals)
     )
-    return "\n".join([*table, "", summary])
+    return "\n".join([*lines, "", summary])
 
 
 def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
@@ -568,43 +611,59 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- instance show ------------------------------------------------------------------
 
 
+#: What only an admin sees of an instance (``conductor-stub show`` without
+#: ``--admin`` leaves them out; ``scheduler-admin`` is an admin's tool).
+ADMIN_FIELDS = ("node", "tried_hosts", "fault_details", "allocations", "redrives")
+
+
+def flavor_name(record: InstanceRecord) -> str | None:
+    """The name of the flavor an instance was booted (or last resized) with."""
+    spec = record.request_spec or {}
+    flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
+    return flavor.get("name") if isinstance(flavor, Mapping) else None
+
+
 def instance_view(
     record: InstanceRecord,
     allocations: Mapping[str, Mapping[str, int]],
     migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
+    admin: bool = True,
 ) -> dict[str, Any]:
-    """What ``instance show`` prints: the record without its request spec, plus
-    the allocations it holds (by provider name) and its flavor; during a
-    resize, the migration too (the source's allocation is parked on it)."""
-    spec = record.request_spec or {}
-    flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
+    """What ``instance show`` (and ``conductor-stub show``) prints: the record
+    without its request spec, plus the allocations it holds (by provider name)
+    and its flavor; during a resize, the migration too (the source's allocation
+    is parked on it). Without ``admin``, the :data:`ADMIN_FIELDS` are left out."""
     resize = None
     if record.migration_uuid:
         resize = {
             "migration_uuid": record.migration_uuid,
             "source_host": record.source_host,
             "new_flavor": (record.new_flavor or {}).get("name"),
-            "allocations": {
-                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
-            },
         }
-    return {
+        if admin:
+            resize["allocations"] = {
+                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
+            }
+    view = {
         "uuid": record.uuid,
         "state": record.state,
         "task_state": record.task_state,
         "host": record.host,
         "node": record.node,
+        "availability_zone": record.availability_zone,
+        "request_id": record.request_id,
         "attempts": record.attempts,
         "tried_hosts": list(record.tried_hosts),
         "fault": record.fault,
         "fault_details": record.fault_details,
-        "flavor": flavor.get("name") if isinstance(flavor, Mapping) else None,
+        "flavor": flavor_name(record),
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
         "redrives": record.redrives,
         "resize": resize,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
+    return view if admin else {k: v for k, v in view.items() if k not in ADMIN_FIELDS}
 
 
 def format_instance(view: Mapping[str, Any]) -> str:
@@ -620,43 +679,49 @@ def format_instance(view: Mapping[str, Any]) -> str:
         )
 
     resize = view.get("resize")
+    admin = "fault_details" in view
+    migration = ""
+    if resize:
+        migration = (
+            f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
+            f"migration {resize['migration_uuid']}"
+        )
+        if admin:
+            migration += f" holds {held(resize['allocations'])}"
+    node = f" (node {show(view['node'])})" if admin else ""
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
-        ("host", f"{show(view['host'])} (node {show(view['node'])})"),
+        ("host", f"{show(view['host'])}{node}"),
+        ("zone", show(view.get("availability_zone"))),
+        ("request", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
-        ("tried hosts", show(view["tried_hosts"])),
-        ("allocations", held(view["allocations"])),
-        *(
-            [
-                (
-                    "resize",
-                    f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
-                    f"migration {resize['migration_uuid']} holds "
-                    f"{held(resize['allocations'])}",
-                )
-            ]
-            if resize
-            else []
-        ),
-        ("re-drives", show(view.get("redrives", 0))),
+        *([("resize", migration)] if resize else []),
         ("fault", show(view["fault"])),
-        (
-            "fault details",
-            show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
-        ),
+    ]
+    if admin:
+        rows += [
+            ("tried hosts", show(view["tried_hosts"])),
+            ("allocations", held(view["allocations"])),
+            ("re-drives", show(view.get("redrives", 0))),
+            (
+                "fault details",
+                show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
+            ),
+        ]
+    rows.append(
         (
             "updated",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
             if view["updated_at"]
             else "-",
-        ),
-    ]
+        )
+    )
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"instance {view['uuid']}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
 
 
-def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
+def held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
     """A consumer's allocations by provider name."""
     consumer = store.get_consumer(consumer_uuid)
     allocations: dict[str, Mapping[str, int]] = {}
@@ -669,15 +734,57 @@ def _held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[st
     return allocations
 
 
-def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
-    args = conf.command
-    record = store.get_instance(args.uuid)
+def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
+    """One instance as ``instance show`` and ``conductor-stub show`` print it
+    (:class:`InstanceNotFound` if there is no such record)."""
+    record = store.get_instance(uuid)
     view = instance_view(
         record,
-        _held_by(store, record.uuid),
-        _held_by(store, record.migration_uuid) if record.migration_uuid else None,
+        held_by(store, record.uuid),
+        held_by(store, record.migration_uuid) if record.migration_uuid else None,
+        admin=admin,
     )
-    print(json.dumps(view, indent=2) if args.json else format_instance(view))
+    return json.dumps(view, indent=2) if as_json else format_instance(view)
+
+
+def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
+    print(render_instance(store, conf.command.uuid, as_json=conf.command.json))
+    return 0
+
+
+# --- host disable / enable ---------------------------------------------------------
+
+
+def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
+    """Disable or enable one host's service (flag and status trait in one store step)."""
+    args = conf.command
+    disable = args.action == "disable"
+    before = store.get_service(args.hostname)
+    if before is None:
+        raise NotFound(kind="host", ident=args.hostname)
+    reason = getattr(args, "reason", None) if disable else None
+    if disable and before.disabled and reason is None:
+        reason = before.disabled_reason  # no new reason: disabling again changes nothing
+    store.set_service_disabled(args.hostname, disable, reason)
+    after = store.get_service(args.hostname) or before
+    changed = (before.disabled, before.disabled_reason) != (after.disabled, after.disabled_reason)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "host": after.host,
+                    "disabled": after.disabled,
+                    "disabled_reason": after.disabled_reason,
+                    "changed": changed,
+                }
+            )
+        )
+        return 0
+    state = "disabled" if after.disabled else "enabled"
+    why = f" ({after.disabled_reason})" if after.disabled_reason else ""
+    print(
+        f"host {after.host} {state}{why}" if changed else f"host {after.host} already {state}{why}"
+    )
     return 0
 
 
@@ -692,6 +799,8 @@ def run(conf: cfg.ConfigOpts) -> int:
     try:
         if command == "hosts":
             return _hosts(conf, store)
+        if command == "host":
+            return _host_set(conf, store)
         return _instance_show(conf, store)
     finally:
         store.close()

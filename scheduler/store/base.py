@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -282,6 +282,13 @@ class InstanceStore(Protocol):
     def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]:
         """The records of ``uuids`` (DELETED ones within their retention too), or
         every live record (no DELETED one)."""
+
+    @abc.abstractmethod
+    def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]:
+        """Every live record (no DELETED one), read ``batch`` at a time, in no set
+        order: to go through a cloud's instances without holding them all. Each
+        uuid is yielded once; one created or removed during the scan may be
+        seen or not."""
 
     @abc.abstractmethod
     def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:

@@ -21,7 +21,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -546,6 +546,11 @@ class MemoryStore(Store):
                 return sorted(self._instances.values(), key=lambda r: r.uuid)
             found = ((u, self._instances.get(u) or self._tomb(u)) for u in uuids)
             return [r for _, r in found if r is not None]
+
+    def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]:
+        with self._lock:  # the records are in memory already: a copy of the references
+            records = list(self._instances.values())
+        yield from records
 
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         with self._lock:

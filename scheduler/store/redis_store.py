@@ -840,6 +840,25 @@ class RedisStore(Store):
             )
         )
 
+    def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]:
+        seen: set[str] = set()  # HSCAN may return a field twice (a rehash)
+        cursor = 0
+        while True:
+            cursor, page = self._instances_page(cursor, batch)
+            for record in page:
+                if record.uuid not in seen:
+                    seen.add(record.uuid)
+                    yield record
+            if cursor == 0:
+                return
+
+    @_translated
+    def _instances_page(self, cursor: int, batch: int) -> tuple[int, list[InstanceRecord]]:
+        """One HSCAN page of the instances hash: the next cursor (0: done) and its records."""
+        cursor, pairs = self._client.hscan(self.keys.instances, cursor, count=batch)
+        found = cast("dict[str, str]", pairs).items()  # the client decodes replies
+        return int(cursor), list(_each(_instance, found, self.keys.instances))
+
     @_translated
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         due, unreadable = self._scripts.due_instances(

@@ -21,7 +21,8 @@ from scheduler.exceptions import Forbidden, NoValidHost
 from scheduler.explain import ExplainReport
 from scheduler.objects import Flavor, RequestSpec, ServerGroup
 from scheduler.service import engine_settings
-from tests.functional.conftest import Cluster
+from scheduler.store import Service
+from tests.functional.conftest import Cluster, Process
 from tests.unit.factories import private_conf
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
@@ -239,3 +240,85 @@ def test_explain_refuses_a_non_admin_context(cluster: Cluster, transport: Any) -
     # An admin is served by the same worker, which kept running.
     report = client.explain(rpc.RequestContext.admin(user_id="ops", project_id="admin"), spec)
     assert report.placeable and cluster.store.list_consumers() == []
+
+
+def scheduled_on(worker: Process) -> list[str]:
+    """The hosts a worker cast builds to, in order."""
+    return [e["host"] for e in worker.log_events() if e.get("event") == "instance_scheduled"]
+
+
+def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
+    cluster: Cluster,
+) -> None:
+    cluster.start_conductor()
+    compute = cluster.start_compute(2)
+    workers = [cluster.start_worker("worker-a"), cluster.start_worker("worker-b")]
+    (running,) = cluster.boot("--count", "1")["instances"]
+    assert running["state"] == "ACTIVE"
+    busy = running["host"]
+    [free] = {"compute-0000", "compute-0001"} - {busy}
+    held_before = cluster.store.get_consumer(running["uuid"])
+    held_rpc_server = (cluster.store.get_service(busy) or Service(busy, "-")).rpc_server
+
+    disabled = admin_cli(cluster, "host", "disable", busy, "--reason", "maintenance")
+    assert disabled.returncode == 0, disabled.stderr
+    assert disabled.stdout == f"host {busy} disabled (maintenance)\n"
+    # No wait: the next requests, whichever worker takes each, avoid the host
+    # (though it is the emptier one, which the RAM weigher prefers).
+    seen = [len(scheduled_on(w)) for w in workers]
+    booted = cluster.boot("--count", "8")["instances"]
+    assert [(i["state"], i["host"]) for i in booted] == [("ACTIVE", free)] * 8
+    after = [scheduled_on(w)[n:] for w, n in zip(workers, seen, strict=True)]
+    assert all(after), f"each worker should have placed some: {after}"
+    # What runs there is untouched.
+    assert cluster.store.get_instance(running["uuid"]).state == "ACTIVE"
+    assert cluster.store.get_consumer(running["uuid"]) == held_before
+    hosts = {row["host"]: row for row in json.loads(admin_cli(cluster, "hosts", "--json").stdout)}
+    assert (hosts[busy]["disabled"], hosts[busy]["disabled_reason"]) == (True, "maintenance")
+
+    enabled = admin_cli(cluster, "host", "enable", busy)
+    assert enabled.returncode == 0 and enabled.stdout == f"host {busy} enabled\n"
+    # The emptier host wins again at once.
+    (back,) = cluster.boot("--count", "1")["instances"]
+    assert back["host"] == busy
+
+    # conductor-stub list / show read the same records.
+    code, out, err = cluster.conductor_stub("list", "--host", free, "--json")
+    assert code == 0, err
+    listed = {r["uuid"] for r in json.loads(out)["instances"]}
+    assert listed == {i["uuid"] for i in booted}
+    code, out, err = cluster.conductor_stub("show", running["uuid"], "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["state"], shown["host"], shown["flavor"]) == ("ACTIVE", busy, "m1.small")
+    assert "allocations" not in shown
+    code, out, err = cluster.conductor_stub("show", running["uuid"], "--json", "--admin")
+    assert json.loads(out)["allocations"], err
+
+    unknown = admin_cli(cluster, "host", "disable", "compute-9999")
+    assert unknown.returncode == 2
+    assert unknown.stderr == "scheduler-admin: host compute-9999 not found\n"
+    assert all(not s.disabled for s in cluster.store.list_services())
+    for w in workers:
+        w.assert_kept_serving()
+
+    # A compute restarting does not enable a host an admin disabled: its
+    # registration keeps the service's state, its trait report keeps the
+    # status trait. (No boot after it here: a worker addresses a host by the
+    # compute's previous RPC server name for up to 30 s, which is another
+    # matter.)
+    admin_cli(cluster, "host", "disable", busy, "--reason", "psu")
+    compute.stop()
+    cluster.start(
+        "compute-again",
+        "compute_sim.cmd",
+        "--hosts",
+        "2",
+        "--name-prefix",
+        "compute",
+        ready="compute_sim_started",
+    )
+    service = cluster.store.get_service(busy)
+    assert service is not None and service.rpc_server != held_rpc_server
+    assert (service.disabled, service.disabled_reason) == (True, "psu")
+    assert "COMPUTE_STATUS_DISABLED" in cluster.store.get_provider_by_name(busy).traits

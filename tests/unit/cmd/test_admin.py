@@ -13,7 +13,7 @@ import pytest
 
 from conductor_stub.flavors import load_catalog
 from scheduler.cmd import admin
-from scheduler.exceptions import InvalidRequest
+from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
     CANDIDATE_STEP,
     HOST_FILTER,
@@ -26,9 +26,10 @@ from scheduler.explain import (
     WeighedHostReport,
     WeigherShare,
 )
-from scheduler.objects import InstanceRecord
+from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.store import MemoryStore
 from scheduler.store.base import Inventory, Provider, Service
-from tests.unit.factories import host, uuid_of
+from tests.unit.factories import host, populate, uuid_of
 
 FILTERS = ("ComputeFilter", "AvailabilityZoneFilter")
 
@@ -732,3 +733,163 @@ def test_instance_view_is_json_and_leaves_out_the_request_spec() -> None:
     assert view["fault"] == "No valid host was found."
     assert view["fault_details"] == "0/4 hosts available: 4 insufficient MEMORY_MB"
     assert "request_spec" not in view and view["flavor"] == "m1.xlarge"
+
+
+# --- host disable / enable ----------------------------------------------------------
+
+
+def host_command(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[str, Service]:
+    """Run ``scheduler-admin host ARGV`` on ``store``; what it printed and the
+    service after."""
+    command = explain_parser().parse_args(["host", *argv])
+    assert admin._host_set(SimpleNamespace(command=command), store) == 0  # type: ignore[arg-type]
+    service = store.get_service(command.hostname)
+    assert service is not None
+    return capsys.readouterr().out.strip(), service
+
+
+@pytest.fixture
+def one_host() -> MemoryStore:
+    store = MemoryStore()
+    populate(store, [host("cmp-a")])
+    return store
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param(
+            [
+                (
+                    ("disable", "cmp-a", "--reason", "maintenance"),
+                    "host cmp-a disabled (maintenance)",
+                ),
+                (("enable", "cmp-a"), "host cmp-a enabled"),
+            ],
+            id="disable-then-enable",
+        ),
+        pytest.param(
+            [
+                (("disable", "cmp-a"), "host cmp-a disabled"),
+                (("disable", "cmp-a", "--reason", "disk"), "host cmp-a disabled (disk)"),
+                (("disable", "cmp-a", "--reason", "psu"), "host cmp-a disabled (psu)"),
+            ],
+            id="disabling-again-replaces-the-reason",
+        ),
+        pytest.param(
+            [
+                (("disable", "cmp-a", "--reason", "disk"), "host cmp-a disabled (disk)"),
+                (("disable", "cmp-a"), "host cmp-a already disabled (disk)"),
+                (("disable", "cmp-a", "--reason", "disk"), "host cmp-a already disabled (disk)"),
+            ],
+            id="disabling-again-without-a-new-reason-is-a-no-op",
+        ),
+        pytest.param(
+            [(("enable", "cmp-a"), "host cmp-a already enabled")], id="enabling-an-enabled-host"
+        ),
+    ],
+)
+def test_host_disable_and_enable(
+    one_host: MemoryStore,
+    capsys: pytest.CaptureFixture[str],
+    steps: list[tuple[tuple[str, ...], str]],
+) -> None:
+    root = one_host.get_provider_by_name("cmp-a")
+    for argv, printed in steps:
+        before = one_host.compact_snapshot().cursor
+        out, service = host_command(one_host, capsys, *argv)
+        assert out == printed
+        # The service flag and the status trait agree after every step.
+        traits = one_host.get_provider(root.uuid).traits
+        assert ("COMPUTE_STATUS_DISABLED" in traits) == service.disabled
+        if "already" in printed:
+            assert one_host.changes(before) == []  # nothing written, nothing fed
+        else:
+            assert {c.kind for c in one_host.changes(before)} >= {"service"}
+        if argv[0] == "enable":
+            assert (service.disabled, service.disabled_reason) == (False, None)
+
+
+def test_host_disable_json_says_the_state_and_whether_it_changed(
+    one_host: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, _ = host_command(one_host, capsys, "disable", "cmp-a", "--reason", "rack 4", "--json")
+    assert json.loads(out) == {
+        "host": "cmp-a",
+        "disabled": True,
+        "disabled_reason": "rack 4",
+        "changed": True,
+    }
+    out, _ = host_command(one_host, capsys, "enable", "cmp-a", "--json")
+    assert json.loads(out)["disabled"] is False
+
+
+def test_host_disable_leaves_the_instances_running_there_alone(
+    one_host: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = one_host.get_provider_by_name("cmp-a")
+    consumer = uuid_of("running")
+    one_host.claim(
+        consumer,
+        AllocationRequest(allocations={root.uuid: {"VCPU": 2}}, project_id="p", user_id="u"),
+    )
+    host_command(one_host, capsys, "disable", "cmp-a")
+    held = one_host.get_consumer(consumer)
+    assert held is not None and dict(held.allocations) == {root.uuid: {"VCPU": 2}}
+    assert one_host.get_provider(root.uuid).usages["VCPU"] == 2
+
+
+@pytest.mark.parametrize("action", ["disable", "enable"])
+def test_an_unknown_host_is_one_line_exit_2_and_nothing_changed(
+    one_host: MemoryStore,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    action: str,
+) -> None:
+    monkeypatch.setattr(admin, "make_store", lambda conf: one_host)
+    cursor = one_host.compact_snapshot().cursor
+    command = explain_parser().parse_args(["host", action, "cmp-zz"])
+    command.name = "host"
+    with pytest.raises(NotFound, match="host cmp-zz not found"):
+        admin.run(SimpleNamespace(command=command))  # type: ignore[arg-type]
+    assert one_host.changes(cursor) == []
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        pytest.param(
+            ["host", "--help"], "Disable or enable one host's compute service", id="host"
+        ),
+        pytest.param(
+            ["host", "disable", "--help"],
+            "Disable HOST: no boot, reschedule or resize picks it from now on",
+            id="disable",
+        ),
+        pytest.param(
+            ["host", "enable", "--help"], "Enable HOST: it takes new instances again", id="enable"
+        ),
+    ],
+)
+def test_host_help_says_what_each_does(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit):
+        explain_parser().parse_args(argv)
+    assert says in " ".join(capsys.readouterr().out.split())
+
+
+def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
+    record = replace(RESIZED, availability_zone="az1", request_id="req-9")
+    view = admin.instance_view(record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False)
+    assert not set(admin.ADMIN_FIELDS) & set(view)
+    assert "allocations" not in view["resize"]
+    lines = admin.format_instance(view).splitlines()
+    assert "  host      cmp-b" in lines
+    assert "  zone      az1" in lines and "  request   req-9" in lines
+    assert f"  resize    to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
+    assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
+    full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
+    assert "  zone           az1" in full and "  request        req-9" in full

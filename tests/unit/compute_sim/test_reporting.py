@@ -105,6 +105,20 @@ def test_registers_traits_aggregates_and_gpu_children(
     assert gpu.traits == {"CUSTOM_NVIDIA_11"}
 
 
+def test_a_restarted_simulator_leaves_a_host_an_admin_disabled_disabled(
+    sims: Callable[..., ComputeSimulator],
+) -> None:
+    store = MemoryStore()
+    sims(store, traits=("HW_CPU_X86_AVX2",)).register()
+    store.set_service_disabled("c-0", True, "maintenance")
+    sims(store, traits=("HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F")).register()  # restarted
+    service = store.get_service("c-0")
+    assert service is not None
+    assert (service.disabled, service.disabled_reason) == (True, "maintenance")
+    p = store.get_provider(provider_uuid("c-0"))
+    assert p.traits == {"HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F", COMPUTE_STATUS_DISABLED}
+
+
 def test_a_conflict_on_traits_rereads_and_keeps_the_other_writers_change(
     sims: Callable[..., ComputeSimulator],
 ) -> None:

@@ -1151,6 +1151,19 @@ def test_a_report_for_an_unknown_host_writes_nothing(store: Store) -> None:
 # --- instance records -----------------------------------------------------------------
 
 
+def test_scan_instances_yields_every_live_record_once_a_batch_at_a_time(store: Store) -> None:
+    records = [InstanceRecord(uuid=new_uuid(), attempts=n % 3) for n in range(1100)]
+    store.create_instances(records)
+    gone = records[0].uuid
+    store.start_delete(gone)
+    store.finish_delete(gone, None, retention=60.0, now=time.time())
+    scanned = list(store.scan_instances(batch=100))
+    assert len(scanned) == len({r.uuid for r in scanned}) == 1099
+    assert sorted(scanned, key=lambda r: r.uuid) == store.list_instances()
+    assert gone not in {r.uuid for r in scanned}  # DELETED: kept apart, not listed
+    assert list(store.scan_instances()) != [] and store.get_instance(gone).state == DELETED
+
+
 def test_instances_create_is_idempotent_and_list_is_sorted(store: Store) -> None:
     a, b = sorted([new_uuid(), new_uuid()])
     store.create_instances([InstanceRecord(uuid=b), InstanceRecord(uuid=a, attempts=1)])

@@ -1,0 +1,125 @@
+"""``conductor-stub list`` and ``show``: what each selects and prints, the admin
+details only with ``--admin``, and an unknown uuid (on the in-memory store)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid as uuidlib
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from conductor_stub import cmd
+from scheduler.exceptions import InstanceNotFound
+from scheduler.objects import ACTIVE, ERROR, InstanceRecord
+from scheduler.store import MemoryStore
+from tests.unit.conductor_stub.helpers import SPEC
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
+    made = MemoryStore()
+    monkeypatch.setattr(cmd, "make_store", lambda conf: made)
+    return made
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """``conductor-stub ARGS``, parsed by the command's own parser; what it printed."""
+    parser = argparse.ArgumentParser()
+    cmd._add_commands(parser.add_subparsers(dest="name"))
+    command: Any = parser.parse_args(list(args))
+    handler = cmd._list if command.name == "list" else cmd._show
+    assert handler(SimpleNamespace(command=command)) == 0  # type: ignore[arg-type]
+    return capsys.readouterr().out
+
+
+def record(store: MemoryStore, state: str, project: str = "p", host: str | None = None) -> str:
+    uuid = str(uuidlib.uuid4())
+    spec = SPEC.replace(project_id=project).to_primitive()
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid=uuid,
+                state=state,
+                task_state=None,
+                host=host,
+                node=host,
+                availability_zone="az1" if host else None,
+                request_id="req-1",
+                attempts=2,
+                tried_hosts=("cmp-x",) if host else (),
+                fault=None if host else "No valid host was found.",
+                fault_details=None if host else "0/3 hosts available: 3 disabled",
+                request_spec=spec,
+            )
+        ]
+    )
+    return uuid
+
+
+@pytest.mark.parametrize(
+    "args, wanted",
+    [
+        pytest.param((), {"a1", "a2", "e1"}, id="every-live-one"),
+        pytest.param(("--state", "error"), {"e1"}, id="state"),
+        pytest.param(("--host", "cmp-b"), {"a2"}, id="host"),
+        pytest.param(("--project", "q"), {"a2", "e1"}, id="project"),
+        pytest.param(("--project", "q", "--state", "ACTIVE"), {"a2"}, id="all-must-match"),
+    ],
+)
+def test_list_selects(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], wanted: set[str]
+) -> None:
+    made = {
+        "a1": record(store, ACTIVE, host="cmp-a"),
+        "a2": record(store, ACTIVE, project="q", host="cmp-b"),
+        "e1": record(store, ERROR, project="q"),
+    }
+    listed = json.loads(run(capsys, "list", "--json", *args))["instances"]
+    assert {r["uuid"] for r in listed} == {made[n] for n in wanted}
+    row = next(r for r in listed if r["uuid"] == made.get("a2")) if "a2" in wanted else None
+    if row is not None:
+        assert row == {
+            "uuid": made["a2"],
+            "state": ACTIVE,
+            "task_state": None,
+            "host": "cmp-b",
+            "availability_zone": "az1",
+            "flavor": SPEC.flavor.name,
+            "project_id": "q",
+        }
+
+
+def test_list_prints_a_table(store: MemoryStore, capsys: pytest.CaptureFixture[str]) -> None:
+    uuid = record(store, ACTIVE, host="cmp-a")
+    lines = run(capsys, "list").splitlines()
+    assert lines[0].split() == ["uuid", "state", "task", "host", "zone", "flavor", "project"]
+    assert lines[1].split() == [uuid, ACTIVE, "-", "cmp-a", "az1", SPEC.flavor.name, "p"]
+    assert lines[-1] == "1 instance(s)"
+    assert run(capsys, "list", "--state", "ERROR") == "no instances\n"
+
+
+def test_show_leaves_the_admin_details_to_admin(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uuid = record(store, ERROR)
+    user = json.loads(run(capsys, "show", uuid, "--json"))
+    assert user["fault"] == "No valid host was found." and user["request_id"] == "req-1"
+    assert user["attempts"] == 2 and user["flavor"] == SPEC.flavor.name
+    assert not {"fault_details", "tried_hosts", "allocations", "node"} & set(user)
+    admin = json.loads(run(capsys, "show", uuid, "--json", "--admin"))
+    assert admin["fault_details"] == "0/3 hosts available: 3 disabled"
+    text = run(capsys, "show", uuid)
+    assert "  request   req-1" in text.splitlines() and "0/3 hosts" not in text
+    text = run(capsys, "show", uuid, "--admin")
+    assert "  fault details  0/3 hosts available: 3 disabled   [admin only]" in text.splitlines()
+
+
+def test_show_of_an_unknown_uuid_is_not_found(store: MemoryStore) -> None:
+    parser = argparse.ArgumentParser()
+    cmd._add_commands(parser.add_subparsers(dest="name"))
+    command: Any = parser.parse_args(["show", str(uuidlib.uuid4())])
+    with pytest.raises(InstanceNotFound):
+        cmd._show(SimpleNamespace(command=command))  # type: ignore[arg-type]
