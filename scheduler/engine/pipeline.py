@@ -582,11 +582,14 @@ class Engine:
             for name, weigher in self.weighers:
                 if weigher.multiplier:
                     state = states.of(weigher)
-                    share = weigher.weigh(self.view, candidates, ctx, state)
+                    if parts is None:
+                        share = weigher.weigh(self.view, candidates, ctx, state)
+                    else:  # the same product, its factors kept for explain
+                        norm, mult = self._weigher_parts(weigher, candidates, ctx, state)
+                        share = mult * norm
+                        parts.append((norm, mult))
                     total += share
                     shares.append((name, share))
-                    if parts is not None:
-                        parts.append(self._weigher_parts(weigher, candidates, ctx, state))
         settings = self.settings
         head = (
             max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
@@ -624,14 +627,8 @@ class Engine:
         state: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
         """A weigher's normalised values and (signed) multipliers per candidate,
-        whose product is what its ``weigh`` contributed (explain only)."""
-        normalised = (
-            np.zeros(len(candidates))
-            if state is None
-            else weighers_base.normalise(
-                weigher.raw(self.view, candidates, ctx, state), weigher.SCALING
-            )
-        )
+        whose product is what its ``weigh`` gives (explain only)."""
+        normalised = weigher.scaled(self.view, candidates, ctx, state)
         multipliers = np.broadcast_to(
             weigher.SIGN * np.asarray(weigher.multipliers(self.view, candidates), dtype=float),
             len(candidates),

@@ -118,12 +118,20 @@ class BaseWeigher(abc.ABC, Generic[S]):
     ) -> np.ndarray:
         """This weigher's contribution per candidate: scaled raw times multiplier
         (0 everywhere when ``state`` is None)."""
-        scaled = (
-            np.zeros(len(candidates))
-            if state is None
-            else normalise(self.raw(view, candidates, ctx, state), self.SCALING)
+        return (
+            self.SIGN
+            * self.multipliers(view, candidates)
+            * self.scaled(view, candidates, ctx, state)
         )
-        return self.SIGN * self.multipliers(view, candidates) * scaled
+
+    def scaled(
+        self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: S | None
+    ) -> np.ndarray:
+        """The raw values normalised across the candidates (0 everywhere when
+        ``state`` is None): what the multiplier multiplies."""
+        if state is None:
+            return np.zeros(len(candidates))
+        return normalise(self.raw(view, candidates, ctx, state), self.SCALING)
 
     def multipliers(self, view: HostView, candidates: np.ndarray) -> float | np.ndarray:
         """The multiplier per candidate: the configured one, or its aggregates' lowest
