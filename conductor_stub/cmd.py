@@ -4,7 +4,9 @@
 results and re-drives the requests it has not heard back on (run it as a
 daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
 --wait`` boots instances and prints what became of them. ``conductor-stub
-resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one.
+resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
+``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
+cold-migrates one.
 ``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
 [--project P]``) deletes instances. ``conductor-stub list [--state S] [--host H]
 [--project P]`` lists them and ``conductor-stub show UUID [--admin]`` shows
@@ -17,7 +19,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -34,7 +36,7 @@ from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
-from scheduler.objects import RESIZED, RESIZING, Flavor, InstanceRecord
+from scheduler.objects import RESIZED, RESIZING, InstanceRecord
 from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("conductor_stub")
@@ -87,27 +89,31 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         help="Flavor name from the catalog to resize to (not "
         "needed to confirm or revert an instance already RESIZED).",
     )
-    finish = resize.add_mutually_exclusive_group()
-    finish.add_argument(
-        "--confirm",
-        action="store_true",
-        help="Once resized, confirm: drop the source's allocation.",
+    _add_finish_options(resize, "resize")
+
+    migrate = subparsers.add_parser(
+        "migrate",
+        help="Cold-migrate an ACTIVE instance to another host (a resize to its own "
+        "flavor); or confirm / revert a RESIZED one.",
+        description="Cold-migrate an ACTIVE instance: the scheduler picks another host "
+        "for its own flavor and request spec (group, zone, traits, hints), with "
+        "alternates; the instance is RESIZED there until confirmed (the source's "
+        "allocation dropped) or reverted (back to the source). --host names the "
+        "destination, which needs --admin and still passes the filters and the claim.",
     )
-    finish.add_argument(
-        "--revert",
-        action="store_true",
-        help="Once resized, revert: back to the source and the old flavor.",
+    migrate.add_argument("uuid", help="The instance.")
+    migrate.add_argument(
+        "--host",
+        dest="destination",
+        metavar="HOST",
+        help="The destination host (needs --admin; not the host it runs on).",
     )
-    resize.add_argument(
-        "--wait",
-        action="store_true",
-        help="Wait until the resize is RESIZED or has failed (--confirm and "
-        "--revert always wait, then wait for the instance to be ACTIVE).",
+    migrate.add_argument(
+        "--admin", action="store_true", help="Send the request with an admin context."
     )
-    resize.add_argument(
-        "--timeout", type=float, default=300.0, help="Seconds to wait at most (default 300)."
-    )
-    resize.add_argument("--json", action="store_true", help="Print the instance as JSON.")
+    # With --confirm / --revert, an instance already RESIZED is only confirmed
+    # or reverted; an ACTIVE one is migrated first.
+    _add_finish_options(migrate, "migration")
 
     delete = subparsers.add_parser(
         "delete",
@@ -173,11 +179,36 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     show.add_argument("--json", action="store_true", help="Print the record as JSON.")
 
 
+def _add_finish_options(parser, what: str) -> None:  # type: ignore[no-untyped-def]
+    """--confirm / --revert / --wait / --timeout / --json, shared by resize and migrate."""
+    finish = parser.add_mutually_exclusive_group()
+    finish.add_argument(
+        "--confirm",
+        action="store_true",
+        help=f"Once the {what} is RESIZED, confirm: drop the source's allocation.",
+    )
+    finish.add_argument(
+        "--revert",
+        action="store_true",
+        help=f"Once the {what} is RESIZED, revert: back to the source (and the old flavor).",
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help=f"Wait until the {what} is RESIZED or has failed (--confirm and "
+        "--revert always wait, then wait for the instance to be ACTIVE).",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="Seconds to wait at most (default 300)."
+    )
+    parser.add_argument("--json", action="store_true", help="Print the instance as JSON.")
+
+
 command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="serve | boot | resize | delete | list | show",
+    help="serve | boot | resize | migrate | delete | list | show",
 )
 
 
@@ -287,6 +318,39 @@ def _resize(conf: cfg.ConfigOpts) -> int:
             file=sys.stderr,
         )
         return 2
+    flavor = catalog[args.flavor] if args.flavor is not None else None
+    return _move(
+        conf,
+        None if flavor is None else lambda resizer: resizer.start(args.uuid, flavor),
+    )
+
+
+def _migrate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    if args.destination is not None and not args.destination:
+        print("conductor-stub migrate: --host needs a host name", file=sys.stderr)
+        return 2
+    finishing = (args.confirm or args.revert) and _is_resized(conf, args.uuid)
+    return _move(
+        conf,
+        None
+        if finishing  # already migrated: only confirm or revert it
+        else lambda resizer: resizer.migrate(args.uuid, host=args.destination, admin=args.admin),
+    )
+
+
+def _is_resized(conf: cfg.ConfigOpts, uuid: str) -> bool:
+    store = make_store(conf)
+    try:
+        return store.get_instance(uuid).state == RESIZED
+    finally:
+        store.close()
+
+
+def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | None) -> int:
+    """Start a resize or cold migration (``start``; None: only confirm or
+    revert one), wait as asked and print the instance."""
+    args = conf.command
     transport = rpc.get_transport(conf)
     store = make_store(conf)
     resizer = Resizer(
@@ -296,7 +360,7 @@ def _resize(conf: cfg.ConfigOpts) -> int:
         conductor_settings(conf),
     )
     try:
-        record, timed_out = _run_resize(resizer, args, catalog)
+        record, timed_out = _run_move(resizer, args, start)
     finally:
         transport.cleanup()
     print(
@@ -304,22 +368,22 @@ def _resize(conf: cfg.ConfigOpts) -> int:
         if args.json
         else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, []))
     )
-    failed = record.state == RESIZING or (args.flavor is not None and record.fault is not None)
+    failed = record.state == RESIZING or (start is not None and record.fault is not None)
     return 1 if timed_out or failed else 0
 
 
-def _run_resize(
+def _run_move(
     resizer: Resizer,
-    args: Any,  # the resize sub-command's parsed arguments
-    catalog: dict[str, Flavor],
+    args: Any,  # the resize or migrate sub-command's parsed arguments
+    start: Callable[[Resizer], InstanceRecord] | None,
 ) -> tuple[InstanceRecord, bool]:
     started = time.monotonic()
 
     def left() -> float:
         return max(args.timeout - (time.monotonic() - started), 0.0)
 
-    if args.flavor is not None:
-        record = resizer.start(args.uuid, catalog[args.flavor])
+    if start is not None:
+        record = start(resizer)
         if not (args.wait or args.confirm or args.revert):
             return record, False
         record, timed_out = resizer.wait(args.uuid, settled, left())
@@ -460,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if conf.command.name == "resize":
             return _resize(conf)
+        if conf.command.name == "migrate":
+            return _migrate(conf)
         if conf.command.name == "delete":
             return _delete(conf)
         if conf.command.name == "list":

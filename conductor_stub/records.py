@@ -8,7 +8,7 @@ one of them wins and the loser changes nothing::
 
     BUILDING --build_succeeded--> ACTIVE
     BUILDING --no host / retries exhausted / timed out--> ERROR (claim released)
-    ACTIVE --resize--> RESIZING --finished on the destination--> RESIZED
+    ACTIVE --resize or cold migrate--> RESIZING --finished on the destination--> RESIZED
     RESIZING --cannot be placed / retries exhausted / timed out--> ACTIVE + fault
                                             (the source's allocation handed back)
     RESIZED --confirm--> ACTIVE on the destination (the source's allocation dropped)
@@ -38,6 +38,7 @@ from scheduler.objects import (
     ERROR,
     RESIZED,
     RESIZING,
+    Destination,
     Flavor,
     InstanceRecord,
     RequestSpec,
@@ -103,6 +104,18 @@ def placed_on(
     return {"host": host, "node": node, "availability_zone": availability_zone}
 
 
+#: The fields of a move in flight (a resize or cold migration), all cleared
+#: together when it ends, however it ends.
+MOVE_ENDED: dict[str, None] = {
+    "migration_uuid": None,
+    "new_flavor": None,
+    "source_host": None,
+    "source_node": None,
+    "source_availability_zone": None,
+    "requested_destination": None,
+}
+
+
 def fail_build(
     store: ConductorStore,
     uuid: str,
@@ -157,11 +170,7 @@ def fail_resize(
         task_state=None,
         fault=fault,
         fault_details=details,
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
+        **MOVE_ENDED,
         deadline=None,
         updated_at=clock(),
     )
@@ -187,11 +196,7 @@ def finish_confirm(
         state=ACTIVE,
         task_state=None,
         request_spec=spec or None,
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
+        **MOVE_ENDED,
         deadline=None,
         updated_at=clock(),
     )
@@ -208,11 +213,7 @@ def finish_revert(
         state=ACTIVE,
         task_state=None,
         **placed_on(record.source_host, record.source_node, record.source_availability_zone),
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
+        **MOVE_ENDED,
         deadline=None,
         updated_at=clock(),
     )
@@ -247,13 +248,29 @@ def undo_stale_migration(
 
 
 def resize_spec(record: InstanceRecord) -> tuple[RequestSpec, Flavor]:
-    """The request spec of a record's resize (the new flavor, the hosts tried
-    ignored), and the new flavor."""
+    """The request spec of a record's resize or cold migration (the new
+    flavor, the hosts tried ignored), and the new flavor.
+
+    The hosts a boot was forced to do not steer a move (as Nova resets forced
+    destinations for one); the host an admin named for this move, if any, does.
+    """
     assert record.request_spec is not None and record.new_flavor is not None
     flavor = Flavor.from_primitive(dict(record.new_flavor))
     spec = RequestSpec.from_primitive(dict(record.request_spec))
     ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
-    return spec.replace(flavor=flavor, num_instances=1, ignore_hosts=ignore), flavor
+    destination = (
+        Destination.from_primitive(dict(record.requested_destination))
+        if record.requested_destination
+        else None
+    )
+    return spec.replace(
+        flavor=flavor,
+        num_instances=1,
+        ignore_hosts=ignore,
+        force_hosts=(),
+        force_nodes=(),
+        requested_destination=destination,
+    ), flavor
 
 
 def build_spec(record: InstanceRecord) -> RequestSpec:

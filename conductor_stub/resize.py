@@ -1,4 +1,12 @@
-"""The API side of a resize: start it, confirm or revert it, wait for it.
+"""The API side of a resize or cold migration: start it, confirm or revert
+it, wait for it.
+
+A cold migration is a resize to the instance's own flavor, as in Nova: same
+request spec (group, zone, traits, hints), never the source unless
+``allow_resize_to_same_host``, with alternates, RESIZED until confirmed or
+reverted. An admin may name the destination host (``requested_destination``,
+kept on the record for the re-drives, so it still passes the filters and the
+atomic claim).
 
 ``start`` turns an ACTIVE instance RESIZING (a compare-and-set: two resizes
 of one instance cannot both start), names the migration after the request
@@ -21,6 +29,7 @@ import uuid as uuidlib
 from collections.abc import Callable
 
 from conductor_stub.records import ConductorSettings, resize_spec
+from scheduler import policy
 from scheduler.exceptions import InvalidRequest
 from scheduler.log import get_logger
 from scheduler.objects import (
@@ -30,6 +39,7 @@ from scheduler.objects import (
     RESIZE_REVERTING,
     RESIZED,
     RESIZING,
+    Destination,
     Flavor,
     InstanceRecord,
     RequestSpec,
@@ -71,14 +81,32 @@ class Resizer:
         self.settings = settings or ConductorSettings()
         self._clock = clock
 
-    def start(self, uuid: str, flavor: Flavor) -> InstanceRecord:
-        """ACTIVE -> RESIZING, then cast the resize. :class:`InvalidRequest` if
-        the instance is not ACTIVE on a host."""
+    def start(
+        self, uuid: str, flavor: Flavor, *, host: str | None = None, admin: bool = False
+    ) -> InstanceRecord:
+        """ACTIVE -> RESIZING, then cast the resize (to ``host`` if an admin
+        names one; it still passes the filters and the atomic claim).
+
+        :raises InvalidRequest: the instance is not ACTIVE on a host, or
+            ``host`` is the one it runs on.
+        :raises Forbidden: ``host`` named without an admin context.
+        """
         record = self.store.get_instance(uuid)
         if record.state != ACTIVE or not record.host or record.request_spec is None:
             raise InvalidRequest(
                 reason=f"instance {uuid} is {record.state}, not ACTIVE on a "
-                "host: it cannot be resized now"
+                "host: it cannot be moved now"
+            )
+        if host is not None:
+            if host == record.host:
+                raise InvalidRequest(
+                    reason=f"instance {uuid} already runs on {host}: name another host"
+                )
+            policy.check_request(
+                RequestContext(is_admin=admin),
+                RequestSpec.from_primitive(dict(record.request_spec)).replace(
+                    requested_destination=Destination(host=host)
+                ),
             )
         request_id = f"req-{uuidlib.uuid4()}"
         now = self._clock()
@@ -93,6 +121,8 @@ class Resizer:
             source_host=record.host,
             source_node=record.node,
             source_availability_zone=record.availability_zone,
+            requested_destination=Destination(host=host).to_primitive() if host else None,
+            is_admin=admin,  # this move's rights, for its re-drives
             attempts=0,
             tried_hosts=(),
             redrives=0,
@@ -108,10 +138,19 @@ class Resizer:
             instance_uuid=uuid,
             flavor=flavor.name,
             source=record.host,
+            destination=host,
             migration_uuid=started.migration_uuid,
         )
         self.send_resize(started)
         return started
+
+    def migrate(
+        self, uuid: str, *, host: str | None = None, admin: bool = False
+    ) -> InstanceRecord:
+        """A cold migration: a resize to the instance's own flavor (as in Nova),
+        confirmed or reverted the same way."""
+        record = self.store.get_instance(uuid)
+        return self.start(uuid, own_flavor(record), host=host, admin=admin)
 
     def send_resize(self, record: InstanceRecord) -> None:
         spec, flavor = resize_spec(record)
@@ -184,6 +223,14 @@ def settled(record: InstanceRecord) -> bool:
 def finished(record: InstanceRecord) -> bool:
     """Confirmed or reverted (or never resized): ACTIVE with nothing pending."""
     return record.state == ACTIVE and record.task_state is None
+
+
+def own_flavor(record: InstanceRecord) -> Flavor:
+    """The flavor the instance runs with (:class:`InvalidRequest` for a record
+    that has no request spec)."""
+    if record.request_spec is None:
+        raise InvalidRequest(reason=f"instance {record.uuid} has no request spec to move it with")
+    return RequestSpec.from_primitive(dict(record.request_spec)).flavor
 
 
 def flavor_of(record: InstanceRecord) -> str | None:

@@ -647,7 +647,10 @@ class InstanceRecord:
     ``is_admin`` are the rights the request was made with, so that a re-drive
     is sent with them (an admin's forced host is refused to anyone else).
     While DELETING, ``pending_hosts`` are the hosts that have not yet said
-    the instance's VM is gone there.
+    the instance's VM is gone there. ``requested_destination`` is the host an
+    admin named for the move in flight (a :class:`Destination` primitive):
+    kept on the record for its re-drives and dropped when the move ends, never
+    written into ``request_spec``, so no later move is steered by it.
     """
 
     uuid: str
@@ -674,6 +677,7 @@ class InstanceRecord:
     roles: tuple[str, ...] = ()
     is_admin: bool = False
     pending_hosts: tuple[str, ...] = ()
+    requested_destination: Mapping[str, Any] | None = None
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -701,6 +705,9 @@ class InstanceRecord:
             "roles": list(self.roles),
             "is_admin": self.is_admin,
             "pending_hosts": list(self.pending_hosts),
+            "requested_destination": (
+                dict(self.requested_destination) if self.requested_destination else None
+            ),
         }
 
     @classmethod

@@ -242,10 +242,13 @@ class Cluster:
         )
         return out.returncode, out.stdout.decode(), out.stderr.decode()
 
-    def resize(self, uuid: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
-        """``conductor-stub resize UUID ... --json``; the instance as it ended."""
+    def resize(
+        self, uuid: str, *args: str, timeout: float = 60.0, command: str = "resize"
+    ) -> dict[str, Any]:
+        """``conductor-stub resize UUID ... --json`` (or ``migrate``: ``command``);
+        the instance as it ended."""
         code, stdout, stderr = self.conductor_stub(
-            "resize", uuid, "--json", "--timeout", str(timeout), *args, timeout=timeout + 60
+            command, uuid, "--json", "--timeout", str(timeout), *args, timeout=timeout + 60
         )
         assert code in (0, 1), stderr[-4000:]
         return {"exit_code": code, **json.loads(stdout)}

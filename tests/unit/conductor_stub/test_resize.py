@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_stub.records import ConductorSettings
+from conductor_stub.records import ConductorSettings, finish_confirm, finish_revert
 from conductor_stub.resize import Resizer
-from scheduler.exceptions import InvalidRequest
+from scheduler.exceptions import Forbidden, InvalidRequest
 from scheduler.objects import (
     ACTIVE,
     RESIZE_CONFIRMING,
@@ -14,10 +14,19 @@ from scheduler.objects import (
     RESIZE_REVERTING,
     RESIZED,
     RESIZING,
+    Destination,
     migration_uuid_for,
 )
 from scheduler.store import MemoryStore
-from tests.unit.conductor_stub.helpers import BIG, active_on, building, cloud, resizing
+from tests.unit.conductor_stub.helpers import (
+    BIG,
+    SPEC,
+    active_on,
+    building,
+    cloud,
+    holder,
+    resizing,
+)
 from tests.unit.factories import NOW, Recorded
 
 
@@ -102,3 +111,87 @@ def test_confirm_needs_a_resized_instance() -> None:
     with pytest.raises(InvalidRequest):
         resize.confirm(uuid)
     assert compute.calls == [] and store.get_instance(uuid).state == ACTIVE
+
+
+# --- cold migration ---------------------------------------------------------------
+
+
+def test_a_migration_is_a_resize_to_the_instance_s_own_flavor() -> None:
+    store = cloud("h1", "h2")
+    uuid = active_on(store, "h1")
+    resize, scheduler, _ = resizer(store)
+
+    started = resize.migrate(uuid)
+
+    assert (started.state, started.new_flavor, started.requested_destination) == (
+        RESIZING,
+        SPEC.flavor.to_primitive(),
+        None,
+    )
+    (ctxt, _, source, flavor, spec), _ = scheduler.last("resize")
+    assert (source, flavor, spec.requested_destination, ctxt.is_admin) == (  # type: ignore[attr-defined]
+        "h1",
+        SPEC.flavor,
+        None,
+        False,
+    )
+
+
+def test_an_admin_s_named_host_steers_the_migration_and_its_re_drives() -> None:
+    store = cloud("h1", "h2", "h3")
+    uuid = active_on(store, "h1")
+    resize, scheduler, _ = resizer(store)
+
+    started = resize.migrate(uuid, host="h3", admin=True)
+
+    (ctxt, *_, spec), _ = scheduler.last("resize")
+    assert spec.requested_destination == Destination(host="h3")
+    assert ctxt.is_admin is True  # type: ignore[attr-defined]
+    # The re-drive (send_resize from the record alone) is steered the same way,
+    # with the same rights.
+    resize.send_resize(store.get_instance(uuid))
+    (ctxt, *_, spec), _ = scheduler.last("resize")
+    assert (spec.requested_destination, ctxt.is_admin) == (Destination(host="h3"), True)  # type: ignore[attr-defined]
+    # Never written into the instance's own request spec.
+    assert "requested_destination" not in (started.request_spec or {})
+
+
+@pytest.mark.parametrize(
+    "host, admin, error",
+    [
+        pytest.param("h2", False, Forbidden, id="host-needs-admin"),
+        pytest.param("h1", True, InvalidRequest, id="host-is-the-source"),
+    ],
+)
+def test_a_bad_migration_changes_nothing(host: str, admin: bool, error: type) -> None:
+    store = cloud("h1", "h2")
+    uuid = active_on(store, "h1")
+    before = store.get_instance(uuid)
+    resize, scheduler, _ = resizer(store)
+    with pytest.raises(error):
+        resize.migrate(uuid, host=host, admin=admin)
+    assert scheduler.calls == [] and store.get_instance(uuid) == before
+    assert holder(store, uuid) == "h1"
+
+
+def test_forced_boot_hosts_do_not_steer_a_move() -> None:
+    store = cloud("h1", "h2")
+    uuid = active_on(store, "h1")
+    forced = SPEC.replace(force_hosts=("h1",), requested_destination=Destination(host="h1"))
+    store.update_instance(uuid, request_spec=forced.to_primitive())
+    resize, scheduler, _ = resizer(store)
+    resize.migrate(uuid)
+    (*_, spec), _ = scheduler.last("resize")
+    assert (spec.force_hosts, spec.requested_destination) == ((), None)
+
+
+@pytest.mark.parametrize("finish", ["confirm", "revert"])
+def test_the_named_host_is_dropped_when_the_move_ends(finish: str) -> None:
+    store = cloud("h1", "h2")
+    uuid, _ = resizing(
+        store, "h1", "h2", requested_destination=Destination(host="h2").to_primitive()
+    )
+    store.update_instance(uuid, state=RESIZED, task_state=None, host="h2", node="h2")
+    record = store.get_instance(uuid)
+    done = (finish_confirm if finish == "confirm" else finish_revert)(store, record)
+    assert done and store.get_instance(uuid).requested_destination is None
