@@ -10,8 +10,9 @@ say so). A build "takes" ``build_time`` seconds and fails with probability
 build releases its claim and hands the instance back to the conductor with
 the remaining alternates; a success is reported to the conductor.
 
-Builds are idempotent per instance uuid and host: a repeated cast for a
-build still under way is ignored, one for a build that succeeded reports the
+Builds are idempotent per instance uuid, host and request id (a re-driven
+or rescheduled build keeps its request's id; an unshelve is a new request):
+a repeated cast for a build still under way is ignored, one for a build that succeeded reports the
 success again (the first report may have been lost), and one after a failure
 is a new attempt. A failed build releases the instance's claim only if that
 claim is on this host: a stale attempt never drops the live one's.
@@ -38,6 +39,11 @@ logged as it changes (``vm_started`` / ``vm_stopped``, with the instance
 and the host), so a test can tell what each host runs: a build that
 succeeded, a resize finished on its destination (off the source), a revert
 back on the source (off the destination).
+
+A shelve reaches the host the instance runs on
+(``shelve_offload_instance``): the host destroys the VM and tells the
+conductor (``instance_shelved``), which releases the allocation; nothing is
+remembered, so an unshelve may build the instance on the same host again.
 
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
@@ -246,7 +252,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.3")
+    target = oslo_messaging.Target(version="1.4")
 
     def __init__(
         self,
@@ -279,7 +285,9 @@ class ComputeSimulator:
         self.topology = topology
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._builds: dict[tuple[str, str], str] = {}  # (instance, host) -> BUILD_*
+        # (instance, host, request id) -> BUILD_*: a re-driven or duplicated
+        # build shares its request's id; an unshelve is a new request.
+        self._builds: dict[tuple[str, str, str | None], str] = {}
         self._running: set[tuple[str, str]] = set()  # (instance, host): its VM runs there
         # Instances a delete reached here: nothing is built or started for them again.
         self._terminated: set[str] = set()
@@ -436,7 +444,7 @@ class ComputeSimulator:
             if chosen.host not in self._host_set:
                 LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
                 return
-            key = (instance_uuid, chosen.host)
+            key = (instance_uuid, chosen.host, getattr(ctxt, "request_id", None))
             with self._lock:
                 terminated = instance_uuid in self._terminated
                 status = self._builds.get(key)
@@ -474,7 +482,7 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             host=chosen.host,
         ):
-            key = (instance_uuid, chosen.host)
+            key = (instance_uuid, chosen.host, getattr(ctxt, "request_id", None))
             with self._lock:
                 cancelled = instance_uuid in self._terminated
                 if cancelled:
@@ -771,6 +779,27 @@ class ComputeSimulator:
                 self._stop_vm(instance_uuid, host)
             LOG.info("instance_terminated", destroyed=destroyed)
             self.conductor.instance_terminated(ctxt, instance_uuid, host)
+
+    # --- RPC endpoint: shelve ---------------------------------------------------------
+
+    def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+        """Destroy the VM of an instance being shelved (if it runs on ``host``),
+        then tell the conductor, which releases its allocation.
+
+        Idempotent: a repeat destroys nothing more and reports again. Unlike a
+        delete, nothing is remembered: an unshelve may build it here again.
+        """
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
+        ):
+            if host not in self._host_set:
+                LOG.error("shelve_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                destroyed = (instance_uuid, host) in self._running
+                self._stop_vm(instance_uuid, host)
+            LOG.info("instance_offloaded", destroyed=destroyed)
+            self.conductor.instance_shelved(ctxt, instance_uuid, host)
 
     # --- what runs where --------------------------------------------------------------
 

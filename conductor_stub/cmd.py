@@ -9,8 +9,10 @@ resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 cold-migrates one.
 ``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
 [--project P]``) deletes instances. ``conductor-stub list [--state S] [--host H]
-[--project P]`` lists them and ``conductor-stub show UUID [--admin]`` shows
-one (the renderer is ``scheduler-admin instance show``'s).
+[--project P]`` lists them, ``conductor-stub shelve UUID...`` /
+``unshelve UUID...`` take instances off their hosts and place them again, and
+``conductor-stub show UUID [--admin]`` shows one (the renderer is
+``scheduler-admin instance show``'s).
 """
 
 from __future__ import annotations
@@ -31,12 +33,20 @@ from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
+from conductor_stub.shelve import Shelver
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
-from scheduler.objects import RESIZED, RESIZING, InstanceRecord
+from scheduler.objects import (
+    ACTIVE,
+    FINAL_STATES,
+    RESIZED,
+    RESIZING,
+    SHELVED_OFFLOADED,
+    InstanceRecord,
+)
 from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("conductor_stub")
@@ -150,6 +160,41 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
+    for name, what in (
+        (
+            "shelve",
+            "Shelve ACTIVE instances: each one's host destroys its VM, its allocation "
+            "(server-group membership with it) is released and it is SHELVED_OFFLOADED, "
+            "on no host.",
+        ),
+        (
+            "unshelve",
+            "Unshelve SHELVED_OFFLOADED instances: each is scheduled again as a boot, with "
+            "its original request spec (flavor, zone, server group, traits, hints), and is "
+            "ACTIVE where it is built (ERROR if it cannot be placed).",
+        ),
+    ):
+        shelving = subparsers.add_parser(
+            name,
+            help=what.split(":")[0] + ".",
+            description=what + " If any uuid is unknown or in the wrong state, nothing is "
+            "done and the exit status is 2.",
+        )
+        shelving.add_argument("uuids", nargs="+", metavar="UUID", help="The instances.")
+        shelving.add_argument(
+            "--wait",
+            action="store_true",
+            help="Wait until every instance is SHELVED_OFFLOADED (shelve) or ACTIVE or "
+            "ERROR (unshelve).",
+        )
+        shelving.add_argument(
+            "--timeout",
+            type=float,
+            default=120.0,
+            help="Seconds --wait waits at most (default 120).",
+        )
+        shelving.add_argument("--json", action="store_true", help="Print the instances as JSON.")
+
     listing = subparsers.add_parser(
         "list",
         help="List instances: uuid, state, task state, host, zone, flavor, project.",
@@ -208,7 +253,7 @@ command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="serve | boot | resize | migrate | delete | list | show",
+    help="serve | boot | resize | migrate | delete | shelve | unshelve | list | show",
 )
 
 
@@ -447,6 +492,68 @@ def _delete(conf: cfg.ConfigOpts) -> int:
     return 0
 
 
+def _shelve(conf: cfg.ConfigOpts) -> int:
+    """``shelve`` / ``unshelve``: check every instance first (nothing is done if
+    one is unknown or in the wrong state), then start each, then wait."""
+    args = conf.command
+    shelving = args.name == "shelve"
+    uuids = list(dict.fromkeys(args.uuids))
+    store = make_store(conf)
+    found = {r.uuid: r for r in store.list_instances(uuids)}
+    wanted, done = (ACTIVE, SHELVED_OFFLOADED) if shelving else (SHELVED_OFFLOADED, None)
+    for uuid in uuids:
+        record = found.get(uuid)
+        if record is None:
+            print(f"conductor-stub {args.name}: no such instance: {uuid}", file=sys.stderr)
+            return 2
+        if record.state != wanted:
+            print(
+                f"conductor-stub {args.name}: instance {uuid} is {record.state}, not {wanted}",
+                file=sys.stderr,
+            )
+            return 2
+    transport = rpc.get_transport(conf)
+    shelver = Shelver(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.ComputeClient(transport, ServiceResolver(store)),
+        conductor_settings(conf),
+    )
+    try:
+        for uuid in uuids:
+            (shelver.shelve if shelving else shelver.unshelve)(uuid)
+        timed_out = False
+        if args.wait:
+            timed_out = not _wait_until(
+                store,
+                uuids,
+                (lambda r: r.state == done) if shelving else (lambda r: r.state in FINAL_STATES),
+                args.timeout,
+            )
+        records = store.list_instances(uuids)
+    finally:
+        transport.cleanup()
+    rows = [list_row(r) for r in records]
+    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
+    if timed_out:
+        print(f"conductor-stub {args.name}: timed out after {args.timeout:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _wait_until(
+    store: Any, uuids: Sequence[str], until: Callable[[InstanceRecord], bool], timeout: float
+) -> bool:
+    """Poll the records until ``until`` holds for each; False if timed out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(until(r) for r in store.list_instances(uuids)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 def selected(
     record: InstanceRecord, states: Sequence[str], project: str | None, host: str | None = None
 ) -> bool:
@@ -528,6 +635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _migrate(conf)
         if conf.command.name == "delete":
             return _delete(conf)
+        if conf.command.name in ("shelve", "unshelve"):
+            return _shelve(conf)
         if conf.command.name == "list":
             return _list(conf)
         if conf.command.name == "show":

@@ -49,6 +49,7 @@ import oslo_messaging
 from conductor_stub import records
 from conductor_stub.delete import Deleter
 from conductor_stub.records import ConductorSettings, ConductorStore
+from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import (
     ClaimFailed,
@@ -97,9 +98,10 @@ def _refused(refused: list[str]) -> str:
 
 class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
-    resize_result, resize_confirmed, resize_reverted, instance_terminated."""
+    resize_result, resize_confirmed, resize_reverted, instance_terminated,
+    instance_shelved."""
 
-    target = oslo_messaging.Target(version="1.3")
+    target = oslo_messaging.Target(version="1.4")
 
     def __init__(
         self,
@@ -115,6 +117,7 @@ class ConductorEndpoint:
         self.settings = settings or ConductorSettings()
         self._clock = clock
         self.deleter = Deleter(store, compute, self.settings, clock)
+        self.shelver = Shelver(store, scheduler, compute, self.settings, clock)
 
     # --- deletes --------------------------------------------------------------------
 
@@ -131,6 +134,17 @@ class ConductorEndpoint:
                 LOG.warning("instance_terminated_not_deleting")
             elif record.state != DELETED:
                 LOG.info("delete_waiting", pending=list(record.pending_hosts))
+
+    # --- shelves ---------------------------------------------------------------------
+
+    def instance_shelved(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+        """A host destroyed the VM of an instance being shelved (see
+        :mod:`conductor_stub.shelve`): release it, and it is SHELVED_OFFLOADED."""
+        with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
+            try:
+                self.shelver.offloaded(instance_uuid, host)
+            except InstanceNotFound:  # deleted and past its retention
+                LOG.info("instance_shelved_late")
 
     # --- builds ---------------------------------------------------------------------
 

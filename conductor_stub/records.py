@@ -263,14 +263,15 @@ def resize_spec(record: InstanceRecord) -> tuple[RequestSpec, Flavor]:
         if record.requested_destination
         else None
     )
-    return spec.replace(
-        flavor=flavor,
-        num_instances=1,
-        ignore_hosts=ignore,
-        force_hosts=(),
-        force_nodes=(),
-        requested_destination=destination,
+    return unforced(spec).replace(
+        flavor=flavor, num_instances=1, ignore_hosts=ignore, requested_destination=destination
     ), flavor
+
+
+def unforced(spec: RequestSpec) -> RequestSpec:
+    """``spec`` without the hosts its boot was forced or steered to: what a
+    move or an unshelve is scheduled with (as Nova resets forced destinations)."""
+    return spec.replace(force_hosts=(), force_nodes=(), requested_destination=None)
 
 
 def build_spec(record: InstanceRecord) -> RequestSpec:

@@ -17,12 +17,14 @@ not heard back on:
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
 * DELETING: the terminate is cast again to the hosts that have not answered
   (see :mod:`conductor_stub.delete`).
+* SHELVING: the offload is cast again to the instance's host (see
+  :mod:`conductor_stub.shelve`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
 a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
 source with a fault, a confirm or revert is done here, in the store, and a
-delete finishes without the hosts that never answered (its claims
+delete or shelve finishes without the hosts that never answered (its claims
 released; a VM left there is the reconciler's).
 So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
@@ -49,6 +51,7 @@ from conductor_stub import records
 from conductor_stub.delete import Deleter
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
+from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
 from scheduler.log import bind_request, get_logger
@@ -60,6 +63,7 @@ from scheduler.objects import (
     RESIZE_REVERTING,
     RESIZED,
     RESIZING,
+    SHELVING,
     InstanceRecord,
 )
 from scheduler.rpc import SchedulerClient
@@ -78,8 +82,9 @@ class Sweeper:
 
     ``counts`` totals what every sweep did, by kind (``run_instance``,
     ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
-    ``cleaned_up``, ``delete_done_here``). ``deleter`` re-sends terminates
-    (by default one on the resizer's compute client).
+    ``cleaned_up``, ``delete_done_here``, ``shelve``, ``shelve_done_here``).
+    ``deleter`` re-sends terminates and ``shelver`` offloads (by default on
+    the resizer's compute client).
     """
 
     def __init__(
@@ -90,6 +95,7 @@ class Sweeper:
         settings: ConductorSettings,
         clock: Callable[[], float] = time.time,
         deleter: Deleter | None = None,
+        shelver: Shelver | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -97,6 +103,7 @@ class Sweeper:
         self.settings = settings
         self._clock = clock
         self.deleter = deleter or Deleter(store, resizer.compute, settings, clock)
+        self.shelver = shelver or Shelver(store, scheduler, resizer.compute, settings, clock)
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
@@ -132,6 +139,8 @@ class Sweeper:
             self._clean_up(record)
         elif record.state == DELETING:
             self._delete(record)
+        elif record.state == SHELVING:
+            self._shelve(record)
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
@@ -211,6 +220,19 @@ class Sweeper:
         if updated is not None:
             self.deleter.terminate(updated)
             self._redriven("terminate", record)
+
+    def _shelve(self, record: InstanceRecord) -> None:
+        if record.redrives >= self.settings.max_redrives:
+            if self.shelver.offloaded(record.uuid, None) is not None:
+                self.counts["shelve_done_here"] += 1
+                LOG.warning(
+                    "shelve_finished_by_conductor", redrives=record.redrives, host=record.host
+                )
+            return
+        updated = self._push(record, SHELVING, self.settings.delete_timeout)
+        if updated is not None:
+            self.shelver.send_shelve(updated)
+            self._redriven("shelve", record)
 
     def _clean_up(self, record: InstanceRecord) -> None:
         """An instance given up: release what a late attempt may have claimed."""

@@ -266,6 +266,36 @@ class SchedulerEndpoint:
                 if not live:
                     return {}
 
+    @contextmanager
+    def _selecting(
+        self,
+        ctxt: Any,
+        spec: RequestSpec,
+        uuids: Sequence[str],
+        migration_uuid: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """``scheduler.select_destinations.start`` / ``.end`` around one decision,
+        a call's or a move's (a resize or cold migration names its
+        ``migration_uuid``), as Nova's scheduler publishes for every move;
+        ``.end`` says ``state: error`` if it raised, and no valid host is
+        published at ERROR too. The yielded dict is merged into ``.end``."""
+        payload: dict[str, Any] = {
+            "request_spec": _spec_summary(spec),
+            "instance_uuids": list(uuids),
+        }
+        if migration_uuid is not None:
+            payload["migration_uuid"] = migration_uuid
+        with self.notifier.action(ctxt, "select_destinations", payload) as end:
+            try:
+                yield end
+            except NoValidHost as exc:
+                end["state"] = "error"
+                self._notify_failure(ctxt, "select_destinations", uuids, exc)
+                raise
+            except BaseException:
+                end["state"] = "error"
+                raise
+
     # --- calls ----------------------------------------------------------------------
 
     @oslo_messaging.expected_exceptions(
@@ -296,19 +326,10 @@ class SchedulerEndpoint:
             ):
                 if not isinstance(flag, bool):
                     raise InvalidRequest(reason=f"{name} must be a boolean")
-            payload = {"request_spec": _spec_summary(spec), "instance_uuids": list(uuids)}
-            with self.notifier.action(ctxt, "select_destinations", payload) as end:
-                try:
-                    selections = self._select(
-                        request_id, spec, uuids, return_alternates=return_alternates
-                    )
-                except NoValidHost as exc:
-                    end["state"] = "error"
-                    self._notify_failure(ctxt, "select_destinations", uuids, exc)
-                    raise
-                except BaseException:
-                    end["state"] = "error"
-                    raise
+            with self._selecting(ctxt, spec, uuids) as end:
+                selections = self._select(
+                    request_id, spec, uuids, return_alternates=return_alternates
+                )
                 end["hosts"] = [s[0].host for s in selections.values()]
             # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
             return [
@@ -511,11 +532,13 @@ class SchedulerEndpoint:
                     return
                 end["migration_uuid"] = migration_uuid
                 try:
-                    selections = list(
-                        self._select(
-                            request_id, spec, [uuid], migration_uuid=migration_uuid
-                        ).values()
-                    )
+                    with self._selecting(ctxt, spec, [uuid], migration_uuid) as chosen:
+                        selections = list(
+                            self._select(
+                                request_id, spec, [uuid], migration_uuid=migration_uuid
+                            ).values()
+                        )
+                        chosen["hosts"] = [s[0].host for s in selections]
                     if not selections:  # deleted meanwhile: the delete releases it all
                         self._unpark(uuid, migration_uuid)
                         end["state"] = "deleted"

@@ -616,7 +616,9 @@ RESIZING = "RESIZING"  # a resize is under way; the instance still runs on its s
 RESIZED = "RESIZED"  # resized on the destination, waiting for confirm or revert
 DELETING = "DELETING"  # fenced against claims; waiting for the computes to destroy it
 DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a retention
-FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED})
+SHELVING = "SHELVING"  # its host is destroying the VM; the allocation is still held
+SHELVED_OFFLOADED = "SHELVED_OFFLOADED"  # on no host, holding nothing; unshelve places it
+FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED, SHELVED_OFFLOADED})
 
 # Task states: what the conductor is waiting for (None: nothing).
 SCHEDULING = "scheduling"  # run_instance sent; no build heard of yet
@@ -625,6 +627,7 @@ RESIZE_PREP = "resize_prep"  # resize sent; prep -> resize -> finish under way
 RESIZE_CONFIRMING = "resize_confirming"
 RESIZE_REVERTING = "resize_reverting"
 DELETING_TASK = "deleting"  # terminate cast to the hosts in pending_hosts
+SHELVING_TASK = "shelving_offloading"  # shelve_offload_instance cast to the host
 
 
 @dataclass(frozen=True)

@@ -271,15 +271,18 @@ class ComputeClient:
       1.3 - terminate_instance. Sent at 1.3 alone (the rest as above, so an
             older compute serves them), so an older compute refuses it
             (UnsupportedVersion) rather than ignoring it.
+      1.4 - shelve_offload_instance. Sent at 1.4 alone, likewise.
     """
 
-    VERSION = "1.3"
+    VERSION = "1.4"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
     #: The version a Selection naming a zone needs.
     ZONE_VERSION = "1.2"
     #: The version terminate_instance sends.
     TERMINATE_VERSION = "1.3"
+    #: The version shelve_offload_instance sends.
+    SHELVE_VERSION = "1.4"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -353,6 +356,18 @@ class ComputeClient:
             host,
             "terminate_instance",
             version=self.TERMINATE_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
+
+    def shelve_offload_instance(self, ctxt: RequestContext, host: str, instance_uuid: str) -> None:
+        """To the host the instance runs on: destroy its VM (the instance is
+        being shelved) and say so (``instance_shelved``)."""
+        self._cast(
+            ctxt,
+            host,
+            "shelve_offload_instance",
+            version=self.SHELVE_VERSION,
             instance_uuid=instance_uuid,
             host=host,
         )
@@ -433,15 +448,18 @@ class ConductorClient:
             may carry availability_zone.
             Sent at 1.2 only with a zone (else at 1.1, as before).
       1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
+      1.4 - instance_shelved. Sent at 1.4 alone, likewise.
     """
 
-    VERSION = "1.3"
+    VERSION = "1.4"
     #: What every method sends when it carries no zone.
     BASE_VERSION = "1.1"
     #: The version a zone needs.
     ZONE_VERSION = "1.2"
     #: The version instance_terminated sends.
     TERMINATED_VERSION = "1.3"
+    #: The version instance_shelved sends.
+    SHELVED_VERSION = "1.4"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
@@ -464,6 +482,16 @@ class ConductorClient:
             ctxt,
             "instance_terminated",
             version=self.TERMINATED_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+        )
+
+    def instance_shelved(self, ctxt: RequestContext, instance_uuid: str, host: str) -> None:
+        """The VM of the instance being shelved is gone from ``host``."""
+        self._cast(
+            ctxt,
+            "instance_shelved",
+            version=self.SHELVED_VERSION,
             instance_uuid=instance_uuid,
             host=host,
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.objects import DELETED
+from scheduler.objects import ACTIVE, DELETED, SHELVED_OFFLOADED, InstanceRecord, RequestSpec
 from scheduler.store import Store, open_store
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
@@ -265,8 +265,10 @@ class Cluster:
         * no VM runs on two hosts, from what the live simulators logged
           (``vm_started`` / ``vm_stopped``; a simulator that was stopped or
           killed took its VMs with it);
-        * a DELETED instance holds no allocation (nor does its migration), is
-          no group's member and runs on no compute.
+        * a DELETED or SHELVED_OFFLOADED instance holds no allocation (nor
+          does its migration), is no group's member and runs on no compute;
+        * an ACTIVE instance with nothing in flight holds exactly its flavor's
+          resources, under its host, and no migration of it holds anything.
         """
         consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -285,13 +287,23 @@ class Cluster:
         running = self.running_vms()
         two = {uuid: hosts for uuid, hosts in running.items() if len(hosts) > 1}
         assert not two, f"VMs running on two hosts: {two}"
-        held = {c.uuid for c in consumers}
-        candidates = held | set(running) | self._logged_instances("instance_terminated")
-        deleted = [r for r in self.store.list_instances(sorted(candidates)) if r.state == DELETED]
-        for record in deleted:
-            assert record.uuid not in held, f"allocation of DELETED {record.uuid}"
-            assert record.migration_uuid not in held, f"migration of DELETED {record.uuid}"
-            assert not running.get(record.uuid), f"DELETED {record.uuid} runs on {running}"
+        held = {c.uuid: c for c in consumers}
+        candidates = (
+            set(held)
+            | set(running)
+            | self._logged_instances("instance_terminated")
+            | self._logged_instances("instance_offloaded")
+        )
+        records = self.store.list_instances(sorted(candidates))
+        for record in records:
+            if record.state == ACTIVE and record.task_state is None:
+                self._check_holds_its_flavor(record, held)
+            if record.state not in (DELETED, SHELVED_OFFLOADED):
+                continue
+            what = f"{record.state} {record.uuid}"
+            assert record.uuid not in held, f"allocation of {what}"
+            assert record.migration_uuid not in held, f"migration of {what}"
+            assert not running.get(record.uuid), f"{what} runs on {running}"
             group = (record.request_spec or {}).get("group") or {}
             if group.get("uuid"):
                 members.setdefault(group["uuid"], Counter())
@@ -300,6 +312,20 @@ class Cluster:
                 group_uuid,
                 hosts,
             )
+
+    def _check_holds_its_flavor(self, record: InstanceRecord, held: dict[str, Any]) -> None:
+        """An ACTIVE instance, settled: its flavor's resources, all under its host."""
+        consumer = held.get(record.uuid)
+        assert consumer is not None, f"ACTIVE {record.uuid} holds no allocation"
+        totals: Counter[str] = Counter()
+        for rp, resources in consumer.allocations.items():
+            provider = self.store.get_provider(rp)
+            root = self.store.get_provider(provider.root_uuid) if provider.root_uuid else provider
+            assert root.name == record.host, (record.uuid, record.host, root.name)
+            totals.update(resources)
+        wanted = RequestSpec.from_primitive(dict(record.request_spec or {})).resources
+        assert dict(totals) == wanted, (record.uuid, dict(totals), wanted)
+        assert record.migration_uuid is None or record.migration_uuid not in held, record.uuid
 
     def _live_events(self, *names: str) -> list[dict[str, Any]]:
         """The lines named ``names`` of every process still running, oldest first."""

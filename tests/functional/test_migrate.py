@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.functional.conftest import Cluster
+from tests.functional.test_boot import wait_until
 from tests.functional.test_resize import amounts, boot_one, holdings
 
 
@@ -27,7 +28,9 @@ def three_hosts(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize("finish, ends_on", [("--confirm", "mid-0000"), ("--revert", "big-0000")])
-def test_migrate_then_confirm_or_revert(cluster: Cluster, finish: str, ends_on: str) -> None:
+def test_migrate_then_confirm_or_revert(
+    cluster: Cluster, notifications: Any, finish: str, ends_on: str
+) -> None:
     three_hosts(cluster)
     uuid = boot_one(cluster, "m1.small")["uuid"]
     assert holdings(cluster) == {uuid: {"big-0000": amounts("m1.small")}}
@@ -58,6 +61,22 @@ def test_migrate_then_confirm_or_revert(cluster: Cluster, finish: str, ends_on: 
     ), done
     assert holdings(cluster) == {uuid: {ends_on: amounts("m1.small")}}
     assert cluster.running_vms() == {uuid: {ends_on}}
+    # The move's decision is published as every decision is, naming the migration.
+    wait_until(
+        lambda: any(
+            n["event_type"] == "scheduler.select_destinations.end"
+            and n["payload"].get("migration_uuid") == migration
+            for n in notifications()
+        ),
+        what="the migration's select_destinations.end",
+    )
+    (end,) = [
+        n["payload"]
+        for n in notifications()
+        if n["event_type"] == "scheduler.select_destinations.end"
+        and n["payload"].get("migration_uuid") == migration
+    ]
+    assert end["hosts"] == ["mid-0000"] and end["instance_uuids"] == [uuid]
 
 
 def test_an_admin_names_the_destination(cluster: Cluster) -> None:

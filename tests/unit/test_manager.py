@@ -795,6 +795,9 @@ class CastFailure:
     reason: str | None
     #: The resize's source stays parked on its migration, for the re-drive.
     parked: bool = False
+    #: It failed deciding: inside its ``select_destinations`` start and end
+    #: (a no valid host is published at ERROR there too).
+    deciding: bool = False
 
     @property
     def method(self) -> str:
@@ -824,7 +827,10 @@ CAST_FAILURES = [
         "invalid request: request_spec.project_id must not be empty",
     ),
     CastFailure(
-        "resize-no-valid-host", lambda r: _move(r, spec(ram=10**6)), NoValidHost.USER_MESSAGE
+        "resize-no-valid-host",
+        lambda r: _move(r, spec(ram=10**6)),
+        NoValidHost.USER_MESSAGE,
+        deciding=True,
     ),
     CastFailure(
         "resize-store-unavailable-moving",
@@ -836,6 +842,7 @@ CAST_FAILURES = [
         lambda r: _move(_broken(r, UNREACHABLE), IN_GROUP),
         None,
         parked=True,
+        deciding=True,
     ),
     CastFailure(
         "resize-unexpected-error-moving",
@@ -846,6 +853,7 @@ CAST_FAILURES = [
         "resize-unexpected-error-selecting",
         lambda r: _move(_broken(r, BUG), IN_GROUP),
         INTERNAL_ERROR_MESSAGE,
+        deciding=True,
     ),
 ]
 
@@ -857,17 +865,33 @@ def test_every_failure_of_a_cast_is_reported_once(case: CastFailure) -> None:
     uuid, event = (BOOTED if case.method == "run_instance" else RESIZED), case.method
     sent = [(priority, event_type) for priority, event_type, _ in r.notifier.sent]
     error = [("error", f"scheduler.{event}")] if case.reason is not None else []
+    decided = (
+        [
+            ("info", "scheduler.select_destinations.start"),
+            *(
+                [("error", "scheduler.select_destinations")]
+                if case.reason == NoValidHost.USER_MESSAGE
+                else []
+            ),
+            ("info", "scheduler.select_destinations.end"),
+        ]
+        if case.deciding
+        else []
+    )
     assert sent == [
         ("info", f"scheduler.{event}.start"),
+        *decided,
         *error,
         ("info", f"scheduler.{event}.end"),
     ]
     assert r.notifier.sent[-1][2]["state"] == "error"
+    if case.deciding:
+        assert r.notifier.sent[len(decided)][2]["state"] == "error"  # the decision's .end
     told = [(name, args[:-1]) for name, args in r.conductor.calls]  # details: see above
     if case.reason is None:
         assert told == []
     else:
-        assert r.notifier.sent[1][2] == {
+        assert r.notifier.sent[1 + len(decided)][2] == {
             "instance_uuids": [uuid],
             "state": "error",
             "reason": case.reason,

@@ -374,6 +374,18 @@ def compute(t: Any) -> rpc.ComputeClient:
             {"instance_uuid": "i-1", "host": "h1"},
             id="instance_terminated",
         ),
+        pytest.param(
+            lambda t: compute(t).shelve_offload_instance(CTXT, "h1", "i-1"),
+            "shelve_offload_instance",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="shelve_offload_instance",
+        ),
+        pytest.param(
+            lambda t: rpc.ConductorClient(t).instance_shelved(CTXT, "i-1", "h1"),
+            "instance_shelved",
+            {"instance_uuid": "i-1", "host": "h1"},
+            id="instance_shelved",
+        ),
     ],
 )
 def test_resize_and_delete_casts_send_their_arguments(
@@ -390,8 +402,8 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.3", id="compute"),
-        pytest.param(rpc.ConductorClient, "1.3", id="conductor"),
+        pytest.param(rpc.ComputeClient, "1.4", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.4", id="conductor"),
     ],
 )
 def test_each_client_pins_its_version(client: type, version: str) -> None:
@@ -654,4 +666,15 @@ def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
     conductor.instance_terminated(CTXT, "i-1", "h0")
     assert [(v, m) for v, m, _ in spy.sent] == [("1.3", "terminate_instance")]
     assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.3", "instance_terminated")]
-    assert rpc.ComputeClient.VERSION == rpc.ConductorClient.VERSION == "1.3"
+
+
+def test_the_shelve_casts_are_sent_at_1_4_alone(transport: Any) -> None:
+    """Likewise: an older compute or conductor refuses them by their version."""
+    client = compute(transport)
+    spy = _spied(client)
+    client.shelve_offload_instance(CTXT, "h0", "i-1")
+    conductor = rpc.ConductorClient(transport)
+    conductor_spy = _spied(conductor)
+    conductor.instance_shelved(CTXT, "i-1", "h0")
+    assert [(v, m) for v, m, _ in spy.sent] == [("1.4", "shelve_offload_instance")]
+    assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.4", "instance_shelved")]
