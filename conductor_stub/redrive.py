@@ -15,15 +15,19 @@ not heard back on:
 * RESIZING: ``resize`` is sent again with the same request id, so the same
   migration: its move is a no-op and the destination's claim is reused.
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
+* REBUILDING: the evacuation is sent again with the same request id, so the
+  same migration (see :mod:`conductor_stub.evacuate`): the source is parked
+  once, the destination's claim is reused, the rebuild cast again.
 * DELETING: the terminate is cast again to the hosts that have not answered
   (see :mod:`conductor_stub.delete`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
 a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
-source with a fault, a confirm or revert is done here, in the store, and a
-delete finishes without the hosts that never answered (its claims
-released; a VM left there is the reconciler's).
+source with a fault, so does an evacuation (on its down source), a confirm
+or revert is done here, in the store, and a delete finishes without the
+hosts that never answered (its claims released; a VM left there is the
+reconciler's).
 So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
 
@@ -47,6 +51,7 @@ from collections.abc import Callable
 
 from conductor_stub import records
 from conductor_stub.delete import Deleter
+from conductor_stub.evacuate import Evacuator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from scheduler import policy
@@ -56,6 +61,7 @@ from scheduler.objects import (
     BUILDING,
     DELETING,
     ERROR,
+    REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
     RESIZED,
@@ -77,7 +83,7 @@ class Sweeper:
     """Re-drives the requests past their deadline; gives up after ``max_redrives``.
 
     ``counts`` totals what every sweep did, by kind (``run_instance``,
-    ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
+    ``resize``, ``confirm``, ``revert``, ``terminate``, ``evacuate``, ``timed_out``,
     ``cleaned_up``, ``delete_done_here``). ``deleter`` re-sends terminates
     (by default one on the resizer's compute client).
     """
@@ -90,6 +96,7 @@ class Sweeper:
         settings: ConductorSettings,
         clock: Callable[[], float] = time.time,
         deleter: Deleter | None = None,
+        evacuator: Evacuator | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -97,6 +104,9 @@ class Sweeper:
         self.settings = settings
         self._clock = clock
         self.deleter = deleter or Deleter(store, resizer.compute, settings, clock)
+        self.evacuator = evacuator or Evacuator(
+            store, scheduler, resizer.compute, settings, clock=clock
+        )
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
@@ -132,6 +142,8 @@ class Sweeper:
             self._clean_up(record)
         elif record.state == DELETING:
             self._delete(record)
+        elif record.state == REBUILDING:
+            self._evacuate(record)
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
@@ -211,6 +223,23 @@ class Sweeper:
         if updated is not None:
             self.deleter.terminate(updated)
             self._redriven("terminate", record)
+
+    def _evacuate(self, record: InstanceRecord) -> None:
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_evacuate(
+                self.store,
+                record,
+                TIMED_OUT,
+                self._timed_out(record, "evacuate", self.settings.build_timeout),
+                clock=self._clock,
+            ):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="evacuate", redrives=record.redrives)
+            return
+        updated = self._push(record, REBUILDING, self.settings.build_timeout)
+        if updated is not None:
+            self.evacuator.send(updated)
+            self._redriven("evacuate", record)
 
     def _clean_up(self, record: InstanceRecord) -> None:
         """An instance given up: release what a late attempt may have claimed."""
