@@ -223,6 +223,7 @@ def build_simulator(
         topology=topology,
         capabilities=capability_report(conf),
         report_stats=conf.report_stats,
+        service_down_time=float(conf.scheduler.service_down_time),
     )
 
 

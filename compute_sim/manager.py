@@ -44,6 +44,15 @@ A shelve reaches the host the instance runs on
 (``shelve_offload_instance``): the host destroys the VM and tells the
 conductor (``instance_shelved``), which releases the allocation; nothing is
 remembered, so an unshelve may build the instance on the same host again.
+An evacuation's destination rebuilds the instance (``rebuild_instance``),
+failing as a build does (``fail_hosts``, ``fail_rate``: the claim here
+released, then the alternates handed back), and reports ``rebuild_result``;
+idempotent per migration and host. A process whose heartbeats stopped for
+longer than ``service_down_time`` (stopped, or cut off from the store) finds,
+before its next heartbeat, the VMs whose instance records no longer place
+them on their host (evacuated meanwhile, or deleted) and destroys them
+(``evacuated_vm_destroyed``, ``vm_stopped``) instead of running them a
+second time; it never reports them.
 
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
@@ -79,11 +88,23 @@ import oslo_messaging
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
 from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
-from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, RequestSpec, Selection
+from scheduler.objects import (
+    DELETED,
+    DISK_GB,
+    MEMORY_MB,
+    REBUILDING,
+    RESIZED,
+    RESIZING,
+    VCPU,
+    InstanceRecord,
+    RequestSpec,
+    Selection,
+)
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store import (
     Aggregate,
+    InstanceStore,
     Inventory,
     PlacementStore,
     Service,
@@ -94,9 +115,11 @@ from scheduler.store import (
 LOG = get_logger(__name__)
 
 
-class ComputeStore(PlacementStore, ServiceStore, Protocol):
-    """What a compute uses: its providers and the claims on them, and its
-    service records (registration, reports, heartbeats, build results)."""
+class ComputeStore(PlacementStore, ServiceStore, InstanceStore, Protocol):
+    """What a compute uses: its providers and the claims on them, its
+    service records (registration, reports, heartbeats, build results), and
+    the instance records it reads when it comes back from an outage (to
+    find the VMs evacuated from it)."""
 
 
 #: Provider uuids are derived from host names, so a restarted simulator finds
@@ -118,6 +141,20 @@ STEP_FAILED = "failed"
 
 def provider_uuid(host: str) -> str:
     return str(uuidlib.uuid5(PROVIDER_NAMESPACE, host))
+
+
+def evacuated_from(record: InstanceRecord | None, host: str) -> bool:
+    """Whether a VM of the instance running on ``host`` is one to destroy when
+    the host comes back from an outage: the instance is gone (or DELETED),
+    is being evacuated from ``host``, or its record places it elsewhere (and
+    no resize involves ``host``: a resize's VM may still be on its source)."""
+    if record is None or record.state == DELETED:
+        return True
+    if record.state == REBUILDING:
+        return record.source_host == host
+    if record.state in (RESIZING, RESIZED):
+        return host not in (record.host, record.source_host)
+    return record.host != host
 
 
 def aggregate_uuid(name: str) -> str:
@@ -252,7 +289,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.4")
+    target = oslo_messaging.Target(version="1.6")
 
     def __init__(
         self,
@@ -271,6 +308,7 @@ class ComputeSimulator:
         topology: Topology = Topology(),
         capabilities: CapabilityReport | None = None,
         report_stats: bool = True,
+        service_down_time: float = 60.0,
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -306,6 +344,9 @@ class ComputeSimulator:
         self._report_lock = threading.Lock()  # reports leave in the order they were made
         self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
         self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
+        # A heartbeat later than this after the last one: the hosts were down.
+        self.service_down_time = service_down_time
+        self._last_beat: float | None = None
 
     # --- registration ---------------------------------------------------------------
 
@@ -403,7 +444,33 @@ class ComputeSimulator:
         raise GenerationConflict(uuid=uuid, expected="?", actual="?")
 
     def heartbeat(self) -> None:
-        self.store.heartbeat(self.hosts, time.time())
+        """Say the hosts are alive. After a gap longer than ``service_down_time``
+        (the process was stopped, or could not reach the store) they counted as
+        down meanwhile and their instances may have been evacuated: destroy
+        those VMs first (:meth:`destroy_evacuated`), so that nothing runs twice
+        once the hosts count as up again."""
+        now = time.time()
+        if self._last_beat is not None and now - self._last_beat > self.service_down_time:
+            LOG.warning("heartbeat_gap", seconds=round(now - self._last_beat, 1))
+            self.destroy_evacuated()
+        self.store.heartbeat(self.hosts, now)
+        self._last_beat = now
+
+    def destroy_evacuated(self) -> list[tuple[str, str]]:
+        """Destroy every VM of this process that its instance record no longer
+        places here (:func:`evacuated_from`); return the (instance, host) pairs
+        destroyed. They are never reported: the instance lives elsewhere."""
+        with self._lock:
+            running = sorted(self._running)
+        found = {r.uuid: r for r in self.store.list_instances(sorted({u for u, _ in running}))}
+        destroyed = []
+        for uuid, host in running:
+            if evacuated_from(found.get(uuid), host):
+                with self._lock:
+                    self._stop_vm(uuid, host)
+                destroyed.append((uuid, host))
+                LOG.info("evacuated_vm_destroyed", instance_uuid=uuid, host=host)
+        return destroyed
 
     def _stats(self, host: str) -> dict[str, int]:
         return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
@@ -757,6 +824,118 @@ class ComputeSimulator:
                         self._start_vm(instance_uuid, source)
             LOG.info("resize_reverted", moved=moved)
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
+
+    # --- RPC endpoint: evacuate -------------------------------------------------------
+
+    def rebuild_instance(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+    ) -> None:
+        """On an evacuation's destination (1.6): rebuild the instance here, then
+        tell the conductor (``rebuild_result``). It fails as a build does (on
+        the ``fail_hosts``, or at ``fail_rate``): the claim here is released
+        first, then the alternates are handed back. Idempotent per migration
+        and host, as a resize's steps are: a repeat of one under way is
+        ignored, of one done is reported again."""
+        chosen = Selection.from_primitive(selection)
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+            migration_uuid=migration_uuid,
+        ):
+            if chosen.host not in self._host_set:
+                LOG.error("rebuild_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            key = (migration_uuid, chosen.host)
+            with self._lock:
+                terminated = instance_uuid in self._terminated
+                step = self._migrations.get(key)
+                if not terminated and (step is None or step == STEP_FAILED):
+                    self._migrations[key] = STEP_PREP
+            if terminated:
+                LOG.info("rebuild_of_deleted_instance_ignored")
+                return
+            if step == STEP_PREP:
+                LOG.info("rebuild_duplicate_ignored")
+                return
+            if step == STEP_FINISHED:
+                LOG.info("rebuild_duplicate_reported")
+                self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
+                return
+            LOG.info("rebuild_instance")
+            spec = RequestSpec.from_primitive(request_spec)
+            alternates = [Selection.from_primitive(s) for s in host_list]
+            self._count(chosen.host, +1)
+            self._runner.later(
+                self.build_time,
+                lambda: self._finish_rebuild(
+                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates
+                ),
+            )
+
+    def _finish_rebuild(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+    ) -> None:
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            host=chosen.host,
+            migration_uuid=migration_uuid,
+        ):
+            key = (migration_uuid, chosen.host)
+            self._count(chosen.host, -1)
+            failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
+            with self._lock:
+                if instance_uuid in self._terminated:
+                    self._migrations[key] = STEP_FAILED
+                    LOG.info("rebuild_cancelled_by_delete")
+                    return
+                if not failed:
+                    self._migrations[key] = STEP_FINISHED
+                    self._start_vm(instance_uuid, chosen.host)
+            if not failed:
+                LOG.info("rebuild_succeeded")
+                self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
+                return
+            released = self._release_if_here(instance_uuid, chosen)
+            with self._lock:
+                self._migrations[key] = STEP_FAILED
+            LOG.info("rebuild_failed", released=released, alternates=len(alternates))
+            self.conductor.rebuild_result(
+                ctxt,
+                instance_uuid,
+                migration_uuid,
+                chosen.host,
+                False,
+                reason="simulated rebuild failure",
+                spec=spec,
+                alternates=alternates,
+            )
+
+    def _report_rebuilt(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection
+    ) -> None:
+        self.conductor.rebuild_result(
+            ctxt,
+            instance_uuid,
+            migration_uuid,
+            chosen.host,
+            True,
+            node=chosen.node,
+            availability_zone=chosen.availability_zone,
+        )
 
     # --- RPC endpoint: delete ---------------------------------------------------------
 

@@ -6,7 +6,9 @@ daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
 --wait`` boots instances and prints what became of them. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 ``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
-cold-migrates one.
+cold-migrates one;
+``conductor-stub evacuate UUID... [--host H --admin] [--wait]`` (or
+``--from-host H``) rebuilds the instances of a down host elsewhere.
 ``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
 [--project P]``) deletes instances. ``conductor-stub list [--state S] [--host H]
 [--project P]`` lists them, ``conductor-stub shelve UUID...`` /
@@ -27,6 +29,8 @@ from typing import Any
 from oslo_config import cfg
 
 from conductor_stub.delete import Deleter
+from conductor_stub.evacuate import Evacuator, compute_is_up
+from conductor_stub.evacuate import summary as evacuate_summary
 from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, ConductorEndpoint
 from conductor_stub.records import ConductorSettings
@@ -160,6 +164,41 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
+    evacuate = subparsers.add_parser(
+        "evacuate",
+        help="Rebuild instances of a down compute host on other hosts (refused while "
+        "its compute is up).",
+        description="Rebuild ACTIVE instances of a host whose compute is down "
+        "(no heartbeat within [scheduler] service_down_time) on hosts the scheduler "
+        "chooses with each instance's own request spec (its group, zone, traits): "
+        "the source's allocation is released once the rebuild succeeds. If no host "
+        "can take one, it stays ACTIVE on the down host with a fault. Refused, "
+        "nothing changed, exit status 2: an unknown uuid, an instance not ACTIVE, a "
+        "compute that is up, --host without --admin, --host naming the source.",
+    )
+    evacuate.add_argument("uuids", nargs="*", metavar="UUID", help="The instances.")
+    evacuate.add_argument(
+        "--from-host",
+        metavar="HOST",
+        help="Every ACTIVE instance of HOST (instead of uuids).",
+    )
+    evacuate.add_argument(
+        "--host",
+        dest="to_host",
+        metavar="HOST",
+        help="Rebuild on HOST (it still passes every filter and the claim); needs --admin.",
+    )
+    evacuate.add_argument(
+        "--admin", action="store_true", help="Send the request in an admin context."
+    )
+    evacuate.add_argument(
+        "--wait", action="store_true", help="Wait until no instance is REBUILDING."
+    )
+    evacuate.add_argument(
+        "--timeout", type=float, default=120.0, help="Seconds --wait waits at most (default 120)."
+    )
+    evacuate.add_argument("--json", action="store_true", help="Print the instances as JSON.")
+
     for name, what in (
         (
             "shelve",
@@ -253,7 +292,7 @@ command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="serve | boot | resize | migrate | delete | shelve | unshelve | list | show",
+    help="serve | boot | resize | migrate | evacuate | delete | shelve | unshelve | list | show",
 )
 
 
@@ -492,6 +531,56 @@ def _delete(conf: cfg.ConfigOpts) -> int:
     return 0
 
 
+def _evacuate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+
+    def refuse(message: str) -> int:
+        print(f"conductor-stub evacuate: {message}", file=sys.stderr)
+        return 2
+
+    if bool(args.from_host) == bool(args.uuids):
+        return refuse("give instance uuids, or --from-host HOST")
+    store = make_store(conf)
+    transport = rpc.get_transport(conf)
+    evacuator = Evacuator(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.ComputeClient(transport, ServiceResolver(store)),
+        conductor_settings(conf),
+        service_down_time=float(conf.scheduler.service_down_time),
+    )
+    try:
+        if args.from_host:
+            if compute_is_up(store, args.from_host, evacuator.service_down_time, time.time()):
+                return refuse(
+                    f"compute {args.from_host} is up: evacuate only instances of a down host"
+                )
+            uuids = [r.uuid for r in evacuator.on_host(args.from_host)]
+        else:
+            uuids = list(dict.fromkeys(args.uuids))
+        try:  # every one checked before any is moved
+            for uuid in uuids:
+                evacuator.check(uuid, args.to_host, args.admin)
+        except SchedulerError as exc:
+            return refuse(str(exc.kwargs.get("reason") or exc.message))
+        found = [evacuator.start(uuid, args.to_host, args.admin) for uuid in uuids]
+        timed_out = False
+        if args.wait:
+            found, timed_out = evacuator.wait(uuids, args.timeout)
+    finally:
+        transport.cleanup()
+    shown = [evacuate_summary(r) for r in found]
+    print(
+        json.dumps({"instances": shown})
+        if args.json
+        else "\n".join(" ".join(f"{k}={v}" for k, v in r.items() if v is not None) for r in shown)
+        or "no instances"
+    )
+    if timed_out:
+        return 1
+    return 1 if args.wait and any(r.fault for r in found) else 0
+
+
 def _shelve(conf: cfg.ConfigOpts) -> int:
     """``shelve`` / ``unshelve``: check every instance first (nothing is done if
     one is unknown or in the wrong state), then start each, then wait."""
@@ -633,6 +722,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _resize(conf)
         if conf.command.name == "migrate":
             return _migrate(conf)
+        if conf.command.name == "evacuate":
+            return _evacuate(conf)
         if conf.command.name == "delete":
             return _delete(conf)
         if conf.command.name in ("shelve", "unshelve"):

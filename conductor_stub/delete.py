@@ -11,7 +11,11 @@ and whatever order the casts arrive in:
 2. **Then read where it may run**: the hosts of the instance's and its
    migration's allocations, plus the record's host and source. Read after
    the fence, this set cannot miss a claim. It is kept in the record
-   (``pending_hosts``).
+   (``pending_hosts``). For an instance being evacuated (REBUILDING) they
+   are its down source (the migration's allocation, the record's host) and
+   its destination (the instance's claim): the destination answers, the
+   down source only once it is back (it then destroys the VM, if its
+   clean-up has not already), else the re-drives run out without it.
 3. **Terminate on each of them** (``terminate_instance``). A compute
    destroys the VM if it runs there and remembers the instance, so a build
    or resize step in flight for it, or one arriving later, makes no VM; then

@@ -48,6 +48,7 @@ import oslo_messaging
 
 from conductor_stub import records
 from conductor_stub.delete import Deleter
+from conductor_stub.evacuate import cast_rebuild
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.shelve import Shelver
 from scheduler import policy
@@ -72,6 +73,7 @@ from scheduler.objects import (
     DELETED,
     ERROR,
     FINAL_STATES,
+    REBUILDING,
     RESIZED,
     RESIZING,
     SPAWNING,
@@ -99,9 +101,9 @@ def _refused(refused: list[str]) -> str:
 class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
     resize_result, resize_confirmed, resize_reverted, instance_terminated,
-    instance_shelved."""
+    instance_shelved (1.4), rebuild_result (1.6)."""
 
-    target = oslo_messaging.Target(version="1.4")
+    target = oslo_messaging.Target(version="1.6")
 
     def __init__(
         self,
@@ -503,6 +505,116 @@ class ConductorEndpoint:
             LOG.info(
                 "resize_reverted" if done else "resize_reverted_late", host=record.source_host
             )
+
+    # --- evacuations ------------------------------------------------------------------
+
+    def rebuild_result(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        success: bool,
+        node: str | None = None,
+        availability_zone: str | None = None,
+        reason: str | None = None,
+        request_spec: dict[str, Any] | None = None,
+        host_list: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """An evacuation's rebuild on ``host`` succeeded (1.6): the source's
+        allocation goes and the instance is ACTIVE there. Or it failed, with
+        the alternates left (``host_list``) to try for ``request_spec``, as a
+        failed build is rescheduled (see :mod:`conductor_stub.evacuate`)."""
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+        ):
+            record = self.store.get_instance(instance_uuid)
+            if record.state != REBUILDING or record.migration_uuid != migration_uuid:
+                LOG.info("rebuild_result_ignored", state=record.state)
+                return
+            if not success:
+                spec = RequestSpec.from_primitive(request_spec or {})
+                alternates = [Selection.from_primitive(s) for s in host_list or []]
+                self._reschedule_rebuild(ctxt, record, spec, host, reason or "", alternates)
+                return
+            if not records.holds_on(self.store, instance_uuid, host):
+                LOG.info("stale_rebuild_result_ignored")
+                return
+            done = records.finish_evacuate(
+                self.store, record, host, node, availability_zone, clock=self._clock
+            )
+            LOG.info(
+                "instance_evacuated" if done else "rebuild_result_late",
+                source=record.source_host,
+            )
+
+    def _reschedule_rebuild(
+        self,
+        ctxt: Any,
+        record: InstanceRecord,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: list[Selection],
+    ) -> None:
+        uuid = record.uuid
+        if self.store.get_consumer(uuid) is not None:
+            LOG.info("rebuild_reschedule_superseded")
+            return
+        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
+        details = (
+            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"{', '.join(tried)}; last failure: {reason}"
+        )
+
+        def fail(exc: SchedulerError, admin: str) -> None:
+            if records.fail_evacuate(
+                self.store, record, policy.user_reason(exc), admin, clock=self._clock
+            ):
+                LOG.warning("evacuate_gave_up", attempts=attempts, tried=tried)
+
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            fail(MaxRetriesExceeded(), details)
+            return
+        updated = self.store.update_instance(
+            uuid,
+            expected_states=[REBUILDING],
+            attempts=attempts,
+            tried_hosts=tried,
+            updated_at=self._clock(),
+            deadline=self._clock() + self.settings.build_timeout,
+        )
+        if updated is None:
+            return
+        record = updated
+        if not self.settings.return_alternates:
+            retry = records.evacuate_spec(record)
+            try:
+                selection = self._select_again(ctxt, uuid, retry)
+            except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
+                fail(exc, policy.admin_details(exc))
+                return
+            if selection is not None:
+                cast_rebuild(self.store, self.compute, ctxt, record, retry, [selection])
+            return
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused)
+            if outcome is None:
+                return
+            if not outcome:
+                continue
+            LOG.info("rebuild_rescheduled", alternate=alternate.host, attempts=attempts)
+            # Ended meanwhile: deleted (the delete releases the claim) or given up
+            # (the source handed back replaced it): nothing more to do either way.
+            cast_rebuild(
+                self.store, self.compute, ctxt, record, spec, alternates[i:], clock=self._clock
+            )
+            return
+        fail(MaxRetriesExceeded(), details + _refused(refused))
 
     # --- shared steps ---------------------------------------------------------------
 

@@ -14,6 +14,10 @@ one of them wins and the loser changes nothing::
     RESIZED --confirm--> ACTIVE on the destination (the source's allocation dropped)
     RESIZED --revert--> ACTIVE on the source (the destination's dropped, the
                                             source's handed back)
+    ACTIVE on a down host --evacuate--> REBUILDING --rebuilt on the destination-->
+        ACTIVE there (the source's allocation, parked on the migration, dropped)
+    REBUILDING --cannot be placed / retries exhausted / timed out--> ACTIVE on the
+        down source + fault (the source's allocation handed back; evacuate again)
     any but DELETED --delete--> DELETING (fenced: no claim lands) --every host
         that may run it destroyed it / re-drives exhausted--> DELETED (every
         claim released; the record expires after a retention)
@@ -28,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
@@ -36,6 +40,7 @@ from scheduler.objects import (
     ACTIVE,
     BUILDING,
     ERROR,
+    REBUILDING,
     RESIZED,
     RESIZING,
     Destination,
@@ -43,7 +48,7 @@ from scheduler.objects import (
     InstanceRecord,
     RequestSpec,
 )
-from scheduler.store import InstanceStore, PlacementStore
+from scheduler.store import InstanceStore, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
 
@@ -73,9 +78,10 @@ class ConductorSettings:
 Clock = Callable[[], float]
 
 
-class ConductorStore(PlacementStore, InstanceStore, Protocol):
-    """What the conductor uses: the instance records it owns, and placement
-    (it claims alternates, releases and hands allocations back)."""
+class ConductorStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
+    """What the conductor uses: the instance records it owns, placement (it
+    claims alternates, releases and hands allocations back), and the service
+    records (an evacuation needs its source's compute down)."""
 
 
 def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
@@ -183,6 +189,84 @@ def fail_resize(
     return True
 
 
+def fail_evacuate(
+    store: ConductorStore,
+    record: InstanceRecord,
+    fault: str,
+    details: str,
+    *,
+    clock: Clock = time.time,
+) -> bool:
+    """REBUILDING -> ACTIVE on the (down) source with ``fault``; hand the
+    source's allocation back to the instance, dropping any destination claim.
+
+    The instance is where it was before the evacuation, so it can be
+    evacuated again (once there is room, or another host is named). False if
+    the evacuation was no longer under way (nothing done).
+    """
+    done = store.update_instance(
+        record.uuid,
+        expected_states=[REBUILDING],
+        state=ACTIVE,
+        task_state=None,
+        fault=fault,
+        fault_details=details,
+        request_spec=_without_destination(record),
+        migration_uuid=None,
+        source_host=None,
+        source_node=None,
+        source_availability_zone=None,
+        deadline=None,
+        updated_at=clock(),
+    )
+    if done is None:
+        return False
+    moved = False
+    if record.migration_uuid:
+        moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
+    LOG.info("evacuate_failed", instance_uuid=record.uuid, fault=fault, restored=moved)
+    return True
+
+
+def finish_evacuate(
+    store: ConductorStore,
+    record: InstanceRecord,
+    host: str,
+    node: str | None,
+    availability_zone: str | None,
+    *,
+    clock: Clock = time.time,
+) -> bool:
+    """REBUILDING -> ACTIVE on ``host``, the destination it was rebuilt on.
+
+    The source's allocation (the migration's) is released first: a conductor
+    that dies between the two steps leaves a REBUILDING record whose re-drive
+    finds the destination's claim and the rebuild done, and finishes here
+    again (nothing is parked twice: see :meth:`Evacuator.send`). False if the
+    evacuation was no longer under way (nothing recorded).
+    """
+    if record.migration_uuid:
+        store.release(record.migration_uuid)
+    done = store.update_instance(
+        record.uuid,
+        expected_states=[REBUILDING],
+        state=ACTIVE,
+        task_state=None,
+        **placed_on(host, node or host, availability_zone),
+        attempts=record.attempts + 1,
+        request_spec=_without_destination(record),
+        migration_uuid=None,
+        source_host=None,
+        source_node=None,
+        source_availability_zone=None,
+        fault=None,
+        fault_details=None,
+        deadline=None,
+        updated_at=clock(),
+    )
+    return done is not None
+
+
 def finish_confirm(
     store: InstanceStore, record: InstanceRecord, *, clock: Clock = time.time
 ) -> bool:
@@ -272,6 +356,25 @@ def unforced(spec: RequestSpec) -> RequestSpec:
     """``spec`` without the hosts its boot was forced or steered to: what a
     move or an unshelve is scheduled with (as Nova resets forced destinations)."""
     return spec.replace(force_hosts=(), force_nodes=(), requested_destination=None)
+
+
+def _without_destination(record: InstanceRecord) -> dict[str, Any] | None:
+    """The record's request spec without the host an admin named for one
+    evacuation (kept in it while the evacuation runs, for its re-drives)."""
+    if record.request_spec is None:
+        return None
+    spec = dict(record.request_spec)
+    spec.pop("requested_destination", None)
+    return spec
+
+
+def evacuate_spec(record: InstanceRecord) -> RequestSpec:
+    """The request spec of a record's evacuation: its own, for one instance,
+    with the down source and the hosts tried ignored."""
+    spec = build_spec(record)
+    if record.source_host and record.source_host not in spec.ignore_hosts:
+        spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, record.source_host))
+    return spec
 
 
 def build_spec(record: InstanceRecord) -> RequestSpec:

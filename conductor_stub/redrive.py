@@ -15,6 +15,9 @@ not heard back on:
 * RESIZING: ``resize`` is sent again with the same request id, so the same
   migration: its move is a no-op and the destination's claim is reused.
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
+* REBUILDING: the evacuation is sent again with the same request id, so the
+  same migration (see :mod:`conductor_stub.evacuate`): the source is parked
+  once, the destination's claim is reused, the rebuild cast again.
 * DELETING: the terminate is cast again to the hosts that have not answered
   (see :mod:`conductor_stub.delete`).
 * SHELVING: the offload is cast again to the instance's host (see
@@ -23,9 +26,10 @@ not heard back on:
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
 a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
-source with a fault, a confirm or revert is done here, in the store, and a
-delete or shelve finishes without the hosts that never answered (its claims
-released; a VM left there is the reconciler's).
+source with a fault, so does an evacuation (on its down source), a confirm
+or revert is done here, in the store, and a delete or shelve finishes
+without the hosts that never answered (its claims released; a VM left there
+is the reconciler's).
 So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
 
@@ -49,6 +53,7 @@ from collections.abc import Callable
 
 from conductor_stub import records
 from conductor_stub.delete import Deleter
+from conductor_stub.evacuate import Evacuator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from conductor_stub.shelve import Shelver
@@ -59,6 +64,7 @@ from scheduler.objects import (
     BUILDING,
     DELETING,
     ERROR,
+    REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
     RESIZED,
@@ -82,9 +88,9 @@ class Sweeper:
 
     ``counts`` totals what every sweep did, by kind (``run_instance``,
     ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
-    ``cleaned_up``, ``delete_done_here``, ``shelve``, ``shelve_done_here``).
-    ``deleter`` re-sends terminates and ``shelver`` offloads (by default on
-    the resizer's compute client).
+    ``cleaned_up``, ``delete_done_here``, ``shelve``, ``shelve_done_here``,
+    ``evacuate``). ``deleter`` re-sends terminates, ``shelver`` offloads and
+    ``evacuator`` evacuations (by default on the resizer's compute client).
     """
 
     def __init__(
@@ -96,6 +102,7 @@ class Sweeper:
         clock: Callable[[], float] = time.time,
         deleter: Deleter | None = None,
         shelver: Shelver | None = None,
+        evacuator: Evacuator | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -104,6 +111,9 @@ class Sweeper:
         self._clock = clock
         self.deleter = deleter or Deleter(store, resizer.compute, settings, clock)
         self.shelver = shelver or Shelver(store, scheduler, resizer.compute, settings, clock)
+        self.evacuator = evacuator or Evacuator(
+            store, scheduler, resizer.compute, settings, clock=clock
+        )
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
@@ -141,6 +151,8 @@ class Sweeper:
             self._delete(record)
         elif record.state == SHELVING:
             self._shelve(record)
+        elif record.state == REBUILDING:
+            self._evacuate(record)
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
@@ -233,6 +245,23 @@ class Sweeper:
         if updated is not None:
             self.shelver.send_shelve(updated)
             self._redriven("shelve", record)
+
+    def _evacuate(self, record: InstanceRecord) -> None:
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_evacuate(
+                self.store,
+                record,
+                TIMED_OUT,
+                self._timed_out(record, "evacuate", self.settings.build_timeout),
+                clock=self._clock,
+            ):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="evacuate", redrives=record.redrives)
+            return
+        updated = self._push(record, REBUILDING, self.settings.build_timeout)
+        if updated is not None:
+            self.evacuator.send(updated)
+            self._redriven("evacuate", record)
 
     def _clean_up(self, record: InstanceRecord) -> None:
         """An instance given up: release what a late attempt may have claimed."""

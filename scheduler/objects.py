@@ -614,6 +614,7 @@ ACTIVE = "ACTIVE"
 ERROR = "ERROR"
 RESIZING = "RESIZING"  # a resize is under way; the instance still runs on its source
 RESIZED = "RESIZED"  # resized on the destination, waiting for confirm or revert
+REBUILDING = "REBUILDING"  # evacuated off a down host; being rebuilt on a destination
 DELETING = "DELETING"  # fenced against claims; waiting for the computes to destroy it
 DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a retention
 SHELVING = "SHELVING"  # its host is destroying the VM; the allocation is still held
@@ -628,6 +629,8 @@ RESIZE_CONFIRMING = "resize_confirming"
 RESIZE_REVERTING = "resize_reverting"
 DELETING_TASK = "deleting"  # terminate cast to the hosts in pending_hosts
 SHELVING_TASK = "shelving_offloading"  # shelve_offload_instance cast to the host
+REBUILD_SCHEDULING = "rebuild_scheduling"  # evacuate: a destination asked for, not yet cast
+REBUILD_SPAWNING = "rebuild_spawning"  # rebuild_instance cast to the destination
 
 
 @dataclass(frozen=True)
@@ -642,7 +645,10 @@ class InstanceRecord:
     ``request_id`` is the request's id, reused when it is re-driven. During a
     resize, ``migration_uuid`` is the consumer holding the source's
     allocation, ``new_flavor`` the flavor asked for (a Flavor primitive) and
-    ``source_host`` / ``source_node`` where the instance was.
+    ``source_host`` / ``source_node`` where the instance was. While
+    REBUILDING (an evacuation), ``host`` is still the down source,
+    ``source_host`` names it too, and ``migration_uuid`` holds the source's
+    allocation until the rebuild on the destination succeeds.
     ``availability_zone`` is the zone of ``host`` as the Selection it was
     built from named it (None: not known, e.g. from a worker older than RPC
     1.3); a resize records the destination's, and keeps the source's in

@@ -272,9 +272,12 @@ class ComputeClient:
             older compute serves them), so an older compute refuses it
             (UnsupportedVersion) rather than ignoring it.
       1.4 - shelve_offload_instance. Sent at 1.4 alone, likewise.
+      1.5 - (live migration's, not yet landed).
+      1.6 - rebuild_instance (an evacuation's rebuild on its destination).
+            Sent at 1.6 alone, so an older compute refuses it by version.
     """
 
-    VERSION = "1.4"
+    VERSION = "1.6"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
     #: The version a Selection naming a zone needs.
@@ -283,6 +286,8 @@ class ComputeClient:
     TERMINATE_VERSION = "1.3"
     #: The version shelve_offload_instance sends.
     SHELVE_VERSION = "1.4"
+    #: The version rebuild_instance sends.
+    REBUILD_VERSION = "1.6"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -372,6 +377,28 @@ class ComputeClient:
             host=host,
         )
 
+    def rebuild_instance(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+    ) -> None:
+        """To an evacuation's destination: rebuild the instance there (its source
+        is down), then say how it went (``rebuild_result``)."""
+        cctxt = self._at(selection.host, version=self.REBUILD_VERSION)
+        cctxt.cast(
+            ctxt,
+            "rebuild_instance",
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+        )
+
     def resize_instance(
         self,
         ctxt: RequestContext,
@@ -449,9 +476,12 @@ class ConductorClient:
             Sent at 1.2 only with a zone (else at 1.1, as before).
       1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
       1.4 - instance_shelved. Sent at 1.4 alone, likewise.
+      1.5 - (live migration's, not yet landed).
+      1.6 - rebuild_result (an evacuation's rebuild succeeded, or failed with
+            the alternates left). Sent at 1.6 alone.
     """
 
-    VERSION = "1.4"
+    VERSION = "1.6"
     #: What every method sends when it carries no zone.
     BASE_VERSION = "1.1"
     #: The version a zone needs.
@@ -460,6 +490,8 @@ class ConductorClient:
     TERMINATED_VERSION = "1.3"
     #: The version instance_shelved sends.
     SHELVED_VERSION = "1.4"
+    #: The version rebuild_result sends.
+    REBUILT_VERSION = "1.6"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
@@ -577,6 +609,38 @@ class ConductorClient:
             reason=reason,
             details=details,
             **zone,
+        )
+
+    def rebuild_result(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        success: bool,
+        *,
+        node: str | None = None,
+        availability_zone: str | None = None,
+        reason: str | None = None,
+        spec: RequestSpec | None = None,
+        alternates: Sequence[Selection] = (),
+    ) -> None:
+        """The evacuation's rebuild on ``host`` succeeded (on ``node``, in
+        ``availability_zone``: its Selection's), or failed for ``reason`` with
+        ``alternates`` left to try for ``spec``."""
+        self._cast(
+            ctxt,
+            "rebuild_result",
+            version=self.REBUILT_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+            success=success,
+            node=node,
+            availability_zone=availability_zone,
+            reason=reason,
+            request_spec=spec.to_primitive() if spec is not None else None,
+            host_list=[a.to_primitive() for a in alternates],
         )
 
     def resize_confirmed(

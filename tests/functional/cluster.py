@@ -20,8 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.objects import ACTIVE, DELETED, SHELVED_OFFLOADED, InstanceRecord, RequestSpec
+from scheduler.objects import (
+    ACTIVE,
+    DELETED,
+    REBUILDING,
+    RESIZED,
+    RESIZING,
+    SHELVED_OFFLOADED,
+    InstanceRecord,
+    RequestSpec,
+)
 from scheduler.store import Store, open_store
+
+#: The states in which an instance's migration may hold an allocation (the
+#: source's, parked while the instance moves).
+MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING})
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
@@ -46,6 +59,20 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    #: Stopped with SIGSTOP (:meth:`pause`): its hosts are down, and the VMs it
+    #: runs count as running nowhere until :meth:`resume`.
+    paused: bool = False
+
+    def pause(self) -> None:
+        """SIGSTOP the process: it heartbeats and serves nothing (a host that died,
+        as its peers see it), keeping what it had in memory."""
+        self.popen.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: the process carries on where it stopped."""
+        self.popen.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def log_events(self) -> list[dict[str, Any]]:
         events = []
@@ -108,6 +135,8 @@ class Process:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if self.popen.poll() is None:
+            if self.paused:  # a stopped process would never see the signal
+                self.resume()
             self.popen.send_signal(sig)
             try:
                 self.popen.wait(timeout)
@@ -264,7 +293,13 @@ class Cluster:
           that holds nothing is no member);
         * no VM runs on two hosts, from what the live simulators logged
           (``vm_started`` / ``vm_stopped``; a simulator that was stopped or
-          killed took its VMs with it);
+          killed took its VMs with it, and one paused with SIGSTOP runs none
+          of its VMs while it is paused: its hosts are down, its VMs may have
+          been evacuated; once resumed it must have destroyed those, and
+          every VM it logged counts again);
+        * a migration consumer holds an allocation only while its instance is
+          moving (RESIZING, RESIZED or REBUILDING, an evacuation) under that
+          migration;
         * a DELETED or SHELVED_OFFLOADED instance holds no allocation (nor
           does its migration), is no group's member and runs on no compute;
         * an ACTIVE instance with nothing in flight holds exactly its flavor's
@@ -288,6 +323,12 @@ class Cluster:
         two = {uuid: hosts for uuid, hosts in running.items() if len(hosts) > 1}
         assert not two, f"VMs running on two hosts: {two}"
         held = {c.uuid: c for c in consumers}
+        moving = [r for r in self.store.scan_instances() if r.migration_uuid in held]
+        for record in moving:
+            assert record.state in MOVE_STATES, (
+                f"migration {record.migration_uuid} of {record.state} {record.uuid} holds "
+                "an allocation"
+            )
         candidates = (
             set(held)
             | set(running)
@@ -328,11 +369,12 @@ class Cluster:
         assert record.migration_uuid is None or record.migration_uuid not in held, record.uuid
 
     def _live_events(self, *names: str) -> list[dict[str, Any]]:
-        """The lines named ``names`` of every process still running, oldest first."""
+        """The lines named ``names`` of every process still running (and not
+        paused), oldest first."""
         events = [
             e
             for proc in self.processes
-            if proc.popen.poll() is None
+            if proc.popen.poll() is None and not proc.paused
             for e in proc.log_events()
             if e.get("event") in names
         ]
@@ -357,6 +399,8 @@ class Cluster:
     def close(self) -> None:
         for proc in self.processes:  # all at once: each takes a second or two to drain
             if proc.popen.poll() is None:
+                if proc.paused:
+                    proc.resume()
                 proc.popen.send_signal(signal.SIGTERM)
         for proc in self.processes:
             proc.stop()

@@ -402,8 +402,8 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.4", id="compute"),
-        pytest.param(rpc.ConductorClient, "1.4", id="conductor"),
+        pytest.param(rpc.ComputeClient, "1.6", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.6", id="conductor"),
     ],
 )
 def test_each_client_pins_its_version(client: type, version: str) -> None:
