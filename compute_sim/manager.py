@@ -25,7 +25,9 @@ migration consumer's allocation. A failed prep releases the destination's
 claim *before* handing the resize back for a retry on the alternates.
 ``confirm_resize`` (on the source) drops the migration's allocation;
 ``revert_resize`` (on the destination) drops the instance's and hands the
-migration's back to it, in one atomic step. Every step is idempotent per
+migration's back to it, in one atomic step, stops the VM there and asks the
+source (``finish_revert_resize``, in whichever process serves it) to run it
+again and tell the conductor. Every step is idempotent per
 migration, so the conductor may re-drive any of them.
 
 A delete reaches each host that may run the instance or be building it
@@ -289,7 +291,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.6")
+    target = oslo_messaging.Target(version="1.7")
 
     def __init__(
         self,
@@ -807,7 +809,13 @@ class ComputeSimulator:
 
     def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the destination: drop the instance's allocation here and hand the
-        source's back to it, in one step."""
+        source's back to it, in one step; stop the VM here; then the source
+        finishes (``finish_revert_resize``), in whichever process serves it.
+
+        A repeat (a re-driven revert) finds the allocation moved already and
+        asks the source again: the source is then where the instance's own
+        allocation is.
+        """
         with bind_request(
             request_id=getattr(ctxt, "request_id", None),
             instance_uuid=instance_uuid,
@@ -815,14 +823,37 @@ class ComputeSimulator:
         ):
             source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
+            if source is None:
+                source = self._source_host(instance_uuid)
             with self._lock:
-                if moved and source is not None:  # back on the source, off the destination
-                    for running, host in list(self._running):
-                        if running == instance_uuid:
-                            self._stop_vm(instance_uuid, host)
-                    if instance_uuid not in self._terminated:
-                        self._start_vm(instance_uuid, source)
-            LOG.info("resize_reverted", moved=moved)
+                for running, host in list(self._running):
+                    if running == instance_uuid and host != source:
+                        self._stop_vm(instance_uuid, host)
+            LOG.info("resize_reverted_here", moved=moved, source=source)
+            if source is None:  # nothing held any more: deleted meanwhile
+                self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
+                return
+            assert self.compute is not None, "a simulator that resizes needs a compute client"
+            self.compute.finish_revert_resize(ctxt, source, instance_uuid, migration_uuid)
+
+    def finish_revert_resize(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, source_host: str
+    ) -> None:
+        """On the source: run the instance here again (unless a delete reached
+        it), then tell the conductor the revert is done. Idempotent."""
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=source_host,
+        ):
+            if source_host not in self._host_set:
+                LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                if instance_uuid not in self._terminated:
+                    self._start_vm(instance_uuid, source_host)
+            LOG.info("resize_reverted")
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
 
     # --- RPC endpoint: evacuate -------------------------------------------------------

@@ -275,9 +275,12 @@ class ComputeClient:
       1.5 - (live migration's, not yet landed).
       1.6 - rebuild_instance (an evacuation's rebuild on its destination).
             Sent at 1.6 alone, so an older compute refuses it by version.
+      1.7 - finish_revert_resize (a revert's last step, on the source: the
+            destination no longer restarts the source's VM itself). Sent at
+            1.7 alone.
     """
 
-    VERSION = "1.6"
+    VERSION = "1.7"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
     #: The version a Selection naming a zone needs.
@@ -288,6 +291,8 @@ class ComputeClient:
     SHELVE_VERSION = "1.4"
     #: The version rebuild_instance sends.
     REBUILD_VERSION = "1.6"
+    #: The version finish_revert_resize sends.
+    FINISH_REVERT_VERSION = "1.7"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -460,6 +465,21 @@ class ComputeClient:
             "revert_resize",
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
+        )
+
+    def finish_revert_resize(
+        self, ctxt: RequestContext, source_host: str, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        """From the destination to the source, once the revert moved the
+        allocation back: run the instance there again, then tell the conductor."""
+        self._cast(
+            ctxt,
+            source_host,
+            "finish_revert_resize",
+            version=self.FINISH_REVERT_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            source_host=source_host,
         )
 
 

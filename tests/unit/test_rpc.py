@@ -402,7 +402,7 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.6", id="compute"),
+        pytest.param(rpc.ComputeClient, "1.7", id="compute"),
         pytest.param(rpc.ConductorClient, "1.6", id="conductor"),
     ],
 )
@@ -678,3 +678,16 @@ def test_the_shelve_casts_are_sent_at_1_4_alone(transport: Any) -> None:
     conductor.instance_shelved(CTXT, "i-1", "h0")
     assert [(v, m) for v, m, _ in spy.sent] == [("1.4", "shelve_offload_instance")]
     assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.4", "instance_shelved")]
+
+
+def test_finish_revert_resize_is_sent_at_1_7_alone_to_the_source(transport: Any) -> None:
+    client = compute(transport)
+    spy = _spied(client)
+    client.finish_revert_resize(CTXT, "h0", "i-1", "m-1")
+    assert [(v, m, kw) for v, m, kw in spy.sent] == [
+        (
+            "1.7",
+            "finish_revert_resize",
+            {"instance_uuid": "i-1", "migration_uuid": "m-1", "source_host": "h0"},
+        )
+    ]

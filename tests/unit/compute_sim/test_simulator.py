@@ -243,7 +243,34 @@ def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) ->
     assert {
         c.uuid: names[next(iter(c.allocations))] for c in sim.store.list_consumers()
     } == holders
-    assert sim.conductor.names == ["resize_confirmed" if confirm else "resize_reverted"]
+    if confirm:
+        assert sim.conductor.names == ["resize_confirmed"]
+        return
+    # The source finishes the revert, whichever process serves it.
+    (_, source, instance, migration), _ = sim.compute.last("finish_revert_resize")
+    assert (source, instance, migration, sim.conductor.names) == ("h1", INSTANCE, MIGRATION, [])
+
+
+def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: Any) -> None:
+    """The destination's process stops its VM and does not start the source's:
+    the source's own process does (a VM it ran once, in its memory)."""
+    source, dest = make(build_time=0.0), make(build_time=0.0)
+    dest.store = source.store
+    source.claim(MIGRATION, "h1")
+    source.claim(INSTANCE, "h2")
+    with dest.sim._lock:
+        dest.sim._start_vm(INSTANCE, "h2")
+    dest.sim.store = source.store
+    dest.sim.revert_resize(CTXT, INSTANCE, MIGRATION)
+    assert dest.sim.hosts_running(INSTANCE) == [] and dest.conductor.names == []
+    (ctxt, host, instance, migration), _ = dest.compute.last("finish_revert_resize")
+    source.sim.finish_revert_resize(ctxt, str(instance), str(migration), str(host))
+    assert source.sim.hosts_running(INSTANCE) == ["h1"]
+    assert source.conductor.names == ["resize_reverted"]
+    # A re-driven revert finds the allocation moved already and asks the source again.
+    dest.sim.revert_resize(CTXT, INSTANCE, MIGRATION)
+    assert dest.compute.names.count("finish_revert_resize") == 2
+    assert dest.compute.last("finish_revert_resize")[0][1] == "h1"
 
 
 def test_a_prep_counts_as_an_io_op_on_the_destination_while_under_way(make: Any) -> None:
