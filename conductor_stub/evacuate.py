@@ -185,9 +185,6 @@ class Evacuator:
         """ACTIVE on a down host -> REBUILDING, then :meth:`send`."""
         record = self.check(uuid, host, admin)
         request_id = f"req-{uuidlib.uuid4()}"
-        spec = dict(record.request_spec or {})
-        if host is not None:
-            spec["requested_destination"] = Destination(host).to_primitive()
         now = self._clock()
         started = self.store.update_instance(
             uuid,
@@ -195,7 +192,7 @@ class Evacuator:
             state=REBUILDING,
             task_state=REBUILD_SCHEDULING,
             request_id=request_id,
-            request_spec=spec,
+            requested_destination=Destination(host).to_primitive() if host else None,
             migration_uuid=migration_uuid_for(uuid, request_id),
             source_host=record.host,
             source_node=record.node,

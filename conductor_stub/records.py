@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
@@ -110,7 +110,7 @@ def placed_on(
     return {"host": host, "node": node, "availability_zone": availability_zone}
 
 
-#: The fields of a move in flight (a resize or cold migration), all cleared
+#: The fields of a move in flight (a resize, cold migration or evacuation), all cleared
 #: together when it ends, however it ends.
 MOVE_ENDED: dict[str, None] = {
     "migration_uuid": None,
@@ -211,11 +211,7 @@ def fail_evacuate(
         task_state=None,
         fault=fault,
         fault_details=details,
-        request_spec=_without_destination(record),
-        migration_uuid=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
+        **MOVE_ENDED,
         deadline=None,
         updated_at=clock(),
     )
@@ -254,11 +250,7 @@ def finish_evacuate(
         task_state=None,
         **placed_on(host, node or host, availability_zone),
         attempts=record.attempts + 1,
-        request_spec=_without_destination(record),
-        migration_uuid=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
+        **MOVE_ENDED,
         fault=None,
         fault_details=None,
         deadline=None,
@@ -342,14 +334,19 @@ def resize_spec(record: InstanceRecord) -> tuple[RequestSpec, Flavor]:
     flavor = Flavor.from_primitive(dict(record.new_flavor))
     spec = RequestSpec.from_primitive(dict(record.request_spec))
     ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
-    destination = (
-        Destination.from_primitive(dict(record.requested_destination))
-        if record.requested_destination
-        else None
-    )
-    return unforced(spec).replace(
-        flavor=flavor, num_instances=1, ignore_hosts=ignore, requested_destination=destination
+    return steered(
+        unforced(spec).replace(flavor=flavor, num_instances=1, ignore_hosts=ignore), record
     ), flavor
+
+
+def steered(spec: RequestSpec, record: InstanceRecord) -> RequestSpec:
+    """``spec`` sent to the host an admin named for the record's move in flight,
+    if any (kept on the record, never in its request spec)."""
+    if not record.requested_destination:
+        return spec
+    return spec.replace(
+        requested_destination=Destination.from_primitive(dict(record.requested_destination))
+    )
 
 
 def unforced(spec: RequestSpec) -> RequestSpec:
@@ -358,20 +355,11 @@ def unforced(spec: RequestSpec) -> RequestSpec:
     return spec.replace(force_hosts=(), force_nodes=(), requested_destination=None)
 
 
-def _without_destination(record: InstanceRecord) -> dict[str, Any] | None:
-    """The record's request spec without the host an admin named for one
-    evacuation (kept in it while the evacuation runs, for its re-drives)."""
-    if record.request_spec is None:
-        return None
-    spec = dict(record.request_spec)
-    spec.pop("requested_destination", None)
-    return spec
-
-
 def evacuate_spec(record: InstanceRecord) -> RequestSpec:
     """The request spec of a record's evacuation: its own, for one instance,
-    with the down source and the hosts tried ignored."""
-    spec = build_spec(record)
+    with the down source and the hosts tried ignored, steered only by the
+    host an admin named for this evacuation (see :func:`unforced`)."""
+    spec = steered(unforced(build_spec(record)), record)
     if record.source_host and record.source_host not in spec.ignore_hosts:
         spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, record.source_host))
     return spec
