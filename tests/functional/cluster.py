@@ -362,7 +362,7 @@ class Cluster:
         for rp, resources in consumer.allocations.items():
             provider = self.store.get_provider(rp)
             root = self.store.get_provider(provider.root_uuid) if provider.root_uuid else provider
-            assert root.name == record.host, (record.uuid, record.host, root.name)
+            assert root.name == record.host, (record, consumer)
             totals.update(resources)
         wanted = RequestSpec.from_primitive(dict(record.request_spec or {})).resources
         assert dict(totals) == wanted, (record.uuid, dict(totals), wanted)
