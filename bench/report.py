@@ -535,6 +535,17 @@ def _rate_since(checkpoints: Sequence[dict[str, Any]], k: int) -> float | None:
     return (now["step"] - before["step"]) / spent if spent > 0 else None
 
 
+def _runs(case: dict[str, Any]) -> list[str]:
+    """The runs a merged case's rows came from (``--merge``), one line each."""
+    runs = {r["run"]["started_at"]: r["run"] for r in case["rows"] if r.get("run")}
+    return [
+        f"\n- {run['started_at']}: `{run['command']}`, {run['seconds']:.0f} s, load average "
+        f"{_load(run['machine'].get('load_average_at_start'))} at the start, "
+        f"{_load(run['machine'].get('load_average_at_end'))} at the end"
+        for run in runs.values()
+    ]
+
+
 def _churn_md(case: dict[str, Any]) -> str:
     detail = [
         [
@@ -593,6 +604,7 @@ def _churn_md(case: dict[str, Any]) -> str:
             "`MEMORY USAGE … SAMPLES 0` of every key under the run's prefix, the change stream "
             "apart (it is bounded by the store's `stream_maxlen`, 100,000 entries, not by "
             "what is alive).",
+            *_runs(case),
             "",
             _table(CHURN_HEADERS, _churn_rows(case)),
             "",
