@@ -1,5 +1,9 @@
 """``python -m bench [--case NAME ...] [--quick] [--profile] [--out DIR]``.
 
+``--churn-hosts`` and ``--churn-operations`` resize the churn case;
+``--merge`` keeps the cases of ``OUT/results.json`` that this run does not
+take (to add one case's results to a full run's).
+
 Runs the chosen cases (all by default) and writes ``results.json``,
 ``results.md`` and PNG plots into ``--out`` (``bench/results``). Needs
 RabbitMQ and Redis as the functional tests do (the same environment
@@ -10,6 +14,7 @@ variables point elsewhere: ``SCHEDULER_TEST_RABBIT_HOST``/``_PORT``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -18,9 +23,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bench import machine, report
-from bench.cases import bootstorm, engine, hostview, memory, rabbit
+from bench.cases import bootstorm, churn, engine, hostview, memory, rabbit
 from bench.runner import Bench
 from scheduler import log
 
@@ -33,6 +39,7 @@ CASES = {
     "memory": memory.run,
     "rabbit": rabbit.run,
     "bootstorm": bootstorm.run,
+    "churn": churn.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 
@@ -75,10 +82,46 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help="run nothing: rewrite results.md, the plots (and README with "
         "--update-readme) from OUT/results.json",
     )
+    parser.add_argument(
+        "--churn-hosts",
+        type=_sizes,
+        metavar="N[,N...]",
+        help="churn: the cloud sizes (default 1000,10000; --quick: 20)",
+    )
+    parser.add_argument(
+        "--churn-operations",
+        type=int,
+        metavar="N",
+        help="churn: steps per utilisation, each a boot and a delete (default 20000)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the cases of OUT/results.json this run does not take (their "
+        "figures, and the run's machine and date, stay as they were), and in a "
+        "case the rows of cloud sizes not run now; each row run now records its run",
+    )
     args = parser.parse_args(argv)
-    if args.update_readme and (args.quick or args.case) and not args.rebuild_report:
-        parser.error("--update-readme needs a full run (no --quick, no --case)")
+    if args.churn_operations is not None and args.churn_operations < 1:
+        parser.error("--churn-operations must be at least 1")
+    if args.merge and args.quick:
+        parser.error("--merge keeps full runs' results: not with --quick")
+    full = not args.quick and (not args.case or args.merge)
+    if args.update_readme and not full and not args.rebuild_report:
+        parser.error("--update-readme needs a full run (no --quick, no --case without --merge)")
     return args
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of counts: {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be at least 1: {text!r}")
+    return sizes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(
         out, quick=args.quick, profile=args.profile, log=lambda line: print(line, flush=True)
     )
+    if args.churn_hosts or args.churn_operations:
+        bench.sizes = dataclasses.replace(
+            bench.sizes,
+            churn_hosts=args.churn_hosts or bench.sizes.churn_hosts,
+            churn_operations=args.churn_operations or bench.sizes.churn_operations,
+        )
     results = {
         "started_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
@@ -120,8 +169,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.close()
     results["machine"]["load_average_at_end"] = machine.load_average()
     results["seconds"] = time.perf_counter() - started
+    if args.merge:
+        results = _merged(out / "results.json", results)
     report.write(results, out, log=bench.log, readme=args.update_readme)
     return 0
+
+
+def _merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s cases into the results at ``path``: each row taken now keeps
+    the run it came from (date, command, machine, seconds) with it, and a
+    case's rows of cloud sizes not run now (``hosts``) stay."""
+    if not path.exists():
+        return new
+    old = json.loads(path.read_text())
+    for name, case in new["cases"].items():
+        run = {key: new[key] for key in ("started_at", "command", "machine", "seconds")}
+        for row in case.get("rows", []):
+            row.setdefault("run", run)
+        kept = old["cases"].get(name, {}).get("rows", [])
+        for row in kept:  # rows merged before runs were kept per row
+            row.setdefault("run", old["cases"][name].get("run"))
+        sizes = {row.get("hosts") for row in case.get("rows", [])}
+        if kept and None not in sizes:  # the rows of cloud sizes not run now stay
+            case["rows"] = sorted(
+                [row for row in kept if row.get("hosts") not in sizes] + case["rows"],
+                key=lambda row: row["hosts"],
+            )
+        old["cases"][name] = case
+    return old
 
 
 if __name__ == "__main__":

@@ -184,6 +184,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("rabbit", _rabbit_md),
         ("bootstorm", _storm_md),
         ("memory", _memory_md),
+        ("churn", _churn_md),
     ):
         if title in cases:
             parts += ["", render(cases[title])]
@@ -484,6 +485,174 @@ def _memory_md(case: dict[str, Any]) -> str:
     )
 
 
+def _churn_rows(case: dict[str, Any]) -> list[list[Any]]:
+    """One line per (hosts, utilisation): the rates, latencies and growth."""
+    return [
+        [
+            r["hosts"],
+            f"{r['utilisation']:.0%}",
+            r["target"],
+            r["operations"],
+            r["decisions_per_s"],
+            r["median_ms"],
+            r["p99_ms"],
+            f"{r['no_valid_host_rate']:.2%}",
+            _start_end(r, lambda c: c["rss_mb"]["worker"], ".1f"),
+            _start_end(r, lambda c: c["store_mb"], ".2f"),
+            _start_end(r, lambda c: c["stream_entries"], ","),
+        ]
+        for r in case["rows"]
+    ]
+
+
+CHURN_HEADERS = [
+    "hosts",
+    "utilisation",
+    "live instances",
+    "operations",
+    "decisions/s",
+    "p50",
+    "p99",
+    "NoValidHost",
+    "worker RSS (MB) start → end",
+    "store (MB) start → end",
+    "change stream entries",
+]
+
+
+def _start_end(row: dict[str, Any], value: Callable[[dict[str, Any]], float], spec: str) -> str:
+    """``value`` of the first and the last checkpoint of a churn row."""
+    first, last = row["checkpoints"][0], row["checkpoints"][-1]
+    return f"{value(first):{spec}} → {value(last):{spec}}"
+
+
+def _rate_since(checkpoints: Sequence[dict[str, Any]], k: int) -> float | None:
+    """Operations per second between checkpoint ``k - 1`` and ``k`` (pauses left out)."""
+    if k == 0 or "seconds" not in checkpoints[k]:
+        return None
+    before, now = checkpoints[k - 1], checkpoints[k]
+    spent = now["seconds"] - before["seconds"]
+    return (now["step"] - before["step"]) / spent if spent > 0 else None
+
+
+def _runs(case: dict[str, Any]) -> list[str]:
+    """The runs a merged case's rows came from (``--merge``), one line each."""
+    runs = {r["run"]["started_at"]: r["run"] for r in case["rows"] if r.get("run")}
+    return [
+        f"\n- {run['started_at']}: `{run['command']}`, {run['seconds']:.0f} s, load average "
+        f"{_load(run['machine'].get('load_average_at_start'))} at the start, "
+        f"{_load(run['machine'].get('load_average_at_end'))} at the end"
+        for run in runs.values()
+    ]
+
+
+def _churn_md(case: dict[str, Any]) -> str:
+    detail = [
+        [
+            r["hosts"],
+            f"{r['utilisation']:.0%}",
+            r["capacity"],
+            r["boots"],
+            r["deletes"],
+            r["error_deletes"],
+            ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())),
+            f"{r['live_min']}–{r['live_max']}",
+            r["seconds"],
+            r["operations_per_s"],
+            r["fill_seconds"],
+        ]
+        for r in case["rows"]
+    ]
+    samples = [
+        [
+            r["hosts"],
+            f"{r['utilisation']:.0%}",
+            f"{c['step']:,} ({c['step'] / r['operations']:.0%})",
+            c["live"],
+            c["rss_mb"]["worker"],
+            c["rss_mb"]["conductor"],
+            c["rss_mb"]["compute"],
+            c["store_keys"],
+            c["store_mb"],
+            c["instance_records"],
+            c["consumers"],
+            c["deleted_records"],
+            c["stream_entries"],
+            c["stream_mb"],
+            _rate_since(r["checkpoints"], k),
+            c.get("load_average"),
+        ]
+        for r in case["rows"]
+        for k, c in enumerate(r["checkpoints"])
+    ]
+    return "\n".join(
+        [
+            "## 6. Churn",
+            "",
+            "The cloud held at a steady utilisation by deletes matching boots (kube-scheduler's "
+            "MixedChurn is the model), conductor → worker → compute simulator over RabbitMQ and "
+            f"Redis, {case['cores']} cores for every process. Hosts fit "
+            f"{case['slots_per_host']} × {case['flavor']} each; for each utilisation, in "
+            "ascending order on one cloud, the cloud is filled to the target, then each step "
+            "boots one instance and, with the live count (ACTIVE + building) at the target, "
+            f"first deletes a random ACTIVE one; at most {case['window']} boots are in flight, "
+            "and a boot that ends in ERROR is deleted too (the next step then boots without a "
+            "delete). Decisions/s: boots ended over the churn's seconds (checkpoint pauses "
+            "left out); latency: created_at to updated_at when first seen ACTIVE. "
+            f"`[conductor] deleted_retention = {case['retention_s']:g}` s, so the store holds "
+            "the live instances plus the last few seconds of DELETED records. Store size: "
+            "`MEMORY USAGE … SAMPLES 0` of every key under the run's prefix, the change stream "
+            "apart (it is bounded by the store's `stream_maxlen`, 100,000 entries, not by "
+            "what is alive).",
+            *_runs(case),
+            "",
+            _table(CHURN_HEADERS, _churn_rows(case)),
+            "",
+            _table(
+                [
+                    "hosts",
+                    "utilisation",
+                    "capacity",
+                    "boots",
+                    "deletes",
+                    "ERROR deletes",
+                    "boot outcomes",
+                    "live min–max",
+                    "churn (s)",
+                    "operations/s",
+                    "fill (s)",
+                ],
+                detail,
+            ),
+            "",
+            "Resident sizes and store at the start of the churn and after 25, 50, 75 and 100% "
+            "of its operations (boots in flight drained first):",
+            "",
+            _table(
+                [
+                    "hosts",
+                    "utilisation",
+                    "after operations",
+                    "live",
+                    "worker RSS (MB)",
+                    "conductor RSS (MB)",
+                    "compute RSS (MB)",
+                    "store keys",
+                    "store (MB)",
+                    "instance records",
+                    "consumers",
+                    "DELETED kept",
+                    "stream entries",
+                    "stream (MB)",
+                    "operations/s since the last",
+                    "load avg (1 min)",
+                ],
+                samples,
+            ),
+        ]
+    )
+
+
 # --- README -------------------------------------------------------------------------
 
 README_START = "<!-- bench:start (written by python -m bench --update-readme) -->"
@@ -533,6 +702,17 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
                 "",
                 _table(["hosts", "naive", "engine", "ratio"], naive),
             ]
+    churn = cases.get("churn", {})
+    if churn.get("rows"):
+        parts += [
+            "",
+            f"Churn: the cloud held at a utilisation by deletes matching boots, "
+            f"{churn['window']} boots in flight, through the three daemons; latency "
+            "request → ACTIVE (ms), RSS and store (without the change stream) at the start "
+            "and after the operations:",
+            "",
+            _table(CHURN_HEADERS, _churn_rows(churn)),
+        ]
     parts += ["", " ".join(f"![{p}]({results_dir}/{p})" for p in plots), README_END]
     return "\n".join(parts)
 
@@ -672,6 +852,21 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         a2.set_ylabel("cold load from Redis (s)")
         a2.legend(fontsize=8)
         save(fig, "memory_and_load.png")
+    if cases.get("churn", {}).get("rows"):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.8))
+        for r in cases["churn"]["rows"]:
+            steps = [c["step"] for c in r["checkpoints"]]
+            label = f"{r['hosts']:,} hosts, {r['utilisation']:.0%}"
+            a1.plot(steps, [c["rss_mb"]["worker"] for c in r["checkpoints"]], "o-", label=label)
+            a2.plot(steps, [c["store_mb"] for c in r["checkpoints"]], "o-", label=label)
+        a1.set_xlabel("operations done")
+        a1.set_ylabel("worker RSS (MB)")
+        a2.set_xlabel("operations done")
+        a2.set_ylabel("store without the change stream (MB)")
+        a1.legend(fontsize=7)
+        a1.set_ylim(bottom=0)
+        a2.set_ylim(bottom=0)
+        save(fig, "churn.png")
     return made
 
 

@@ -56,6 +56,12 @@ class Sizes:
     storm_workers: tuple[int, ...] = (1, 2)
     storm_modes: tuple[str, ...] = ("streamed", "backlog")
     storm_timeout: float = 600.0
+    churn_hosts: tuple[int, ...] = (1000, 10000)
+    churn_utilisations: tuple[float, ...] = (0.5, 0.8, 0.95)
+    #: steps per utilisation, each a boot and (at the target) a delete
+    churn_operations: int = 20000
+    churn_window: int = 16  # boots in flight at most
+    churn_retention: float = 5.0  # [conductor] deleted_retention, seconds
 
 
 FULL = Sizes()
@@ -80,6 +86,11 @@ QUICK = Sizes(
     storm_hosts=20,
     storm_modes=("backlog",),
     storm_timeout=60.0,
+    churn_hosts=(20,),
+    churn_utilisations=(0.5, 0.95),
+    churn_operations=120,
+    churn_window=8,
+    churn_retention=2.0,
 )
 
 

@@ -46,6 +46,7 @@ CASES = {
     "rabbit": ("rows",),
     "bootstorm": ("rows",),
     "memory": (),
+    "churn": ("rows",),
 }
 
 
@@ -109,6 +110,38 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             id="bootstorm-1-and-2-workers-reach-active",
         ),
         pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]), id="memory-rss"),
+        pytest.param(
+            "churn",
+            lambda c: all(
+                set(r["outcomes"]) <= {"ACTIVE", "NoValidHost"}
+                and sum(r["outcomes"].values()) == r["boots"] >= r["operations"]
+                for r in c["rows"]
+            ),
+            id="churn-every-boot-active-or-no-valid-host",
+        ),
+        pytest.param(
+            "churn",
+            lambda c: all(
+                r["live_max"] == r["target"] and r["live_min"] >= r["target"] - c["window"]
+                for r in c["rows"]
+            ),
+            id="churn-live-count-held",
+        ),
+        pytest.param(
+            "churn",
+            lambda c: all(
+                p["instance_records"] <= r["target"] + c["window"]
+                and p["consumers"] <= r["target"] + c["window"]
+                for r in c["rows"]
+                for p in r["checkpoints"]
+            ),
+            id="churn-records-follow-the-live-count-not-the-operations",
+        ),
+        pytest.param(
+            "churn",
+            lambda c: all(r["growth"]["worker_rss_mb"] < 30 for r in c["rows"]),
+            id="churn-worker-rss-bounded",
+        ),
     ],
 )
 def test_case_content(quick_run: tuple[Path, dict[str, Any]], key: str, check: Any) -> None:
@@ -130,7 +163,8 @@ def test_machine_and_targets_are_reported(quick_run: tuple[Path, dict[str, Any]]
 
 
 @pytest.mark.parametrize(
-    "name", ["engine_latency.png", "rabbit.png", "bootstorm.png", "memory_and_load.png"]
+    "name",
+    ["engine_latency.png", "rabbit.png", "bootstorm.png", "memory_and_load.png", "churn.png"],
 )
 def test_plots_are_pngs(quick_run: tuple[Path, dict[str, Any]], name: str) -> None:
     out, _ = quick_run
@@ -148,6 +182,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 3. Over RabbitMQ",
         "## 4. Boot storm",
         "## 5. Worker memory",
+        "## 6. Churn",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"
