@@ -27,6 +27,20 @@ claim *before* handing the resize back for a retry on the alternates.
 migration's back to it, in one atomic step. Every step is idempotent per
 migration, so the conductor may re-drive any of them.
 
+A live migration walks pre-checks -> migration -> post as in Nova:
+``check_can_live_migrate_destination`` on the destination (claimed for the
+instance by then), which has the source checked too
+(``check_can_live_migrate_source``); either fails with probability
+``live_migration_fail_rate`` (or always, on the hosts named in
+``live_migration_fail_hosts``), and a failure releases the destination's
+claim *before* handing the migration back to the conductor for the next
+alternate (``live_migration_precheck_failed``). Past both checks the source
+migrates the instance (its VM stops there) and
+``post_live_migration_at_destination`` starts it on the destination, which
+tells the conductor (``live_migrated``). Every step is idempotent per
+migration and destination: a repeat of one under way is ignored, of one
+done walks on (or reports) again.
+
 A delete reaches each host that may run the instance or be building it
 (``terminate_instance``): the host destroys the VM, if it runs there, and
 remembers the instance as terminated (for the life of the process, as
@@ -64,7 +78,8 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,6 +123,13 @@ STEP_PREP = "prep"
 STEP_RESIZING = "resizing"
 STEP_FINISHED = "finished"
 STEP_FAILED = "failed"
+# What a host knows of a live migration (per migration and destination):
+# checking (on either side), migrating (the source passed its check), landed
+# on the destination, or failed.
+LIVE_CHECKING = "checking"
+LIVE_MIGRATING = "migrating"
+LIVE_LANDED = "landed"
+LIVE_FAILED = "failed"
 
 
 def provider_uuid(host: str) -> str:
@@ -246,7 +268,7 @@ class DelayedRunner:
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
-    target = oslo_messaging.Target(version="1.3")
+    target = oslo_messaging.Target(version="1.5")
 
     def __init__(
         self,
@@ -265,6 +287,8 @@ class ComputeSimulator:
         topology: Topology = Topology(),
         capabilities: CapabilityReport | None = None,
         report_stats: bool = True,
+        live_migration_fail_rate: float = 0.0,
+        live_migration_fail_hosts: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -290,6 +314,11 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
+        # Live migrations: (migration, destination, side) -> LIVE_*, side
+        # "dest" or "source" (both may be hosts of this process).
+        self.live_migration_fail_rate = live_migration_fail_rate
+        self.live_migration_fail_hosts = set(live_migration_fail_hosts)
+        self._live: dict[tuple[str, str, str], str] = {}
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
@@ -749,6 +778,311 @@ class ComputeSimulator:
                         self._start_vm(instance_uuid, source)
             LOG.info("resize_reverted", moved=moved)
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
+
+    # --- RPC endpoint: live migration -----------------------------------------------
+
+    def check_can_live_migrate_destination(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool = False,
+    ) -> None:
+        """On the destination: check it can take the instance, then have the
+        source checked (or hand the migration back)."""
+        chosen = Selection.from_primitive(selection)
+        step = self._live_step(ctxt, instance_uuid, migration_uuid, chosen, "dest")
+        if step is None:
+            return
+        spec = RequestSpec.from_primitive(request_spec)
+        alternates = [Selection.from_primitive(s) for s in host_list]
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+            if step == LIVE_MIGRATING:  # a re-drive: a later step may have been lost
+                LOG.info("live_migration_check_walks_again")
+                self._check_source(
+                    ctxt,
+                    instance_uuid,
+                    migration_uuid,
+                    spec,
+                    chosen,
+                    alternates,
+                    source_host,
+                    block_migration,
+                )
+                return
+            if step == LIVE_LANDED:
+                LOG.info("live_migration_reported_again")
+                self._report_live_migrated(ctxt, instance_uuid, migration_uuid, chosen)
+                return
+            LOG.info("check_can_live_migrate_destination", block_migration=block_migration)
+        self._count(chosen.host, +1)
+        self._runner.later(
+            self.build_time,
+            lambda: self._finish_dest_check(
+                ctxt,
+                instance_uuid,
+                migration_uuid,
+                spec,
+                chosen,
+                alternates,
+                source_host,
+                block_migration,
+            ),
+        )
+
+    def _finish_dest_check(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+        source_host: str,
+        block_migration: bool,
+    ) -> None:
+        self._count(chosen.host, -1)
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+            if not self._live_passes(instance_uuid, migration_uuid, chosen, chosen.host, "dest"):
+                self._precheck_failed(
+                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, "destination"
+                )
+                return
+            with self._lock:
+                self._live[(migration_uuid, chosen.host, "dest")] = LIVE_MIGRATING
+            self._check_source(
+                ctxt,
+                instance_uuid,
+                migration_uuid,
+                spec,
+                chosen,
+                alternates,
+                source_host,
+                block_migration,
+            )
+
+    def _check_source(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+        source_host: str,
+        block_migration: bool,
+    ) -> None:
+        assert self.compute is not None, "a simulator that migrates needs a compute client"
+        self.compute.check_can_live_migrate_source(
+            ctxt,
+            source_host,
+            instance_uuid,
+            migration_uuid,
+            spec,
+            chosen,
+            alternates,
+            block_migration,
+        )
+
+    def check_can_live_migrate_source(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool = False,
+    ) -> None:
+        """On the source: check it can let the instance go, then migrate it to
+        ``selection``'s host (or hand the migration back)."""
+        chosen = Selection.from_primitive(selection)
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, source_host):
+            if source_host not in self._host_set:
+                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            key = (migration_uuid, chosen.host, "source")
+            with self._lock:
+                step = self._live.get(key)
+                if step is None or step == LIVE_FAILED:
+                    self._live[key] = LIVE_CHECKING
+            if step == LIVE_CHECKING:
+                LOG.info("live_migration_source_duplicate_ignored")
+                return
+            if step in (LIVE_MIGRATING, LIVE_LANDED):  # migrated: the post may be lost
+                LOG.info("live_migration_source_walks_again")
+                self._post(ctxt, instance_uuid, migration_uuid, chosen)
+                return
+            LOG.info("check_can_live_migrate_source", dest=chosen.host)
+        spec = RequestSpec.from_primitive(request_spec)
+        alternates = [Selection.from_primitive(s) for s in host_list]
+        self._runner.later(
+            self.build_time,
+            lambda: self._live_migrate(
+                ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, source_host
+            ),
+        )
+
+    def _live_migrate(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+        source_host: str,
+    ) -> None:
+        """The source's check, then the migration itself: off the source."""
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, source_host):
+            if not self._live_passes(instance_uuid, migration_uuid, chosen, source_host, "source"):
+                self._precheck_failed(
+                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, "source"
+                )
+                return
+            with self._lock:
+                if instance_uuid in self._terminated:  # deleted meanwhile
+                    self._live[(migration_uuid, chosen.host, "source")] = LIVE_FAILED
+                    LOG.info("live_migration_cancelled_by_delete")
+                    return
+                self._live[(migration_uuid, chosen.host, "source")] = LIVE_MIGRATING
+                self._stop_vm(instance_uuid, source_host)
+            LOG.info("live_migration", dest=chosen.host)
+            self._post(ctxt, instance_uuid, migration_uuid, chosen)
+
+    def _post(self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection) -> None:
+        assert self.compute is not None, "a simulator that migrates needs a compute client"
+        self.compute.post_live_migration_at_destination(
+            ctxt, chosen, instance_uuid, migration_uuid
+        )
+
+    def post_live_migration_at_destination(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, selection: dict[str, Any]
+    ) -> None:
+        """On the destination: the instance runs here now; tell the conductor."""
+        chosen = Selection.from_primitive(selection)
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+            if chosen.host not in self._host_set:
+                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            key = (migration_uuid, chosen.host, "dest")
+            with self._lock:
+                if instance_uuid in self._terminated:
+                    self._live[key] = LIVE_FAILED
+                    LOG.info("live_migration_cancelled_by_delete")
+                    return
+                again = self._live.get(key) == LIVE_LANDED
+                self._live[key] = LIVE_LANDED
+                self._start_vm(instance_uuid, chosen.host)
+            LOG.info("live_migration_reported_again" if again else "post_live_migration")
+            self._report_live_migrated(ctxt, instance_uuid, migration_uuid, chosen)
+
+    def _report_live_migrated(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection
+    ) -> None:
+        self.conductor.live_migrated(
+            ctxt,
+            instance_uuid,
+            migration_uuid,
+            chosen.host,
+            chosen.node,
+            chosen.availability_zone,
+        )
+
+    def _live_step(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection, side: str
+    ) -> str | None:
+        """Check in a live migration's step on ``chosen``'s host: the step it had
+        reached (None then a new check is started; also None, logged, when
+        the step is to be ignored: a foreign host, a deleted instance, a
+        check under way)."""
+        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+            if chosen.host not in self._host_set:
+                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
+                return None
+            key = (migration_uuid, chosen.host, side)
+            with self._lock:
+                if instance_uuid in self._terminated:
+                    LOG.info("live_migration_of_deleted_instance_ignored")
+                    return None
+                step = self._live.get(key)
+                if step is None or step == LIVE_FAILED:
+                    self._live[key] = LIVE_CHECKING
+                    return LIVE_CHECKING
+            if step == LIVE_CHECKING:
+                LOG.info("live_migration_check_duplicate_ignored")
+                return None
+            return step
+
+    def _live_passes(
+        self, instance_uuid: str, migration_uuid: str, chosen: Selection, host: str, side: str
+    ) -> bool:
+        """Draw one pre-check on ``host`` (False: it failed, or the instance was
+        deleted meanwhile; either way this step is over)."""
+        key = (migration_uuid, chosen.host, side)
+        with self._lock:
+            if instance_uuid in self._terminated:
+                self._live[key] = LIVE_FAILED
+                LOG.info("live_migration_cancelled_by_delete")
+                return False
+        failed = (
+            host in self.live_migration_fail_hosts
+            or self._rng.random() < self.live_migration_fail_rate
+        )
+        if failed:
+            with self._lock:
+                self._live[key] = LIVE_FAILED
+        return not failed
+
+    def _precheck_failed(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        chosen: Selection,
+        alternates: list[Selection],
+        side: str,
+    ) -> None:
+        """Release the destination's claim, then hand the migration back to the
+        conductor for the next alternate (nothing if deleted meanwhile)."""
+        with self._lock:
+            if instance_uuid in self._terminated:
+                return
+        released = self._release_if_here(instance_uuid, chosen)
+        LOG.info(
+            "live_migration_precheck_failed",
+            side=side,
+            dest=chosen.host,
+            released=released,
+            alternates=len(alternates),
+        )
+        self.conductor.live_migration_precheck_failed(
+            ctxt,
+            instance_uuid,
+            migration_uuid,
+            spec,
+            chosen.host,
+            f"simulated live migration pre-check failure on the {side}",
+            alternates,
+        )
+
+    @contextmanager
+    def _live_bound(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, host: str
+    ) -> Iterator[None]:
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+        ):
+            yield
 
     # --- RPC endpoint: delete ---------------------------------------------------------
 

@@ -19,6 +19,13 @@ on one host. When they run out the instance goes to ERROR with "max retries
 exceeded", distinct from "no valid host" (a resize instead stays ACTIVE on
 its source, with that fault).
 
+A live migration's destination that fails its pre-checks is retried the
+same way (``live_migration_precheck_failed``: the next alternate claimed,
+its pre-checks cast there; none left, the instance goes back ACTIVE on its
+source with the fault); ``live_migrated`` lands it on the destination and
+drops the source's allocation. The task that starts it is
+:class:`conductor_stub.live_migrate.LiveMigrator`'s.
+
 What a user reads (``fault``) is generic, decided by
 :func:`scheduler.policy.user_reason`; which hosts were tried, which
 alternates were refused and why go to the admin-only ``fault_details``.
@@ -48,6 +55,7 @@ import oslo_messaging
 
 from conductor_stub import records
 from conductor_stub.delete import Deleter
+from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from scheduler import policy
 from scheduler.exceptions import (
@@ -71,6 +79,7 @@ from scheduler.objects import (
     DELETED,
     ERROR,
     FINAL_STATES,
+    MIGRATING,
     RESIZED,
     RESIZING,
     SPAWNING,
@@ -90,6 +99,10 @@ def _request_id(ctxt: Any) -> str | None:
     return getattr(ctxt, "request_id", None)
 
 
+#: What a move's retry on an alternate logs, by the state of the move.
+MOVE_RESCHEDULED = {RESIZING: "resize_rescheduled", MIGRATING: "live_migration_rescheduled"}
+
+
 def _refused(refused: list[str]) -> str:
     """The admin details' account of the alternates refused at their claim."""
     return f"; alternates refused: {', '.join(refused)}" if refused else ""
@@ -97,9 +110,10 @@ def _refused(refused: list[str]) -> str:
 
 class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
-    resize_result, resize_confirmed, resize_reverted, instance_terminated."""
+    resize_result, resize_confirmed, resize_reverted, instance_terminated,
+    live_migration_precheck_failed, live_migrated."""
 
-    target = oslo_messaging.Target(version="1.3")
+    target = oslo_messaging.Target(version="1.5")
 
     def __init__(
         self,
@@ -115,6 +129,11 @@ class ConductorEndpoint:
         self.settings = settings or ConductorSettings()
         self._clock = clock
         self.deleter = Deleter(store, compute, self.settings, clock)
+        self.migrator = (
+            LiveMigrator(store, scheduler, compute, self.settings, clock)
+            if scheduler is not None
+            else None
+        )
 
     # --- deletes --------------------------------------------------------------------
 
@@ -384,41 +403,12 @@ class ConductorEndpoint:
         reason: str,
         alternates: list[Selection],
     ) -> None:
-        record = self.store.get_instance(uuid)
-        if record.migration_uuid != migration_uuid:
-            records.undo_stale_migration(self.store, record, migration_uuid)
-            return
-        if record.state != RESIZING:
-            LOG.info("resize_reschedule_ignored", state=record.state)
-            return
-        if self.store.get_consumer(uuid) is not None:
-            LOG.info("resize_reschedule_superseded")
-            return
-        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
-        details = (
-            f"max retries exceeded: {attempts} destination(s) tried: "
-            f"{', '.join(tried)}; last failure: {reason}"
+        retried = self._move_failed_on(
+            uuid, migration_uuid, RESIZING, failed_host, reason, self.settings.resize_timeout
         )
-        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
-            records.fail_resize(
-                self.store,
-                record,
-                policy.user_reason(MaxRetriesExceeded()),
-                details,
-                clock=self._clock,
-            )
+        if retried is None:
             return
-        updated = self.store.update_instance(
-            uuid,
-            expected_states=[RESIZING],
-            attempts=attempts,
-            tried_hosts=tried,
-            updated_at=self._clock(),
-            deadline=self._clock() + self.settings.resize_timeout,
-        )
-        if updated is None:
-            return
-        record = updated
+        record, details = retried
         new_flavor = spec.flavor
         if not self.settings.return_alternates:
             retry, _ = records.resize_spec(record)
@@ -437,22 +427,22 @@ class ConductorEndpoint:
                 return
             if selection is None or not self._placed(uuid, selection, RESIZING):
                 return
-            LOG.info("resize_rescheduled_via_scheduler", host=selection.host, attempts=attempts)
+            LOG.info(
+                "resize_rescheduled_via_scheduler", host=selection.host, attempts=record.attempts
+            )
             self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
             return
-        refused: list[str] = []
-        for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
-            if outcome is None:
-                return
-            if not outcome:
-                continue
-            if not self._placed(uuid, alternate, RESIZING):
-                return
-            LOG.info("resize_rescheduled", alternate=alternate.host, attempts=attempts)
-            self.compute.prep_resize(
-                ctxt, uuid, migration_uuid, new_flavor, spec, alternate, alternates[i + 1 :]
-            )
+        refused = self._next_alternate(
+            uuid,
+            migration_uuid,
+            spec,
+            alternates,
+            RESIZING,
+            lambda alternate, rest: self.compute.prep_resize(
+                ctxt, uuid, migration_uuid, new_flavor, spec, alternate, rest
+            ),
+        )
+        if refused is None:
             return
         records.fail_resize(
             self.store,
@@ -490,7 +480,185 @@ class ConductorEndpoint:
                 "resize_reverted" if done else "resize_reverted_late", host=record.source_host
             )
 
+    # --- live migrations --------------------------------------------------------------
+
+    def live_migration_precheck_failed(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        failed_host: str,
+        reason: str,
+        host_list: list[dict[str, Any]],
+    ) -> None:
+        """A pre-check failed for destination ``failed_host`` (its claim released
+        there): claim the next alternate and cast its pre-checks, or, with none
+        left, the instance goes back ACTIVE on its source with a fault (1.5).
+        With alternates off, the live migration is sent again (the scheduler
+        asked again, the hosts tried and the source ignored), up to
+        ``max_attempts`` destinations."""
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            failed_host=failed_host,
+        ):
+            retried = self._move_failed_on(
+                instance_uuid,
+                migration_uuid,
+                MIGRATING,
+                failed_host,
+                reason,
+                self.settings.live_migration_timeout,
+            )
+            if retried is None:
+                return
+            record, details = retried
+            if not self.settings.return_alternates and self.migrator is not None:
+                self.migrator.send(record)  # the park a no-op, the hosts tried ignored
+                return
+            spec = RequestSpec.from_primitive(request_spec)
+            source = record.source_host
+            assert source is not None
+            refused = self._next_alternate(
+                instance_uuid,
+                migration_uuid,
+                spec,
+                [Selection.from_primitive(s) for s in host_list],
+                MIGRATING,
+                lambda alternate, rest: self.compute.check_can_live_migrate_destination(
+                    ctxt,
+                    instance_uuid,
+                    migration_uuid,
+                    spec,
+                    alternate,
+                    rest,
+                    source,
+                    record.block_migration,
+                ),
+            )
+            if refused is None:
+                return
+            records.fail_move(
+                self.store,
+                record,
+                policy.user_reason(MaxRetriesExceeded()),
+                details + _refused(refused),
+                clock=self._clock,
+            )
+
+    def live_migrated(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
+    ) -> None:
+        """The instance runs on ``host`` and no longer on its source (1.5): it is
+        ACTIVE there and the source's allocation is dropped."""
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+        ):
+            record = self.store.get_instance(instance_uuid)
+            if record.migration_uuid != migration_uuid or record.state != MIGRATING:
+                LOG.info("live_migrated_duplicate", state=record.state)
+                return
+            if not records.holds_on(self.store, instance_uuid, host):
+                LOG.info("stale_live_migration_result_ignored")
+                return
+            if not records.finish_live_migration(
+                self.store, record, host, node, availability_zone, clock=self._clock
+            ):
+                LOG.info("live_migrated_late")
+
     # --- shared steps ---------------------------------------------------------------
+
+    def _move_failed_on(
+        self,
+        uuid: str,
+        migration_uuid: str,
+        state: str,
+        failed_host: str,
+        reason: str,
+        timeout: float,
+    ) -> tuple[InstanceRecord, str] | None:
+        """A move's destination (a resize's or a live migration's, in ``state``)
+        failed and released its claim: record the attempt and push the deadline.
+
+        Returns the record and the admin details of the failures so far; None
+        when there is nothing to retry: the result is stale (another
+        migration, or the move is over), a re-driven copy has placed the
+        instance already, or (alternates off) ``max_attempts`` destinations
+        are used up (then the move failed back to its source here).
+        """
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid:
+            records.undo_stale_migration(self.store, record, migration_uuid)
+            return None
+        if record.state != state:
+            LOG.info("move_reschedule_ignored", state=record.state, move=state)
+            return None
+        if self.store.get_consumer(uuid) is not None:
+            LOG.info("move_reschedule_superseded", move=state)
+            return None
+        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
+        details = (
+            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"{', '.join(tried)}; last failure: {reason}"
+        )
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            records.fail_move(
+                self.store,
+                record,
+                policy.user_reason(MaxRetriesExceeded()),
+                details,
+                clock=self._clock,
+            )
+            return None
+        updated = self.store.update_instance(
+            uuid,
+            expected_states=[state],
+            attempts=attempts,
+            tried_hosts=tried,
+            updated_at=self._clock(),
+            deadline=self._clock() + timeout,
+        )
+        return None if updated is None else (updated, details)
+
+    def _next_alternate(
+        self,
+        uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        alternates: list[Selection],
+        state: str,
+        cast: Callable[[Selection, list[Selection]], None],
+    ) -> list[str] | None:
+        """Claim the first alternate that can still take the moved instance and
+        ``cast`` its step there (with the alternates after it): None then, or
+        when the move stopped (a re-driven copy placed it, it was given up or
+        deleted). When none is left, the alternates refused at their claim."""
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
+            if outcome is None:
+                return None
+            if not outcome:
+                continue
+            if not self._placed(uuid, alternate, state):
+                return None
+            LOG.info(
+                MOVE_RESCHEDULED[state], alternate=alternate.host, left=len(alternates) - i - 1
+            )
+            cast(alternate, alternates[i + 1 :])
+            return None
+        return refused
 
     def _claim_alternate(
         self,

@@ -14,6 +14,10 @@ one of them wins and the loser changes nothing::
     RESIZED --confirm--> ACTIVE on the destination (the source's allocation dropped)
     RESIZED --revert--> ACTIVE on the source (the destination's dropped, the
                                             source's handed back)
+    ACTIVE --live-migrate--> MIGRATING --landed on the destination--> ACTIVE there
+                                            (the source's allocation dropped)
+    MIGRATING --pre-checks failed on every destination / cannot be placed /
+        timed out--> ACTIVE on the source + fault (the source's handed back)
     any but DELETED --delete--> DELETING (fenced: no claim lands) --every host
         that may run it destroyed it / re-drives exhausted--> DELETED (every
         claim released; the record expires after a retention)
@@ -28,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
@@ -36,8 +40,10 @@ from scheduler.objects import (
     ACTIVE,
     BUILDING,
     ERROR,
+    MIGRATING,
     RESIZED,
     RESIZING,
+    Destination,
     Flavor,
     InstanceRecord,
     RequestSpec,
@@ -51,7 +57,8 @@ LOG = get_logger(__name__)
 class ConductorSettings:
     """The conductor's options, read once and passed in.
 
-    ``build_timeout`` / ``resize_timeout`` / ``delete_timeout``: seconds to
+    ``build_timeout`` / ``resize_timeout`` / ``live_migration_timeout`` /
+    ``delete_timeout``: seconds to
     wait for an answer before re-driving; ``deleted_retention``: seconds a
     DELETED record is kept; ``max_redrives``: re-drives before the request has
     timed out; ``return_alternates``: reschedule onto the alternates (else
@@ -60,6 +67,7 @@ class ConductorSettings:
 
     build_timeout: float = 120.0
     resize_timeout: float = 300.0
+    live_migration_timeout: float = 300.0
     delete_timeout: float = 60.0
     deleted_retention: float = 86400.0
     max_redrives: int = 3
@@ -137,6 +145,58 @@ def fail_build(
     return True
 
 
+#: The states of a move with a source to go back to, and what its failure logs.
+MOVE_FAILED_EVENTS = {RESIZING: "resize_failed", MIGRATING: "live_migration_failed"}
+
+#: The fields of a move in flight, as they are once none is.
+NO_MOVE: dict[str, Any] = {
+    "migration_uuid": None,
+    "new_flavor": None,
+    "source_host": None,
+    "source_node": None,
+    "source_availability_zone": None,
+    "requested_host": None,
+    "block_migration": False,
+    "deadline": None,
+}
+
+
+def fail_move(
+    store: ConductorStore,
+    record: InstanceRecord,
+    fault: str,
+    details: str,
+    *,
+    clock: Clock = time.time,
+) -> bool:
+    """A move (RESIZING or MIGRATING, the ``record``'s state) -> ACTIVE on the
+    source with ``fault``; hand the source's allocation back to the instance,
+    dropping any destination claim.
+
+    False if the move was no longer under way (nothing done).
+    """
+    assert record.state in MOVE_FAILED_EVENTS, record.state
+    done = store.update_instance(
+        record.uuid,
+        expected_states=[record.state],
+        state=ACTIVE,
+        task_state=None,
+        fault=fault,
+        fault_details=details,
+        **NO_MOVE,
+        updated_at=clock(),
+    )
+    if done is None:
+        return False
+    moved = False
+    if record.migration_uuid:
+        moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
+    LOG.info(
+        MOVE_FAILED_EVENTS[record.state], instance_uuid=record.uuid, fault=fault, restored=moved
+    )
+    return True
+
+
 def fail_resize(
     store: ConductorStore,
     record: InstanceRecord,
@@ -145,32 +205,46 @@ def fail_resize(
     *,
     clock: Clock = time.time,
 ) -> bool:
-    """RESIZING -> ACTIVE on the source with ``fault``; hand the source's
-    allocation back to the instance, dropping any destination claim.
+    """RESIZING -> ACTIVE on the source with ``fault`` (:func:`fail_move`)."""
+    if record.state != RESIZING:
+        return False
+    return fail_move(store, record, fault, details, clock=clock)
 
-    False if the resize was no longer under way (nothing done).
+
+def finish_live_migration(
+    store: ConductorStore,
+    record: InstanceRecord,
+    host: str,
+    node: str,
+    availability_zone: str | None,
+    *,
+    clock: Clock = time.time,
+) -> bool:
+    """MIGRATING -> ACTIVE on the destination (``host``), then drop the source's
+    allocation (the migration's). The instance's own claim, made on the
+    destination, is what it holds from then on.
+
+    False if the live migration was no longer under way (nothing done).
     """
     done = store.update_instance(
         record.uuid,
-        expected_states=[RESIZING],
+        expected_states=[MIGRATING],
         state=ACTIVE,
         task_state=None,
-        fault=fault,
-        fault_details=details,
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
-        deadline=None,
+        **placed_on(host, node, availability_zone),
+        **NO_MOVE,
         updated_at=clock(),
     )
     if done is None:
         return False
-    moved = False
-    if record.migration_uuid:
-        moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
-    LOG.info("resize_failed", instance_uuid=record.uuid, fault=fault, restored=moved)
+    released = store.release(record.migration_uuid) if record.migration_uuid else False
+    LOG.info(
+        "instance_live_migrated",
+        instance_uuid=record.uuid,
+        host=host,
+        source=record.source_host,
+        source_released=released,
+    )
     return True
 
 
@@ -187,12 +261,7 @@ def finish_confirm(
         state=ACTIVE,
         task_state=None,
         request_spec=spec or None,
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
-        deadline=None,
+        **NO_MOVE,
         updated_at=clock(),
     )
     return done is not None
@@ -208,12 +277,7 @@ def finish_revert(
         state=ACTIVE,
         task_state=None,
         **placed_on(record.source_host, record.source_node, record.source_availability_zone),
-        migration_uuid=None,
-        new_flavor=None,
-        source_host=None,
-        source_node=None,
-        source_availability_zone=None,
-        deadline=None,
+        **NO_MOVE,
         updated_at=clock(),
     )
     return done is not None
@@ -224,12 +288,12 @@ def undo_stale_migration(
 ) -> None:
     """A result for a migration the record is not (or no longer) in.
 
-    It comes from a late copy of a re-driven resize that ran after the resize
+    It comes from a late copy of a re-driven move that ran after the move
     had ended: that copy parked the instance's allocation on the migration
     again. Hand it back (dropping the claim the copy made), unless another
-    resize is under way, whose allocations must not be touched.
+    move is under way, whose allocations must not be touched.
     """
-    if record.state in (RESIZING, RESIZED) and record.migration_uuid:
+    if record.state in (RESIZING, RESIZED, MIGRATING) and record.migration_uuid:
         LOG.error(
             "stale_migration_left",
             instance_uuid=record.uuid,
@@ -262,3 +326,20 @@ def build_spec(record: InstanceRecord) -> RequestSpec:
     spec = RequestSpec.from_primitive(dict(record.request_spec))
     ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
     return spec.replace(num_instances=1, ignore_hosts=ignore)
+
+
+def live_migration_spec(record: InstanceRecord) -> RequestSpec:
+    """The request spec of a record's live migration: its own flavor and
+    original spec (group, zone, traits, hints), its source and the hosts tried
+    ignored, and the host an admin named (``requested_host``) as the requested
+    destination. A destination forced at boot does not bind a move."""
+    spec = build_spec(record)
+    ignore = (*spec.ignore_hosts, *([record.source_host] if record.source_host else []))
+    return spec.replace(
+        ignore_hosts=tuple(dict.fromkeys(ignore)),
+        force_hosts=(),
+        force_nodes=(),
+        requested_destination=(
+            Destination(host=record.requested_host) if record.requested_host else None
+        ),
+    )

@@ -15,12 +15,16 @@ not heard back on:
 * RESIZING: ``resize`` is sent again with the same request id, so the same
   migration: its move is a no-op and the destination's claim is reused.
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
+* MIGRATING: the live migration is sent again with the same request id, so
+  the same migration: its park is a no-op and the destination the instance
+  holds is reused by the scheduler (never claimed twice), and its pre-checks
+  cast again (each step is idempotent per migration on the computes).
 * DELETING: the terminate is cast again to the hosts that have not answered
   (see :mod:`conductor_stub.delete`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
-a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
+a late copy claimed meanwhile is released too), a resize or a live migration ends ACTIVE on its
 source with a fault, a confirm or revert is done here, in the store, and a
 delete finishes without the hosts that never answered (its claims
 released; a VM left there is the reconciler's).
@@ -47,6 +51,7 @@ from collections.abc import Callable
 
 from conductor_stub import records
 from conductor_stub.delete import Deleter
+from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from scheduler import policy
@@ -56,6 +61,7 @@ from scheduler.objects import (
     BUILDING,
     DELETING,
     ERROR,
+    MIGRATING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
     RESIZED,
@@ -78,8 +84,9 @@ class Sweeper:
 
     ``counts`` totals what every sweep did, by kind (``run_instance``,
     ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
-    ``cleaned_up``, ``delete_done_here``). ``deleter`` re-sends terminates
-    (by default one on the resizer's compute client).
+    ``cleaned_up``, ``delete_done_here``, ``live_migrate``). ``deleter``
+    re-sends terminates and ``migrator`` live migrations (by default ones on
+    the resizer's clients).
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class Sweeper:
         settings: ConductorSettings,
         clock: Callable[[], float] = time.time,
         deleter: Deleter | None = None,
+        migrator: LiveMigrator | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -97,6 +105,9 @@ class Sweeper:
         self.settings = settings
         self._clock = clock
         self.deleter = deleter or Deleter(store, resizer.compute, settings, clock)
+        self.migrator = migrator or LiveMigrator(
+            store, scheduler, resizer.compute, settings, clock
+        )
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
@@ -128,6 +139,8 @@ class Sweeper:
             RESIZE_REVERTING,
         ):
             self._finish_resize(record)
+        elif record.state == MIGRATING:
+            self._live_migrate(record)
         elif record.state == ERROR:
             self._clean_up(record)
         elif record.state == DELETING:
@@ -174,6 +187,24 @@ class Sweeper:
         if updated is not None:
             self.resizer.send_resize(updated)
             self._redriven("resize", record)
+
+    def _live_migrate(self, record: InstanceRecord) -> None:
+        timeout = self.settings.live_migration_timeout
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_move(
+                self.store,
+                record,
+                TIMED_OUT,
+                self._timed_out(record, "live migration", timeout),
+                clock=self._clock,
+            ):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="live_migrate", redrives=record.redrives)
+            return
+        updated = self._push(record, MIGRATING, timeout)
+        if updated is not None:
+            self.migrator.send(updated)
+            self._redriven("live_migrate", record)
 
     def _finish_resize(self, record: InstanceRecord) -> None:
         confirming = record.task_state == RESIZE_CONFIRMING

@@ -174,9 +174,10 @@ def validate_uuid(value: Any, what: str) -> str:
 
 
 def migration_uuid_for(instance_uuid: str, request_id: str) -> str:
-    """The migration consumer of one resize request of an instance.
+    """The migration consumer of one move request (a resize, a live migration)
+    of an instance.
 
-    Derived, not drawn: a re-driven resize (the same request, sent again with
+    Derived, not drawn: a re-driven move (the same request, sent again with
     the same request id) names the same migration, so its moves are no-ops.
     """
     return str(uuidlib.uuid5(uuidlib.UUID(instance_uuid), request_id))
@@ -616,6 +617,7 @@ RESIZING = "RESIZING"  # a resize is under way; the instance still runs on its s
 RESIZED = "RESIZED"  # resized on the destination, waiting for confirm or revert
 DELETING = "DELETING"  # fenced against claims; waiting for the computes to destroy it
 DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a retention
+MIGRATING = "MIGRATING"  # a live migration is under way; the instance runs on its source
 FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED})
 
 # Task states: what the conductor is waiting for (None: nothing).
@@ -625,6 +627,7 @@ RESIZE_PREP = "resize_prep"  # resize sent; prep -> resize -> finish under way
 RESIZE_CONFIRMING = "resize_confirming"
 RESIZE_REVERTING = "resize_reverting"
 DELETING_TASK = "deleting"  # terminate cast to the hosts in pending_hosts
+LIVE_MIGRATING = "migrating"  # pre-checks -> migration under way on a destination
 
 
 @dataclass(frozen=True)
@@ -647,7 +650,11 @@ class InstanceRecord:
     ``is_admin`` are the rights the request was made with, so that a re-drive
     is sent with them (an admin's forced host is refused to anyone else).
     While DELETING, ``pending_hosts`` are the hosts that have not yet said
-    the instance's VM is gone there.
+    the instance's VM is gone there. While MIGRATING (a live migration),
+    ``migration_uuid`` and ``source_*`` are as for a resize (``host`` stays
+    the source until the instance lands), ``requested_host`` is the
+    destination an admin named (None: the scheduler's choice) and
+    ``block_migration`` whether the disk goes with it.
     """
 
     uuid: str
@@ -674,6 +681,8 @@ class InstanceRecord:
     roles: tuple[str, ...] = ()
     is_admin: bool = False
     pending_hosts: tuple[str, ...] = ()
+    requested_host: str | None = None
+    block_migration: bool = False
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -701,6 +710,8 @@ class InstanceRecord:
             "roles": list(self.roles),
             "is_admin": self.is_admin,
             "pending_hosts": list(self.pending_hosts),
+            "requested_host": self.requested_host,
+            "block_migration": self.block_migration,
         }
 
     @classmethod
@@ -714,4 +725,5 @@ class InstanceRecord:
             tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else ()
         )
         known["is_admin"] = known.get("is_admin") is True
+        known["block_migration"] = known.get("block_migration") is True
         return cls(**known)

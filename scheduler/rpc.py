@@ -271,15 +271,20 @@ class ComputeClient:
       1.3 - terminate_instance. Sent at 1.3 alone (the rest as above, so an
             older compute serves them), so an older compute refuses it
             (UnsupportedVersion) rather than ignoring it.
+      1.5 - check_can_live_migrate_destination, check_can_live_migrate_source,
+            post_live_migration_at_destination (a live migration). Sent at
+            1.5 alone, as terminate_instance is at 1.3.
     """
 
-    VERSION = "1.3"
+    VERSION = "1.5"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
     #: The version a Selection naming a zone needs.
     ZONE_VERSION = "1.2"
     #: The version terminate_instance sends.
     TERMINATE_VERSION = "1.3"
+    #: The version the live migration's steps send.
+    LIVE_MIGRATION_VERSION = "1.5"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -355,6 +360,75 @@ class ComputeClient:
             version=self.TERMINATE_VERSION,
             instance_uuid=instance_uuid,
             host=host,
+        )
+
+    def check_can_live_migrate_destination(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+        source_host: str,
+        block_migration: bool,
+    ) -> None:
+        """To the destination (claimed for the instance): check it can take the
+        instance, have the source checked too, then migrate; or hand the
+        migration back to the conductor for the next of ``alternates``."""
+        self._cast(
+            ctxt,
+            selection.host,
+            "check_can_live_migrate_destination",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+            source_host=source_host,
+            block_migration=block_migration,
+        )
+
+    def check_can_live_migrate_source(
+        self,
+        ctxt: RequestContext,
+        source_host: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+        block_migration: bool,
+    ) -> None:
+        """To the source, from a destination that passed its check: check the
+        source, then run the migration to ``selection``'s host."""
+        self._cast(
+            ctxt,
+            source_host,
+            "check_can_live_migrate_source",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+            source_host=source_host,
+            block_migration=block_migration,
+        )
+
+    def post_live_migration_at_destination(
+        self, ctxt: RequestContext, selection: Selection, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        """To the destination, once migrated: the instance runs there; say so."""
+        self._cast(
+            ctxt,
+            selection.host,
+            "post_live_migration_at_destination",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            selection=selection.to_primitive(),
         )
 
     def resize_instance(
@@ -433,15 +507,19 @@ class ConductorClient:
             may carry availability_zone.
             Sent at 1.2 only with a zone (else at 1.1, as before).
       1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
+      1.5 - live_migration_precheck_failed, live_migrated (a live
+            migration's results). Sent at 1.5 alone.
     """
 
-    VERSION = "1.3"
+    VERSION = "1.5"
     #: What every method sends when it carries no zone.
     BASE_VERSION = "1.1"
     #: The version a zone needs.
     ZONE_VERSION = "1.2"
     #: The version instance_terminated sends.
     TERMINATED_VERSION = "1.3"
+    #: The version a live migration's results send.
+    LIVE_MIGRATION_VERSION = "1.5"
 
     def __init__(self, transport: oslo_messaging.Transport) -> None:
         self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
@@ -549,6 +627,52 @@ class ConductorClient:
             reason=reason,
             details=details,
             **zone,
+        )
+
+    def live_migration_precheck_failed(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: Sequence[Selection],
+    ) -> None:
+        """A pre-check failed for destination ``failed_host`` (its claim is
+        released): try the next of ``alternates``, or give the migration up."""
+        self._cast(
+            ctxt,
+            "live_migration_precheck_failed",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            failed_host=failed_host,
+            reason=reason,
+            host_list=[a.to_primitive() for a in alternates],
+        )
+
+    def live_migrated(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
+    ) -> None:
+        """The instance runs on ``host`` (in ``availability_zone``, its
+        Selection's) and no longer on its source."""
+        self._cast(
+            ctxt,
+            "live_migrated",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+            node=node,
+            availability_zone=availability_zone,
         )
 
     def resize_confirmed(

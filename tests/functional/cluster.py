@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.objects import DELETED
-from scheduler.store import Store, open_store
+from scheduler.objects import ACTIVE, DELETED, MIGRATING, RequestSpec
+from scheduler.store import Consumer, Store, open_store
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
@@ -263,7 +263,13 @@ class Cluster:
           (``vm_started`` / ``vm_stopped``; a simulator that was stopped or
           killed took its VMs with it);
         * a DELETED instance holds no allocation (nor does its migration), is
-          no group's member and runs on no compute.
+          no group's member and runs on no compute;
+        * an instance a live migration reached (a simulator logged its
+          destination's pre-check): while MIGRATING, its migration holds the
+          source's allocation and the instance at most one claim, elsewhere;
+          once it settled, it holds exactly its flavor on its host, its
+          migration nothing, and its VM runs there alone (see
+          :meth:`_check_live_migrations`).
         """
         consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -297,6 +303,47 @@ class Cluster:
                 group_uuid,
                 hosts,
             )
+        self._check_live_migrations(consumers, running)
+
+    def _check_live_migrations(
+        self, consumers: list[Consumer], running: dict[str, set[str]]
+    ) -> None:
+        """The live-migrated instances' invariants (see :meth:`check_accounting`).
+
+        A VM is looked for only on the hosts of simulators still running (one
+        stopped or killed took its VMs with it); a simulator's hosts are named
+        after its process (``<name>-0000``, ...).
+        """
+        uuids = self._logged_instances("check_can_live_migrate_destination")
+        if not uuids:
+            return
+        providers = self.store.list_providers()
+        root_of = {p.uuid: p.root_uuid or p.uuid for p in providers}
+        name_of = {p.uuid: p.name for p in providers}
+        held = {c.uuid: c for c in consumers}
+        live_sims = {p.name for p in self.processes if p.popen.poll() is None}
+
+        def hosts_of(consumer_uuid: str | None) -> set[str]:
+            consumer = held.get(consumer_uuid or "")
+            return {name_of[root_of[rp]] for rp in consumer.allocations} if consumer else set()
+
+        for record in self.store.list_instances(sorted(uuids)):
+            where = (record.uuid, record.state, record.host, record.source_host)
+            if record.state == MIGRATING:
+                assert hosts_of(record.migration_uuid) == {record.source_host}, where
+                claimed = hosts_of(record.uuid)
+                assert len(claimed) <= 1 and record.source_host not in claimed, (where, claimed)
+            elif record.state == ACTIVE:
+                assert hosts_of(record.uuid) == {record.host}, (where, hosts_of(record.uuid))
+                assert not hosts_of(record.migration_uuid), where
+                summed: Counter[str] = Counter()
+                for amounts in held[record.uuid].allocations.values():
+                    summed.update(amounts)
+                flavor = RequestSpec.from_primitive(dict(record.request_spec or {})).resources
+                assert dict(summed) == flavor, (where, dict(summed), flavor)
+                assert running.get(record.uuid, set()) <= {record.host}, (where, running)
+                if record.host and record.host.rsplit("-", 1)[0] in live_sims:
+                    assert running.get(record.uuid) == {record.host}, (where, running)
 
     def _live_events(self, *names: str) -> list[dict[str, Any]]:
         """The lines named ``names`` of every process still running, oldest first."""

@@ -390,8 +390,8 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.3", id="compute"),
-        pytest.param(rpc.ConductorClient, "1.3", id="conductor"),
+        pytest.param(rpc.ComputeClient, "1.5", id="compute"),
+        pytest.param(rpc.ConductorClient, "1.5", id="conductor"),
     ],
 )
 def test_each_client_pins_its_version(client: type, version: str) -> None:
@@ -654,4 +654,4 @@ def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
     conductor.instance_terminated(CTXT, "i-1", "h0")
     assert [(v, m) for v, m, _ in spy.sent] == [("1.3", "terminate_instance")]
     assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.3", "instance_terminated")]
-    assert rpc.ComputeClient.VERSION == rpc.ConductorClient.VERSION == "1.3"
+    assert rpc.ComputeClient.TERMINATE_VERSION == rpc.ConductorClient.TERMINATED_VERSION == "1.3"
