@@ -80,7 +80,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import oslo_messaging
@@ -263,6 +263,51 @@ class DelayedRunner:
                 fn()
             except Exception as exc:  # noqa: BLE001 - one bad build must not stop the rest
                 LOG.error("simulated_build_crashed", error=repr(exc))
+
+
+@dataclass(frozen=True)
+class LiveMove:
+    """One live migration's step as a host was cast it: the instance, its
+    migration, the destination's Selection (``chosen``) and what the
+    pre-checks carry on with (the request, the alternates after it, the
+    source; the post on the destination carries none of them)."""
+
+    instance_uuid: str
+    migration_uuid: str
+    chosen: Selection
+    spec: RequestSpec | None = None
+    alternates: list[Selection] = field(default_factory=list)
+    source_host: str = ""
+    block_migration: bool = False
+
+    @classmethod
+    def read(
+        cls,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool,
+    ) -> LiveMove:
+        return cls(
+            instance_uuid,
+            migration_uuid,
+            Selection.from_primitive(selection),
+            RequestSpec.from_primitive(request_spec),
+            [Selection.from_primitive(s) for s in host_list],
+            source_host,
+            block_migration,
+        )
+
+    @property
+    def dest(self) -> str:
+        return self.chosen.host
+
+    def key(self, side: str) -> tuple[str, str, str]:
+        """What a host knows of this migration is kept under, per ``side``."""
+        return (self.migration_uuid, self.dest, side)
 
 
 class ComputeSimulator:
@@ -794,98 +839,53 @@ class ComputeSimulator:
     ) -> None:
         """On the destination: check it can take the instance, then have the
         source checked (or hand the migration back)."""
-        chosen = Selection.from_primitive(selection)
-        step = self._live_step(ctxt, instance_uuid, migration_uuid, chosen, "dest")
-        if step is None:
-            return
-        spec = RequestSpec.from_primitive(request_spec)
-        alternates = [Selection.from_primitive(s) for s in host_list]
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+        move = LiveMove.read(
+            instance_uuid,
+            migration_uuid,
+            request_spec,
+            selection,
+            host_list,
+            source_host,
+            block_migration,
+        )
+        step = self._live_step(ctxt, move, "dest")
+        with self._live_bound(ctxt, move, move.dest):
+            if step is None:
+                return
             if step == LIVE_MIGRATING:  # a re-drive: a later step may have been lost
                 LOG.info("live_migration_check_walks_again")
-                self._check_source(
-                    ctxt,
-                    instance_uuid,
-                    migration_uuid,
-                    spec,
-                    chosen,
-                    alternates,
-                    source_host,
-                    block_migration,
-                )
+                self._check_source(ctxt, move)
                 return
             if step == LIVE_LANDED:
                 LOG.info("live_migration_reported_again")
-                self._report_live_migrated(ctxt, instance_uuid, migration_uuid, chosen)
+                self._report_live_migrated(ctxt, move)
                 return
             LOG.info("check_can_live_migrate_destination", block_migration=block_migration)
-        self._count(chosen.host, +1)
-        self._runner.later(
-            self.build_time,
-            lambda: self._finish_dest_check(
-                ctxt,
-                instance_uuid,
-                migration_uuid,
-                spec,
-                chosen,
-                alternates,
-                source_host,
-                block_migration,
-            ),
-        )
+        self._count(move.dest, +1)
+        self._runner.later(self.build_time, lambda: self._finish_dest_check(ctxt, move))
 
-    def _finish_dest_check(
-        self,
-        ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        spec: RequestSpec,
-        chosen: Selection,
-        alternates: list[Selection],
-        source_host: str,
-        block_migration: bool,
-    ) -> None:
-        self._count(chosen.host, -1)
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
-            if not self._live_passes(instance_uuid, migration_uuid, chosen, chosen.host, "dest"):
-                self._precheck_failed(
-                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, "destination"
-                )
+    def _finish_dest_check(self, ctxt: Any, move: LiveMove) -> None:
+        self._count(move.dest, -1)
+        with self._live_bound(ctxt, move, move.dest):
+            if not self._live_passes(move, "dest"):
+                self._precheck_failed(ctxt, move, "destination")
                 return
             with self._lock:
-                self._live[(migration_uuid, chosen.host, "dest")] = LIVE_MIGRATING
-            self._check_source(
-                ctxt,
-                instance_uuid,
-                migration_uuid,
-                spec,
-                chosen,
-                alternates,
-                source_host,
-                block_migration,
-            )
+                self._live[move.key("dest")] = LIVE_MIGRATING
+            self._check_source(ctxt, move)
 
-    def _check_source(
-        self,
-        ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        spec: RequestSpec,
-        chosen: Selection,
-        alternates: list[Selection],
-        source_host: str,
-        block_migration: bool,
-    ) -> None:
+    def _check_source(self, ctxt: Any, move: LiveMove) -> None:
         assert self.compute is not None, "a simulator that migrates needs a compute client"
+        assert move.spec is not None, "a pre-check carries its request"
         self.compute.check_can_live_migrate_source(
             ctxt,
-            source_host,
-            instance_uuid,
-            migration_uuid,
-            spec,
-            chosen,
-            alternates,
-            block_migration,
+            move.source_host,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.spec,
+            move.chosen,
+            move.alternates,
+            move.block_migration,
         )
 
     def check_can_live_migrate_source(
@@ -901,64 +901,46 @@ class ComputeSimulator:
     ) -> None:
         """On the source: check it can let the instance go, then migrate it to
         ``selection``'s host (or hand the migration back)."""
-        chosen = Selection.from_primitive(selection)
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, source_host):
-            if source_host not in self._host_set:
-                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
-                return
-            key = (migration_uuid, chosen.host, "source")
-            with self._lock:
-                step = self._live.get(key)
-                if step is None or step == LIVE_FAILED:
-                    self._live[key] = LIVE_CHECKING
-            if step == LIVE_CHECKING:
-                LOG.info("live_migration_source_duplicate_ignored")
+        move = LiveMove.read(
+            instance_uuid,
+            migration_uuid,
+            request_spec,
+            selection,
+            host_list,
+            source_host,
+            block_migration,
+        )
+        step = self._live_step(ctxt, move, "source")
+        with self._live_bound(ctxt, move, source_host):
+            if step is None:
                 return
             if step in (LIVE_MIGRATING, LIVE_LANDED):  # migrated: the post may be lost
                 LOG.info("live_migration_source_walks_again")
-                self._post(ctxt, instance_uuid, migration_uuid, chosen)
+                self._post(ctxt, move)
                 return
-            LOG.info("check_can_live_migrate_source", dest=chosen.host)
-        spec = RequestSpec.from_primitive(request_spec)
-        alternates = [Selection.from_primitive(s) for s in host_list]
-        self._runner.later(
-            self.build_time,
-            lambda: self._live_migrate(
-                ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, source_host
-            ),
-        )
+            LOG.info("check_can_live_migrate_source", dest=move.dest)
+        self._runner.later(self.build_time, lambda: self._live_migrate(ctxt, move))
 
-    def _live_migrate(
-        self,
-        ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        spec: RequestSpec,
-        chosen: Selection,
-        alternates: list[Selection],
-        source_host: str,
-    ) -> None:
+    def _live_migrate(self, ctxt: Any, move: LiveMove) -> None:
         """The source's check, then the migration itself: off the source."""
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, source_host):
-            if not self._live_passes(instance_uuid, migration_uuid, chosen, source_host, "source"):
-                self._precheck_failed(
-                    ctxt, instance_uuid, migration_uuid, spec, chosen, alternates, "source"
-                )
+        with self._live_bound(ctxt, move, move.source_host):
+            if not self._live_passes(move, "source"):
+                self._precheck_failed(ctxt, move, "source")
                 return
             with self._lock:
-                if instance_uuid in self._terminated:  # deleted meanwhile
-                    self._live[(migration_uuid, chosen.host, "source")] = LIVE_FAILED
+                if move.instance_uuid in self._terminated:  # deleted meanwhile
+                    self._live[move.key("source")] = LIVE_FAILED
                     LOG.info("live_migration_cancelled_by_delete")
                     return
-                self._live[(migration_uuid, chosen.host, "source")] = LIVE_MIGRATING
-                self._stop_vm(instance_uuid, source_host)
-            LOG.info("live_migration", dest=chosen.host)
-            self._post(ctxt, instance_uuid, migration_uuid, chosen)
+                self._live[move.key("source")] = LIVE_MIGRATING
+                self._stop_vm(move.instance_uuid, move.source_host)
+            LOG.info("live_migration", dest=move.dest)
+            self._post(ctxt, move)
 
-    def _post(self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection) -> None:
+    def _post(self, ctxt: Any, move: LiveMove) -> None:
         assert self.compute is not None, "a simulator that migrates needs a compute client"
         self.compute.post_live_migration_at_destination(
-            ctxt, chosen, instance_uuid, migration_uuid
+            ctxt, move.chosen, move.instance_uuid, move.migration_uuid
         )
 
     def post_live_migration_at_destination(
@@ -966,120 +948,104 @@ class ComputeSimulator:
     ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
         chosen = Selection.from_primitive(selection)
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
+        move = LiveMove(instance_uuid, migration_uuid, chosen)
+        with self._live_bound(ctxt, move, chosen.host):
             if chosen.host not in self._host_set:
                 LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
                 return
-            key = (migration_uuid, chosen.host, "dest")
             with self._lock:
                 if instance_uuid in self._terminated:
-                    self._live[key] = LIVE_FAILED
+                    self._live[move.key("dest")] = LIVE_FAILED
                     LOG.info("live_migration_cancelled_by_delete")
                     return
-                again = self._live.get(key) == LIVE_LANDED
-                self._live[key] = LIVE_LANDED
+                again = self._live.get(move.key("dest")) == LIVE_LANDED
+                self._live[move.key("dest")] = LIVE_LANDED
                 self._start_vm(instance_uuid, chosen.host)
             LOG.info("live_migration_reported_again" if again else "post_live_migration")
-            self._report_live_migrated(ctxt, instance_uuid, migration_uuid, chosen)
+            self._report_live_migrated(ctxt, move)
 
-    def _report_live_migrated(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection
-    ) -> None:
+    def _report_live_migrated(self, ctxt: Any, move: LiveMove) -> None:
         self.conductor.live_migrated(
             ctxt,
-            instance_uuid,
-            migration_uuid,
-            chosen.host,
-            chosen.node,
-            chosen.availability_zone,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.dest,
+            move.chosen.node,
+            move.chosen.availability_zone,
         )
 
-    def _live_step(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, chosen: Selection, side: str
-    ) -> str | None:
-        """Check in a live migration's step on ``chosen``'s host: the step it had
-        reached (None then a new check is started; also None, logged, when
-        the step is to be ignored: a foreign host, a deleted instance, a
-        check under way)."""
-        with self._live_bound(ctxt, instance_uuid, migration_uuid, chosen.host):
-            if chosen.host not in self._host_set:
+    def _live_step(self, ctxt: Any, move: LiveMove, side: str) -> str | None:
+        """Check in a live migration's pre-check on its ``side`` ("dest" or
+        "source"): the step it had reached there, :data:`LIVE_CHECKING` when a
+        new check starts; None, logged, when the cast is to be ignored (a
+        foreign host, a deleted instance, a check under way)."""
+        host = move.dest if side == "dest" else move.source_host
+        with self._live_bound(ctxt, move, host):
+            if host not in self._host_set:
                 LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
                 return None
-            key = (migration_uuid, chosen.host, side)
             with self._lock:
-                if instance_uuid in self._terminated:
+                if move.instance_uuid in self._terminated:
                     LOG.info("live_migration_of_deleted_instance_ignored")
                     return None
-                step = self._live.get(key)
+                step = self._live.get(move.key(side))
                 if step is None or step == LIVE_FAILED:
-                    self._live[key] = LIVE_CHECKING
+                    self._live[move.key(side)] = LIVE_CHECKING
                     return LIVE_CHECKING
             if step == LIVE_CHECKING:
-                LOG.info("live_migration_check_duplicate_ignored")
+                LOG.info("live_migration_check_duplicate_ignored", side=side)
                 return None
             return step
 
-    def _live_passes(
-        self, instance_uuid: str, migration_uuid: str, chosen: Selection, host: str, side: str
-    ) -> bool:
-        """Draw one pre-check on ``host`` (False: it failed, or the instance was
-        deleted meanwhile; either way this step is over)."""
-        key = (migration_uuid, chosen.host, side)
+    def _live_passes(self, move: LiveMove, side: str) -> bool:
+        """Draw one pre-check on ``side``'s host (False: it failed, or the
+        instance was deleted meanwhile; either way this step is over)."""
         with self._lock:
-            if instance_uuid in self._terminated:
-                self._live[key] = LIVE_FAILED
+            if move.instance_uuid in self._terminated:
+                self._live[move.key(side)] = LIVE_FAILED
                 LOG.info("live_migration_cancelled_by_delete")
                 return False
+        host = move.dest if side == "dest" else move.source_host
         failed = (
             host in self.live_migration_fail_hosts
             or self._rng.random() < self.live_migration_fail_rate
         )
         if failed:
             with self._lock:
-                self._live[key] = LIVE_FAILED
+                self._live[move.key(side)] = LIVE_FAILED
         return not failed
 
-    def _precheck_failed(
-        self,
-        ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        spec: RequestSpec,
-        chosen: Selection,
-        alternates: list[Selection],
-        side: str,
-    ) -> None:
+    def _precheck_failed(self, ctxt: Any, move: LiveMove, side: str) -> None:
         """Release the destination's claim, then hand the migration back to the
         conductor for the next alternate (nothing if deleted meanwhile)."""
         with self._lock:
-            if instance_uuid in self._terminated:
+            if move.instance_uuid in self._terminated:
                 return
-        released = self._release_if_here(instance_uuid, chosen)
+        assert move.spec is not None, "a pre-check carries its request"
+        released = self._release_if_here(move.instance_uuid, move.chosen)
         LOG.info(
             "live_migration_precheck_failed",
             side=side,
-            dest=chosen.host,
+            dest=move.dest,
             released=released,
-            alternates=len(alternates),
+            alternates=len(move.alternates),
         )
         self.conductor.live_migration_precheck_failed(
             ctxt,
-            instance_uuid,
-            migration_uuid,
-            spec,
-            chosen.host,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.spec,
+            move.dest,
             f"simulated live migration pre-check failure on the {side}",
-            alternates,
+            move.alternates,
         )
 
     @contextmanager
-    def _live_bound(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, host: str
-    ) -> Iterator[None]:
+    def _live_bound(self, ctxt: Any, move: LiveMove, host: str) -> Iterator[None]:
         with bind_request(
             request_id=getattr(ctxt, "request_id", None),
-            instance_uuid=instance_uuid,
-            migration_uuid=migration_uuid,
+            instance_uuid=move.instance_uuid,
+            migration_uuid=move.migration_uuid,
             host=host,
         ):
             yield

@@ -368,7 +368,7 @@ class ConductorEndpoint:
                 LOG.info("resize_result_duplicate", state=record.state)
                 return
             if not success:
-                records.fail_resize(
+                records.fail_move(
                     self.store,
                     record,
                     reason or "resize failed",
@@ -417,7 +417,7 @@ class ConductorEndpoint:
             try:
                 selection = self._select_again(ctxt, uuid, retry)
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_resize(
+                records.fail_move(
                     self.store,
                     record,
                     policy.user_reason(exc),
@@ -432,24 +432,15 @@ class ConductorEndpoint:
             )
             self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
             return
-        refused = self._next_alternate(
-            uuid,
+        self._next_alternate(
+            record,
+            details,
             migration_uuid,
             spec,
             alternates,
-            RESIZING,
             lambda alternate, rest: self.compute.prep_resize(
                 ctxt, uuid, migration_uuid, new_flavor, spec, alternate, rest
             ),
-        )
-        if refused is None:
-            return
-        records.fail_resize(
-            self.store,
-            record,
-            policy.user_reason(MaxRetriesExceeded()),
-            details + _refused(refused),
-            clock=self._clock,
         )
 
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
@@ -521,12 +512,12 @@ class ConductorEndpoint:
             spec = RequestSpec.from_primitive(request_spec)
             source = record.source_host
             assert source is not None
-            refused = self._next_alternate(
-                instance_uuid,
+            self._next_alternate(
+                record,
+                details,
                 migration_uuid,
                 spec,
                 [Selection.from_primitive(s) for s in host_list],
-                MIGRATING,
                 lambda alternate, rest: self.compute.check_can_live_migrate_destination(
                     ctxt,
                     instance_uuid,
@@ -537,15 +528,6 @@ class ConductorEndpoint:
                     source,
                     record.block_migration,
                 ),
-            )
-            if refused is None:
-                return
-            records.fail_move(
-                self.store,
-                record,
-                policy.user_reason(MaxRetriesExceeded()),
-                details + _refused(refused),
-                clock=self._clock,
             )
 
     def live_migrated(
@@ -633,32 +615,40 @@ class ConductorEndpoint:
 
     def _next_alternate(
         self,
-        uuid: str,
+        record: InstanceRecord,
+        details: str,
         migration_uuid: str,
         spec: RequestSpec,
         alternates: list[Selection],
-        state: str,
         cast: Callable[[Selection, list[Selection]], None],
-    ) -> list[str] | None:
+    ) -> None:
         """Claim the first alternate that can still take the moved instance and
-        ``cast`` its step there (with the alternates after it): None then, or
-        when the move stopped (a re-driven copy placed it, it was given up or
-        deleted). When none is left, the alternates refused at their claim."""
+        ``cast`` its step there (with the alternates after it), unless the move
+        stopped meanwhile (a re-driven copy placed it, it was given up or
+        deleted). None left: the move fails back to its source, ``details``
+        and the alternates refused at their claim its admin details."""
+        uuid, state = record.uuid, record.state
         refused: list[str] = []
         for i, alternate in enumerate(alternates):
             outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
             if outcome is None:
-                return None
+                return
             if not outcome:
                 continue
             if not self._placed(uuid, alternate, state):
-                return None
+                return
             LOG.info(
                 MOVE_RESCHEDULED[state], alternate=alternate.host, left=len(alternates) - i - 1
             )
             cast(alternate, alternates[i + 1 :])
-            return None
-        return refused
+            return
+        records.fail_move(
+            self.store,
+            record,
+            policy.user_reason(MaxRetriesExceeded()),
+            details + _refused(refused),
+            clock=self._clock,
+        )
 
     def _claim_alternate(
         self,

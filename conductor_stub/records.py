@@ -161,6 +161,23 @@ NO_MOVE: dict[str, Any] = {
 }
 
 
+def end_move(
+    store: InstanceStore, record: InstanceRecord, state: str, clock: Clock, **changes: Any
+) -> bool:
+    """``state`` -> ACTIVE with no move in flight (and ``changes``): the one
+    compare-and-set that ends every move, however it ends. False if the
+    record was no longer in ``state`` (nothing written)."""
+    done = store.update_instance(
+        record.uuid,
+        expected_states=[state],
+        state=ACTIVE,
+        task_state=None,
+        **{**NO_MOVE, **changes},
+        updated_at=clock(),
+    )
+    return done is not None
+
+
 def fail_move(
     store: ConductorStore,
     record: InstanceRecord,
@@ -176,17 +193,7 @@ def fail_move(
     False if the move was no longer under way (nothing done).
     """
     assert record.state in MOVE_FAILED_EVENTS, record.state
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[record.state],
-        state=ACTIVE,
-        task_state=None,
-        fault=fault,
-        fault_details=details,
-        **NO_MOVE,
-        updated_at=clock(),
-    )
-    if done is None:
+    if not end_move(store, record, record.state, clock, fault=fault, fault_details=details):
         return False
     moved = False
     if record.migration_uuid:
@@ -195,20 +202,6 @@ def fail_move(
         MOVE_FAILED_EVENTS[record.state], instance_uuid=record.uuid, fault=fault, restored=moved
     )
     return True
-
-
-def fail_resize(
-    store: ConductorStore,
-    record: InstanceRecord,
-    fault: str,
-    details: str,
-    *,
-    clock: Clock = time.time,
-) -> bool:
-    """RESIZING -> ACTIVE on the source with ``fault`` (:func:`fail_move`)."""
-    if record.state != RESIZING:
-        return False
-    return fail_move(store, record, fault, details, clock=clock)
 
 
 def finish_live_migration(
@@ -226,16 +219,7 @@ def finish_live_migration(
 
     False if the live migration was no longer under way (nothing done).
     """
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[MIGRATING],
-        state=ACTIVE,
-        task_state=None,
-        **placed_on(host, node, availability_zone),
-        **NO_MOVE,
-        updated_at=clock(),
-    )
-    if done is None:
+    if not end_move(store, record, MIGRATING, clock, **placed_on(host, node, availability_zone)):
         return False
     released = store.release(record.migration_uuid) if record.migration_uuid else False
     LOG.info(
@@ -255,32 +239,20 @@ def finish_confirm(
     spec = dict(record.request_spec or {})
     if record.new_flavor is not None:
         spec["flavor"] = dict(record.new_flavor)
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[RESIZED],
-        state=ACTIVE,
-        task_state=None,
-        request_spec=spec or None,
-        **NO_MOVE,
-        updated_at=clock(),
-    )
-    return done is not None
+    return end_move(store, record, RESIZED, clock, request_spec=spec or None)
 
 
 def finish_revert(
     store: InstanceStore, record: InstanceRecord, *, clock: Clock = time.time
 ) -> bool:
     """RESIZED -> ACTIVE on the source, with the old flavor."""
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[RESIZED],
-        state=ACTIVE,
-        task_state=None,
+    return end_move(
+        store,
+        record,
+        RESIZED,
+        clock,
         **placed_on(record.source_host, record.source_node, record.source_availability_zone),
-        **NO_MOVE,
-        updated_at=clock(),
     )
-    return done is not None
 
 
 def undo_stale_migration(

@@ -173,7 +173,7 @@ class Sweeper:
 
     def _resize(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_resize(
+            if records.fail_move(
                 self.store,
                 record,
                 TIMED_OUT,

@@ -5,6 +5,7 @@ re-drives that never claim twice, a delete's hosts, and what ``show`` says."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -387,7 +388,7 @@ def test_fail_move_is_the_failure_of_a_resize_and_of_a_live_migration_alike() ->
     store = cloud("h1", "h2")
     uuid, migration, _ = migrating(store, "h2")
     record = store.get_instance(uuid)
-    assert not records.fail_resize(store, record, "x", "y")  # not a resize
+    assert not records.fail_move(store, replace(record, state=RESIZING), "x", "y")  # not a resize
     assert store.get_instance(uuid).state == MIGRATING
     assert records.fail_move(store, record, "x", "y")
     assert not records.fail_move(store, record, "x", "y")  # once
