@@ -37,7 +37,9 @@ claim *before* handing the migration back to the conductor for the next
 alternate (``live_migration_precheck_failed``). Past both checks the source
 migrates the instance (its VM stops there) and
 ``post_live_migration_at_destination`` starts it on the destination, which
-tells the conductor (``live_migrated``). Every step is idempotent per
+tells the conductor (``live_migrated``); a source whose migration holds
+nothing by then (the conductor gave the migration up and handed the
+allocation back) stays put. Every step is idempotent per
 migration and destination: a repeat of one under way is ignored, of one
 done walks on (or reports) again.
 
@@ -926,6 +928,13 @@ class ComputeSimulator:
         with self._live_bound(ctxt, move, move.source_host):
             if not self._live_passes(move, "source"):
                 self._precheck_failed(ctxt, move, "source")
+                return
+            if self.store.get_consumer(move.migration_uuid) is None:
+                # The migration holds nothing: the conductor gave the live
+                # migration up (the source's allocation handed back). Stay.
+                with self._lock:
+                    self._live[move.key("source")] = LIVE_FAILED
+                LOG.warning("live_migration_abandoned")
                 return
             with self._lock:
                 if move.instance_uuid in self._terminated:  # deleted meanwhile

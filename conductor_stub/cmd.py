@@ -406,7 +406,8 @@ def _live_migrate(conf: cfg.ConfigOpts) -> int:
         if args.json
         else " ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, []))
     )
-    failed = args.wait and (record.state != ACTIVE or record.fault is not None)
+    # The start clears the fault: one now is this migration's (e.g. no valid host).
+    failed = record.fault is not None or (args.wait and record.state != ACTIVE)
     return 1 if timed_out or failed else 0
 
 

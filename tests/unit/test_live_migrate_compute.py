@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import ComputeSimulator, HostShape, provider_uuid
+from compute_sim.manager import LIVE_FAILED, ComputeSimulator, HostShape, provider_uuid
 from scheduler import rpc
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
@@ -97,6 +97,13 @@ class Hosts:
             "h1",
             False,
         )
+
+    def wait_step(self, side: str, step: str) -> None:
+        """Until the migration to h2 reached ``step`` on its ``side``."""
+        deadline = time.monotonic() + 5
+        while self.sim._live.get((MIGRATION, "h2", side)) != step:
+            assert time.monotonic() < deadline, self.sim._live
+            time.sleep(0.01)
 
     def wait(self, name: str, count: int = 1) -> None:
         deadline = time.monotonic() + 5
@@ -190,7 +197,7 @@ def test_a_delete_in_the_middle_leaves_no_vm_and_reports_nothing(make: Any) -> N
     hosts.check()
     for host in ("h1", "h2"):
         hosts.sim.terminate_instance(CTXT, INSTANCE, host)
-    time.sleep(0.5)
+    hosts.wait_step("dest", LIVE_FAILED)  # the check in flight ended
 
     assert hosts.sim.hosts_running(INSTANCE) == []
     assert [n for n in hosts.conductor.names if n != "build_succeeded"] == [
@@ -235,3 +242,15 @@ def test_the_live_migration_casts_are_sent_at_1_5_alone(transport: Any) -> None:
         ("1.3", "instance_terminated"),
     ]
     assert ComputeSimulator.target.version == "1.5"
+
+
+def test_a_live_migration_given_up_meanwhile_is_abandoned_on_the_source(make: Any) -> None:
+    hosts = make(build_time=0.2)
+    hosts.check()
+    # The conductor gives it up: the source's allocation back to the instance.
+    assert hosts.store.move_allocations(MIGRATION, INSTANCE, replace=True)
+    hosts.wait_step("source", LIVE_FAILED)
+
+    assert hosts.sim.hosts_running(INSTANCE) == ["h1"]
+    assert hosts.compute.names == ["check_can_live_migrate_source"]
+    assert "live_migrated" not in hosts.conductor.names
