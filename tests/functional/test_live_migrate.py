@@ -164,7 +164,7 @@ def test_a_live_migration_in_flight_is_deleted(cluster: Cluster, transport: Any)
     cluster.start_compute(1, "--memory-mb", "131072", name="src")
     # The destination's pre-check takes long: the delete (sent from here, not
     # from a process that takes seconds to start) comes in the middle.
-    slow = cluster.start_compute(1, "--build-time", "10", name="slow")
+    slow = cluster.start_compute(1, "--build-time", "5", name="slow")
     cluster.start_worker()
     uuid = boot_one(cluster, "m1.small")["uuid"]
     code, _, stderr = cluster.conductor_stub("live-migrate", uuid)
