@@ -67,6 +67,20 @@ cli_opts = [
         help="Hosts on which every prep_resize fails (the resize is then retried "
         "on its alternates).",
     ),
+    cfg.FloatOpt(
+        "live-migration-fail-rate",
+        default=0.0,
+        min=0.0,
+        max=1.0,
+        help="Probability that a live migration's pre-check fails, drawn on the "
+        "destination and again on the source (the next alternate is then tried).",
+    ),
+    cfg.ListOpt(
+        "live-migration-fail-hosts",
+        default=[],
+        help="Hosts on which every live migration pre-check fails, as destination "
+        "or as source (for tests and demos).",
+    ),
     cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
     cfg.ListOpt(
         "availability-zones",
@@ -224,6 +238,8 @@ def build_simulator(
         capabilities=capability_report(conf),
         report_stats=conf.report_stats,
         service_down_time=float(conf.scheduler.service_down_time),
+        live_migration_fail_rate=conf.live_migration_fail_rate,
+        live_migration_fail_hosts=conf.live_migration_fail_hosts,
     )
 
 

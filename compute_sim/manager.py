@@ -30,6 +30,22 @@ source (``finish_revert_resize``, in whichever process serves it) to run it
 again and tell the conductor. Every step is idempotent per
 migration, so the conductor may re-drive any of them.
 
+A live migration walks pre-checks -> migration -> post as in Nova:
+``check_can_live_migrate_destination`` on the destination (claimed for the
+instance by then), which has the source checked too
+(``check_can_live_migrate_source``); either fails with probability
+``live_migration_fail_rate`` (or always, on the hosts named in
+``live_migration_fail_hosts``), and a failure releases the destination's
+claim *before* handing the migration back to the conductor for the next
+alternate (``live_migration_precheck_failed``). Past both checks the source
+migrates the instance (its VM stops there) and
+``post_live_migration_at_destination`` starts it on the destination, which
+tells the conductor (``live_migrated``); a source whose migration holds
+nothing by then (the conductor gave the migration up and handed the
+allocation back) stays put. Every step is idempotent per
+migration and destination: a repeat of one under way is ignored, of one
+done walks on (or reports) again.
+
 A delete reaches each host that may run the instance or be building it
 (``terminate_instance``): the host destroys the VM, if it runs there, and
 remembers the instance as terminated (for the life of the process, as
@@ -81,8 +97,9 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import oslo_messaging
@@ -139,6 +156,13 @@ STEP_PREP = "prep"
 STEP_RESIZING = "resizing"
 STEP_FINISHED = "finished"
 STEP_FAILED = "failed"
+# What a host knows of a live migration (per migration and destination):
+# checking (on either side), migrating (the source passed its check), landed
+# on the destination, or failed.
+LIVE_CHECKING = "checking"
+LIVE_MIGRATING = "migrating"
+LIVE_LANDED = "landed"
+LIVE_FAILED = "failed"
 
 
 def provider_uuid(host: str) -> str:
@@ -288,6 +312,51 @@ class DelayedRunner:
                 LOG.error("simulated_build_crashed", error=repr(exc))
 
 
+@dataclass(frozen=True)
+class LiveMove:
+    """One live migration's step as a host was cast it: the instance, its
+    migration, the destination's Selection (``chosen``) and what the
+    pre-checks carry on with (the request, the alternates after it, the
+    source; the post on the destination carries none of them)."""
+
+    instance_uuid: str
+    migration_uuid: str
+    chosen: Selection
+    spec: RequestSpec | None = None
+    alternates: list[Selection] = field(default_factory=list)
+    source_host: str = ""
+    block_migration: bool = False
+
+    @classmethod
+    def read(
+        cls,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool,
+    ) -> LiveMove:
+        return cls(
+            instance_uuid,
+            migration_uuid,
+            Selection.from_primitive(selection),
+            RequestSpec.from_primitive(request_spec),
+            [Selection.from_primitive(s) for s in host_list],
+            source_host,
+            block_migration,
+        )
+
+    @property
+    def dest(self) -> str:
+        return self.chosen.host
+
+    def key(self, side: str) -> tuple[str, str, str]:
+        """What a host knows of this migration is kept under, per ``side``."""
+        return (self.migration_uuid, self.dest, side)
+
+
 class ComputeSimulator:
     """The hosts of one simulator process and their RPC endpoint."""
 
@@ -311,6 +380,8 @@ class ComputeSimulator:
         capabilities: CapabilityReport | None = None,
         report_stats: bool = True,
         service_down_time: float = 60.0,
+        live_migration_fail_rate: float = 0.0,
+        live_migration_fail_hosts: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -338,6 +409,11 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
+        # Live migrations: (migration, destination, side) -> LIVE_*, side
+        # "dest" or "source" (both may be hosts of this process).
+        self.live_migration_fail_rate = live_migration_fail_rate
+        self.live_migration_fail_hosts = set(live_migration_fail_hosts)
+        self._live: dict[tuple[str, str, str], str] = {}
         self._runner = DelayedRunner()
         self.builds_ok = 0
         self.builds_failed = 0
@@ -855,6 +931,239 @@ class ComputeSimulator:
                     self._start_vm(instance_uuid, source_host)
             LOG.info("resize_reverted")
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
+
+    # --- RPC endpoint: live migration -----------------------------------------------
+
+    def check_can_live_migrate_destination(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool = False,
+    ) -> None:
+        """On the destination: check it can take the instance, then have the
+        source checked (or hand the migration back)."""
+        move = LiveMove.read(
+            instance_uuid,
+            migration_uuid,
+            request_spec,
+            selection,
+            host_list,
+            source_host,
+            block_migration,
+        )
+        step = self._live_step(ctxt, move, "dest")
+        with self._live_bound(ctxt, move, move.dest):
+            if step is None:
+                return
+            if step == LIVE_MIGRATING:  # a re-drive: a later step may have been lost
+                LOG.info("live_migration_check_walks_again")
+                self._check_source(ctxt, move)
+                return
+            if step == LIVE_LANDED:
+                LOG.info("live_migration_reported_again")
+                self._report_live_migrated(ctxt, move)
+                return
+            LOG.info("check_can_live_migrate_destination", block_migration=block_migration)
+        self._count(move.dest, +1)
+        self._runner.later(self.build_time, lambda: self._finish_dest_check(ctxt, move))
+
+    def _finish_dest_check(self, ctxt: Any, move: LiveMove) -> None:
+        self._count(move.dest, -1)
+        with self._live_bound(ctxt, move, move.dest):
+            if not self._live_passes(move, "dest"):
+                self._precheck_failed(ctxt, move, "destination")
+                return
+            with self._lock:
+                self._live[move.key("dest")] = LIVE_MIGRATING
+            self._check_source(ctxt, move)
+
+    def _check_source(self, ctxt: Any, move: LiveMove) -> None:
+        assert self.compute is not None, "a simulator that migrates needs a compute client"
+        assert move.spec is not None, "a pre-check carries its request"
+        self.compute.check_can_live_migrate_source(
+            ctxt,
+            move.source_host,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.spec,
+            move.chosen,
+            move.alternates,
+            move.block_migration,
+        )
+
+    def check_can_live_migrate_source(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        selection: dict[str, Any],
+        host_list: list[dict[str, Any]],
+        source_host: str,
+        block_migration: bool = False,
+    ) -> None:
+        """On the source: check it can let the instance go, then migrate it to
+        ``selection``'s host (or hand the migration back)."""
+        move = LiveMove.read(
+            instance_uuid,
+            migration_uuid,
+            request_spec,
+            selection,
+            host_list,
+            source_host,
+            block_migration,
+        )
+        step = self._live_step(ctxt, move, "source")
+        with self._live_bound(ctxt, move, source_host):
+            if step is None:
+                return
+            if step in (LIVE_MIGRATING, LIVE_LANDED):  # migrated: the post may be lost
+                LOG.info("live_migration_source_walks_again")
+                self._post(ctxt, move)
+                return
+            LOG.info("check_can_live_migrate_source", dest=move.dest)
+        self._runner.later(self.build_time, lambda: self._live_migrate(ctxt, move))
+
+    def _live_migrate(self, ctxt: Any, move: LiveMove) -> None:
+        """The source's check, then the migration itself: off the source."""
+        with self._live_bound(ctxt, move, move.source_host):
+            if not self._live_passes(move, "source"):
+                self._precheck_failed(ctxt, move, "source")
+                return
+            if self.store.get_consumer(move.migration_uuid) is None:
+                # The migration holds nothing: the conductor gave the live
+                # migration up (the source's allocation handed back). Stay.
+                with self._lock:
+                    self._live[move.key("source")] = LIVE_FAILED
+                LOG.warning("live_migration_abandoned")
+                return
+            with self._lock:
+                if move.instance_uuid in self._terminated:  # deleted meanwhile
+                    self._live[move.key("source")] = LIVE_FAILED
+                    LOG.info("live_migration_cancelled_by_delete")
+                    return
+                self._live[move.key("source")] = LIVE_MIGRATING
+                self._stop_vm(move.instance_uuid, move.source_host)
+            LOG.info("live_migration", dest=move.dest)
+            self._post(ctxt, move)
+
+    def _post(self, ctxt: Any, move: LiveMove) -> None:
+        assert self.compute is not None, "a simulator that migrates needs a compute client"
+        self.compute.post_live_migration_at_destination(
+            ctxt, move.chosen, move.instance_uuid, move.migration_uuid
+        )
+
+    def post_live_migration_at_destination(
+        self, ctxt: Any, instance_uuid: str, migration_uuid: str, selection: dict[str, Any]
+    ) -> None:
+        """On the destination: the instance runs here now; tell the conductor."""
+        chosen = Selection.from_primitive(selection)
+        move = LiveMove(instance_uuid, migration_uuid, chosen)
+        with self._live_bound(ctxt, move, chosen.host):
+            if chosen.host not in self._host_set:
+                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                if instance_uuid in self._terminated:
+                    self._live[move.key("dest")] = LIVE_FAILED
+                    LOG.info("live_migration_cancelled_by_delete")
+                    return
+                again = self._live.get(move.key("dest")) == LIVE_LANDED
+                self._live[move.key("dest")] = LIVE_LANDED
+                self._start_vm(instance_uuid, chosen.host)
+            LOG.info("live_migration_reported_again" if again else "post_live_migration")
+            self._report_live_migrated(ctxt, move)
+
+    def _report_live_migrated(self, ctxt: Any, move: LiveMove) -> None:
+        self.conductor.live_migrated(
+            ctxt,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.dest,
+            move.chosen.node,
+            move.chosen.availability_zone,
+        )
+
+    def _live_step(self, ctxt: Any, move: LiveMove, side: str) -> str | None:
+        """Check in a live migration's pre-check on its ``side`` ("dest" or
+        "source"): the step it had reached there, :data:`LIVE_CHECKING` when a
+        new check starts; None, logged, when the cast is to be ignored (a
+        foreign host, a deleted instance, a check under way)."""
+        host = move.dest if side == "dest" else move.source_host
+        with self._live_bound(ctxt, move, host):
+            if host not in self._host_set:
+                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
+                return None
+            with self._lock:
+                if move.instance_uuid in self._terminated:
+                    LOG.info("live_migration_of_deleted_instance_ignored")
+                    return None
+                step = self._live.get(move.key(side))
+                if step is None or step == LIVE_FAILED:
+                    self._live[move.key(side)] = LIVE_CHECKING
+                    return LIVE_CHECKING
+            if step == LIVE_CHECKING:
+                LOG.info("live_migration_check_duplicate_ignored", side=side)
+                return None
+            return step
+
+    def _live_passes(self, move: LiveMove, side: str) -> bool:
+        """Draw one pre-check on ``side``'s host (False: it failed, or the
+        instance was deleted meanwhile; either way this step is over)."""
+        with self._lock:
+            if move.instance_uuid in self._terminated:
+                self._live[move.key(side)] = LIVE_FAILED
+                LOG.info("live_migration_cancelled_by_delete")
+                return False
+        host = move.dest if side == "dest" else move.source_host
+        failed = (
+            host in self.live_migration_fail_hosts
+            or self._rng.random() < self.live_migration_fail_rate
+        )
+        if failed:
+            with self._lock:
+                self._live[move.key(side)] = LIVE_FAILED
+        return not failed
+
+    def _precheck_failed(self, ctxt: Any, move: LiveMove, side: str) -> None:
+        """Release the destination's claim, then hand the migration back to the
+        conductor for the next alternate (nothing if deleted meanwhile)."""
+        with self._lock:
+            if move.instance_uuid in self._terminated:
+                return
+        assert move.spec is not None, "a pre-check carries its request"
+        released = self._release_if_here(move.instance_uuid, move.chosen)
+        LOG.info(
+            "live_migration_precheck_failed",
+            side=side,
+            dest=move.dest,
+            released=released,
+            alternates=len(move.alternates),
+        )
+        self.conductor.live_migration_precheck_failed(
+            ctxt,
+            move.instance_uuid,
+            move.migration_uuid,
+            move.spec,
+            move.dest,
+            f"simulated live migration pre-check failure on the {side}",
+            move.alternates,
+        )
+
+    @contextmanager
+    def _live_bound(self, ctxt: Any, move: LiveMove, host: str) -> Iterator[None]:
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None),
+            instance_uuid=move.instance_uuid,
+            migration_uuid=move.migration_uuid,
+            host=host,
+        ):
+            yield
 
     # --- RPC endpoint: evacuate -------------------------------------------------------
 

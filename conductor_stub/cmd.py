@@ -8,7 +8,9 @@ resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 ``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
 cold-migrates one;
 ``conductor-stub evacuate UUID... [--host H --admin] [--wait]`` (or
-``--from-host H``) rebuilds the instances of a down host elsewhere.
+``--from-host H``) rebuilds the instances of a down host elsewhere;
+``conductor-stub live-migrate UUID [--host H --admin] [--block-migration]
+--wait`` live-migrates one.
 ``conductor-stub delete UUID... [--wait]`` (or ``--all [--state S]
 [--project P]``) deletes instances. ``conductor-stub list [--state S] [--host H]
 [--project P]`` lists them, ``conductor-stub shelve UUID...`` /
@@ -32,6 +34,8 @@ from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import Evacuator, compute_is_up
 from conductor_stub.evacuate import summary as evacuate_summary
 from conductor_stub.flavors import load_catalog
+from conductor_stub.live_migrate import LiveMigrator
+from conductor_stub.live_migrate import summary as live_summary
 from conductor_stub.manager import Booter, ConductorEndpoint
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
@@ -164,6 +168,47 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
+    live = subparsers.add_parser(
+        "live-migrate",
+        help="Live-migrate an ACTIVE instance to a host the scheduler chooses (or, "
+        "with --admin, one named with --host); pre-checks on both hosts, the next "
+        "alternate on a failure, back ACTIVE on the source when none is left.",
+        description="Live-migrate an ACTIVE instance: the scheduler chooses the "
+        "destination with the instance's own flavor and request spec (group, zone, "
+        "traits, hints), never its source; a host named with --host (admin only) "
+        "still passes capacity, the filters and the atomic claim. The destination "
+        "and then the source run pre-checks; a failure tries the next alternate, "
+        "and when none is left the instance stays ACTIVE on its source with a "
+        "fault. Exit status 2 for an unknown uuid, an instance not ACTIVE, --host "
+        "without --admin or --host naming the source (nothing changed); 1 if "
+        "--wait timed out or the migration failed.",
+    )
+    live.add_argument("uuid", help="The instance.")
+    live.add_argument(
+        "--host",
+        dest="dest_host",
+        metavar="HOST",
+        help="The destination (needs --admin); it is still checked and claimed.",
+    )
+    live.add_argument(
+        "--admin", action="store_true", help="Ask with an admin context (needed for --host)."
+    )
+    live.add_argument(
+        "--block-migration",
+        action="store_true",
+        help="Copy the disk too (no shared storage); passed to the computes' pre-checks.",
+    )
+    live.add_argument(
+        "--wait",
+        action="store_true",
+        help="Wait until the instance is ACTIVE again, on the destination or (failed) "
+        "on its source.",
+    )
+    live.add_argument(
+        "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
+    )
+    live.add_argument("--json", action="store_true", help="Print the instance as JSON.")
+
     evacuate = subparsers.add_parser(
         "evacuate",
         help="Rebuild instances of a down compute host on other hosts (refused while "
@@ -292,7 +337,8 @@ command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="serve | boot | resize | migrate | evacuate | delete | shelve | unshelve | list | show",
+    help="serve | boot | resize | migrate | live-migrate | evacuate | delete | shelve | "
+    "unshelve | list | show",
 )
 
 
@@ -301,6 +347,7 @@ def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     return ConductorSettings(
         build_timeout=float(c.build_timeout),
         resize_timeout=float(c.resize_timeout),
+        live_migration_timeout=float(c.live_migration_timeout),
         delete_timeout=float(c.delete_timeout),
         deleted_retention=float(c.deleted_retention),
         max_redrives=c.max_redrives,
@@ -478,6 +525,39 @@ def _run_move(
     else:
         resizer.revert(args.uuid)
     return resizer.wait(args.uuid, finished, left())
+
+
+def _live_migrate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    transport = rpc.get_transport(conf)
+    store = make_store(conf)
+    migrator = LiveMigrator(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.ComputeClient(transport, ServiceResolver(store)),
+        conductor_settings(conf),
+    )
+    try:
+        record = migrator.start(
+            args.uuid,
+            host=args.dest_host,
+            admin=args.admin,
+            block_migration=args.block_migration,
+        )
+        timed_out = False
+        if args.wait:
+            record, timed_out = migrator.wait(args.uuid, args.timeout)
+    finally:
+        transport.cleanup()
+    shown = live_summary(record)
+    print(
+        json.dumps(shown)
+        if args.json
+        else " ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, []))
+    )
+    # The start clears the fault: one now is this migration's (e.g. no valid host).
+    failed = record.fault is not None or (args.wait and record.state != ACTIVE)
+    return 1 if timed_out or failed else 0
 
 
 def _delete(conf: cfg.ConfigOpts) -> int:
@@ -724,6 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _migrate(conf)
         if conf.command.name == "evacuate":
             return _evacuate(conf)
+        if conf.command.name == "live-migrate":
+            return _live_migrate(conf)
         if conf.command.name == "delete":
             return _delete(conf)
         if conf.command.name in ("shelve", "unshelve"):

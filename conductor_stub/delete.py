@@ -1,7 +1,8 @@
 """The API side of a delete: fence, terminate, release, expire.
 
 A delete is ordered so that it leaves no claim and no VM behind, whatever
-it races (a build, a reschedule, a resize, a re-driven copy of any of them)
+it races (a build, a reschedule, a resize, a live migration, a re-driven
+copy of any of them)
 and whatever order the casts arrive in:
 
 1. **Fence first.** :meth:`Store.start_delete` turns the record DELETING and
@@ -15,10 +16,13 @@ and whatever order the casts arrive in:
    are its down source (the migration's allocation, the record's host) and
    its destination (the instance's claim): the destination answers, the
    down source only once it is back (it then destroys the VM, if its
-   clean-up has not already), else the re-drives run out without it.
+   clean-up has not already), else the re-drives run out without it. A
+   MIGRATING instance's are its source (its migration's and host) and its
+   destination (its own claim), both.
 3. **Terminate on each of them** (``terminate_instance``). A compute
-   destroys the VM if it runs there and remembers the instance, so a build
-   or resize step in flight for it, or one arriving later, makes no VM; then
+   destroys the VM if it runs there and remembers the instance, so a build,
+   resize or live migration step in flight for it, or one arriving later,
+   makes no VM; then
    it says so (``instance_terminated``).
 4. **Release and expire once every host has answered**: in one step the
    instance's and its migration's allocations go (server-group membership
@@ -26,7 +30,8 @@ and whatever order the casts arrive in:
    (for ``show`` and audits), then removed by the store itself.
 
 No host to wait on (an instance never placed, or in ERROR): step 4 at once.
-A late result (a build that succeeded, a resize step, a reschedule) finds
+A late result (a build that succeeded, a resize step, a live migration's
+result, a reschedule) finds
 the record DELETING or DELETED and is ignored. The record's deadline drives
 re-sends of the terminate to the hosts that have not answered (see
 :mod:`conductor_stub.redrive`); after ``max_redrives`` the delete finishes
@@ -109,7 +114,7 @@ class Deleter:
     def hosts_of(self, record: InstanceRecord) -> tuple[str, ...]:
         """Every host that may run the instance or build it: those of its and its
         migration's allocations (the root of a nested provider), its host and
-        its resize source."""
+        its move's source (a resize's or a live migration's)."""
         hosts = [h for h in (record.host, record.source_host) if h]
         for consumer in (record.uuid, record.migration_uuid):
             held = self.store.get_consumer(consumer) if consumer else None

@@ -231,7 +231,7 @@ class Evacuator:
             migration_uuid=record.migration_uuid,
         ):
             self._park(record)
-            spec = records.evacuate_spec(record)
+            spec = records.move_spec(record)
             try:
                 [per_instance] = self.scheduler.select_destinations(
                     ctxt,
@@ -240,7 +240,7 @@ class Evacuator:
                     return_alternates=self.settings.return_alternates,
                 )
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_evacuate(
+                records.fail_move(
                     self.store,
                     record,
                     policy.user_reason(exc),

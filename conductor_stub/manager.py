@@ -19,6 +19,13 @@ on one host. When they run out the instance goes to ERROR with "max retries
 exceeded", distinct from "no valid host" (a resize instead stays ACTIVE on
 its source, with that fault).
 
+A live migration's destination that fails its pre-checks is retried the
+same way (``live_migration_precheck_failed``: the next alternate claimed,
+its pre-checks cast there; none left, the instance goes back ACTIVE on its
+source with the fault); ``live_migrated`` lands it on the destination and
+drops the source's allocation. The task that starts it is
+:class:`conductor_stub.live_migrate.LiveMigrator`'s.
+
 What a user reads (``fault``) is generic, decided by
 :func:`scheduler.policy.user_reason`; which hosts were tried, which
 alternates were refused and why go to the admin-only ``fault_details``.
@@ -49,6 +56,7 @@ import oslo_messaging
 from conductor_stub import records
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import cast_rebuild
+from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.shelve import Shelver
 from scheduler import policy
@@ -73,6 +81,7 @@ from scheduler.objects import (
     DELETED,
     ERROR,
     FINAL_STATES,
+    MIGRATING,
     REBUILDING,
     RESIZED,
     RESIZING,
@@ -93,6 +102,10 @@ def _request_id(ctxt: Any) -> str | None:
     return getattr(ctxt, "request_id", None)
 
 
+#: What a move's retry on an alternate logs, by the state of the move.
+MOVE_RESCHEDULED = {RESIZING: "resize_rescheduled", MIGRATING: "live_migration_rescheduled"}
+
+
 def _refused(refused: list[str]) -> str:
     """The admin details' account of the alternates refused at their claim."""
     return f"; alternates refused: {', '.join(refused)}" if refused else ""
@@ -101,7 +114,8 @@ def _refused(refused: list[str]) -> str:
 class ConductorEndpoint:
     """topic ``conductor``: build_succeeded, reschedule, schedule_failed,
     resize_result, resize_confirmed, resize_reverted, instance_terminated,
-    instance_shelved (1.4), rebuild_result (1.6)."""
+    instance_shelved (1.4), live_migration_precheck_failed and live_migrated
+    (1.5), rebuild_result (1.6)."""
 
     target = oslo_messaging.Target(version="1.6")
 
@@ -120,6 +134,11 @@ class ConductorEndpoint:
         self._clock = clock
         self.deleter = Deleter(store, compute, self.settings, clock)
         self.shelver = Shelver(store, scheduler, compute, self.settings, clock)
+        self.migrator = (
+            LiveMigrator(store, scheduler, compute, self.settings, clock)
+            if scheduler is not None
+            else None
+        )
 
     # --- deletes --------------------------------------------------------------------
 
@@ -365,7 +384,7 @@ class ConductorEndpoint:
                 LOG.info("resize_result_duplicate", state=record.state)
                 return
             if not success:
-                records.fail_resize(
+                records.fail_move(
                     self.store,
                     record,
                     reason or "resize failed",
@@ -400,41 +419,12 @@ class ConductorEndpoint:
         reason: str,
         alternates: list[Selection],
     ) -> None:
-        record = self.store.get_instance(uuid)
-        if record.migration_uuid != migration_uuid:
-            records.undo_stale_migration(self.store, record, migration_uuid)
-            return
-        if record.state != RESIZING:
-            LOG.info("resize_reschedule_ignored", state=record.state)
-            return
-        if self.store.get_consumer(uuid) is not None:
-            LOG.info("resize_reschedule_superseded")
-            return
-        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
-        details = (
-            f"max retries exceeded: {attempts} destination(s) tried: "
-            f"{', '.join(tried)}; last failure: {reason}"
+        retried = self._move_failed_on(
+            uuid, migration_uuid, RESIZING, failed_host, reason, self.settings.resize_timeout
         )
-        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
-            records.fail_resize(
-                self.store,
-                record,
-                policy.user_reason(MaxRetriesExceeded()),
-                details,
-                clock=self._clock,
-            )
+        if retried is None:
             return
-        updated = self.store.update_instance(
-            uuid,
-            expected_states=[RESIZING],
-            attempts=attempts,
-            tried_hosts=tried,
-            updated_at=self._clock(),
-            deadline=self._clock() + self.settings.resize_timeout,
-        )
-        if updated is None:
-            return
-        record = updated
+        record, details = retried
         new_flavor = spec.flavor
         if not self.settings.return_alternates:
             retry, _ = records.resize_spec(record)
@@ -443,7 +433,7 @@ class ConductorEndpoint:
             try:
                 selection = self._select_again(ctxt, uuid, retry)
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_resize(
+                records.fail_move(
                     self.store,
                     record,
                     policy.user_reason(exc),
@@ -453,29 +443,20 @@ class ConductorEndpoint:
                 return
             if selection is None or not self._placed(uuid, selection, RESIZING):
                 return
-            LOG.info("resize_rescheduled_via_scheduler", host=selection.host, attempts=attempts)
+            LOG.info(
+                "resize_rescheduled_via_scheduler", host=selection.host, attempts=record.attempts
+            )
             self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
             return
-        refused: list[str] = []
-        for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
-            if outcome is None:
-                return
-            if not outcome:
-                continue
-            if not self._placed(uuid, alternate, RESIZING):
-                return
-            LOG.info("resize_rescheduled", alternate=alternate.host, attempts=attempts)
-            self.compute.prep_resize(
-                ctxt, uuid, migration_uuid, new_flavor, spec, alternate, alternates[i + 1 :]
-            )
-            return
-        records.fail_resize(
-            self.store,
+        self._next_alternate(
             record,
-            policy.user_reason(MaxRetriesExceeded()),
-            details + _refused(refused),
-            clock=self._clock,
+            details,
+            migration_uuid,
+            spec,
+            alternates,
+            lambda alternate, rest: self.compute.prep_resize(
+                ctxt, uuid, migration_uuid, new_flavor, spec, alternate, rest
+            ),
         )
 
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
@@ -505,6 +486,94 @@ class ConductorEndpoint:
             LOG.info(
                 "resize_reverted" if done else "resize_reverted_late", host=record.source_host
             )
+
+    # --- live migrations --------------------------------------------------------------
+
+    def live_migration_precheck_failed(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        request_spec: dict[str, Any],
+        failed_host: str,
+        reason: str,
+        host_list: list[dict[str, Any]],
+    ) -> None:
+        """A pre-check failed for destination ``failed_host`` (its claim released
+        there): claim the next alternate and cast its pre-checks, or, with none
+        left, the instance goes back ACTIVE on its source with a fault (1.5).
+        With alternates off, the live migration is sent again (the scheduler
+        asked again, the hosts tried and the source ignored), up to
+        ``max_attempts`` destinations."""
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            failed_host=failed_host,
+        ):
+            retried = self._move_failed_on(
+                instance_uuid,
+                migration_uuid,
+                MIGRATING,
+                failed_host,
+                reason,
+                self.settings.live_migration_timeout,
+            )
+            if retried is None:
+                return
+            record, details = retried
+            if not self.settings.return_alternates and self.migrator is not None:
+                self.migrator.send(record)  # the park a no-op, the hosts tried ignored
+                return
+            spec = RequestSpec.from_primitive(request_spec)
+            source = record.source_host
+            assert source is not None
+            self._next_alternate(
+                record,
+                details,
+                migration_uuid,
+                spec,
+                [Selection.from_primitive(s) for s in host_list],
+                lambda alternate, rest: self.compute.check_can_live_migrate_destination(
+                    ctxt,
+                    instance_uuid,
+                    migration_uuid,
+                    spec,
+                    alternate,
+                    rest,
+                    source,
+                    record.block_migration,
+                ),
+            )
+
+    def live_migrated(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
+    ) -> None:
+        """The instance runs on ``host`` and no longer on its source (1.5): it is
+        ACTIVE there and the source's allocation is dropped."""
+        with bind_request(
+            request_id=_request_id(ctxt),
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+        ):
+            record = self.store.get_instance(instance_uuid)
+            if record.migration_uuid != migration_uuid or record.state != MIGRATING:
+                LOG.info("live_migrated_duplicate", state=record.state)
+                return
+            if not records.holds_on(self.store, instance_uuid, host):
+                LOG.info("stale_live_migration_result_ignored")
+                return
+            if not records.finish_live_migration(
+                self.store, record, host, node, availability_zone, clock=self._clock
+            ):
+                LOG.info("live_migrated_late")
 
     # --- evacuations ------------------------------------------------------------------
 
@@ -571,7 +640,7 @@ class ConductorEndpoint:
         )
 
         def fail(exc: SchedulerError, admin: str) -> None:
-            if records.fail_evacuate(
+            if records.fail_move(
                 self.store, record, policy.user_reason(exc), admin, clock=self._clock
             ):
                 LOG.warning("evacuate_gave_up", attempts=attempts, tried=tried)
@@ -591,7 +660,7 @@ class ConductorEndpoint:
             return
         record = updated
         if not self.settings.return_alternates:
-            retry = records.evacuate_spec(record)
+            retry = records.move_spec(record)
             try:
                 selection = self._select_again(ctxt, uuid, retry)
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
@@ -617,6 +686,95 @@ class ConductorEndpoint:
         fail(MaxRetriesExceeded(), details + _refused(refused))
 
     # --- shared steps ---------------------------------------------------------------
+
+    def _move_failed_on(
+        self,
+        uuid: str,
+        migration_uuid: str,
+        state: str,
+        failed_host: str,
+        reason: str,
+        timeout: float,
+    ) -> tuple[InstanceRecord, str] | None:
+        """A move's destination (a resize's or a live migration's, in ``state``)
+        failed and released its claim: record the attempt and push the deadline.
+
+        Returns the record and the admin details of the failures so far; None
+        when there is nothing to retry: the result is stale (another
+        migration, or the move is over), a re-driven copy has placed the
+        instance already, or (alternates off) ``max_attempts`` destinations
+        are used up (then the move failed back to its source here).
+        """
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid:
+            records.undo_stale_migration(self.store, record, migration_uuid)
+            return None
+        if record.state != state:
+            LOG.info("move_reschedule_ignored", state=record.state, move=state)
+            return None
+        if self.store.get_consumer(uuid) is not None:
+            LOG.info("move_reschedule_superseded", move=state)
+            return None
+        attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
+        details = (
+            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"{', '.join(tried)}; last failure: {reason}"
+        )
+        if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
+            records.fail_move(
+                self.store,
+                record,
+                policy.user_reason(MaxRetriesExceeded()),
+                details,
+                clock=self._clock,
+            )
+            return None
+        updated = self.store.update_instance(
+            uuid,
+            expected_states=[state],
+            attempts=attempts,
+            tried_hosts=tried,
+            updated_at=self._clock(),
+            deadline=self._clock() + timeout,
+        )
+        return None if updated is None else (updated, details)
+
+    def _next_alternate(
+        self,
+        record: InstanceRecord,
+        details: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        alternates: list[Selection],
+        cast: Callable[[Selection, list[Selection]], None],
+    ) -> None:
+        """Claim the first alternate that can still take the moved instance and
+        ``cast`` its step there (with the alternates after it), unless the move
+        stopped meanwhile (a re-driven copy placed it, it was given up or
+        deleted). None left: the move fails back to its source, ``details``
+        and the alternates refused at their claim its admin details."""
+        uuid, state = record.uuid, record.state
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
+            if outcome is None:
+                return
+            if not outcome:
+                continue
+            if not self._placed(uuid, alternate, state):
+                return
+            LOG.info(
+                MOVE_RESCHEDULED[state], alternate=alternate.host, left=len(alternates) - i - 1
+            )
+            cast(alternate, alternates[i + 1 :])
+            return
+        records.fail_move(
+            self.store,
+            record,
+            policy.user_reason(MaxRetriesExceeded()),
+            details + _refused(refused),
+            clock=self._clock,
+        )
 
     def _claim_alternate(
         self,

@@ -18,6 +18,10 @@ one of them wins and the loser changes nothing::
         ACTIVE there (the source's allocation, parked on the migration, dropped)
     REBUILDING --cannot be placed / retries exhausted / timed out--> ACTIVE on the
         down source + fault (the source's allocation handed back; evacuate again)
+    ACTIVE --live-migrate--> MIGRATING --landed on the destination--> ACTIVE there
+                                            (the source's allocation dropped)
+    MIGRATING --pre-checks failed on every destination / cannot be placed /
+        timed out--> ACTIVE on the source + fault (the source's handed back)
     any but DELETED --delete--> DELETING (fenced: no claim lands) --every host
         that may run it destroyed it / re-drives exhausted--> DELETED (every
         claim released; the record expires after a retention)
@@ -32,7 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
@@ -40,6 +44,7 @@ from scheduler.objects import (
     ACTIVE,
     BUILDING,
     ERROR,
+    MIGRATING,
     REBUILDING,
     RESIZED,
     RESIZING,
@@ -57,7 +62,8 @@ LOG = get_logger(__name__)
 class ConductorSettings:
     """The conductor's options, read once and passed in.
 
-    ``build_timeout`` / ``resize_timeout`` / ``delete_timeout``: seconds to
+    ``build_timeout`` / ``resize_timeout`` / ``live_migration_timeout`` /
+    ``delete_timeout``: seconds to
     wait for an answer before re-driving; ``deleted_retention``: seconds a
     DELETED record is kept; ``max_redrives``: re-drives before the request has
     timed out; ``return_alternates``: reschedule onto the alternates (else
@@ -66,6 +72,7 @@ class ConductorSettings:
 
     build_timeout: float = 120.0
     resize_timeout: float = 300.0
+    live_migration_timeout: float = 300.0
     delete_timeout: float = 60.0
     deleted_retention: float = 86400.0
     max_redrives: int = 3
@@ -110,18 +117,6 @@ def placed_on(
     return {"host": host, "node": node, "availability_zone": availability_zone}
 
 
-#: The fields of a move in flight (a resize, cold migration or evacuation), all cleared
-#: together when it ends, however it ends.
-MOVE_ENDED: dict[str, None] = {
-    "migration_uuid": None,
-    "new_flavor": None,
-    "source_host": None,
-    "source_node": None,
-    "source_availability_zone": None,
-    "requested_destination": None,
-}
-
-
 def fail_build(
     store: ConductorStore,
     uuid: str,
@@ -156,7 +151,44 @@ def fail_build(
     return True
 
 
-def fail_resize(
+#: The states of a move with a source to go back to, and what its failure logs.
+MOVE_FAILED_EVENTS = {
+    RESIZING: "resize_failed",
+    MIGRATING: "live_migration_failed",
+    REBUILDING: "evacuate_failed",
+}
+
+#: The fields of a move in flight, as they are once none is.
+NO_MOVE: dict[str, Any] = {
+    "migration_uuid": None,
+    "new_flavor": None,
+    "source_host": None,
+    "source_node": None,
+    "source_availability_zone": None,
+    "requested_destination": None,
+    "block_migration": False,
+    "deadline": None,
+}
+
+
+def end_move(
+    store: InstanceStore, record: InstanceRecord, state: str, clock: Clock, **changes: Any
+) -> bool:
+    """``state`` -> ACTIVE with no move in flight (and ``changes``): the one
+    compare-and-set that ends every move, however it ends. False if the
+    record was no longer in ``state`` (nothing written)."""
+    done = store.update_instance(
+        record.uuid,
+        expected_states=[state],
+        state=ACTIVE,
+        task_state=None,
+        **{**NO_MOVE, **changes},
+        updated_at=clock(),
+    )
+    return done is not None
+
+
+def fail_move(
     store: ConductorStore,
     record: InstanceRecord,
     fault: str,
@@ -164,63 +196,22 @@ def fail_resize(
     *,
     clock: Clock = time.time,
 ) -> bool:
-    """RESIZING -> ACTIVE on the source with ``fault``; hand the source's
-    allocation back to the instance, dropping any destination claim.
+    """A move (RESIZING, MIGRATING or REBUILDING, the ``record``'s state) ->
+    ACTIVE on the source with ``fault``; hand the source's allocation back to
+    the instance, dropping any destination claim. (An evacuation's source is
+    down: the instance is where it was before, and can be evacuated again.)
 
-    False if the resize was no longer under way (nothing done).
+    False if the move was no longer under way (nothing done).
     """
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[RESIZING],
-        state=ACTIVE,
-        task_state=None,
-        fault=fault,
-        fault_details=details,
-        **MOVE_ENDED,
-        deadline=None,
-        updated_at=clock(),
-    )
-    if done is None:
+    assert record.state in MOVE_FAILED_EVENTS, record.state
+    if not end_move(store, record, record.state, clock, fault=fault, fault_details=details):
         return False
     moved = False
     if record.migration_uuid:
         moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
-    LOG.info("resize_failed", instance_uuid=record.uuid, fault=fault, restored=moved)
-    return True
-
-
-def fail_evacuate(
-    store: ConductorStore,
-    record: InstanceRecord,
-    fault: str,
-    details: str,
-    *,
-    clock: Clock = time.time,
-) -> bool:
-    """REBUILDING -> ACTIVE on the (down) source with ``fault``; hand the
-    source's allocation back to the instance, dropping any destination claim.
-
-    The instance is where it was before the evacuation, so it can be
-    evacuated again (once there is room, or another host is named). False if
-    the evacuation was no longer under way (nothing done).
-    """
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[REBUILDING],
-        state=ACTIVE,
-        task_state=None,
-        fault=fault,
-        fault_details=details,
-        **MOVE_ENDED,
-        deadline=None,
-        updated_at=clock(),
+    LOG.info(
+        MOVE_FAILED_EVENTS[record.state], instance_uuid=record.uuid, fault=fault, restored=moved
     )
-    if done is None:
-        return False
-    moved = False
-    if record.migration_uuid:
-        moved = store.move_allocations(record.migration_uuid, record.uuid, replace=True)
-    LOG.info("evacuate_failed", instance_uuid=record.uuid, fault=fault, restored=moved)
     return True
 
 
@@ -243,20 +234,44 @@ def finish_evacuate(
     """
     if record.migration_uuid:
         store.release(record.migration_uuid)
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[REBUILDING],
-        state=ACTIVE,
-        task_state=None,
+    return end_move(
+        store,
+        record,
+        REBUILDING,
+        clock,
         **placed_on(host, node or host, availability_zone),
         attempts=record.attempts + 1,
-        **MOVE_ENDED,
         fault=None,
         fault_details=None,
-        deadline=None,
-        updated_at=clock(),
     )
-    return done is not None
+
+
+def finish_live_migration(
+    store: ConductorStore,
+    record: InstanceRecord,
+    host: str,
+    node: str,
+    availability_zone: str | None,
+    *,
+    clock: Clock = time.time,
+) -> bool:
+    """MIGRATING -> ACTIVE on the destination (``host``), then drop the source's
+    allocation (the migration's). The instance's own claim, made on the
+    destination, is what it holds from then on.
+
+    False if the live migration was no longer under way (nothing done).
+    """
+    if not end_move(store, record, MIGRATING, clock, **placed_on(host, node, availability_zone)):
+        return False
+    released = store.release(record.migration_uuid) if record.migration_uuid else False
+    LOG.info(
+        "instance_live_migrated",
+        instance_uuid=record.uuid,
+        host=host,
+        source=record.source_host,
+        source_released=released,
+    )
+    return True
 
 
 def finish_confirm(
@@ -266,34 +281,20 @@ def finish_confirm(
     spec = dict(record.request_spec or {})
     if record.new_flavor is not None:
         spec["flavor"] = dict(record.new_flavor)
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[RESIZED],
-        state=ACTIVE,
-        task_state=None,
-        request_spec=spec or None,
-        **MOVE_ENDED,
-        deadline=None,
-        updated_at=clock(),
-    )
-    return done is not None
+    return end_move(store, record, RESIZED, clock, request_spec=spec or None)
 
 
 def finish_revert(
     store: InstanceStore, record: InstanceRecord, *, clock: Clock = time.time
 ) -> bool:
     """RESIZED -> ACTIVE on the source, with the old flavor."""
-    done = store.update_instance(
-        record.uuid,
-        expected_states=[RESIZED],
-        state=ACTIVE,
-        task_state=None,
+    return end_move(
+        store,
+        record,
+        RESIZED,
+        clock,
         **placed_on(record.source_host, record.source_node, record.source_availability_zone),
-        **MOVE_ENDED,
-        deadline=None,
-        updated_at=clock(),
     )
-    return done is not None
 
 
 def undo_stale_migration(
@@ -301,12 +302,12 @@ def undo_stale_migration(
 ) -> None:
     """A result for a migration the record is not (or no longer) in.
 
-    It comes from a late copy of a re-driven resize that ran after the resize
+    It comes from a late copy of a re-driven move that ran after the move
     had ended: that copy parked the instance's allocation on the migration
     again. Hand it back (dropping the claim the copy made), unless another
-    resize is under way, whose allocations must not be touched.
+    move is under way, whose allocations must not be touched.
     """
-    if record.state in (RESIZING, RESIZED) and record.migration_uuid:
+    if record.state in (RESIZING, RESIZED, MIGRATING, REBUILDING) and record.migration_uuid:
         LOG.error(
             "stale_migration_left",
             instance_uuid=record.uuid,
@@ -355,10 +356,11 @@ def unforced(spec: RequestSpec) -> RequestSpec:
     return spec.replace(force_hosts=(), force_nodes=(), requested_destination=None)
 
 
-def evacuate_spec(record: InstanceRecord) -> RequestSpec:
-    """The request spec of a record's evacuation: its own, for one instance,
-    with the down source and the hosts tried ignored, steered only by the
-    host an admin named for this evacuation (see :func:`unforced`)."""
+def move_spec(record: InstanceRecord) -> RequestSpec:
+    """The request spec of a record's evacuation or live migration: its own
+    flavor and original spec (group, zone, traits, hints), for one instance,
+    with its source and the hosts tried ignored, steered only by the host an
+    admin named for this move (see :func:`unforced`)."""
     spec = steered(unforced(build_spec(record)), record)
     if record.source_host and record.source_host not in spec.ignore_hosts:
         spec = spec.replace(ignore_hosts=(*spec.ignore_hosts, record.source_host))

@@ -18,6 +18,10 @@ not heard back on:
 * REBUILDING: the evacuation is sent again with the same request id, so the
   same migration (see :mod:`conductor_stub.evacuate`): the source is parked
   once, the destination's claim is reused, the rebuild cast again.
+* MIGRATING: the live migration is sent again with the same request id, so
+  the same migration: its park is a no-op and the destination the instance
+  holds is reused by the scheduler (never claimed twice), and its pre-checks
+  cast again (each step is idempotent per migration on the computes).
 * DELETING: the terminate is cast again to the hosts that have not answered
   (see :mod:`conductor_stub.delete`).
 * SHELVING: the offload is cast again to the instance's host (see
@@ -25,8 +29,8 @@ not heard back on:
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
-a late copy claimed meanwhile is released too), a resize ends ACTIVE on its
-source with a fault, so does an evacuation (on its down source), a confirm
+a late copy claimed meanwhile is released too), a resize or a live migration ends ACTIVE
+on its source with a fault, so does an evacuation (on its down source), a confirm
 or revert is done here, in the store, and a delete or shelve finishes
 without the hosts that never answered (its claims released; a VM left there
 is the reconciler's).
@@ -54,6 +58,7 @@ from collections.abc import Callable
 from conductor_stub import records
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import Evacuator
+from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import Resizer, request_context
 from conductor_stub.shelve import Shelver
@@ -64,6 +69,7 @@ from scheduler.objects import (
     BUILDING,
     DELETING,
     ERROR,
+    MIGRATING,
     REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
@@ -89,8 +95,9 @@ class Sweeper:
     ``counts`` totals what every sweep did, by kind (``run_instance``,
     ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
     ``cleaned_up``, ``delete_done_here``, ``shelve``, ``shelve_done_here``,
-    ``evacuate``). ``deleter`` re-sends terminates, ``shelver`` offloads and
-    ``evacuator`` evacuations (by default on the resizer's compute client).
+    ``evacuate``, ``live_migrate``). ``deleter`` re-sends terminates,
+    ``shelver`` offloads, ``evacuator`` evacuations and ``migrator`` live
+    migrations (by default on the resizer's clients).
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class Sweeper:
         deleter: Deleter | None = None,
         shelver: Shelver | None = None,
         evacuator: Evacuator | None = None,
+        migrator: LiveMigrator | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -113,6 +121,9 @@ class Sweeper:
         self.shelver = shelver or Shelver(store, scheduler, resizer.compute, settings, clock)
         self.evacuator = evacuator or Evacuator(
             store, scheduler, resizer.compute, settings, clock=clock
+        )
+        self.migrator = migrator or LiveMigrator(
+            store, scheduler, resizer.compute, settings, clock
         )
         self.counts: Counter[str] = Counter()
 
@@ -153,6 +164,8 @@ class Sweeper:
             self._shelve(record)
         elif record.state == REBUILDING:
             self._evacuate(record)
+        elif record.state == MIGRATING:
+            self._live_migrate(record)
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 
@@ -181,7 +194,7 @@ class Sweeper:
 
     def _resize(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_resize(
+            if records.fail_move(
                 self.store,
                 record,
                 TIMED_OUT,
@@ -248,7 +261,7 @@ class Sweeper:
 
     def _evacuate(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:
-            if records.fail_evacuate(
+            if records.fail_move(
                 self.store,
                 record,
                 TIMED_OUT,
@@ -262,6 +275,24 @@ class Sweeper:
         if updated is not None:
             self.evacuator.send(updated)
             self._redriven("evacuate", record)
+
+    def _live_migrate(self, record: InstanceRecord) -> None:
+        timeout = self.settings.live_migration_timeout
+        if record.redrives >= self.settings.max_redrives:
+            if records.fail_move(
+                self.store,
+                record,
+                TIMED_OUT,
+                self._timed_out(record, "live migration", timeout),
+                clock=self._clock,
+            ):
+                self.counts["timed_out"] += 1
+                LOG.warning("request_timed_out", kind="live_migrate", redrives=record.redrives)
+            return
+        updated = self._push(record, MIGRATING, timeout)
+        if updated is not None:
+            self.migrator.send(updated)
+            self._redriven("live_migrate", record)
 
     def _clean_up(self, record: InstanceRecord) -> None:
         """An instance given up: release what a late attempt may have claimed."""

@@ -376,6 +376,16 @@ conductor_opts = [
         "itself, a confirm or a revert) before it re-drives it.",
     ),
     cfg.IntOpt(
+        "live_migration_timeout",
+        default=300,
+        min=1,
+        help="Seconds the conductor waits to hear back on a live migration (the "
+        "pre-checks on both hosts and the migration itself) before it re-drives "
+        "it: the same request, so the same migration and the destination's claim "
+        "reused. After max_redrives the instance stays ACTIVE on its source, with a "
+        "fault.",
+    ),
+    cfg.IntOpt(
         "delete_timeout",
         default=60,
         min=1,

@@ -67,6 +67,7 @@ from scheduler.objects import (
 )
 from scheduler.policy import admin_details, user_reason
 from scheduler.rpc import ComputeClient, ConductorClient
+from scheduler.store import PlacementStore
 
 LOG = get_logger(__name__)
 
@@ -90,6 +91,21 @@ def call_errors(method: str) -> Iterator[None]:
     except Exception:
         LOG.exception("call_failed", method=method)
         raise InternalError() from None
+
+
+def park(store: PlacementStore, instance_uuid: str, migration_uuid: str, move: str) -> None:
+    """Move the instance's allocation (its source's) to the migration consumer
+    of a move, once: a repeat (a re-drive) finds it there and moves nothing.
+
+    :raises InvalidRequest: neither holds any allocation (nothing to ``move``).
+    """
+    try:
+        if store.move_allocations(instance_uuid, migration_uuid):
+            return
+    except ConsumerConflict:
+        return  # the migration holds the source already: this is a re-drive
+    if store.get_consumer(migration_uuid) is None:
+        raise InvalidRequest(reason=f"instance {instance_uuid} holds no allocation to {move}")
 
 
 @dataclass(frozen=True)
@@ -584,14 +600,7 @@ class SchedulerEndpoint:
 
     def _park(self, instance_uuid: str, migration_uuid: str) -> None:
         """Move the instance's allocation to the migration consumer (once)."""
-        store = self.engine.store
-        try:
-            if store.move_allocations(instance_uuid, migration_uuid):
-                return
-        except ConsumerConflict:
-            return  # the migration holds the source already: this is a re-drive
-        if store.get_consumer(migration_uuid) is None:
-            raise InvalidRequest(reason=f"instance {instance_uuid} holds no allocation to resize")
+        park(self.engine.store, instance_uuid, migration_uuid, "resize")
 
     def _unpark(self, instance_uuid: str, migration_uuid: str) -> None:
         """Hand the source's allocation back to the instance (nothing was placed)."""

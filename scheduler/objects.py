@@ -174,9 +174,10 @@ def validate_uuid(value: Any, what: str) -> str:
 
 
 def migration_uuid_for(instance_uuid: str, request_id: str) -> str:
-    """The migration consumer of one resize request of an instance.
+    """The migration consumer of one move request (a resize, a live migration)
+    of an instance.
 
-    Derived, not drawn: a re-driven resize (the same request, sent again with
+    Derived, not drawn: a re-driven move (the same request, sent again with
     the same request id) names the same migration, so its moves are no-ops.
     """
     return str(uuidlib.uuid5(uuidlib.UUID(instance_uuid), request_id))
@@ -619,6 +620,7 @@ DELETING = "DELETING"  # fenced against claims; waiting for the computes to dest
 DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a retention
 SHELVING = "SHELVING"  # its host is destroying the VM; the allocation is still held
 SHELVED_OFFLOADED = "SHELVED_OFFLOADED"  # on no host, holding nothing; unshelve places it
+MIGRATING = "MIGRATING"  # a live migration is under way; the instance runs on its source
 FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED, SHELVED_OFFLOADED})
 
 # Task states: what the conductor is waiting for (None: nothing).
@@ -631,6 +633,7 @@ DELETING_TASK = "deleting"  # terminate cast to the hosts in pending_hosts
 SHELVING_TASK = "shelving_offloading"  # shelve_offload_instance cast to the host
 REBUILD_SCHEDULING = "rebuild_scheduling"  # evacuate: a destination asked for, not yet cast
 REBUILD_SPAWNING = "rebuild_spawning"  # rebuild_instance cast to the destination
+LIVE_MIGRATING = "migrating"  # pre-checks -> migration under way on a destination
 
 
 @dataclass(frozen=True)
@@ -659,7 +662,10 @@ class InstanceRecord:
     the instance's VM is gone there. ``requested_destination`` is the host an
     admin named for the move in flight (a :class:`Destination` primitive):
     kept on the record for its re-drives and dropped when the move ends, never
-    written into ``request_spec``, so no later move is steered by it.
+    written into ``request_spec``, so no later move is steered by it. While
+    MIGRATING (a live migration), ``migration_uuid`` and ``source_*`` are as
+    for a resize (``host`` stays the source until the instance lands) and
+    ``block_migration`` says whether the disk goes with it.
     """
 
     uuid: str
@@ -687,6 +693,7 @@ class InstanceRecord:
     is_admin: bool = False
     pending_hosts: tuple[str, ...] = ()
     requested_destination: Mapping[str, Any] | None = None
+    block_migration: bool = False
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -717,6 +724,7 @@ class InstanceRecord:
             "requested_destination": (
                 dict(self.requested_destination) if self.requested_destination else None
             ),
+            "block_migration": self.block_migration,
         }
 
     @classmethod
@@ -730,4 +738,5 @@ class InstanceRecord:
             tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else ()
         )
         known["is_admin"] = known.get("is_admin") is True
+        known["block_migration"] = known.get("block_migration") is True
         return cls(**known)

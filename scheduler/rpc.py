@@ -272,7 +272,9 @@ class ComputeClient:
             older compute serves them), so an older compute refuses it
             (UnsupportedVersion) rather than ignoring it.
       1.4 - shelve_offload_instance. Sent at 1.4 alone, likewise.
-      1.5 - (live migration's, not yet landed).
+      1.5 - check_can_live_migrate_destination, check_can_live_migrate_source,
+            post_live_migration_at_destination (a live migration). Sent at
+            1.5 alone, as terminate_instance is at 1.3.
       1.6 - rebuild_instance (an evacuation's rebuild on its destination).
             Sent at 1.6 alone, so an older compute refuses it by version.
       1.7 - finish_revert_resize (a revert's last step, on the source: the
@@ -289,6 +291,8 @@ class ComputeClient:
     TERMINATE_VERSION = "1.3"
     #: The version shelve_offload_instance sends.
     SHELVE_VERSION = "1.4"
+    #: The version the live migration's steps send.
+    LIVE_MIGRATION_VERSION = "1.5"
     #: The version rebuild_instance sends.
     REBUILD_VERSION = "1.6"
     #: The version finish_revert_resize sends.
@@ -404,6 +408,75 @@ class ComputeClient:
             host_list=[a.to_primitive() for a in alternates],
         )
 
+    def check_can_live_migrate_destination(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+        source_host: str,
+        block_migration: bool,
+    ) -> None:
+        """To the destination (claimed for the instance): check it can take the
+        instance, have the source checked too, then migrate; or hand the
+        migration back to the conductor for the next of ``alternates``."""
+        self._cast(
+            ctxt,
+            selection.host,
+            "check_can_live_migrate_destination",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+            source_host=source_host,
+            block_migration=block_migration,
+        )
+
+    def check_can_live_migrate_source(
+        self,
+        ctxt: RequestContext,
+        source_host: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+        block_migration: bool,
+    ) -> None:
+        """To the source, from a destination that passed its check: check the
+        source, then run the migration to ``selection``'s host."""
+        self._cast(
+            ctxt,
+            source_host,
+            "check_can_live_migrate_source",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            selection=selection.to_primitive(),
+            host_list=[a.to_primitive() for a in alternates],
+            source_host=source_host,
+            block_migration=block_migration,
+        )
+
+    def post_live_migration_at_destination(
+        self, ctxt: RequestContext, selection: Selection, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        """To the destination, once migrated: the instance runs there; say so."""
+        self._cast(
+            ctxt,
+            selection.host,
+            "post_live_migration_at_destination",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            selection=selection.to_primitive(),
+        )
+
     def resize_instance(
         self,
         ctxt: RequestContext,
@@ -496,7 +569,8 @@ class ConductorClient:
             Sent at 1.2 only with a zone (else at 1.1, as before).
       1.3 - instance_terminated. Sent at 1.3 alone (the rest as above).
       1.4 - instance_shelved. Sent at 1.4 alone, likewise.
-      1.5 - (live migration's, not yet landed).
+      1.5 - live_migration_precheck_failed, live_migrated (a live
+            migration's results). Sent at 1.5 alone.
       1.6 - rebuild_result (an evacuation's rebuild succeeded, or failed with
             the alternates left). Sent at 1.6 alone.
     """
@@ -510,6 +584,8 @@ class ConductorClient:
     TERMINATED_VERSION = "1.3"
     #: The version instance_shelved sends.
     SHELVED_VERSION = "1.4"
+    #: The version a live migration's results send.
+    LIVE_MIGRATION_VERSION = "1.5"
     #: The version rebuild_result sends.
     REBUILT_VERSION = "1.6"
 
@@ -546,6 +622,52 @@ class ConductorClient:
             version=self.SHELVED_VERSION,
             instance_uuid=instance_uuid,
             host=host,
+        )
+
+    def live_migration_precheck_failed(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: Sequence[Selection],
+    ) -> None:
+        """A pre-check failed for destination ``failed_host`` (its claim is
+        released): try the next of ``alternates``, or give the migration up."""
+        self._cast(
+            ctxt,
+            "live_migration_precheck_failed",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            request_spec=spec.to_primitive(),
+            failed_host=failed_host,
+            reason=reason,
+            host_list=[a.to_primitive() for a in alternates],
+        )
+
+    def live_migrated(
+        self,
+        ctxt: RequestContext,
+        instance_uuid: str,
+        migration_uuid: str,
+        host: str,
+        node: str,
+        availability_zone: str | None = None,
+    ) -> None:
+        """The instance runs on ``host`` (in ``availability_zone``, its
+        Selection's) and no longer on its source."""
+        self._cast(
+            ctxt,
+            "live_migrated",
+            version=self.LIVE_MIGRATION_VERSION,
+            instance_uuid=instance_uuid,
+            migration_uuid=migration_uuid,
+            host=host,
+            node=node,
+            availability_zone=availability_zone,
         )
 
     def build_succeeded(

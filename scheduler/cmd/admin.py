@@ -47,6 +47,7 @@ from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
 from scheduler.objects import (
     GROUP_POLICIES,
+    MIGRATING,
     Image,
     InstanceRecord,
     RequestSpec,
@@ -631,19 +632,31 @@ def instance_view(
 ) -> dict[str, Any]:
     """What ``instance show`` (and ``conductor-stub show``) prints: the record
     without its request spec, plus the allocations it holds (by provider name)
-    and its flavor; during a resize, the migration too (the source's allocation
-    is parked on it). Without ``admin``, the :data:`ADMIN_FIELDS` are left out."""
-    resize = None
-    if record.migration_uuid:
+    and its flavor; during a resize or a live migration, the migration too (the
+    source's allocation is parked on it; an admin sees where the live
+    migration's destination is claimed). Without ``admin``, the
+    :data:`ADMIN_FIELDS` are left out."""
+    resize: dict[str, Any] | None = None
+    live: dict[str, Any] | None = None
+    parked = {name: dict(amounts) for name, amounts in (migration_allocations or {}).items()}
+    if record.migration_uuid and record.state == MIGRATING:
+        live = {
+            "migration_uuid": record.migration_uuid,
+            "source_host": record.source_host,
+            "requested_host": (record.requested_destination or {}).get("host"),
+            "block_migration": record.block_migration,
+        }
+        if admin:
+            live["destination"] = next(iter(allocations), None)
+            live["allocations"] = parked
+    elif record.migration_uuid:
         resize = {
             "migration_uuid": record.migration_uuid,
             "source_host": record.source_host,
             "new_flavor": (record.new_flavor or {}).get("name"),
         }
         if admin:
-            resize["allocations"] = {
-                name: dict(amounts) for name, amounts in (migration_allocations or {}).items()
-            }
+            resize["allocations"] = parked
     view = {
         "uuid": record.uuid,
         "state": record.state,
@@ -660,6 +673,7 @@ def instance_view(
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
         "redrives": record.redrives,
         "resize": resize,
+        "live_migration": live,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -688,6 +702,20 @@ def format_instance(view: Mapping[str, Any]) -> str:
         )
         if admin:
             migration += f" holds {held(resize['allocations'])}"
+    live = view.get("live_migration")
+    moving = ""
+    if live:
+        moving = (
+            f"from {show(live['source_host'])}"
+            + (f" to {live['requested_host']} (requested)" if live["requested_host"] else "")
+            + (", block migration" if live["block_migration"] else "")
+            + f"; migration {live['migration_uuid']}"
+        )
+        if admin:
+            moving += (
+                f"; destination claimed: {show(live['destination'])}; migration holds "
+                f"{held(live['allocations'])}"
+            )
     node = f" (node {show(view['node'])})" if admin else ""
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
@@ -697,6 +725,7 @@ def format_instance(view: Mapping[str, Any]) -> str:
         ("request", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
         *([("resize", migration)] if resize else []),
+        *([("live migration", moving)] if live else []),
         ("fault", show(view["fault"])),
     ]
     if admin:

@@ -23,6 +23,7 @@ from typing import Any
 from scheduler.objects import (
     ACTIVE,
     DELETED,
+    MIGRATING,
     REBUILDING,
     RESIZED,
     RESIZING,
@@ -34,7 +35,7 @@ from scheduler.store import Store, open_store
 
 #: The states in which an instance's migration may hold an allocation (the
 #: source's, parked while the instance moves).
-MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING})
+MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
@@ -298,12 +299,15 @@ class Cluster:
           been evacuated; once resumed it must have destroyed those, and
           every VM it logged counts again);
         * a migration consumer holds an allocation only while its instance is
-          moving (RESIZING, RESIZED or REBUILDING, an evacuation) under that
-          migration;
+          moving (RESIZING, RESIZED, REBUILDING an evacuation, MIGRATING a live
+          migration) under that migration; while MIGRATING, the migration holds
+          the source's allocation and the instance at most one claim, elsewhere;
         * a DELETED or SHELVED_OFFLOADED instance holds no allocation (nor
           does its migration), is no group's member and runs on no compute;
         * an ACTIVE instance with nothing in flight holds exactly its flavor's
-          resources, under its host, and no migration of it holds anything.
+          resources, under its host, no migration of it holds anything, and its
+          VM runs nowhere else; one a live migration reached (a simulator logged
+          its destination's pre-check) runs there if that host's simulator runs.
         """
         consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -335,10 +339,23 @@ class Cluster:
             | self._logged_instances("instance_terminated")
             | self._logged_instances("instance_offloaded")
         )
-        records = self.store.list_instances(sorted(candidates))
+        live_migrated = self._logged_instances("check_can_live_migrate_destination")
+        records = self.store.list_instances(sorted(candidates | live_migrated))
+        live_sims = {p.name for p in self.processes if p.popen.poll() is None and not p.paused}
         for record in records:
+            where = (record.uuid, record.state, record.host, record.source_host)
+            if record.state == MIGRATING:
+                assert self._hosts_of(held, record.migration_uuid) == {record.source_host}, where
+                claimed = self._hosts_of(held, record.uuid)
+                assert len(claimed) <= 1 and record.source_host not in claimed, (where, claimed)
             if record.state == ACTIVE and record.task_state is None:
                 self._check_holds_its_flavor(record, held)
+                assert running.get(record.uuid, set()) <= {record.host}, (where, running)
+                if (
+                    record.uuid in live_migrated
+                    and (record.host or "").rsplit("-", 1)[0] in live_sims
+                ):
+                    assert running.get(record.uuid) == {record.host}, (where, running)
             if record.state not in (DELETED, SHELVED_OFFLOADED):
                 continue
             what = f"{record.state} {record.uuid}"
@@ -353,6 +370,18 @@ class Cluster:
                 group_uuid,
                 hosts,
             )
+
+    def _hosts_of(self, held: dict[str, Any], consumer_uuid: str | None) -> set[str]:
+        """The hosts (provider tree roots) a consumer's allocation is on."""
+        consumer = held.get(consumer_uuid or "")
+        if consumer is None:
+            return set()
+        hosts = set()
+        for rp in consumer.allocations:
+            provider = self.store.get_provider(rp)
+            root = self.store.get_provider(provider.root_uuid) if provider.root_uuid else provider
+            hosts.add(root.name)
+        return hosts
 
     def _check_holds_its_flavor(self, record: InstanceRecord, held: dict[str, Any]) -> None:
         """An ACTIVE instance, settled: its flavor's resources, all under its host."""

@@ -691,3 +691,4 @@ def test_finish_revert_resize_is_sent_at_1_7_alone_to_the_source(transport: Any)
             {"instance_uuid": "i-1", "migration_uuid": "m-1", "source_host": "h0"},
         )
     ]
+    assert rpc.ComputeClient.TERMINATE_VERSION == rpc.ConductorClient.TERMINATED_VERSION == "1.3"
