@@ -1,8 +1,8 @@
 """A random mix of lifecycle operations, driven through the conductor's own API
 objects (the code the ``conductor-stub`` commands run) against a deployment
 of real daemons: boots, deletes (of instances in any state, in flight or
-not), resizes, cold migrations, confirms and reverts, shelves, unshelves and
-evacuations, in rounds. Each round casts its operations without waiting,
+not), resizes, cold and live migrations, confirms and reverts, shelves, unshelves
+and evacuations, in rounds. Each round casts its operations without waiting,
 then waits until nothing is in flight; the caller checks the invariants then.
 
 The operations race one another on purpose (a delete of an instance whose
@@ -23,6 +23,7 @@ from typing import Any
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import Evacuator, compute_is_up
 from conductor_stub.flavors import load_catalog
+from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.manager import Booter
 from conductor_stub.records import ConductorSettings
 from conductor_stub.resize import Resizer, own_flavor
@@ -34,6 +35,7 @@ from scheduler.objects import (
     BUILDING,
     DELETED,
     DELETING,
+    MIGRATING,
     REBUILDING,
     RESIZED,
     RESIZING,
@@ -45,7 +47,7 @@ from scheduler.service import ServiceResolver
 from tests.functional.cluster import Cluster, Process
 
 #: States an operation is under way in; a round ends when none is left.
-IN_FLIGHT = frozenset({BUILDING, RESIZING, DELETING, SHELVING, REBUILDING})
+IN_FLIGHT = frozenset({BUILDING, RESIZING, DELETING, SHELVING, REBUILDING, MIGRATING})
 
 #: The conductor's options for a mix: short deadlines, so that a lost request
 #: is re-driven within the test (written to the deployment's config too).
@@ -56,6 +58,7 @@ MIX_CONDUCTOR: dict[str, Any] = {
     "sweep_interval": 0.5,
     "max_redrives": 3,
     "deleted_retention": 600,
+    "live_migration_timeout": 20,
 }
 
 #: Operation -> weight, for an instance in the state the operation needs.
@@ -64,6 +67,7 @@ WEIGHTS: dict[str, int] = {
     "delete": 2,
     "resize": 2,
     "migrate": 2,
+    "live_migrate": 2,
     "finish": 3,  # confirm or revert a RESIZED instance
     "shelve": 2,
     "unshelve": 2,
@@ -95,6 +99,7 @@ class LifecycleMix:
         self.resizer = Resizer(store, scheduler, compute, settings)
         self.deleter = Deleter(store, compute, settings)
         self.shelver = Shelver(store, scheduler, compute, settings)
+        self.migrator = LiveMigrator(store, scheduler, compute, settings)
         self.evacuator = Evacuator(
             store, scheduler, compute, settings, service_down_time=self.service_down_time
         )
@@ -133,6 +138,7 @@ class LifecycleMix:
             "delete": live,
             "resize": by_state.get(ACTIVE, []),
             "migrate": by_state.get(ACTIVE, []),
+            "live_migrate": by_state.get(ACTIVE, []),
             "finish": by_state.get(RESIZED, []),
             "shelve": by_state.get(ACTIVE, []),
             "unshelve": by_state.get(SHELVED_OFFLOADED, []),
@@ -147,6 +153,7 @@ class LifecycleMix:
             "delete": lambda: self.deleter.delete(record.uuid),
             "resize": lambda: self.resizer.start(record.uuid, self._other_flavor(record)),
             "migrate": lambda: self.resizer.migrate(record.uuid),
+            "live_migrate": lambda: self.migrator.start(record.uuid),
             "finish": lambda: (
                 self.resizer.confirm if self.rng.random() < 0.5 else self.resizer.revert
             )(record.uuid),

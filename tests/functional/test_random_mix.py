@@ -1,9 +1,10 @@
 """A random mix of every lifecycle operation on a few hundred instances, with
-builds and resize preps failing at random, and one host process stopped so
-its instances are evacuated: after every round the shared checker's
-invariants hold (usage is the sum of live allocations, nothing held by a
-deleted or shelved instance, every settled ACTIVE instance holds exactly its
-flavor on its host, no VM on two hosts, strict groups as claimed)."""
+builds, resize preps and live-migration pre-checks failing at random, and one
+host process stopped so its instances are evacuated: after every round the
+shared checker's invariants hold (usage is the sum of live allocations,
+nothing held by a deleted or shelved instance, every settled ACTIVE instance
+holds exactly its flavor on its host, no VM on two hosts, strict groups as
+claimed)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_a_random_mix_keeps_every_invariant(cluster: Cluster, transport: Any) ->
             "compute_sim.cmd",
             *("--hosts", "6", "--name-prefix", "main", "--fail-rate", "0.05"),
             *("--fail-resize-hosts", "main-0005", "--seed", "3"),
+            *("--live-migration-fail-rate", "0.1"),
             # Room for what the edge hosts hold when they go down: the mix
             # fills the cloud to about half.
             *("--memory-mb", "131072", "--disk-gb", "2000", "--vcpus", "64"),
