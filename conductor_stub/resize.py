@@ -85,7 +85,18 @@ class Resizer:
         self, uuid: str, flavor: Flavor, *, host: str | None = None, admin: bool = False
     ) -> InstanceRecord:
         """ACTIVE -> RESIZING, then cast the resize (to ``host`` if an admin
-        names one; it still passes the filters and the atomic claim).
+        names one; it still passes the filters and the atomic claim): see
+        :meth:`begin`."""
+        started = self.begin(uuid, flavor, host=host, admin=admin)
+        self.send_resize(started)
+        return started
+
+    def begin(
+        self, uuid: str, flavor: Flavor, *, host: str | None = None, admin: bool = False
+    ) -> InstanceRecord:
+        """ACTIVE -> RESIZING, the request recorded with its deadline and not yet
+        sent (:meth:`send_resize` sends it; so does the sweeper, past the
+        deadline).
 
         :raises InvalidRequest: the instance is not ACTIVE on a host, or
             ``host`` is the one it runs on.
@@ -141,7 +152,6 @@ class Resizer:
             destination=host,
             migration_uuid=started.migration_uuid,
         )
-        self.send_resize(started)
         return started
 
     def migrate(

@@ -1,4 +1,5 @@
-"""A worker process killed with SIGKILL mid-storm, and another started.
+"""A worker process killed with SIGKILL mid-storm (of boots, then of moves),
+and another started.
 
 Three workers are forked by one ``scheduler-worker`` (``[scheduler] workers =
 3``). While boots pour in, one of them is killed with SIGKILL: every request
@@ -25,13 +26,17 @@ import os
 import signal
 import time
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from conductor_stub.flavors import load_catalog
+from conductor_stub.records import ConductorSettings
+from conductor_stub.resize import Resizer, own_flavor
 from scheduler import rpc
 from scheduler.objects import InstanceRecord, RequestSpec
+from scheduler.service import ServiceResolver
 from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
 
@@ -120,3 +125,82 @@ def test_a_worker_killed_mid_storm_loses_nothing(cluster: FaultCluster, transpor
     assert figures["redrives"] == figures["redrives_logged"]
     assert figures["final_states"] == {"ACTIVE": 600}, figures
     assert len(records) == 600
+
+
+#: Moves cast while the store is frozen, in the move test.
+HELD_MOVES = 45
+
+
+def test_a_worker_killed_mid_move_storm_loses_nothing(cluster: FaultCluster, transport) -> None:
+    """The kill above, with moves: resizes and cold migrations of ACTIVE
+    instances are cast while the store is frozen, a worker holding its share
+    dies, and the conductor re-drives them (same request id, so the same
+    migration: the park a no-op, the destination claimed once). Every move
+    ends RESIZED, is confirmed or reverted, and the books balance."""
+    cluster.write_config(
+        scheduler={"workers": 3}, conductor={**FAST_CONDUCTOR, "resize_timeout": 6}
+    )
+    conductor = cluster.start_conductor()
+    cluster.start_compute(40, "--build-time", "0.01")
+    workers = cluster.start("workers", "scheduler.cmd.worker")
+    wait_until(lambda: workers.count("scheduler_started") == 3, 60, "three workers")
+    doomed = "scheduler-worker.2"
+    [pid] = [e["pid"] for e in workers.worker_starts() if e["process"] == doomed]
+    storm = start_storm(cluster, HELD_MOVES, senders=1, flavor="m1.small")
+    storm.settle(120)
+    assert storm.states() == {"ACTIVE": HELD_MOVES}
+
+    store = cluster.store
+    resizer = Resizer(
+        store,
+        rpc.SchedulerClient(transport),
+        rpc.ComputeClient(transport, ServiceResolver(store, ttl=1.0)),
+        ConductorSettings(resize_timeout=6),
+    )
+    flavors = load_catalog("")
+    # Every other one a resize to m1.medium, the rest cold migrations; the
+    # requests recorded (each with its deadline) and not yet sent.
+    staged = [
+        resizer.begin(u, flavors["m1.medium"] if i % 2 else own_flavor(store.get_instance(u)))
+        for i, u in enumerate(storm.uuids)
+    ]
+    redis = cluster.private_redis  # type: ignore[attr-defined]
+    redis.popen.send_signal(signal.SIGSTOP)
+    try:
+        for record in staged:
+            resizer.send_resize(record)
+        time.sleep(1.0)  # every worker takes its share and blocks on the store
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        redis.popen.send_signal(signal.SIGCONT)
+    wait_until(lambda: workers.count("scheduler_started") == 4, 30, "the replacement serving")
+
+    wait_until(
+        lambda: all(r.state != "RESIZING" for r in storm.records()),
+        120,
+        "every move RESIZED again",
+        interval=0.5,
+    )
+    records = storm.records()
+    assert {r.state for r in records} == {"RESIZED"}, Counter((r.state, r.fault) for r in records)
+    redriven = [r for r in records if r.redrives]
+    assert redriven, "the kill lost moves, and they were re-driven"
+    assert conductor.count("request_redriven") >= len(redriven)
+    # Each re-driven move kept its migration: one destination claim, the source parked once.
+    held = {c.uuid for c in store.list_consumers()}
+    for record in records:
+        assert record.migration_uuid in held and record.uuid in held, record
+    for i, record in enumerate(records):
+        (resizer.confirm if i % 3 else resizer.revert)(record.uuid)
+    wait_until(
+        lambda: all(r.state == "ACTIVE" and r.task_state is None for r in storm.records()),
+        120,
+        "every move confirmed or reverted",
+        interval=0.5,
+    )
+    assert len(store.list_consumers()) == HELD_MOVES
+    print(
+        "\nworker SIGKILL mid-moves:",
+        json.dumps({"moves": HELD_MOVES, "redriven": len(redriven), "pid": pid}),
+    )
+    assert workers.count("worker_died") == 1
