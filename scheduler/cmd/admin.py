@@ -21,7 +21,10 @@ migration, with the source's allocation parked on it).
 take a host out of scheduling and put it back: the service's flag and its
 root provider's ``COMPUTE_STATUS_DISABLED`` trait in one atomic store write,
 seen by every worker through the change feed; instances running there are
-untouched.
+untouched. ``host drain HOST [--live] [--wait]`` disables it the same way,
+then moves every instance ACTIVE there to other hosts by cold migration
+(confirmed) or live migration, a few at a time
+(:mod:`conductor_stub.drain`), and reports what moved and what could not.
 
 Every command takes ``--json`` for one JSON document instead of text.
 """
@@ -54,13 +57,13 @@ from scheduler.objects import (
     ServerGroup,
     validate_instance_uuids,
 )
-from scheduler.service import make_store
-from scheduler.store import PlacementReader, Provider, Service, Store
+from scheduler.service import ServiceResolver, make_store
+from scheduler.store import PlacementReader, Provider, Service, ServiceStore, Store
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
     "the hosts hold (hosts), what became of an instance (instance show); take a host out "
-    "of scheduling and back (host disable, host enable)."
+    "of scheduling and back (host disable, host enable) or empty it (host drain)."
 )
 
 #: Exit status of ``explain``: the request would be placed / would not be.
@@ -231,10 +234,11 @@ def _add_commands(subparsers: Any) -> None:
 
     host = subparsers.add_parser(
         "host",
-        help="Disable or enable one host's compute service.",
-        description="Disable or enable one host's compute service. The service flag and the "
-        "host's COMPUTE_STATUS_DISABLED trait are written in one atomic store step, so every "
-        "worker sees it through the store's change feed within its poll interval.",
+        help="Disable, enable or drain one host's compute service.",
+        description="Disable or enable one host's compute service, or drain it. The service "
+        "flag and the host's COMPUTE_STATUS_DISABLED trait are written in one atomic store "
+        "step, so every worker sees it through the store's change feed within its poll "
+        "interval.",
     )
     host_actions = host.add_subparsers(dest="action", title="actions", metavar="ACTION")
     host_actions.required = True
@@ -261,13 +265,58 @@ def _add_commands(subparsers: Any) -> None:
     )
     enable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
     enable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
+    drain = host_actions.add_parser(
+        "drain",
+        help="Disable HOST, then migrate (or live-migrate) every ACTIVE instance off it.",
+        description="Drain HOST: disable it as 'host disable HOST --reason draining' does "
+        "(no new boot or move lands there), then move every instance ACTIVE on it to a "
+        "host the scheduler picks with the instance's own request spec: by cold migration, "
+        "confirmed once RESIZED, or with --live by live migration. Up to --parallel moves "
+        "run at once; the drain follows each to its end and prints one line per instance "
+        "(moved to which host, or could not move and why), then a summary. Instances in "
+        "other states (BUILDING, RESIZING, ...) are skipped with their state; --wait waits "
+        "for those under way to settle and moves the ones that end ACTIVE there. The host "
+        "stays disabled: 'host enable' puts it back.",
+        epilog="exit status: 0 the host ended empty of ACTIVE instances, 1 some instance "
+        "could not move or the drain timed out, 2 bad input (an unknown host: nothing "
+        "changed).",
+    )
+    drain.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
+    drain.add_argument(
+        "--live", action="store_true", help="Live-migrate the instances (default: cold)."
+    )
+    drain.add_argument(
+        "--wait",
+        action="store_true",
+        help="Also wait for instances under way on HOST (BUILDING, RESIZING, MIGRATING, "
+        "...) to settle, and move those that end ACTIVE there (default: skip them).",
+    )
+    drain.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="Seconds the whole drain may take (default 600); moves not done by then are "
+        "reported as timed out (exit status 1).",
+    )
+    drain.add_argument(
+        "--parallel",
+        type=_positive,
+        default=4,
+        metavar="N",
+        help="Moves in flight at once (default 4).",
+    )
+    drain.add_argument(
+        "--json",
+        action="store_true",
+        help="Print one JSON object (per-instance list and summary) instead of the lines.",
+    )
 
 
 command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="explain | hosts | instance show | host disable | host enable",
+    help="explain | hosts | instance show | host disable | host enable | host drain",
 )
 
 
@@ -784,18 +833,29 @@ def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- host disable / enable ---------------------------------------------------------
 
 
+def set_host_disabled(
+    store: ServiceStore, hostname: str, disable: bool, reason: str | None = None
+) -> tuple[Service, Service]:
+    """Disable (with ``reason``) or enable one host's service: its flag and its
+    root provider's status trait in one atomic store step. The service before
+    and after; :class:`NotFound` (nothing changed) for an unknown host.
+    Disabling a disabled host without a reason keeps the one it has."""
+    before = store.get_service(hostname)
+    if before is None:
+        raise NotFound(kind="host", ident=hostname)
+    if not disable:
+        reason = None
+    elif before.disabled and reason is None:
+        reason = before.disabled_reason  # no new reason: disabling again changes nothing
+    store.set_service_disabled(hostname, disable, reason)
+    return before, store.get_service(hostname) or before
+
+
 def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
     """Disable or enable one host's service (flag and status trait in one store step)."""
     args = conf.command
     disable = args.action == "disable"
-    before = store.get_service(args.hostname)
-    if before is None:
-        raise NotFound(kind="host", ident=args.hostname)
-    reason = getattr(args, "reason", None) if disable else None
-    if disable and before.disabled and reason is None:
-        reason = before.disabled_reason  # no new reason: disabling again changes nothing
-    store.set_service_disabled(args.hostname, disable, reason)
-    after = store.get_service(args.hostname) or before
+    before, after = set_host_disabled(store, args.hostname, disable, getattr(args, "reason", None))
     changed = (before.disabled, before.disabled_reason) != (after.disabled, after.disabled_reason)
     if args.json:
         print(
@@ -817,6 +877,43 @@ def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
     return 0
 
 
+def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
+    """Disable a host and move its instances off (:mod:`conductor_stub.drain`)."""
+    # Imported here: the drain drives the conductor's move API (migrate,
+    # confirm, live-migrate), and conductor_stub imports this module for its
+    # renderers.
+    from conductor_stub.cmd import conductor_settings
+    from conductor_stub.drain import Drainer, format_outcome, format_summary
+    from conductor_stub.live_migrate import LiveMigrator
+    from conductor_stub.resize import Resizer
+
+    args = conf.command
+    if not args.timeout > 0:
+        raise InvalidRequest(reason=f"--timeout must be positive, got {args.timeout:g}")
+    transport = rpc.get_transport(conf)
+    try:
+        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
+        compute = rpc.ComputeClient(transport, ServiceResolver(store))
+        settings = conductor_settings(conf)
+        drainer = Drainer(
+            store,
+            Resizer(store, scheduler, compute, settings),
+            LiveMigrator(store, scheduler, compute, settings),
+            parallel=args.parallel,
+        )
+        report = drainer.drain(
+            args.hostname,
+            live=args.live,
+            wait=args.wait,
+            timeout=args.timeout,
+            progress=None if args.json else lambda o: print(format_outcome(o), flush=True),
+        )
+    finally:
+        transport.cleanup()
+    print(json.dumps(report.to_primitive()) if args.json else format_summary(report))
+    return report.exit_code
+
+
 # --- main ---------------------------------------------------------------------------
 
 
@@ -828,6 +925,8 @@ def run(conf: cfg.ConfigOpts) -> int:
     try:
         if command == "hosts":
             return _hosts(conf, store)
+        if command == "host" and conf.command.action == "drain":
+            return _host_drain(conf, store)
         if command == "host":
             return _host_set(conf, store)
         return _instance_show(conf, store)
