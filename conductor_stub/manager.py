@@ -58,6 +58,7 @@ from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import cast_rebuild
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
+from conductor_stub.select import select_and_build
 from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import (
@@ -971,42 +972,18 @@ class Booter:
             if mode == "run_instance":
                 self.scheduler.run_instance(req_ctxt, spec, batch)
             else:
-                self._select_and_build(req_ctxt, spec, batch)
+                select_and_build(
+                    self.store,
+                    self.scheduler,
+                    self.compute,
+                    req_ctxt,
+                    spec,
+                    batch,
+                    return_alternates=self.return_alternates,
+                )
             uuids.extend(batch)
             self.requests += 1
         return uuids
-
-    def _select_and_build(
-        self, ctxt: RequestContext, spec: RequestSpec, uuids: Sequence[str]
-    ) -> None:
-        """Nova's modern flow: ask for destinations, then cast the builds ourselves."""
-        try:
-            selections = self.scheduler.select_destinations(
-                ctxt, spec, uuids, return_alternates=self.return_alternates
-            )
-        except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-            # The user reads what the policy allows; the admin details say why.
-            for uuid in uuids:
-                records.fail_build(
-                    self.store, uuid, policy.user_reason(exc), policy.admin_details(exc)
-                )
-            return
-        except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
-            # No answer, or not for now: the records keep their deadlines, the
-            # conductor re-drives.
-            LOG.warning(
-                "select_destinations_timed_out",
-                instance_uuids=list(uuids),
-                error=type(exc).__name__,
-            )
-            return
-        single = spec.replace(num_instances=1)
-        for uuid, per_instance in zip(uuids, selections, strict=True):
-            if not per_instance:  # deleted meanwhile: nothing was claimed for it
-                continue
-            self.compute.build_and_run_instance(
-                ctxt, uuid, single, per_instance[0], per_instance[1:]
-            )
 
     def wait(
         self, uuids: Sequence[str], timeout: float, started: float, poll: float = 0.1

@@ -17,8 +17,10 @@
 ``unshelve`` schedules it again exactly as a boot is scheduled, with its
 original request spec (flavor, zone, server group, traits, hints; the hosts a
 boot was forced to do not steer it): SHELVED_OFFLOADED -> BUILDING under a
-new request id, then ``run_instance``. From there it is a boot: rescheduled
-onto the alternates, re-driven on its deadline, ACTIVE where it was built.
+new request id, then ``select_destinations`` (so its decision is published as
+every move's is) and the build cast to the primary with its alternates. From
+there it is a boot: rescheduled onto the alternates, re-driven on its deadline
+(``run_instance``), ACTIVE where it was built.
 An unshelve that cannot be placed ends in ERROR with the fault, as a boot does
 (Nova leaves the instance SHELVED_OFFLOADED instead).
 
@@ -39,6 +41,7 @@ from collections.abc import Callable
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import request_context
+from conductor_stub.select import select_and_build
 from scheduler.exceptions import InvalidRequest
 from scheduler.log import get_logger
 from scheduler.objects import (
@@ -164,7 +167,13 @@ class Shelver:
         LOG.info("unshelve_started", instance_uuid=uuid)
         if self.scheduler is None:
             raise InvalidRequest(reason="no scheduler client to unshelve with")
-        self.scheduler.run_instance(
-            request_context(started), records.build_spec(started), [started.uuid]
+        select_and_build(
+            self.store,
+            self.scheduler,
+            self.compute,
+            request_context(started),
+            records.build_spec(started),
+            [started.uuid],
+            return_alternates=self.settings.return_alternates,
         )
-        return started
+        return self.store.get_instance(uuid)

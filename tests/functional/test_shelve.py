@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from tests.functional.conftest import Cluster
+from tests.functional.test_boot import wait_until
 from tests.functional.test_resize import amounts, holdings
 
 
@@ -19,7 +20,9 @@ def shelving(cluster: Cluster, command: str, *uuids: str) -> dict[str, dict[str,
     return {row["uuid"]: row for row in json.loads(stdout)["instances"]}
 
 
-def test_shelve_releases_and_unshelve_rebuilds_on_the_same_host(cluster: Cluster) -> None:
+def test_shelve_releases_and_unshelve_rebuilds_on_the_same_host(
+    cluster: Cluster, notifications: Any
+) -> None:
     cluster.start_conductor()
     cluster.start_compute(1, "--aggregate", "east:availability_zone=east", name="only")
     cluster.start_worker()
@@ -62,6 +65,15 @@ def test_shelve_releases_and_unshelve_rebuilds_on_the_same_host(cluster: Cluster
     )
     assert holdings(cluster) == {uuid: {"only-0000": amounts("m1.small")}}
     assert cluster.running_vms() == {uuid: {"only-0000"}}
+    # The unshelve asked the scheduler as every move does.
+    wait_until(
+        lambda: any(
+            n["event_type"] == "scheduler.select_destinations.end"
+            and n["payload"]["instance_uuids"] == [uuid]
+            for n in notifications()
+        ),
+        what="the unshelve's select_destinations.end",
+    )
     code, _, stderr = cluster.conductor_stub("unshelve", uuid)
     assert code == 2 and "is ACTIVE, not SHELVED_OFFLOADED" in stderr, stderr
 

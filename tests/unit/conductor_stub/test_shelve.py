@@ -33,7 +33,8 @@ class ShelveCloud(Cloud):
 
     def __init__(self, clock: list[float]) -> None:
         super().__init__()
-        self.scheduler = Recorded()
+        # The scheduler's answer to an unshelve: h1, claimed.
+        self.scheduler = Recorded(select_destinations=[[selection("h1")]])
         self.shelver = Shelver(
             self.store,
             self.scheduler,  # type: ignore[arg-type]
@@ -133,8 +134,10 @@ def test_unshelve_schedules_a_boot_with_the_original_spec_unforced(cloud: Shelve
 
     assert (started.state, started.task_state, started.attempts) == (BUILDING, SCHEDULING, 0)
     assert started.request_id != old_request
-    (ctxt, spec, uuids), _ = cloud.scheduler.last("run_instance")
+    # Asked as every move asks (select_destinations is published), then built.
+    (ctxt, spec, uuids), _ = cloud.scheduler.last("select_destinations")
     assert (uuids, ctxt.request_id) == ([uuid], started.request_id)  # type: ignore[attr-defined]
+    assert cloud.wire.pending() == ["build_and_run_instance"]
     assert (spec.flavor, spec.force_hosts, spec.requested_destination) == (SPEC.flavor, (), None)
     with pytest.raises(InvalidRequest, match="nothing to unshelve"):
         cloud.shelver.unshelve(uuid)
