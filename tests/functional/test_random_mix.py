@@ -8,6 +8,7 @@ claimed)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from scheduler.objects import ACTIVE, ERROR
@@ -85,5 +86,6 @@ def test_a_random_mix_keeps_every_invariant(cluster: Cluster, transport: Any) ->
     records = list(cluster.store.scan_instances())
     assert not [r for r in records if in_flight(r)]
     assert all(r.fault for r in records if r.state == ERROR), "every ERROR says why"
+    print("\nrandom mix:", json.dumps({"done": mix.done, "refused": mix.refused}))
     assert set(WEIGHTS) <= set(mix.done), (dict(mix.done), dict(mix.refused))
     assert sum(mix.done.values()) >= 400, dict(mix.done)
