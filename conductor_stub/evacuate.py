@@ -54,23 +54,17 @@ it before it heartbeats again (see :mod:`compute_sim.manager`).
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import oslo_messaging
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import request_context
+from conductor_stub.select import select_for_move
 from scheduler import policy, rules
 from scheduler.exceptions import (
     ConsumerConflict,
-    Forbidden,
-    InternalError,
     InvalidRequest,
-    NoValidHost,
-    SchedulerUnavailable,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -82,7 +76,6 @@ from scheduler.objects import (
     InstanceRecord,
     RequestSpec,
     Selection,
-    migration_uuid_for,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import ServiceStore
@@ -184,27 +177,13 @@ class Evacuator:
     def start(self, uuid: str, host: str | None = None, admin: bool = False) -> InstanceRecord:
         """ACTIVE on a down host -> REBUILDING, then :meth:`send`."""
         record = self.check(uuid, host, admin)
-        request_id = f"req-{uuidlib.uuid4()}"
-        now = self._clock()
         started = self.store.update_instance(
             uuid,
             expected_states=[ACTIVE],
             state=REBUILDING,
             task_state=REBUILD_SCHEDULING,
-            request_id=request_id,
-            requested_destination=Destination(host).to_primitive() if host else None,
-            migration_uuid=migration_uuid_for(uuid, request_id),
-            source_host=record.host,
-            source_node=record.node,
-            source_availability_zone=record.availability_zone,
-            attempts=0,
-            tried_hosts=(),
-            redrives=0,
-            fault=None,
-            fault_details=None,
             is_admin=admin or record.is_admin,
-            updated_at=now,
-            deadline=now + self.settings.build_timeout,
+            **records.move_begun(record, host, self.settings.build_timeout, self._clock()),
         )
         if started is None:
             raise InvalidRequest(reason=f"instance {uuid} changed state meanwhile")
@@ -232,27 +211,17 @@ class Evacuator:
         ):
             self._park(record)
             spec = records.move_spec(record)
-            try:
-                [per_instance] = self.scheduler.select_destinations(
-                    ctxt,
-                    spec,
-                    [record.uuid],
-                    return_alternates=self.settings.return_alternates,
-                )
-            except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_move(
-                    self.store,
-                    record,
-                    policy.user_reason(exc),
-                    policy.admin_details(exc),
-                    clock=self._clock,
-                )
-                return
-            except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
-                LOG.warning("evacuate_select_timed_out", error=type(exc).__name__)
-                return
-            if not per_instance:  # deleted meanwhile: the delete releases it all
-                LOG.info("evacuate_stopped_by_delete")
+            per_instance = select_for_move(
+                self.store,
+                self.scheduler,
+                ctxt,
+                record,
+                spec,
+                "evacuate",
+                return_alternates=self.settings.return_alternates,
+                clock=self._clock,
+            )
+            if per_instance is None:
                 return
             cast_rebuild(
                 self.store, self.compute, ctxt, record, spec, per_instance, clock=self._clock

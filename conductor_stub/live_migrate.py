@@ -32,22 +32,16 @@ never claimed twice.
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import replace
-
-import oslo_messaging
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.resize import request_context
+from conductor_stub.select import select_for_move
 from scheduler import policy
 from scheduler.exceptions import (
-    Forbidden,
-    InternalError,
     InvalidRequest,
-    NoValidHost,
-    SchedulerUnavailable,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.manager import park
@@ -57,7 +51,6 @@ from scheduler.objects import (
     MIGRATING,
     Destination,
     InstanceRecord,
-    migration_uuid_for,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 
@@ -121,27 +114,15 @@ class LiveMigrator:
                 reason=f"instance {uuid} runs on {host} already: a live migration "
                 "needs another host"
             )
-        request_id = f"req-{uuidlib.uuid4()}"
-        now = self._clock()
         started = self.store.update_instance(
             uuid,
             expected_states=[ACTIVE],
             state=MIGRATING,
             task_state=LIVE_MIGRATING,
-            request_id=request_id,
-            migration_uuid=migration_uuid_for(uuid, request_id),
-            source_host=record.host,
-            source_node=record.node,
-            source_availability_zone=record.availability_zone,
-            requested_destination=named,
             block_migration=block_migration,
-            attempts=0,
-            tried_hosts=(),
-            redrives=0,
-            fault=None,
-            fault_details=None,
-            updated_at=now,
-            deadline=now + self.settings.live_migration_timeout,
+            **records.move_begun(
+                record, host, self.settings.live_migration_timeout, self._clock()
+            ),
         )
         if started is None:
             raise InvalidRequest(reason=f"instance {uuid} changed state meanwhile")
@@ -169,10 +150,7 @@ class LiveMigrator:
             spec = records.move_spec(record)
             try:
                 park(self.store, record.uuid, record.migration_uuid, "live-migrate")
-                [selections] = self.scheduler.select_destinations(
-                    ctxt, spec, [record.uuid], return_alternates=True
-                )
-            except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
+            except InvalidRequest as exc:
                 records.fail_move(
                     self.store,
                     record,
@@ -181,12 +159,10 @@ class LiveMigrator:
                     clock=self._clock,
                 )
                 return
-            except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
-                # No answer, or not for now: the deadline stands, the sweeper re-drives.
-                LOG.warning("live_migration_select_timed_out", error=type(exc).__name__)
-                return
-            if not selections:  # deleted meanwhile: the delete releases it all
-                LOG.info("live_migration_stopped_by_delete")
+            selections = select_for_move(
+                self.store, self.scheduler, ctxt, record, spec, "live_migration", clock=self._clock
+            )
+            if selections is None:
                 return
             primary, alternates = selections[0], selections[1:]
             LOG.info(

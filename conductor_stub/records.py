@@ -34,6 +34,7 @@ clean-up deadline passes (see :mod:`conductor_stub.redrive`).
 from __future__ import annotations
 
 import time
+import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -52,6 +53,7 @@ from scheduler.objects import (
     Flavor,
     InstanceRecord,
     RequestSpec,
+    migration_uuid_for,
 )
 from scheduler.store import InstanceStore, PlacementStore, ServiceStore
 
@@ -169,6 +171,32 @@ NO_MOVE: dict[str, Any] = {
     "block_migration": False,
     "deadline": None,
 }
+
+
+def move_begun(
+    record: InstanceRecord, host: str | None, timeout: float, now: float
+) -> dict[str, Any]:
+    """The record's fields as a move of it begins (a resize, cold or live
+    migration, evacuation): a new request id and the migration named after it,
+    the source where the instance is now, the admin-named ``host`` if any,
+    nothing tried or re-driven yet, no fault, the deadline ``timeout`` out.
+    (The move's state, task state and own fields go with these.)"""
+    request_id = f"req-{uuidlib.uuid4()}"
+    return {
+        "request_id": request_id,
+        "migration_uuid": migration_uuid_for(record.uuid, request_id),
+        "source_host": record.host,
+        "source_node": record.node,
+        "source_availability_zone": record.availability_zone,
+        "requested_destination": Destination(host=host).to_primitive() if host else None,
+        "attempts": 0,
+        "tried_hosts": (),
+        "redrives": 0,
+        "fault": None,
+        "fault_details": None,
+        "updated_at": now,
+        "deadline": now + timeout,
+    }
 
 
 def end_move(

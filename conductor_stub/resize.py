@@ -28,6 +28,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable
 
+from conductor_stub import records
 from conductor_stub.records import ConductorSettings, resize_spec
 from scheduler import policy
 from scheduler.exceptions import InvalidRequest
@@ -43,7 +44,6 @@ from scheduler.objects import (
     Flavor,
     InstanceRecord,
     RequestSpec,
-    migration_uuid_for,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import InstanceStore
@@ -119,28 +119,14 @@ class Resizer:
                     requested_destination=Destination(host=host)
                 ),
             )
-        request_id = f"req-{uuidlib.uuid4()}"
-        now = self._clock()
         started = self.store.update_instance(
             uuid,
             expected_states=[ACTIVE],
             state=RESIZING,
             task_state=RESIZE_PREP,
-            request_id=request_id,
-            migration_uuid=migration_uuid_for(uuid, request_id),
             new_flavor=flavor.to_primitive(),
-            source_host=record.host,
-            source_node=record.node,
-            source_availability_zone=record.availability_zone,
-            requested_destination=Destination(host=host).to_primitive() if host else None,
             is_admin=admin,  # this move's rights, for its re-drives
-            attempts=0,
-            tried_hosts=(),
-            redrives=0,
-            fault=None,
-            fault_details=None,
-            updated_at=now,
-            deadline=now + self.settings.resize_timeout,
+            **records.move_begun(record, host, self.settings.resize_timeout, self._clock()),
         )
         if started is None:
             raise InvalidRequest(reason=f"instance {uuid} changed state meanwhile")

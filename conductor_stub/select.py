@@ -3,12 +3,14 @@ destinations (a call: ``scheduler.select_destinations.start`` / ``.end`` are
 published for it), then cast each build to its primary with its alternates.
 
 Used by ``conductor-stub boot --mode select_destinations`` and by every
-unshelve (a move that asks the scheduler, as in Nova).
+unshelve (a move that asks the scheduler, as in Nova); :func:`select_for_move`
+is the same question for a live migration or an evacuation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import oslo_messaging
 
@@ -23,7 +25,7 @@ from scheduler.exceptions import (
     SchedulerUnavailable,
 )
 from scheduler.log import get_logger
-from scheduler.objects import RequestSpec
+from scheduler.objects import InstanceRecord, RequestSpec, Selection
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 
 LOG = get_logger(__name__)
@@ -60,3 +62,38 @@ def select_and_build(
         if not per_instance:  # deleted meanwhile: nothing was claimed for it
             continue
         compute.build_and_run_instance(ctxt, uuid, single, per_instance[0], per_instance[1:])
+
+
+def select_for_move(
+    store: ConductorStore,
+    scheduler: SchedulerClient,
+    ctxt: RequestContext,
+    record: InstanceRecord,
+    spec: RequestSpec,
+    kind: str,
+    *,
+    return_alternates: bool = True,
+    clock: Callable[[], float] = time.time,
+) -> list[Selection] | None:
+    """A move's destination (claimed for the instance) and its alternates, for
+    the ``kind`` of move (``live_migration``, ``evacuate``: what the log lines
+    say). None when there is nothing to cast to: refused or no valid host (the
+    move failed back to its source, :func:`records.fail_move`), no answer (the
+    record's deadline re-drives it), or the instance deleted meanwhile."""
+    try:
+        [selections] = scheduler.select_destinations(
+            ctxt, spec, [record.uuid], return_alternates=return_alternates
+        )
+    except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
+        records.fail_move(
+            store, record, policy.user_reason(exc), policy.admin_details(exc), clock=clock
+        )
+        return None
+    except (oslo_messaging.MessagingTimeout, SchedulerUnavailable) as exc:
+        # No answer, or not for now: the deadline stands, the sweeper re-drives.
+        LOG.warning("move_select_timed_out", move=kind, error=type(exc).__name__)
+        return None
+    if not selections:  # deleted meanwhile: the delete releases it all
+        LOG.info("move_stopped_by_delete", move=kind)
+        return None
+    return list(selections)
