@@ -109,6 +109,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
 def _add_commands(subparsers: Any) -> None:
     explain = subparsers.add_parser(
         "explain",
@@ -293,10 +303,12 @@ def _add_commands(subparsers: Any) -> None:
     )
     drain.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=600.0,
+        metavar="S",
         help="Seconds the whole drain may take (default 600); moves not done by then are "
-        "reported as timed out (exit status 1).",
+        "reported as timed out (exit status 1) and left to finish (a cold migration then "
+        "waits RESIZED for 'conductor-stub migrate UUID --confirm').",
     )
     drain.add_argument(
         "--parallel",
@@ -888,8 +900,6 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     from conductor_stub.resize import Resizer
 
     args = conf.command
-    if not args.timeout > 0:
-        raise InvalidRequest(reason=f"--timeout must be positive, got {args.timeout:g}")
     transport = rpc.get_transport(conf)
     try:
         scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)

@@ -4,6 +4,7 @@ record's fault, other states skipped, and the report's exit status."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 import pytest
@@ -22,6 +23,7 @@ from conductor_stub.drain import (
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings
 from conductor_stub.resize import Resizer
+from scheduler.cmd import admin
 from scheduler.exceptions import NotFound, NoValidHost
 from scheduler.objects import (
     ACTIVE,
@@ -270,3 +272,42 @@ def test_an_empty_host_is_drained_at_once() -> None:
     report = c.drainer().drain("h1")
     assert isinstance(report, DrainReport) and report.instances == ()
     assert (report.exit_code, c.ticks) == (0, 0)
+
+
+# --- the command's arguments ---------------------------------------------------------
+
+
+def drain_args(*args: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="scheduler-admin")
+    admin._add_commands(parser.add_subparsers(dest="name"))
+    return parser.parse_args(["host", "drain", *args])
+
+
+def test_host_drain_defaults() -> None:
+    parsed = drain_args("h1")
+    assert (parsed.hostname, parsed.live, parsed.wait, parsed.timeout, parsed.parallel) == (
+        "h1",
+        False,
+        False,
+        600.0,
+        4,
+    )
+    assert drain_args("h1", "--live", "--parallel", "8", "--timeout", "90").parallel == 8
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("h1", "--timeout", "0"), "--timeout: must be more than 0"),
+        (("h1", "--timeout", "soon"), "--timeout: expected seconds"),
+        (("h1", "--parallel", "0"), "--parallel: must be at least 1"),
+        ((), "the following arguments are required: HOST"),
+    ],
+)
+def test_host_drain_refuses_bad_arguments(
+    args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        drain_args(*args)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
