@@ -238,6 +238,8 @@ def build_simulator(
         capabilities=capability_report(conf),
         report_stats=conf.report_stats,
         service_down_time=float(conf.scheduler.service_down_time),
+        # Remember a deleted instance as long as the store fences its claims.
+        terminated_retention=float(conf.conductor.deleted_retention),
         live_migration_fail_rate=conf.live_migration_fail_rate,
         live_migration_fail_hosts=conf.live_migration_fail_hosts,
     )

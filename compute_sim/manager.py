@@ -48,8 +48,9 @@ done walks on (or reports) again.
 
 A delete reaches each host that may run the instance or be building it
 (``terminate_instance``): the host destroys the VM, if it runs there, and
-remembers the instance as terminated (for the life of the process, as
-``_builds`` remembers builds), so a build or resize step still in
+remembers the instance as terminated (for ``terminated_retention`` seconds,
+``[conductor] deleted_retention``, as long as the store fences its claims;
+its build memory goes at once), so a build or resize step still in
 flight for it, or arriving later (whatever order the casts come in), makes
 no VM and reports nothing; then it tells the conductor
 (``instance_terminated``), which releases the claims. What runs where is
@@ -97,6 +98,7 @@ import random
 import threading
 import time
 import uuid as uuidlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -382,6 +384,7 @@ class ComputeSimulator:
         service_down_time: float = 60.0,
         live_migration_fail_rate: float = 0.0,
         live_migration_fail_hosts: Sequence[str] = (),
+        terminated_retention: float = 86400.0,
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -396,12 +399,17 @@ class ComputeSimulator:
         self.topology = topology
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        # (instance, host, request id) -> BUILD_*: a re-driven or duplicated
-        # build shares its request's id; an unshelve is a new request.
-        self._builds: dict[tuple[str, str, str | None], str] = {}
+        # instance -> (host, request id) -> BUILD_*: a re-driven or duplicated
+        # build shares its request's id; an unshelve is a new request. An
+        # instance's entries go when it is deleted or shelved here.
+        self._builds: dict[str, dict[tuple[str, str | None], str]] = {}
         self._running: set[tuple[str, str]] = set()  # (instance, host): its VM runs there
-        # Instances a delete reached here: nothing is built or started for them again.
+        # Instances a delete reached here: nothing is built or started for them
+        # again, for ``terminated_retention`` seconds (as long as the store's
+        # fence against their claims lasts), oldest first in _terminated_at.
         self._terminated: set[str] = set()
+        self._terminated_at: deque[tuple[float, str]] = deque()
+        self.terminated_retention = terminated_retention
         self._failing: set[str] = set()  # hosts whose last build failed
         # Resizes: to cast the walk's next step, and what steps this process has seen.
         self.compute = compute
@@ -589,12 +597,12 @@ class ComputeSimulator:
             if chosen.host not in self._host_set:
                 LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
                 return
-            key = (instance_uuid, chosen.host, getattr(ctxt, "request_id", None))
+            key = (chosen.host, getattr(ctxt, "request_id", None))
             with self._lock:
                 terminated = instance_uuid in self._terminated
-                status = self._builds.get(key)
+                status = self._builds.get(instance_uuid, {}).get(key)
                 if not terminated and (status is None or status == BUILD_FAILED):
-                    self._builds[key] = BUILD_RUNNING
+                    self._builds.setdefault(instance_uuid, {})[key] = BUILD_RUNNING
             if terminated:
                 LOG.info("build_of_deleted_instance_ignored")
                 return
@@ -627,11 +635,12 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             host=chosen.host,
         ):
-            key = (instance_uuid, chosen.host, getattr(ctxt, "request_id", None))
+            key = (chosen.host, getattr(ctxt, "request_id", None))
+            builds = self._builds.setdefault(instance_uuid, {})
             with self._lock:
                 cancelled = instance_uuid in self._terminated
                 if cancelled:
-                    self._builds[key] = BUILD_FAILED
+                    builds[key] = BUILD_FAILED
             if cancelled:  # deleted while building: no VM, nothing to report
                 self._count(chosen.host, -1)
                 LOG.info("build_cancelled_by_delete")
@@ -646,7 +655,7 @@ class ComputeSimulator:
                 # arriving meanwhile is not taken for a new attempt.
                 self._release_if_here(instance_uuid, chosen)
                 with self._lock:
-                    self._builds[key] = BUILD_FAILED
+                    builds[key] = BUILD_FAILED
                     self.builds_failed += 1
                     first_failure = chosen.host not in self._failing
                     self._failing.add(chosen.host)
@@ -658,10 +667,10 @@ class ComputeSimulator:
                 return
             with self._lock:
                 if instance_uuid in self._terminated:  # deleted meanwhile
-                    self._builds[key] = BUILD_FAILED
+                    builds[key] = BUILD_FAILED
                     LOG.info("build_cancelled_by_delete")
                     return
-                self._builds[key] = BUILD_ACTIVE
+                builds[key] = BUILD_ACTIVE
                 self._start_vm(instance_uuid, chosen.host)
                 self.builds_ok += 1
                 was_failing = chosen.host in self._failing
@@ -1293,7 +1302,7 @@ class ComputeSimulator:
                 LOG.error("terminate_for_foreign_host", rpc_server=self.rpc_server)
                 return
             with self._lock:
-                self._terminated.add(instance_uuid)
+                self._remember_terminated(instance_uuid)
                 destroyed = (instance_uuid, host) in self._running
                 self._stop_vm(instance_uuid, host)
             LOG.info("instance_terminated", destroyed=destroyed)
@@ -1317,8 +1326,23 @@ class ComputeSimulator:
             with self._lock:
                 destroyed = (instance_uuid, host) in self._running
                 self._stop_vm(instance_uuid, host)
+                self._builds.pop(instance_uuid, None)  # an unshelve is a new request
             LOG.info("instance_offloaded", destroyed=destroyed)
             self.conductor.instance_shelved(ctxt, instance_uuid, host)
+
+    def _remember_terminated(self, instance_uuid: str) -> None:
+        """(Under the lock.) The instance is deleted: nothing more is built for
+        it here; what its builds were is forgotten, and so are the instances
+        terminated longer ago than ``terminated_retention``, so that the
+        memory follows the deletes of the retention, not every delete ever."""
+        now = time.monotonic()
+        if instance_uuid not in self._terminated:
+            self._terminated.add(instance_uuid)
+            self._terminated_at.append((now, instance_uuid))
+        self._builds.pop(instance_uuid, None)
+        while self._terminated_at and now - self._terminated_at[0][0] > self.terminated_retention:
+            _, old = self._terminated_at.popleft()
+            self._terminated.discard(old)
 
     # --- what runs where --------------------------------------------------------------
 

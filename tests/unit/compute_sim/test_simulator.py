@@ -297,3 +297,20 @@ def test_the_source_is_the_root_of_a_parked_allocation_on_a_tree(make: Any) -> N
     sim.wait("resize_instance")
     (_, source, *_), _ = sim.compute.last("resize_instance")
     assert source == "h1"
+
+
+def test_a_deleted_instance_is_forgotten_after_the_retention(make: Any) -> None:
+    """A delete drops the instance's build memory at once, and the instance
+    itself once the retention has passed: the simulator's memory follows the
+    deletes of the retention, not every delete it ever saw."""
+    sim = make(build_time=0.0)
+    sim.sim.terminated_retention = 0.05
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    assert sim.sim._builds
+    sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
+    assert sim.sim._builds == {} and INSTANCE in sim.sim._terminated
+    time.sleep(0.1)
+    sim.sim.terminate_instance(CTXT, "other-instance", "h1")  # the next delete prunes
+    assert sim.sim._terminated == {"other-instance"}
