@@ -37,7 +37,7 @@ from conductor_stub.flavors import load_catalog
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.live_migrate import summary as live_summary
 from conductor_stub.manager import Booter, ConductorEndpoint
-from conductor_stub.records import ConductorSettings
+from conductor_stub.records import ConductorSettings, wait_until
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
@@ -693,7 +693,7 @@ def _shelve(conf: cfg.ConfigOpts) -> int:
             (shelver.shelve if shelving else shelver.unshelve)(uuid)
         timed_out = False
         if args.wait:
-            timed_out = not _wait_until(
+            _, timed_out = wait_until(
                 store,
                 uuids,
                 (lambda r: r.state == done) if shelving else (lambda r: r.state in FINAL_STATES),
@@ -708,19 +708,6 @@ def _shelve(conf: cfg.ConfigOpts) -> int:
         print(f"conductor-stub {args.name}: timed out after {args.timeout:g} s", file=sys.stderr)
         return 1
     return 0
-
-
-def _wait_until(
-    store: Any, uuids: Sequence[str], until: Callable[[InstanceRecord], bool], timeout: float
-) -> bool:
-    """Poll the records until ``until`` holds for each; False if timed out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if all(until(r) for r in store.list_instances(uuids)):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def selected(

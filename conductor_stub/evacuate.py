@@ -242,14 +242,9 @@ class Evacuator:
         self, uuids: Sequence[str], timeout: float, poll: float = 0.1
     ) -> tuple[list[InstanceRecord], bool]:
         """Poll until no instance is REBUILDING; (the records, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.store.list_instances(uuids)
-            if all(r.state != REBUILDING for r in found):
-                return found, False
-            if time.monotonic() >= deadline:
-                return found, True
-            time.sleep(poll)
+        return records.wait_until(
+            self.store, uuids, lambda r: r.state != REBUILDING, timeout, poll
+        )
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:
