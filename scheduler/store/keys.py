@@ -24,6 +24,8 @@ key                 type    content
 ``groups``          hash    server group uuid -> ``{host: members}``
 ``services``        hash    host -> rpc_server, disabled state, failed builds
 ``heartbeats``      hash    host -> last heartbeat (a float, as text)
+``reports``         hash    host -> what its compute last reported it runs
+                            (time and instances, see ``InstanceReport``)
 ``instances``       hash    instance uuid -> instance record
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
@@ -51,6 +53,7 @@ class Keys:
     groups: str
     services: str
     heartbeats: str
+    reports: str
     instances: str
     changes: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys

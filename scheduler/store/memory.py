@@ -45,6 +45,7 @@ from scheduler.store.base import (
     Change,
     Consumer,
     GroupClaim,
+    InstanceReport,
     Inventory,
     Provider,
     Service,
@@ -84,6 +85,7 @@ class MemoryStore(Store):
         self._groups: dict[str, dict[str, int]] = {}
         self._services: dict[str, Service] = {}  # last_seen lives in _heartbeats
         self._heartbeats: dict[str, float] = {}
+        self._reports: dict[str, InstanceReport] = {}
         self._instances: dict[str, InstanceRecord] = {}
         self._feed: list[Change] = []  # the last changes fed, oldest first
         self._maxlen = stream_maxlen
@@ -458,6 +460,15 @@ class MemoryStore(Store):
             known = self._known_service(host)
             self._change_service(known, failed_builds=0 if success else known.failed_builds + 1)
 
+    def report_instances(self, reports: Iterable[InstanceReport]) -> None:
+        with self._lock:
+            self._reports.update((r.host, r) for r in reports)
+
+    def instance_reports(self, batch: int = 500) -> Iterator[InstanceReport]:
+        with self._lock:
+            reports = [self._reports[host] for host in sorted(self._reports)]
+        yield from reports
+
     # instance records
 
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
@@ -574,6 +585,7 @@ class MemoryStore(Store):
                 self._groups,
                 self._services,
                 self._heartbeats,
+                self._reports,
                 self._instances,
                 self._deleted,
             ):
