@@ -17,6 +17,17 @@ success again (the first report may have been lost), and one after a failure
 is a new attempt. A failed build releases the instance's claim only if that
 claim is on this host: a stale attempt never drops the live one's.
 
+A host builds only while the store holds the instance's claim on that very
+host (:func:`conductor_stub.records.holds_on`, the conductor's reading too)
+and the instance's record is BUILDING, checked when the build starts and
+again before its VM starts (or its failure is handed back): a duplicated
+cast after the attempt failed and went elsewhere, a build the conductor gave
+up (ERROR after its timeout, claim released) while the host was frozen, a
+build of an instance being deleted or with no record is dropped
+(``build_without_claim_dropped``, with the stage and why): no VM, nothing
+reported, nothing released. An evacuation's rebuild is guarded the same way
+(the record REBUILDING under that migration).
+
 A resize walks prep -> resize -> finish as in Nova: ``prep_resize`` on the
 destination (which fails on the hosts named in ``fail_resize_hosts``),
 ``resize_instance`` on the source, ``finish_resize`` on the destination,
@@ -124,13 +135,17 @@ from typing import Any, Protocol
 
 import oslo_messaging
 
+from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
-from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
+from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
+    BUILDING,
     DISK_GB,
     MEMORY_MB,
+    REBUILDING,
     VCPU,
+    InstanceRecord,
     RequestSpec,
     Selection,
     evacuated_from,
@@ -701,6 +716,10 @@ class ComputeSimulator:
                 LOG.info("build_duplicate_reported")
                 self._report_built(ctxt, instance_uuid, chosen)
                 return
+            if self._build_dropped(instance_uuid, chosen.host, "start", (BUILDING,)):
+                with self._lock:
+                    self._builds.setdefault(instance_uuid, {})[key] = BUILD_FAILED
+                return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
@@ -731,6 +750,13 @@ class ComputeSimulator:
             if cancelled:  # deleted while building: no VM, nothing to report
                 self._count(chosen.host, -1)
                 LOG.info("build_cancelled_by_delete")
+                return
+            if self._build_dropped(instance_uuid, chosen.host, "finish", (BUILDING,)):
+                # Its claim went meanwhile (the conductor gave the build up, or
+                # another attempt holds it elsewhere): no VM, nothing reported.
+                with self._lock:
+                    builds[key] = BUILD_FAILED
+                self._count(chosen.host, -1)
                 return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
@@ -767,6 +793,39 @@ class ComputeSimulator:
             LOG.info("build_succeeded")
             self._report_built(ctxt, instance_uuid, chosen)
 
+    def _build_dropped(
+        self,
+        instance_uuid: str,
+        host: str,
+        stage: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+    ) -> bool:
+        """Whether a build (or an evacuation's rebuild, of ``migration_uuid``)
+        on ``host`` must be dropped at ``stage`` (``start``, ``finish``): it
+        goes on only while the instance's record is in one of ``states`` (and
+        names that migration) and the store holds the instance's claim on this
+        very host. A duplicated, stale or late build (its attempt failed and
+        went elsewhere, the conductor gave it up, the instance is being
+        deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
+        nothing reported."""
+        try:
+            record: InstanceRecord | None = self.store.get_instance(instance_uuid)
+        except InstanceNotFound:
+            record = None
+        if record is None:
+            why = "no instance record"
+        elif record.state not in states:
+            why = f"instance is {record.state}"
+        elif migration_uuid is not None and record.migration_uuid != migration_uuid:
+            why = f"the record's migration is {record.migration_uuid}"
+        elif not holds_on(self.store, instance_uuid, host):
+            why = "no claim on this host"
+        else:
+            return False
+        LOG.warning("build_without_claim_dropped", stage=stage, why=why)
+        return True
+
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Tell the conductor where the instance runs: the host, node and zone
         of the Selection it was built from."""
@@ -780,8 +839,7 @@ class ComputeSimulator:
         A stale attempt (a re-driven request's duplicate) must not drop the
         claim of the attempt that is live on another host.
         """
-        held = self.store.get_consumer(consumer_uuid)
-        if held is None or chosen.provider_uuid not in held.allocations:
+        if not holds_on(self.store, consumer_uuid, chosen.host):
             return False
         return self.store.release(consumer_uuid)
 
@@ -1320,6 +1378,12 @@ class ComputeSimulator:
                 LOG.info("rebuild_duplicate_reported")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
                 return
+            if self._build_dropped(
+                instance_uuid, chosen.host, "start", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             LOG.info("rebuild_instance")
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
@@ -1348,6 +1412,12 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
+            if self._build_dropped(
+                instance_uuid, chosen.host, "finish", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             with self._lock:
                 if instance_uuid in self._terminated:

@@ -69,6 +69,7 @@ class Sim:
             self.store.update_instance(INSTANCE, **changes)
 
     def build(self, host: str) -> None:
+        self.record()
         self.sim.build_and_run_instance(
             CTXT, INSTANCE, SPEC.to_primitive(), selection(host).to_primitive(), []
         )
@@ -145,6 +146,7 @@ def test_a_duplicate_of_a_finished_build_reports_again(make: Any) -> None:
 def test_a_build_reports_the_zone_of_its_selection_each_time(make: Any) -> None:
     sim = make(build_time=0.0)
     sim.claim(INSTANCE, "h1")
+    sim.record()
     zoned = selection("h1", availability_zone="east").to_primitive()
     sim.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(), zoned, [])
     sim.wait("build_succeeded")
@@ -171,11 +173,15 @@ def test_a_cast_after_a_failure_is_a_new_attempt(make: Any) -> None:
     ],
 )
 def test_a_failed_build_releases_only_its_own_claim(make: Any, claim_on: str, kept: bool) -> None:
+    """A build whose claim is elsewhere is not even started (the guard, see
+    test_build_guard.py): it neither releases nor hands anything back."""
     sim = make(build_time=0.0, fail_hosts=("h1",))
     sim.claim(INSTANCE, claim_on)
     sim.build("h1")
-    sim.wait("reschedule")
+    if not kept:
+        sim.wait("reschedule")
     assert (sim.store.get_consumer(INSTANCE) is not None) is kept
+    assert sim.conductor.names == ([] if kept else ["reschedule"])
 
 
 # --- resize -----------------------------------------------------------------------------
