@@ -39,7 +39,17 @@ claim *before* handing the resize back for a retry on the alternates.
 migration's back to it, in one atomic step, stops the VM there and asks the
 source (``finish_revert_resize``, in whichever process serves it) to run it
 again and tell the conductor. Every step is idempotent per
-migration, so the conductor may re-drive any of them.
+migration, so the conductor may re-drive any of them. A step that drops or
+hands back an allocation goes on only when the instance's record says it is
+due here: ``confirm_resize`` and ``revert_resize`` only for a RESIZED
+instance whose confirm (revert) the conductor has begun, under the very
+migration named, with its source (destination) a host of this process; a
+new ``prep_resize`` walk only for a RESIZING instance under that migration.
+Anything else (a forged or stale cast naming another instance's migration)
+is refused (``forged_resize_step_refused``, with what did not match) and
+nothing changes. A live migration's pre-checks likewise start only for a
+MIGRATING instance under that migration
+(``forged_live_migration_step_refused``).
 
 A live migration walks pre-checks -> migration -> post as in Nova:
 ``check_can_live_migrate_destination`` on the destination (claimed for the
@@ -143,9 +153,13 @@ from scheduler.objects import (
     BUILDING,
     DISK_GB,
     MEMORY_MB,
+    MIGRATING,
     REBUILDING,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
     VCPU,
-    InstanceRecord,
     RequestSpec,
     Selection,
     evacuated_from,
@@ -809,22 +823,63 @@ class ComputeSimulator:
         went elsewhere, the conductor gave it up, the instance is being
         deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
         nothing reported."""
-        try:
-            record: InstanceRecord | None = self.store.get_instance(instance_uuid)
-        except InstanceNotFound:
-            record = None
-        if record is None:
-            why = "no instance record"
-        elif record.state not in states:
-            why = f"instance is {record.state}"
-        elif migration_uuid is not None and record.migration_uuid != migration_uuid:
-            why = f"the record's migration is {record.migration_uuid}"
-        elif not holds_on(self.store, instance_uuid, host):
-            why = "no claim on this host"
-        else:
+        unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
+        if not unmatched and not holds_on(self.store, instance_uuid, host):
+            unmatched = ["no claim on this host"]
+        if not unmatched:
             return False
-        LOG.warning("build_without_claim_dropped", stage=stage, why=why)
+        LOG.warning("build_without_claim_dropped", stage=stage, why="; ".join(unmatched))
         return True
+
+    def _record_unmatched(
+        self,
+        instance_uuid: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> list[str]:
+        """What of the instance's record does not match a step cast here: its
+        state (one of ``states``), its task (one of ``task_states``, if given),
+        its migration (``migration_uuid``, if given), and its ``here`` field
+        ("host" or "source_host", if given) naming a host of this process.
+        Empty: the record waits for that step here."""
+        try:
+            record = self.store.get_instance(instance_uuid)
+        except InstanceNotFound:
+            return ["no instance record"]
+        unmatched = []
+        if record.state not in states:
+            unmatched.append(f"instance is {record.state}")
+        if task_states is not None and record.task_state not in task_states:
+            unmatched.append(f"task is {record.task_state}")
+        if migration_uuid is not None and record.migration_uuid != migration_uuid:
+            unmatched.append(f"the record's migration is {record.migration_uuid}")
+        if here is not None and getattr(record, here) not in self._host_set:
+            unmatched.append(f"the record's {here} {getattr(record, here)} is not served here")
+        return unmatched
+
+    def _move_step_refused(
+        self,
+        event: str,
+        step: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        states: tuple[str, ...],
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> bool:
+        """Whether a move's step that drops or hands back an allocation must be
+        refused: the instance's record does not say this step of this
+        migration is due here (:meth:`_record_unmatched`), as a forged or stale
+        cast naming another instance's migration. Logged as ``event`` with
+        what did not match; the caller changes nothing."""
+        unmatched = self._record_unmatched(
+            instance_uuid, states, migration_uuid, task_states, here
+        )
+        if unmatched:
+            LOG.warning(event, step=step, unmatched="; ".join(unmatched))
+        return bool(unmatched)
 
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Tell the conductor where the instance runs: the host, node and zone
@@ -892,6 +947,16 @@ class ComputeSimulator:
                     True,
                     availability_zone=chosen.availability_zone,
                 )
+                return
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "prep_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZING,),
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
@@ -1041,6 +1106,16 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "confirm_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_CONFIRMING,),
+                here="source_host",
+            ):
+                return
             released = self.store.release(migration_uuid)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
@@ -1059,6 +1134,16 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "revert_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_REVERTING,),
+                here="host",
+            ):
+                return
             source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
             if source is None:
@@ -1274,9 +1359,25 @@ class ComputeSimulator:
                     LOG.info("live_migration_of_deleted_instance_ignored")
                     return None
                 step = self._live.get(move.key(side))
-                if step is None or step == LIVE_FAILED:
+                new = step is None or step == LIVE_FAILED
+                if new:
                     self._live[move.key(side)] = LIVE_CHECKING
-                    return LIVE_CHECKING
+            if new:
+                # A new walk only for the migration the record is under (its
+                # failure releases the instance's claim here).
+                if self._move_step_refused(
+                    "forged_live_migration_step_refused",
+                    "check_can_live_migrate_destination"
+                    if side == "dest"
+                    else "check_can_live_migrate_source",
+                    move.instance_uuid,
+                    move.migration_uuid,
+                    (MIGRATING,),
+                ):
+                    with self._lock:
+                        self._live[move.key(side)] = LIVE_FAILED
+                    return None
+                return LIVE_CHECKING
             if step == LIVE_CHECKING:
                 LOG.info("live_migration_check_duplicate_ignored", side=side)
                 return None

@@ -12,7 +12,7 @@ import pytest
 from compute_sim.cmd import _report_loop
 from compute_sim.manager import LOG_ONLY, ComputeSimulator, HostShape, provider_uuid
 from scheduler.exceptions import StoreUnavailable
-from scheduler.objects import RESIZE_CONFIRMING, RESIZED, AllocationRequest, Selection
+from scheduler.objects import RESIZE_CONFIRMING, RESIZED, RESIZING, AllocationRequest, Selection
 from scheduler.rpc import RequestContext
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from tests.unit.compute_sim import test_simulator
@@ -49,7 +49,7 @@ def resized(sim: Sim) -> None:
     sim.wait("build_succeeded")
     sim.store.move_allocations(INSTANCE, MIGRATION)  # the scheduler parks the source's
     sim.store.claim(INSTANCE, bigger("h2").allocation_request)
-    sim.record(state=RESIZED, host="h2", source_host="h1", migration_uuid=MIGRATION)
+    sim.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
     resize_ctxt = RequestContext(request_id="req-resize")
     sim.sim.prep_resize(
         resize_ctxt,
@@ -64,6 +64,7 @@ def resized(sim: Sim) -> None:
     sim.sim.resize_instance(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
     sim.wait("finish_resize")
     sim.sim.finish_resize(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
+    sim.record(state=RESIZED, task_state=None, host="h2")  # the conductor's part
 
 
 def test_every_host_is_reported_in_one_write_and_a_build_lists_its_vm(make: Any) -> None:

@@ -12,7 +12,15 @@ import pytest
 
 from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
 from scheduler.engine.capabilities import IO_OPS_STAT
-from scheduler.objects import AllocationRequest, InstanceRecord, Selection
+from scheduler.objects import (
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
+    AllocationRequest,
+    InstanceRecord,
+    Selection,
+)
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore, RunningInstance
 from tests.unit.factories import Recorded, spec, uuid_of
@@ -75,6 +83,9 @@ class Sim:
         )
 
     def prep(self, host: str, zone: str | None = None) -> None:
+        """Resize INSTANCE off h1 onto ``host`` (the record RESIZING under
+        MIGRATION, as the conductor leaves it)."""
+        self.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
         self.sim.prep_resize(
             CTXT,
             INSTANCE,
@@ -242,6 +253,18 @@ def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:
     assert sim.compute.calls == [] and sim.conductor.calls == []
 
 
+def resized(sim: Sim, task_state: str | None = None) -> None:
+    """INSTANCE's record RESIZED from h1 onto h2 under MIGRATION (``task_state``:
+    the confirm or revert the conductor has begun)."""
+    sim.record(
+        state=RESIZED,
+        task_state=task_state,
+        host="h2",
+        source_host="h1",
+        migration_uuid=MIGRATION,
+    )
+
+
 @pytest.mark.parametrize(
     "confirm, holders",
     [
@@ -253,6 +276,7 @@ def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) ->
     sim = make(build_time=0.0)
     sim.claim(MIGRATION, "h1")
     sim.claim(INSTANCE, "h2")
+    resized(sim, RESIZE_CONFIRMING if confirm else RESIZE_REVERTING)
     (sim.sim.confirm_resize if confirm else sim.sim.revert_resize)(CTXT, INSTANCE, MIGRATION)
     names = {p.uuid: p.name for p in sim.store.list_providers()}
     assert {
@@ -273,6 +297,7 @@ def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: 
     dest.store = source.store
     source.claim(MIGRATION, "h1")
     source.claim(INSTANCE, "h2")
+    resized(source, RESIZE_REVERTING)
     with dest.sim._lock:
         dest.sim._start_vm(RunningInstance(INSTANCE), "h2")
     dest.sim.store = source.store
