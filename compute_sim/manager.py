@@ -106,7 +106,8 @@ involving this host is under way (a resize's destination until confirmed or
 reverted, a live migration's source once checked and its destination, an
 evacuation's destination), dropped once the instance's record no longer
 names that migration. A revert runs the VM on its source again with the
-amounts it had there. The reconciler compares the reports with the records
+amounts it had there. A process back from an outage destroys the VMs
+evacuated meanwhile before it reports. The reconciler compares the reports with the records
 and allocations; for a VM no live record places on its host it casts
 ``reap_instance`` (RPC 1.8), and the host destroys it (``orphan_vm_reaped``
 and ``vm_stopped``) or, with ``running_deleted_instance_action = log``,
@@ -470,9 +471,10 @@ class ComputeSimulator:
         self._builds: dict[str, dict[tuple[str, str | None], str]] = {}
         # (instance, host) -> the VM that runs there, as the host reports it.
         self._running: dict[tuple[str, str], RunningInstance] = {}
-        # (migration, source) -> the VM a resize took off its source, run there
-        # again by a revert (with the amounts it had).
-        self._resized_away: dict[tuple[str, str], RunningInstance] = {}
+        # migration -> the VM a resize took off its source (a host of this
+        # process), run there again by a revert with the amounts it had;
+        # forgotten when the resize is confirmed or reverted.
+        self._resized_away: dict[str, RunningInstance] = {}
         # Instances a delete reached here: nothing is built or started for them
         # again, for ``terminated_retention`` seconds (as long as the store's
         # fence against their claims lasts), oldest first in _terminated_at.
@@ -492,7 +494,8 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
-        # (migration, dest) -> the VM a finished resize runs there (from its prep)
+        # (migration, dest) -> the VM a resize's prep will run there once
+        # finished (its Selection's amounts); taken when it finishes
         self._resize_vms: dict[tuple[str, str], RunningInstance] = {}
         # Live migrations: (migration, destination, side) -> LIVE_*, side
         # "dest" or "source" (both may be hosts of this process).
@@ -660,6 +663,9 @@ class ComputeSimulator:
     def report_instances(self) -> None:
         """Write what every host runs (:meth:`running_instances`), in one store
         write. Logged at info when the counts change, else at debug."""
+        if self._last_beat is not None and time.time() - self._last_beat > self.service_down_time:
+            # Back from an outage: destroy the evacuated VMs before saying what runs.
+            self.heartbeat()
         reports = self.running_instances()
         self.store.report_instances(reports)
         counts = (len(reports), sum(len(r.instances) for r in reports))
@@ -1061,7 +1067,7 @@ class ComputeSimulator:
                 with self._lock:
                     gone = self._stop_vm(instance_uuid, source)
                     if gone is not None:  # a revert runs it there again
-                        self._resized_away[(migration_uuid, source)] = gone
+                        self._resized_away[migration_uuid] = gone
             compute = self.compute
             self._runner.later(
                 self.build_time,
@@ -1082,8 +1088,8 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, dest_host)
             with self._lock:
-                vm = self._resize_vms.get(key)
-            if vm is None:  # prepped before this process started: what is held here
+                vm = self._resize_vms.pop(key, None)
+            if vm is None:  # finished already, or prepped before this process started
                 vm = self._vm_held(ctxt, instance_uuid, dest_host, migration_uuid)
             with self._lock:
                 if instance_uuid in self._terminated:
@@ -1117,6 +1123,8 @@ class ComputeSimulator:
             ):
                 return
             released = self.store.release(migration_uuid)
+            with self._lock:
+                self._resized_away.pop(migration_uuid, None)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
 
@@ -1174,7 +1182,7 @@ class ComputeSimulator:
                 LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
                 return
             with self._lock:
-                away = self._resized_away.pop((migration_uuid, source_host), None)
+                away = self._resized_away.pop(migration_uuid, None)
             vm = (
                 replace(away, migration_uuid=None, request_id=getattr(ctxt, "request_id", None))
                 if away is not None

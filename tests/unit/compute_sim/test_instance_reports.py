@@ -209,3 +209,24 @@ def test_the_report_loop_reports_at_once_and_again_after_a_failure() -> None:
     assert done.wait(5)
     thread.join(5)
     assert outcomes == ["called"] * 3 and not thread.is_alive()
+
+
+def test_a_confirm_on_the_source_forgets_the_vm_a_revert_would_have_run(make: Any) -> None:
+    sim = make(build_time=0.0)
+    resized(sim)
+    assert MIGRATION in sim.sim._resized_away
+    sim.record(task_state=RESIZE_CONFIRMING)
+    sim.sim.confirm_resize(CTXT, INSTANCE, MIGRATION)
+    assert sim.sim._resized_away == {}
+
+
+def test_a_report_after_an_outage_first_destroys_the_vms_evacuated_meanwhile(
+    make: Any,
+) -> None:
+    sim = make(build_time=0.0)
+    built(sim)
+    sim.record(state="ACTIVE", host="h2")  # evacuated to h2 while this process was down
+    assert sim.sim._last_beat is not None
+    sim.sim._last_beat -= sim.sim.service_down_time + 1
+    assert reported(sim)["h1"] == ()
+    assert sim.sim.hosts_running(INSTANCE) == []
