@@ -829,9 +829,12 @@ class ComputeSimulator:
         went elsewhere, the conductor gave it up, the instance is being
         deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
         nothing reported."""
-        unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
-        if not unmatched and not holds_on(self.store, instance_uuid, host):
-            unmatched = ["no claim on this host"]
+        try:
+            unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
+            if not unmatched and not holds_on(self.store, instance_uuid, host):
+                unmatched = ["no claim on this host"]
+        except StoreError as exc:  # unchecked: dropped; the conductor's re-drive builds it
+            unmatched = [f"the store cannot be read: {exc.message}"]
         if not unmatched:
             return False
         LOG.warning("build_without_claim_dropped", stage=stage, why="; ".join(unmatched))
@@ -880,9 +883,12 @@ class ComputeSimulator:
         migration is due here (:meth:`_record_unmatched`), as a forged or stale
         cast naming another instance's migration. Logged as ``event`` with
         what did not match; the caller changes nothing."""
-        unmatched = self._record_unmatched(
-            instance_uuid, states, migration_uuid, task_states, here
-        )
+        try:
+            unmatched = self._record_unmatched(
+                instance_uuid, states, migration_uuid, task_states, here
+            )
+        except StoreError as exc:  # unchecked: refused; the conductor re-drives the step
+            unmatched = [f"the store cannot be read: {exc.message}"]
         if unmatched:
             LOG.warning(event, step=step, unmatched="; ".join(unmatched))
         return bool(unmatched)

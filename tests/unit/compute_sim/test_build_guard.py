@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from compute_sim.manager import BUILD_FAILED, STEP_FAILED
+from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import BUILDING, DELETING, ERROR
 from tests.unit.compute_sim import test_simulator
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, selection
@@ -126,3 +127,22 @@ def test_a_rebuild_whose_claim_went_while_it_ran_makes_no_vm(make: Any) -> None:
     sim.store.release(INSTANCE)  # the conductor gave the evacuation up meanwhile
     until(lambda: sim.sim._migrations[(MIGRATION, "h2")] == STEP_FAILED, "the rebuild dropped")
     nothing_done(sim)
+
+
+def test_a_build_the_store_cannot_check_is_dropped_and_its_re_drive_builds(
+    make: Any, monkeypatch: Any
+) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.record()
+
+    def down(uuid: str) -> Any:
+        raise StoreUnavailable(reason="restarting")
+
+    monkeypatch.setattr(sim.store, "get_instance", down)
+    sim.build("h1")
+    nothing_done(sim)
+    monkeypatch.undo()
+    sim.build("h1")  # the conductor's re-drive, same request id
+    sim.wait("build_succeeded")
+    assert sim.sim.hosts_running(INSTANCE) == ["h1"] and sim.sim.builds_ok == 1
