@@ -25,6 +25,12 @@ key                 type    content
 ``services``        hash    host -> rpc_server, disabled state, failed builds
 ``heartbeats``      hash    host -> last heartbeat (a float, as text)
 ``instances``       hash    instance uuid -> instance record
+``deadlines``       zset    instance uuid scored by its record's ``deadline``,
+                            for every live record that has one (what the
+                            conductor's sweep reads: only what is due), and
+                            the member ``*indexed*`` at ``+inf`` once the
+                            records written before the index existed were
+                            indexed
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
 ``deleted:<uuid>``  string  the instance's delete fence: ``deleting`` while it
@@ -52,6 +58,7 @@ class Keys:
     services: str
     heartbeats: str
     instances: str
+    deadlines: str
     changes: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys
 
