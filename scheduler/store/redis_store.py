@@ -891,7 +891,7 @@ class RedisStore(Store):
             )
         return list(_each(_instance, _pairs(due), self.keys.instances)), bool(complete)
 
-    def index_deadlines(self, batch: int = 500) -> int:
+    def index_deadlines(self, batch: int = 100) -> int:
         """Index the deadlines of records written before the deadline index was.
 
         Walks the instances hash ``batch`` records at a time (HSCAN), each
