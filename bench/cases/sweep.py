@@ -127,7 +127,7 @@ def run(bench: Bench) -> dict[str, Any]:
     server = PrivateRedis("--appendonly", "no")
     server.start()
     store = RedisStore(server.url(), "bench-sweep", socket_timeout=30.0)
-    client = redis.Redis.from_url(server.url())
+    client = redis.Redis.from_url(server.url(), socket_timeout=300.0)  # a full scan is slow
     rows = []
     try:
         client.config_set("slowlog-log-slower-than", 0)
