@@ -7,7 +7,7 @@ reads only the due ones. On a private ``redis-server`` (so SLOWLOG may be
 set to log every command), a store holding many finished records, written
 directly as a store from before the index holds them, and a few due ones
 (two written the same way, two by the store itself): the sweep returns
-exactly the due ones, Redis's own time for each sweep stays under
+exactly the due ones, Redis's own time for a sweep stays under
 :data:`BOUND_US`, and a real conductor re-drives every due instance, found
 through the index, to ACTIVE.
 """
@@ -15,6 +15,7 @@ through the index, to ACTIVE.
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 #: Finished records in the store (the full scan reads each: ~3 us apiece).
 FINISHED = 30_000
-#: Redis's own time for one sweep, at most (a full scan takes 0.1-0.5 s here).
+#: Redis's own time for a sweep (the median: a loaded machine may pause Redis
+#: mid-command once in a while), at most; a full scan takes 0.1-1 s here.
 BOUND_US = 10_000
 SWEEPS = 5
 #: What the redis client names the sweep script by.
@@ -114,7 +116,7 @@ def test_the_sweep_reads_only_what_is_due_among_many_finished_records(
         assert [r.uuid for r in store.list_instances_due(time.time())] == due
     own = _sweep_usec(raw)
     assert len(own) == SWEEPS
-    assert max(own) < BOUND_US, f"one sweep held Redis {max(own)} us (of {own})"
+    assert statistics.median(own) < BOUND_US, f"the sweeps held Redis {own} us"
 
     # A real conductor finds them through the index and re-drives them.
     raw.slowlog_reset()
@@ -132,12 +134,13 @@ def test_the_sweep_reads_only_what_is_due_among_many_finished_records(
     assert set(due) <= redriven
     assert all(r.redrives == 1 and r.host for r in store.list_instances(due))
     sweeps = _sweep_usec(raw)
-    assert sweeps and max(sweeps) < BOUND_US, f"the conductor's sweeps held Redis {sweeps} us"
+    assert sweeps, "the conductor swept"
+    assert statistics.median(sweeps) < BOUND_US, f"the conductor's sweeps held Redis {sweeps} us"
     assert store.list_instances_due(time.time()) == []
     assert store.get_instance(later.uuid).deadline == later.deadline
     assert store.get_instance(finished[0].uuid) == finished[0], "finished records untouched"
     print(
-        f"\nsweep over {FINISHED} finished records: Redis {sorted(own)[len(own) // 2]} us "
+        f"\nsweep over {FINISHED} finished records: Redis {statistics.median(own):.0f} us "
         f"(median of {SWEEPS}), the conductor's {len(sweeps)} sweeps at most {max(sweeps)} us"
     )
     cluster.check_accounting()
