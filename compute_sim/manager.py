@@ -110,16 +110,12 @@ from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_p
 from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
-    DELETED,
     DISK_GB,
     MEMORY_MB,
-    REBUILDING,
-    RESIZED,
-    RESIZING,
     VCPU,
-    InstanceRecord,
     RequestSpec,
     Selection,
+    evacuated_from,
 )
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
@@ -169,20 +165,6 @@ LIVE_FAILED = "failed"
 
 def provider_uuid(host: str) -> str:
     return str(uuidlib.uuid5(PROVIDER_NAMESPACE, host))
-
-
-def evacuated_from(record: InstanceRecord | None, host: str) -> bool:
-    """Whether a VM of the instance running on ``host`` is one to destroy when
-    the host comes back from an outage: the instance is gone (or DELETED),
-    is being evacuated from ``host``, or its record places it elsewhere (and
-    no resize involves ``host``: a resize's VM may still be on its source)."""
-    if record is None or record.state == DELETED:
-        return True
-    if record.state == REBUILDING:
-        return record.source_host == host
-    if record.state in (RESIZING, RESIZED):
-        return host not in (record.host, record.source_host)
-    return record.host != host
 
 
 def aggregate_uuid(name: str) -> str:

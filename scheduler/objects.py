@@ -740,3 +740,19 @@ class InstanceRecord:
         known["is_admin"] = known.get("is_admin") is True
         known["block_migration"] = known.get("block_migration") is True
         return cls(**known)
+
+
+def evacuated_from(record: InstanceRecord | None, host: str) -> bool:
+    """Whether a VM of the instance running on ``host`` is one no record keeps
+    there: the instance is gone (or DELETED), is being evacuated from
+    ``host``, or its record places it elsewhere (and no resize involves
+    ``host``: a resize's VM may still be on its source). A compute back from
+    an outage destroys such VMs; the reconciler reaps them once the record
+    has settled."""
+    if record is None or record.state == DELETED:
+        return True
+    if record.state == REBUILDING:
+        return record.source_host == host
+    if record.state in (RESIZING, RESIZED):
+        return host not in (record.host, record.source_host)
+    return record.host != host

@@ -280,9 +280,11 @@ class ComputeClient:
       1.7 - finish_revert_resize (a revert's last step, on the source: the
             destination no longer restarts the source's VM itself). Sent at
             1.7 alone.
+      1.8 - reap_instance (the reconciler found a VM there that no live
+            record places there). Sent at 1.8 alone.
     """
 
-    VERSION = "1.7"
+    VERSION = "1.8"
     #: What every method sends when no Selection it carries names a zone.
     BASE_VERSION = "1.1"
     #: The version a Selection naming a zone needs.
@@ -297,6 +299,8 @@ class ComputeClient:
     REBUILD_VERSION = "1.6"
     #: The version finish_revert_resize sends.
     FINISH_REVERT_VERSION = "1.7"
+    #: The version reap_instance sends.
+    REAP_VERSION = "1.8"
 
     def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
         self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
@@ -553,6 +557,22 @@ class ComputeClient:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
             source_host=source_host,
+        )
+
+    def reap_instance(
+        self, ctxt: RequestContext, host: str, instance_uuid: str, reason: str
+    ) -> None:
+        """To a host whose report shows a VM that no live record places there
+        (deleted, in ERROR, evacuated or moved elsewhere): destroy it, or only
+        log it, as the compute's ``running_deleted_instance_action`` says."""
+        self._cast(
+            ctxt,
+            host,
+            "reap_instance",
+            version=self.REAP_VERSION,
+            instance_uuid=instance_uuid,
+            host=host,
+            reason=reason,
         )
 
 

@@ -69,8 +69,10 @@ from scheduler.store.records import (
     Change,
     Consumer,
     GroupClaim,
+    InstanceReport,
     Inventory,
     Provider,
+    RunningInstance,
     Service,
     ServiceReport,
 )
@@ -85,11 +87,13 @@ __all__ = [
     "CompactSnapshot",
     "Consumer",
     "GroupClaim",
+    "InstanceReport",
     "InstanceStore",
     "Inventory",
     "PlacementReader",
     "PlacementStore",
     "Provider",
+    "RunningInstance",
     "Service",
     "ServiceReport",
     "ServiceStore",
@@ -253,6 +257,16 @@ class ServiceStore(Protocol):
     @abc.abstractmethod
     def record_build_result(self, host: str, success: bool) -> None:
         """A failure increments the host's failed_builds, a success resets it."""
+
+    @abc.abstractmethod
+    def report_instances(self, reports: Iterable[InstanceReport]) -> None:
+        """Replace what these hosts run (a compute's periodic report of its
+        VMs), all in one write; not fed as changes."""
+
+    @abc.abstractmethod
+    def instance_reports(self, batch: int = 500) -> Iterator[InstanceReport]:
+        """Every host's last report, read ``batch`` hosts at a time so that
+        no one command holds the store (the reconciler walks them)."""
 
 
 class InstanceStore(Protocol):

@@ -24,6 +24,8 @@ key                 type    content
 ``groups``          hash    server group uuid -> ``{host: members}``
 ``services``        hash    host -> rpc_server, disabled state, failed builds
 ``heartbeats``      hash    host -> last heartbeat (a float, as text)
+``reports``         hash    host -> what its compute last reported it runs
+                            (time and instances, see ``InstanceReport``)
 ``instances``       hash    instance uuid -> instance record
 ``deadlines``       zset    instance uuid scored by its record's ``deadline``,
                             for every live record that has one (what the
@@ -57,6 +59,7 @@ class Keys:
     groups: str
     services: str
     heartbeats: str
+    reports: str
     instances: str
     deadlines: str
     changes: str

@@ -47,6 +47,7 @@ from scheduler.store.base import (
     Change,
     Consumer,
     GroupClaim,
+    InstanceReport,
     Inventory,
     Provider,
     Service,
@@ -86,6 +87,7 @@ class MemoryStore(Store):
         self._groups: dict[str, dict[str, int]] = {}
         self._services: dict[str, Service] = {}  # last_seen lives in _heartbeats
         self._heartbeats: dict[str, float] = {}
+        self._reports: dict[str, InstanceReport] = {}
         self._instances: dict[str, InstanceRecord] = {}
         # The deadline index: (deadline, uuid) of every live record that has a
         # deadline, sorted (as Redis's sorted set orders them), and each one's key.
@@ -464,6 +466,15 @@ class MemoryStore(Store):
             known = self._known_service(host)
             self._change_service(known, failed_builds=0 if success else known.failed_builds + 1)
 
+    def report_instances(self, reports: Iterable[InstanceReport]) -> None:
+        with self._lock:
+            self._reports.update((r.host, r) for r in reports)
+
+    def instance_reports(self, batch: int = 500) -> Iterator[InstanceReport]:
+        with self._lock:
+            reports = [self._reports[host] for host in sorted(self._reports)]
+        yield from reports
+
     # instance records
 
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
@@ -595,6 +606,7 @@ class MemoryStore(Store):
                 self._groups,
                 self._services,
                 self._heartbeats,
+                self._reports,
                 self._instances,
                 self._due_key,
                 self._deleted,

@@ -119,6 +119,66 @@ class ServiceReport:
 
 
 @dataclass(frozen=True)
+class RunningInstance:
+    """One VM a host really runs, as its compute reports it (the resource
+    tracker's view, not the store's): what it takes, for whom, and which
+    request and move brought it there (``migration_uuid`` while a move
+    involving this host is under way)."""
+
+    uuid: str
+    resources: Mapping[str, int] = field(default_factory=dict)
+    project_id: str | None = None
+    user_id: str | None = None
+    request_id: str | None = None
+    migration_uuid: str | None = None
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "resources": dict(self.resources),
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+            "request_id": self.request_id,
+            "migration_uuid": self.migration_uuid,
+        }
+
+    @classmethod
+    def from_primitive(cls, d: Mapping[str, Any]) -> RunningInstance:
+        return cls(
+            uuid=str(d["uuid"]),
+            resources={str(rc): int(n) for rc, n in dict(d.get("resources") or {}).items()},
+            project_id=d.get("project_id"),
+            user_id=d.get("user_id"),
+            request_id=d.get("request_id"),
+            migration_uuid=d.get("migration_uuid"),
+        )
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """Every VM one host runs, as its compute saw them at ``reported_at``
+    (seconds since the epoch). A report replaces the host's previous one."""
+
+    host: str
+    reported_at: float
+    instances: tuple[RunningInstance, ...] = ()
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "reported_at": self.reported_at,
+            "instances": [i.to_primitive() for i in self.instances],
+        }
+
+    @classmethod
+    def from_primitive(cls, host: str, d: Mapping[str, Any]) -> InstanceReport:
+        return cls(
+            host=host,
+            reported_at=float(d["reported_at"]),
+            instances=tuple(RunningInstance.from_primitive(i) for i in d.get("instances") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class GroupClaim:
     """The server-group check made inside a claim.
 

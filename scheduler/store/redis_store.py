@@ -74,6 +74,7 @@ from scheduler.store.base import (
     Change,
     Consumer,
     GroupClaim,
+    InstanceReport,
     Inventory,
     Provider,
     Service,
@@ -753,6 +754,30 @@ class RedisStore(Store):
         self._scripts.record_build_result(
             keys=self._service_keys, args=(self._maxlen, host, "1" if success else "0")
         )
+
+    @_translated
+    def report_instances(self, reports: Iterable[InstanceReport]) -> None:
+        mapping: dict[Any, Any] = {r.host: json.dumps(r.to_primitive()) for r in reports}
+        if mapping:
+            self._client.hset(self.keys.reports, mapping=mapping)
+
+    def instance_reports(self, batch: int = 500) -> Iterator[InstanceReport]:
+        cursor = 0
+        while True:
+            cursor, page = self._scan_reports(cursor, batch)
+            for host, raw in sorted(page.items()):
+                yield from _each(
+                    functools.partial(InstanceReport.from_primitive, host),
+                    [(host, raw)],
+                    self.keys.reports,
+                )
+            if cursor == 0:
+                return
+
+    @_translated
+    def _scan_reports(self, cursor: int, batch: int) -> tuple[int, dict[str, str]]:
+        found = self._client.hscan(self.keys.reports, cursor, count=batch)
+        return cast("tuple[int, dict[str, str]]", found)
 
     # instance records
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import evacuated_from
 from scheduler.objects import (
     ACTIVE,
     DELETED,
@@ -16,6 +15,7 @@ from scheduler.objects import (
     RESIZED,
     RESIZING,
     InstanceRecord,
+    evacuated_from,
 )
 from tests.unit.compute_sim import test_simulator
 from tests.unit.compute_sim.test_simulator import (

@@ -402,7 +402,7 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.7", id="compute"),
+        pytest.param(rpc.ComputeClient, "1.8", id="compute"),
         pytest.param(rpc.ConductorClient, "1.6", id="conductor"),
     ],
 )

@@ -51,10 +51,12 @@ from scheduler.objects import (
 from scheduler.store import (
     Aggregate,
     GroupClaim,
+    InstanceReport,
     Inventory,
     MemoryStore,
     Provider,
     RedisStore,
+    RunningInstance,
     Service,
     ServiceReport,
     Store,
@@ -1010,6 +1012,28 @@ def test_heartbeats_alone_are_read_by_host(store: Store) -> None:
     many = [f"m{i}" for i in range(12000)]  # past one HMGET's worth
     store.heartbeat(many[::1000], 7.5)
     assert store.heartbeats(many) == dict.fromkeys(many[::1000], 7.5)
+
+
+def test_instance_reports_replace_a_hosts_last_one(store: Store) -> None:
+    assert list(store.instance_reports()) == []
+    vm = RunningInstance(
+        "u1", {"VCPU": 2, "MEMORY_MB": 512}, "proj", "user", "req-1", migration_uuid=None
+    )
+    store.report_instances([InstanceReport("h1", 10.0, (vm,)), InstanceReport("h2", 10.5, ())])
+    store.report_instances([InstanceReport("h1", 20.0, ())])  # h1's VM has gone
+    assert list(store.instance_reports()) == [
+        InstanceReport("h1", 20.0, ()),
+        InstanceReport("h2", 10.5, ()),
+    ]
+    store.report_instances([InstanceReport("h2", 30.0, (vm,))])
+    assert {r.host: r for r in store.instance_reports(batch=1)}["h2"].instances == (vm,)
+    assert store.changes(store.compact_snapshot().cursor) == []
+
+
+def test_instance_reports_are_read_in_batches(store: Store) -> None:
+    many = [InstanceReport(f"h{i:04}", 1.0, ()) for i in range(1200)]
+    store.report_instances(many)
+    assert sorted(store.instance_reports(batch=100), key=lambda r: r.host) == many
 
 
 def test_service_state_changes_are_fed_once(store: Store) -> None:
