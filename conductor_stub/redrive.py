@@ -38,7 +38,10 @@ So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
 
 The pending set is read from the store on every sweep, never kept in
-memory, so a restarted conductor carries on where the last one stopped.
+memory, so a restarted conductor carries on where the last one stopped. It
+is read through the store's index of records by deadline
+(:meth:`Store.list_instances_due`), so a sweep costs what is due, however
+many finished records the store keeps.
 
 Races, and why they are safe: a re-driven request whose first copy arrives
 late finds the instance's claim and reuses it (or, if the instance has
@@ -136,7 +139,8 @@ class Sweeper:
                 LOG.warning("sweep_failed", error=repr(exc))
 
     def sweep(self) -> int:
-        """Handle every record past its deadline; return how many there were."""
+        """Handle the records past their deadline (at most :data:`SWEEP_BATCH`,
+        earliest first); return how many there were."""
         due = self.store.list_instances_due(self._clock(), SWEEP_BATCH)
         for record in due:
             with bind_request(instance_uuid=record.uuid, request_id=record.request_id):

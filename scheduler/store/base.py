@@ -337,9 +337,13 @@ class InstanceStore(Protocol):
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         """Records whose ``deadline`` is set and not after ``now``, earliest first.
 
-        At most ``limit``. This is the conductor's pending set: what it sent
-        and has not heard back on in time, read from the store so that a
-        restarted conductor finds it again.
+        At most ``limit``; ties in uuid order. This is the conductor's
+        pending set: what it sent and has not heard back on in time, read
+        from the store so that a restarted conductor finds it again. Each
+        write of a record keeps it in an index by deadline in the same atomic
+        step (a record whose deadline is cleared, that is DELETED or removed,
+        leaves it), so this reads only what is due: its cost does not grow
+        with the number of records, finished ones included.
         """
 
 
