@@ -254,6 +254,14 @@ class ServiceStore(Protocol):
     def record_build_result(self, host: str, success: bool) -> None:
         """A failure increments the host's failed_builds, a success resets it."""
 
+    @abc.abstractmethod
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        """Say these hosts are down now (their compute stopped): forget each
+        one's heartbeat and feed its service record in one atomic step, which
+        then carries no heartbeat (``last_seen`` 0), so a host view counts them
+        down at once instead of after ``service_down_time``. Hosts with no
+        service record are skipped. Their next heartbeat brings them back up."""
+
 
 class InstanceStore(Protocol):
     """Instance records, which the conductor owns."""

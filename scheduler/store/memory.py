@@ -458,6 +458,13 @@ class MemoryStore(Store):
             known = self._known_service(host)
             self._change_service(known, failed_builds=0 if success else known.failed_builds + 1)
 
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        with self._lock:
+            for host in dict.fromkeys(hosts):
+                if host in self._services:
+                    self._heartbeats.pop(host, None)
+                    self._append("service", self._service(host))
+
     # instance records
 
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:

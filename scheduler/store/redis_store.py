@@ -238,6 +238,8 @@ def _inventories(text: str) -> Mapping[str, Inventory]:
 
 #: Fields asked per HMGET when some hosts' heartbeats are read.
 _HMGET_CHUNK = 5000
+#: Hosts marked down per script (a few writes each: a short script).
+_MARK_DOWN_CHUNK = 500
 
 #: Values decoded per ``json.loads`` while a snapshot is read in bulk.
 _DECODE_CHUNK = 5000
@@ -752,6 +754,13 @@ class RedisStore(Store):
         self._scripts.record_build_result(
             keys=self._service_keys, args=(self._maxlen, host, "1" if success else "0")
         )
+
+    @_translated
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        names = list(dict.fromkeys(hosts))
+        for start in range(0, len(names), _MARK_DOWN_CHUNK):
+            chunk = names[start : start + _MARK_DOWN_CHUNK]
+            self._scripts.mark_down(keys=self._service_keys, args=(self._maxlen, *chunk))
 
     # instance records
 
