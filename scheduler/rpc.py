@@ -86,7 +86,7 @@ def expected_exceptions(*exceptions: type[Exception]) -> Callable[[_Method], _Me
     captured, formatted whole (``serialize_remote_exception``: every frame's
     file, line and source, and every chained exception's). Here that
     ``exc_info`` carries no traceback and the error no chained cause, so the
-    reply's ``tb`` is the one line ``Class: message``; the caller still gets
+    reply's ``tb`` is the one line ``module.Class: message``; the caller still gets
     the error rebuilt as its own type (:data:`ALLOWED_EXMODS`). Anything else
     the method raises propagates as it is: the RPC server logs it with its
     traceback (and the endpoint's own error policy decides what it says).
