@@ -179,6 +179,7 @@ def test_an_expected_error_reply_carries_no_traceback_and_arrives_typed(
         for answer in (json.loads(json.loads(b)["oslo.message"]) for b in bodies)
         if answer.get("failure")
     ]
+    print(f"\n{error.__name__} reply: {sum(map(len, bodies))} bytes, tb {failure['tb']!r}")
     assert (failure["module"], failure["class"]) == ("scheduler.exceptions", error.__name__)
     for body in bodies:
         for text in TRACEBACK_TEXT:
