@@ -82,6 +82,7 @@ from scheduler.objects import (
     DELETED,
     ERROR,
     FINAL_STATES,
+    MAX_INSTANCES_PER_REQUEST,
     MIGRATING,
     REBUILDING,
     RESIZED,
@@ -933,7 +934,15 @@ class Booter:
         project_id: str = "demo",
         user_id: str = "demo",
     ) -> list[str]:
-        """Create the records and send the requests; return the instance uuids."""
+        """Create the records and send the requests; return the instance uuids.
+
+        :raises InvalidRequest: ``per_request`` over the scheduler's limit
+            (MAX_INSTANCES_PER_REQUEST), before anything is recorded.
+        """
+        if not 1 <= per_request <= MAX_INSTANCES_PER_REQUEST:
+            raise InvalidRequest(
+                reason=f"per_request must be between 1 and {MAX_INSTANCES_PER_REQUEST}"
+            )
         group = (
             ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy) if group_policy else None
         )

@@ -67,7 +67,7 @@ from conductor_stub.resize import Resizer, request_context
 from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
-from scheduler.log import bind_request, get_logger
+from scheduler.log import RepeatLimiter, bind_request, get_logger
 from scheduler.objects import (
     BUILDING,
     DELETING,
@@ -84,6 +84,9 @@ from scheduler.objects import (
 from scheduler.rpc import SchedulerClient
 
 LOG = get_logger(__name__)
+#: A failure every sweep repeats (the store or broker down, the same broken
+#: record re-driven): identical warnings a few times a minute at most.
+REPEATS = RepeatLimiter()
 
 #: What the user reads when the conductor gave up (as the policy says).
 TIMED_OUT = policy.user_reason(RequestTimedOut())
@@ -136,7 +139,7 @@ class Sweeper:
             try:
                 self.sweep()
             except Exception as exc:  # noqa: BLE001 - the store or broker is down: next sweep
-                LOG.warning("sweep_failed", error=repr(exc))
+                REPEATS.log(LOG, "warning", "sweep_failed", error=repr(exc))
 
     def sweep(self) -> int:
         """Handle the records past their deadline (at most :data:`SWEEP_BATCH`,
@@ -147,7 +150,7 @@ class Sweeper:
                 try:
                     self._handle(record)
                 except Exception as exc:  # noqa: BLE001 - one record must not stop the rest
-                    LOG.warning("redrive_failed", error=repr(exc))
+                    REPEATS.log(LOG, "warning", "redrive_failed", error=repr(exc))
         return len(due)
 
     def _handle(self, record: InstanceRecord) -> None:

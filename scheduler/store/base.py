@@ -268,6 +268,14 @@ class ServiceStore(Protocol):
         """Every host's last report, read ``batch`` hosts at a time so that
         no one command holds the store (the reconciler walks them)."""
 
+    @abc.abstractmethod
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        """Say these hosts are down now (their compute stopped): forget each
+        one's heartbeat and feed its service record in one atomic step, which
+        then carries no heartbeat (``last_seen`` 0), so a host view counts them
+        down at once instead of after ``service_down_time``. Hosts with no
+        service record are skipped. Their next heartbeat brings them back up."""
+
 
 class InstanceStore(Protocol):
     """Instance records, which the conductor owns."""

@@ -475,6 +475,13 @@ class MemoryStore(Store):
             reports = [self._reports[host] for host in sorted(self._reports)]
         yield from reports
 
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        with self._lock:
+            for host in dict.fromkeys(hosts):
+                if host in self._services:
+                    self._heartbeats.pop(host, None)
+                    self._append("service", self._service(host))
+
     # instance records
 
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:

@@ -240,6 +240,8 @@ def _inventories(text: str) -> Mapping[str, Inventory]:
 
 #: Fields asked per HMGET when some hosts' heartbeats are read.
 _HMGET_CHUNK = 5000
+#: Hosts marked down per script (a few writes each: a short script).
+_MARK_DOWN_CHUNK = 500
 
 #: Values decoded per ``json.loads`` while a snapshot is read in bulk.
 _DECODE_CHUNK = 5000
@@ -778,6 +780,13 @@ class RedisStore(Store):
     def _scan_reports(self, cursor: int, batch: int) -> tuple[int, dict[str, str]]:
         found = self._client.hscan(self.keys.reports, cursor, count=batch)
         return cast("tuple[int, dict[str, str]]", found)
+
+    @_translated
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        names = list(dict.fromkeys(hosts))
+        for start in range(0, len(names), _MARK_DOWN_CHUNK):
+            chunk = names[start : start + _MARK_DOWN_CHUNK]
+            self._scripts.mark_down(keys=self._service_keys, args=(self._maxlen, *chunk))
 
     # instance records
 

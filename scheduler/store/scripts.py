@@ -498,6 +498,26 @@ return written
 """
 )
 
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, then hosts. Each host
+#: with a service record loses its heartbeat and its record is fed (its
+#: ``hb`` then '0': down at once, in every host view). Returns how many.
+MARK_DOWN = (
+    _FEED
+    + _SAVE_SERVICE
+    + """
+local marked = 0
+for i = 2, #ARGV do
+  local raw = redis.call('HGET', KEYS[2], ARGV[i])
+  if raw then
+    redis.call('HDEL', KEYS[3], ARGV[i])
+    save_service(cjson.decode(raw))
+    marked = marked + 1
+  end
+end
+return marked
+"""
+)
+
 # --- change feed --------------------------------------------------------------------
 
 #: KEYS: changes, providers, aggregates, services, heartbeats. Returns
@@ -820,6 +840,7 @@ class Scripts:
     index_deadlines: Script
     start_delete: Script
     finish_delete: Script
+    mark_down: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> Scripts:
@@ -843,4 +864,5 @@ class Scripts:
             index_deadlines=client.register_script(INDEX_DEADLINES),
             start_delete=client.register_script(START_DELETE),
             finish_delete=client.register_script(FINISH_DELETE),
+            mark_down=client.register_script(MARK_DOWN),
         )

@@ -19,6 +19,7 @@ from scheduler.exceptions import (
 )
 from scheduler.objects import (
     ERROR,
+    MAX_INSTANCES_PER_REQUEST,
     AllocationRequest,
     InstanceRecord,
     RequestSpec,
@@ -213,3 +214,15 @@ def test_select_destinations_mode_leaves_the_instances_to_the_redrive(error: Exc
     records = store.list_instances(uuids)
     assert [(r.state, r.fault) for r in records] == [("BUILDING", None)] * 2
     assert all(r.deadline is not None for r in records)
+
+
+@pytest.mark.parametrize("per_request", [0, MAX_INSTANCES_PER_REQUEST + 1])
+def test_a_request_size_the_scheduler_would_refuse_is_refused_before_anything_is_recorded(
+    per_request: int,
+) -> None:
+    store = _store()
+    booter = Booter(store, Scheduler(AssertionError("nothing sent")), Compute())  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match=f"between 1 and {MAX_INSTANCES_PER_REQUEST}"):
+        booter.boot(CTXT, spec().flavor, per_request, per_request=per_request)
+    assert list(store.scan_instances()) == []
+    assert booter.requests == 0

@@ -1673,3 +1673,18 @@ def test_a_deleted_record_is_removed_by_the_store_after_its_retention(
     # The fence went with it.
     p = make_host(store)
     assert store.claim(uuid, ask({p.uuid: {"VCPU": 1}})) is True
+
+
+def test_mark_down_forgets_heartbeats_and_feeds_each_record(store: Store) -> None:
+    store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
+    store.heartbeat(["h1", "h2"], 1234.25)
+    cursor = store.compact_snapshot().cursor
+    store.mark_down(["h1", "unregistered", "h1"])  # unknown skipped, a repeat once
+    assert store.heartbeats() == {"h2": 1234.25}
+    [change] = store.changes(cursor)
+    assert (change.kind, change.data) == ("service", Service(host="h1", rpc_server="sim-1"))
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")  # never seen since
+    store.heartbeat(["h1"], 1300.5)  # back up with its next heartbeat
+    assert store.heartbeats() == {"h1": 1300.5, "h2": 1234.25}
+    store.mark_down([])
+    assert len(store.changes(cursor)) == 1
