@@ -67,10 +67,16 @@ def _selection(name: str, ram: int = 1024) -> Selection:
 
 
 def _reschedule(
-    store: MemoryStore, request: RequestSpec, alternates: list[str], ram: int = 1024
+    store: MemoryStore,
+    request: RequestSpec,
+    alternates: list[str],
+    ram: int = 1024,
+    failed_before: int = 1,
 ) -> tuple[InstanceRecord, Compute]:
     uuid = uuid_of("rescheduled")
-    store.create_instances([InstanceRecord(uuid=uuid, attempts=1, tried_hosts=())])
+    store.create_instances(
+        [InstanceRecord(uuid=uuid, attempts=failed_before, tried_hosts=("cmp-x",) * failed_before)]
+    )
     compute = Compute()
     ConductorEndpoint(store, compute).reschedule(  # type: ignore[arg-type]
         CTXT,
@@ -126,14 +132,16 @@ def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> Non
         GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
     )
     store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
-    record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
+    record, compute = _reschedule(
+        store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"], failed_before=2
+    )
     assert record.state == ERROR and compute.builds == []
     assert record.fault == MaxRetriesExceeded.USER_MESSAGE
     assert not any(name in record.fault for name in (*HOSTS, "cmp-failed", GROUP_UUID))
     assert record.fault_details == (
-        "max retries exceeded: 2 attempt(s), hosts tried: cmp-failed; last failure: simulated "
-        "build failure; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
-        "(CapacityExceeded)"
+        "max retries exceeded: 3 build(s) failed, hosts tried: cmp-x, cmp-x, cmp-failed; last "
+        "failure: simulated build failure; alternates refused: cmp-a (GroupPolicyViolation), "
+        "cmp-b (CapacityExceeded)"
     )
     assert store.get_consumer(record.uuid) is None
 

@@ -53,6 +53,17 @@ def member(store: HookedStore, name: str, on: str, policy: str) -> None:
     )
 
 
+def after_the_first_read(store: RacedStore, on: str, policy: str) -> None:
+    """Another worker places a member on ``on`` right after the engine's first
+    read of the group's members (then the race is over)."""
+
+    def race(reads: int) -> None:
+        if reads == 1:
+            member(store, "other-worker", on, policy)
+
+    store.race = race
+
+
 def ranked_hosts() -> list[Host]:
     """h0 best (most free RAM) ... the last host worst: the group's host, where
     another worker put the first member, is the one a stale ranking tries last."""
@@ -62,12 +73,8 @@ def ranked_hosts() -> list[Host]:
 def test_affinity_member_follows_a_member_placed_after_the_read() -> None:
     store = RacedStore(ranked_hosts())
     last = f"h{HOSTS - 1}"
-
-    def race(reads: int) -> None:
-        if reads == 1:  # the group was empty when read; now it is not
-            member(store, "other-worker", last, "affinity")
-
-    store.race = race
+    # The group was empty when read; then it is not.
+    after_the_first_read(store, last, "affinity")
     eng = engine(store, weighers=("RAMWeigher",))
     with structlog.testing.capture_logs() as logs:
         result = eng.schedule("req", spec(group=group("affinity")), [uuid_of("i1")])
@@ -83,12 +90,7 @@ def test_affinity_member_follows_a_member_placed_after_the_read() -> None:
 
 def test_anti_affinity_member_avoids_a_member_placed_after_the_read() -> None:
     store = RacedStore(ranked_hosts())
-
-    def race(reads: int) -> None:
-        if reads == 1:
-            member(store, "other-worker", "h0", "anti-affinity")
-
-    store.race = race
+    after_the_first_read(store, "h0", "anti-affinity")
     selections = engine(store, weighers=("RAMWeigher",)).select(
         "req", spec(group=group("anti-affinity")), [uuid_of("i1")]
     )
@@ -100,12 +102,7 @@ def test_anti_affinity_member_avoids_a_member_placed_after_the_read() -> None:
 
 def test_a_multi_instance_request_keeps_its_own_members_across_a_reread() -> None:
     store = RacedStore(ranked_hosts())
-
-    def race(reads: int) -> None:
-        if reads == 1:
-            member(store, "other-worker", "h0", "anti-affinity")
-
-    store.race = race
+    after_the_first_read(store, "h0", "anti-affinity")
     uuids = [uuid_of(f"i{n}") for n in range(3)]
     selections = engine(store, weighers=("RAMWeigher",)).select(
         "req", spec(num_instances=3, group=group("anti-affinity")), uuids
