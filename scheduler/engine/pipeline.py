@@ -14,6 +14,12 @@ candidate step (:mod:`scheduler.engine.placement`) then asks every host's
 provider tree at once; disabled and down hosts are removed before the
 ``max_placement_results`` cut.
 
+A strict server group's members are read once per request; a claim the
+store refuses for the group's policy (another worker placed a member since
+that read) reads them again and, if they changed, decides that instance
+anew with them, at most :data:`GROUP_REREADS` times, before the host counts
+as refused.
+
 An instance that already holds a claim (a re-driven request) reuses it,
 never claims twice; unless the claim's host has stopped heartbeating, when
 the claim is released and the instance placed afresh on a live host (its
