@@ -21,9 +21,10 @@ attempt: when none of those left can be claimed and fewer than
 asked again, the hosts tried ignored, as with alternates off (one rule,
 :meth:`ConductorEndpoint._ask_again`, for builds and every move). So "max
 retries exceeded" (ERROR, distinct from "no valid host"; a move instead
-goes back ACTIVE on its source, with that fault) always means that
-``max_attempts`` builds failed, and its admin details say how many failed,
-on which hosts, and which alternates were refused at their claim and why.
+goes back ACTIVE on its source, with that fault) means that
+``max_attempts`` builds failed (or that the request names its hosts and
+every one of them failed), and its admin details say how many failed, on
+which hosts, and which alternates were refused at their claim and why.
 
 A live migration's destination that fails its pre-checks is retried the
 same way (``live_migration_precheck_failed``: the next alternate claimed,
@@ -126,6 +127,20 @@ def _after(record: InstanceRecord, refused: Sequence[str]) -> str:
         f" (after {record.attempts} destination(s) failed: {', '.join(record.tried_hosts)}"
         f"{_refused(list(refused))})"
     )
+
+
+def _named_hosts_tried(spec: RequestSpec) -> bool:
+    """Whether ``spec`` is narrowed to hosts it names (forced hosts or nodes, a
+    requested destination) that are all among its ``ignore_hosts`` (tried):
+    the scheduler could only answer that no host is valid."""
+    tried = {host.lower() for host in spec.ignore_hosts}
+    destination = spec.requested_destination
+    narrowed = (
+        spec.force_hosts,
+        spec.force_nodes,
+        (destination.host,) if destination is not None else (),
+    )
+    return any(names and all(n.lower() in tried for n in names) for names in narrowed)
 
 
 class ConductorEndpoint:
@@ -312,7 +327,8 @@ class ConductorEndpoint:
         refused = self._try_alternates(uuid, BUILDING, spec, alternates, build)
         if refused is None:
             return  # built on one, or superseded
-        if self._ask_again(attempts, refused):
+        retry = spec.replace(ignore_hosts=(*spec.ignore_hosts, *tried))
+        if self._ask_again(attempts, refused, retry):
             self._build_via_scheduler(ctxt, uuid, spec, attempts, tried, refused)
             return
         self._build_failed(
@@ -725,7 +741,7 @@ class ConductorEndpoint:
         refused = self._try_alternates(uuid, None, spec, alternates, rebuild)
         if refused is None:
             return
-        if self._ask_again(attempts, refused):
+        if self._ask_again(attempts, refused, records.move_spec(record)):
             again(refused)
             return
         fail(MaxRetriesExceeded(), details + _refused(refused))
@@ -810,7 +826,9 @@ class ConductorEndpoint:
         refused = self._try_alternates(record.uuid, state, spec, alternates, step, migration_uuid)
         if refused is None:
             return
-        if again is not None and self._ask_again(record.attempts, refused):
+        if again is not None and self._ask_again(
+            record.attempts, refused, records.move_spec(record)
+        ):
             again(refused)
             return
         records.fail_move(
@@ -849,14 +867,16 @@ class ConductorEndpoint:
             return None
         return refused
 
-    def _ask_again(self, attempts: int, refused: list[str]) -> bool:
-        """Whether to ask the scheduler again once none of the alternates left
-        could be claimed (taken meanwhile, or forbidden by the group now): while
-        fewer than ``max_attempts`` builds (or move destinations) really
-        failed. An alternate refused at its claim was never built on, so it
-        is no attempt: MaxRetriesExceeded always means ``max_attempts``
-        failures."""
-        if attempts >= self.settings.max_attempts:
+    def _ask_again(self, attempts: int, refused: list[str], retry: RequestSpec) -> bool:
+        """Whether to ask the scheduler again (for ``retry``, the hosts tried in
+        its ``ignore_hosts``) once none of the alternates left could be claimed
+        (taken meanwhile, or forbidden by the group now): while fewer than
+        ``max_attempts`` builds (or move destinations) really failed. An
+        alternate refused at its claim was never built on, so it is no
+        attempt: MaxRetriesExceeded means ``max_attempts`` failures, unless
+        the request names its hosts (forced, or an admin's destination) and
+        every one of them failed: then there is nothing else to ask for."""
+        if attempts >= self.settings.max_attempts or _named_hosts_tried(retry):
             return False
         LOG.info(
             "alternates_exhausted",

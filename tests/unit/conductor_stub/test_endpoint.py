@@ -343,6 +343,22 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
         assert kwargs == {"return_alternates": False}
 
 
+def test_a_build_forced_to_a_host_that_failed_has_nothing_else_to_ask_for() -> None:
+    """Its one forced host failed: the scheduler could only say no valid host,
+    so it is not asked, and the build ends as the alternates ran out."""
+    store = cloud("h1", "h2")
+    uuid = building(store)
+    scheduler = Recorded(select_destinations=select_on(store, "h2"))
+    conductor, compute = endpoint(store, scheduler)
+    forced = SPEC.replace(force_hosts=("H1",))
+
+    conductor.reschedule(CTXT, uuid, forced.to_primitive(), "h1", "boom", [])
+
+    record = store.get_instance(uuid)
+    assert (record.state, record.fault) == (ERROR, MaxRetriesExceeded.USER_MESSAGE)
+    assert scheduler.calls == [] and compute.calls == []
+
+
 def test_a_reschedule_for_an_instance_no_longer_building_is_ignored() -> None:
     store = cloud("h1", "h2")
     uuid = active_on(store, "h1")
