@@ -193,6 +193,22 @@ def test_a_rebuild_that_succeeded_releases_the_source_once() -> None:
     assert store.get_instance(uuid) == record
 
 
+def rebuild_failed(
+    endpoint: ConductorEndpoint, uuid: str, migration: str, host: str, alternates: list[str]
+) -> None:
+    """The compute's answer that the rebuild failed on ``host``, with ``alternates`` left."""
+    endpoint.rebuild_result(
+        CTXT,
+        uuid,
+        migration,
+        host,
+        False,
+        reason="boom",
+        request_spec=SPEC.to_primitive(),
+        host_list=[selection(h).to_primitive() for h in alternates],
+    )
+
+
 def test_a_failed_rebuild_goes_to_the_next_alternate_then_gives_up() -> None:
     store = cloud()
     uuid, migration = rebuilding(store)
@@ -201,31 +217,13 @@ def test_a_failed_rebuild_goes_to_the_next_alternate_then_gives_up() -> None:
     endpoint = ConductorEndpoint(store, compute, None, settings, clock=lambda: NOW)  # type: ignore[arg-type]
     store.release(uuid)  # the destination released its claim before answering
 
-    endpoint.rebuild_result(
-        CTXT,
-        uuid,
-        migration,
-        "h2",
-        False,
-        reason="boom",
-        request_spec=SPEC.to_primitive(),
-        host_list=[selection("h3").to_primitive()],
-    )
+    rebuild_failed(endpoint, uuid, migration, "h2", ["h3"])
 
     assert holder(store, uuid) == "h3" and store.get_instance(uuid).tried_hosts == ("h2",)
     (_, _, _, _, primary, rest), _ = compute.last("rebuild_instance")
     assert (primary.host, rest) == ("h3", [])  # type: ignore[attr-defined]
     store.release(uuid)
-    endpoint.rebuild_result(
-        CTXT,
-        uuid,
-        migration,
-        "h3",
-        False,
-        reason="boom",
-        request_spec=SPEC.to_primitive(),
-        host_list=[],
-    )
+    rebuild_failed(endpoint, uuid, migration, "h3", [])
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.tried_hosts) == (ACTIVE, "src", ("h2", "h3"))
     assert "max retries" in (record.fault_details or "") and holder(store, uuid) == "src"
@@ -244,16 +242,7 @@ def test_a_rebuild_whose_alternates_were_taken_asks_the_scheduler_again() -> Non
     scheduler, compute = Scheduler(store, "h4"), Recorded()
     endpoint = ConductorEndpoint(store, compute, scheduler, SETTINGS, clock=lambda: NOW)  # type: ignore[arg-type]
 
-    endpoint.rebuild_result(
-        CTXT,
-        uuid,
-        migration,
-        "h2",
-        False,
-        reason="boom",
-        request_spec=SPEC.to_primitive(),
-        host_list=[selection("h3").to_primitive()],
-    )
+    rebuild_failed(endpoint, uuid, migration, "h2", ["h3"])
 
     record = store.get_instance(uuid)
     assert (record.state, record.attempts, record.tried_hosts) == (REBUILDING, 1, ("h2",))

@@ -125,7 +125,8 @@ def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -
     assert store.group_hosts(GROUP_UUID) == {"cmp-a": 1, "cmp-b": 1}
 
 
-def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
+def _every_alternate_refused() -> MemoryStore:
+    """cmp-a holds a member of the anti-affinity group, cmp-b is full."""
     store = _store(ram=2048)
     store.claim(
         uuid_of("member"),
@@ -133,6 +134,11 @@ def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> Non
         GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
     )
     store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
+    return store
+
+
+def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
+    store = _every_alternate_refused()
     record, compute = _reschedule(
         store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"], failed_before=2
     )
@@ -164,13 +170,7 @@ def test_alternates_refused_are_no_attempts_the_scheduler_is_asked_again() -> No
     """Two builds failed of three, and every alternate is refused at its claim:
     the scheduler is asked again (the hosts tried ignored), and its answer is
     the fault, with the builds failed and the alternates refused."""
-    store = _store(ram=2048)
-    store.claim(
-        uuid_of("member"),
-        _selection("cmp-a").allocation_request,
-        GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
-    )
-    store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
+    store = _every_alternate_refused()
     scheduler = NoHostLeft()
     record, compute = _reschedule(
         store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"], scheduler=scheduler
