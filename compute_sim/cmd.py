@@ -245,6 +245,7 @@ def build_simulator(
         terminated_retention=float(conf.conductor.deleted_retention),
         live_migration_fail_rate=conf.live_migration_fail_rate,
         live_migration_fail_hosts=conf.live_migration_fail_hosts,
+        running_deleted_instance_action=c.running_deleted_instance_action,
     )
 
 
@@ -259,6 +260,18 @@ def _mark_down(store: ComputeStore, hosts: Sequence[str]) -> None:
         LOG.warning("hosts_not_marked_down", error=repr(exc))
         return
     LOG.info("hosts_marked_down", count=len(hosts))
+
+
+def _report_loop(sim: ComputeSimulator, interval: float, stop: threading.Event) -> None:
+    """Report what the hosts run at once, then every ``interval`` seconds; a
+    failed report is logged and the next interval reports again."""
+    while True:
+        try:
+            sim.report_instances()
+        except Exception as exc:  # noqa: BLE001 - report again once the store is back
+            LOG.warning("instances_report_failed", error=repr(exc))
+        if stop.wait(interval):
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -287,11 +300,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     beating = threading.Thread(target=_beat, name="heartbeat", daemon=True)
     beating.start()
+    reporting = threading.Thread(
+        target=_report_loop,
+        args=(sim, conf.compute.report_interval, stop),
+        name="instance-reports",
+        daemon=True,
+    )
+    reporting.start()
     LOG.info("compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name)
 
     def _stop() -> None:
         stop.set()
         beating.join(timeout=10)  # no heartbeat after the hosts are marked down
+        reporting.join(timeout=10)  # (a report after an outage heartbeats first)
         _mark_down(store, sim.hosts)
         server.stop()
         server.wait()

@@ -17,6 +17,17 @@ success again (the first report may have been lost), and one after a failure
 is a new attempt. A failed build releases the instance's claim only if that
 claim is on this host: a stale attempt never drops the live one's.
 
+A host builds only while the store holds the instance's claim on that very
+host (:func:`conductor_stub.records.holds_on`, the conductor's reading too)
+and the instance's record is BUILDING, checked when the build starts and
+again before its VM starts (or its failure is handed back): a duplicated
+cast after the attempt failed and went elsewhere, a build the conductor gave
+up (ERROR after its timeout, claim released) while the host was frozen, a
+build of an instance being deleted or with no record is dropped
+(``build_without_claim_dropped``, with the stage and why): no VM, nothing
+reported, nothing released. An evacuation's rebuild is guarded the same way
+(the record REBUILDING under that migration).
+
 A resize walks prep -> resize -> finish as in Nova: ``prep_resize`` on the
 destination (which fails on the hosts named in ``fail_resize_hosts``),
 ``resize_instance`` on the source, ``finish_resize`` on the destination,
@@ -28,7 +39,17 @@ claim *before* handing the resize back for a retry on the alternates.
 migration's back to it, in one atomic step, stops the VM there and asks the
 source (``finish_revert_resize``, in whichever process serves it) to run it
 again and tell the conductor. Every step is idempotent per
-migration, so the conductor may re-drive any of them.
+migration, so the conductor may re-drive any of them. A step that drops or
+hands back an allocation goes on only when the instance's record says it is
+due here: ``confirm_resize`` and ``revert_resize`` only for a RESIZED
+instance whose confirm (revert) the conductor has begun, under the very
+migration named, with its source (destination) a host of this process; a
+new ``prep_resize`` walk only for a RESIZING instance under that migration.
+Anything else (a forged or stale cast naming another instance's migration)
+is refused (``forged_resize_step_refused``, with what did not match) and
+nothing changes. A live migration's pre-checks likewise start only for a
+MIGRATING instance under that migration
+(``forged_live_migration_step_refused``).
 
 A live migration walks pre-checks -> migration -> post as in Nova:
 ``check_can_live_migrate_destination`` on the destination (claimed for the
@@ -73,6 +94,25 @@ them on their host (evacuated meanwhile, or deleted) and destroys them
 (``evacuated_vm_destroyed``, ``vm_stopped``) instead of running them a
 second time; it never reports them.
 
+Every ``[compute] report_interval`` seconds (and once right after
+registration) the process reports, in one store write for all its hosts
+(:meth:`ComputeSimulator.report_instances`), what each host really runs (the
+resource tracker's role; a host that runs nothing reports an empty list):
+per VM a :class:`~scheduler.store.RunningInstance` with the amounts its
+claim took (the Selection it was built, rebuilt, resized or live-migrated
+with, summed over the host's providers), the claim's project and user, the
+id of the request that put it there, and the migration while a move
+involving this host is under way (a resize's destination until confirmed or
+reverted, a live migration's source once checked and its destination, an
+evacuation's destination), dropped once the instance's record no longer
+names that migration. A revert runs the VM on its source again with the
+amounts it had there. A process back from an outage destroys the VMs
+evacuated meanwhile before it reports. The reconciler compares the reports with the records
+and allocations; for a VM no live record places on its host it casts
+``reap_instance`` (RPC 1.8), and the host destroys it (``orphan_vm_reaped``
+and ``vm_stopped``) or, with ``running_deleted_instance_action = log``,
+only logs it (``orphan_vm_found``); nothing is reported to the conductor.
+
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
@@ -98,20 +138,28 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import oslo_messaging
 
+from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
-from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
+from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
+    BUILDING,
     DISK_GB,
     MEMORY_MB,
+    MIGRATING,
+    REBUILDING,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
     VCPU,
     RequestSpec,
     Selection,
@@ -121,9 +169,11 @@ from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store import (
     Aggregate,
+    InstanceReport,
     InstanceStore,
     Inventory,
     PlacementStore,
+    RunningInstance,
     Service,
     ServiceReport,
     ServiceStore,
@@ -161,6 +211,10 @@ LIVE_CHECKING = "checking"
 LIVE_MIGRATING = "migrating"
 LIVE_LANDED = "landed"
 LIVE_FAILED = "failed"
+# What ``reap_instance`` does with a VM no live record places on its host
+# (``[compute] running_deleted_instance_action``).
+REAP = "reap"
+LOG_ONLY = "log"
 
 
 def provider_uuid(host: str) -> str:
@@ -174,6 +228,31 @@ def aggregate_uuid(name: str) -> str:
 def gpu_name(host: str, n: int) -> str:
     """The name of a host's ``n``-th GPU child provider."""
     return f"{host}-gpu{n}"
+
+
+def running_vm(
+    ctxt: Any,
+    instance_uuid: str,
+    allocations: Mapping[str, Mapping[str, int]],
+    project_id: str | None,
+    user_id: str | None,
+    migration_uuid: str | None = None,
+) -> RunningInstance:
+    """A VM as its host reports it: the amounts of ``allocations`` summed over
+    the host's providers, for ``project_id`` / ``user_id`` (else the request
+    context's), under the request's id, and the move it belongs to (None:
+    none)."""
+    amounts: Counter[str] = Counter()
+    for resources in allocations.values():
+        amounts.update(resources)
+    return RunningInstance(
+        uuid=instance_uuid,
+        resources=dict(amounts),
+        project_id=project_id or getattr(ctxt, "project_id", None),
+        user_id=user_id or getattr(ctxt, "user_id", None),
+        request_id=getattr(ctxt, "request_id", None),
+        migration_uuid=migration_uuid,
+    )
 
 
 @dataclass(frozen=True)
@@ -342,9 +421,13 @@ class LiveMove:
 
 
 class ComputeSimulator:
-    """The hosts of one simulator process and their RPC endpoint."""
+    """The hosts of one simulator process and their RPC endpoint.
 
-    target = oslo_messaging.Target(version="1.7")
+    It serves compute RPC 1.8 (``reap_instance`` is the newest method; the
+    history is :class:`~scheduler.rpc.ComputeClient`'s).
+    """
+
+    target = oslo_messaging.Target(version="1.8")
 
     def __init__(
         self,
@@ -367,6 +450,7 @@ class ComputeSimulator:
         live_migration_fail_rate: float = 0.0,
         live_migration_fail_hosts: Sequence[str] = (),
         terminated_retention: float = 86400.0,
+        running_deleted_instance_action: str = REAP,
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -385,13 +469,24 @@ class ComputeSimulator:
         # build shares its request's id; an unshelve is a new request. An
         # instance's entries go when it is deleted or shelved here.
         self._builds: dict[str, dict[tuple[str, str | None], str]] = {}
-        self._running: set[tuple[str, str]] = set()  # (instance, host): its VM runs there
+        # (instance, host) -> the VM that runs there, as the host reports it.
+        self._running: dict[tuple[str, str], RunningInstance] = {}
+        # migration -> the VM a resize took off its source (a host of this
+        # process), run there again by a revert with the amounts it had;
+        # forgotten when the resize is confirmed or reverted.
+        self._resized_away: dict[str, RunningInstance] = {}
         # Instances a delete reached here: nothing is built or started for them
         # again, for ``terminated_retention`` seconds (as long as the store's
         # fence against their claims lasts), oldest first in _terminated_at.
         self._terminated: set[str] = set()
         self._terminated_at: deque[tuple[float, str]] = deque()
         self.terminated_retention = terminated_retention
+        if running_deleted_instance_action not in (REAP, LOG_ONLY):
+            raise ValueError(
+                f"running_deleted_instance_action must be {REAP} or {LOG_ONLY}, "
+                f"got {running_deleted_instance_action!r}"
+            )
+        self.running_deleted_instance_action = running_deleted_instance_action
         self._failing: set[str] = set()  # hosts whose last build failed
         # Resizes: to cast the walk's next step, and what steps this process has seen.
         self.compute = compute
@@ -399,6 +494,9 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
+        # (migration, dest) -> the VM a resize's prep will run there once
+        # finished (its Selection's amounts); taken when it finishes
+        self._resize_vms: dict[tuple[str, str], RunningInstance] = {}
         # Live migrations: (migration, destination, side) -> LIVE_*, side
         # "dest" or "source" (both may be hosts of this process).
         self.live_migration_fail_rate = live_migration_fail_rate
@@ -415,6 +513,7 @@ class ComputeSimulator:
         # A heartbeat later than this after the last one: the hosts were down.
         self.service_down_time = service_down_time
         self._last_beat: float | None = None
+        self._last_reported: tuple[int, int] | None = None  # (hosts, VMs) last reported
 
     # --- registration ---------------------------------------------------------------
 
@@ -540,6 +639,47 @@ class ComputeSimulator:
                 LOG.info("evacuated_vm_destroyed", instance_uuid=uuid, host=host)
         return destroyed
 
+    def running_instances(self) -> list[InstanceReport]:
+        """What each host of this process runs now, one report per host (an
+        empty one for a host that runs nothing). A VM's move is reported only
+        while its instance record still names that migration (the move ends
+        with the conductor, which tells no compute: confirmed, given up)."""
+        with self._lock:
+            moving = {u for (u, _), vm in self._running.items() if vm.migration_uuid}
+        if moving:
+            records = {r.uuid: r for r in self.store.list_instances(sorted(moving))}
+            with self._lock:
+                for (uuid, host), vm in list(self._running.items()):
+                    record = records.get(uuid)
+                    if vm.migration_uuid and record and record.migration_uuid != vm.migration_uuid:
+                        self._running[(uuid, host)] = replace(vm, migration_uuid=None)
+        now = time.time()
+        with self._lock:
+            per_host: dict[str, list[RunningInstance]] = {h: [] for h in self.hosts}
+            for (_, host), vm in sorted(self._running.items()):
+                per_host[host].append(vm)
+        return [InstanceReport(h, now, tuple(vms)) for h, vms in per_host.items()]
+
+    def report_instances(self) -> None:
+        """Write what every host runs (:meth:`running_instances`), in one store
+        write. Logged at info when the counts change, else at debug."""
+        if self._last_beat is not None and time.time() - self._last_beat > self.service_down_time:
+            # Back from an outage: destroy the evacuated VMs before saying what runs.
+            self.heartbeat()
+        reports = self.running_instances()
+        self.store.report_instances(reports)
+        counts = (len(reports), sum(len(r.instances) for r in reports))
+        log = LOG.info if counts != self._last_reported else LOG.debug
+        log("instances_reported", hosts=counts[0], vms=counts[1])
+        self._last_reported = counts
+
+    def _moving(self, instance_uuid: str, host: str, migration_uuid: str) -> None:
+        """The VM on ``host`` belongs to this move now (if it runs there)."""
+        with self._lock:
+            vm = self._running.get((instance_uuid, host))
+            if vm is not None:
+                self._running[(instance_uuid, host)] = replace(vm, migration_uuid=migration_uuid)
+
     def _stats(self, host: str) -> dict[str, int]:
         return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
 
@@ -596,6 +736,10 @@ class ComputeSimulator:
                 LOG.info("build_duplicate_reported")
                 self._report_built(ctxt, instance_uuid, chosen)
                 return
+            if self._build_dropped(instance_uuid, chosen.host, "start", (BUILDING,)):
+                with self._lock:
+                    self._builds.setdefault(instance_uuid, {})[key] = BUILD_FAILED
+                return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
@@ -627,6 +771,13 @@ class ComputeSimulator:
                 self._count(chosen.host, -1)
                 LOG.info("build_cancelled_by_delete")
                 return
+            if self._build_dropped(instance_uuid, chosen.host, "finish", (BUILDING,)):
+                # Its claim went meanwhile (the conductor gave the build up, or
+                # another attempt holds it elsewhere): no VM, nothing reported.
+                with self._lock:
+                    builds[key] = BUILD_FAILED
+                self._count(chosen.host, -1)
+                return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
             self._count(chosen.host, -1, None if failed else image)
@@ -653,7 +804,7 @@ class ComputeSimulator:
                     LOG.info("build_cancelled_by_delete")
                     return
                 builds[key] = BUILD_ACTIVE
-                self._start_vm(instance_uuid, chosen.host)
+                self._start_vm(self._vm(ctxt, instance_uuid, chosen), chosen.host)
                 self.builds_ok += 1
                 was_failing = chosen.host in self._failing
                 self._failing.discard(chosen.host)
@@ -661,6 +812,86 @@ class ComputeSimulator:
                 self.store.record_build_result(chosen.host, success=True)
             LOG.info("build_succeeded")
             self._report_built(ctxt, instance_uuid, chosen)
+
+    def _build_dropped(
+        self,
+        instance_uuid: str,
+        host: str,
+        stage: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+    ) -> bool:
+        """Whether a build (or an evacuation's rebuild, of ``migration_uuid``)
+        on ``host`` must be dropped at ``stage`` (``start``, ``finish``): it
+        goes on only while the instance's record is in one of ``states`` (and
+        names that migration) and the store holds the instance's claim on this
+        very host. A duplicated, stale or late build (its attempt failed and
+        went elsewhere, the conductor gave it up, the instance is being
+        deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
+        nothing reported."""
+        try:
+            unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
+            if not unmatched and not holds_on(self.store, instance_uuid, host):
+                unmatched = ["no claim on this host"]
+        except StoreError as exc:  # unchecked: dropped; the conductor's re-drive builds it
+            unmatched = [f"the store cannot be read: {exc.message}"]
+        if not unmatched:
+            return False
+        LOG.warning("build_without_claim_dropped", stage=stage, why="; ".join(unmatched))
+        return True
+
+    def _record_unmatched(
+        self,
+        instance_uuid: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> list[str]:
+        """What of the instance's record does not match a step cast here: its
+        state (one of ``states``), its task (one of ``task_states``, if given),
+        its migration (``migration_uuid``, if given), and its ``here`` field
+        ("host" or "source_host", if given) naming a host of this process.
+        Empty: the record waits for that step here."""
+        try:
+            record = self.store.get_instance(instance_uuid)
+        except InstanceNotFound:
+            return ["no instance record"]
+        unmatched = []
+        if record.state not in states:
+            unmatched.append(f"instance is {record.state}")
+        if task_states is not None and record.task_state not in task_states:
+            unmatched.append(f"task is {record.task_state}")
+        if migration_uuid is not None and record.migration_uuid != migration_uuid:
+            unmatched.append(f"the record's migration is {record.migration_uuid}")
+        if here is not None and getattr(record, here) not in self._host_set:
+            unmatched.append(f"the record's {here} {getattr(record, here)} is not served here")
+        return unmatched
+
+    def _move_step_refused(
+        self,
+        event: str,
+        step: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        states: tuple[str, ...],
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> bool:
+        """Whether a move's step that drops or hands back an allocation must be
+        refused: the instance's record does not say this step of this
+        migration is due here (:meth:`_record_unmatched`), as a forged or stale
+        cast naming another instance's migration. Logged as ``event`` with
+        what did not match; the caller changes nothing."""
+        try:
+            unmatched = self._record_unmatched(
+                instance_uuid, states, migration_uuid, task_states, here
+            )
+        except StoreError as exc:  # unchecked: refused; the conductor re-drives the step
+            unmatched = [f"the store cannot be read: {exc.message}"]
+        if unmatched:
+            LOG.warning(event, step=step, unmatched="; ".join(unmatched))
+        return bool(unmatched)
 
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Tell the conductor where the instance runs: the host, node and zone
@@ -675,8 +906,7 @@ class ComputeSimulator:
         A stale attempt (a re-driven request's duplicate) must not drop the
         claim of the attempt that is live on another host.
         """
-        held = self.store.get_consumer(consumer_uuid)
-        if held is None or chosen.provider_uuid not in held.allocations:
+        if not holds_on(self.store, consumer_uuid, chosen.host):
             return False
         return self.store.release(consumer_uuid)
 
@@ -706,6 +936,7 @@ class ComputeSimulator:
             key = (migration_uuid, chosen.host)
             with self._lock:
                 self._resize_zones[key] = chosen.availability_zone
+                self._resize_vms[key] = self._vm(ctxt, instance_uuid, chosen, migration_uuid)
                 step = self._migrations.get(key)
                 if step is None or step == STEP_FAILED:
                     self._migrations[key] = STEP_PREP
@@ -728,6 +959,16 @@ class ComputeSimulator:
                     True,
                     availability_zone=chosen.availability_zone,
                 )
+                return
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "prep_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZING,),
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
@@ -830,7 +1071,9 @@ class ComputeSimulator:
             source = self._source_host(migration_uuid)
             if source is not None:  # its disk goes to the destination
                 with self._lock:
-                    self._stop_vm(instance_uuid, source)
+                    gone = self._stop_vm(instance_uuid, source)
+                    if gone is not None:  # a revert runs it there again
+                        self._resized_away[migration_uuid] = gone
             compute = self.compute
             self._runner.later(
                 self.build_time,
@@ -849,15 +1092,20 @@ class ComputeSimulator:
             host=dest_host,
             migration_uuid=migration_uuid,
         ):
+            key = (migration_uuid, dest_host)
+            with self._lock:
+                vm = self._resize_vms.pop(key, None)
+            if vm is None:  # finished already, or prepped before this process started
+                vm = self._vm_held(ctxt, instance_uuid, dest_host, migration_uuid)
             with self._lock:
                 if instance_uuid in self._terminated:
-                    self._migrations[(migration_uuid, dest_host)] = STEP_FAILED
+                    self._migrations[key] = STEP_FAILED
                     LOG.info("resize_cancelled_by_delete")
                     return
-                again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
-                self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
-                zone = self._resize_zones.get((migration_uuid, dest_host))
-                self._start_vm(instance_uuid, dest_host)
+                again = self._migrations.get(key) == STEP_FINISHED
+                self._migrations[key] = STEP_FINISHED
+                zone = self._resize_zones.get(key)
+                self._start_vm(vm, dest_host)
             LOG.info("finish_resize_reported_again" if again else "finish_resize")
             self.conductor.resize_result(
                 ctxt, instance_uuid, migration_uuid, dest_host, True, availability_zone=zone
@@ -870,7 +1118,19 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "confirm_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_CONFIRMING,),
+                here="source_host",
+            ):
+                return
             released = self.store.release(migration_uuid)
+            with self._lock:
+                self._resized_away.pop(migration_uuid, None)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
 
@@ -888,6 +1148,16 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "revert_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_REVERTING,),
+                here="host",
+            ):
+                return
             source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
             if source is None:
@@ -918,8 +1188,15 @@ class ComputeSimulator:
                 LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
                 return
             with self._lock:
+                away = self._resized_away.pop(migration_uuid, None)
+            vm = (
+                replace(away, migration_uuid=None, request_id=getattr(ctxt, "request_id", None))
+                if away is not None
+                else self._vm_held(ctxt, instance_uuid, source_host)
+            )
+            with self._lock:
                 if instance_uuid not in self._terminated:
-                    self._start_vm(instance_uuid, source_host)
+                    self._start_vm(vm, source_host)
             LOG.info("resize_reverted")
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
 
@@ -1018,6 +1295,7 @@ class ComputeSimulator:
                 self._post(ctxt, move)
                 return
             LOG.info("check_can_live_migrate_source", dest=move.dest)
+            self._moving(move.instance_uuid, source_host, move.migration_uuid)
         self._runner.later(self.build_time, lambda: self._live_migrate(ctxt, move))
 
     def _live_migrate(self, ctxt: Any, move: LiveMove) -> None:
@@ -1066,7 +1344,7 @@ class ComputeSimulator:
                     return
                 again = self._live.get(move.key("dest")) == LIVE_LANDED
                 self._live[move.key("dest")] = LIVE_LANDED
-                self._start_vm(instance_uuid, chosen.host)
+                self._start_vm(self._vm(ctxt, instance_uuid, chosen, migration_uuid), chosen.host)
             LOG.info("live_migration_reported_again" if again else "post_live_migration")
             self._report_live_migrated(ctxt, move)
 
@@ -1095,9 +1373,25 @@ class ComputeSimulator:
                     LOG.info("live_migration_of_deleted_instance_ignored")
                     return None
                 step = self._live.get(move.key(side))
-                if step is None or step == LIVE_FAILED:
+                new = step is None or step == LIVE_FAILED
+                if new:
                     self._live[move.key(side)] = LIVE_CHECKING
-                    return LIVE_CHECKING
+            if new:
+                # A new walk only for the migration the record is under (its
+                # failure releases the instance's claim here).
+                if self._move_step_refused(
+                    "forged_live_migration_step_refused",
+                    "check_can_live_migrate_destination"
+                    if side == "dest"
+                    else "check_can_live_migrate_source",
+                    move.instance_uuid,
+                    move.migration_uuid,
+                    (MIGRATING,),
+                ):
+                    with self._lock:
+                        self._live[move.key(side)] = LIVE_FAILED
+                    return None
+                return LIVE_CHECKING
             if step == LIVE_CHECKING:
                 LOG.info("live_migration_check_duplicate_ignored", side=side)
                 return None
@@ -1199,6 +1493,12 @@ class ComputeSimulator:
                 LOG.info("rebuild_duplicate_reported")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
                 return
+            if self._build_dropped(
+                instance_uuid, chosen.host, "start", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             LOG.info("rebuild_instance")
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
@@ -1227,6 +1527,12 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
+            if self._build_dropped(
+                instance_uuid, chosen.host, "finish", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             with self._lock:
                 if instance_uuid in self._terminated:
@@ -1235,7 +1541,9 @@ class ComputeSimulator:
                     return
                 if not failed:
                     self._migrations[key] = STEP_FINISHED
-                    self._start_vm(instance_uuid, chosen.host)
+                    self._start_vm(
+                        self._vm(ctxt, instance_uuid, chosen, migration_uuid), chosen.host
+                    )
             if not failed:
                 LOG.info("rebuild_succeeded")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
@@ -1290,6 +1598,32 @@ class ComputeSimulator:
             LOG.info("instance_terminated", destroyed=destroyed)
             self.conductor.instance_terminated(ctxt, instance_uuid, host)
 
+    # --- RPC endpoint: reap -----------------------------------------------------------
+
+    def reap_instance(self, ctxt: Any, instance_uuid: str, host: str, reason: str) -> None:
+        """(1.8) The reconciler found the instance's VM running on ``host`` with
+        no live record placing it there: destroy it (``orphan_vm_reaped``), or
+        only log it (``orphan_vm_found``), as ``running_deleted_instance_action``
+        says. Idempotent; a host not of this process, or a VM not running
+        there, is logged and left alone. Nothing is reported: the reconciler
+        deals with the allocations."""
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
+        ):
+            if host not in self._host_set:
+                LOG.error("reap_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                running = (instance_uuid, host) in self._running
+                if running and self.running_deleted_instance_action == REAP:
+                    self._stop_vm(instance_uuid, host)
+            if not running:
+                LOG.info("orphan_vm_not_running", reason=reason)
+            elif self.running_deleted_instance_action == REAP:
+                LOG.warning("orphan_vm_reaped", reason=reason)
+            else:
+                LOG.warning("orphan_vm_found", reason=reason)
+
     # --- RPC endpoint: shelve ---------------------------------------------------------
 
     def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
@@ -1333,14 +1667,50 @@ class ComputeSimulator:
         with self._lock:
             return sorted(h for u, h in self._running if u == instance_uuid)
 
-    def _start_vm(self, instance_uuid: str, host: str) -> None:
-        """(Under the lock.) The VM runs on ``host`` now."""
-        if (instance_uuid, host) not in self._running:
-            self._running.add((instance_uuid, host))
-            LOG.info("vm_started", instance_uuid=instance_uuid, host=host)
+    def _start_vm(self, vm: RunningInstance, host: str) -> None:
+        """(Under the lock.) The VM runs on ``host`` now (a VM already running
+        there takes the newer amounts and move)."""
+        started = (vm.uuid, host) not in self._running
+        self._running[(vm.uuid, host)] = vm
+        if started:
+            LOG.info("vm_started", instance_uuid=vm.uuid, host=host)
 
-    def _stop_vm(self, instance_uuid: str, host: str) -> None:
-        """(Under the lock.) The VM no longer runs on ``host``."""
-        if (instance_uuid, host) in self._running:
-            self._running.discard((instance_uuid, host))
+    def _stop_vm(self, instance_uuid: str, host: str) -> RunningInstance | None:
+        """(Under the lock.) The VM no longer runs on ``host``: the one that
+        ran there, None if none did."""
+        vm = self._running.pop((instance_uuid, host), None)
+        if vm is not None:
             LOG.info("vm_stopped", instance_uuid=instance_uuid, host=host)
+        return vm
+
+    def _vm(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        chosen: Selection,
+        migration_uuid: str | None = None,
+    ) -> RunningInstance:
+        """The VM a step builds from ``chosen``: the amounts its claim takes,
+        for the claim's project and user (see :func:`running_vm`)."""
+        claim = chosen.allocation_request
+        return running_vm(
+            ctxt, instance_uuid, claim.allocations, claim.project_id, claim.user_id, migration_uuid
+        )
+
+    def _vm_held(
+        self, ctxt: Any, instance_uuid: str, host: str, migration_uuid: str | None = None
+    ) -> RunningInstance:
+        """The VM of a step whose amounts this process no longer knows (it
+        started after the step began): what the instance holds on ``host``."""
+        held = self.store.get_consumer(instance_uuid)
+        if held is None:
+            return running_vm(ctxt, instance_uuid, {}, None, None, migration_uuid)
+        ours = self._providers_of(host)
+        here = {rp: res for rp, res in held.allocations.items() if rp in ours}
+        return running_vm(ctxt, instance_uuid, here, held.project_id, held.user_id, migration_uuid)
+
+    def _providers_of(self, host: str) -> set[str]:
+        """The providers of ``host``'s tree: its root and its GPU children."""
+        return {provider_uuid(host)} | {
+            provider_uuid(gpu_name(host, n)) for n in range(self.topology.gpus())
+        }
