@@ -290,6 +290,68 @@ return 1
 """
 )
 
+#: Write the allocation of a consumer that holds none, with no capacity or unit
+#: check (the reconciler accounts for a VM a compute really runs: it is there
+#: whether it fits or not). KEYS: changes, providers, consumers, groups, the
+#: consumer's delete fence. ARGV: maxlen, consumer uuid, allocations JSON,
+#: project, user, group uuid ('' for none), host (the group member's).
+#: Returns 1 when some provider is now past its capacity, else 0.
+HEAL_ALLOCATION = (
+    _FAIL
+    + _FEED
+    + _SORTED_KEYS
+    + _SAVE_USAGE
+    + """
+local consumer = ARGV[2]
+local allocations = cjson.decode(ARGV[3])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return fail('ConsumerDeleted', {consumer = consumer})
+end
+if redis.call('HEXISTS', KEYS[3], consumer) == 1 then
+  return fail('ConsumerConflict', {consumer = consumer})
+end
+local rps = sorted_keys(allocations)
+local providers = {}
+for _, rp in ipairs(rps) do
+  local raw = redis.call('HGET', KEYS[2], rp)
+  if not raw then return fail('ProviderNotFound', {ident = rp}) end
+  local p = cjson.decode(raw)
+  p.inv = cjson.decode(p.inventories)
+  for _, rc in ipairs(sorted_keys(allocations[rp])) do
+    if not p.inv[rc] then return fail('NoSuchInventory', {uuid = rp, rc = rc}) end
+  end
+  providers[rp] = p
+end
+local over = 0
+for _, rp in ipairs(rps) do
+  local p = providers[rp]
+  for rc, amount in pairs(allocations[rp]) do
+    p.usages[rc] = (p.usages[rc] or 0) + amount
+    local inv = p.inv[rc]
+    local capacity = (inv.total - inv.reserved) * inv.allocation_ratio
+    capacity = capacity >= 0 and math.floor(capacity) or math.ceil(capacity)
+    if p.usages[rc] > capacity then over = 1 end
+  end
+  p.inv = nil
+  p.consumers = p.consumers + 1
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+local group, host = ARGV[6], ARGV[7]
+if group ~= '' then
+  local raw = redis.call('HGET', KEYS[4], group)
+  local members = raw and cjson.decode(raw) or {}
+  members[host] = (members[host] or 0) + 1
+  redis.call('HSET', KEYS[4], group, cjson.encode(members))
+end
+redis.call('HSET', KEYS[3], consumer, cjson.encode({
+  uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
+  generation = 1, group_uuid = group ~= '' and group or nil,
+  host = group ~= '' and host or nil}))
+return over
+"""
+)
+
 # --- providers and aggregates -------------------------------------------------------
 
 #: KEYS: changes, providers, provider_names. ARGV: maxlen, uuid, name, parent
@@ -742,6 +804,7 @@ class Scripts:
     due_instances: Script
     start_delete: Script
     finish_delete: Script
+    heal_allocation: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> Scripts:
@@ -763,4 +826,5 @@ class Scripts:
             due_instances=client.register_script(DUE_INSTANCES),
             start_delete=client.register_script(START_DELETE),
             finish_delete=client.register_script(FINISH_DELETE),
+            heal_allocation=client.register_script(HEAL_ALLOCATION),
         )
