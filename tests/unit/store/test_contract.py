@@ -586,7 +586,10 @@ def test_heal_writes_an_allocation_past_capacity_and_says_so(store: Store) -> No
     assert held is not None and held.group_uuid == group and held.host == "h1"
     assert dict(held.allocations[p.uuid]) == {"VCPU": 1}
     fed = store.changes(cursor)
-    assert [(c.kind, c.data["usages"]) for c in fed] == [("usage", {"VCPU": 2}), ("usage", {"VCPU": 3})]
+    assert [(c.kind, c.data["usages"]) for c in fed] == [
+        ("usage", {"VCPU": 2}),
+        ("usage", {"VCPU": 3}),
+    ]
     # Released like any other.
     assert store.release(over) is True
     assert dict(store.get_provider(p.uuid).usages) == {"VCPU": 2}
