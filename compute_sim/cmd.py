@@ -242,7 +242,20 @@ def build_simulator(
         terminated_retention=float(conf.conductor.deleted_retention),
         live_migration_fail_rate=conf.live_migration_fail_rate,
         live_migration_fail_hosts=conf.live_migration_fail_hosts,
+        running_deleted_instance_action=c.running_deleted_instance_action,
     )
+
+
+def _report_loop(sim: ComputeSimulator, interval: float, stop: threading.Event) -> None:
+    """Report what the hosts run at once, then every ``interval`` seconds; a
+    failed report is logged and the next interval reports again."""
+    while True:
+        try:
+            sim.report_instances()
+        except Exception as exc:  # noqa: BLE001 - report again once the store is back
+            LOG.warning("instances_report_failed", error=repr(exc))
+        if stop.wait(interval):
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -270,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 LOG.warning("heartbeat_failed", error=repr(exc))
 
     threading.Thread(target=_beat, name="heartbeat", daemon=True).start()
+    threading.Thread(
+        target=_report_loop,
+        args=(sim, conf.compute.report_interval, stop),
+        name="instance-reports",
+        daemon=True,
+    ).start()
     LOG.info("compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name)
 
     def _stop() -> None:

@@ -73,6 +73,24 @@ them on their host (evacuated meanwhile, or deleted) and destroys them
 (``evacuated_vm_destroyed``, ``vm_stopped``) instead of running them a
 second time; it never reports them.
 
+Every ``[compute] report_interval`` seconds (and once right after
+registration) the process reports, in one store write for all its hosts
+(:meth:`ComputeSimulator.report_instances`), what each host really runs (the
+resource tracker's role; a host that runs nothing reports an empty list):
+per VM a :class:`~scheduler.store.RunningInstance` with the amounts its
+claim took (the Selection it was built, rebuilt, resized or live-migrated
+with, summed over the host's providers), the claim's project and user, the
+id of the request that put it there, and the migration while a move
+involving this host is under way (a resize's destination until confirmed or
+reverted, a live migration's source once checked and its destination, an
+evacuation's destination), dropped once the instance's record no longer
+names that migration. A revert runs the VM on its source again with the
+amounts it had there. The reconciler compares the reports with the records
+and allocations; for a VM no live record places on its host it casts
+``reap_instance`` (RPC 1.8), and the host destroys it (``orphan_vm_reaped``
+and ``vm_stopped``) or, with ``running_deleted_instance_action = log``,
+only logs it (``orphan_vm_found``); nothing is reported to the conductor.
+
 Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
@@ -98,10 +116,10 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import oslo_messaging
@@ -121,9 +139,11 @@ from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store import (
     Aggregate,
+    InstanceReport,
     InstanceStore,
     Inventory,
     PlacementStore,
+    RunningInstance,
     Service,
     ServiceReport,
     ServiceStore,
@@ -161,6 +181,10 @@ LIVE_CHECKING = "checking"
 LIVE_MIGRATING = "migrating"
 LIVE_LANDED = "landed"
 LIVE_FAILED = "failed"
+# What ``reap_instance`` does with a VM no live record places on its host
+# (``[compute] running_deleted_instance_action``).
+REAP = "reap"
+LOG_ONLY = "log"
 
 
 def provider_uuid(host: str) -> str:
@@ -174,6 +198,31 @@ def aggregate_uuid(name: str) -> str:
 def gpu_name(host: str, n: int) -> str:
     """The name of a host's ``n``-th GPU child provider."""
     return f"{host}-gpu{n}"
+
+
+def running_vm(
+    ctxt: Any,
+    instance_uuid: str,
+    allocations: Mapping[str, Mapping[str, int]],
+    project_id: str | None,
+    user_id: str | None,
+    migration_uuid: str | None = None,
+) -> RunningInstance:
+    """A VM as its host reports it: the amounts of ``allocations`` summed over
+    the host's providers, for ``project_id`` / ``user_id`` (else the request
+    context's), under the request's id, and the move it belongs to (None:
+    none)."""
+    amounts: Counter[str] = Counter()
+    for resources in allocations.values():
+        amounts.update(resources)
+    return RunningInstance(
+        uuid=instance_uuid,
+        resources=dict(amounts),
+        project_id=project_id or getattr(ctxt, "project_id", None),
+        user_id=user_id or getattr(ctxt, "user_id", None),
+        request_id=getattr(ctxt, "request_id", None),
+        migration_uuid=migration_uuid,
+    )
 
 
 @dataclass(frozen=True)
@@ -342,9 +391,13 @@ class LiveMove:
 
 
 class ComputeSimulator:
-    """The hosts of one simulator process and their RPC endpoint."""
+    """The hosts of one simulator process and their RPC endpoint.
 
-    target = oslo_messaging.Target(version="1.7")
+    It serves compute RPC 1.8 (``reap_instance`` is the newest method; the
+    history is :class:`~scheduler.rpc.ComputeClient`'s).
+    """
+
+    target = oslo_messaging.Target(version="1.8")
 
     def __init__(
         self,
@@ -367,6 +420,7 @@ class ComputeSimulator:
         live_migration_fail_rate: float = 0.0,
         live_migration_fail_hosts: Sequence[str] = (),
         terminated_retention: float = 86400.0,
+        running_deleted_instance_action: str = REAP,
     ) -> None:
         self.store = store
         self.conductor = conductor
@@ -385,13 +439,23 @@ class ComputeSimulator:
         # build shares its request's id; an unshelve is a new request. An
         # instance's entries go when it is deleted or shelved here.
         self._builds: dict[str, dict[tuple[str, str | None], str]] = {}
-        self._running: set[tuple[str, str]] = set()  # (instance, host): its VM runs there
+        # (instance, host) -> the VM that runs there, as the host reports it.
+        self._running: dict[tuple[str, str], RunningInstance] = {}
+        # (migration, source) -> the VM a resize took off its source, run there
+        # again by a revert (with the amounts it had).
+        self._resized_away: dict[tuple[str, str], RunningInstance] = {}
         # Instances a delete reached here: nothing is built or started for them
         # again, for ``terminated_retention`` seconds (as long as the store's
         # fence against their claims lasts), oldest first in _terminated_at.
         self._terminated: set[str] = set()
         self._terminated_at: deque[tuple[float, str]] = deque()
         self.terminated_retention = terminated_retention
+        if running_deleted_instance_action not in (REAP, LOG_ONLY):
+            raise ValueError(
+                f"running_deleted_instance_action must be {REAP} or {LOG_ONLY}, "
+                f"got {running_deleted_instance_action!r}"
+            )
+        self.running_deleted_instance_action = running_deleted_instance_action
         self._failing: set[str] = set()  # hosts whose last build failed
         # Resizes: to cast the walk's next step, and what steps this process has seen.
         self.compute = compute
@@ -399,6 +463,8 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
+        # (migration, dest) -> the VM a finished resize runs there (from its prep)
+        self._resize_vms: dict[tuple[str, str], RunningInstance] = {}
         # Live migrations: (migration, destination, side) -> LIVE_*, side
         # "dest" or "source" (both may be hosts of this process).
         self.live_migration_fail_rate = live_migration_fail_rate
@@ -415,6 +481,7 @@ class ComputeSimulator:
         # A heartbeat later than this after the last one: the hosts were down.
         self.service_down_time = service_down_time
         self._last_beat: float | None = None
+        self._last_reported: tuple[int, int] | None = None  # (hosts, VMs) last reported
 
     # --- registration ---------------------------------------------------------------
 
@@ -540,6 +607,44 @@ class ComputeSimulator:
                 LOG.info("evacuated_vm_destroyed", instance_uuid=uuid, host=host)
         return destroyed
 
+    def running_instances(self) -> list[InstanceReport]:
+        """What each host of this process runs now, one report per host (an
+        empty one for a host that runs nothing). A VM's move is reported only
+        while its instance record still names that migration (the move ends
+        with the conductor, which tells no compute: confirmed, given up)."""
+        with self._lock:
+            moving = {u for (u, _), vm in self._running.items() if vm.migration_uuid}
+        if moving:
+            records = {r.uuid: r for r in self.store.list_instances(sorted(moving))}
+            with self._lock:
+                for (uuid, host), vm in list(self._running.items()):
+                    record = records.get(uuid)
+                    if vm.migration_uuid and record and record.migration_uuid != vm.migration_uuid:
+                        self._running[(uuid, host)] = replace(vm, migration_uuid=None)
+        now = time.time()
+        with self._lock:
+            per_host: dict[str, list[RunningInstance]] = {h: [] for h in self.hosts}
+            for (_, host), vm in sorted(self._running.items()):
+                per_host[host].append(vm)
+        return [InstanceReport(h, now, tuple(vms)) for h, vms in per_host.items()]
+
+    def report_instances(self) -> None:
+        """Write what every host runs (:meth:`running_instances`), in one store
+        write. Logged at info when the counts change, else at debug."""
+        reports = self.running_instances()
+        self.store.report_instances(reports)
+        counts = (len(reports), sum(len(r.instances) for r in reports))
+        log = LOG.info if counts != self._last_reported else LOG.debug
+        log("instances_reported", hosts=counts[0], vms=counts[1])
+        self._last_reported = counts
+
+    def _moving(self, instance_uuid: str, host: str, migration_uuid: str) -> None:
+        """The VM on ``host`` belongs to this move now (if it runs there)."""
+        with self._lock:
+            vm = self._running.get((instance_uuid, host))
+            if vm is not None:
+                self._running[(instance_uuid, host)] = replace(vm, migration_uuid=migration_uuid)
+
     def _stats(self, host: str) -> dict[str, int]:
         return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
 
@@ -653,7 +758,7 @@ class ComputeSimulator:
                     LOG.info("build_cancelled_by_delete")
                     return
                 builds[key] = BUILD_ACTIVE
-                self._start_vm(instance_uuid, chosen.host)
+                self._start_vm(self._vm(ctxt, instance_uuid, chosen), chosen.host)
                 self.builds_ok += 1
                 was_failing = chosen.host in self._failing
                 self._failing.discard(chosen.host)
@@ -706,6 +811,7 @@ class ComputeSimulator:
             key = (migration_uuid, chosen.host)
             with self._lock:
                 self._resize_zones[key] = chosen.availability_zone
+                self._resize_vms[key] = self._vm(ctxt, instance_uuid, chosen, migration_uuid)
                 step = self._migrations.get(key)
                 if step is None or step == STEP_FAILED:
                     self._migrations[key] = STEP_PREP
@@ -830,7 +936,9 @@ class ComputeSimulator:
             source = self._source_host(migration_uuid)
             if source is not None:  # its disk goes to the destination
                 with self._lock:
-                    self._stop_vm(instance_uuid, source)
+                    gone = self._stop_vm(instance_uuid, source)
+                    if gone is not None:  # a revert runs it there again
+                        self._resized_away[(migration_uuid, source)] = gone
             compute = self.compute
             self._runner.later(
                 self.build_time,
@@ -849,15 +957,20 @@ class ComputeSimulator:
             host=dest_host,
             migration_uuid=migration_uuid,
         ):
+            key = (migration_uuid, dest_host)
+            with self._lock:
+                vm = self._resize_vms.get(key)
+            if vm is None:  # prepped before this process started: what is held here
+                vm = self._vm_held(ctxt, instance_uuid, dest_host, migration_uuid)
             with self._lock:
                 if instance_uuid in self._terminated:
-                    self._migrations[(migration_uuid, dest_host)] = STEP_FAILED
+                    self._migrations[key] = STEP_FAILED
                     LOG.info("resize_cancelled_by_delete")
                     return
-                again = self._migrations.get((migration_uuid, dest_host)) == STEP_FINISHED
-                self._migrations[(migration_uuid, dest_host)] = STEP_FINISHED
-                zone = self._resize_zones.get((migration_uuid, dest_host))
-                self._start_vm(instance_uuid, dest_host)
+                again = self._migrations.get(key) == STEP_FINISHED
+                self._migrations[key] = STEP_FINISHED
+                zone = self._resize_zones.get(key)
+                self._start_vm(vm, dest_host)
             LOG.info("finish_resize_reported_again" if again else "finish_resize")
             self.conductor.resize_result(
                 ctxt, instance_uuid, migration_uuid, dest_host, True, availability_zone=zone
@@ -918,8 +1031,15 @@ class ComputeSimulator:
                 LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
                 return
             with self._lock:
+                away = self._resized_away.pop((migration_uuid, source_host), None)
+            vm = (
+                replace(away, migration_uuid=None, request_id=getattr(ctxt, "request_id", None))
+                if away is not None
+                else self._vm_held(ctxt, instance_uuid, source_host)
+            )
+            with self._lock:
                 if instance_uuid not in self._terminated:
-                    self._start_vm(instance_uuid, source_host)
+                    self._start_vm(vm, source_host)
             LOG.info("resize_reverted")
             self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
 
@@ -1018,6 +1138,7 @@ class ComputeSimulator:
                 self._post(ctxt, move)
                 return
             LOG.info("check_can_live_migrate_source", dest=move.dest)
+            self._moving(move.instance_uuid, source_host, move.migration_uuid)
         self._runner.later(self.build_time, lambda: self._live_migrate(ctxt, move))
 
     def _live_migrate(self, ctxt: Any, move: LiveMove) -> None:
@@ -1066,7 +1187,7 @@ class ComputeSimulator:
                     return
                 again = self._live.get(move.key("dest")) == LIVE_LANDED
                 self._live[move.key("dest")] = LIVE_LANDED
-                self._start_vm(instance_uuid, chosen.host)
+                self._start_vm(self._vm(ctxt, instance_uuid, chosen, migration_uuid), chosen.host)
             LOG.info("live_migration_reported_again" if again else "post_live_migration")
             self._report_live_migrated(ctxt, move)
 
@@ -1235,7 +1356,9 @@ class ComputeSimulator:
                     return
                 if not failed:
                     self._migrations[key] = STEP_FINISHED
-                    self._start_vm(instance_uuid, chosen.host)
+                    self._start_vm(
+                        self._vm(ctxt, instance_uuid, chosen, migration_uuid), chosen.host
+                    )
             if not failed:
                 LOG.info("rebuild_succeeded")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
@@ -1290,6 +1413,32 @@ class ComputeSimulator:
             LOG.info("instance_terminated", destroyed=destroyed)
             self.conductor.instance_terminated(ctxt, instance_uuid, host)
 
+    # --- RPC endpoint: reap -----------------------------------------------------------
+
+    def reap_instance(self, ctxt: Any, instance_uuid: str, host: str, reason: str) -> None:
+        """(1.8) The reconciler found the instance's VM running on ``host`` with
+        no live record placing it there: destroy it (``orphan_vm_reaped``), or
+        only log it (``orphan_vm_found``), as ``running_deleted_instance_action``
+        says. Idempotent; a host not of this process, or a VM not running
+        there, is logged and left alone. Nothing is reported: the reconciler
+        deals with the allocations."""
+        with bind_request(
+            request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
+        ):
+            if host not in self._host_set:
+                LOG.error("reap_for_foreign_host", rpc_server=self.rpc_server)
+                return
+            with self._lock:
+                running = (instance_uuid, host) in self._running
+                if running and self.running_deleted_instance_action == REAP:
+                    self._stop_vm(instance_uuid, host)
+            if not running:
+                LOG.info("orphan_vm_not_running", reason=reason)
+            elif self.running_deleted_instance_action == REAP:
+                LOG.warning("orphan_vm_reaped", reason=reason)
+            else:
+                LOG.warning("orphan_vm_found", reason=reason)
+
     # --- RPC endpoint: shelve ---------------------------------------------------------
 
     def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
@@ -1333,14 +1482,50 @@ class ComputeSimulator:
         with self._lock:
             return sorted(h for u, h in self._running if u == instance_uuid)
 
-    def _start_vm(self, instance_uuid: str, host: str) -> None:
-        """(Under the lock.) The VM runs on ``host`` now."""
-        if (instance_uuid, host) not in self._running:
-            self._running.add((instance_uuid, host))
-            LOG.info("vm_started", instance_uuid=instance_uuid, host=host)
+    def _start_vm(self, vm: RunningInstance, host: str) -> None:
+        """(Under the lock.) The VM runs on ``host`` now (a VM already running
+        there takes the newer amounts and move)."""
+        started = (vm.uuid, host) not in self._running
+        self._running[(vm.uuid, host)] = vm
+        if started:
+            LOG.info("vm_started", instance_uuid=vm.uuid, host=host)
 
-    def _stop_vm(self, instance_uuid: str, host: str) -> None:
-        """(Under the lock.) The VM no longer runs on ``host``."""
-        if (instance_uuid, host) in self._running:
-            self._running.discard((instance_uuid, host))
+    def _stop_vm(self, instance_uuid: str, host: str) -> RunningInstance | None:
+        """(Under the lock.) The VM no longer runs on ``host``: the one that
+        ran there, None if none did."""
+        vm = self._running.pop((instance_uuid, host), None)
+        if vm is not None:
             LOG.info("vm_stopped", instance_uuid=instance_uuid, host=host)
+        return vm
+
+    def _vm(
+        self,
+        ctxt: Any,
+        instance_uuid: str,
+        chosen: Selection,
+        migration_uuid: str | None = None,
+    ) -> RunningInstance:
+        """The VM a step builds from ``chosen``: the amounts its claim takes,
+        for the claim's project and user (see :func:`running_vm`)."""
+        claim = chosen.allocation_request
+        return running_vm(
+            ctxt, instance_uuid, claim.allocations, claim.project_id, claim.user_id, migration_uuid
+        )
+
+    def _vm_held(
+        self, ctxt: Any, instance_uuid: str, host: str, migration_uuid: str | None = None
+    ) -> RunningInstance:
+        """The VM of a step whose amounts this process no longer knows (it
+        started after the step began): what the instance holds on ``host``."""
+        held = self.store.get_consumer(instance_uuid)
+        if held is None:
+            return running_vm(ctxt, instance_uuid, {}, None, None, migration_uuid)
+        ours = self._providers_of(host)
+        here = {rp: res for rp, res in held.allocations.items() if rp in ours}
+        return running_vm(ctxt, instance_uuid, here, held.project_id, held.user_id, migration_uuid)
+
+    def _providers_of(self, host: str) -> set[str]:
+        """The providers of ``host``'s tree: its root and its GPU children."""
+        return {provider_uuid(host)} | {
+            provider_uuid(gpu_name(host, n)) for n in range(self.topology.gpus())
+        }

@@ -344,6 +344,26 @@ compute_opts = [
         help="Seconds between service heartbeats; keep it well under "
         "[scheduler] service_down_time.",
     ),
+    cfg.FloatOpt(
+        "report_interval",
+        default=10.0,
+        min=0.1,
+        help="Seconds between a compute simulator's reports of the instances its "
+        "hosts really run (one store write for all its hosts; also once right "
+        "after registration). The reconciler compares them with the instance "
+        "records and allocations.",
+    ),
+    cfg.StrOpt(
+        "running_deleted_instance_action",
+        default="reap",
+        choices=[
+            ("reap", "Destroy the VM."),
+            ("log", "Only log that it was found (orphan_vm_found)."),
+        ],
+        help="What a compute does with a VM the reconciler found running with no "
+        "live record placing it there (deleted, in ERROR, evacuated or moved "
+        "elsewhere), as Nova's option of that name.",
+    ),
 ]
 
 conductor_group = cfg.OptGroup(

@@ -12,9 +12,9 @@ import pytest
 
 from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
 from scheduler.engine.capabilities import IO_OPS_STAT
-from scheduler.objects import AllocationRequest, Selection
+from scheduler.objects import AllocationRequest, InstanceRecord, Selection
 from scheduler.rpc import RequestContext
-from scheduler.store import MemoryStore
+from scheduler.store import MemoryStore, RunningInstance
 from tests.unit.factories import Recorded, spec, uuid_of
 
 SPEC = spec(vcpus=1, ram=1024, disk=10)
@@ -58,6 +58,15 @@ class Sim:
         self.store.claim(
             consumer, AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u")
         )
+
+    def record(self, **changes: Any) -> None:
+        """Write INSTANCE's record (BUILDING, with SPEC, if there is none), with
+        ``changes``: the conductor's part in a walk."""
+        self.store.create_instances(
+            [InstanceRecord(INSTANCE, request_spec=SPEC.to_primitive(), request_id="req-sim")]
+        )
+        if changes:
+            self.store.update_instance(INSTANCE, **changes)
 
     def build(self, host: str) -> None:
         self.sim.build_and_run_instance(
@@ -259,7 +268,7 @@ def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: 
     source.claim(MIGRATION, "h1")
     source.claim(INSTANCE, "h2")
     with dest.sim._lock:
-        dest.sim._start_vm(INSTANCE, "h2")
+        dest.sim._start_vm(RunningInstance(INSTANCE), "h2")
     dest.sim.store = source.store
     dest.sim.revert_resize(CTXT, INSTANCE, MIGRATION)
     assert dest.sim.hosts_running(INSTANCE) == [] and dest.conductor.names == []

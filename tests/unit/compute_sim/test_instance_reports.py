@@ -1,0 +1,210 @@
+"""What a compute simulator reports its hosts really run (one write for all of
+them), VM by VM through a build, a resize and its revert or confirm, a delete;
+and what it does when the reconciler asks it to reap a VM."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from compute_sim.cmd import _report_loop
+from compute_sim.manager import LOG_ONLY, ComputeSimulator, HostShape, provider_uuid
+from scheduler.exceptions import StoreUnavailable
+from scheduler.objects import RESIZE_CONFIRMING, RESIZED, AllocationRequest, Selection
+from scheduler.rpc import RequestContext
+from scheduler.store import InstanceReport, MemoryStore, RunningInstance
+from tests.unit.compute_sim import test_simulator
+from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim
+from tests.unit.factories import Recorded
+
+#: The simulator suite's fixture.
+make = test_simulator.make
+
+BIGGER = {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
+BUILT = RunningInstance(INSTANCE, SPEC.resources, "p", "u", "req-sim", None)
+
+
+def reported(sim: Sim) -> dict[str, tuple[RunningInstance, ...]]:
+    """host -> the VMs its last report lists."""
+    sim.sim.report_instances()
+    return {r.host: r.instances for r in sim.store.instance_reports()}
+
+
+def bigger(host: str) -> Selection:
+    return Selection(
+        host=host,
+        node=host,
+        provider_uuid=provider_uuid(host),
+        allocation_request=AllocationRequest({provider_uuid(host): BIGGER}, "p", "u"),
+        weight=0.0,
+    )
+
+
+def resized(sim: Sim) -> None:
+    """INSTANCE built on h1, then resized (to BIGGER) onto h2: RESIZED there."""
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    sim.store.move_allocations(INSTANCE, MIGRATION)  # the scheduler parks the source's
+    sim.store.claim(INSTANCE, bigger("h2").allocation_request)
+    sim.record(state=RESIZED, host="h2", source_host="h1", migration_uuid=MIGRATION)
+    resize_ctxt = RequestContext(request_id="req-resize")
+    sim.sim.prep_resize(
+        resize_ctxt,
+        INSTANCE,
+        MIGRATION,
+        SPEC.flavor.to_primitive(),
+        SPEC.to_primitive(),
+        bigger("h2").to_primitive(),
+        [],
+    )
+    sim.wait("resize_instance")
+    sim.sim.resize_instance(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
+    sim.wait("finish_resize")
+    sim.sim.finish_resize(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
+
+
+def test_every_host_is_reported_in_one_write_and_a_build_lists_its_vm(make: Any) -> None:
+    sim = make(build_time=0.0)
+    writes: list[list[InstanceReport]] = []
+    write = sim.store.report_instances
+    sim.store.report_instances = lambda reports: writes.append(list(reports)) or write(reports)
+    assert reported(sim) == {"h1": (), "h2": (), "h3": ()}
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    assert reported(sim) == {"h1": (BUILT,), "h2": (), "h3": ()}
+    assert [len(w) for w in writes] == [3, 3], "one write of every host per report"
+
+
+def test_a_resize_reports_the_new_amounts_under_its_migration_until_it_ends(make: Any) -> None:
+    sim = make(build_time=0.0)
+    resized(sim)
+    moving = RunningInstance(INSTANCE, BIGGER, "p", "u", "req-resize", MIGRATION)
+    assert reported(sim) == {"h1": (), "h2": (moving,), "h3": ()}
+    # Confirmed: the record no longer names the migration, so neither does the report.
+    sim.record(state="ACTIVE", task_state=None, migration_uuid=None, source_host=None)
+    assert reported(sim)["h2"] == (RunningInstance(INSTANCE, BIGGER, "p", "u", "req-resize"),)
+
+
+def test_a_revert_reports_the_vm_on_its_source_with_the_amounts_it_had(make: Any) -> None:
+    sim = make(build_time=0.0)
+    resized(sim)
+    sim.record(task_state="resize_reverting")
+    revert = RequestContext(request_id="req-revert")
+    sim.sim.revert_resize(revert, INSTANCE, MIGRATION)
+    (_, source, *_), _ = sim.compute.last("finish_revert_resize")
+    sim.sim.finish_revert_resize(revert, INSTANCE, MIGRATION, str(source))
+    back = RunningInstance(INSTANCE, SPEC.resources, "p", "u", "req-revert", None)
+    assert reported(sim) == {"h1": (back,), "h2": (), "h3": ()}
+
+
+def test_a_revert_in_a_process_that_forgot_the_source_vm_reports_what_it_holds(
+    make: Any,
+) -> None:
+    source = make(build_time=0.0)
+    source.claim(INSTANCE, "h1")
+    source.sim.finish_revert_resize(CTXT, INSTANCE, MIGRATION, "h1")
+    assert reported(source)["h1"] == (BUILT,)
+
+
+def test_a_delete_leaves_the_host_reporting_nothing(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
+    assert reported(sim) == {"h1": (), "h2": (), "h3": ()}
+
+
+def test_a_confirm_is_reported_by_the_record_not_by_the_source(make: Any) -> None:
+    """The destination's process hears of no confirm (it goes to the source):
+    its report drops the migration once the record does."""
+    sim = make(build_time=0.0)
+    resized(sim)
+    sim.record(task_state=RESIZE_CONFIRMING)
+    sim.sim.confirm_resize(CTXT, INSTANCE, MIGRATION)
+    assert reported(sim)["h2"][0].migration_uuid == MIGRATION  # the conductor not done yet
+    sim.record(state="ACTIVE", task_state=None, migration_uuid=None)
+    assert reported(sim)["h2"][0].migration_uuid is None
+
+
+# --- reaping ----------------------------------------------------------------------------
+
+
+def built(sim: Sim) -> None:
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+
+
+def test_reap_destroys_the_vm_once_and_reports_nothing(make: Any) -> None:
+    sim = make(build_time=0.0)
+    built(sim)
+    calls = len(sim.conductor.calls)
+    sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is ERROR")
+    sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is ERROR")  # idempotent
+    assert sim.sim.hosts_running(INSTANCE) == []
+    assert len(sim.conductor.calls) == calls, "the conductor is told nothing"
+    assert sim.store.get_consumer(INSTANCE) is not None, "allocations are the reconciler's"
+
+
+@pytest.mark.parametrize(
+    "instance, host",
+    [
+        pytest.param(INSTANCE, "elsewhere-1", id="a-host-of-another-process"),
+        pytest.param("not-running", "h1", id="a-vm-not-running-there"),
+        pytest.param(INSTANCE, "h2", id="a-vm-running-on-another-host"),
+    ],
+)
+def test_reap_of_what_is_not_here_does_nothing(make: Any, instance: str, host: str) -> None:
+    sim = make(build_time=0.0)
+    built(sim)
+    sim.sim.reap_instance(CTXT, instance, host, "no record")
+    assert sim.sim.hosts_running(INSTANCE) == ["h1"]
+
+
+def test_running_deleted_instance_action_log_only_logs(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.sim.running_deleted_instance_action = LOG_ONLY
+    built(sim)
+    sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is DELETED")
+    assert sim.sim.hosts_running(INSTANCE) == ["h1"]
+
+
+def test_an_unknown_running_deleted_instance_action_is_refused() -> None:
+    with pytest.raises(ValueError, match="running_deleted_instance_action must be reap or log"):
+        ComputeSimulator(
+            MemoryStore(),
+            Recorded(),  # type: ignore[arg-type]
+            ["h1"],
+            "sim",
+            HostShape(),
+            running_deleted_instance_action="shutdown",
+        )
+
+
+# --- the daemon's report loop -----------------------------------------------------------
+
+
+def test_the_report_loop_reports_at_once_and_again_after_a_failure() -> None:
+    stop = threading.Event()
+    done = threading.Event()
+    outcomes: list[str] = []
+
+    class Flaky:
+        def report_instances(self) -> None:
+            outcomes.append("called")
+            if len(outcomes) == 1:
+                raise StoreUnavailable(reason="down")
+            if len(outcomes) == 3:
+                stop.set()
+                done.set()
+
+    thread = threading.Thread(target=_report_loop, args=(Flaky(), 0.01, stop))
+    thread.start()
+    assert done.wait(5)
+    thread.join(5)
+    assert outcomes == ["called"] * 3 and not thread.is_alive()
