@@ -75,6 +75,7 @@ from scheduler.exceptions import (
     ProviderNotFound,
     SchedulerError,
     SchedulerUnavailable,
+    StoreUnavailable,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -1011,11 +1012,19 @@ class Booter:
         it: it is written back in ERROR with :data:`~conductor_stub.reconcile.LOST_FAULT`,
         reported lost, and counted by ``scheduler-admin audit`` (the store is
         where both the boot client and the audit find it, with no new kind of
-        key: the record is the instance's as any other)."""
+        key: the record is the instance's as any other). A store that does not
+        answer is asked again until the timeout."""
         deadline = time.monotonic() + timeout
         missing_since: dict[str, float] = {}
         while True:
-            found = self.store.list_instances(uuids)
+            try:
+                found = self.store.list_instances(uuids)
+            except StoreUnavailable as exc:  # the store restarts: ask again
+                if time.monotonic() >= deadline:
+                    raise
+                LOG.warning("boot_wait_store_unavailable", error=exc.message)
+                time.sleep(max(poll, 0.5))
+                continue
             now = time.monotonic()
             have = {r.uuid for r in found}
             for uuid in uuids:

@@ -371,6 +371,8 @@ class Reconciler:
         """What one VM of a report is found to be (kind, reason), or None."""
         host = report.host
         if record is None:
+            if not vm.resources:  # nothing to account it with
+                return STRAY_VM, "runs with no record, and its host reports no amounts"
             return LOST_RECORD, "runs with no record in the store"
         if record.state == DELETED:
             return STRAY_VM, "its instance is DELETED"

@@ -303,3 +303,14 @@ def test_a_group_member_healed_joins_its_group_on_that_host(world: World) -> Non
     assert GroupClaim.for_spec(
         RequestSpec(flavor=TINY, project_id="p", user_id="u", group=group), "h2"
     )
+
+
+def test_a_vm_with_no_record_and_no_amounts_is_reaped(world: World) -> None:
+    uuid = str(uuidlib.uuid4())
+    bare = InstanceReport("h1", world.clock.now - 1, (RunningInstance(uuid),))
+    world.store.report_instances([bare])
+    world.passes(2)
+    assert world.compute.reaped == [
+        ("h1", uuid, "runs with no record, and its host reports no amounts")
+    ]
+    assert world.store.list_instances([uuid]) == []
