@@ -125,7 +125,8 @@ LOST_FAULT = "The instance was lost."
 #: The user-facing fault of a record re-created from a compute's report.
 RECOVERED_FAULT = "The instance's record was recovered from its host."
 
-#: The states in which an instance's migration may hold an allocation.
+#: The states in which an instance's migration may hold an allocation (the
+#: source's, parked while the instance moves).
 MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
 #: How many uuids one read of records names.
 LOOKUP_BATCH = 500

@@ -220,17 +220,27 @@ class MemoryStore(Store):
                 for rc, amount in allocations[rp].items():
                     usages[rc] = usages.get(rc, 0) + amount
                 self._set_usage(provider, usages, provider.consumers + 1)
-            self._consumers[consumer_uuid] = Consumer(
-                uuid=consumer_uuid,
-                allocations=MappingProxyType(
-                    {rp: MappingProxyType(res) for rp, res in allocations.items()}
-                ),
-                project_id=request.project_id,
-                user_id=request.user_id,
-                group_uuid=group.group_uuid if group else None,
-                host=group.host if group else None,
-            )
+            self._hold(consumer_uuid, allocations, request, group)
             return True
+
+    def _hold(
+        self,
+        consumer_uuid: str,
+        allocations: dict[str, dict[str, int]],
+        request: AllocationRequest,
+        group: GroupClaim | None,
+    ) -> None:
+        """Record what a consumer now holds (its usage is written by the caller)."""
+        self._consumers[consumer_uuid] = Consumer(
+            uuid=consumer_uuid,
+            allocations=MappingProxyType(
+                {rp: MappingProxyType(res) for rp, res in allocations.items()}
+            ),
+            project_id=request.project_id,
+            user_id=request.user_id,
+            group_uuid=group.group_uuid if group else None,
+            host=group.host if group else None,
+        )
 
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""
@@ -369,16 +379,7 @@ class MemoryStore(Store):
             if group is not None:
                 members = self._groups.setdefault(group.group_uuid, {})
                 members[group.host] = members.get(group.host, 0) + 1
-            self._consumers[consumer_uuid] = Consumer(
-                uuid=consumer_uuid,
-                allocations=MappingProxyType(
-                    {rp: MappingProxyType(res) for rp, res in allocations.items()}
-                ),
-                project_id=request.project_id,
-                user_id=request.user_id,
-                group_uuid=group.group_uuid if group else None,
-                host=group.host if group else None,
-            )
+            self._hold(consumer_uuid, allocations, request, group)
             return over
 
     # change feed

@@ -515,6 +515,14 @@ class RedisStore(Store):
     def claim(
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
+        keys, args = self._allocation_call(consumer_uuid, request, group)
+        return bool(self._scripts.claim(keys=keys, args=args))
+
+    def _allocation_call(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """The KEYS and ARGV of a script that writes a consumer's allocations
+        (``claim``, ``heal_allocation``: see their comments in scripts.py)."""
         check_allocation_request(request)
         allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
         group_args = (
@@ -528,19 +536,16 @@ class RedisStore(Store):
                 group.own_consumer or "",
             )
         )
-        return bool(
-            self._scripts.claim(
-                keys=(*self._alloc_keys, self.keys.deleted_record(consumer_uuid)),
-                args=(
-                    self._maxlen,
-                    consumer_uuid,
-                    allocations,
-                    request.project_id,
-                    request.user_id,
-                    *group_args,
-                ),
-            )
+        keys = (*self._alloc_keys, self.keys.deleted_record(consumer_uuid))
+        args = (
+            self._maxlen,
+            consumer_uuid,
+            allocations,
+            request.project_id,
+            request.user_id,
+            *group_args,
         )
+        return keys, args
 
     @_translated
     def release(self, consumer_uuid: str) -> bool:
@@ -603,22 +608,8 @@ class RedisStore(Store):
     def heal_allocation(
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
-        check_allocation_request(request)
-        allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
-        return bool(
-            self._scripts.heal_allocation(
-                keys=(*self._alloc_keys, self.keys.deleted_record(consumer_uuid)),
-                args=(
-                    self._maxlen,
-                    consumer_uuid,
-                    allocations,
-                    request.project_id,
-                    request.user_id,
-                    group.group_uuid if group else "",
-                    group.host if group else "",
-                ),
-            )
-        )
+        keys, args = self._allocation_call(consumer_uuid, request, group)
+        return bool(self._scripts.heal_allocation(keys=keys, args=args))
 
     # change feed
 

@@ -70,6 +70,15 @@ local function save_service(s)
 end
 """
 
+_SAVE_CONSUMER = """
+local function save_consumer(consumer, allocations, group, host)
+  redis.call('HSET', KEYS[3], consumer, cjson.encode({
+    uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
+    generation = 1, group_uuid = group ~= '' and group or nil,
+    host = group ~= '' and host or nil}))
+end
+"""
+
 _STREAM_INFO = """
 local function stream_info(stream)
   local flat = redis.call('XINFO', 'STREAM', stream)
@@ -93,6 +102,7 @@ CLAIM = (
     + _FEED
     + _SORTED_KEYS
     + _SAVE_USAGE
+    + _SAVE_CONSUMER
     + """
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -184,10 +194,7 @@ for _, rp in ipairs(rps) do
   p.generation = p.generation + 1
   save_usage(KEYS[2], rp, p)
 end
-redis.call('HSET', KEYS[3], consumer, cjson.encode({
-  uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
-  generation = 1, group_uuid = group ~= '' and group or nil,
-  host = group ~= '' and host or nil}))
+save_consumer(consumer, allocations, group, host)
 return 1
 """
 )
@@ -293,14 +300,15 @@ return 1
 #: Write the allocation of a consumer that holds none, with no capacity or unit
 #: check (the reconciler accounts for a VM a compute really runs: it is there
 #: whether it fits or not). KEYS: changes, providers, consumers, groups, the
-#: consumer's delete fence. ARGV: maxlen, consumer uuid, allocations JSON,
-#: project, user, group uuid ('' for none), host (the group member's).
-#: Returns 1 when some provider is now past its capacity, else 0.
+#: consumer's delete fence. ARGV: as for CLAIM (the policy, its limit and the
+#: own consumer unused: no policy is checked). Returns 1 when some provider is
+#: now past its capacity, else 0.
 HEAL_ALLOCATION = (
     _FAIL
     + _FEED
     + _SORTED_KEYS
     + _SAVE_USAGE
+    + _SAVE_CONSUMER
     + """
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -337,17 +345,14 @@ for _, rp in ipairs(rps) do
   p.generation = p.generation + 1
   save_usage(KEYS[2], rp, p)
 end
-local group, host = ARGV[6], ARGV[7]
+local group, host = ARGV[6], ARGV[8]
 if group ~= '' then
   local raw = redis.call('HGET', KEYS[4], group)
   local members = raw and cjson.decode(raw) or {}
   members[host] = (members[host] or 0) + 1
   redis.call('HSET', KEYS[4], group, cjson.encode(members))
 end
-redis.call('HSET', KEYS[3], consumer, cjson.encode({
-  uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
-  generation = 1, group_uuid = group ~= '' and group or nil,
-  host = group ~= '' and host or nil}))
+save_consumer(consumer, allocations, group, host)
 return over
 """
 )

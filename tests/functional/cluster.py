@@ -20,23 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conductor_stub.reconcile import MOVE_STATES
 from scheduler.objects import (
     ACTIVE,
     DELETED,
     FINAL_STATES,
     MIGRATING,
-    REBUILDING,
-    RESIZED,
-    RESIZING,
     SHELVED_OFFLOADED,
     InstanceRecord,
     RequestSpec,
 )
 from scheduler.store import Store, open_store
-
-#: The states in which an instance's migration may hold an allocation (the
-#: source's, parked while the instance moves).
-MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
