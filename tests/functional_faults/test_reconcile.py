@@ -179,7 +179,7 @@ def test_a_run_instance_for_an_instance_with_no_record(
     cluster.write_config(conductor=CONDUCTOR, compute={"report_interval": REPORT_INTERVAL})
     conductor = cluster.start_conductor()
     compute = cluster.start_compute(2, "--build-time", "0.01")
-    cluster.start_worker()
+    worker = cluster.start_worker()
     uuid = str(uuidlib.uuid4())
     publish(
         cluster,
@@ -188,7 +188,15 @@ def test_a_run_instance_for_an_instance_with_no_record(
     )
     # Either the worker refuses it up front, or it is claimed and built: then the
     # reconciler accounts for the VM (a record, ACTIVE where it runs) or reaps it.
-    time.sleep(1.0)
+    wait_until(lambda: uuid in worker.log_path.read_text(), 10, "the worker to take it")
+    wait_until(
+        lambda: (
+            cluster.store.list_instances([uuid])
+            or (cluster.store.get_consumer(uuid) is None and uuid not in cluster.running_vms())
+        ),
+        REPAIR_WITHIN,
+        "the instance recorded, or nothing held or run for it",
+    )
     wait_until(accounting_holds(cluster), REPAIR_WITHIN, "the invariants to hold")
     held = cluster.store.get_consumer(uuid)
     running = cluster.running_vms().get(uuid, set())
