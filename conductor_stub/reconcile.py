@@ -117,6 +117,10 @@ ACTIONS = {
     ORPHAN_ALLOCATION: "release",
     LOST_BOOT: "none",
 }
+#: The outcome of a finding that no longer held when it was to be acted on.
+SKIPPED = "skipped"
+#: How the outcome of an action that raised begins.
+FAILED = "failed"
 #: The count of healed allocations that took a host past its capacity.
 OVERCOMMIT = "overcommit"
 
@@ -187,6 +191,15 @@ class Finding:
     @property
     def action(self) -> str:
         return ACTIONS[self.kind]
+
+    @property
+    def repaired(self) -> bool:
+        """Acted on (not skipped as settled meanwhile, not failed)."""
+        return (
+            self.outcome is not None
+            and self.outcome != SKIPPED
+            and not (self.outcome.startswith(FAILED))
+        )
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -277,7 +290,7 @@ class Reconciler:
 
     def run_once(self) -> list[Finding]:
         findings = self.repair(self.audit())
-        acted = Counter(f.kind for f in findings if f.due and f.outcome not in (None, "skipped"))
+        acted = Counter(f.kind for f in findings if f.repaired)
         if findings:
             LOG.info(
                 "reconcile_pass",
@@ -375,10 +388,12 @@ class Reconciler:
             if not vm.resources:  # nothing to account it with
                 return STRAY_VM, "runs with no record, and its host reports no amounts"
             return LOST_RECORD, "runs with no record in the store"
+        if record.updated_at >= report.reported_at:
+            return None  # changed since the report: the next one will tell
         if record.state == DELETED:
             return STRAY_VM, "its instance is DELETED"
-        if record.updated_at >= report.reported_at or record.state not in FINAL_STATES:
-            return None  # changed since the report, or in flight: not ours
+        if record.state not in FINAL_STATES:
+            return None  # a build, move, delete or shelve in flight: not ours
         if record.state in (ERROR, SHELVED_OFFLOADED):
             return STRAY_VM, f"its instance is {record.state}"
         if evacuated_from(record, host):
@@ -472,7 +487,7 @@ class Reconciler:
                         finding = self._repair(finding)
                     except Exception as exc:  # noqa: BLE001 - one must not stop the rest
                         LOG.warning("reconcile_action_failed", kind=finding.kind, error=repr(exc))
-                        finding = replace(finding, outcome=f"failed: {exc!r}")
+                        finding = replace(finding, outcome=f"{FAILED}: {exc!r}")
             out.append(finding)
         return out
 
@@ -480,7 +495,7 @@ class Reconciler:
         # The store is read once more: what the pass saw may have settled since.
         still = self._still(finding)
         if still is None:
-            return replace(finding, outcome="skipped")
+            return replace(finding, outcome=SKIPPED)
         finding = still
         if finding.kind == STRAY_VM:
             finding = self._reap(finding)
@@ -490,8 +505,8 @@ class Reconciler:
             finding = self._heal(finding)
         elif finding.kind == ORPHAN_ALLOCATION:
             released = self.store.release(finding.uuid)
-            finding = replace(finding, outcome="released" if released else "skipped")
-        if finding.outcome == "skipped":
+            finding = replace(finding, outcome="released" if released else SKIPPED)
+        if finding.outcome == SKIPPED:
             return finding
         self.counts[finding.kind] += 1
         if finding.overcommit:
@@ -599,7 +614,7 @@ class Reconciler:
             record.request_spec,
         )
         if overcommit is None:
-            return replace(finding, outcome="skipped")
+            return replace(finding, outcome=SKIPPED)
         return replace(finding, outcome="healed" + self._over(overcommit), overcommit=overcommit)
 
     def _heal_for(

@@ -981,7 +981,7 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     from dataclasses import replace
 
     from conductor_stub.cmd import reconcile_settings
-    from conductor_stub.reconcile import Reconciler, format_counts
+    from conductor_stub.reconcile import SKIPPED, Reconciler, format_counts
 
     args = conf.command
     settings = reconcile_settings(conf)
@@ -1000,9 +1000,8 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     finally:
         if transport is not None:
             transport.cleanup()
-    left = [f for f in findings if not (f.due and f.outcome not in (None, "skipped"))]
-    if args.fix:
-        left = [f for f in left if f.outcome != "skipped"]
+    # What is left: every finding, but those repaired or found settled by --fix.
+    left = [f for f in findings if not f.repaired and f.outcome != SKIPPED]
     if args.json:
         print(
             json.dumps(

@@ -158,7 +158,9 @@ def test_a_deleted_instances_vm_is_reaped(world: World) -> None:
     world.store.start_delete(uuid)
     world.store.finish_delete(uuid, None, retention=1e6, now=world.clock.now, force=True)
     assert world.store.get_instance(uuid).state == DELETED
-    world.report("h1", uuid)
+    world.report("h1", uuid)  # made before the delete: the VM may be gone since
+    assert world.passes(2) == []
+    world.report("h1", uuid, at=world.clock.now)  # still there after it
     world.passes(2)
     assert world.compute.reaped == [("h1", uuid, "its instance is DELETED")]
 
@@ -314,3 +316,17 @@ def test_a_vm_with_no_record_and_no_amounts_is_reaped(world: World) -> None:
         ("h1", uuid, "runs with no record, and its host reports no amounts")
     ]
     assert world.store.list_instances([uuid]) == []
+
+
+def test_an_action_that_fails_is_said_so_and_not_counted(world: World) -> None:
+    def unreachable(*args: Any) -> None:
+        raise ConnectionError("the broker is down")
+
+    world.compute.reap_instance = unreachable  # type: ignore[method-assign]
+    uuid = world.record(ERROR, None)
+    world.report("h1", uuid)
+    world.passes(1)
+    world.report("h1", uuid)
+    [failed] = world.passes(1)
+    assert failed.outcome is not None and failed.outcome.startswith("failed: ConnectionError")
+    assert not failed.repaired and world.reconciler.counts == {}
