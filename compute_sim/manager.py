@@ -17,6 +17,17 @@ success again (the first report may have been lost), and one after a failure
 is a new attempt. A failed build releases the instance's claim only if that
 claim is on this host: a stale attempt never drops the live one's.
 
+A host builds only while the store holds the instance's claim on that very
+host (:func:`conductor_stub.records.holds_on`, the conductor's reading too)
+and the instance's record is BUILDING, checked when the build starts and
+again before its VM starts (or its failure is handed back): a duplicated
+cast after the attempt failed and went elsewhere, a build the conductor gave
+up (ERROR after its timeout, claim released) while the host was frozen, a
+build of an instance being deleted or with no record is dropped
+(``build_without_claim_dropped``, with the stage and why): no VM, nothing
+reported, nothing released. An evacuation's rebuild is guarded the same way
+(the record REBUILDING under that migration).
+
 A resize walks prep -> resize -> finish as in Nova: ``prep_resize`` on the
 destination (which fails on the hosts named in ``fail_resize_hosts``),
 ``resize_instance`` on the source, ``finish_resize`` on the destination,
@@ -28,7 +39,17 @@ claim *before* handing the resize back for a retry on the alternates.
 migration's back to it, in one atomic step, stops the VM there and asks the
 source (``finish_revert_resize``, in whichever process serves it) to run it
 again and tell the conductor. Every step is idempotent per
-migration, so the conductor may re-drive any of them.
+migration, so the conductor may re-drive any of them. A step that drops or
+hands back an allocation goes on only when the instance's record says it is
+due here: ``confirm_resize`` and ``revert_resize`` only for a RESIZED
+instance whose confirm (revert) the conductor has begun, under the very
+migration named, with its source (destination) a host of this process; a
+new ``prep_resize`` walk only for a RESIZING instance under that migration.
+Anything else (a forged or stale cast naming another instance's migration)
+is refused (``forged_resize_step_refused``, with what did not match) and
+nothing changes. A live migration's pre-checks likewise start only for a
+MIGRATING instance under that migration
+(``forged_live_migration_step_refused``).
 
 A live migration walks pre-checks -> migration -> post as in Nova:
 ``check_can_live_migrate_destination`` on the destination (claimed for the
@@ -85,7 +106,8 @@ involving this host is under way (a resize's destination until confirmed or
 reverted, a live migration's source once checked and its destination, an
 evacuation's destination), dropped once the instance's record no longer
 names that migration. A revert runs the VM on its source again with the
-amounts it had there. The reconciler compares the reports with the records
+amounts it had there. A process back from an outage destroys the VMs
+evacuated meanwhile before it reports. The reconciler compares the reports with the records
 and allocations; for a VM no live record places on its host it casts
 ``reap_instance`` (RPC 1.8), and the host destroys it (``orphan_vm_reaped``
 and ``vm_stopped``) or, with ``running_deleted_instance_action = log``,
@@ -124,12 +146,20 @@ from typing import Any, Protocol
 
 import oslo_messaging
 
+from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
-from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
+from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
+    BUILDING,
     DISK_GB,
     MEMORY_MB,
+    MIGRATING,
+    REBUILDING,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
     VCPU,
     RequestSpec,
     Selection,
@@ -441,9 +471,10 @@ class ComputeSimulator:
         self._builds: dict[str, dict[tuple[str, str | None], str]] = {}
         # (instance, host) -> the VM that runs there, as the host reports it.
         self._running: dict[tuple[str, str], RunningInstance] = {}
-        # (migration, source) -> the VM a resize took off its source, run there
-        # again by a revert (with the amounts it had).
-        self._resized_away: dict[tuple[str, str], RunningInstance] = {}
+        # migration -> the VM a resize took off its source (a host of this
+        # process), run there again by a revert with the amounts it had;
+        # forgotten when the resize is confirmed or reverted.
+        self._resized_away: dict[str, RunningInstance] = {}
         # Instances a delete reached here: nothing is built or started for them
         # again, for ``terminated_retention`` seconds (as long as the store's
         # fence against their claims lasts), oldest first in _terminated_at.
@@ -463,7 +494,8 @@ class ComputeSimulator:
         self._migrations: dict[tuple[str, str], str] = {}  # (migration, dest) -> STEP_*
         # (migration, dest) -> the zone its Selection named, reported when it finishes
         self._resize_zones: dict[tuple[str, str], str | None] = {}
-        # (migration, dest) -> the VM a finished resize runs there (from its prep)
+        # (migration, dest) -> the VM a resize's prep will run there once
+        # finished (its Selection's amounts); taken when it finishes
         self._resize_vms: dict[tuple[str, str], RunningInstance] = {}
         # Live migrations: (migration, destination, side) -> LIVE_*, side
         # "dest" or "source" (both may be hosts of this process).
@@ -631,6 +663,9 @@ class ComputeSimulator:
     def report_instances(self) -> None:
         """Write what every host runs (:meth:`running_instances`), in one store
         write. Logged at info when the counts change, else at debug."""
+        if self._last_beat is not None and time.time() - self._last_beat > self.service_down_time:
+            # Back from an outage: destroy the evacuated VMs before saying what runs.
+            self.heartbeat()
         reports = self.running_instances()
         self.store.report_instances(reports)
         counts = (len(reports), sum(len(r.instances) for r in reports))
@@ -701,6 +736,10 @@ class ComputeSimulator:
                 LOG.info("build_duplicate_reported")
                 self._report_built(ctxt, instance_uuid, chosen)
                 return
+            if self._build_dropped(instance_uuid, chosen.host, "start", (BUILDING,)):
+                with self._lock:
+                    self._builds.setdefault(instance_uuid, {})[key] = BUILD_FAILED
+                return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
             self._count(chosen.host, +1)
@@ -731,6 +770,13 @@ class ComputeSimulator:
             if cancelled:  # deleted while building: no VM, nothing to report
                 self._count(chosen.host, -1)
                 LOG.info("build_cancelled_by_delete")
+                return
+            if self._build_dropped(instance_uuid, chosen.host, "finish", (BUILDING,)):
+                # Its claim went meanwhile (the conductor gave the build up, or
+                # another attempt holds it elsewhere): no VM, nothing reported.
+                with self._lock:
+                    builds[key] = BUILD_FAILED
+                self._count(chosen.host, -1)
                 return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             image = dict(spec.image.properties) if spec.image is not None else {}
@@ -767,6 +813,86 @@ class ComputeSimulator:
             LOG.info("build_succeeded")
             self._report_built(ctxt, instance_uuid, chosen)
 
+    def _build_dropped(
+        self,
+        instance_uuid: str,
+        host: str,
+        stage: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+    ) -> bool:
+        """Whether a build (or an evacuation's rebuild, of ``migration_uuid``)
+        on ``host`` must be dropped at ``stage`` (``start``, ``finish``): it
+        goes on only while the instance's record is in one of ``states`` (and
+        names that migration) and the store holds the instance's claim on this
+        very host. A duplicated, stale or late build (its attempt failed and
+        went elsewhere, the conductor gave it up, the instance is being
+        deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
+        nothing reported."""
+        try:
+            unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
+            if not unmatched and not holds_on(self.store, instance_uuid, host):
+                unmatched = ["no claim on this host"]
+        except StoreError as exc:  # unchecked: dropped; the conductor's re-drive builds it
+            unmatched = [f"the store cannot be read: {exc.message}"]
+        if not unmatched:
+            return False
+        LOG.warning("build_without_claim_dropped", stage=stage, why="; ".join(unmatched))
+        return True
+
+    def _record_unmatched(
+        self,
+        instance_uuid: str,
+        states: tuple[str, ...],
+        migration_uuid: str | None = None,
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> list[str]:
+        """What of the instance's record does not match a step cast here: its
+        state (one of ``states``), its task (one of ``task_states``, if given),
+        its migration (``migration_uuid``, if given), and its ``here`` field
+        ("host" or "source_host", if given) naming a host of this process.
+        Empty: the record waits for that step here."""
+        try:
+            record = self.store.get_instance(instance_uuid)
+        except InstanceNotFound:
+            return ["no instance record"]
+        unmatched = []
+        if record.state not in states:
+            unmatched.append(f"instance is {record.state}")
+        if task_states is not None and record.task_state not in task_states:
+            unmatched.append(f"task is {record.task_state}")
+        if migration_uuid is not None and record.migration_uuid != migration_uuid:
+            unmatched.append(f"the record's migration is {record.migration_uuid}")
+        if here is not None and getattr(record, here) not in self._host_set:
+            unmatched.append(f"the record's {here} {getattr(record, here)} is not served here")
+        return unmatched
+
+    def _move_step_refused(
+        self,
+        event: str,
+        step: str,
+        instance_uuid: str,
+        migration_uuid: str,
+        states: tuple[str, ...],
+        task_states: tuple[str | None, ...] | None = None,
+        here: str | None = None,
+    ) -> bool:
+        """Whether a move's step that drops or hands back an allocation must be
+        refused: the instance's record does not say this step of this
+        migration is due here (:meth:`_record_unmatched`), as a forged or stale
+        cast naming another instance's migration. Logged as ``event`` with
+        what did not match; the caller changes nothing."""
+        try:
+            unmatched = self._record_unmatched(
+                instance_uuid, states, migration_uuid, task_states, here
+            )
+        except StoreError as exc:  # unchecked: refused; the conductor re-drives the step
+            unmatched = [f"the store cannot be read: {exc.message}"]
+        if unmatched:
+            LOG.warning(event, step=step, unmatched="; ".join(unmatched))
+        return bool(unmatched)
+
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Tell the conductor where the instance runs: the host, node and zone
         of the Selection it was built from."""
@@ -780,8 +906,7 @@ class ComputeSimulator:
         A stale attempt (a re-driven request's duplicate) must not drop the
         claim of the attempt that is live on another host.
         """
-        held = self.store.get_consumer(consumer_uuid)
-        if held is None or chosen.provider_uuid not in held.allocations:
+        if not holds_on(self.store, consumer_uuid, chosen.host):
             return False
         return self.store.release(consumer_uuid)
 
@@ -834,6 +959,16 @@ class ComputeSimulator:
                     True,
                     availability_zone=chosen.availability_zone,
                 )
+                return
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "prep_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZING,),
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
@@ -938,7 +1073,7 @@ class ComputeSimulator:
                 with self._lock:
                     gone = self._stop_vm(instance_uuid, source)
                     if gone is not None:  # a revert runs it there again
-                        self._resized_away[(migration_uuid, source)] = gone
+                        self._resized_away[migration_uuid] = gone
             compute = self.compute
             self._runner.later(
                 self.build_time,
@@ -959,8 +1094,8 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, dest_host)
             with self._lock:
-                vm = self._resize_vms.get(key)
-            if vm is None:  # prepped before this process started: what is held here
+                vm = self._resize_vms.pop(key, None)
+            if vm is None:  # finished already, or prepped before this process started
                 vm = self._vm_held(ctxt, instance_uuid, dest_host, migration_uuid)
             with self._lock:
                 if instance_uuid in self._terminated:
@@ -983,7 +1118,19 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "confirm_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_CONFIRMING,),
+                here="source_host",
+            ):
+                return
             released = self.store.release(migration_uuid)
+            with self._lock:
+                self._resized_away.pop(migration_uuid, None)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
 
@@ -1001,6 +1148,16 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
+            if self._move_step_refused(
+                "forged_resize_step_refused",
+                "revert_resize",
+                instance_uuid,
+                migration_uuid,
+                (RESIZED,),
+                (RESIZE_REVERTING,),
+                here="host",
+            ):
+                return
             source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
             if source is None:
@@ -1031,7 +1188,7 @@ class ComputeSimulator:
                 LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
                 return
             with self._lock:
-                away = self._resized_away.pop((migration_uuid, source_host), None)
+                away = self._resized_away.pop(migration_uuid, None)
             vm = (
                 replace(away, migration_uuid=None, request_id=getattr(ctxt, "request_id", None))
                 if away is not None
@@ -1216,9 +1373,25 @@ class ComputeSimulator:
                     LOG.info("live_migration_of_deleted_instance_ignored")
                     return None
                 step = self._live.get(move.key(side))
-                if step is None or step == LIVE_FAILED:
+                new = step is None or step == LIVE_FAILED
+                if new:
                     self._live[move.key(side)] = LIVE_CHECKING
-                    return LIVE_CHECKING
+            if new:
+                # A new walk only for the migration the record is under (its
+                # failure releases the instance's claim here).
+                if self._move_step_refused(
+                    "forged_live_migration_step_refused",
+                    "check_can_live_migrate_destination"
+                    if side == "dest"
+                    else "check_can_live_migrate_source",
+                    move.instance_uuid,
+                    move.migration_uuid,
+                    (MIGRATING,),
+                ):
+                    with self._lock:
+                        self._live[move.key(side)] = LIVE_FAILED
+                    return None
+                return LIVE_CHECKING
             if step == LIVE_CHECKING:
                 LOG.info("live_migration_check_duplicate_ignored", side=side)
                 return None
@@ -1320,6 +1493,12 @@ class ComputeSimulator:
                 LOG.info("rebuild_duplicate_reported")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
                 return
+            if self._build_dropped(
+                instance_uuid, chosen.host, "start", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             LOG.info("rebuild_instance")
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
@@ -1348,6 +1527,12 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
+            if self._build_dropped(
+                instance_uuid, chosen.host, "finish", (REBUILDING,), migration_uuid
+            ):
+                with self._lock:
+                    self._migrations[key] = STEP_FAILED
+                return
             failed = chosen.host in self.fail_hosts or self._rng.random() < self.fail_rate
             with self._lock:
                 if instance_uuid in self._terminated:

@@ -31,7 +31,13 @@ from tests.unit.compute_sim.test_simulator import (
 make = test_simulator.make
 
 
-def rebuild(sim: Sim, host: str, alternates: tuple[str, ...] = ()) -> None:
+def rebuild(sim: Sim, host: str, alternates: tuple[str, ...] = (), **record: Any) -> None:
+    """Evacuate INSTANCE off h1 onto ``host`` (the record REBUILDING, as the
+    conductor leaves it, with ``record``'s changes)."""
+    sim.record(
+        **{"state": REBUILDING, "host": "h1", "source_host": "h1", "migration_uuid": MIGRATION}
+        | record
+    )
     sim.sim.rebuild_instance(
         CTXT,
         INSTANCE,
@@ -105,10 +111,10 @@ def test_which_vms_a_host_back_from_an_outage_destroys(
 
 def test_a_heartbeat_after_a_gap_destroys_the_evacuated_vms_first(make: Any) -> None:
     sim = make(build_time=0.0)
-    sim.store.create_instances([InstanceRecord(uuid=INSTANCE, state=ACTIVE, host="h1")])
     sim.claim(INSTANCE, "h1")
     sim.build("h1")
     sim.wait("build_succeeded")
+    sim.record(state=ACTIVE, host="h1")
     sim.sim.heartbeat()  # no gap: nothing looked at
     assert sim.sim.hosts_running(INSTANCE) == ["h1"]
     sim.store.update_instance(INSTANCE, host="h2")  # evacuated meanwhile

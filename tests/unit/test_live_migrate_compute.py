@@ -13,7 +13,7 @@ import pytest
 
 from compute_sim.manager import LIVE_FAILED, ComputeSimulator, HostShape, provider_uuid
 from scheduler import rpc
-from scheduler.objects import AllocationRequest, RequestSpec, Selection
+from scheduler.objects import MIGRATING, AllocationRequest, InstanceRecord, RequestSpec, Selection
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
 from tests.unit.factories import Recorded
 from tests.unit.test_rpc import _spied
@@ -46,12 +46,16 @@ class Hosts:
         )
         self.sim.register()
         self.claim(INSTANCE, "h1")
+        self.store.create_instances([InstanceRecord(INSTANCE, request_spec=SPEC.to_primitive())])
         self.sim.build_and_run_instance(
             CTXT, INSTANCE, SPEC.to_primitive(), selection("h1").to_primitive(), []
         )
         self.wait("build_succeeded")
         assert self.store.move_allocations(INSTANCE, MIGRATION)
         self.claim(INSTANCE, "h2")
+        self.store.update_instance(
+            INSTANCE, state=MIGRATING, migration_uuid=MIGRATION, host="h1", source_host="h1"
+        )
 
     def claim(self, consumer: str, host: str) -> None:
         self.store.claim(

@@ -12,7 +12,7 @@ import pytest
 from compute_sim.cmd import _report_loop
 from compute_sim.manager import LOG_ONLY, ComputeSimulator, HostShape, provider_uuid
 from scheduler.exceptions import StoreUnavailable
-from scheduler.objects import RESIZE_CONFIRMING, RESIZED, AllocationRequest, Selection
+from scheduler.objects import RESIZE_CONFIRMING, RESIZED, RESIZING, AllocationRequest, Selection
 from scheduler.rpc import RequestContext
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from tests.unit.compute_sim import test_simulator
@@ -49,7 +49,7 @@ def resized(sim: Sim) -> None:
     sim.wait("build_succeeded")
     sim.store.move_allocations(INSTANCE, MIGRATION)  # the scheduler parks the source's
     sim.store.claim(INSTANCE, bigger("h2").allocation_request)
-    sim.record(state=RESIZED, host="h2", source_host="h1", migration_uuid=MIGRATION)
+    sim.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
     resize_ctxt = RequestContext(request_id="req-resize")
     sim.sim.prep_resize(
         resize_ctxt,
@@ -64,6 +64,7 @@ def resized(sim: Sim) -> None:
     sim.sim.resize_instance(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
     sim.wait("finish_resize")
     sim.sim.finish_resize(resize_ctxt, INSTANCE, MIGRATION, "h2", "h2")
+    sim.record(state=RESIZED, task_state=None, host="h2")  # the conductor's part
 
 
 def test_every_host_is_reported_in_one_write_and_a_build_lists_its_vm(make: Any) -> None:
@@ -208,3 +209,24 @@ def test_the_report_loop_reports_at_once_and_again_after_a_failure() -> None:
     assert done.wait(5)
     thread.join(5)
     assert outcomes == ["called"] * 3 and not thread.is_alive()
+
+
+def test_a_confirm_on_the_source_forgets_the_vm_a_revert_would_have_run(make: Any) -> None:
+    sim = make(build_time=0.0)
+    resized(sim)
+    assert MIGRATION in sim.sim._resized_away
+    sim.record(task_state=RESIZE_CONFIRMING)
+    sim.sim.confirm_resize(CTXT, INSTANCE, MIGRATION)
+    assert sim.sim._resized_away == {}
+
+
+def test_a_report_after_an_outage_first_destroys_the_vms_evacuated_meanwhile(
+    make: Any,
+) -> None:
+    sim = make(build_time=0.0)
+    built(sim)
+    sim.record(state="ACTIVE", host="h2")  # evacuated to h2 while this process was down
+    assert sim.sim._last_beat is not None
+    sim.sim._last_beat -= sim.sim.service_down_time + 1
+    assert reported(sim)["h1"] == ()
+    assert sim.sim.hosts_running(INSTANCE) == []

@@ -12,7 +12,15 @@ import pytest
 
 from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
 from scheduler.engine.capabilities import IO_OPS_STAT
-from scheduler.objects import AllocationRequest, InstanceRecord, Selection
+from scheduler.objects import (
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
+    AllocationRequest,
+    InstanceRecord,
+    Selection,
+)
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore, RunningInstance
 from tests.unit.factories import Recorded, spec, uuid_of
@@ -69,11 +77,15 @@ class Sim:
             self.store.update_instance(INSTANCE, **changes)
 
     def build(self, host: str) -> None:
+        self.record()
         self.sim.build_and_run_instance(
             CTXT, INSTANCE, SPEC.to_primitive(), selection(host).to_primitive(), []
         )
 
     def prep(self, host: str, zone: str | None = None) -> None:
+        """Resize INSTANCE off h1 onto ``host`` (the record RESIZING under
+        MIGRATION, as the conductor leaves it)."""
+        self.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
         self.sim.prep_resize(
             CTXT,
             INSTANCE,
@@ -145,6 +157,7 @@ def test_a_duplicate_of_a_finished_build_reports_again(make: Any) -> None:
 def test_a_build_reports_the_zone_of_its_selection_each_time(make: Any) -> None:
     sim = make(build_time=0.0)
     sim.claim(INSTANCE, "h1")
+    sim.record()
     zoned = selection("h1", availability_zone="east").to_primitive()
     sim.sim.build_and_run_instance(CTXT, INSTANCE, SPEC.to_primitive(), zoned, [])
     sim.wait("build_succeeded")
@@ -171,11 +184,15 @@ def test_a_cast_after_a_failure_is_a_new_attempt(make: Any) -> None:
     ],
 )
 def test_a_failed_build_releases_only_its_own_claim(make: Any, claim_on: str, kept: bool) -> None:
+    """A build whose claim is elsewhere is not even started (the guard, see
+    test_build_guard.py): it neither releases nor hands anything back."""
     sim = make(build_time=0.0, fail_hosts=("h1",))
     sim.claim(INSTANCE, claim_on)
     sim.build("h1")
-    sim.wait("reschedule")
+    if not kept:
+        sim.wait("reschedule")
     assert (sim.store.get_consumer(INSTANCE) is not None) is kept
+    assert sim.conductor.names == ([] if kept else ["reschedule"])
 
 
 # --- resize -----------------------------------------------------------------------------
@@ -236,6 +253,18 @@ def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:
     assert sim.compute.calls == [] and sim.conductor.calls == []
 
 
+def resized(sim: Sim, task_state: str | None = None) -> None:
+    """INSTANCE's record RESIZED from h1 onto h2 under MIGRATION (``task_state``:
+    the confirm or revert the conductor has begun)."""
+    sim.record(
+        state=RESIZED,
+        task_state=task_state,
+        host="h2",
+        source_host="h1",
+        migration_uuid=MIGRATION,
+    )
+
+
 @pytest.mark.parametrize(
     "confirm, holders",
     [
@@ -247,6 +276,7 @@ def test_confirm_or_revert(make: Any, confirm: bool, holders: dict[str, str]) ->
     sim = make(build_time=0.0)
     sim.claim(MIGRATION, "h1")
     sim.claim(INSTANCE, "h2")
+    resized(sim, RESIZE_CONFIRMING if confirm else RESIZE_REVERTING)
     (sim.sim.confirm_resize if confirm else sim.sim.revert_resize)(CTXT, INSTANCE, MIGRATION)
     names = {p.uuid: p.name for p in sim.store.list_providers()}
     assert {
@@ -267,6 +297,7 @@ def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: 
     dest.store = source.store
     source.claim(MIGRATION, "h1")
     source.claim(INSTANCE, "h2")
+    resized(source, RESIZE_REVERTING)
     with dest.sim._lock:
         dest.sim._start_vm(RunningInstance(INSTANCE), "h2")
     dest.sim.store = source.store
