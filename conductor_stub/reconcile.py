@@ -67,9 +67,10 @@ so two reconcilers repeat work but do not undo each other's; no lease is
 needed for that.
 
 What a pass reads: every report, every consumer and every live record, each
-a page at a time (HSCAN, 500 a page: no command holds the store), plus the DELETED records of the uuids seen without a live one. That
-is work in proportion to the cloud once per ``reconcile_interval``, not per
-sweep: keep the interval in minutes on a large cell.
+a page at a time (HSCAN, 500 a page: no command holds the store), plus the
+DELETED records of the uuids seen without a live one. That is work in
+proportion to the cloud once per ``reconcile_interval``, not per sweep: keep
+the interval in minutes on a large cell.
 
 ``scheduler-admin audit [--fix]`` runs the same comparison once.
 """
