@@ -43,7 +43,7 @@ import time
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import oslo_messaging
@@ -977,9 +977,8 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
 
 def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     """The reconciliation once (:mod:`conductor_stub.reconcile`); with --fix, twice,
-    the grace apart, repairing what the second found that the first did too."""
-    from dataclasses import replace
-
+    the grace apart, repairing what the second found that the first did too.
+    (Imported here, as for the drain: conductor_stub imports this module.)"""
     from conductor_stub.cmd import reconcile_settings
     from conductor_stub.reconcile import SKIPPED, Reconciler, format_counts
 

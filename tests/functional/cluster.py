@@ -302,7 +302,11 @@ class Cluster:
         * an ACTIVE instance with nothing in flight holds exactly its flavor's
           resources, under its host, no migration of it holds anything, and its
           VM runs nowhere else; one a live migration reached (a simulator logged
-          its destination's pre-check) runs there if that host's simulator runs.
+          its destination's pre-check) runs there if that host's simulator runs;
+        * from the computes' reports, where they exist (:meth:`_check_reports`):
+          every VM reported has a live record placing it on that host and an
+          allocation there, no allocation is without a record (or a move), and
+          nothing is reported on two hosts outside a move.
         """
         consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
