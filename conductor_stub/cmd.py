@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.delete import Deleter
@@ -45,7 +46,7 @@ from conductor_stub.report import format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
 from conductor_stub.shelve import Shelver
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler import health, log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
@@ -372,6 +373,19 @@ def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
     )
 
 
+def _health(conf: cfg.ConfigOpts, store: Any) -> Any:
+    """The conductor's /healthz (broker, store) and /metrics (the reconciler's
+    actions per kind), as a worker serves its own."""
+    monitor = health.HealthMonitor(
+        {
+            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+            "store": store.ping,
+        }
+    )
+    monitor.start()
+    return health.serve(monitor, conf.scheduler.health_listen, conf.conductor.health_port)
+
+
 def _serve(conf: cfg.ConfigOpts) -> None:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
@@ -387,6 +401,7 @@ def _serve(conf: cfg.ConfigOpts) -> None:
     reconciling = threading.Thread(
         target=reconciler.run, args=(stop,), name="reconciler", daemon=True
     )
+    endpoint_http = _health(conf, store) if conf.conductor.health_port else None
     server.start()
     sweeping.start()
     reconciling.start()
@@ -404,6 +419,8 @@ def _serve(conf: cfg.ConfigOpts) -> None:
         server.wait()
         sweeping.join(timeout=5)
         reconciling.join(timeout=5)
+        if endpoint_http is not None:
+            endpoint_http.shutdown()
         transport.cleanup()
         LOG.info(
             "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)

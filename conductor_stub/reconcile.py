@@ -30,6 +30,11 @@ kind                      what was found                              action
                           --wait`` wrote it back in ERROR)            ERROR, with a fault)
 ========================  ==========================================  ==============
 
+Every action is logged at warning (``reconcile_action``: kind, action,
+instance_uuid, host, reason, outcome) and counted, per kind, in
+:attr:`Reconciler.counts` and on the conductor's ``/metrics``
+(``conductor_reconcile_actions_total``, with ``[conductor] health_port``).
+
 A healed allocation is written without the capacity check (the VM runs,
 whether it fits or not); when it takes a host past its capacity the finding,
 the log line (``reconcile_overcommit``) and the counts say so.
@@ -84,6 +89,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from prometheus_client import Counter as Metric
+
 from scheduler.exceptions import ConsumerConflict, ConsumerDeleted, ProviderNotFound
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -129,6 +136,14 @@ SKIPPED = "skipped"
 FAILED = "failed"
 #: The count of healed allocations that took a host past its capacity.
 OVERCOMMIT = "overcommit"
+
+#: The actions taken, per kind (and ``overcommit``), on the conductor's /metrics.
+ACTIONS_TAKEN = Metric(
+    "conductor_reconcile_actions",
+    "Repairs the reconciler made, by finding kind (overcommit: healed "
+    "allocations that took a host past its capacity).",
+    ["kind"],
+)
 
 #: The user-facing fault of a record the boot client saw vanish (``lost_boot``).
 LOST_FAULT = "The instance was lost."
@@ -515,8 +530,10 @@ class Reconciler:
         if finding.outcome == SKIPPED:
             return finding
         self.counts[finding.kind] += 1
+        ACTIONS_TAKEN.labels(finding.kind).inc()
         if finding.overcommit:
             self.counts[OVERCOMMIT] += 1
+            ACTIONS_TAKEN.labels(OVERCOMMIT).inc()
         self._first_seen.pop(finding.key, None)
         LOG.warning(
             "reconcile_action",

@@ -481,6 +481,14 @@ conductor_opts = [
         "reconciler's). Keep it a few times [compute] report_interval.\n\n"
         "Related options: reconcile_interval.",
     ),
+    cfg.PortOpt(
+        "health_port",
+        default=0,
+        help="Port of the conductor's health (/healthz) and Prometheus (/metrics) "
+        "endpoint, on [scheduler] health_listen; 0 turns it off. /metrics counts "
+        "the reconciler's actions per kind (conductor_reconcile_actions_total, "
+        "kind overcommit for the healed allocations that overcommit a host).",
+    ),
 ]
 
 

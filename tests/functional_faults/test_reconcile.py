@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ import pytest
 
 from conductor_stub.reconcile import LOST_FAULT
 from scheduler.objects import ERROR, FINAL_STATES, AllocationRequest
-from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
+from tests.functional_faults.conftest import FaultCluster, PrivateRedis, free_port, wait_until
 from tests.functional_faults.storm import start_storm
 from tests.functional_faults.test_raw_amqp import SPEC, envelope, publish
 
@@ -176,7 +177,11 @@ def test_a_run_instance_for_an_instance_with_no_record(
     make_cluster: Callable[..., FaultCluster],
 ) -> None:
     cluster = make_cluster()
-    cluster.write_config(conductor=CONDUCTOR, compute={"report_interval": REPORT_INTERVAL})
+    port = free_port()
+    cluster.write_config(
+        conductor={**CONDUCTOR, "health_port": port},
+        compute={"report_interval": REPORT_INTERVAL},
+    )
     conductor = cluster.start_conductor()
     compute = cluster.start_compute(2, "--build-time", "0.01")
     worker = cluster.start_worker()
@@ -215,6 +220,11 @@ def test_a_run_instance_for_an_instance_with_no_record(
             }
         ),
     )
+    # Each action is counted on the conductor's /metrics.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    for kind in {a["kind"] for a in actions}:
+        assert f'conductor_reconcile_actions_total{{kind="{kind}"}} ' in metrics, metrics
     logs = conductor.log_path.read_text()
     assert "Traceback" not in logs
     if compute.count("vm_started"):

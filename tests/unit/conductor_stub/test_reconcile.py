@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from conductor_stub.reconcile import (
     LOST_BOOT,
@@ -147,8 +148,11 @@ def test_a_vm_no_record_keeps_there_is_reaped_after_the_grace(
     assert (first.kind, first.host, first.reason, first.due) == (STRAY_VM, "h1", reason, False)
     assert world.compute.reaped == []  # in its grace
     world.report("h1", uuid)
+    before = REGISTRY.get_sample_value("conductor_reconcile_actions_total", {"kind": STRAY_VM})
     [due] = world.passes(1)
     assert due.due and due.outcome == "reap cast"
+    after = REGISTRY.get_sample_value("conductor_reconcile_actions_total", {"kind": STRAY_VM})
+    assert (after or 0) - (before or 0) == 1
     assert world.compute.reaped == [("h1", uuid, reason)]
     assert world.reconciler.counts == {STRAY_VM: 1}
 
