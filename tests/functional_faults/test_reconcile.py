@@ -36,6 +36,7 @@ from scheduler.objects import ERROR, FINAL_STATES, AllocationRequest
 from tests.functional_faults.conftest import FaultCluster, PrivateRedis, free_port, wait_until
 from tests.functional_faults.storm import start_storm
 from tests.functional_faults.test_raw_amqp import SPEC, envelope, publish
+from tests.functional_faults.test_storm import boot_in_background
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,27 +73,6 @@ def admin(cluster: FaultCluster, *args: str) -> tuple[int, str]:
     return out.returncode, out.stdout.decode()
 
 
-def wait_boot(cluster: FaultCluster, *args: str) -> subprocess.Popen[bytes]:
-    """``conductor-stub boot ... --wait --json`` in the background."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "conductor_stub.cmd",
-            "--config-file",
-            str(cluster.config_file),
-            "boot",
-            *args,
-            "--wait",
-            "--json",
-            "--timeout",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
 def redis_files(server: PrivateRedis) -> Path:
     """The private Redis's append-only directory (Redis 7: base and increments)."""
     return server.dir / "appendonlydir"
@@ -118,7 +98,9 @@ def test_the_store_went_back_a_second_in_time_mid_storm(
     # loses: 15 members of an anti-affinity group on 10 hosts, so that 10 are
     # built (the boot still waits on them when the store goes back) and 5 are
     # refused, and so are never run by anything.
-    waiting = wait_boot(cluster, "--count", "15", "--group-policy", "anti-affinity")
+    waiting = boot_in_background(
+        cluster, 15, "--group-policy", "anti-affinity", "--wait", "--timeout", "60"
+    )
     wait_until(
         lambda: len(cluster.store.list_instances()) >= len(storm.uuids) + 15,
         10,
