@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, report
-from bench.cases import bootstorm, churn, engine, hostview, memory, rabbit
+from bench.cases import bootstorm, churn, engine, hostview, memory, rabbit, sweep
 from bench.runner import Bench
 from scheduler import log
 
@@ -40,6 +40,7 @@ CASES = {
     "rabbit": rabbit.run,
     "bootstorm": bootstorm.run,
     "churn": churn.run,
+    "sweep": sweep.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 

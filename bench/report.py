@@ -185,6 +185,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("bootstorm", _storm_md),
         ("memory", _memory_md),
         ("churn", _churn_md),
+        ("sweep", _sweep_md),
     ):
         if title in cases:
             parts += ["", render(cases[title])]
@@ -657,6 +658,48 @@ def _churn_md(case: dict[str, Any]) -> str:
 
 README_START = "<!-- bench:start (written by python -m bench --update-readme) -->"
 README_END = "<!-- bench:end -->"
+
+
+def _sweep_md(case: dict[str, Any]) -> str:
+    rows = [
+        [
+            r["records"],
+            r["due"],
+            r["index"]["median_ms"],
+            r["index_redis"]["median_ms"],
+            r["full_scan"]["median_ms"],
+            r["full_scan_redis"]["median_ms"],
+            r["reindex_s"],
+            r["reindex_commands"]["p99_ms"],
+            r["reindex_commands"]["max_ms"],
+        ]
+        for r in case["rows"]
+    ]
+    return "\n".join(
+        [
+            "## 7. Sweep",
+            "",
+            "The conductor's sweep (its pending set, at most "
+            f"{case['limit']} records) beside finished records: through the deadline "
+            "index, and by the full scan it replaced (the baseline), medians; "
+            "re-index: what an upgraded store runs once.",
+            "",
+            _table(
+                [
+                    "finished records",
+                    "due",
+                    "index sweep (ms)",
+                    "its Redis time (ms)",
+                    "full scan (ms)",
+                    "its Redis time (ms)",
+                    "re-index (s)",
+                    "its commands p99 (ms)",
+                    "longest (ms)",
+                ],
+                rows,
+            ),
+        ]
+    )
 
 
 def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) -> str:

@@ -62,6 +62,10 @@ class Sizes:
     churn_operations: int = 20000
     churn_window: int = 16  # boots in flight at most
     churn_retention: float = 5.0  # [conductor] deleted_retention, seconds
+    sweep_records: tuple[int, ...] = (1000, 10000, 100000, 200000)  # finished ones
+    sweep_due: int = 100
+    sweep_runs: int = 21  # sweeps per size, through the index
+    sweep_baseline_runs: int = 5  # sweeps per size, by the full scan
 
 
 FULL = Sizes()
@@ -91,6 +95,10 @@ QUICK = Sizes(
     churn_operations=120,
     churn_window=8,
     churn_retention=2.0,
+    sweep_records=(1000, 3000),
+    sweep_due=10,
+    sweep_runs=5,
+    sweep_baseline_runs=3,
 )
 
 

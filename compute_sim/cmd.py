@@ -6,6 +6,9 @@ Example: ``compute-sim --config-file etc/scheduler/scheduler.conf --hosts 1000
 GPU child provider, ``--aggregate gold:filter_tenant_id=p1`` an aggregate.
 Hosts are named ``<prefix>-0000`` ...;
 run several simulators side by side with different ``--name-prefix``.
+Stopped gracefully (SIGTERM or SIGINT), a simulator marks its hosts down at
+once (:meth:`Store.mark_down`) before it drains its builds, so no build is sent
+there meanwhile; started again, it heartbeats and they are up.
 
 Every host of one simulator reports the same capabilities: ``--cpu-arch``,
 ``--hypervisor-type``, ``--hypervisor-version`` (one supported instance
@@ -246,6 +249,19 @@ def build_simulator(
     )
 
 
+def _mark_down(store: ComputeStore, hosts: Sequence[str]) -> None:
+    """A graceful stop: the hosts count as down at once, everywhere (workers stop
+    picking them now, not ``service_down_time`` later); the next start's
+    heartbeat brings them back up. A store that cannot be reached leaves them
+    to go down by their heartbeat's age, as if the process had died."""
+    try:
+        store.mark_down(hosts)
+    except Exception as exc:  # noqa: BLE001 - stopping anyway
+        LOG.warning("hosts_not_marked_down", error=repr(exc))
+        return
+    LOG.info("hosts_marked_down", count=len(hosts))
+
+
 def _report_loop(sim: ComputeSimulator, interval: float, stop: threading.Event) -> None:
     """Report what the hosts run at once, then every ``interval`` seconds; a
     failed report is logged and the next interval reports again."""
@@ -282,17 +298,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             except Exception as exc:  # noqa: BLE001 - keep beating once the store is back
                 LOG.warning("heartbeat_failed", error=repr(exc))
 
-    threading.Thread(target=_beat, name="heartbeat", daemon=True).start()
-    threading.Thread(
+    beating = threading.Thread(target=_beat, name="heartbeat", daemon=True)
+    beating.start()
+    reporting = threading.Thread(
         target=_report_loop,
         args=(sim, conf.compute.report_interval, stop),
         name="instance-reports",
         daemon=True,
-    ).start()
+    )
+    reporting.start()
     LOG.info("compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name)
 
     def _stop() -> None:
         stop.set()
+        beating.join(timeout=10)  # no heartbeat after the hosts are marked down
+        reporting.join(timeout=10)  # (a report after an outage heartbeats first)
+        _mark_down(store, sim.hosts)
         server.stop()
         server.wait()
         sim.stop()

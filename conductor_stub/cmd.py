@@ -53,6 +53,7 @@ from scheduler.exceptions import SchedulerError
 from scheduler.objects import (
     ACTIVE,
     FINAL_STATES,
+    MAX_INSTANCES_PER_REQUEST,
     RESIZED,
     RESIZING,
     SHELVED_OFFLOADED,
@@ -81,7 +82,9 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         "--per-request",
         type=int,
         default=1,
-        help="Instances per scheduling request (all-or-nothing inside one).",
+        help="Instances per scheduling request (all-or-nothing inside one; at most "
+        f"{MAX_INSTANCES_PER_REQUEST}, the scheduler's limit: more is refused before "
+        "anything is recorded).",
     )
     boot.add_argument(
         "--group-policy",
@@ -433,6 +436,13 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
         print("conductor-stub boot: --count and --per-request must be at least 1", file=sys.stderr)
+        return 2
+    if args.per_request > MAX_INSTANCES_PER_REQUEST:
+        print(
+            f"conductor-stub boot: --per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
+            "(the scheduler refuses a larger request whole)",
+            file=sys.stderr,
+        )
         return 2
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor not in catalog:

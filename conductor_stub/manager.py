@@ -15,9 +15,16 @@ hosts (with alternates, their number is the bound: the scheduler returns
 ``max_attempts - 1``). An alternate a strict server-group policy now forbids
 is skipped too: its claim carries the group check, exactly as the
 scheduler's claim does, so a reschedule cannot put two anti-affinity members
-on one host. When they run out the instance goes to ERROR with "max retries
-exceeded", distinct from "no valid host" (a resize instead stays ACTIVE on
-its source, with that fault).
+on one host. An alternate refused at its claim was never built on and is no
+attempt: when none of those left can be claimed and fewer than
+``max_attempts`` builds (or move destinations) failed, the scheduler is
+asked again, the hosts tried ignored, as with alternates off (one rule,
+:meth:`ConductorEndpoint._ask_again`, for builds and every move). So "max
+retries exceeded" (ERROR, distinct from "no valid host"; a move instead
+goes back ACTIVE on its source, with that fault) means that
+``max_attempts`` builds failed (or that the request names its hosts and
+every one of them failed), and its admin details say how many failed, on
+which hosts, and which alternates were refused at their claim and why.
 
 A live migration's destination that fails its pre-checks is retried the
 same way (``live_migration_precheck_failed``: the next alternate claimed,
@@ -84,6 +91,7 @@ from scheduler.objects import (
     DELETED,
     ERROR,
     FINAL_STATES,
+    MAX_INSTANCES_PER_REQUEST,
     MIGRATING,
     REBUILDING,
     RESIZED,
@@ -110,8 +118,32 @@ MOVE_RESCHEDULED = {RESIZING: "resize_rescheduled", MIGRATING: "live_migration_r
 
 
 def _refused(refused: list[str]) -> str:
-    """The admin details' account of the alternates refused at their claim."""
+    """The admin details' account of the alternates refused at their claim
+    (none built on, so none counted as a failed attempt)."""
     return f"; alternates refused: {', '.join(refused)}" if refused else ""
+
+
+def _after(record: InstanceRecord, refused: Sequence[str]) -> str:
+    """The admin details' account of a move's failed destinations so far,
+    after what the scheduler said when asked again."""
+    return (
+        f" (after {record.attempts} destination(s) failed: {', '.join(record.tried_hosts)}"
+        f"{_refused(list(refused))})"
+    )
+
+
+def _named_hosts_tried(spec: RequestSpec) -> bool:
+    """Whether ``spec`` is narrowed to hosts it names (forced hosts or nodes, a
+    requested destination) that are all among its ``ignore_hosts`` (tried):
+    the scheduler could only answer that no host is valid."""
+    tried = {host.lower() for host in spec.ignore_hosts}
+    destination = spec.requested_destination
+    narrowed = (
+        spec.force_hosts,
+        spec.force_nodes,
+        (destination.host,) if destination is not None else (),
+    )
+    return any(names and all(n.lower() in tried for n in names) for names in narrowed)
 
 
 class ConductorEndpoint:
@@ -267,12 +299,12 @@ class ConductorEndpoint:
             return
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
         details = (
-            f"max retries exceeded: {attempts} attempt(s), hosts tried: "
+            f"max retries exceeded: {attempts} build(s) failed, hosts tried: "
             f"{', '.join(tried)}; last failure: {reason}"
         )
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
             # (With alternates, their number is the bound: the scheduler gave
-            # max_attempts - 1 of them.)
+            # max_attempts - 1 of them; see _ask_again for when they are taken.)
             self._build_failed(uuid, MaxRetriesExceeded(), details, attempts, tried)
             return
         # Record the attempt first (and push the deadline), so a conductor that
@@ -294,28 +326,35 @@ class ConductorEndpoint:
         if not self.settings.return_alternates:
             self._build_via_scheduler(ctxt, uuid, spec, attempts, tried)
             return
-        refused: list[str] = []
-        for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused)
-            if outcome is None:
-                return  # superseded
-            if not outcome:
-                continue
-            if not self._placed(uuid, alternate, BUILDING):
-                return
+
+        def build(alternate: Selection, rest: list[Selection]) -> None:
             LOG.info("rescheduled", alternate=alternate.host, attempts=attempts)
             self.compute.build_and_run_instance(
-                ctxt, uuid, spec.replace(num_instances=1), alternate, alternates[i + 1 :]
+                ctxt, uuid, spec.replace(num_instances=1), alternate, rest
             )
+
+        refused = self._try_alternates(uuid, BUILDING, spec, alternates, build)
+        if refused is None:
+            return  # built on one, or superseded
+        retry = spec.replace(ignore_hosts=(*spec.ignore_hosts, *tried))
+        if self._ask_again(attempts, refused, retry):
+            self._build_via_scheduler(ctxt, uuid, spec, attempts, tried, refused)
             return
         self._build_failed(
             uuid, MaxRetriesExceeded(), details + _refused(refused), attempts, tried
         )
 
     def _build_via_scheduler(
-        self, ctxt: Any, uuid: str, spec: RequestSpec, attempts: int, tried: tuple[str, ...]
+        self,
+        ctxt: Any,
+        uuid: str,
+        spec: RequestSpec,
+        attempts: int,
+        tried: tuple[str, ...],
+        refused: Sequence[str] = (),
     ) -> None:
-        """Alternates off: ask the scheduler again, the hosts tried ignored."""
+        """Ask the scheduler again, the hosts tried ignored (alternates off, or
+        none of them could be claimed: ``refused``)."""
         retry = spec.replace(
             num_instances=1, ignore_hosts=tuple(dict.fromkeys((*spec.ignore_hosts, *tried)))
         )
@@ -326,7 +365,7 @@ class ConductorEndpoint:
                 uuid,
                 exc,
                 f"{policy.admin_details(exc)} (after {attempts} "
-                f"attempt(s), hosts tried: {', '.join(tried)})",
+                f"build(s) failed, hosts tried: {', '.join(tried)}{_refused(list(refused))})",
                 attempts,
                 tried,
             )
@@ -436,26 +475,7 @@ class ConductorEndpoint:
         record, details = retried
         new_flavor = spec.flavor
         if not self.settings.return_alternates:
-            retry, _ = records.resize_spec(record)
-            if not self.settings.allow_resize_to_same_host and record.source_host:
-                retry = retry.replace(ignore_hosts=(*retry.ignore_hosts, record.source_host))
-            try:
-                selection = self._select_again(ctxt, uuid, retry)
-            except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                records.fail_move(
-                    self.store,
-                    record,
-                    policy.user_reason(exc),
-                    policy.admin_details(exc),
-                    clock=self._clock,
-                )
-                return
-            if selection is None or not self._placed(uuid, selection, RESIZING):
-                return
-            LOG.info(
-                "resize_rescheduled_via_scheduler", host=selection.host, attempts=record.attempts
-            )
-            self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
+            self._resize_via_scheduler(ctxt, record, migration_uuid, new_flavor)
             return
         self._next_alternate(
             record,
@@ -466,7 +486,40 @@ class ConductorEndpoint:
             lambda alternate, rest: self.compute.prep_resize(
                 ctxt, uuid, migration_uuid, new_flavor, spec, alternate, rest
             ),
+            lambda refused: self._resize_via_scheduler(
+                ctxt, record, migration_uuid, new_flavor, refused
+            ),
         )
+
+    def _resize_via_scheduler(
+        self,
+        ctxt: Any,
+        record: InstanceRecord,
+        migration_uuid: str,
+        new_flavor: Flavor,
+        refused: Sequence[str] = (),
+    ) -> None:
+        """Ask the scheduler again for the resize, the hosts tried ignored
+        (alternates off, or none of them could be claimed: ``refused``)."""
+        uuid = record.uuid
+        retry, _ = records.resize_spec(record)
+        if not self.settings.allow_resize_to_same_host and record.source_host:
+            retry = retry.replace(ignore_hosts=(*retry.ignore_hosts, record.source_host))
+        try:
+            selection = self._select_again(ctxt, uuid, retry)
+        except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
+            records.fail_move(
+                self.store,
+                record,
+                policy.user_reason(exc),
+                f"{policy.admin_details(exc)}{_after(record, refused)}",
+                clock=self._clock,
+            )
+            return
+        if selection is None or not self._placed(uuid, selection, RESIZING):
+            return
+        LOG.info("resize_rescheduled_via_scheduler", host=selection.host, attempts=record.attempts)
+        self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
 
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         with bind_request(
@@ -537,6 +590,7 @@ class ConductorEndpoint:
             spec = RequestSpec.from_primitive(request_spec)
             source = record.source_host
             assert source is not None
+            migrator = self.migrator
             self._next_alternate(
                 record,
                 details,
@@ -553,6 +607,8 @@ class ConductorEndpoint:
                     source,
                     record.block_migration,
                 ),
+                # Sent again: the hosts tried ignored (its failure says so).
+                None if migrator is None else lambda refused: migrator.send(record),
             )
 
     def live_migrated(
@@ -644,7 +700,7 @@ class ConductorEndpoint:
             return
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
         details = (
-            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"max retries exceeded: {attempts} destination(s) failed: "
             f"{', '.join(tried)}; last failure: {reason}"
         )
 
@@ -668,29 +724,34 @@ class ConductorEndpoint:
         if updated is None:
             return
         record = updated
-        if not self.settings.return_alternates:
+
+        def again(refused: Sequence[str] = ()) -> None:
             retry = records.move_spec(record)
             try:
                 selection = self._select_again(ctxt, uuid, retry)
             except (NoValidHost, InvalidRequest, Forbidden, InternalError) as exc:
-                fail(exc, policy.admin_details(exc))
+                fail(exc, f"{policy.admin_details(exc)}{_after(record, refused)}")
                 return
             if selection is not None:
                 cast_rebuild(self.store, self.compute, ctxt, record, retry, [selection])
+
+        if not self.settings.return_alternates:
+            again()
             return
-        refused: list[str] = []
-        for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused)
-            if outcome is None:
-                return
-            if not outcome:
-                continue
+
+        def rebuild(alternate: Selection, rest: list[Selection]) -> None:
             LOG.info("rebuild_rescheduled", alternate=alternate.host, attempts=attempts)
             # Ended meanwhile: deleted (the delete releases the claim) or given up
             # (the source handed back replaced it): nothing more to do either way.
             cast_rebuild(
-                self.store, self.compute, ctxt, record, spec, alternates[i:], clock=self._clock
+                self.store, self.compute, ctxt, record, spec, [alternate, *rest], clock=self._clock
             )
+
+        refused = self._try_alternates(uuid, None, spec, alternates, rebuild)
+        if refused is None:
+            return
+        if self._ask_again(attempts, refused, records.move_spec(record)):
+            again(refused)
             return
         fail(MaxRetriesExceeded(), details + _refused(refused))
 
@@ -726,7 +787,7 @@ class ConductorEndpoint:
             return None
         attempts, tried = record.attempts + 1, (*record.tried_hosts, failed_host)
         details = (
-            f"max retries exceeded: {attempts} destination(s) tried: "
+            f"max retries exceeded: {attempts} destination(s) failed: "
             f"{', '.join(tried)}; last failure: {reason}"
         )
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
@@ -756,26 +817,28 @@ class ConductorEndpoint:
         spec: RequestSpec,
         alternates: list[Selection],
         cast: Callable[[Selection, list[Selection]], None],
+        again: Callable[[list[str]], None] | None,
     ) -> None:
         """Claim the first alternate that can still take the moved instance and
         ``cast`` its step there (with the alternates after it), unless the move
         stopped meanwhile (a re-driven copy placed it, it was given up or
-        deleted). None left: the move fails back to its source, ``details``
+        deleted). None could be claimed: the move is sent ``again`` through
+        the scheduler while fewer than ``max_attempts`` destinations failed
+        (:meth:`_ask_again`); else it fails back to its source, ``details``
         and the alternates refused at their claim its admin details."""
-        uuid, state = record.uuid, record.state
-        refused: list[str] = []
-        for i, alternate in enumerate(alternates):
-            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
-            if outcome is None:
-                return
-            if not outcome:
-                continue
-            if not self._placed(uuid, alternate, state):
-                return
-            LOG.info(
-                MOVE_RESCHEDULED[state], alternate=alternate.host, left=len(alternates) - i - 1
-            )
-            cast(alternate, alternates[i + 1 :])
+        state = record.state
+
+        def step(alternate: Selection, rest: list[Selection]) -> None:
+            LOG.info(MOVE_RESCHEDULED[state], alternate=alternate.host, left=len(rest))
+            cast(alternate, rest)
+
+        refused = self._try_alternates(record.uuid, state, spec, alternates, step, migration_uuid)
+        if refused is None:
+            return
+        if again is not None and self._ask_again(
+            record.attempts, refused, records.move_spec(record)
+        ):
+            again(refused)
             return
         records.fail_move(
             self.store,
@@ -784,6 +847,53 @@ class ConductorEndpoint:
             details + _refused(refused),
             clock=self._clock,
         )
+
+    def _try_alternates(
+        self,
+        uuid: str,
+        state: str | None,
+        spec: RequestSpec,
+        alternates: list[Selection],
+        cast: Callable[[Selection, list[Selection]], None],
+        migration_uuid: str | None = None,
+    ) -> list[str] | None:
+        """Claim the first alternate that can still take the instance, note it
+        placed there while the record is in ``state`` (None: the caster
+        checks that itself) and ``cast`` its step there with the alternates
+        after it. Returns None when done (cast, or stopped: a re-driven copy
+        placed it, or it left ``state`` meanwhile); else none could be
+        claimed, and the alternates refused at their claim, with why."""
+        refused: list[str] = []
+        for i, alternate in enumerate(alternates):
+            outcome = self._claim_alternate(uuid, spec, alternate, refused, migration_uuid)
+            if outcome is None:
+                return None  # superseded
+            if not outcome:
+                continue
+            if state is not None and not self._placed(uuid, alternate, state):
+                return None
+            cast(alternate, alternates[i + 1 :])
+            return None
+        return refused
+
+    def _ask_again(self, attempts: int, refused: list[str], retry: RequestSpec) -> bool:
+        """Whether to ask the scheduler again (for ``retry``, the hosts tried in
+        its ``ignore_hosts``) once none of the alternates left could be claimed
+        (taken meanwhile, or forbidden by the group now): while fewer than
+        ``max_attempts`` builds (or move destinations) really failed. An
+        alternate refused at its claim was never built on, so it is no
+        attempt: MaxRetriesExceeded means ``max_attempts`` failures, unless
+        the request names its hosts (forced, or an admin's destination) and
+        every one of them failed: then there is nothing else to ask for."""
+        if attempts >= self.settings.max_attempts or _named_hosts_tried(retry):
+            return False
+        LOG.info(
+            "alternates_exhausted",
+            attempts=attempts,
+            max_attempts=self.settings.max_attempts,
+            refused=len(refused),
+        )
+        return True
 
     def _claim_alternate(
         self,
@@ -949,7 +1059,15 @@ class Booter:
         project_id: str = "demo",
         user_id: str = "demo",
     ) -> list[str]:
-        """Create the records and send the requests; return the instance uuids."""
+        """Create the records and send the requests; return the instance uuids.
+
+        :raises InvalidRequest: ``per_request`` over the scheduler's limit
+            (MAX_INSTANCES_PER_REQUEST), before anything is recorded.
+        """
+        if not 1 <= per_request <= MAX_INSTANCES_PER_REQUEST:
+            raise InvalidRequest(
+                reason=f"per_request must be between 1 and {MAX_INSTANCES_PER_REQUEST}"
+            )
         group = (
             ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy) if group_policy else None
         )

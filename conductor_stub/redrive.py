@@ -38,7 +38,10 @@ So no instance stays in a transitional state past
 ``(max_redrives + 1) * timeout`` plus one sweep.
 
 The pending set is read from the store on every sweep, never kept in
-memory, so a restarted conductor carries on where the last one stopped.
+memory, so a restarted conductor carries on where the last one stopped. It
+is read through the store's index of records by deadline
+(:meth:`Store.list_instances_due`), so a sweep costs what is due, however
+many finished records the store keeps.
 
 Races, and why they are safe: a re-driven request whose first copy arrives
 late finds the instance's claim and reuses it (or, if the instance has
@@ -64,7 +67,7 @@ from conductor_stub.resize import Resizer, request_context
 from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
-from scheduler.log import bind_request, get_logger
+from scheduler.log import RepeatLimiter, bind_request, get_logger
 from scheduler.objects import (
     BUILDING,
     DELETING,
@@ -81,6 +84,9 @@ from scheduler.objects import (
 from scheduler.rpc import SchedulerClient
 
 LOG = get_logger(__name__)
+#: A failure every sweep repeats (the store or broker down, the same broken
+#: record re-driven): identical warnings a few times a minute at most.
+REPEATS = RepeatLimiter()
 
 #: What the user reads when the conductor gave up (as the policy says).
 TIMED_OUT = policy.user_reason(RequestTimedOut())
@@ -133,17 +139,18 @@ class Sweeper:
             try:
                 self.sweep()
             except Exception as exc:  # noqa: BLE001 - the store or broker is down: next sweep
-                LOG.warning("sweep_failed", error=repr(exc))
+                REPEATS.log(LOG, "warning", "sweep_failed", error=repr(exc))
 
     def sweep(self) -> int:
-        """Handle every record past its deadline; return how many there were."""
+        """Handle the records past their deadline (at most :data:`SWEEP_BATCH`,
+        earliest first); return how many there were."""
         due = self.store.list_instances_due(self._clock(), SWEEP_BATCH)
         for record in due:
             with bind_request(instance_uuid=record.uuid, request_id=record.request_id):
                 try:
                     self._handle(record)
                 except Exception as exc:  # noqa: BLE001 - one record must not stop the rest
-                    LOG.warning("redrive_failed", error=repr(exc))
+                    REPEATS.log(LOG, "warning", "redrive_failed", error=repr(exc))
         return len(due)
 
     def _handle(self, record: InstanceRecord) -> None:

@@ -8,6 +8,12 @@ it (our code, oslo.messaging, kombu, redis-py).
 Events have stable snake_case names; request-scoped keys (``request_id``,
 ``instance_uuid``, ``host``) are bound with :func:`bind_request` (contextvars),
 so every line logged while handling a request carries them.
+
+Where one cause can repeat a line without end (a client sending the same bad
+request again and again, a store that is down while requests keep coming),
+the line goes through a :class:`RepeatLimiter`: identical events pass at most
+a few times a minute, and the next one let through says how many were held
+back (``suppressed``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator, MutableMapping
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -172,3 +180,69 @@ def bind_request(**keys: Any) -> Iterator[None]:
         yield
     finally:
         structlog.contextvars.reset_contextvars(**tokens)
+
+
+class RepeatLimiter:
+    """At most ``burst`` lines per ``period`` seconds of each identical event.
+
+    Events are identical when they have the same level, name and ``key``;
+    without a ``key``, the same fields (bound request keys are not compared:
+    the same failure for a thousand instances is one repetition). Past the
+    budget, lines are counted, not written; the first line written after some
+    were held back carries ``suppressed`` (how many). A count still held when
+    no such event comes again is never written; the rate alone is the signal.
+    The limiter remembers at most ``max_keys`` distinct events (the oldest are
+    forgotten first), so it stays small whatever the variety of its input.
+    """
+
+    def __init__(
+        self,
+        burst: int = 5,
+        period: float = 60.0,
+        max_keys: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.burst = burst
+        self.period = period
+        self.max_keys = max_keys
+        self._clock = clock
+        self._lock = threading.Lock()
+        # key -> [window start, lines written in it, lines held back since the last written]
+        self._seen: dict[Hashable, list[float]] = {}
+
+    def log(
+        self,
+        logger: Any,
+        level: str,
+        event: str,
+        *,
+        key: Hashable | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Log ``event`` at ``level`` with ``fields`` unless over budget; return
+        whether it was written."""
+        ident = (level, event, repr(sorted(fields.items())) if key is None else key)
+        suppressed = self._admit(ident)
+        if suppressed is None:
+            return False
+        if suppressed:
+            fields["suppressed"] = suppressed
+        getattr(logger, level)(event, **fields)
+        return True
+
+    def _admit(self, ident: Hashable) -> int | None:
+        """None to hold the line back; else how many were held back before it."""
+        now = self._clock()
+        with self._lock:
+            state = self._seen.pop(ident, None)  # re-inserted last: the newest
+            if state is None or now - state[0] >= self.period:
+                state = [now, 0.0, state[2] if state else 0.0]
+            self._seen[ident] = state
+            while len(self._seen) > self.max_keys:
+                del self._seen[next(iter(self._seen))]
+            if state[1] >= self.burst:
+                state[2] += 1
+                return None
+            state[1] += 1
+            held, state[2] = int(state[2]), 0.0
+            return held

@@ -54,7 +54,7 @@ from scheduler.exceptions import (
     StoreUnavailable,
 )
 from scheduler.filters.validation import validate_request
-from scheduler.log import bind_request, get_logger
+from scheduler.log import RepeatLimiter, bind_request, get_logger
 from scheduler.notifier import Notifier
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
@@ -66,10 +66,13 @@ from scheduler.objects import (
     validate_uuid,
 )
 from scheduler.policy import admin_details, user_reason
-from scheduler.rpc import ComputeClient, ConductorClient
+from scheduler.rpc import ComputeClient, ConductorClient, expected_exceptions
 from scheduler.store import PlacementStore
 
 LOG = get_logger(__name__)
+#: The warnings a stream of requests can repeat without end (the same refusal,
+#: a store that is down): identical ones a few times a minute at most.
+REPEATS = RepeatLimiter()
 
 #: Namespace of the instance uuids ``explain`` makes up for its dry run.
 _EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
@@ -86,7 +89,7 @@ def call_errors(method: str) -> Iterator[None]:
     except (InvalidRequest, Forbidden, NoValidHost):
         raise
     except StoreUnavailable as exc:
-        LOG.warning("store_unavailable", method=method, error=exc.message)
+        REPEATS.log(LOG, "warning", "store_unavailable", method=method, error=exc.message)
         raise SchedulerUnavailable() from None
     except Exception:
         LOG.exception("call_failed", method=method)
@@ -147,17 +150,28 @@ def _request_id(ctxt: Any) -> str:
 
 def _safe_uuids(raw: Any) -> list[str]:
     """The instance uuids of a request that failed validation, as far as they are
-    readable, so the conductor can still put those instances in ERROR (the
-    first MAX_INSTANCES_PER_REQUEST of them: a request may hold any number)."""
+    readable (each once, in order), so the conductor can still put every one of
+    those instances in ERROR: a request may hold any number of them, over the
+    limit too, and none may be left behind for the conductor to re-drive."""
     if not isinstance(raw, list | tuple):
         return []
     out = []
-    for value in raw[:MAX_INSTANCES_PER_REQUEST]:
+    for value in raw:
         try:
             out.append(validate_uuid(value, "instance_uuids[]"))
         except InvalidRequest:
             continue
-    return out
+    return list(dict.fromkeys(out))
+
+
+def _listed(uuids: Sequence[str]) -> dict[str, Any]:
+    """The instance uuids as a notification or log line carries them: at most
+    MAX_INSTANCES_PER_REQUEST (a refused request may hold any number), and how
+    many more there were."""
+    shown: dict[str, Any] = {"instance_uuids": list(uuids[:MAX_INSTANCES_PER_REQUEST])}
+    if len(uuids) > MAX_INSTANCES_PER_REQUEST:
+        shown["instance_uuids_omitted"] = len(uuids) - MAX_INSTANCES_PER_REQUEST
+    return shown
 
 
 def _spec_summary(spec: RequestSpec) -> dict[str, Any]:
@@ -314,7 +328,7 @@ class SchedulerEndpoint:
 
     # --- calls ----------------------------------------------------------------------
 
-    @oslo_messaging.expected_exceptions(
+    @expected_exceptions(
         InvalidRequest, NoValidHost, Forbidden, SchedulerUnavailable, InternalError
     )
     def select_destinations(
@@ -353,9 +367,7 @@ class SchedulerEndpoint:
                 for per in (selections.get(u, []) for u in uuids)
             ]
 
-    @oslo_messaging.expected_exceptions(
-        InvalidRequest, Forbidden, SchedulerUnavailable, InternalError
-    )
+    @expected_exceptions(InvalidRequest, Forbidden, SchedulerUnavailable, InternalError)
     def explain(
         self,
         ctxt: Any,
@@ -395,9 +407,7 @@ class SchedulerEndpoint:
             )
             return report.to_primitive()
 
-    @oslo_messaging.expected_exceptions(
-        InvalidRequest, Forbidden, SchedulerUnavailable, InternalError
-    )
+    @expected_exceptions(InvalidRequest, Forbidden, SchedulerUnavailable, InternalError)
     def run_filter(self, ctxt: Any, request_spec: Any, filter_name: Any) -> dict[str, Any]:
         """Admin only (1.4): host filter ``filter_name`` alone on every host, for
         the request; returns :meth:`StageHosts.to_primitive`. An unregistered
@@ -459,7 +469,7 @@ class SchedulerEndpoint:
                 uuids = tuple(_safe_uuids(instance_uuids))
             payload = {
                 "request_spec": spec.to_primitive() if refused is None and spec else None,
-                "instance_uuids": list(uuids),
+                **_listed(uuids),
             }
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
@@ -475,7 +485,7 @@ class SchedulerEndpoint:
                         uuids,
                         exc,
                         partial(self._schedule_failed, ctxt, uuids),
-                        instance_uuids=list(uuids),
+                        **_listed(uuids),
                     )
                     return
                 for uuid, per_instance in selections.items():
@@ -621,7 +631,7 @@ class SchedulerEndpoint:
         self.notifier.error(
             ctxt,
             f"scheduler.{action}",
-            {"instance_uuids": list(uuids), "state": "error", "reason": user_reason(exc)},
+            {**_listed(uuids), "state": "error", "reason": user_reason(exc)},
         )
 
     def _cast_failed(
@@ -645,15 +655,26 @@ class SchedulerEndpoint:
         request id, same uuids) to carry on from. Any other failure is logged by
         its kind (refused, no valid host, internal error with its traceback),
         ``give_back`` hands back what the request moved, the ERROR notification
-        carries ``uuids`` and the user-safe reason, and ``tell`` tells the
-        conductor. ``log`` is bound to the log line.
+        carries ``uuids`` (at most MAX_INSTANCES_PER_REQUEST of them, and how
+        many more) and the user-safe reason, and ``tell`` tells the conductor
+        (of every one of ``uuids``). ``log`` is bound to the log line. The
+        warnings a stream of requests can repeat (the store down, the same
+        refusal) pass :data:`REPEATS`.
         """
         end["state"] = "error"
         if isinstance(exc, StoreUnavailable):
-            LOG.warning("store_unavailable", method=events.method, error=exc.message, **log)
+            REPEATS.log(
+                LOG,
+                "warning",
+                "store_unavailable",
+                key=(events.method, exc.message),
+                method=events.method,
+                error=exc.message,
+                **log,
+            )
             return
         if isinstance(exc, InvalidRequest | Forbidden):
-            LOG.warning(events.refused, reason=exc.message, **log)
+            REPEATS.log(LOG, "warning", events.refused, key=exc.message, reason=exc.message, **log)
         elif isinstance(exc, NoValidHost):
             LOG.info(events.no_valid_host, details=exc.details, **log)
         else:
@@ -679,6 +700,9 @@ class SchedulerEndpoint:
         )
 
     def _schedule_failed(self, ctxt: Any, uuids: Sequence[str], exc: Exception) -> None:
-        """The instances to ERROR through the conductor: user-safe fault, admin details."""
-        if uuids:
-            self.conductor.schedule_failed(ctxt, list(uuids), user_reason(exc), admin_details(exc))
+        """Every one of the instances to ERROR through the conductor (user-safe
+        fault, admin details), MAX_INSTANCES_PER_REQUEST per cast at most."""
+        reason, details = user_reason(exc), admin_details(exc)
+        for start in range(0, len(uuids), MAX_INSTANCES_PER_REQUEST):
+            chunk = list(uuids[start : start + MAX_INSTANCES_PER_REQUEST])
+            self.conductor.schedule_failed(ctxt, chunk, reason, details)

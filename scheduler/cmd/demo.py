@@ -98,11 +98,12 @@ def run(args: argparse.Namespace) -> int:
     resolver = ServiceResolver(store)
     compute = rpc.ComputeClient(transport, resolver)
     scheduler = SchedulerService(conf, transport, None, store, server_name="demo")
+    # The conductor asks the scheduler again when a reschedule's alternates
+    # can no longer be claimed.
+    conductor = ConductorEndpoint(store, compute, rpc.SchedulerClient(transport))
     servers = [
         rpc.get_server(transport, rpc.COMPUTE_TOPIC, "demo-sim", [sim]),
-        rpc.get_server(
-            transport, rpc.CONDUCTOR_TOPIC, "demo", [ConductorEndpoint(store, compute)]
-        ),
+        rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, "demo", [conductor]),
     ]
     for server in servers:
         server.start()

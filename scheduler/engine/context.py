@@ -20,7 +20,8 @@ class PlacementContext:
     """The per-request input of every filter and weigher.
 
     ``group_members`` counts, per host, the members of ``spec.group``: those
-    the store knows of when the request started, plus the instances placed
+    the store knows of when the request started (read again after a claim
+    refused for the group's policy), plus the instances placed
     earlier in this same request (so anti-affinity spreads a multi-instance
     request); it changes between the instances of a request, so a plugin
     reads it when it filters or weighs, never in its per-request state.

@@ -25,7 +25,9 @@ host (:meth:`Store.heartbeats`), at most every ``services_refresh_interval``
 seconds, and applied to ``last_seen`` as one array operation; only for the
 hosts whose liveness is in doubt (seen long enough ago that they could be
 down by the next re-read), since a host seen within ``service_down_time``
-is up whatever its newer heartbeats say.
+is up whatever its newer heartbeats say. A host whose compute stopped
+gracefully is marked down through the feed (:meth:`Store.mark_down`: its
+record then carries no heartbeat) and counts as down at once.
 
 A host is a root provider named after it (node = host name). Its child
 providers (a GPU or PCI pool, a NUMA cell: any provider whose root is the
@@ -946,7 +948,12 @@ class HostView:
     def _put_service(self, i: int, service: Service) -> None:
         row = self._hosts.per_row
         row["has_service"][i] = True
-        row["last_seen"][i] = max(row["last_seen"][i], service.last_seen)
+        # A fed record's heartbeat may be older than one the view re-read since
+        # (heartbeats are not fed), so it only moves last_seen forward; but a
+        # record with no heartbeat at all says the host was marked down
+        # (Store.mark_down: its compute stopped), and it is down from now on.
+        last_seen = row["last_seen"][i]
+        row["last_seen"][i] = max(last_seen, service.last_seen) if service.last_seen else 0.0
         row["disabled"][i] = service.disabled
         row["failed_builds"][i] = service.failed_builds
         self.capabilities.put_service(i, service)

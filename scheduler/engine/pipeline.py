@@ -14,6 +14,12 @@ candidate step (:mod:`scheduler.engine.placement`) then asks every host's
 provider tree at once; disabled and down hosts are removed before the
 ``max_placement_results`` cut.
 
+A strict server group's members are read once per request; a claim the
+store refuses for the group's policy (another worker placed a member since
+that read) reads them again and, if they changed, decides that instance
+anew with them, at most :data:`GROUP_REREADS` times, before the host counts
+as refused.
+
 An instance that already holds a claim (a re-driven request) reuses it,
 never claims twice; unless the claim's host has stopped heartbeating, when
 the claim is released and the instance placed afresh on a live host (its
@@ -107,6 +113,16 @@ CLAIM_CONFLICT = reasons.CLAIM_CONFLICT
 GROUP_CONFLICT = reasons.GROUP_CONFLICT
 NOT_TRIED = reasons.NOT_TRIED
 insufficient = reasons.insufficient
+
+#: How many times one instance's decision is made again after a claim refused
+#: for its group, whose members had changed since they were read (another
+#: worker placed one between the read and the claim). With affinity the first
+#: re-read pins the group's host, so one suffices unless members are deleted
+#: meanwhile; with anti-affinity each re-read sees the racers' new members. A
+#: bound so that a group changing under every claim still ends (each decision
+#: costs about a millisecond, under the engine's lock); then the refused hosts
+#: count as refused, as before.
+GROUP_REREADS = 3
 
 #: Trace stage names of the candidate step (request filters add their own).
 HOSTS_UP = "hosts up"
@@ -381,85 +397,115 @@ class Engine:
             )
             # Each filter's and weigher's per-request state, prepared once for
             # all the request's instances (when first needed, see _filter).
-            states = CycleState(ctx)
-            claimed: list[str] = []
-            consumed: list[Consumed] = []
+            call = _Call(ctx_request_id, ctx, CycleState(ctx), claim, return_alternates, all_hosts)
             selections: list[list[Selection]] = []
-            traces: list[InstanceTrace] = []
             try:
                 for position, instance_uuid in enumerate(instance_uuids):
-                    rng = _rng(ctx_request_id, instance_uuid)
-                    trace = InstanceTrace(
-                        instance_uuid, self.view.size, position, len(instance_uuids)
-                    )
-                    if all_hosts:
-                        trace.by_name = []
-                    traces.append(trace)
-                    # Candidates: host constraints, liveness, then the provider
-                    # trees with room for every request group; what placement
-                    # answers. Disabled and down hosts go before the cut, and
-                    # the cut bounds all that follows.
-                    placement = self._candidates(ctx, rng, trace)
-                    # Host filters, in configured order, on candidates only.
-                    candidates = self._filter(placement.hosts, ctx, states, trace)
-                    # No host now: unless a re-driven request placed this
-                    # instance already, that is the answer.
-                    held = (
-                        self.store.get_consumer(instance_uuid)
-                        if claim and not len(candidates)
-                        else None
-                    )
-                    if held is not None and self._on_a_down_host(held, now):
-                        # Its host died with the build (no result will come):
-                        # place it afresh, as if it had never been placed.
-                        self._release_from_down_host(held)
-                        held = None
-                    if not len(candidates) and held is None:
-                        raise self._no_valid_host(trace)
-                    # Weighers rank the survivors (a shuffle first breaks ties at random).
-                    ranked, weights = self._weigh(candidates, ctx, states, rng, trace)
-                    if held is not None:
-                        index, primary = self._held(held, ranked, weights, trace, ctx.spec)
-                    else:
-                        # Pick one of the best host_subset_size, then claim it
-                        # atomically; a conflict (another worker got there
-                        # first) falls through to the next best, boundedly.
-                        # The claim is also the idempotency check: an instance
-                        # a re-driven request placed already is found by it,
-                        # never claimed twice.
-                        order = self._pick(len(ranked), rng)
-                        index, primary, new = self._claim(
-                            instance_uuid, ranked, weights, order, placement, ctx, claim, trace
-                        )
-                        if new and index is not None:
-                            # Consume in the view and count the group member,
-                            # so the next instance of this request sees both.
-                            allocations = primary.allocation_request.allocations
-                            self.view.consume_allocation(index, allocations)
-                            consumed.append((index, allocations))
-                            ctx.group_members[primary.host] += 1
-                            if claim:
-                                claimed.append(instance_uuid)
-                    trace.host = primary.host
-                    # Alternates last: they must have room for this instance in
-                    # the view as it is after the primary and earlier instances.
-                    alternates = (
-                        self._alternates(ranked, weights, index, placement, ctx, trace)
-                        if return_alternates
-                        else []
-                    )
+                    call.traces.append(InstanceTrace(instance_uuid, 0))  # replaced below
+                    # A claim the store refused for the group, whose members
+                    # changed since they were read, re-reads them and decides
+                    # this instance again, at most GROUP_REREADS times.
+                    for rereads in itertools.count():
+                        try:
+                            index, primary, alternates = self._decide(
+                                call,
+                                instance_uuid,
+                                position,
+                                len(instance_uuids),
+                                reread=rereads < GROUP_REREADS,
+                            )
+                        except _GroupChanged:
+                            continue
+                        break
                     selections.append([primary, *alternates])
             except BaseException as exc:
                 # All or nothing: release what this call claimed.
-                self._release(claimed)
-                self._unconsume(consumed)
+                self._release(call.claimed)
+                self._unconsume(call.consumed)
                 if isinstance(exc, NoValidHost):
                     # Every decision so far, the failed one last (for explain).
-                    exc.traces = traces
+                    exc.traces = call.traces
                 raise
             if not claim:
-                self._unconsume(consumed)
-            return ScheduleResult(selections, traces)
+                self._unconsume(call.consumed)
+            return ScheduleResult(selections, call.traces)
+
+    def _decide(
+        self, call: _Call, instance_uuid: str, position: int, instances: int, reread: bool
+    ) -> tuple[int | None, Selection, list[Selection]]:
+        """One instance's decision, every stage (see :meth:`schedule`): its view
+        index, primary Selection and alternates. Its trace is the last of
+        ``call.traces``; what it claims is added to ``call``.
+
+        :raises _GroupChanged: ``reread`` allowed, a claim was refused for the
+            group and its members (now in ``call.ctx``) changed since they were
+            read: decide again.
+        """
+        ctx, states, claim = call.ctx, call.states, call.claim
+        now = ctx.now
+        rng = _rng(call.request_id, instance_uuid)
+        trace = InstanceTrace(instance_uuid, self.view.size, position, instances)
+        if call.all_hosts:
+            trace.by_name = []
+        call.traces[-1] = trace
+        # Candidates: host constraints, liveness, then the provider
+        # trees with room for every request group; what placement
+        # answers. Disabled and down hosts go before the cut, and
+        # the cut bounds all that follows.
+        placement = self._candidates(ctx, rng, trace)
+        # Host filters, in configured order, on candidates only.
+        candidates = self._filter(placement.hosts, ctx, states, trace)
+        # No host now: unless a re-driven request placed this
+        # instance already, that is the answer.
+        held = self.store.get_consumer(instance_uuid) if claim and not len(candidates) else None
+        if held is not None and self._on_a_down_host(held, now):
+            # Its host died with the build (no result will come):
+            # place it afresh, as if it had never been placed.
+            self._release_from_down_host(held)
+            held = None
+        if not len(candidates) and held is None:
+            raise self._no_valid_host(trace)
+        # Weighers rank the survivors (a shuffle first breaks ties at random).
+        ranked, weights = self._weigh(candidates, ctx, states, rng, trace)
+        if held is not None:
+            index, primary = self._held(held, ranked, weights, trace, ctx.spec)
+        else:
+            # Pick one of the best host_subset_size, then claim it
+            # atomically; a conflict (another worker got there
+            # first) falls through to the next best, boundedly.
+            # The claim is also the idempotency check: an instance
+            # a re-driven request placed already is found by it,
+            # never claimed twice.
+            order = self._pick(len(ranked), rng)
+            index, primary, new = self._claim(
+                instance_uuid,
+                ranked,
+                weights,
+                order,
+                placement,
+                ctx,
+                claim,
+                trace,
+                reread,
+            )
+            if new and index is not None:
+                # Consume in the view and count the group member,
+                # so the next instance of this request sees both.
+                allocations = primary.allocation_request.allocations
+                self.view.consume_allocation(index, allocations)
+                call.consumed.append((index, allocations))
+                ctx.group_members[primary.host] += 1
+                if claim:
+                    call.claimed.append(instance_uuid)
+        trace.host = primary.host
+        # Alternates last: they must have room for this instance in
+        # the view as it is after the primary and earlier instances.
+        alternates = (
+            self._alternates(ranked, weights, index, placement, ctx, trace)
+            if call.return_alternates
+            else []
+        )
+        return index, primary, alternates
 
     # --- stages ---------------------------------------------------------------------
 
@@ -467,6 +513,25 @@ class Engine:
         if spec.group is None:
             return Counter()
         return Counter(self.store.group_hosts(spec.group.uuid))
+
+    def _reread_group(self, ctx: PlacementContext, host: str) -> None:
+        """After a claim on ``host`` refused for the group: its members as the
+        store has them now, into ``ctx``. They include this request's earlier
+        instances (claimed already), so nothing the request placed is lost.
+
+        :raises _GroupChanged: they changed since they were read.
+        """
+        fresh = self._group_members(ctx.spec)
+        if +fresh == +ctx.group_members:
+            return  # not a change of members: the host is refused as it stands
+        LOG.info(
+            "group_members_reread",
+            group_uuid=ctx.spec.group.uuid if ctx.spec.group else None,
+            refused_host=host,
+            hosts=len(fresh),
+        )
+        ctx.group_members = fresh
+        raise _GroupChanged
 
     def _own_host(self, spec: RequestSpec, migration_uuid: str | None) -> str | None:
         """Where the moved instance's own membership of its group is held (by its migration)."""
@@ -653,6 +718,7 @@ class Engine:
         ctx: PlacementContext,
         claim: bool,
         trace: InstanceTrace,
+        reread: bool = False,
     ) -> tuple[int | None, Selection, bool]:
         """Claim the first host of ``order`` the store accepts.
 
@@ -660,6 +726,11 @@ class Engine:
         Selection, and whether this call claimed it: False when the instance
         held allocations already (a re-drive, or a racing duplicate of this
         request), which are then reused, never claimed twice.
+
+        :raises _GroupChanged: ``reread`` allowed, the store refused a claim
+            for the group's policy and the group's members, read again into
+            ``ctx``, are not those the ranking was made with (another worker
+            placed one meanwhile): the ranking is stale, decide again.
         """
         for position in order:
             index = int(ranked[position])
@@ -685,6 +756,8 @@ class Engine:
                     error=type(exc).__name__,
                 )
                 health.CLAIM_CONFLICTS.inc()
+                if isinstance(exc, GroupPolicyViolation) and reread:
+                    self._reread_group(ctx, selection.host)
                 trace.conflicts.append((selection.host, type(exc).__name__))
                 if isinstance(exc, ClaimFailed):  # re-read the tree's providers it asked
                     for provider_uuid in selection.allocation_request.allocations:
@@ -896,6 +969,28 @@ class Engine:
     def _unconsume(self, consumed: Sequence[Consumed]) -> None:
         for index, allocations in consumed:
             self.view.consume_allocation(index, allocations, sign=-1)
+
+
+class _GroupChanged(Exception):
+    """A claim was refused for the group, whose members changed since they
+    were read (the new ones are in the context): decide the instance again."""
+
+
+@dataclass
+class _Call:
+    """One :meth:`Engine.schedule` call, as its instances' decisions share it:
+    what it claimed and consumed in the view (released and given back if it
+    fails) and each instance's trace."""
+
+    request_id: str
+    ctx: PlacementContext
+    states: CycleState
+    claim: bool
+    return_alternates: bool
+    all_hosts: bool
+    claimed: list[str] = field(default_factory=list)
+    consumed: list[Consumed] = field(default_factory=list)
+    traces: list[InstanceTrace] = field(default_factory=list)
 
 
 class CycleState:

@@ -2,8 +2,10 @@
 
 Both take the request's group as their per-request state (when its policy
 is theirs) and read ``ctx.group_members`` when they filter: members of the
-request's group per host, as the store had them when the request started,
-plus the instances placed earlier in the same multi-instance request (so
+request's group per host, as the store had them when the request started
+(or when a claim the store refused for the group read them again: see
+:mod:`scheduler.engine.pipeline`), plus the instances placed earlier in the
+same multi-instance request (so
 those count as members, and anti-affinity spreads them, as in Nova). The
 soft policies only weigh and are not filtered here. The rule is
 :func:`scheduler.rules.group_allows`, the one the store's atomic claim

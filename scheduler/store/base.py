@@ -296,6 +296,14 @@ class ServiceStore(Protocol):
         """Every host's last report, read ``batch`` hosts at a time so that
         no one command holds the store (the reconciler walks them)."""
 
+    @abc.abstractmethod
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        """Say these hosts are down now (their compute stopped): forget each
+        one's heartbeat and feed its service record in one atomic step, which
+        then carries no heartbeat (``last_seen`` 0), so a host view counts them
+        down at once instead of after ``service_down_time``. Hosts with no
+        service record are skipped. Their next heartbeat brings them back up."""
+
 
 class InstanceStore(Protocol):
     """Instance records, which the conductor owns."""
@@ -365,9 +373,13 @@ class InstanceStore(Protocol):
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         """Records whose ``deadline`` is set and not after ``now``, earliest first.
 
-        At most ``limit``. This is the conductor's pending set: what it sent
-        and has not heard back on in time, read from the store so that a
-        restarted conductor finds it again.
+        At most ``limit``; ties in uuid order. This is the conductor's
+        pending set: what it sent and has not heard back on in time, read
+        from the store so that a restarted conductor finds it again. Each
+        write of a record keeps it in an index by deadline in the same atomic
+        step (a record whose deadline is cleared, that is DELETED or removed,
+        leaves it), so this reads only what is due: its cost does not grow
+        with the number of records, finished ones included.
         """
 
 

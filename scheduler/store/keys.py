@@ -27,6 +27,12 @@ key                 type    content
 ``reports``         hash    host -> what its compute last reported it runs
                             (time and instances, see ``InstanceReport``)
 ``instances``       hash    instance uuid -> instance record
+``deadlines``       zset    instance uuid scored by its record's ``deadline``,
+                            for every live record that has one (what the
+                            conductor's sweep reads: only what is due), and
+                            the member ``*indexed*`` at ``+inf`` once the
+                            records written before the index existed were
+                            indexed
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
 ``deleted:<uuid>``  string  the instance's delete fence: ``deleting`` while it
@@ -55,6 +61,7 @@ class Keys:
     heartbeats: str
     reports: str
     instances: str
+    deadlines: str
     changes: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys
 

@@ -17,7 +17,9 @@ in the Redis store's order (by uuid; services by host).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import math
 import threading
 import time
@@ -88,6 +90,10 @@ class MemoryStore(Store):
         self._heartbeats: dict[str, float] = {}
         self._reports: dict[str, InstanceReport] = {}
         self._instances: dict[str, InstanceRecord] = {}
+        # The deadline index: (deadline, uuid) of every live record that has a
+        # deadline, sorted (as Redis's sorted set orders them), and each one's key.
+        self._due: list[tuple[float, str]] = []
+        self._due_key: dict[str, tuple[float, str]] = {}
         self._feed: list[Change] = []  # the last changes fed, oldest first
         self._maxlen = stream_maxlen
         self._fed = 0  # changes ever fed: the last cursor is f"{_fed}-0"
@@ -514,12 +520,35 @@ class MemoryStore(Store):
             reports = [self._reports[host] for host in sorted(self._reports)]
         yield from reports
 
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        with self._lock:
+            for host in dict.fromkeys(hosts):
+                if host in self._services:
+                    self._heartbeats.pop(host, None)
+                    self._append("service", self._service(host))
+
     # instance records
 
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
         with self._lock:
             for record in records:
-                self._instances.setdefault(record.uuid, record)
+                if record.uuid not in self._instances:
+                    self._put_instance(record)
+
+    def _put_instance(self, record: InstanceRecord) -> None:
+        """Write a live record and keep its entry in the deadline index."""
+        self._instances[record.uuid] = record
+        self._index(record.uuid, record.deadline)
+
+    def _index(self, uuid: str, deadline: float | None) -> None:
+        old = self._due_key.get(uuid)
+        if old is not None and (deadline is None or old[0] != deadline):
+            del self._due[bisect.bisect_left(self._due, old)]
+            del self._due_key[uuid]
+        if deadline is not None and uuid not in self._due_key:
+            key = (deadline, uuid)
+            bisect.insort(self._due, key)
+            self._due_key[uuid] = key
 
     def _fenced(self, uuid: str) -> tuple[InstanceRecord | None, float] | None:
         """The instance's delete fence, if it has one that has not expired."""
@@ -552,7 +581,7 @@ class MemoryStore(Store):
             if expected_states is not None and record.state not in set(expected_states):
                 return None
             record = replace(record, **changes)
-            self._instances[uuid] = record
+            self._put_instance(record)
             return record
 
     def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
@@ -562,7 +591,7 @@ class MemoryStore(Store):
             if record.state in (DELETING, DELETED):
                 return record, False
             record = replace(record, **changes, state=DELETING)
-            self._instances[uuid] = record
+            self._put_instance(record)
             self._deleted[uuid] = (None, math.inf)
             return record, True
 
@@ -578,7 +607,7 @@ class MemoryStore(Store):
             pending = tuple(h for h in record.pending_hosts if h != (host or ""))
             if pending and not force:
                 record = replace(record, pending_hosts=pending)
-                self._instances[uuid] = record
+                self._put_instance(record)
                 return record
             self.release(uuid)
             if record.migration_uuid:
@@ -592,6 +621,7 @@ class MemoryStore(Store):
                 updated_at=now,
             )
             del self._instances[uuid]
+            self._index(uuid, None)
             # Redis keeps at least a millisecond too.
             self._deleted[uuid] = (record, self._clock() + max(retention, 0.001))
             return record
@@ -609,11 +639,9 @@ class MemoryStore(Store):
         yield from records
 
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
-        with self._lock:
-            due = [
-                r for r in self._instances.values() if r.deadline is not None and r.deadline <= now
-            ]
-        return sorted(due, key=lambda r: (r.deadline, r.uuid))[:limit]
+        with self._lock:  # from the index: what is due, and nothing else
+            due = itertools.takewhile(lambda key: key[0] <= now, self._due)
+            return [self._instances[uuid] for _, uuid in itertools.islice(due, max(limit, 0))]
 
     # housekeeping
 
@@ -632,9 +660,11 @@ class MemoryStore(Store):
                 self._heartbeats,
                 self._reports,
                 self._instances,
+                self._due_key,
                 self._deleted,
             ):
                 table.clear()
+            self._due.clear()
             # The feed keeps its cursor numbering: a view holding an old cursor
             # must see the wipe as a truncation, not as an empty stream.
             self._feed.clear()

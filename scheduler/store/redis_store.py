@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
@@ -89,7 +90,7 @@ from scheduler.store.base import (
 )
 from scheduler.store.columns import CompactSnapshot, HostColumnsBuilder, ServiceColumnsBuilder
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import DELETING_MARKER, Scripts
+from scheduler.store.scripts import DELETING_MARKER, INDEX_COMPLETE, Scripts
 
 LOG = get_logger(__name__)
 
@@ -239,6 +240,8 @@ def _inventories(text: str) -> Mapping[str, Inventory]:
 
 #: Fields asked per HMGET when some hosts' heartbeats are read.
 _HMGET_CHUNK = 5000
+#: Hosts marked down per script (a few writes each: a short script).
+_MARK_DOWN_CHUNK = 500
 
 #: Values decoded per ``json.loads`` while a snapshot is read in bulk.
 _DECODE_CHUNK = 5000
@@ -808,13 +811,26 @@ class RedisStore(Store):
         found = self._client.hscan(self.keys.reports, cursor, count=batch)
         return cast("tuple[int, dict[str, str]]", found)
 
+    @_translated
+    def mark_down(self, hosts: Iterable[str]) -> None:
+        names = list(dict.fromkeys(hosts))
+        for start in range(0, len(names), _MARK_DOWN_CHUNK):
+            chunk = names[start : start + _MARK_DOWN_CHUNK]
+            self._scripts.mark_down(keys=self._service_keys, args=(self._maxlen, *chunk))
+
     # instance records
 
     @_translated
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
+        # One script per record (each one short), all in one round trip.
         pipe = self._client.pipeline(transaction=False)
         for record in records:
-            pipe.hsetnx(self.keys.instances, record.uuid, _instance_json(record))
+            deadline = "" if record.deadline is None else repr(float(record.deadline))
+            self._scripts.create_instance(
+                keys=(self.keys.instances, self.keys.deadlines),
+                args=(record.uuid, _instance_json(record), deadline),
+                client=pipe,
+            )
         pipe.execute()
 
     @_translated
@@ -836,7 +852,7 @@ class RedisStore(Store):
         check_instance_changes(changes)
         expected = "" if expected_states is None else json.dumps(list(expected_states))
         raw = self._scripts.update_instance(
-            keys=(self.keys.instances, self.keys.deleted_record(uuid)),
+            keys=(self.keys.instances, self.keys.deleted_record(uuid), self.keys.deadlines),
             args=(uuid, expected, _changes_json(changes)),
         )
         if raw is None:
@@ -847,7 +863,7 @@ class RedisStore(Store):
     def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
         check_instance_changes(changes)
         started, raw = self._scripts.start_delete(
-            keys=(self.keys.instances, self.keys.deleted_record(uuid)),
+            keys=(self.keys.instances, self.keys.deleted_record(uuid), self.keys.deadlines),
             args=(uuid, _changes_json(changes)),
         )
         return _parse(_instance, raw, f"{self.keys.instances}[{uuid}]"), bool(started)
@@ -857,7 +873,12 @@ class RedisStore(Store):
         self, uuid: str, host: str | None, retention: float, now: float, force: bool = False
     ) -> InstanceRecord | None:
         raw = self._scripts.finish_delete(
-            keys=(*self._alloc_keys, self.keys.instances, self.keys.deleted_record(uuid)),
+            keys=(
+                *self._alloc_keys,
+                self.keys.instances,
+                self.keys.deleted_record(uuid),
+                self.keys.deadlines,
+            ),
             args=(
                 self._maxlen,
                 uuid,
@@ -914,16 +935,67 @@ class RedisStore(Store):
         found = cast("dict[str, str]", pairs).items()  # the client decodes replies
         return int(cursor), list(_each(_instance, found, self.keys.instances))
 
-    @_translated
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
-        due, unreadable = self._scripts.due_instances(
-            keys=(self.keys.instances,), args=(repr(float(now)), limit)
+        due, complete = self._due(now, limit)
+        if not complete:  # records from before the index: index them, once
+            self.index_deadlines()
+            due, _ = self._due(now, limit)
+        return due
+
+    @_translated
+    def _due(self, now: float, limit: int) -> tuple[list[InstanceRecord], bool]:
+        """What the due script returns: the due records, and whether the index is complete."""
+        due, unreadable, complete = self._scripts.due_instances(
+            keys=(self.keys.deadlines, self.keys.instances),
+            args=(repr(float(now)), max(int(limit), 0)),
         )
         for name in unreadable:  # the script skipped them: say so
             LOG.error(
                 "corrupt_record", key=f"{self.keys.instances}[{name}]", reason="not a JSON object"
             )
-        return list(_each(_instance, _pairs(due), self.keys.instances))
+        return list(_each(_instance, _pairs(due), self.keys.instances)), bool(complete)
+
+    def index_deadlines(self, batch: int = 100) -> int:
+        """Index the deadlines of records written before the deadline index was.
+
+        Walks the instances hash ``batch`` records at a time (HSCAN), each
+        page's records with a deadline indexed by one short script, then marks
+        the index complete; so an upgraded store is indexed without one long
+        blocking step, while writes go on (each write keeps the index itself).
+        :meth:`list_instances_due` calls it once, when the index is not marked
+        complete. Idempotent; returns how many records it indexed.
+        """
+        started = time.monotonic()
+        added = scanned = 0
+        cursor = 0
+        while True:
+            cursor, page = self._instances_page(cursor, batch)
+            scanned += len(page)
+            pending = [r.uuid for r in page if r.deadline is not None]
+            if pending:
+                added += self._index_page(pending)
+            if cursor == 0:
+                break
+        self._mark_indexed()
+        LOG.info(
+            "deadline_index_built",
+            scanned=scanned,
+            indexed=added,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return added
+
+    @_translated
+    def _index_page(self, uuids: list[str]) -> int:
+        return int(
+            self._scripts.index_deadlines(
+                keys=(self.keys.deadlines, self.keys.instances), args=uuids
+            )
+        )
+
+    @_translated
+    def _mark_indexed(self) -> None:
+        self._client.zadd(self.keys.deadlines, {INDEX_COMPLETE: float("inf")})
 
     # housekeeping
 

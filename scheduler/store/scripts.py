@@ -565,6 +565,26 @@ return written
 """
 )
 
+#: KEYS: changes, services, heartbeats. ARGV: maxlen, then hosts. Each host
+#: with a service record loses its heartbeat and its record is fed (its
+#: ``hb`` then '0': down at once, in every host view). Returns how many.
+MARK_DOWN = (
+    _FEED
+    + _SAVE_SERVICE
+    + """
+local marked = 0
+for i = 2, #ARGV do
+  local raw = redis.call('HGET', KEYS[2], ARGV[i])
+  if raw then
+    redis.call('HDEL', KEYS[3], ARGV[i])
+    save_service(cjson.decode(raw))
+    marked = marked + 1
+  end
+end
+return marked
+"""
+)
+
 # --- change feed --------------------------------------------------------------------
 
 #: KEYS: changes, providers, aggregates, services, heartbeats. Returns
@@ -645,6 +665,24 @@ local function encode_record(record)
 end
 """
 
+#: The ``deadlines`` index's member that says every record written before the
+#: index existed has been indexed (scored ``+inf``: never due).
+INDEX_COMPLETE = "*indexed*"
+
+# An instance's entry in the ``deadlines`` index, kept as its record says:
+# scored by its deadline while it has one, absent otherwise. The score goes
+# as text with 17 digits (a Lua number given to redis.call is cut to an
+# integer).
+_INDEX_DEADLINE = """
+local function index_deadline(deadlines_key, uuid, record)
+  if type(record.deadline) == 'number' and record.state ~= 'DELETED' then
+    redis.call('ZADD', deadlines_key, string.format('%.17g', record.deadline), uuid)
+  else
+    redis.call('ZREM', deadlines_key, uuid)
+  end
+end
+"""
+
 #: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
 DELETING_MARKER = "deleting"
 
@@ -664,15 +702,27 @@ end
 """
 )
 
-#: KEYS: instances, the instance's ``deleted:<uuid>`` key. ARGV: uuid,
+#: A new record, unless its uuid has one already, and its deadline indexed.
+#: KEYS: instances, deadlines. ARGV: uuid, the record's JSON, its deadline
+#: (as text; '' for none). Returns 1 when created, 0 when it existed
+#: (nothing written).
+CREATE_INSTANCE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1]) end
+return 1
+"""
+
+#: KEYS: instances, the instance's ``deleted:<uuid>`` key, deadlines. ARGV: uuid,
 #: expected states (JSON list, or '' for any), changes (JSON object of
 #: top-level fields; ``request_spec`` is itself a JSON string). Returns the
 #: new record's JSON, or nil when the state was not one of those expected or
 #: the record is DELETED (a deleted record is never changed; nothing written).
+#: The record's entry in the deadline index follows its new deadline.
 UPDATE_INSTANCE = (
     _FAIL
     + _FIND_RECORD
     + _ENCODE_RECORD
+    + _INDEX_DEADLINE
     + """
 local raw, tomb, missing = find_record(KEYS[1], KEYS[2], ARGV[1])
 if missing then return missing end
@@ -688,19 +738,21 @@ end
 for field, value in pairs(cjson.decode(ARGV[3])) do record[field] = value end
 local data = encode_record(record)
 redis.call('HSET', KEYS[1], ARGV[1], data)
+index_deadline(KEYS[3], ARGV[1], record)
 return data
 """
 )
 
 #: Start a delete: the record goes DELETING (with ``changes``) and the
 #: instance's fence is set, in one step, so no claim for it can land after.
-#: KEYS: instances, the instance's ``deleted:<uuid>`` key. ARGV: uuid,
-#: changes (JSON object). Returns {1, the new record} when started, {0, the
-#: record} when it was DELETING or DELETED already (nothing written).
+#: KEYS: instances, the instance's ``deleted:<uuid>`` key, deadlines. ARGV:
+#: uuid, changes (JSON object). Returns {1, the new record} when started, {0,
+#: the record} when it was DELETING or DELETED already (nothing written).
 START_DELETE = (
     _FAIL
     + _FIND_RECORD
     + _ENCODE_RECORD
+    + _INDEX_DEADLINE
     + """
 local raw, tomb, missing = find_record(KEYS[1], KEYS[2], ARGV[1])
 if missing then return missing end
@@ -711,6 +763,7 @@ for field, value in pairs(cjson.decode(ARGV[2])) do record[field] = value end
 record.state = 'DELETING'
 local data = encode_record(record)
 redis.call('HSET', KEYS[1], ARGV[1], data)
+index_deadline(KEYS[3], ARGV[1], record)
 redis.call('SET', KEYS[2], '"""
     + DELETING_MARKER
     + """')
@@ -722,9 +775,9 @@ return {1, data}
 #: pending (or with force), in one step: the instance's and its migration's
 #: allocations are released (their group memberships end with them), the
 #: record is DELETED and moves from ``instances`` to its ``deleted:<uuid>``
-#: key, which expires after the retention.
+#: key, which expires after the retention, and leaves the deadline index.
 #: KEYS: changes, providers, consumers, groups, instances, the instance's
-#: ``deleted:<uuid>`` key. ARGV: maxlen, uuid, host ('' for none), '1' to
+#: ``deleted:<uuid>`` key, deadlines. ARGV: maxlen, uuid, host ('' for none), '1' to
 #: force, retention in ms, now. Returns the record's JSON as it now is, or nil
 #: when it is neither DELETING nor DELETED (nothing written).
 FINISH_DELETE = (
@@ -733,6 +786,7 @@ FINISH_DELETE = (
     + _FEED
     + _RELEASE_CONSUMER
     + _ENCODE_RECORD
+    + _INDEX_DEADLINE
     + """
 local raw, tomb, missing = find_record(KEYS[5], KEYS[6], ARGV[2])
 if missing then return missing end
@@ -749,6 +803,7 @@ if #pending > 0 and ARGV[4] ~= '1' then
   record.pending_hosts = pending
   local data = encode_record(record)
   redis.call('HSET', KEYS[5], ARGV[2], data)
+  index_deadline(KEYS[7], ARGV[2], record)
   return data
 end
 release_consumer(ARGV[2])
@@ -760,40 +815,81 @@ record.pending_hosts = {}
 record.updated_at = tonumber(ARGV[6])
 local data = encode_record(record)
 redis.call('HDEL', KEYS[5], ARGV[2])
+redis.call('ZREM', KEYS[7], ARGV[2])
 redis.call('SET', KEYS[6], data, 'PX', ARGV[5])
 return data
 """
 )
 
-#: KEYS: instances. ARGV: now, limit. Returns {the records whose deadline is a
-#: number not after ``now``, earliest first, at most ``limit``, flat as
-#: (uuid, JSON) pairs; the uuids of values that are not a JSON object}. It
-#: reads every record (O(instances), ~1 us each): the conductor stub's
-#: pending set, swept every few seconds. A foreign or damaged value is
-#: skipped and named, never fails the sweep.
-DUE_INSTANCES = """
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local due, unreadable = {}, {}
-local flat = redis.call('HGETALL', KEYS[1])
-for i = 1, #flat, 2 do
-  local ok, record = pcall(cjson.decode, flat[i + 1])
-  if ok and type(record) == 'table' then
-    local deadline = record.deadline
-    if type(deadline) == 'number' and deadline <= now then
-      due[#due + 1] = {deadline, flat[i], flat[i + 1]}
+#: The conductor's pending set: what is due, read from the deadline index.
+#: KEYS: deadlines, instances. ARGV: now, limit. Returns {the records whose
+#: deadline is not after ``now``, earliest first (ties by uuid), at most
+#: ``limit``, flat as (uuid, JSON) pairs; the uuids of values that are not a
+#: JSON object; 1 if the index is complete (it holds ``INDEX_COMPLETE``),
+#: else 0}. It reads only the entries due (O(log n + due)), whatever the
+#: number of records. An entry out of step with its record (none, no
+#: deadline, a later one: a value written around the scripts) is put right
+#: (dropped or re-scored) and not returned; a value that is not a JSON object
+#: is named once and dropped from the index, never fails the sweep.
+DUE_INSTANCES = (
+    """
+local limit = tonumber(ARGV[2])
+local now = tonumber(ARGV[1])
+local complete = redis.call('ZSCORE', KEYS[1], '"""
+    + INDEX_COMPLETE
+    + """') and 1 or 0
+local uuids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
+local out, unreadable = {}, {}
+for first = 1, #uuids, 500 do  -- HMGET in chunks: unpack is bounded by Lua's stack
+  local chunk = {}
+  for i = first, math.min(first + 499, #uuids) do chunk[#chunk + 1] = uuids[i] end
+  local raws = redis.call('HMGET', KEYS[2], unpack(chunk))
+  for i, uuid in ipairs(chunk) do
+    local raw = raws[i]
+    local ok, record = false, nil
+    if raw then ok, record = pcall(cjson.decode, raw) end
+    if not raw then
+      redis.call('ZREM', KEYS[1], uuid)
+    elseif not ok or type(record) ~= 'table' then
+      unreadable[#unreadable + 1] = uuid
+      redis.call('ZREM', KEYS[1], uuid)
+    elseif type(record.deadline) ~= 'number' then
+      redis.call('ZREM', KEYS[1], uuid)
+    elseif record.deadline > now then
+      redis.call('ZADD', KEYS[1], string.format('%.17g', record.deadline), uuid)
+    else
+      out[#out + 1] = uuid
+      out[#out + 1] = raw
     end
-  else
-    unreadable[#unreadable + 1] = flat[i]
   end
 end
-table.sort(due, function(a, b) return a[1] < b[1] end)
-local out = {}
-for i = 1, math.min(#due, limit) do
-  out[#out + 1] = due[i][2]
-  out[#out + 1] = due[i][3]
-end
-return {out, unreadable}
+return {out, unreadable, complete}
 """
+)
+
+#: Index the deadlines of records written before the index existed (one
+#: page of them; the caller walks the instances hash with HSCAN). KEYS:
+#: deadlines, instances. ARGV: the uuids of the page's records that have a
+#: deadline. Each is re-read here, so a record changed since the page was
+#: read is indexed as it is now; one indexed already is left as it is.
+#: Returns how many were added.
+INDEX_DEADLINES = (
+    _INDEX_DEADLINE
+    + """
+local added = 0
+for _, uuid in ipairs(ARGV) do
+  local raw = redis.call('HGET', KEYS[2], uuid)
+  if raw and not redis.call('ZSCORE', KEYS[1], uuid) then
+    local ok, record = pcall(cjson.decode, raw)
+    if ok and type(record) == 'table' and type(record.deadline) == 'number' then
+      index_deadline(KEYS[1], uuid, record)
+      added = added + 1
+    end
+  end
+end
+return added
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -812,12 +908,15 @@ class Scripts:
     snapshot: Script
     changes: Script
     provider_by_name: Script
+    create_instance: Script
     update_instance: Script
     move_allocations: Script
     due_instances: Script
+    index_deadlines: Script
     start_delete: Script
     finish_delete: Script
     heal_allocation: Script
+    mark_down: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> Scripts:
@@ -834,10 +933,13 @@ class Scripts:
             snapshot=client.register_script(SNAPSHOT),
             changes=client.register_script(CHANGES),
             provider_by_name=client.register_script(PROVIDER_BY_NAME),
+            create_instance=client.register_script(CREATE_INSTANCE),
             update_instance=client.register_script(UPDATE_INSTANCE),
             move_allocations=client.register_script(MOVE_ALLOCATIONS),
             due_instances=client.register_script(DUE_INSTANCES),
+            index_deadlines=client.register_script(INDEX_DEADLINES),
             start_delete=client.register_script(START_DELETE),
             finish_delete=client.register_script(FINISH_DELETE),
             heal_allocation=client.register_script(HEAL_ALLOCATION),
+            mark_down=client.register_script(MARK_DOWN),
         )

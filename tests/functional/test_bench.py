@@ -47,6 +47,7 @@ CASES = {
     "bootstorm": ("rows",),
     "memory": (),
     "churn": ("rows",),
+    "sweep": ("rows",),
 }
 
 
@@ -142,6 +143,14 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             lambda c: all(r["growth"]["worker_rss_mb"] < 30 for r in c["rows"]),
             id="churn-worker-rss-bounded",
         ),
+        pytest.param(
+            "sweep",
+            lambda c: (
+                all(r["index_redis"]["n"] > 0 and r["full_scan_redis"]["n"] > 0 for r in c["rows"])
+                and [r["records"] for r in c["rows"]] == [1000, 3000]
+            ),
+            id="sweep-redis-time-of-index-and-baseline",
+        ),
     ],
 )
 def test_case_content(quick_run: tuple[Path, dict[str, Any]], key: str, check: Any) -> None:
@@ -183,6 +192,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 4. Boot storm",
         "## 5. Worker memory",
         "## 6. Churn",
+        "## 7. Sweep",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"

@@ -118,6 +118,8 @@ def test_foreign_values_under_the_prefix_are_reported_and_boots_go_on(
         raw.hset(k.aggregates, "foreign", "[1, 2]")
         raw.hset(k.services, "ghost", json.dumps({"host": "ghost"}))
         raw.hset(k.instances, "not-an-instance", GARBAGE)
+        # (as if it were pending: the sweep reads only what the deadline index names)
+        raw.zadd(k.deadlines, {"not-an-instance": 0})
         raw.xadd(k.changes, {"k": "provider", "d": GARBAGE})
         worker = cluster.start_worker()
         # The first boot loads the damaged snapshot; the next reads more

@@ -4,6 +4,7 @@ rebuild results, re-drives and a delete of a REBUILDING instance."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from scheduler.objects import (
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore
-from tests.unit.conductor_stub.helpers import SPEC, active_on, ask, holder, selection
+from tests.unit.conductor_stub.helpers import SPEC, active_on, ask, fill, holder, selection
 from tests.unit.factories import NOW, Recorded, host, populate, uuid_of
 
 DOWN = 60.0  # service_down_time
@@ -192,42 +193,64 @@ def test_a_rebuild_that_succeeded_releases_the_source_once() -> None:
     assert store.get_instance(uuid) == record
 
 
-def test_a_failed_rebuild_goes_to_the_next_alternate_then_gives_up() -> None:
-    store = cloud()
-    uuid, migration = rebuilding(store)
-    compute = Recorded()
-    endpoint = ConductorEndpoint(store, compute, None, SETTINGS, clock=lambda: NOW)  # type: ignore[arg-type]
-    store.release(uuid)  # the destination released its claim before answering
-
+def rebuild_failed(
+    endpoint: ConductorEndpoint, uuid: str, migration: str, host: str, alternates: list[str]
+) -> None:
+    """The compute's answer that the rebuild failed on ``host``, with ``alternates`` left."""
     endpoint.rebuild_result(
         CTXT,
         uuid,
         migration,
-        "h2",
+        host,
         False,
         reason="boom",
         request_spec=SPEC.to_primitive(),
-        host_list=[selection("h3").to_primitive()],
+        host_list=[selection(h).to_primitive() for h in alternates],
     )
+
+
+def test_a_failed_rebuild_goes_to_the_next_alternate_then_gives_up() -> None:
+    store = cloud()
+    uuid, migration = rebuilding(store)
+    compute = Recorded()
+    settings = dataclasses.replace(SETTINGS, max_attempts=2)
+    endpoint = ConductorEndpoint(store, compute, None, settings, clock=lambda: NOW)  # type: ignore[arg-type]
+    store.release(uuid)  # the destination released its claim before answering
+
+    rebuild_failed(endpoint, uuid, migration, "h2", ["h3"])
 
     assert holder(store, uuid) == "h3" and store.get_instance(uuid).tried_hosts == ("h2",)
     (_, _, _, _, primary, rest), _ = compute.last("rebuild_instance")
     assert (primary.host, rest) == ("h3", [])  # type: ignore[attr-defined]
     store.release(uuid)
-    endpoint.rebuild_result(
-        CTXT,
-        uuid,
-        migration,
-        "h3",
-        False,
-        reason="boom",
-        request_spec=SPEC.to_primitive(),
-        host_list=[],
-    )
+    rebuild_failed(endpoint, uuid, migration, "h3", [])
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.tried_hosts) == (ACTIVE, "src", ("h2", "h3"))
     assert "max retries" in (record.fault_details or "") and holder(store, uuid) == "src"
     assert store.get_consumer(migration) is None
+
+
+def test_a_rebuild_whose_alternates_were_taken_asks_the_scheduler_again() -> None:
+    """One destination failed of max_attempts and its only alternate was
+    filled meanwhile (no attempt): the scheduler is asked again, the failed
+    destination and the source ignored, and the rebuild cast there."""
+    store = cloud()
+    populate(store, [host("h4")])
+    uuid, migration = rebuilding(store)
+    store.release(uuid)  # the destination released its claim before answering
+    fill(store, "h3")
+    scheduler, compute = Scheduler(store, "h4"), Recorded()
+    endpoint = ConductorEndpoint(store, compute, scheduler, SETTINGS, clock=lambda: NOW)  # type: ignore[arg-type]
+
+    rebuild_failed(endpoint, uuid, migration, "h2", ["h3"])
+
+    record = store.get_instance(uuid)
+    assert (record.state, record.attempts, record.tried_hosts) == (REBUILDING, 1, ("h2",))
+    assert holder(store, uuid) == "h4" and holder(store, migration) == "src"
+    (_, asked, _), _ = scheduler.last("select_destinations")
+    assert {"src", "h2"} <= set(asked.ignore_hosts)  # type: ignore[attr-defined]
+    (_, _, _, _, primary, rest), _ = compute.last("rebuild_instance")
+    assert (primary.host, rest) == ("h4", [])  # type: ignore[attr-defined]
 
 
 def test_a_result_from_another_migration_or_state_is_ignored() -> None:

@@ -43,6 +43,7 @@ from tests.unit.conductor_stub.helpers import (
     ask,
     building,
     cloud,
+    fill,
     holder,
     selection,
 )
@@ -232,6 +233,7 @@ def test_with_no_alternate_left_it_goes_back_active_on_its_source() -> None:
     store = cloud("h1", "h2")
     uuid, migration, _ = migrating(store, "h2")
     store.release(uuid)
+    store.update_instance(uuid, attempts=2, tried_hosts=("h4", "h5"))  # the last one left
     conductor, compute = endpoint(store)
 
     conductor.live_migration_precheck_failed(
@@ -268,6 +270,27 @@ def test_alternates_off_asks_the_scheduler_again_with_the_hosts_tried_ignored() 
     assert conductor.scheduler is not None
     (_, asked, _), _ = conductor.scheduler.last("select_destinations")  # type: ignore[attr-defined]
     assert {"h1", "h2"} <= set(asked.ignore_hosts)
+    assert compute.names == ["check_can_live_migrate_destination"]
+
+
+def test_alternates_that_cannot_be_claimed_are_no_attempts_the_scheduler_is_asked_again() -> None:
+    """The only alternate (h2) was taken meanwhile, one destination failed of
+    max_attempts: the live migration is sent again through the scheduler."""
+    store = cloud("h1", "h2", "h3", "h4")
+    uuid, migration, _ = migrating(store, "h4")
+    store.release(uuid)
+    fill(store, "h2")
+    conductor, compute = endpoint(store)
+
+    conductor.live_migration_precheck_failed(
+        CTXT, uuid, migration, SPEC.to_primitive(), "h4", "boom", [selection("h2").to_primitive()]
+    )
+
+    record = store.get_instance(uuid)
+    assert (record.state, record.attempts, record.tried_hosts) == (MIGRATING, 1, ("h4",))
+    assert holder(store, uuid) == "h3" and holder(store, migration) == "h1"
+    (_, asked, _), _ = conductor.scheduler.last("select_destinations")  # type: ignore[union-attr]
+    assert {"h1", "h4"} <= set(asked.ignore_hosts)
     assert compute.names == ["check_can_live_migrate_destination"]
 
 

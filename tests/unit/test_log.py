@@ -133,3 +133,66 @@ def test_library_events_follow_the_programs_own_logging_config() -> None:
     run = _library_run("configured")
     assert "scheduler.test event='now_heard' url='rabbit://u:***@h'" in run.stdout
     assert "hunter2" not in run.stdout
+
+
+class _Lines:
+    """A logger that keeps what it is asked to log."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, object]]] = []
+
+    def __getattr__(self, level: str) -> object:
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
+
+@pytest.mark.parametrize(
+    "sent, written",
+    [
+        pytest.param(
+            [(0, "refused", "a")] * 4,
+            [("refused", {}), ("refused", {})],
+            id="the-same-event-past-its-burst",
+        ),
+        pytest.param(
+            [(0, "refused", "a"), (0, "refused", "b"), (0, "refused", "a"), (0, "refused", "b")],
+            [("refused", {})] * 4,
+            id="other-fields-are-another-event",
+        ),
+        pytest.param(
+            [(0, "refused", "a")] * 5 + [(61, "refused", "a")],
+            [("refused", {}), ("refused", {}), ("refused", {"suppressed": 3})],
+            id="the-next-period-says-how-many-were-held",
+        ),
+        pytest.param(
+            [(0, "refused", "a"), (0, "failed", "a"), (0, "refused", "a"), (0, "failed", "a")],
+            [("refused", {}), ("failed", {}), ("refused", {}), ("failed", {})],
+            id="each-event-its-own-budget",
+        ),
+    ],
+)
+def test_repeat_limiter_writes_identical_events_a_few_times_a_period(
+    sent: list[tuple[float, str, str]], written: list[tuple[str, dict[str, object]]]
+) -> None:
+    now = [0.0]
+    limiter = log.RepeatLimiter(burst=2, period=60.0, clock=lambda: now[0])
+    out = _Lines()
+    for at, event, reason in sent:
+        now[0] = at
+        limiter.log(out, "warning", event, reason=reason)
+    assert [(e, {k: v for k, v in f.items() if k != "reason"}) for _, e, f in out.lines] == (
+        written
+    )
+    assert {level for level, _, _ in out.lines} == {"warning"}
+
+
+def test_repeat_limiter_compares_by_key_when_given_and_remembers_few_events() -> None:
+    limiter = log.RepeatLimiter(burst=1, period=60.0, max_keys=2, clock=lambda: 0.0)
+    out = _Lines()
+    # The same key, different fields (a thousand instances, one refusal): one line.
+    assert limiter.log(out, "warning", "refused", key="too big", instance_uuids=["u1"])
+    assert not limiter.log(out, "warning", "refused", key="too big", instance_uuids=["u2"])
+    # Past max_keys the oldest event is forgotten (and may be written again).
+    limiter.log(out, "warning", "refused", key="other")
+    limiter.log(out, "warning", "refused", key="third")
+    assert limiter.log(out, "warning", "refused", key="too big", instance_uuids=["u3"])
+    assert [f.get("instance_uuids") for _, _, f in out.lines] == [["u1"], None, None, ["u3"]]

@@ -33,6 +33,7 @@ from scheduler.explain import ExplainReport
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
 from scheduler.objects import (
+    MAX_INSTANCES_PER_REQUEST,
     MEMORY_MB,
     AllocationRequest,
     Destination,
@@ -109,7 +110,7 @@ def rig(*hosts: Any, aggregates: Sequence[Aggregate] = (), **overrides: Any) -> 
 
 def unwrapped(call: Callable[..., Any]) -> Callable[..., Any]:
     """An endpoint method as its caller sees it: the typed error, not the
-    ExpectedException wrapper oslo.messaging's decorator puts around it."""
+    ExpectedException wrapper the endpoint's decorator puts around it."""
 
     def inner(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -1108,3 +1109,25 @@ def test_a_resize_of_an_instance_deleted_meanwhile_hands_the_source_back() -> No
     assert (
         held is not None and r.store.get_consumer(migration_uuid_for(RESIZED, "req-user")) is None
     )
+
+
+@pytest.mark.parametrize(
+    "extra", [pytest.param(1, id="one-over"), pytest.param(1500, id="well-over")]
+)
+def test_a_request_over_the_limit_fails_every_instance_and_lists_few(extra: int) -> None:
+    r = rig()
+    n = MAX_INSTANCES_PER_REQUEST + extra
+    uuids = [str(uuidlib.uuid4()) for _ in range(n)]
+    raw = {**spec().to_primitive(), "num_instances": n}
+    r.endpoint.run_instance(USER, raw, [*uuids, uuids[0], "not-a-uuid"])
+    told = [args for name, args in r.conductor.calls if name == "schedule_failed"]
+    assert [u for chunk, *_ in told for u in chunk] == uuids, "every instance, once each"
+    assert max(len(chunk) for chunk, *_ in told) <= MAX_INSTANCES_PER_REQUEST
+    assert {reason for _, reason, _ in told} == {
+        f"invalid request: request_spec.num_instances must be between 1 and "
+        f"{MAX_INSTANCES_PER_REQUEST}, got {n}"
+    }
+    assert r.store.claims == [] and r.compute.calls == []
+    for _, _, payload in r.notifier.sent:  # never a bulky payload
+        assert payload["instance_uuids"] == uuids[:MAX_INSTANCES_PER_REQUEST]
+        assert payload["instance_uuids_omitted"] == n - MAX_INSTANCES_PER_REQUEST

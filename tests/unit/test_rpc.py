@@ -18,7 +18,7 @@ import pytest
 
 from scheduler import conf as conf_mod
 from scheduler import rpc
-from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
+from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, SchedulerUnavailable
 from scheduler.explain import (
     HOST_FILTER,
     ExplainReport,
@@ -692,3 +692,49 @@ def test_finish_revert_resize_is_sent_at_1_7_alone_to_the_source(transport: Any)
         )
     ]
     assert rpc.ComputeClient.TERMINATE_VERSION == rpc.ConductorClient.TERMINATED_VERSION == "1.3"
+
+
+def _raises_inside_a_handler(error: Exception) -> None:
+    try:
+        {}["missing"]
+    except KeyError:
+        raise error  # noqa: B904 - chained on purpose: the cause must not travel either
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(InvalidRequest(reason="num_instances must be at most 1000"), id="invalid"),
+        pytest.param(Forbidden(reason="explain is admin only"), id="forbidden"),
+        pytest.param(NoValidHost(), id="no-valid-host"),
+        pytest.param(SchedulerUnavailable(), id="unavailable"),
+    ],
+)
+def test_an_expected_error_is_serialized_without_traceback_and_rebuilt_typed(
+    error: Exception,
+) -> None:
+    from oslo_messaging._drivers import common as rpc_common
+    from oslo_messaging.rpc.dispatcher import ExpectedException
+
+    @rpc.expected_exceptions(type(error))
+    def method() -> None:
+        _raises_inside_a_handler(error)
+
+    with pytest.raises(ExpectedException) as wrapped:
+        method()
+    wire = rpc_common.serialize_remote_exception(wrapped.value.exc_info)
+    for text in ("Traceback", ".py", "line ", "KeyError"):
+        assert text not in wire, wire
+    rebuilt = rpc_common.deserialize_remote_exception(wire, rpc.ALLOWED_EXMODS)
+    assert isinstance(rebuilt, type(error))
+    assert rebuilt.message == error.message  # type: ignore[attr-defined]
+
+
+def test_an_unexpected_error_passes_the_decorator_as_it_is() -> None:
+    @rpc.expected_exceptions(InvalidRequest)
+    def method() -> None:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug") as raised:
+        method()
+    assert raised.value.__traceback__ is not None  # the server logs it whole

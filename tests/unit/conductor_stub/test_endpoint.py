@@ -133,7 +133,7 @@ def test_a_reschedule_records_the_alternates_zone_and_no_zone_outlives_its_host(
 def test_a_failed_build_keeps_no_zone() -> None:
     store = cloud("h1")
     uuid = building(store, host="h1", node="h1", availability_zone="east")
-    conductor, _ = endpoint(store)
+    conductor, _ = endpoint(store, Recorded(select_destinations=no_valid_host))
     conductor.reschedule(CTXT, uuid, SPEC.to_primitive(), "h1", "boom", [])
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.availability_zone) == (ERROR, None, None)
@@ -208,14 +208,38 @@ class RescheduleCase:
 RESCHEDULE_CASES = [
     RescheduleCase("next-alternate", built_on="h2", remaining=("h3",)),
     RescheduleCase("alternate-taken-meanwhile-is-skipped", taken=("h2",), built_on="h3"),
+    # Alternates that cannot be claimed are no attempts: fewer than
+    # max_attempts builds failed, the scheduler is asked again.
     RescheduleCase(
-        "every-alternate-taken",
+        "every-alternate-taken-asks-the-scheduler-again",
         taken=("h2", "h3"),
+        scheduler="h4",
+        built_on="h4",
+        asks_scheduler=True,
+    ),
+    RescheduleCase(
+        "no-alternates-left-asks-the-scheduler-again",
+        alternates=(),
+        scheduler=no_valid_host,
+        state=ERROR,
+        fault=NoValidHost.USER_MESSAGE,
+        asks_scheduler=True,
+    ),
+    RescheduleCase(
+        "every-alternate-taken-after-max-attempts",
+        taken=("h2", "h3"),
+        attempts=2,
+        scheduler="h4",
         state=ERROR,
         fault=MaxRetriesExceeded.USER_MESSAGE,
     ),
     RescheduleCase(
-        "no-alternates-left", alternates=(), state=ERROR, fault=MaxRetriesExceeded.USER_MESSAGE
+        "no-alternates-left-after-max-attempts",
+        alternates=(),
+        attempts=2,
+        scheduler="h4",
+        state=ERROR,
+        fault=MaxRetriesExceeded.USER_MESSAGE,
     ),
     RescheduleCase(
         "alternates-left-after-max-attempts-are-still-tried",
@@ -317,7 +341,24 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
     assert ("select_destinations" in scheduler.names) is case.asks_scheduler
     if case.asks_scheduler:
         (_, spec, _), kwargs = scheduler.last("select_destinations")
-        assert spec.ignore_hosts == ("h1",) and kwargs == {"return_alternates": False}
+        assert spec.ignore_hosts == ("h0",) * case.attempts + ("h1",)
+        assert kwargs == {"return_alternates": False}
+
+
+def test_a_build_forced_to_a_host_that_failed_has_nothing_else_to_ask_for() -> None:
+    """Its one forced host failed: the scheduler could only say no valid host,
+    so it is not asked, and the build ends as the alternates ran out."""
+    store = cloud("h1", "h2")
+    uuid = building(store)
+    scheduler = Recorded(select_destinations=select_on(store, "h2"))
+    conductor, compute = endpoint(store, scheduler)
+    forced = SPEC.replace(force_hosts=("H1",))
+
+    conductor.reschedule(CTXT, uuid, forced.to_primitive(), "h1", "boom", [])
+
+    record = store.get_instance(uuid)
+    assert (record.state, record.fault) == (ERROR, MaxRetriesExceeded.USER_MESSAGE)
+    assert scheduler.calls == [] and compute.calls == []
 
 
 def test_a_reschedule_for_an_instance_no_longer_building_is_ignored() -> None:
@@ -431,26 +472,48 @@ def reschedule_resize(
 
 
 @pytest.mark.parametrize(
-    "alternates, state, holds, cast_to",
+    "alternates, failed_before, state, holds, cast_to",
     [
-        pytest.param(("h3",), RESIZING, "h3", "h3", id="next-alternate"),
-        pytest.param((), ACTIVE, "h1", None, id="exhausted-stays-active-on-source"),
+        pytest.param(("h3",), 0, RESIZING, "h3", "h3", id="next-alternate"),
+        # No alternate left, fewer than max_attempts destinations failed: the
+        # scheduler is asked again (it places the resize on h3).
+        pytest.param((), 0, RESIZING, "h3", "h3", id="exhausted-asks-the-scheduler-again"),
+        pytest.param((), 2, ACTIVE, "h1", None, id="exhausted-stays-active-on-source"),
     ],
 )
 def test_reschedule_of_a_resize(
-    alternates: tuple[str, ...], state: str, holds: str, cast_to: str | None
+    alternates: tuple[str, ...],
+    failed_before: int,
+    state: str,
+    holds: str,
+    cast_to: str | None,
 ) -> None:
     store = cloud("h1", "h2", "h3")
-    uuid, migration = resizing(store, "h1", None)  # h2 failed and released its claim
-    conductor, compute = endpoint(store)
+    tried = ("h0",) * failed_before
+    # h2 failed and released its claim.
+    uuid, migration = resizing(store, "h1", None, attempts=failed_before, tried_hosts=tried)
+    scheduler = Recorded(select_destinations=select_on(store, "h3"))
+    conductor, compute = endpoint(store, scheduler)
     big = SPEC.replace(flavor=BIG)
 
     reschedule_resize(conductor, uuid, migration, big, alternates)
 
     record = store.get_instance(uuid)
-    assert (record.state, holder(store, uuid), record.tried_hosts) == (state, holds, ("h2",))
+    assert (record.state, holder(store, uuid), record.tried_hosts) == (
+        state,
+        holds,
+        (*tried, "h2"),
+    )
+    asked = "select_destinations" in scheduler.names
+    assert asked is (not alternates and cast_to is not None)
+    if asked:
+        (_, spec, _), _ = scheduler.last("select_destinations")
+        assert "h2" in spec.ignore_hosts
     if cast_to is None:
         assert record.fault == MaxRetriesExceeded.USER_MESSAGE and record.host == "h1"
+        assert record.fault_details and record.fault_details.startswith(
+            "max retries exceeded: 3 destination(s) failed: h0, h0, h2"
+        )
         assert store.get_consumer(migration) is None
         return
     args, _ = compute.last("prep_resize")
@@ -533,7 +596,7 @@ HOSTS = ("h1", "h2", "h3", "h4")
 
 
 def _every_alternate_taken(store: MemoryStore) -> str:
-    uuid = building(store)
+    uuid = building(store, attempts=2, tried_hosts=("h4", "h4"))
     fill(store, "h2")
     fill(store, "h3")
     endpoint(store)[0].reschedule(
@@ -557,7 +620,7 @@ def _build_retry_finds_no_host(store: MemoryStore) -> str:
 
 
 def _resize_alternates_exhausted(store: MemoryStore) -> str:
-    uuid, migration = resizing(store, "h1", None)
+    uuid, migration = resizing(store, "h1", None, attempts=2, tried_hosts=("h4", "h4"))
     big = SPEC.replace(flavor=BIG)
     fill(store, "h3")
     endpoint(store)[0].reschedule(

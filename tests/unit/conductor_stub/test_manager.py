@@ -21,6 +21,7 @@ from scheduler.exceptions import (
 )
 from scheduler.objects import (
     ERROR,
+    MAX_INSTANCES_PER_REQUEST,
     AllocationRequest,
     InstanceRecord,
     RequestSpec,
@@ -69,12 +70,19 @@ def _selection(name: str, ram: int = 1024) -> Selection:
 
 
 def _reschedule(
-    store: MemoryStore, request: RequestSpec, alternates: list[str], ram: int = 1024
+    store: MemoryStore,
+    request: RequestSpec,
+    alternates: list[str],
+    ram: int = 1024,
+    failed_before: int = 1,
+    scheduler: Any = None,
 ) -> tuple[InstanceRecord, Compute]:
     uuid = uuid_of("rescheduled")
-    store.create_instances([InstanceRecord(uuid=uuid, attempts=1, tried_hosts=())])
+    store.create_instances(
+        [InstanceRecord(uuid=uuid, attempts=failed_before, tried_hosts=("cmp-x",) * failed_before)]
+    )
     compute = Compute()
-    ConductorEndpoint(store, compute).reschedule(  # type: ignore[arg-type]
+    ConductorEndpoint(store, compute, scheduler).reschedule(  # type: ignore[arg-type]
         CTXT,
         uuid,
         request.to_primitive(),
@@ -120,7 +128,8 @@ def test_a_reschedule_skips_an_alternate_the_anti_affinity_group_now_forbids() -
     assert store.group_hosts(GROUP_UUID) == {"cmp-a": 1, "cmp-b": 1}
 
 
-def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
+def _every_alternate_refused() -> MemoryStore:
+    """cmp-a holds a member of the anti-affinity group, cmp-b is full."""
     store = _store(ram=2048)
     store.claim(
         uuid_of("member"),
@@ -128,14 +137,54 @@ def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> Non
         GroupClaim(GROUP_UUID, "anti-affinity", "cmp-a"),
     )
     store.claim(uuid_of("filler"), _selection("cmp-b", 2048).allocation_request)
-    record, compute = _reschedule(store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"])
+    return store
+
+
+def test_when_every_alternate_is_refused_the_user_reads_a_generic_fault() -> None:
+    store = _every_alternate_refused()
+    record, compute = _reschedule(
+        store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"], failed_before=2
+    )
     assert record.state == ERROR and compute.builds == []
     assert record.fault == MaxRetriesExceeded.USER_MESSAGE
     assert not any(name in record.fault for name in (*HOSTS, "cmp-failed", GROUP_UUID))
     assert record.fault_details == (
-        "max retries exceeded: 2 attempt(s), hosts tried: cmp-failed; last failure: simulated "
-        "build failure; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
-        "(CapacityExceeded)"
+        "max retries exceeded: 3 build(s) failed, hosts tried: cmp-x, cmp-x, cmp-failed; last "
+        "failure: simulated build failure; alternates refused: cmp-a (GroupPolicyViolation), "
+        "cmp-b (CapacityExceeded)"
+    )
+    assert store.get_consumer(record.uuid) is None
+
+
+class NoHostLeft:
+    """A scheduler that finds no host when asked again."""
+
+    def __init__(self) -> None:
+        self.asked: list[RequestSpec] = []
+
+    def select_destinations(
+        self, ctxt: Any, spec: RequestSpec, uuids: list[str], return_alternates: bool
+    ) -> Any:
+        self.asked.append(spec)
+        raise NoValidHost(details="0/3 hosts available: 3 insufficient MEMORY_MB")
+
+
+def test_alternates_refused_are_no_attempts_the_scheduler_is_asked_again() -> None:
+    """Two builds failed of three, and every alternate is refused at its claim:
+    the scheduler is asked again (the hosts tried ignored), and its answer is
+    the fault, with the builds failed and the alternates refused."""
+    store = _every_alternate_refused()
+    scheduler = NoHostLeft()
+    record, compute = _reschedule(
+        store, spec(group=group("anti-affinity")), ["cmp-a", "cmp-b"], scheduler=scheduler
+    )
+    assert [s.ignore_hosts for s in scheduler.asked] == [("cmp-x", "cmp-failed")]
+    assert record.state == ERROR and compute.builds == [] and record.attempts == 2
+    assert record.fault == NoValidHost.USER_MESSAGE
+    assert record.fault_details == (
+        "0/3 hosts available: 3 insufficient MEMORY_MB (after 2 build(s) failed, hosts tried: "
+        "cmp-x, cmp-failed; alternates refused: cmp-a (GroupPolicyViolation), cmp-b "
+        "(CapacityExceeded))"
     )
     assert store.get_consumer(record.uuid) is None
 
@@ -257,3 +306,15 @@ def test_a_vanished_record_that_comes_back_is_not_lost() -> None:
     store.list_instances = poll_back  # type: ignore[method-assign]
     report = booter.wait([uuid], timeout=5.0, started=0.0, poll=0.01)
     assert (report.lost, report.timed_out, report.by_state) == (0, False, {"ACTIVE": 1})
+
+
+@pytest.mark.parametrize("per_request", [0, MAX_INSTANCES_PER_REQUEST + 1])
+def test_a_request_size_the_scheduler_would_refuse_is_refused_before_anything_is_recorded(
+    per_request: int,
+) -> None:
+    store = _store()
+    booter = Booter(store, Scheduler(AssertionError("nothing sent")), Compute())  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match=f"between 1 and {MAX_INSTANCES_PER_REQUEST}"):
+        booter.boot(CTXT, spec().flavor, per_request, per_request=per_request)
+    assert list(store.scan_instances()) == []
+    assert booter.requests == 0

@@ -536,3 +536,20 @@ def test_only_heartbeats_are_reread_the_rest_comes_with_the_feed() -> None:
         [False],
         [0],
     )
+
+
+def test_a_host_marked_down_is_down_at_once_and_up_with_its_next_heartbeat() -> None:
+    # Seen a second ago: without the mark it would count up for a minute.
+    store = HookedStore([host("h1"), host("h2")])
+    view = loaded(store, services_refresh_interval=2.0, service_down_time=60.0)
+    assert view.last_seen.tolist() == [NOW - 1, NOW - 1]
+    store.mark_down(["h2"])
+    view.refresh(NOW)
+    assert view.last_seen.tolist() == [NOW - 1, 0.0]
+    # An older record fed later (a report) keeps it down; a heartbeat brings it up.
+    store.record_build_result("h2", success=False)
+    view.refresh(NOW + 1)
+    assert view.last_seen.tolist() == [NOW - 1, 0.0]
+    store.heartbeat(["h2"], NOW + 2)
+    view.refresh(NOW + 2)
+    assert view.last_seen.tolist() == [NOW - 1, NOW + 2]

@@ -1402,6 +1402,69 @@ def test_instances_due_are_those_past_their_deadline(
     assert due[0].deadline == deadlines["past"]
 
 
+def test_a_record_whose_deadline_is_cleared_is_no_longer_due(store: Store) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, deadline=5.0)])
+    assert [r.uuid for r in store.list_instances_due(10.0)] == [uuid]
+    # A state change that ends the wait clears the deadline in the same write.
+    store.update_instance(uuid, expected_states=[BUILDING], state=ACTIVE, deadline=None)
+    assert store.list_instances_due(10.0) == []
+    assert store.get_instance(uuid).state == ACTIVE
+    # An update that leaves the deadline alone leaves the record's due time too.
+    store.update_instance(uuid, deadline=6.0)
+    store.update_instance(uuid, host="h1")
+    assert [r.host for r in store.list_instances_due(10.0)] == ["h1"]
+
+
+def test_a_record_given_a_new_deadline_moves_in_the_pending_set(store: Store) -> None:
+    first, second = new_uuid(), new_uuid()
+    store.create_instances(
+        [InstanceRecord(uuid=first, deadline=1.0), InstanceRecord(uuid=second, deadline=2.0)]
+    )
+    assert [r.uuid for r in store.list_instances_due(10.0)] == [first, second]
+    store.update_instance(first, redrives=1, deadline=3.0)  # a re-drive pushes it back
+    assert [r.uuid for r in store.list_instances_due(10.0)] == [second, first]
+    assert [r.uuid for r in store.list_instances_due(2.5)] == [second]
+    store.update_instance(first, deadline=20.0)  # not due yet
+    assert [r.uuid for r in store.list_instances_due(10.0)] == [second]
+    assert [r.deadline for r in store.list_instances_due(20.0)] == [2.0, 20.0]
+    # Equal deadlines come in uuid order.
+    store.update_instance(second, deadline=20.0)
+    assert [r.uuid for r in store.list_instances_due(20.0)] == sorted([first, second])
+    # A create for an existing uuid changes nothing, its deadline included.
+    store.create_instances([InstanceRecord(uuid=first, deadline=0.5)])
+    assert [r.deadline for r in store.list_instances_due(20.0)] == [20.0, 20.0]
+
+
+def test_deleting_and_deleted_records_follow_their_deadline(store: Store) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, state=ACTIVE, host="h1")])
+    assert store.list_instances_due(10.0) == []
+    record, started = store.start_delete(uuid, pending_hosts=("h1", "h2"), deadline=5.0)
+    assert started
+    assert store.list_instances_due(10.0) == [record]
+    partly = store.finish_delete(uuid, "h1", retention=60, now=6.0)
+    assert partly is not None and partly.pending_hosts == ("h2",)
+    assert store.list_instances_due(10.0) == [partly]
+    deleted = store.finish_delete(uuid, "h2", retention=60, now=7.0)
+    assert deleted is not None and deleted.state == DELETED
+    assert store.list_instances_due(10.0) == []
+    assert store.update_instance(uuid, deadline=8.0) is None  # a DELETED record stays out
+    assert store.list_instances_due(10.0) == []
+
+
+def test_thousands_of_finished_records_leave_the_pending_set_as_it_was(store: Store) -> None:
+    due = [InstanceRecord(uuid=new_uuid(), deadline=float(i)) for i in range(3)]
+    store.create_instances(due)
+    finished = [new_uuid() for _ in range(3000)]
+    store.create_instances(InstanceRecord(uuid=u, deadline=100.0) for u in finished)
+    for u in finished:  # each went ACTIVE: nothing outstanding
+        store.update_instance(u, state=ACTIVE, task_state=None, deadline=None)
+    assert store.list_instances_due(1000.0) == due
+    assert store.list_instances_due(1000.0, limit=2) == due[:2]
+    assert len(store.list_instances()) == 3003
+
+
 # --- concurrency ----------------------------------------------------------------------
 
 
@@ -1668,3 +1731,18 @@ def test_a_deleted_record_is_removed_by_the_store_after_its_retention(
     # The fence went with it.
     p = make_host(store)
     assert store.claim(uuid, ask({p.uuid: {"VCPU": 1}})) is True
+
+
+def test_mark_down_forgets_heartbeats_and_feeds_each_record(store: Store) -> None:
+    store.register_services([Service(host=h, rpc_server="sim-1") for h in ("h1", "h2")])
+    store.heartbeat(["h1", "h2"], 1234.25)
+    cursor = store.compact_snapshot().cursor
+    store.mark_down(["h1", "unregistered", "h1"])  # unknown skipped, a repeat once
+    assert store.heartbeats() == {"h2": 1234.25}
+    [change] = store.changes(cursor)
+    assert (change.kind, change.data) == ("service", Service(host="h1", rpc_server="sim-1"))
+    assert store.get_service("h1") == Service(host="h1", rpc_server="sim-1")  # never seen since
+    store.heartbeat(["h1"], 1300.5)  # back up with its next heartbeat
+    assert store.heartbeats() == {"h1": 1300.5, "h2": 1234.25}
+    store.mark_down([])
+    assert len(store.changes(cursor)) == 1

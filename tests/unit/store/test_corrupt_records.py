@@ -56,6 +56,14 @@ def raw() -> Iterator[redis.Redis]:
         yield client
 
 
+def _sweep(store: RedisStore) -> list[InstanceRecord]:
+    """The conductor's sweep, with ``FIELD`` in the deadline index as if it were
+    due: the sweep reads only indexed records, so this is a damaged pending one."""
+    with redis.Redis.from_url(REDIS_URL) as client:
+        client.zadd(store.keys.deadlines, {FIELD: 1.0})
+    return store.list_instances_due(2e9)
+
+
 #: (hash, a bad value, the list that must skip it, the get that must raise)
 BAD_VALUES = [
     pytest.param(
@@ -159,13 +167,11 @@ BAD_VALUES = [
         id="instance-asked-by-uuid",
     ),
     # The conductor's sweep: a value that is not a record never stops it.
-    pytest.param(
-        "instances", GARBAGE, lambda s: s.list_instances_due(2e9), None, id="instance-in-the-sweep"
-    ),
+    pytest.param("instances", GARBAGE, _sweep, None, id="instance-in-the-sweep"),
     pytest.param(
         "instances",
         json.dumps({"deadline": 1.0}),
-        lambda s: s.list_instances_due(2e9),
+        _sweep,
         None,
         id="due-instance-missing-fields",
     ),

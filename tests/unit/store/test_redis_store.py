@@ -13,14 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import structlog
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
 from scheduler.exceptions import CorruptRecord, StoreUnavailable, StreamTruncated
-from scheduler.objects import AllocationRequest
+from scheduler.objects import ACTIVE, AllocationRequest, InstanceRecord
 from scheduler.store import MemoryStore, RedisStore, open_store
 from scheduler.store.keys import Keys
 from scheduler.store.redis_store import redis_client
+from scheduler.store.scripts import INDEX_COMPLETE
 
 REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -78,6 +80,85 @@ def test_an_unreadable_record_is_corrupt(store: RedisStore) -> None:
     with pytest.raises(CorruptRecord) as exc:
         store.get_provider(uuid)
     assert uuid in exc.value.kwargs["key"]
+
+
+# --- the deadline index -------------------------------------------------------------
+
+
+def _written_before_the_index(store: RedisStore, records: list[InstanceRecord]) -> None:
+    """Records as a store from before the deadline index holds them: in the
+    instances hash only."""
+    with redis.Redis.from_url(REDIS_URL) as client:
+        pipe = client.pipeline(transaction=False)
+        for record in records:
+            pipe.hset(store.keys.instances, record.uuid, json.dumps(record.to_primitive()))
+        pipe.execute()
+
+
+def test_a_store_from_before_the_index_is_indexed_on_the_first_sweep(
+    store: RedisStore,
+) -> None:
+    old_due = [InstanceRecord(uuid=str(uuidlib.uuid4()), deadline=float(i)) for i in range(5)]
+    later = InstanceRecord(uuid=str(uuidlib.uuid4()), deadline=50.0)
+    finished = [InstanceRecord(uuid=str(uuidlib.uuid4()), state=ACTIVE) for _ in range(1200)]
+    _written_before_the_index(store, [*old_due, later, *finished])
+    new = InstanceRecord(uuid=str(uuidlib.uuid4()), deadline=2.5)
+    store.create_instances([new])  # written by this code: indexed as it is written
+    with structlog.testing.capture_logs() as logs:
+        due = store.list_instances_due(10.0)
+    assert [r.uuid for r in due] == [r.uuid for r in [*old_due[:3], new, *old_due[3:]]]
+    [built] = [e for e in logs if e["event"] == "deadline_index_built"]
+    assert (built["scanned"], built["indexed"]) == (1207, 6)
+    with redis.Redis.from_url(REDIS_URL, decode_responses=True) as client:
+        assert client.zscore(store.keys.deadlines, INDEX_COMPLETE) == float("inf")
+        assert client.zcard(store.keys.deadlines) == 8  # the pending ones and the mark
+    # Once complete, a sweep reads the index only: no second scan.
+    with structlog.testing.capture_logs() as logs:
+        assert [r.uuid for r in store.list_instances_due(100.0)][-1] == later.uuid
+    assert not [e for e in logs if e["event"] == "deadline_index_built"]
+    assert store.index_deadlines(batch=100) == 0, "idempotent"
+
+
+def test_an_index_entry_out_of_step_with_its_record_is_put_right(store: RedisStore) -> None:
+    later, gone, cleared = (str(uuidlib.uuid4()) for _ in range(3))
+    store.create_instances(
+        [InstanceRecord(uuid=later, deadline=50.0), InstanceRecord(uuid=cleared, deadline=1.0)]
+    )
+    store.list_instances_due(0.0)  # the index is complete
+    with redis.Redis.from_url(REDIS_URL, decode_responses=True) as client:
+        # Values written around the scripts: an entry earlier than its
+        # record's deadline, one with no record, a record whose deadline went.
+        client.zadd(store.keys.deadlines, {later: 1.0, gone: 1.0})
+        raw = json.loads(client.hget(store.keys.instances, cleared))
+        client.hset(store.keys.instances, cleared, json.dumps({**raw, "deadline": None}))
+        assert store.list_instances_due(10.0) == []
+        assert client.zscore(store.keys.deadlines, later) == 50.0
+        assert client.zscore(store.keys.deadlines, gone) is None
+        assert client.zscore(store.keys.deadlines, cleared) is None
+    assert [r.uuid for r in store.list_instances_due(60.0)] == [later]
+
+
+def test_an_unreadable_value_in_the_index_is_named_once(store: RedisStore) -> None:
+    uuid = str(uuidlib.uuid4())
+    store.list_instances_due(0.0)
+    with redis.Redis.from_url(REDIS_URL, decode_responses=True) as client:
+        client.hset(store.keys.instances, uuid, "{not json")
+        client.zadd(store.keys.deadlines, {uuid: 1.0})
+    with structlog.testing.capture_logs() as logs:
+        assert store.list_instances_due(10.0) == []
+        assert store.list_instances_due(10.0) == []
+    assert [e["key"] for e in logs if e["event"] == "corrupt_record"] == [
+        f"{store.keys.instances}[{uuid}]"
+    ]
+
+
+def test_a_deadline_keeps_every_digit_in_the_index(store: RedisStore) -> None:
+    uuid = str(uuidlib.uuid4())
+    deadline = 1764616285.1234567
+    store.create_instances([InstanceRecord(uuid=uuid)])
+    store.update_instance(uuid, deadline=deadline)
+    assert store.list_instances_due(deadline - 1e-6) == []
+    assert [r.deadline for r in store.list_instances_due(deadline)] == [deadline]
 
 
 @pytest.mark.parametrize(
