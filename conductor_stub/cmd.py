@@ -1,8 +1,9 @@
 """``conductor-stub``: the API + conductor role, cut to what drives the scheduler.
 
 ``conductor-stub serve`` owns instance records, receives build and resize
-results and re-drives the requests it has not heard back on (run it as a
-daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
+results, re-drives the requests it has not heard back on and reconciles the
+store with what the computes report they run (:mod:`conductor_stub.reconcile`;
+run it as a daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
 --wait`` boots instances and prints what became of them. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 ``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.delete import Deleter
@@ -37,13 +39,14 @@ from conductor_stub.flavors import load_catalog
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.live_migrate import summary as live_summary
 from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, wait_until
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
 from conductor_stub.shelve import Shelver
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler import health, log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.cmd.admin import flavor_name, render_instance, table
 from scheduler.exceptions import SchedulerError
@@ -90,7 +93,10 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     )
     boot.add_argument("--availability-zone", help="Boot into this zone.")
     boot.add_argument(
-        "--wait", action="store_true", help="Wait until every instance is ACTIVE or ERROR."
+        "--wait",
+        action="store_true",
+        help="Wait until every instance is ACTIVE or ERROR; a record that vanished "
+        "from the store with nothing running it is reported lost (and kept in ERROR).",
     )
     boot.add_argument(
         "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
@@ -361,6 +367,28 @@ def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     )
 
 
+def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
+    c = conf.conductor
+    return ReconcileSettings(
+        interval=float(c.reconcile_interval),
+        orphan_grace=float(c.orphan_grace),
+        report_max_age=float(c.report_max_age),
+    )
+
+
+def _health(conf: cfg.ConfigOpts, store: Any) -> Any:
+    """The conductor's /healthz (broker, store) and /metrics (the reconciler's
+    actions per kind), as a worker serves its own."""
+    monitor = health.HealthMonitor(
+        {
+            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+            "store": store.ping,
+        }
+    )
+    monitor.start()
+    return health.serve(monitor, conf.scheduler.health_listen, conf.conductor.health_port)
+
+
 def _serve(conf: cfg.ConfigOpts) -> None:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
@@ -372,13 +400,20 @@ def _serve(conf: cfg.ConfigOpts) -> None:
     sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
     stop = threading.Event()
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
+    reconciler = Reconciler(store, compute, reconcile_settings(conf))
+    reconciling = threading.Thread(
+        target=reconciler.run, args=(stop,), name="reconciler", daemon=True
+    )
+    endpoint_http = _health(conf, store) if conf.conductor.health_port else None
     server.start()
     sweeping.start()
+    reconciling.start()
     LOG.info(
         "conductor_started",
         build_timeout=settings.build_timeout,
         max_redrives=settings.max_redrives,
         return_alternates=settings.return_alternates,
+        reconcile_interval=conf.conductor.reconcile_interval,
     )
 
     def _stop() -> None:
@@ -386,8 +421,13 @@ def _serve(conf: cfg.ConfigOpts) -> None:
         server.stop()
         server.wait()
         sweeping.join(timeout=5)
+        reconciling.join(timeout=5)
+        if endpoint_http is not None:
+            endpoint_http.shutdown()
         transport.cleanup()
-        LOG.info("conductor_stopped", redriven=dict(sweeper.counts))
+        LOG.info(
+            "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)
+        )
 
     wait_for_signal(_stop)
 
@@ -421,6 +461,7 @@ def _boot(conf: cfg.ConfigOpts) -> int:
         rpc.ComputeClient(transport, ServiceResolver(store)),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
+        lost_after=reconcile_settings(conf).lost_after,
     )
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
@@ -440,7 +481,7 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     report = booter.wait(uuids, args.timeout, started)
     print(json.dumps(report.to_primitive()) if args.json else format_report(report))
     transport.cleanup()
-    return 1 if report.timed_out else 0
+    return 1 if report.timed_out or report.lost else 0
 
 
 def _resize(conf: cfg.ConfigOpts) -> int:

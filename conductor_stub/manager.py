@@ -64,6 +64,7 @@ from conductor_stub import records
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import cast_rebuild
 from conductor_stub.live_migrate import LiveMigrator
+from conductor_stub.reconcile import LOST_FAULT
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.select import select_and_build
 from conductor_stub.shelve import Shelver
@@ -81,6 +82,7 @@ from scheduler.exceptions import (
     ProviderNotFound,
     SchedulerError,
     SchedulerUnavailable,
+    StoreUnavailable,
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -213,7 +215,13 @@ class ConductorEndpoint:
         """Built on ``host`` in ``availability_zone`` (1.2; None from an older
         compute, or from a Selection that named no zone)."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
-            record = self.store.get_instance(instance_uuid)
+            try:
+                record = self.store.get_instance(instance_uuid)
+            except InstanceNotFound:
+                # Never recorded, or lost by the store: the reconciler decides
+                # from the host's report (re-creates the record or reaps the VM).
+                LOG.warning("build_result_for_unknown_instance")
+                return
             if record.state == BUILDING:
                 if not records.holds_on(self.store, instance_uuid, host):
                     LOG.info("stale_build_result_ignored")
@@ -976,6 +984,11 @@ class BootReport:
         return sum(1 for r in self.instances if r.fault == NoValidHost.USER_MESSAGE)
 
     @property
+    def lost(self) -> int:
+        """Instances whose record vanished with nothing running them."""
+        return sum(1 for r in self.instances if r.state == ERROR and r.fault == LOST_FAULT)
+
+    @property
     def redriven(self) -> int:
         """Instances whose request the conductor had to send again."""
         return sum(1 for r in self.instances if r.redrives)
@@ -988,6 +1001,7 @@ class BootReport:
                 "rescheduled": self.rescheduled,
                 "no_valid_host": self.no_valid_host,
                 "redriven": self.redriven,
+                "lost": self.lost,
                 "seconds": round(self.seconds, 3),
                 "requests": self.requests,
                 "timed_out": self.timed_out,
@@ -1022,12 +1036,14 @@ class Booter:
         compute: ComputeClient,
         build_timeout: float = 120.0,
         return_alternates: bool = True,
+        lost_after: float = 300.0,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.compute = compute
         self.build_timeout = build_timeout
         self.return_alternates = return_alternates
+        self.lost_after = lost_after
         self.requests = 0
 
     def boot(
@@ -1106,15 +1122,67 @@ class Booter:
     def wait(
         self, uuids: Sequence[str], timeout: float, started: float, poll: float = 0.1
     ) -> BootReport:
+        """Wait until every instance is in a final state, or ``timeout``.
+
+        A record that vanished from the store (a store that went back in
+        time) is given ``lost_after`` seconds to come back (the reconciler
+        re-creates the record of a VM a compute runs); past that, nothing runs
+        it: it is written back in ERROR with :data:`~conductor_stub.reconcile.LOST_FAULT`,
+        reported lost, and counted by ``scheduler-admin audit`` (the store is
+        where both the boot client and the audit find it, with no new kind of
+        key: the record is the instance's as any other). A store that does not
+        answer is asked again until the timeout."""
         deadline = time.monotonic() + timeout
+        missing_since: dict[str, float] = {}
         while True:
-            records = self.store.list_instances(uuids)
-            done = all(r.state in FINAL_STATES for r in records) and len(records) == len(uuids)
-            if done or time.monotonic() >= deadline:
+            try:
+                found = self.store.list_instances(uuids)
+            except StoreUnavailable as exc:  # the store restarts: ask again
+                if time.monotonic() >= deadline:
+                    raise
+                LOG.warning("boot_wait_store_unavailable", error=exc.message)
+                time.sleep(max(poll, 0.5))
+                continue
+            now = time.monotonic()
+            have = {r.uuid for r in found}
+            for uuid in uuids:
+                if uuid in have:
+                    missing_since.pop(uuid, None)
+                else:
+                    missing_since.setdefault(uuid, now)
+            vanished = [u for u, t in missing_since.items() if now - t >= self.lost_after]
+            if vanished:
+                self._record_lost(vanished)
+                missing_since = {u: t for u, t in missing_since.items() if u not in vanished}
+                continue
+            done = len(found) == len(uuids) and all(r.state in FINAL_STATES for r in found)
+            if done or now >= deadline:
                 return BootReport(
-                    instances=records,
-                    seconds=time.monotonic() - started,
+                    instances=found,
+                    seconds=now - started,
                     requests=self.requests,
                     timed_out=not done,
                 )
             time.sleep(poll)
+
+    def _record_lost(self, uuids: Sequence[str]) -> None:
+        """Write back in ERROR the records that vanished (one re-created meanwhile
+        is kept as it is: the write is set-if-absent)."""
+        now = time.time()
+        self.store.create_instances(
+            InstanceRecord(
+                uuid=u,
+                state=ERROR,
+                task_state=None,
+                fault=LOST_FAULT,
+                fault_details=(
+                    f"the record vanished from the store and was not re-created within "
+                    f"{self.lost_after:g} s (no compute reported running it)"
+                ),
+                created_at=now,
+                updated_at=now,
+            )
+            for u in uuids
+        )
+        for u in uuids:
+            LOG.warning("instance_lost", instance_uuid=u)

@@ -450,6 +450,45 @@ conductor_opts = [
         "the conductor asks the scheduler again (select_destinations, with the "
         "hosts already tried ignored), up to [scheduler] max_attempts hosts.",
     ),
+    cfg.FloatOpt(
+        "reconcile_interval",
+        default=60.0,
+        min=0.1,
+        help="Seconds between the conductor's reconciliations: its compute reports, "
+        "instance records and allocations compared, and what disagrees repaired (a "
+        "VM no live record keeps on its host reaped, a record the store lost "
+        "re-created from the report, a missing allocation healed, an orphaned one "
+        "released). Each action is logged (reconcile_action) and counted; "
+        "scheduler-admin audit runs the same comparison once.\n\n"
+        "Related options: orphan_grace, report_max_age.",
+    ),
+    cfg.FloatOpt(
+        "orphan_grace",
+        default=120.0,
+        min=0.0,
+        help="Seconds a disagreement must persist, seen on every reconciliation, "
+        "before it is acted on (and before scheduler-admin audit --fix acts on "
+        "it), so that nothing in flight is mistaken for a leak. Kept in the "
+        "conductor's memory: a restarted conductor starts every grace again.\n\n"
+        "Related options: reconcile_interval.",
+    ),
+    cfg.FloatOpt(
+        "report_max_age",
+        default=60.0,
+        min=0.1,
+        help="Seconds after which a compute's report of the VMs it runs is stale and "
+        "not reconciled (its host is down: evacuation's business, not the "
+        "reconciler's). Keep it a few times [compute] report_interval.\n\n"
+        "Related options: reconcile_interval.",
+    ),
+    cfg.PortOpt(
+        "health_port",
+        default=0,
+        help="Port of the conductor's health (/healthz) and Prometheus (/metrics) "
+        "endpoint, on [scheduler] health_listen; 0 turns it off. /metrics counts "
+        "the reconciler's actions per kind (conductor_reconcile_actions_total, "
+        "kind overcommit for the healed allocations that overcommit a host).",
+    ),
 ]
 
 

@@ -26,6 +26,11 @@ then moves every instance ACTIVE there to other hosts by cold migration
 (confirmed) or live migration, a few at a time
 (:mod:`conductor_stub.drain`), and reports what moved and what could not.
 
+``scheduler-admin audit [--fix] [--grace S]`` runs the conductor's
+reconciliation once (:mod:`conductor_stub.reconcile`): each finding in one
+line and the counts per kind; ``--fix`` compares again after the grace and
+repairs what was found both times. Exit status 1 when something is found.
+
 Every command takes ``--json`` for one JSON document instead of text.
 """
 
@@ -36,8 +41,9 @@ import json
 import sys
 import time
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import oslo_messaging
@@ -63,7 +69,8 @@ from scheduler.store import PlacementReader, Provider, Service, ServiceStore, St
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
     "the hosts hold (hosts), what became of an instance (instance show); take a host out "
-    "of scheduling and back (host disable, host enable) or empty it (host drain)."
+    "of scheduling and back (host disable, host enable) or empty it (host drain); "
+    "compare what the computes run with the store, and repair (audit [--fix])."
 )
 
 #: Exit status of ``explain``: the request would be placed / would not be.
@@ -323,12 +330,53 @@ def _add_commands(subparsers: Any) -> None:
         help="Print one JSON object (per-instance list and summary) instead of the lines.",
     )
 
+    audit = subparsers.add_parser(
+        "audit",
+        help="Compare what the computes report they run with the records and "
+        "allocations; --fix repairs.",
+        description="Run the conductor's reconciliation once (conductor_stub.reconcile): "
+        "the computes' fresh reports of the VMs they run against the instance records "
+        "and the allocations. Prints one line per finding (kind, instance or consumer, "
+        "host, action, reason) and the counts per kind: stray_vm (runs where no live "
+        "record keeps it: reap), lost_record (runs with no record: re-create it), "
+        "missing_allocation (heal), orphan_allocation (no one's: release), lost_boot "
+        "(a record the boot client saw vanish, kept in ERROR: counted only). --fix "
+        "compares, waits the grace, compares again and repairs what was found both "
+        "times (a healed allocation that overcommits its host says so).",
+        epilog="exit status: 0 nothing found (with --fix: nothing left unrepaired), 1 "
+        "something found (lost_boot records count until they are deleted), 2 the "
+        "command failed.",
+    )
+    audit.add_argument(
+        "--fix",
+        action="store_true",
+        help="Repair what persists past the grace (reap casts need the broker).",
+    )
+    audit.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        metavar="S",
+        help="Seconds a finding must persist before --fix acts on it (default: "
+        "[conductor] orphan_grace; 0 acts on the first comparison).",
+    )
+    audit.add_argument("--json", action="store_true", help="Print the findings as JSON.")
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
 
 command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="explain | hosts | instance show | host disable | host enable | host drain",
+    help="explain | hosts | instance show | host disable | host enable | host drain | audit",
 )
 
 
@@ -924,6 +972,60 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     return report.exit_code
 
 
+# --- audit --------------------------------------------------------------------------
+
+
+def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
+    """The reconciliation once (:mod:`conductor_stub.reconcile`); with --fix, twice,
+    the grace apart, repairing what the second found that the first did too.
+    (Imported here, as for the drain: conductor_stub imports this module.)"""
+    from conductor_stub.cmd import reconcile_settings
+    from conductor_stub.reconcile import SKIPPED, Reconciler, format_counts
+
+    args = conf.command
+    settings = reconcile_settings(conf)
+    if args.grace is not None:
+        settings = replace(settings, orphan_grace=args.grace)
+    transport = rpc.get_transport(conf) if args.fix else None
+    try:
+        compute = rpc.ComputeClient(transport, ServiceResolver(store)) if transport else None
+        reconciler = Reconciler(store, compute, settings)
+        findings = reconciler.audit()
+        if args.fix:
+            if findings and settings.orphan_grace > 0:
+                time.sleep(settings.orphan_grace)
+                findings = reconciler.audit()
+            findings = reconciler.repair(findings)
+    finally:
+        if transport is not None:
+            transport.cleanup()
+    # What is left: every finding, but those repaired or found settled by --fix.
+    left = [f for f in findings if not f.repaired and f.outcome != SKIPPED]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "findings": [f.to_primitive() for f in findings],
+                    "counts": dict(Counter(f.kind for f in findings)),
+                    "repaired": dict(reconciler.counts),
+                }
+            )
+        )
+    else:
+        for finding in findings:
+            print(finding.line())
+        print(format_counts(findings))
+        if args.fix:
+            print(
+                "repaired: "
+                + (
+                    ", ".join(f"{k}={n}" for k, n in sorted(reconciler.counts.items()))
+                    or "nothing"
+                )
+            )
+    return 1 if left else 0
+
+
 # --- main ---------------------------------------------------------------------------
 
 
@@ -939,6 +1041,8 @@ def run(conf: cfg.ConfigOpts) -> int:
             return _host_drain(conf, store)
         if command == "host":
             return _host_set(conf, store)
+        if command == "audit":
+            return _audit(conf, store)
         return _instance_show(conf, store)
     finally:
         store.close()

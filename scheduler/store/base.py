@@ -190,6 +190,34 @@ class PlacementStore(PlacementReader, Protocol):
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
         """Members per host of a server group, from the live allocations."""
 
+    # what the reconciler reads and writes
+
+    @abc.abstractmethod
+    def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
+        """Every consumer holding allocations, read ``batch`` at a time (HSCAN,
+        like :meth:`ServiceStore.instance_reports`), in no set order, each once:
+        what the reconciler walks, so that no one command holds the store. One
+        written or released during the scan may be seen or not."""
+
+    @abc.abstractmethod
+    def heal_allocation(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
+        """Write the allocation of a consumer that holds none, WITHOUT the
+        capacity and unit checks of :meth:`claim`: what a compute really runs is
+        accounted for even where it does not fit (``heal_allocations``). Usage,
+        generations and the feed change as for a claim; with ``group`` the
+        consumer becomes a member on ``group.host`` (no policy check: it runs
+        there already).
+
+        Returns True when the allocation takes some provider past its capacity
+        (the caller must say so: it is never silent), else False.
+        :class:`ConsumerDeleted` if the uuid is fenced, :class:`ConsumerConflict`
+        if the consumer holds any allocation (nothing to heal),
+        :class:`ProviderNotFound` / :class:`NoSuchInventory` as for a claim; then
+        nothing is written.
+        """
+
 
 class ChangeFeed(PlacementReader, Protocol):
     """What a host view reads: one load, the deltas after it, heartbeats; and a

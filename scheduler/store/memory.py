@@ -35,6 +35,7 @@ from scheduler.exceptions import (
     GenerationConflict,
     InstanceNotFound,
     InventoryInUse,
+    NoSuchInventory,
     NotFound,
     ProviderExists,
     ProviderNotFound,
@@ -225,17 +226,27 @@ class MemoryStore(Store):
                 for rc, amount in allocations[rp].items():
                     usages[rc] = usages.get(rc, 0) + amount
                 self._set_usage(provider, usages, provider.consumers + 1)
-            self._consumers[consumer_uuid] = Consumer(
-                uuid=consumer_uuid,
-                allocations=MappingProxyType(
-                    {rp: MappingProxyType(res) for rp, res in allocations.items()}
-                ),
-                project_id=request.project_id,
-                user_id=request.user_id,
-                group_uuid=group.group_uuid if group else None,
-                host=group.host if group else None,
-            )
+            self._hold(consumer_uuid, allocations, request, group)
             return True
+
+    def _hold(
+        self,
+        consumer_uuid: str,
+        allocations: dict[str, dict[str, int]],
+        request: AllocationRequest,
+        group: GroupClaim | None,
+    ) -> None:
+        """Record what a consumer now holds (its usage is written by the caller)."""
+        self._consumers[consumer_uuid] = Consumer(
+            uuid=consumer_uuid,
+            allocations=MappingProxyType(
+                {rp: MappingProxyType(res) for rp, res in allocations.items()}
+            ),
+            project_id=request.project_id,
+            user_id=request.user_id,
+            group_uuid=group.group_uuid if group else None,
+            host=group.host if group else None,
+        )
 
     def _join_group(self, group: GroupClaim) -> None:
         """Check the strict policies, then count the new member."""
@@ -342,6 +353,40 @@ class MemoryStore(Store):
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
         with self._lock:
             return dict(self._groups.get(group_uuid, {}))
+
+    def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
+        with self._lock:  # immutable records: a copy of the references
+            consumers = list(self._consumers.values())
+        yield from consumers
+
+    def heal_allocation(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
+        check_allocation_request(request)
+        allocations = {rp: dict(res) for rp, res in request.allocations.items()}
+        with self._lock:
+            if self._fenced(consumer_uuid) is not None:
+                raise ConsumerDeleted(consumer=consumer_uuid)
+            if consumer_uuid in self._consumers:
+                raise ConsumerConflict(consumer=consumer_uuid)
+            for rp in sorted(allocations):
+                provider = self._get(rp)
+                for rc in sorted(allocations[rp]):
+                    if rc not in provider.inventories:
+                        raise NoSuchInventory(uuid=rp, rc=rc)
+            over = False
+            for rp in sorted(allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in allocations[rp].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+                    over = over or usages[rc] > provider.inventories[rc].capacity
+                self._set_usage(provider, usages, provider.consumers + 1)
+            if group is not None:
+                members = self._groups.setdefault(group.group_uuid, {})
+                members[group.host] = members.get(group.host, 0) + 1
+            self._hold(consumer_uuid, allocations, request, group)
+            return over
 
     # change feed
 

@@ -518,6 +518,14 @@ class RedisStore(Store):
     def claim(
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
+        keys, args = self._allocation_call(consumer_uuid, request, group)
+        return bool(self._scripts.claim(keys=keys, args=args))
+
+    def _allocation_call(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """The KEYS and ARGV of a script that writes a consumer's allocations
+        (``claim``, ``heal_allocation``: see their comments in scripts.py)."""
         check_allocation_request(request)
         allocations = json.dumps({rp: dict(res) for rp, res in request.allocations.items()})
         group_args = (
@@ -531,19 +539,16 @@ class RedisStore(Store):
                 group.own_consumer or "",
             )
         )
-        return bool(
-            self._scripts.claim(
-                keys=(*self._alloc_keys, self.keys.deleted_record(consumer_uuid)),
-                args=(
-                    self._maxlen,
-                    consumer_uuid,
-                    allocations,
-                    request.project_id,
-                    request.user_id,
-                    *group_args,
-                ),
-            )
+        keys = (*self._alloc_keys, self.keys.deleted_record(consumer_uuid))
+        args = (
+            self._maxlen,
+            consumer_uuid,
+            allocations,
+            request.project_id,
+            request.user_id,
+            *group_args,
         )
+        return keys, args
 
     @_translated
     def release(self, consumer_uuid: str) -> bool:
@@ -583,6 +588,31 @@ class RedisStore(Store):
             raw,
             f"{self.keys.groups}[{group_uuid}]",
         )
+
+    def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
+        seen: set[str] = set()  # HSCAN may return a field twice (a rehash)
+        cursor = 0
+        while True:
+            cursor, page = self._scan_hash(self.keys.consumers, cursor, batch)
+            for consumer in _each(_consumer, sorted(page.items()), self.keys.consumers):
+                if consumer.uuid not in seen:
+                    seen.add(consumer.uuid)
+                    yield consumer
+            if cursor == 0:
+                return
+
+    @_translated
+    def _scan_hash(self, key: str, cursor: int, batch: int) -> tuple[int, dict[str, str]]:
+        """One HSCAN page of a hash: the next cursor (0: done) and its fields."""
+        found, page = self._client.hscan(key, cursor, count=batch)
+        return int(found), cast("dict[str, str]", page)
+
+    @_translated
+    def heal_allocation(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
+        keys, args = self._allocation_call(consumer_uuid, request, group)
+        return bool(self._scripts.heal_allocation(keys=keys, args=args))
 
     # change feed
 

@@ -70,6 +70,15 @@ local function save_service(s)
 end
 """
 
+_SAVE_CONSUMER = """
+local function save_consumer(consumer, allocations, group, host)
+  redis.call('HSET', KEYS[3], consumer, cjson.encode({
+    uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
+    generation = 1, group_uuid = group ~= '' and group or nil,
+    host = group ~= '' and host or nil}))
+end
+"""
+
 _STREAM_INFO = """
 local function stream_info(stream)
   local flat = redis.call('XINFO', 'STREAM', stream)
@@ -93,6 +102,7 @@ CLAIM = (
     + _FEED
     + _SORTED_KEYS
     + _SAVE_USAGE
+    + _SAVE_CONSUMER
     + """
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -184,10 +194,7 @@ for _, rp in ipairs(rps) do
   p.generation = p.generation + 1
   save_usage(KEYS[2], rp, p)
 end
-redis.call('HSET', KEYS[3], consumer, cjson.encode({
-  uuid = consumer, allocations = allocations, project_id = ARGV[4], user_id = ARGV[5],
-  generation = 1, group_uuid = group ~= '' and group or nil,
-  host = group ~= '' and host or nil}))
+save_consumer(consumer, allocations, group, host)
 return 1
 """
 )
@@ -287,6 +294,66 @@ source.generation = 1
 redis.call('HSET', KEYS[3], ARGV[3], cjson.encode(source))
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
+"""
+)
+
+#: Write the allocation of a consumer that holds none, with no capacity or unit
+#: check (the reconciler accounts for a VM a compute really runs: it is there
+#: whether it fits or not). KEYS: changes, providers, consumers, groups, the
+#: consumer's delete fence. ARGV: as for CLAIM (the policy, its limit and the
+#: own consumer unused: no policy is checked). Returns 1 when some provider is
+#: now past its capacity, else 0.
+HEAL_ALLOCATION = (
+    _FAIL
+    + _FEED
+    + _SORTED_KEYS
+    + _SAVE_USAGE
+    + _SAVE_CONSUMER
+    + """
+local consumer = ARGV[2]
+local allocations = cjson.decode(ARGV[3])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return fail('ConsumerDeleted', {consumer = consumer})
+end
+if redis.call('HEXISTS', KEYS[3], consumer) == 1 then
+  return fail('ConsumerConflict', {consumer = consumer})
+end
+local rps = sorted_keys(allocations)
+local providers = {}
+for _, rp in ipairs(rps) do
+  local raw = redis.call('HGET', KEYS[2], rp)
+  if not raw then return fail('ProviderNotFound', {ident = rp}) end
+  local p = cjson.decode(raw)
+  p.inv = cjson.decode(p.inventories)
+  for _, rc in ipairs(sorted_keys(allocations[rp])) do
+    if not p.inv[rc] then return fail('NoSuchInventory', {uuid = rp, rc = rc}) end
+  end
+  providers[rp] = p
+end
+local over = 0
+for _, rp in ipairs(rps) do
+  local p = providers[rp]
+  for rc, amount in pairs(allocations[rp]) do
+    p.usages[rc] = (p.usages[rc] or 0) + amount
+    local inv = p.inv[rc]
+    local capacity = (inv.total - inv.reserved) * inv.allocation_ratio
+    capacity = capacity >= 0 and math.floor(capacity) or math.ceil(capacity)
+    if p.usages[rc] > capacity then over = 1 end
+  end
+  p.inv = nil
+  p.consumers = p.consumers + 1
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+local group, host = ARGV[6], ARGV[8]
+if group ~= '' then
+  local raw = redis.call('HGET', KEYS[4], group)
+  local members = raw and cjson.decode(raw) or {}
+  members[host] = (members[host] or 0) + 1
+  redis.call('HSET', KEYS[4], group, cjson.encode(members))
+end
+save_consumer(consumer, allocations, group, host)
+return over
 """
 )
 
@@ -540,7 +607,8 @@ return {cursor, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
 #: Returns the entries after the cursor. StreamTruncated when entries after
 #: the cursor may have been trimmed (something was trimmed and the cursor is
 #: older than the first entry kept), or when the cursor is not from this
-#: stream (newer than its last id, or the stream is gone: the data was lost).
+#: stream (newer than its last id, no longer one of its entries, or the stream
+#: is gone: the data was lost, the store went back in time).
 CHANGES = (
     _FAIL
     + _STREAM_INFO
@@ -563,6 +631,13 @@ local last = info['last-generated-id']
 local first = info['length'] > 0 and info['recorded-first-entry-id'] or last
 local trimmed = info['entries-added'] > info['length']
 if older(last, cursor) or (trimmed and older(cursor, first)) then
+  return fail('StreamTruncated', {cursor = cursor})
+end
+-- A cursor this stream issued and has not trimmed is one of its entries: one
+-- that is missing went with data the store lost (it went back in time, and
+-- has been written to since), so what the reader holds is no longer the store.
+if cursor ~= '0-0' and not older(cursor, first)
+    and #redis.call('XRANGE', KEYS[1], cursor, cursor) == 0 then
   return fail('StreamTruncated', {cursor = cursor})
 end
 return redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', ARGV[2])
@@ -840,6 +915,7 @@ class Scripts:
     index_deadlines: Script
     start_delete: Script
     finish_delete: Script
+    heal_allocation: Script
     mark_down: Script
 
     @classmethod
@@ -864,5 +940,6 @@ class Scripts:
             index_deadlines=client.register_script(INDEX_DEADLINES),
             start_delete=client.register_script(START_DELETE),
             finish_delete=client.register_script(FINISH_DELETE),
+            heal_allocation=client.register_script(HEAL_ALLOCATION),
             mark_down=client.register_script(MARK_DOWN),
         )

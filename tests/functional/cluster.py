@@ -20,22 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conductor_stub.reconcile import MOVE_STATES
 from scheduler.objects import (
     ACTIVE,
     DELETED,
+    FINAL_STATES,
     MIGRATING,
-    REBUILDING,
-    RESIZED,
-    RESIZING,
     SHELVED_OFFLOADED,
     InstanceRecord,
     RequestSpec,
 )
 from scheduler.store import Store, open_store
-
-#: The states in which an instance's migration may hold an allocation (the
-#: source's, parked while the instance moves).
-MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
 
 RABBIT_HOST = os.environ.get("SCHEDULER_TEST_RABBIT_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SCHEDULER_TEST_RABBIT_PORT", "5672"))
@@ -189,7 +184,7 @@ class Cluster:
                 "rpc_response_timeout": 30,
             },
             "redis": {"url": REDIS_URL, "key_prefix": self.prefix},
-            "compute": {"heartbeat_interval": 2},
+            "compute": {"heartbeat_interval": 2, "report_interval": 1},
         }
         for group, values in self.extra_conf.items():
             conf.setdefault(group, {}).update(values)
@@ -307,7 +302,11 @@ class Cluster:
         * an ACTIVE instance with nothing in flight holds exactly its flavor's
           resources, under its host, no migration of it holds anything, and its
           VM runs nowhere else; one a live migration reached (a simulator logged
-          its destination's pre-check) runs there if that host's simulator runs.
+          its destination's pre-check) runs there if that host's simulator runs;
+        * from the computes' reports, where they exist (:meth:`_check_reports`):
+          every VM reported has a live record placing it on that host and an
+          allocation there, no allocation is without a record (or a move), and
+          nothing is reported on two hosts outside a move.
         """
         consumers = self.store.list_consumers()
         summed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -327,7 +326,8 @@ class Cluster:
         two = {uuid: hosts for uuid, hosts in running.items() if len(hosts) > 1}
         assert not two, f"VMs running on two hosts: {two}"
         held = {c.uuid: c for c in consumers}
-        moving = [r for r in self.store.scan_instances() if r.migration_uuid in held]
+        scanned = {r.uuid: r for r in self.store.scan_instances()}
+        moving = [r for r in scanned.values() if r.migration_uuid in held]
         for record in moving:
             assert record.state in MOVE_STATES, (
                 f"migration {record.migration_uuid} of {record.state} {record.uuid} holds "
@@ -370,6 +370,57 @@ class Cluster:
                 group_uuid,
                 hosts,
             )
+        self._check_reports(held, {**scanned, **{r.uuid: r for r in records}}, running)
+
+    def _check_reports(
+        self,
+        held: dict[str, Any],
+        records: dict[str, InstanceRecord],
+        running: dict[str, set[str]],
+    ) -> None:
+        """The invariants the computes' reports of what they run give, where
+        reports exist (a report of a live, unpaused simulator, for a VM its log
+        says still runs there: a report lags what it reports by up to an
+        interval):
+
+        * every VM a compute reports has a live record placing it on that host
+          and an allocation there (a record changed since the report, or in a
+          non-final state, is in flight and not judged);
+        * no allocation without a record (or a move in flight holding it as its
+          migration);
+        * nothing reported on two hosts outside a move.
+        """
+        live_sims = {p.name for p in self.processes if p.popen.poll() is None and not p.paused}
+        migrations = {r.migration_uuid for r in records.values() if r.state in MOVE_STATES}
+        unknown = sorted(set(held) - set(records) - migrations)
+        tombs = {r.uuid for r in self.store.list_instances(unknown)}
+        orphans = [u for u in unknown if u not in tombs]
+        assert not orphans, f"allocations with no record: {orphans}"
+        reported: dict[str, set[str]] = defaultdict(set)
+        for report in self.store.instance_reports():
+            if report.host.rsplit("-", 1)[0] not in live_sims:
+                continue
+            for vm in report.instances:
+                if report.host not in running.get(vm.uuid, set()):
+                    continue  # gone since the report
+                record = records.get(vm.uuid)
+                if record is not None and record.updated_at >= report.reported_at:
+                    continue  # changed since the report
+                if vm.migration_uuid is None:
+                    reported[vm.uuid].add(report.host)
+                where = (vm.uuid, report.host)
+                assert record is not None, f"VM runs with no record: {where}"
+                if record.state not in FINAL_STATES:
+                    continue
+                assert record.state == ACTIVE and record.host == report.host, (
+                    f"VM runs where no live record keeps it: {where}, record "
+                    f"{record.state} on {record.host}"
+                )
+                assert report.host in self._hosts_of(held, vm.uuid), (
+                    f"VM runs with no allocation there: {where}"
+                )
+        two = {uuid: hosts for uuid, hosts in reported.items() if len(hosts) > 1}
+        assert not two, f"VMs reported on two hosts outside a move: {two}"
 
     def _hosts_of(self, held: dict[str, Any], consumer_uuid: str | None) -> set[str]:
         """The hosts (provider tree roots) a consumer's allocation is on."""

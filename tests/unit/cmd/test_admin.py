@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +28,7 @@ from scheduler.explain import (
     WeigherShare,
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
-from scheduler.store import MemoryStore
+from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.base import Inventory, Provider, Service
 from tests.unit.factories import host, populate, uuid_of
 
@@ -893,3 +894,84 @@ def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
     assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
     full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
     assert "  zone           az1" in full and "  request        req-9" in full
+
+
+# --- audit --------------------------------------------------------------------------
+
+
+def audit_conf(*argv: str) -> SimpleNamespace:
+    command = explain_parser().parse_args(["audit", *argv])
+    return SimpleNamespace(
+        command=command,
+        conductor=SimpleNamespace(reconcile_interval=1.0, orphan_grace=0.0, report_max_age=60.0),
+    )
+
+
+class Transport:
+    cleaned = False
+
+    def cleanup(self) -> None:
+        self.cleaned = True
+
+
+@pytest.fixture
+def fixable(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """``audit --fix`` with no broker: the transport and compute client stand-ins."""
+    reaped: list[tuple[str, str]] = []
+
+    class Compute:
+        def __init__(self, *args: Any) -> None:
+            pass
+
+        def reap_instance(self, ctxt: Any, host: str, uuid: str, reason: str) -> None:
+            reaped.append((host, uuid))
+
+    monkeypatch.setattr(admin.rpc, "get_transport", lambda conf: Transport())
+    monkeypatch.setattr(admin.rpc, "ComputeClient", Compute)
+    return reaped
+
+
+def test_audit_prints_each_finding_and_the_counts_and_exits_1(
+    one_host: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    orphan = uuid_of("orphan")
+    root = one_host.get_provider_by_name("cmp-a").uuid
+    one_host.claim(orphan, AllocationRequest({root: {"VCPU": 1}}, "p", "u"))
+    assert admin._audit(audit_conf(), one_host) == 1  # type: ignore[arg-type]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["orphan_allocation", orphan, "host=cmp-a"]
+    assert "action=release (due)" in lines[0] and "no record holds it" in lines[0]
+    assert lines[-1] == (
+        "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0"
+    )
+    assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
+
+
+def test_audit_fix_repairs_then_finds_nothing(
+    one_host: MemoryStore, capsys: pytest.CaptureFixture[str], fixable: list[tuple[str, str]]
+) -> None:
+    orphan, stray = uuid_of("orphan"), uuid_of("stray")
+    root = one_host.get_provider_by_name("cmp-a").uuid
+    one_host.claim(orphan, AllocationRequest({root: {"VCPU": 1}}, "p", "u"))
+    one_host.create_instances([InstanceRecord(uuid=stray, state="ERROR", task_state=None)])
+    one_host.report_instances(
+        [InstanceReport("cmp-a", time.time() + 1, (RunningInstance(stray, {"VCPU": 1}),))]
+    )
+    assert admin._audit(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
+    out = json.loads(capsys.readouterr().out)
+    assert out["repaired"] == {"orphan_allocation": 1, "stray_vm": 1}
+    assert {(f["kind"], f["outcome"]) for f in out["findings"]} == {
+        ("orphan_allocation", "released"),
+        ("stray_vm", "reap cast"),
+    }
+    assert fixable == [("cmp-a", stray)]
+    assert one_host.get_consumer(orphan) is None
+    one_host.report_instances([InstanceReport("cmp-a", time.time() + 1, ())])  # reaped
+    assert admin._audit(audit_conf(), one_host) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr().out.strip().startswith("findings: stray_vm=0")
+
+
+def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        audit_conf("--fix", "--grace", "-1")
+    assert "--grace: must be 0 or more, got -1" in capsys.readouterr().err

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import structlog
 
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
@@ -691,3 +693,14 @@ def test_a_failed_reschedule_tells_the_user_only_the_generic_reason(
     assert (record.state, record.fault) == (state, fault)
     assert not [h for h in HOSTS if h in (record.fault or "")], record.fault
     assert details in (record.fault_details or ""), record.fault_details
+
+
+def test_a_build_result_for_an_instance_with_no_record_is_one_warning() -> None:
+    store = cloud("h1")
+    conductor, _ = endpoint(store)
+    with structlog.testing.capture_logs() as logs:
+        conductor.build_succeeded(CTXT, str(uuidlib.uuid4()), "h1", "h1")
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("build_result_for_unknown_instance", "warning")
+    ]
+    assert store.list_instances() == []

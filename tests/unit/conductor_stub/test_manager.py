@@ -3,12 +3,14 @@ user reads only generic faults while the admin details say what happened."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import oslo_messaging
 import pytest
 
 from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.reconcile import LOST_FAULT
 from scheduler.exceptions import (
     Forbidden,
     InternalError,
@@ -262,6 +264,48 @@ def test_select_destinations_mode_leaves_the_instances_to_the_redrive(error: Exc
     records = store.list_instances(uuids)
     assert [(r.state, r.fault) for r in records] == [("BUILDING", None)] * 2
     assert all(r.deadline is not None for r in records)
+
+
+class Accepting:
+    """A scheduler that takes every run_instance and answers nothing."""
+
+    def run_instance(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_a_boot_whose_records_vanished_reports_them_lost_not_a_hang() -> None:
+    store = _store()
+    booter = Booter(store, Accepting(), Compute(), lost_after=0.3)  # type: ignore[arg-type]
+    uuids = booter.boot(CTXT, spec().flavor, 3)
+    kept, *gone = uuids
+    store.update_instance(kept, state="ACTIVE", task_state=None)
+    for uuid in gone:  # the store went back to before they were written
+        store._instances.pop(uuid)
+    report = booter.wait(uuids, timeout=30.0, started=0.0, poll=0.05)
+    assert not report.timed_out and report.lost == 2
+    lost = {r.uuid: r for r in store.list_instances(gone)}
+    assert {(r.state, r.fault) for r in lost.values()} == {(ERROR, LOST_FAULT)}
+    assert report.to_primitive()["summary"]["lost"] == 2
+
+
+def test_a_vanished_record_that_comes_back_is_not_lost() -> None:
+    store = _store()
+    booter = Booter(store, Accepting(), Compute(), lost_after=30.0)  # type: ignore[arg-type]
+    [uuid] = booter.boot(CTXT, spec().flavor, 1)
+    record = store._instances.pop(uuid)
+    recovered = False
+
+    def poll_back(*args: Any) -> list[InstanceRecord]:
+        nonlocal recovered
+        if not recovered:  # the reconciler re-created it from a compute's report
+            recovered = True
+            return []
+        store.create_instances([replace(record, state="ACTIVE", task_state=None)])
+        return MemoryStore.list_instances(store, *args)
+
+    store.list_instances = poll_back  # type: ignore[method-assign]
+    report = booter.wait([uuid], timeout=5.0, started=0.0, poll=0.01)
+    assert (report.lost, report.timed_out, report.by_state) == (0, False, {"ACTIVE": 1})
 
 
 @pytest.mark.parametrize("per_request", [0, MAX_INSTANCES_PER_REQUEST + 1])

@@ -556,6 +556,64 @@ def test_release_of_an_unknown_consumer(store: Store) -> None:
     assert store.release(new_uuid()) is False
 
 
+# --- what the reconciler reads and writes ----------------------------------------------
+
+
+def test_scan_consumers_yields_every_consumer_once_a_batch_at_a_time(store: Store) -> None:
+    assert list(store.scan_consumers()) == []
+    p = make_host(store, inventories={"VCPU": Inventory(total=5000)})
+    uuids = {new_uuid() for _ in range(1200)}
+    for uuid in uuids:
+        store.claim(uuid, ask({p.uuid: {"VCPU": 1}}))
+    scanned = list(store.scan_consumers(batch=100))
+    assert sorted(c.uuid for c in scanned) == sorted(uuids)
+    assert sorted(scanned, key=lambda c: c.uuid) == store.list_consumers()
+
+
+def test_heal_writes_an_allocation_past_capacity_and_says_so(store: Store) -> None:
+    p = make_host(store, "h1", inventories={"VCPU": Inventory(total=2)})
+    fits, over, group = new_uuid(), new_uuid(), new_uuid()
+    cursor = store.compact_snapshot().cursor
+    assert store.heal_allocation(fits, ask({p.uuid: {"VCPU": 2}})) is False
+    # No capacity check: a VM that runs is accounted for, and the overcommit told.
+    member = GroupClaim(group, "anti-affinity", "h1")
+    assert store.heal_allocation(over, ask({p.uuid: {"VCPU": 1}}), member) is True
+    after = store.get_provider(p.uuid)
+    assert dict(after.usages) == {"VCPU": 3}
+    assert after.consumers == 2 and after.generation == p.generation + 2
+    assert store.group_hosts(group) == {"h1": 1}
+    held = store.get_consumer(over)
+    assert held is not None and held.group_uuid == group and held.host == "h1"
+    assert dict(held.allocations[p.uuid]) == {"VCPU": 1}
+    fed = store.changes(cursor)
+    assert [(c.kind, c.data["usages"]) for c in fed] == [
+        ("usage", {"VCPU": 2}),
+        ("usage", {"VCPU": 3}),
+    ]
+    # Released like any other.
+    assert store.release(over) is True
+    assert dict(store.get_provider(p.uuid).usages) == {"VCPU": 2}
+    assert store.group_hosts(group) == {}
+
+
+def test_heal_refuses_a_holder_a_fenced_uuid_and_unknown_inventory(store: Store) -> None:
+    p = make_host(store, inventories={"VCPU": Inventory(total=2)})
+    held, fenced = new_uuid(), new_uuid()
+    store.claim(held, ask({p.uuid: {"VCPU": 1}}))
+    with pytest.raises(ConsumerConflict):
+        store.heal_allocation(held, ask({p.uuid: {"VCPU": 1}}))
+    store.create_instances([InstanceRecord(uuid=fenced)])
+    store.start_delete(fenced)
+    with pytest.raises(ConsumerDeleted):
+        store.heal_allocation(fenced, ask({p.uuid: {"VCPU": 1}}))
+    with pytest.raises(NoSuchInventory):
+        store.heal_allocation(new_uuid(), ask({p.uuid: {"VCPU": 1, "DISK_GB": 1}}))
+    with pytest.raises(ProviderNotFound):
+        store.heal_allocation(new_uuid(), ask({new_uuid(): {"VCPU": 1}}))
+    assert dict(store.get_provider(p.uuid).usages) == {"VCPU": 1}
+    assert [c.uuid for c in store.list_consumers()] == [held]
+
+
 # --- moving allocations between consumers (resize, revert) ---------------------------
 
 

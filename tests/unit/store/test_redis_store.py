@@ -17,7 +17,7 @@ import structlog
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
-from scheduler.exceptions import CorruptRecord, StoreUnavailable
+from scheduler.exceptions import CorruptRecord, StoreUnavailable, StreamTruncated
 from scheduler.objects import ACTIVE, AllocationRequest, InstanceRecord
 from scheduler.store import MemoryStore, RedisStore, open_store
 from scheduler.store.keys import Keys
@@ -201,3 +201,21 @@ def test_sentinel_url_names_the_sentinels_service_db_and_password() -> None:
 def test_sentinel_url_needs_hosts_and_a_service(url: str) -> None:
     with pytest.raises(ValueError):
         redis_client(url)
+
+
+def test_a_cursor_the_store_lost_is_truncated_though_newer_ones_follow(
+    store: RedisStore,
+) -> None:
+    """A store gone back in time (a restored append-only file, a replica that was
+    behind) and written to since: a reader's cursor is older than the stream's
+    last id again but no longer one of its entries, so the reader reloads."""
+    p = store.create_provider(str(uuidlib.uuid4()), "h1")
+    kept = store.compact_snapshot().cursor
+    store.set_traits(p.uuid, p.generation, ["CUSTOM_A"])
+    held = store.compact_snapshot().cursor  # what a reader had read up to
+    client = redis_client(REDIS_URL)
+    client.xdel(store.keys.changes, held)  # the second the store lost
+    store.set_traits(p.uuid, p.generation + 1, ["CUSTOM_B"])  # written to since
+    with pytest.raises(StreamTruncated):
+        store.changes(held)
+    assert [c.kind for c in store.changes(kept)] == ["provider"]

@@ -1,0 +1,336 @@
+"""The reconciler against the in-memory store and hand-written reports."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from conductor_stub.reconcile import (
+    LOST_BOOT,
+    LOST_FAULT,
+    LOST_RECORD,
+    MISSING_ALLOCATION,
+    ORPHAN_ALLOCATION,
+    RECOVERED_FAULT,
+    STRAY_VM,
+    Finding,
+    Reconciler,
+    ReconcileSettings,
+    format_counts,
+)
+from scheduler.objects import (
+    ACTIVE,
+    BUILDING,
+    DELETED,
+    ERROR,
+    RESIZING,
+    SHELVED_OFFLOADED,
+    AllocationRequest,
+    Flavor,
+    InstanceRecord,
+    RequestSpec,
+    ServerGroup,
+)
+from scheduler.store import GroupClaim, InstanceReport, MemoryStore, RunningInstance
+from tests.unit.factories import host, populate
+
+TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
+AMOUNTS = {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
+GRACE = 10.0
+
+
+@dataclass
+class FakeCompute:
+    reaped: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def reap_instance(self, ctxt: Any, host: str, instance_uuid: str, reason: str) -> None:
+        self.reaped.append((host, instance_uuid, reason))
+
+
+@dataclass
+class Clock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class World:
+    store: MemoryStore
+    compute: FakeCompute
+    clock: Clock
+    reconciler: Reconciler
+
+    def root(self, name: str) -> str:
+        return self.store.get_provider_by_name(name).uuid
+
+    def record(self, state: str = ACTIVE, host: str | None = "h1", **kw: Any) -> str:
+        uuid = str(uuidlib.uuid4())
+        spec = RequestSpec(flavor=TINY, project_id="p", user_id="u", group=kw.pop("group", None))
+        self.store.create_instances(
+            [
+                InstanceRecord(
+                    uuid=uuid,
+                    state=state,
+                    task_state=None,
+                    host=host,
+                    node=host,
+                    request_spec=spec.to_primitive(),
+                    **{"updated_at": self.clock.now - 100, **kw},
+                )
+            ]
+        )
+        return uuid
+
+    def claim(self, uuid: str, name: str = "h1") -> None:
+        self.store.claim(uuid, AllocationRequest({self.root(name): AMOUNTS}, "p", "u"))
+
+    def report(self, name: str, *uuids: str, at: float | None = None) -> None:
+        vms = tuple(RunningInstance(u, AMOUNTS, "p", "u", "req-1") for u in uuids)
+        self.store.report_instances(
+            [InstanceReport(name, self.clock.now - 1 if at is None else at, vms)]
+        )
+
+    def passes(self, n: int = 1, step: float = GRACE) -> list[Finding]:
+        """``n`` passes, ``step`` seconds apart; the last one's findings."""
+        found: list[Finding] = []
+        for _ in range(n):
+            found = self.reconciler.run_once()
+            self.clock.now += step
+        return found
+
+
+@pytest.fixture
+def world() -> World:
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    populate(store, [host("h1", vcpus=8, ratios={"VCPU": 1.0}), host("h2")])
+    compute = FakeCompute()
+    settings = ReconcileSettings(interval=1.0, orphan_grace=GRACE, report_max_age=30.0)
+    return World(store, compute, clock, Reconciler(store, compute, settings, clock))
+
+
+def kinds(findings: list[Finding]) -> list[tuple[str, str, str | None]]:
+    return sorted((f.kind, f.uuid, f.host) for f in findings)
+
+
+def test_a_settled_cloud_has_no_findings(world: World) -> None:
+    uuid = world.record()
+    world.claim(uuid)
+    world.report("h1", uuid)
+    world.report("h2")
+    assert world.passes(3) == []
+    assert world.compute.reaped == []
+
+
+@pytest.mark.parametrize(
+    ("state", "where", "reason"),
+    [
+        (ERROR, None, "its instance is ERROR"),
+        (SHELVED_OFFLOADED, None, "its instance is SHELVED_OFFLOADED"),
+        (ACTIVE, "h2", "its record places it on h2"),
+    ],
+    ids=["error", "shelved", "moved-elsewhere"],
+)
+def test_a_vm_no_record_keeps_there_is_reaped_after_the_grace(
+    world: World, state: str, where: str | None, reason: str
+) -> None:
+    uuid = world.record(state, where)
+    if where:
+        world.claim(uuid, where)
+    world.report("h1", uuid)
+    [first] = world.passes(1)
+    assert (first.kind, first.host, first.reason, first.due) == (STRAY_VM, "h1", reason, False)
+    assert world.compute.reaped == []  # in its grace
+    world.report("h1", uuid)
+    before = REGISTRY.get_sample_value("conductor_reconcile_actions_total", {"kind": STRAY_VM})
+    [due] = world.passes(1)
+    assert due.due and due.outcome == "reap cast"
+    after = REGISTRY.get_sample_value("conductor_reconcile_actions_total", {"kind": STRAY_VM})
+    assert (after or 0) - (before or 0) == 1
+    assert world.compute.reaped == [("h1", uuid, reason)]
+    assert world.reconciler.counts == {STRAY_VM: 1}
+
+
+def test_a_deleted_instances_vm_is_reaped(world: World) -> None:
+    uuid = world.record(host="h1")
+    world.store.start_delete(uuid)
+    world.store.finish_delete(uuid, None, retention=1e6, now=world.clock.now, force=True)
+    assert world.store.get_instance(uuid).state == DELETED
+    world.report("h1", uuid)  # made before the delete: the VM may be gone since
+    assert world.passes(2) == []
+    world.report("h1", uuid, at=world.clock.now)  # still there after it
+    world.passes(2)
+    assert world.compute.reaped == [("h1", uuid, "its instance is DELETED")]
+
+
+def test_records_in_flight_or_changed_since_the_report_are_no_findings(world: World) -> None:
+    building = world.record(BUILDING, "h2")
+    resizing = world.record(RESIZING, "h2")
+    changed = world.record(ACTIVE, "h2", updated_at=world.clock.now)  # after the report
+    world.report("h1", building, resizing, changed)
+    assert world.passes(3) == []
+
+
+def test_a_stale_report_is_not_reconciled(world: World) -> None:
+    uuid = world.record(ERROR, None)
+    world.report("h1", uuid, at=world.clock.now - 31)
+    assert world.passes(3) == []
+
+
+def test_a_lost_record_is_recreated_from_the_report_and_its_allocation_healed(
+    world: World,
+) -> None:
+    uuid = str(uuidlib.uuid4())
+    world.report("h1", uuid)
+    [finding] = world.passes(1)
+    assert (finding.kind, finding.due) == (LOST_RECORD, False)
+    world.report("h1", uuid)
+    [finding] = world.passes(1)
+    assert finding.outcome == "recreated"
+    record = world.store.get_instance(uuid)
+    assert (record.state, record.host, record.task_state) == (ACTIVE, "h1", None)
+    assert record.fault == RECOVERED_FAULT and "report" in (record.fault_details or "")
+    assert RequestSpec.from_primitive(dict(record.request_spec or {})).resources == AMOUNTS
+    held = world.store.get_consumer(uuid)
+    assert held is not None and dict(held.allocations[world.root("h1")]) == AMOUNTS
+    world.report("h1", uuid, at=world.clock.now)
+    assert world.passes(2) == []
+
+
+def test_a_fenced_vm_with_no_record_is_reaped_not_recreated(world: World) -> None:
+    uuid = world.record(host="h1")
+    world.store.start_delete(uuid)
+    world.store._instances.pop(uuid)  # the record gone, its fence still there
+    world.report("h1", uuid)
+    world.passes(2)
+    assert world.compute.reaped == [("h1", uuid, "its instance is deleted")]
+    assert world.store.list_instances([uuid]) == []
+
+
+def test_a_missing_allocation_is_healed_and_an_overcommit_told(world: World) -> None:
+    group = ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity")
+    fits, over = world.record(group=group), world.record()
+    big = world.record()  # h1 (8 VCPU) full but for one
+    world.store.claim(big, AllocationRequest({world.root("h1"): {"VCPU": 7}}, "p", "u"))
+    world.report("h1", big, fits)
+    world.passes(2)
+    assert world.store.get_consumer(fits) is not None
+    assert world.store.group_hosts(group.uuid) == {"h1": 1}
+    world.report("h1", big, fits, over)
+    world.passes(1)
+    [healed] = [f for f in world.passes(1) if f.uuid == over]
+    assert healed.kind == MISSING_ALLOCATION and healed.overcommit
+    assert healed.outcome == "healed (overcommits the host)"
+    assert world.store.get_provider(world.root("h1")).usages["VCPU"] == 9
+    assert world.reconciler.counts[MISSING_ALLOCATION] == 2
+    assert world.reconciler.counts["overcommit"] == 1
+
+
+def test_orphan_allocations_are_released_after_the_grace(world: World) -> None:
+    nobody = str(uuidlib.uuid4())
+    world.claim(nobody)
+    errored = world.record(ERROR, None)
+    world.claim(errored)
+    elsewhere = world.record(ACTIVE, "h1")
+    world.claim(elsewhere, "h2")
+    # Not orphans: a build in flight, a move's migration, a VM that runs on it.
+    building = world.record(BUILDING, None)
+    world.claim(building)
+    migration = str(uuidlib.uuid4())
+    moving = world.record(RESIZING, "h2", migration_uuid=migration, source_host="h1")
+    world.claim(migration)
+    world.claim(moving, "h2")
+    lost = str(uuidlib.uuid4())
+    world.claim(lost)
+    world.report("h1", lost)
+    found = world.passes(1)
+    orphans = kinds([f for f in found if f.kind == ORPHAN_ALLOCATION])
+    assert orphans == sorted(
+        [
+            (ORPHAN_ALLOCATION, nobody, "h1"),
+            (ORPHAN_ALLOCATION, errored, "h1"),
+            (ORPHAN_ALLOCATION, elsewhere, "h2"),
+        ]
+    )
+    world.report("h1", lost)
+    world.passes(1)
+    held = {c.uuid for c in world.store.list_consumers()}
+    assert held == {building, migration, moving, lost}
+    assert world.reconciler.counts[ORPHAN_ALLOCATION] == 3
+
+
+def test_a_finding_that_goes_away_starts_its_grace_again(world: World) -> None:
+    uuid = world.record(ERROR, None)
+    world.report("h1", uuid)
+    world.passes(1, step=GRACE * 0.6)
+    world.report("h1")  # gone from one report
+    world.passes(1, step=GRACE * 0.6)
+    world.report("h1", uuid)
+    [again] = world.passes(1, step=GRACE * 0.6)
+    assert not again.due and world.compute.reaped == []
+
+
+def test_an_orphan_that_settled_meanwhile_is_left_alone(world: World) -> None:
+    uuid = str(uuidlib.uuid4())
+    world.claim(uuid)
+    found = world.reconciler.audit()
+    world.clock.now += GRACE
+    found = world.reconciler.audit()
+    world.store.create_instances(
+        [InstanceRecord(uuid=uuid, state=ACTIVE, task_state=None, host="h1")]
+    )
+    [skipped] = world.reconciler.repair(found)
+    assert skipped.outcome == "skipped"
+    assert world.store.get_consumer(uuid) is not None
+    assert world.reconciler.counts == {}
+
+
+def test_lost_boot_records_are_counted_never_acted_on(world: World) -> None:
+    uuid = world.record(ERROR, None, fault=LOST_FAULT)
+    found = world.passes(3)
+    assert kinds(found) == [(LOST_BOOT, uuid, None)]
+    assert not found[0].due and found[0].action == "none"
+    assert format_counts(found).endswith("lost_boot=1")
+
+
+def test_a_group_member_healed_joins_its_group_on_that_host(world: World) -> None:
+    group = ServerGroup(uuid=str(uuidlib.uuid4()), policy="affinity")
+    uuid = world.record(group=group, host="h2")
+    world.report("h2", uuid)
+    world.passes(2)
+    held = world.store.get_consumer(uuid)
+    assert held is not None and held.member_host(group.uuid) == "h2"
+    assert GroupClaim.for_spec(
+        RequestSpec(flavor=TINY, project_id="p", user_id="u", group=group), "h2"
+    )
+
+
+def test_a_vm_with_no_record_and_no_amounts_is_reaped(world: World) -> None:
+    uuid = str(uuidlib.uuid4())
+    bare = InstanceReport("h1", world.clock.now - 1, (RunningInstance(uuid),))
+    world.store.report_instances([bare])
+    world.passes(2)
+    assert world.compute.reaped == [
+        ("h1", uuid, "runs with no record, and its host reports no amounts")
+    ]
+    assert world.store.list_instances([uuid]) == []
+
+
+def test_an_action_that_fails_is_said_so_and_not_counted(world: World) -> None:
+    def unreachable(*args: Any) -> None:
+        raise ConnectionError("the broker is down")
+
+    world.compute.reap_instance = unreachable  # type: ignore[method-assign]
+    uuid = world.record(ERROR, None)
+    world.report("h1", uuid)
+    world.passes(1)
+    world.report("h1", uuid)
+    [failed] = world.passes(1)
+    assert failed.outcome is not None and failed.outcome.startswith("failed: ConnectionError")
+    assert not failed.repaired and world.reconciler.counts == {}
