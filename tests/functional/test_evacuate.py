@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from conductor_stub.evacuate import compute_is_up
+from scheduler.engine.settings import EngineSettings
 from tests.functional.conftest import Cluster, Process
 from tests.functional.test_boot import wait_until
 from tests.functional.test_resize import amounts, holdings
@@ -147,6 +148,11 @@ def test_strict_anti_affinity_holds_then_from_host_moves_them_all(
 
     # A host with no member joins: --from-host moves both instances of src.
     cluster.start_compute(1, name="more")
+    # A worker reads heartbeats at most every services_refresh_interval
+    # seconds, and a host it has read none of counts as down: a request within
+    # that time of the last read would find more-0000 down. Past it, the next
+    # request reads them again.
+    time.sleep(EngineSettings.services_refresh_interval)
     code, out, err = evacuate(cluster, "--from-host", "src-0000")
 
     assert code == 0, err
