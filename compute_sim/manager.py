@@ -548,6 +548,10 @@ class ComputeSimulator:
                 self._report(
                     provider_uuid(name), gpu_inventory, set(), frozenset(self.topology.gpu_traits)
                 )
+        # Heartbeat first: the service records fed next carry it, so every
+        # worker's view counts the hosts up at once (a record fed with no
+        # heartbeat reads as down until the view re-reads heartbeats).
+        self.heartbeat()
         self.store.register_services(
             Service(host=h, rpc_server=self.rpc_server, last_seen=time.time()) for h in self.hosts
         )
@@ -558,7 +562,6 @@ class ComputeSimulator:
             )
             for h in self.hosts
         )
-        self.heartbeat()
         LOG.info("hosts_registered", count=len(self.hosts), rpc_server=self.rpc_server)
 
     def _create(self, uuid: str, name: str, parent_uuid: str | None = None) -> None:

@@ -354,3 +354,24 @@ def test_a_deleted_instance_is_forgotten_after_the_retention(make: Any) -> None:
     time.sleep(0.1)
     sim.sim.terminate_instance(CTXT, "other-instance", "h1")  # the next delete prunes
     assert sim.sim._terminated == {"other-instance"}
+
+
+def test_registered_hosts_are_fed_with_their_heartbeat_so_they_count_up_at_once() -> None:
+    store = MemoryStore()
+    cursor = store.compact_snapshot().cursor
+    sim = ComputeSimulator(
+        store,
+        Recorded(),  # type: ignore[arg-type]
+        ["h1", "h2"],
+        "sim",
+        HostShape(),
+    )
+    try:
+        before = time.time()
+        sim.register()
+        fed = {c.data.host: c.data for c in store.changes(cursor) if c.kind == "service"}
+        assert set(fed) == {"h1", "h2"}
+        # A fed record with no heartbeat reads as down in a worker's view.
+        assert all(s.last_seen >= before for s in fed.values())
+    finally:
+        sim.stop()
