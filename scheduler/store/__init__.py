@@ -9,6 +9,8 @@ The store URL decides the implementation: ``memory://`` is the in-process
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -59,13 +61,17 @@ __all__ = [
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 
 
-def open_store(url: str, key_prefix: str) -> Store:
-    """The store at ``url``; :class:`ValueError` for a scheme it does not know."""
+def open_store(url: str, key_prefix: str, **options: Any) -> Store:
+    """The store at ``url``; :class:`ValueError` for a scheme it does not know.
+
+    ``options`` go to :class:`RedisStore` (``socket_timeout``, ``min_replicas``,
+    ``min_replicas_timeout``); the in-process store has no replicas and ignores them.
+    """
     scheme, sep, _ = url.partition("://")
     if sep and scheme == "memory":
         return MemoryStore()
     if sep and scheme in _REDIS_SCHEMES:
-        return RedisStore(url, key_prefix)
+        return RedisStore(url, key_prefix, **options)
     raise ValueError(
         f"unknown store URL scheme in {url.split('@')[-1]!r}; "
         f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}"

@@ -504,8 +504,86 @@ __all__ = [
     "PrivateRabbit",
     "PrivateRedis",
     "Process",
+    "SentinelGroup",
     "free_port",
     "healthz",
     "port_open",
     "wait_until",
 ]
+
+
+# --- a master, a replica and three sentinels ----------------------------------------------
+
+
+class SentinelGroup:
+    """A private master, its replica and three ``redis-server --sentinel``
+    watching them (quorum 2, the master down after 1 s), each on a port and
+    directory of its own. ``url()`` is the ``redis+sentinel://`` store URL."""
+
+    NAME = "ftest"
+
+    def __init__(self, make: Callable[..., PrivateRedis]) -> None:
+        self.master = make("--repl-diskless-sync-delay", "0")
+        self.replica = make("--replicaof", "127.0.0.1", str(self.master.port))
+        self.sentinels: list[tuple[int, subprocess.Popen[bytes], Path]] = []
+        for _ in range(3):
+            port, path = free_port(), _private_dir("sched-sentinel-")
+            (path / "sentinel.conf").write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {path}\n"
+                f"logfile {path / 'sentinel.log'}\n"
+                f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {self.NAME} 1000\n"
+                f"sentinel failover-timeout {self.NAME} 5000\n"
+            )
+            popen = subprocess.Popen(
+                ["redis-server", str(path / "sentinel.conf"), "--sentinel"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.sentinels.append((port, popen, path))
+        wait_until(self.watching, 30, "the sentinels to see the replica and each other")
+
+    def sentinel(self, *command: str) -> Any:
+        import redis
+
+        port = self.sentinels[0][0]
+        with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as client:
+            return client.execute_command(*command)
+
+    def watching(self) -> bool:
+        """Every sentinel sees the replica up and the two other sentinels."""
+        import redis
+
+        for port, _, _ in self.sentinels:
+            try:
+                with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as c:
+                    replicas = c.execute_command("SENTINEL", "REPLICAS", self.NAME)
+                    others = c.execute_command("SENTINEL", "SENTINELS", self.NAME)
+            except redis.RedisError:
+                return False
+            if len(others) != 2 or not any("s_down" not in str(r) for r in replicas):
+                return False
+        return True
+
+    def master_port(self) -> int:
+        _, port = self.sentinel("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
+        return int(port)
+
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port, _, _ in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.NAME}"
+
+    def destroy(self) -> None:
+        for _, popen, path in self.sentinels:
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait(10)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sentinel_group(private_redis: Callable[..., PrivateRedis]) -> Iterator[SentinelGroup]:
+    """A master + replica + three sentinels (the servers torn down by ``private_redis``)."""
+    group = SentinelGroup(private_redis)
+    yield group
+    group.destroy()
