@@ -521,10 +521,35 @@ class SentinelGroup:
     directory of its own. ``url()`` is the ``redis+sentinel://`` store URL."""
 
     NAME = "ftest"
+    REPL_USER, REPL_PASSWORD = "ftest-repl", "ftest-repl-pw"
 
     def __init__(self, make: Callable[..., PrivateRedis]) -> None:
-        self.master = make("--repl-diskless-sync-delay", "0")
-        self.replica = make("--replicaof", "127.0.0.1", str(self.master.port))
+        # Replication as a user of its own on both servers (either may be
+        # master), so that the link can be cut: see cut_replica.
+        replication = (
+            "--repl-diskless-sync-delay",
+            "0",
+            "--user",
+            f"{self.REPL_USER}",
+            "on",
+            f">{self.REPL_PASSWORD}",
+            "~*",
+            "&*",
+            "+@all",
+            "--user",
+            "default",
+            "on",
+            "nopass",
+            "~*",
+            "&*",
+            "+@all",
+            "--masteruser",
+            self.REPL_USER,
+            "--masterauth",
+            self.REPL_PASSWORD,
+        )
+        self.master = make(*replication)
+        self.replica = make(*replication, "--replicaof", "127.0.0.1", str(self.master.port))
         self.sentinels: list[tuple[int, subprocess.Popen[bytes], Path]] = []
         for _ in range(3):
             port, path = free_port(), _private_dir("sched-sentinel-")
@@ -564,6 +589,16 @@ class SentinelGroup:
             if len(others) != 2 or not any("s_down" not in str(r) for r in replicas):
                 return False
         return True
+
+    def cut_replica(self) -> None:
+        """Cut the replica off the master: its replication user turned off and
+        its link closed, so that it gets nothing more (a stopped replica would
+        still find the stream in its socket's buffers on waking)."""
+        import redis
+
+        with redis.Redis(port=self.master.port, socket_timeout=2) as client:
+            client.execute_command("ACL", "SETUSER", self.REPL_USER, "off")
+            client.execute_command("CLIENT", "KILL", "USER", self.REPL_USER)
 
     def master_port(self) -> int:
         _, port = self.sentinel("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
