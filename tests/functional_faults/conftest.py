@@ -508,11 +508,27 @@ __all__ = [
     "free_port",
     "healthz",
     "port_open",
+    "replica_online",
     "wait_until",
 ]
 
 
 # --- a master, a replica and three sentinels ----------------------------------------------
+
+
+def replica_online(master: PrivateRedis) -> bool:
+    """The master counts a replica online (so WAIT can count it): with a
+    diskless sync, only after the replica's first acknowledgement, a moment
+    after the replica itself reports its link up."""
+    import redis
+
+    with redis.Redis(port=master.port, decode_responses=True, socket_timeout=2) as client:
+        info = client.info("replication")
+    return any(
+        isinstance(v, dict) and v.get("state") == "online"
+        for k, v in info.items()
+        if k.startswith("slave")
+    )
 
 
 class SentinelGroup:
@@ -566,6 +582,7 @@ class SentinelGroup:
                 stderr=subprocess.DEVNULL,
             )
             self.sentinels.append((port, popen, path))
+        wait_until(lambda: replica_online(self.master), 30, "the replica to be online")
         wait_until(self.watching, 30, "the sentinels to see the replica and each other")
 
     def sentinel(self, *command: str) -> Any:

@@ -43,6 +43,7 @@ from tests.functional_faults.conftest import (
     FaultCluster,
     PrivateRedis,
     SentinelGroup,
+    replica_online,
     wait_until,
 )
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
@@ -61,7 +62,7 @@ def pair(
 ) -> Iterator[tuple[PrivateRedis, PrivateRedis]]:
     master = private_redis("--repl-diskless-sync-delay", "0")
     replica = private_redis("--replicaof", "127.0.0.1", str(master.port))
-    wait_until(lambda: link_up(replica), 30, "the replica to sync")
+    wait_until(lambda: replica_online(master), 30, "the replica to be online")
     yield master, replica
     assert replica.popen is not None
     os.kill(replica.popen.pid, signal.SIGCONT)
@@ -162,7 +163,7 @@ def test_a_failover_mid_storm_loses_no_acknowledged_boot(
     # (until then, with min_replicas = 1, no write is acknowledged at all).
     group.master.start()
     wait_until(lambda: link_role(group.master) == "slave", 30, "the old master to be a replica")
-    wait_until(lambda: link_up(group.master), 30, "the old master to sync as a replica")
+    wait_until(lambda: replica_online(group.replica), 30, "the old master to sync")
 
     storm.settle(90)
     assert_settled_cleanly(storm)
