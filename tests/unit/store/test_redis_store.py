@@ -203,6 +203,21 @@ def test_sentinel_url_needs_hosts_and_a_service(url: str) -> None:
         redis_client(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://",
+        "redis+cluster://:pw@/",
+        "rediss+cluster://10.0.0.1:7000/3",
+        "redis+cluster://10.0.0.1:7000,10.0.0.2/",
+    ],
+)
+def test_cluster_url_needs_host_port_pairs_and_no_db(url: str) -> None:
+    # Refused before any connection: a cluster client connects when built.
+    with pytest.raises(ValueError, match="cluster URL"):
+        redis_client(url)
+
+
 def test_a_cursor_the_store_lost_is_truncated_though_newer_ones_follow(
     store: RedisStore,
 ) -> None:
