@@ -1,0 +1,98 @@
+"""The store on a Redis Cluster (``redis+cluster://``): a private 3-master cluster.
+
+* The store's contract suite (tests/unit/store/test_contract.py, its Redis
+  half) runs against the cluster, as it runs against one Redis: every key of
+  a store is in one hash slot, so every command and script goes to the one
+  master holding it, and nothing meets a redirect it cannot follow.
+* Two deployments whose key prefixes hash to slots on different masters boot
+  instances through real processes (conductor stub, worker, compute
+  simulator), each on its own shard; the accounting holds after.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid as uuidlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import key_slot
+
+from tests.functional_faults.conftest import FaultCluster, PrivateRedisCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(120)
+def test_the_store_contract_holds_on_a_redis_cluster(
+    private_redis_cluster: PrivateRedisCluster,
+) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/unit/store/test_contract.py",
+            "-k",
+            "redis",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "SCHEDULER_TEST_REDIS_URL": private_redis_cluster.url()},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed is not None and int(passed.group(1)) >= 100, summary
+    assert "failed" not in summary and "error" not in summary, summary
+
+
+def _idents_on_two_shards(nodes: PrivateRedisCluster) -> tuple[str, str]:
+    """Two deployment idents whose prefixes (``test-<ident>``) sit on different masters."""
+    first = uuidlib.uuid4().hex[:10]
+    home = nodes.port_of(f"test-{first}")
+    while True:
+        other = uuidlib.uuid4().hex[:10]
+        if nodes.port_of(f"test-{other}") != home:
+            return first, other
+
+
+@pytest.mark.timeout(120)
+def test_two_deployments_on_one_cluster_live_on_two_shards_and_both_boot(
+    private_redis_cluster: PrivateRedisCluster,
+    make_cluster: Callable[..., FaultCluster],
+) -> None:
+    idents = _idents_on_two_shards(private_redis_cluster)
+    cells = [make_cluster(redis_url=private_redis_cluster.url(), ident=i) for i in idents]
+    for cell in cells:
+        cell.write_config(conductor={"build_timeout": 10, "sweep_interval": 0.5})
+        cell.start_conductor()
+        cell.start_compute(3, "--vcpus", "4", "--build-time", "0.01")
+        cell.start_worker()
+    for cell in cells:
+        booted = cell.boot("--count", "6", "--flavor", "m1.tiny")
+        assert booted["summary"]["states"] == {"ACTIVE": 6}, booted["summary"]
+        assert len(cell.store.list_instances()) == 6
+
+    # Each deployment's keys are on the master its slot names, and only there.
+    ports = [private_redis_cluster.port_of(cell.prefix) for cell in cells]
+    assert ports[0] != ports[1]
+    for cell, port in zip(cells, ports, strict=True):
+        slot = key_slot(f"{{{cell.prefix}}}".encode())
+        for node in private_redis_cluster.nodes:
+            with redis.Redis(port=node.port) as client:
+                held = int(client.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+            if node.port == port:
+                assert held >= 5, f"{cell.prefix}: {held} keys on its master"
+            else:
+                assert held == 0, f"{cell.prefix}: {held} keys on {node.port}"
