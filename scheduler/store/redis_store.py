@@ -1086,6 +1086,11 @@ class RedisStore(Store):
 
     def ping(self) -> bool:
         try:
+            if isinstance(self._client, RedisCluster):
+                # PING goes to any node, and a node answers it while the cluster
+                # is down; a read of one key asks the master of this store's slot.
+                self._client.exists(self.keys.providers)
+                return True
             return bool(self._client.ping())
         except (redis.RedisError, redis.exceptions.RedisClusterException):
             return False

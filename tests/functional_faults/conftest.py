@@ -542,13 +542,17 @@ class PrivateRedisCluster:
             capture_output=True,
             timeout=60,
         )
-        wait_until(self._ok, 30, "cluster_state:ok on every node")
+        wait_until(self.ready, 30, "cluster_state:ok on every node")
 
-    def _ok(self) -> bool:
+    def ready(self) -> bool:
+        """Whether every node answers and says ``cluster_state:ok``."""
         for node in self.nodes:
-            with redis.Redis(port=node.port, decode_responses=True) as client:
-                if client.cluster("info").get("cluster_state") != "ok":
-                    return False
+            try:
+                with redis.Redis(port=node.port, decode_responses=True) as client:
+                    if client.cluster("info").get("cluster_state") != "ok":
+                        return False
+            except redis.ConnectionError:
+                return False
         return True
 
     def url(self) -> str:

@@ -7,6 +7,8 @@
 * Two deployments whose key prefixes hash to slots on different masters boot
   instances through real processes (conductor stub, worker, compute
   simulator), each on its own shard; the accounting holds after.
+* A master stopped: the store's calls on its slot raise ``StoreUnavailable``
+  (retryable) rather than a redirect or a cluster error, until it is back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from tests.functional_faults.conftest import FaultCluster, PrivateRedisCluster
+from scheduler.exceptions import StoreUnavailable
+from scheduler.store import RedisStore
+from tests.functional_faults.conftest import FaultCluster, PrivateRedisCluster, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,3 +100,54 @@ def test_two_deployments_on_one_cluster_live_on_two_shards_and_both_boot(
                 assert held >= 5, f"{cell.prefix}: {held} keys on its master"
             else:
                 assert held == 0, f"{cell.prefix}: {held} keys on {node.port}"
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_master_is_store_unavailable_until_it_is_back(
+    private_redis_cluster: PrivateRedisCluster,
+) -> None:
+    # Last in the module: it stops a master (its data is gone when it is back).
+    lost_prefix, kept_prefix = (f"test-{i}" for i in _idents_on_two_shards(private_redis_cluster))
+    lost_port = private_redis_cluster.port_of(lost_prefix)
+    kept_port = private_redis_cluster.port_of(kept_prefix)
+    lost = next(n for n in private_redis_cluster.nodes if n.port == lost_port)
+    stores = [
+        RedisStore(private_redis_cluster.url(), prefix, socket_timeout=1.0)
+        for prefix in (lost_prefix, kept_prefix)
+    ]
+    try:
+        for store in stores:
+            store.create_provider("p1", "host-1")
+        lost.stop()
+        # Its own slots: the node is gone (the client's retries end).
+        with pytest.raises(StoreUnavailable):
+            stores[0].get_provider("p1")
+        # Once the others mark it failed, the whole cluster refuses (CLUSTERDOWN),
+        # the masters still up too: retryable as well, every time it is asked.
+        wait_until(lambda: _state(kept_port) == "fail", 30, "the cluster to see the loss")
+        for _ in range(3):
+            for store in stores:
+                with pytest.raises(StoreUnavailable):
+                    store.get_provider("p1")
+        assert not stores[1].ping()  # the health check says so, and never raises
+        lost.start()
+        wait_until(private_redis_cluster.ready, 30, "the cluster to be whole again")
+        wait_until(lambda: _answers(stores[1]), 30, "the store to answer again")
+        assert stores[1].get_provider("p1").name == "host-1"
+    finally:
+        for store in stores:
+            store.wipe()
+            store.close()
+
+
+def _state(port: int) -> str:
+    with redis.Redis(port=port, decode_responses=True) as client:
+        return str(client.cluster("info").get("cluster_state"))
+
+
+def _answers(store: RedisStore) -> bool:
+    try:
+        store.list_providers()
+    except StoreUnavailable:
+        return False
+    return True
