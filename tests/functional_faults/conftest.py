@@ -518,7 +518,7 @@ class PrivateRedisCluster:
                 "--cluster-port",  # the default, port + 10000, may pass 65535
                 str(free_port()),
                 "--cluster-node-timeout",
-                "2000",
+                "1000",
                 "--appendonly",
                 "no",
             )

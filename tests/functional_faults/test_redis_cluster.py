@@ -8,7 +8,8 @@
   instances through real processes (conductor stub, worker, compute
   simulator), each on its own shard; the accounting holds after.
 * A master stopped: the store's calls on its slot raise ``StoreUnavailable``
-  (retryable) rather than a redirect or a cluster error, until it is back.
+  (retryable) rather than a redirect or a cluster error, until it is back;
+  back without its scripts, a pipeline of them fails once, retryably.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import redis
 from redis.cluster import key_slot
 
 from scheduler.exceptions import StoreUnavailable
+from scheduler.objects import InstanceRecord
 from scheduler.store import RedisStore
 from tests.functional_faults.conftest import FaultCluster, PrivateRedisCluster, wait_until
 
@@ -134,6 +136,14 @@ def test_a_lost_master_is_store_unavailable_until_it_is_back(
         wait_until(private_redis_cluster.ready, 30, "the cluster to be whole again")
         wait_until(lambda: _answers(stores[1]), 30, "the store to answer again")
         assert stores[1].get_provider("p1").name == "host-1"
+        # The master came back empty, its script cache too: a pipeline of
+        # scripts there fails once, retryably, and the scripts are loaded again.
+        wait_until(lambda: _answers(stores[0]), 30, "the lost master's slots to answer")
+        record = InstanceRecord(uuid=str(uuidlib.uuid4()))
+        with pytest.raises(StoreUnavailable, match="NoScriptError"):
+            stores[0].create_instances([record])
+        stores[0].create_instances([record])
+        assert stores[0].get_instance(record.uuid).uuid == record.uuid
     finally:
         for store in stores:
             store.wipe()
