@@ -177,7 +177,12 @@ def _translated(method: Callable[P, R]) -> Callable[P, R]:
         except redis.exceptions.NoScriptError as exc:
             # Only a cluster pipeline meets this (it does not load scripts
             # first): a node restarted or a replica took over without them.
-            cast("RedisStore", args[0])._load_scripts()
+            # Load them again for the caller's retry (if that fails too, the
+            # retry meets this again).
+            try:
+                cast("RedisStore", args[0])._load_scripts()
+            except (redis.RedisError, redis.exceptions.RedisClusterException):
+                pass
             raise StoreUnavailable(reason=f"NoScriptError: {exc}") from exc
         except redis.ResponseError as exc:
             raise _script_error(str(exc)) from None
