@@ -43,8 +43,13 @@ scheduler_opts = [
     cfg.StrOpt(
         "topic",
         default="scheduler",
-        help="RPC topic the worker consumes. Every worker of a deployment uses the "
-        "same topic; they agree through the store, never through each other.",
+        help="RPC topic the worker consumes (its queue's name). Every worker of a "
+        "deployment uses the same topic; they agree through the store, never "
+        "through each other. Every client of the deployment (conductor, computes, "
+        "scheduler-admin) must use the same value. Two deployments on one "
+        "RabbitMQ vhost must differ here, in [conductor] topic and in [compute] "
+        "topic (queues are named by topic alone, whatever control_exchange "
+        "says); a vhost of their own is the simpler way to keep them apart.",
     ),
     cfg.IntOpt(
         "workers",
@@ -317,6 +322,13 @@ compute_group = cfg.OptGroup(
 )
 
 compute_opts = [
+    cfg.StrOpt(
+        "topic",
+        default="compute",
+        help="RPC topic the compute simulators consume and the scheduler, the "
+        "conductor and scheduler-admin cast to (each simulator serves it under "
+        "its own server name). One value per deployment; see [scheduler] topic.",
+    ),
     cfg.FloatOpt(
         "cpu_allocation_ratio",
         default=4.0,
@@ -380,6 +392,12 @@ conductor_group = cfg.OptGroup(
 )
 
 conductor_opts = [
+    cfg.StrOpt(
+        "topic",
+        default="conductor",
+        help="RPC topic the conductor consumes and the scheduler and the compute "
+        "simulators cast results to. One value per deployment; see [scheduler] topic.",
+    ),
     cfg.StrOpt(
         "flavors_file",
         default="",
