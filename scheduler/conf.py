@@ -282,7 +282,14 @@ redis_opts = [
         default="redis://127.0.0.1:6379/0",
         secret=True,
         help="Store URL: redis://[[user]:password@]host:port/db, rediss:// for TLS, "
-        "unix:///path.sock, or memory:// for the in-process store (demo and tests "
+        "unix:///path.sock; "
+        "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] for "
+        "the master a Sentinel names; "
+        "redis+cluster://[[user]:password@]host:port[,host:port...][/?options] for a "
+        "Redis Cluster (rediss+cluster:// for TLS; the nodes listed are where the "
+        "client discovers the cluster; a deployment's keys share one hash slot, so "
+        "it lives on one shard); "
+        "or memory:// for the in-process store (demo and tests "
         "only: it is not shared between processes).",
     ),
     cfg.StrOpt(
