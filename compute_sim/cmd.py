@@ -226,7 +226,7 @@ def build_simulator(
     )
     return ComputeSimulator(
         store,
-        rpc.ConductorClient(transport),
+        rpc.ConductorClient(transport, conf.conductor.topic),
         hosts,
         server_name,
         shape,
@@ -235,7 +235,7 @@ def build_simulator(
         fail_hosts=conf.fail_hosts,
         availability_zones=conf.availability_zones,
         seed=conf.seed,
-        compute=rpc.ComputeClient(transport, ServiceResolver(store)),
+        compute=rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         fail_resize_hosts=conf.fail_resize_hosts,
         topology=topology,
         capabilities=capability_report(conf),
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     server_name = f"sim-{conf.name_prefix}-{os.getpid()}"
     sim = build_simulator(conf, store, transport, server_name)
     sim.register()
-    server = rpc.get_server(transport, rpc.COMPUTE_TOPIC, server_name, [sim])
+    server = rpc.get_server(transport, conf.compute.topic, server_name, [sim])
     server.start()
     stop = threading.Event()
 

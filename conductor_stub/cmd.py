@@ -393,10 +393,10 @@ def _serve(conf: cfg.ConfigOpts) -> None:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
     settings = conductor_settings(conf)
-    compute = rpc.ComputeClient(transport, ServiceResolver(store))
+    compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
     scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
     endpoint = ConductorEndpoint(store, compute, scheduler, settings)
-    server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host, [endpoint])
+    server = rpc.get_server(transport, conf.conductor.topic, conf.host, [endpoint])
     sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
     stop = threading.Event()
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
@@ -458,7 +458,7 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     booter = Booter(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store)),
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -538,7 +538,7 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     resizer = Resizer(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store)),
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         conductor_settings(conf),
     )
     try:
@@ -585,7 +585,7 @@ def _live_migrate(conf: cfg.ConfigOpts) -> int:
     migrator = LiveMigrator(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store)),
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         conductor_settings(conf),
     )
     try:
@@ -633,7 +633,9 @@ def _delete(conf: cfg.ConfigOpts) -> int:
             return refuse(f"no such instance: {', '.join(missing)}")
     transport = rpc.get_transport(conf)
     deleter = Deleter(
-        store, rpc.ComputeClient(transport, ServiceResolver(store)), conductor_settings(conf)
+        store,
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        conductor_settings(conf),
     )
     try:
         records = [deleter.delete(uuid) for uuid in uuids]
@@ -676,7 +678,7 @@ def _evacuate(conf: cfg.ConfigOpts) -> int:
     evacuator = Evacuator(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store)),
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -736,7 +738,7 @@ def _shelve(conf: cfg.ConfigOpts) -> int:
     shelver = Shelver(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store)),
+        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         conductor_settings(conf),
     )
     try:

@@ -43,8 +43,13 @@ scheduler_opts = [
     cfg.StrOpt(
         "topic",
         default="scheduler",
-        help="RPC topic the worker consumes. Every worker of a deployment uses the "
-        "same topic; they agree through the store, never through each other.",
+        help="RPC topic the worker consumes (its queue's name). Every worker of a "
+        "deployment uses the same topic; they agree through the store, never "
+        "through each other. Every client of the deployment (conductor, computes, "
+        "scheduler-admin) must use the same value. Two deployments on one "
+        "RabbitMQ vhost must differ here, in [conductor] topic and in [compute] "
+        "topic (queues are named by topic alone, whatever control_exchange "
+        "says); a vhost of their own is the simpler way to keep them apart.",
     ),
     cfg.IntOpt(
         "workers",
@@ -277,7 +282,14 @@ redis_opts = [
         default="redis://127.0.0.1:6379/0",
         secret=True,
         help="Store URL: redis://[[user]:password@]host:port/db, rediss:// for TLS, "
-        "unix:///path.sock, or memory:// for the in-process store (demo and tests "
+        "unix:///path.sock; "
+        "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] for "
+        "the master a Sentinel names; "
+        "redis+cluster://[[user]:password@]host:port[,host:port...][/?options] for a "
+        "Redis Cluster (rediss+cluster:// for TLS; the nodes listed are where the "
+        "client discovers the cluster; a deployment's keys share one hash slot, so "
+        "it lives on one shard); "
+        "or memory:// for the in-process store (demo and tests "
         "only: it is not shared between processes).",
     ),
     cfg.StrOpt(
@@ -300,7 +312,7 @@ redis_opts = [
         "providers and service records) before it counts as done: the store sends "
         "WAIT behind each write and reports the store unavailable (retryable) when "
         "fewer replicas have it within min_replicas_timeout. 0: acknowledged once the "
-        "master has it, which a Sentinel failover may lose.",
+        "master has it, which a Sentinel failover may lose. Not yet on a redis+cluster:// store.",
     ),
     cfg.FloatOpt(
         "min_replicas_timeout",
@@ -327,6 +339,13 @@ compute_group = cfg.OptGroup(
 )
 
 compute_opts = [
+    cfg.StrOpt(
+        "topic",
+        default="compute",
+        help="RPC topic the compute simulators consume and the scheduler, the "
+        "conductor and scheduler-admin cast to (each simulator serves it under "
+        "its own server name). One value per deployment; see [scheduler] topic.",
+    ),
     cfg.FloatOpt(
         "cpu_allocation_ratio",
         default=4.0,
@@ -390,6 +409,12 @@ conductor_group = cfg.OptGroup(
 )
 
 conductor_opts = [
+    cfg.StrOpt(
+        "topic",
+        default="conductor",
+        help="RPC topic the conductor consumes and the scheduler and the compute "
+        "simulators cast results to. One value per deployment; see [scheduler] topic.",
+    ),
     cfg.StrOpt(
         "flavors_file",
         default="",

@@ -14,12 +14,23 @@ queue is bounded (``queue_size``): when it is full, the request waits for
 room, so a notification is never dropped for lack of it.
 :meth:`Notifier.stop` publishes what is queued before it returns; whatever
 is notified after that is published on the caller's thread.
+
+With no consumer, the broker keeps every notification: the rabbit driver
+declares ``<topic>.<priority>`` (``notifications.info``, ...) so that a
+consumer that joins later finds what it missed, and offers no option to
+bound that queue (its quorum options bound only what is held in memory). A
+queue argument of the project's own would clash with the driver's declare,
+so the bound is a RabbitMQ policy, :func:`queue_policy` (applied with
+``rabbitmqctl set_policy``, see the README): at most ``max_length``
+messages, the oldest dropped first.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import queue
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,6 +41,26 @@ import oslo_messaging
 from scheduler.log import get_logger
 
 LOG = get_logger(__name__)
+
+#: The name of the policy :func:`queue_policy` gives.
+POLICY_NAME = "scheduler-notifications"
+
+
+def queue_policy(topic: str, max_length: int) -> list[str]:
+    """``rabbitmqctl set_policy`` arguments (after ``-p VHOST``) that bound every
+    notification queue of ``topic`` (``<topic>.info``, ``<topic>.error``, ...,
+    classic or quorum) to ``max_length`` messages, dropping the oldest."""
+    if max_length < 1:
+        raise ValueError(f"max_length must be at least 1, not {max_length}")
+    definition = json.dumps({"max-length": max_length, "overflow": "drop-head"})
+    return [
+        "--apply-to",
+        "queues",
+        POLICY_NAME,
+        f"^{re.escape(topic)}\\.[a-z]+$",
+        definition,
+    ]
+
 
 #: Notifications waiting to be published, at most (then a request waits).
 QUEUE_SIZE = 1000

@@ -28,6 +28,9 @@ from scheduler.objects import Flavor, RequestSpec, Selection
 #: dispatcher: so that an older server's ``UnsupportedVersion`` arrives typed).
 ALLOWED_EXMODS = ["scheduler.exceptions", "oslo_messaging.rpc.dispatcher"]
 
+#: The default topics (``[scheduler] topic``, ``[compute] topic``, ``[conductor]
+#: topic``): every daemon and client of one deployment reads them from its
+#: config, so two deployments on one vhost keep apart by topic.
 SCHEDULER_TOPIC = "scheduler"
 COMPUTE_TOPIC = "compute"
 CONDUCTOR_TOPIC = "conductor"
@@ -344,8 +347,13 @@ class ComputeClient:
     #: The version reap_instance sends.
     REAP_VERSION = "1.8"
 
-    def __init__(self, transport: oslo_messaging.Transport, resolve: Callable[[str], str]) -> None:
-        self._client = _client(transport, COMPUTE_TOPIC, self.VERSION, None)
+    def __init__(
+        self,
+        transport: oslo_messaging.Transport,
+        resolve: Callable[[str], str],
+        topic: str = COMPUTE_TOPIC,
+    ) -> None:
+        self._client = _client(transport, topic, self.VERSION, None)
         self._resolve = resolve
 
     def _at(
@@ -651,8 +659,8 @@ class ConductorClient:
     #: The version rebuild_result sends.
     REBUILT_VERSION = "1.6"
 
-    def __init__(self, transport: oslo_messaging.Transport) -> None:
-        self._client = _client(transport, CONDUCTOR_TOPIC, self.VERSION, None)
+    def __init__(self, transport: oslo_messaging.Transport, topic: str = CONDUCTOR_TOPIC) -> None:
+        self._client = _client(transport, topic, self.VERSION, None)
 
     def _cast(
         self,

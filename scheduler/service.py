@@ -115,8 +115,8 @@ class SchedulerService:
         )
         self.endpoint = SchedulerEndpoint(
             self.engine,
-            rpc.ComputeClient(transport, ServiceResolver(store)),
-            rpc.ConductorClient(transport),
+            rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+            rpc.ConductorClient(transport, conf.conductor.topic),
             self.notifier,
             allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
         )

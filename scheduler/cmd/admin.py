@@ -951,7 +951,7 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     transport = rpc.get_transport(conf)
     try:
         scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
-        compute = rpc.ComputeClient(transport, ServiceResolver(store))
+        compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
         settings = conductor_settings(conf)
         drainer = Drainer(
             store,
@@ -988,7 +988,11 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
         settings = replace(settings, orphan_grace=args.grace)
     transport = rpc.get_transport(conf) if args.fix else None
     try:
-        compute = rpc.ComputeClient(transport, ServiceResolver(store)) if transport else None
+        compute = (
+            rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+            if transport
+            else None
+        )
         reconciler = Reconciler(store, compute, settings)
         findings = reconciler.audit()
         if args.fix:

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     hosts = [f"demo-{i:04d}" for i in range(args.hosts)]
     sim = ComputeSimulator(
         store,
-        rpc.ConductorClient(transport),
+        rpc.ConductorClient(transport, conf.conductor.topic),
         hosts,
         "demo-sim",
         shape,
@@ -96,14 +96,16 @@ def run(args: argparse.Namespace) -> int:
     )
     sim.register()
     resolver = ServiceResolver(store)
-    compute = rpc.ComputeClient(transport, resolver)
+    compute = rpc.ComputeClient(transport, resolver, conf.compute.topic)
     scheduler = SchedulerService(conf, transport, None, store, server_name="demo")
     # The conductor asks the scheduler again when a reschedule's alternates
     # can no longer be claimed.
-    conductor = ConductorEndpoint(store, compute, rpc.SchedulerClient(transport))
+    conductor = ConductorEndpoint(
+        store, compute, rpc.SchedulerClient(transport, conf.scheduler.topic)
+    )
     servers = [
-        rpc.get_server(transport, rpc.COMPUTE_TOPIC, "demo-sim", [sim]),
-        rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, "demo", [conductor]),
+        rpc.get_server(transport, conf.compute.topic, "demo-sim", [sim]),
+        rpc.get_server(transport, conf.conductor.topic, "demo", [conductor]),
     ]
     for server in servers:
         server.start()
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         f"({', '.join(f.name for f in flavors)}), fail rate {args.fail_rate:.0%}, "
         f"transport {mask_secrets(args.transport_url)}, store {mask_secrets(args.redis_url)}"
     )
-    booter = Booter(store, rpc.SchedulerClient(transport), compute)
+    booter = Booter(store, rpc.SchedulerClient(transport, conf.scheduler.topic), compute)
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
     started = time.monotonic()
     uuids: list[str] = []

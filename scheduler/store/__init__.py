@@ -2,9 +2,11 @@
 
 The store URL decides the implementation: ``memory://`` is the in-process
 :class:`MemoryStore` (the key prefix is not used); ``redis://``,
-``rediss://`` (TLS), ``unix://`` and
-``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`` are a
-:class:`RedisStore` whose keys all start with ``{key_prefix}:``.
+``rediss://`` (TLS), ``unix://``,
+``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`` and
+``redis+cluster://[[user]:password@]host:port[,host:port...][/?options]``
+(``rediss+cluster://`` over TLS) are a :class:`RedisStore` whose keys all start
+with ``{key_prefix}:`` (one hash slot: on a cluster, one shard per prefix).
 """
 
 from __future__ import annotations
@@ -58,7 +60,14 @@ __all__ = [
     "open_store",
 ]
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+_REDIS_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+)
 
 
 def open_store(url: str, key_prefix: str, **options: Any) -> Store:

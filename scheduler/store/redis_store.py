@@ -38,8 +38,15 @@ finds itself already held) waits for its connection's last write only.
 Store URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://`` as redis-py
 reads them, and ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
 for a master found through Sentinel (the credentials are the master's; the
-sentinels are reached without any). Needs Redis 7.0 or later (XINFO STREAM's
-``entries-added``, which tells whether the stream was ever trimmed).
+sentinels are reached without any), and
+``redis+cluster://[[user]:password@]host:port[,host:port...][/?options]``
+(``rediss+cluster://`` over TLS) for a Redis Cluster: credentials and options
+as for ``redis://`` (``rediss://``), the nodes listed being where the client
+discovers the cluster (it does so when the store is built). All keys share one
+hash slot, so a deployment lives on one shard; redirects, a slot without a
+master and a cluster that is down are :class:`StoreUnavailable`. Needs
+Redis 7.0 or later (XINFO STREAM's ``entries-added``, which tells whether the
+stream was ever trimmed).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from urllib.parse import unquote
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -110,6 +118,11 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 SENTINEL_SCHEME = "redis+sentinel://"
+#: A Redis Cluster; the second one over TLS.
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+#: A client of a single Redis (or a Sentinel's master) or of a Redis Cluster.
+Client = redis.Redis | RedisCluster
 
 # --- errors -------------------------------------------------------------------------
 
@@ -149,6 +162,16 @@ def _script_error(message: str) -> StoreError:
     return StoreError(message)
 
 
+#: What a Redis Cluster answers while it reshards or fails over (each a
+#: ``ResponseError`` or the cluster client's own exception, never a refusal).
+_CLUSTER_ERRORS = (
+    redis.exceptions.ClusterError,
+    redis.exceptions.AskError,  # and MovedError
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
 def _translated(method: Callable[P, R]) -> Callable[P, R]:
     """Raise redis-py's errors as the store's typed ones."""
 
@@ -158,6 +181,20 @@ def _translated(method: Callable[P, R]) -> Callable[P, R]:
             return method(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError) as exc:
             raise StoreUnavailable(reason=str(exc)) from exc
+        except _CLUSTER_ERRORS as exc:
+            # A redirect the client could not follow, a slot that moves or has
+            # no master yet, a cluster that is down: all pass with time.
+            raise StoreUnavailable(reason=f"{type(exc).__name__}: {exc}") from exc
+        except redis.exceptions.NoScriptError as exc:
+            # Only a cluster pipeline meets this (it does not load scripts
+            # first): a node restarted or a replica took over without them.
+            # Load them again for the caller's retry (if that fails too, the
+            # retry meets this again).
+            try:
+                cast("RedisStore", args[0])._load_scripts()
+            except (redis.RedisError, redis.exceptions.RedisClusterException):
+                pass
+            raise StoreUnavailable(reason=f"NoScriptError: {exc}") from exc
         except redis.ResponseError as exc:
             raise _script_error(str(exc)) from None
 
@@ -167,7 +204,7 @@ def _translated(method: Callable[P, R]) -> Callable[P, R]:
 # --- connections --------------------------------------------------------------------
 
 
-def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
+def redis_client(url: str, socket_timeout: float = 5.0) -> Client:
     """A client (decoding replies to str) for any store URL this module reads."""
     options: dict[str, Any] = {
         "decode_responses": True,
@@ -180,6 +217,8 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
             supported_errors=(redis.ConnectionError,),
         ),
     }
+    if url.startswith(CLUSTER_SCHEMES):
+        return _cluster_client(url, options)
     if not url.startswith(SENTINEL_SCHEME):
         return redis.Redis.from_url(url, **options)
     userinfo, _, rest = url[len(SENTINEL_SCHEME) :].rpartition("@")
@@ -187,13 +226,42 @@ def redis_client(url: str, socket_timeout: float = 5.0) -> redis.Redis:
     service, _, db = path.strip("/").partition("/")
     if not hosts or not service:
         raise ValueError(f"a Sentinel URL needs hosts and a service name: {mask_secrets(url)!r}")
-    sentinels = []
+    username, _, password = (unquote(part) for part in userinfo.partition(":"))
+    return Sentinel(_hosts(hosts), socket_timeout=socket_timeout).master_for(
+        service, db=int(db or 0), username=username or None, password=password or None, **options
+    )
+
+
+def _hosts(hosts: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` as (host, port) pairs (``[v6]:port`` too)."""
+    found = []
     for hostport in hosts.split(","):
         host, _, port = hostport.rpartition(":")
-        sentinels.append((host.strip("[]"), int(port)))
-    username, _, password = (unquote(part) for part in userinfo.partition(":"))
-    return Sentinel(sentinels, socket_timeout=socket_timeout).master_for(
-        service, db=int(db or 0), username=username or None, password=password or None, **options
+        found.append((host.strip("[]"), int(port)))
+    return found
+
+
+def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
+    """A Redis Cluster client: the listed nodes are where it discovers the cluster.
+
+    The URL is read as the ``redis://`` (``rediss://``) URL of its first node,
+    so credentials and query options mean what they mean there; the other
+    nodes are more places to start from. A cluster has no databases but 0.
+    """
+    scheme, _, rest = url.partition("://")
+    userinfo, at, rest = rest.rpartition("@")
+    hosts, slash, tail = rest.partition("/")
+    if not hosts or tail.split("?", 1)[0].strip("/") not in ("", "0"):
+        raise ValueError(
+            f"a cluster URL is host:port[,host:port...][/?options]: {mask_secrets(url)!r}"
+        )
+    try:
+        nodes = _hosts(hosts)
+    except ValueError:
+        raise ValueError(f"a cluster URL needs host:port pairs: {mask_secrets(url)!r}") from None
+    first = f"{scheme.split('+')[0]}://{userinfo}{at}{hosts.split(',')[0]}{slash}{tail}"
+    return RedisCluster.from_url(
+        first, startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]], **options
     )
 
 
@@ -463,10 +531,35 @@ class RedisStore(Store):
         self._min_replicas = min_replicas
         self._wait_ms = max(int(min_replicas_timeout * 1000), 1)
         self._client = redis_client(url, socket_timeout)
+        if min_replicas and isinstance(self._client, RedisCluster):
+            self._client.close()
+            raise ValueError("min_replicas is not supported on a redis+cluster:// store yet")
         self._scripts = Scripts.register(self._client)
+        if isinstance(self._client, RedisCluster):
+            self._load_scripts()
         k = self.keys
         self._alloc_keys = (k.changes, k.providers, k.consumers, k.groups)
         self._service_keys = (k.changes, k.services, k.heartbeats)
+
+    def _pipeline(self, transaction: bool) -> Any:
+        """A pipeline; on a cluster, one that may also send MGET and EVALSHA.
+
+        redis-py's cluster pipeline refuses both (their keys could span
+        slots), but every key here is in one slot, so each goes to the one
+        node that holds it; ``transaction=True`` is a MULTI/EXEC on that node.
+        A cluster pipeline does not load scripts before it runs (a plain one
+        does): :meth:`_load_scripts` did, and does again when a node lost them.
+        """
+        pipe = self._client.pipeline(transaction=transaction)
+        if isinstance(self._client, RedisCluster):
+            pipe.mget = lambda keys: pipe.execute_command("MGET", *keys)  # type: ignore[method-assign]
+            pipe.evalsha = functools.partial(pipe.execute_command, "EVALSHA")  # type: ignore[method-assign]
+        return pipe
+
+    def _load_scripts(self) -> None:
+        """Load every script on every master (SCRIPT LOAD on a cluster client)."""
+        for script in vars(self._scripts).values():
+            self._client.script_load(script.script)
 
     # durable acknowledgements
 
@@ -478,7 +571,7 @@ class RedisStore(Store):
         def once() -> Any:
             # EVALSHA itself, not the script through the pipeline (which
             # would ask SCRIPT EXISTS first: one more round trip per write).
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self._pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             return self._acknowledged(pipe)[0]
 
@@ -812,7 +905,7 @@ class RedisStore(Store):
         if hosts is None:
             seen = self._hash(self.keys.heartbeats)
         else:
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self._pipeline(transaction=False)
             for start in range(0, len(hosts), _HMGET_CHUNK):
                 pipe.hmget(self.keys.heartbeats, hosts[start : start + _HMGET_CHUNK])
             values = itertools.chain.from_iterable(pipe.execute()) if hosts else ()
@@ -826,7 +919,7 @@ class RedisStore(Store):
 
     @_translated
     def list_services(self) -> list[Service]:
-        pipe = self._client.pipeline(transaction=True)
+        pipe = self._pipeline(transaction=True)
         pipe.hgetall(self.keys.services)
         pipe.hgetall(self.keys.heartbeats)
         services, seen = pipe.execute()
@@ -834,7 +927,7 @@ class RedisStore(Store):
 
     @_translated
     def get_service(self, host: str) -> Service | None:
-        pipe = self._client.pipeline(transaction=True)
+        pipe = self._pipeline(transaction=True)
         pipe.hget(self.keys.services, host)
         pipe.hget(self.keys.heartbeats, host)
         raw, last_seen = pipe.execute()
@@ -907,7 +1000,7 @@ class RedisStore(Store):
     @_translated
     def create_instances(self, records: Iterable[InstanceRecord]) -> None:
         # One script per record (each one short), all in one round trip.
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self._pipeline(transaction=False)
         for record in records:
             deadline = "" if record.deadline is None else repr(float(record.deadline))
             self._scripts.create_instance(
@@ -919,7 +1012,7 @@ class RedisStore(Store):
 
     @_translated
     def get_instance(self, uuid: str) -> InstanceRecord:
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self._pipeline(transaction=False)
         pipe.hget(self.keys.instances, uuid)
         pipe.get(self.keys.deleted_record(uuid))
         raw, tomb = pipe.execute()
@@ -987,7 +1080,7 @@ class RedisStore(Store):
         wanted = list(uuids)
         if not wanted:
             return []
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self._pipeline(transaction=False)
         pipe.hmget(self.keys.instances, wanted)
         pipe.mget([self.keys.deleted_record(u) for u in wanted])
         raws, tombs = pipe.execute()
@@ -1088,8 +1181,13 @@ class RedisStore(Store):
 
     def ping(self) -> bool:
         try:
+            if isinstance(self._client, RedisCluster):
+                # PING goes to any node, and a node answers it while the cluster
+                # is down; a read of one key asks the master of this store's slot.
+                self._client.exists(self.keys.providers)
+                return True
             return bool(self._client.ping())
-        except redis.RedisError:
+        except (redis.RedisError, redis.exceptions.RedisClusterException):
             return False
 
     @_translated

@@ -919,7 +919,7 @@ class Scripts:
     mark_down: Script
 
     @classmethod
-    def register(cls, client: redis.Redis) -> Scripts:
+    def register(cls, client: redis.Redis | redis.RedisCluster) -> Scripts:
         return cls(
             claim=client.register_script(CLAIM),
             release=client.register_script(RELEASE),

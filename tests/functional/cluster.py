@@ -149,13 +149,17 @@ class Cluster:
     ident: str = field(default_factory=lambda: uuidlib.uuid4().hex[:10])
     processes: list[Process] = field(default_factory=list)
     extra_conf: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Another Cluster's vhost to join (two deployments on one vhost, told apart
+    #: by key prefix and topics alone); that Cluster creates and deletes it.
+    shared_vhost: str | None = None
 
     def __post_init__(self) -> None:
-        self.vhost = f"test-{self.ident}"
+        self.vhost = self.shared_vhost or f"test-{self.ident}"
         self.prefix = f"test-{self.ident}"
         self.transport_url = f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/{self.vhost}"
-        rabbitmqctl("add_vhost", self.vhost)
-        rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+        if self.shared_vhost is None:
+            rabbitmqctl("add_vhost", self.vhost)
+            rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
         self.store: Store = open_store(REDIS_URL, self.prefix)
         self.write_config()
 
@@ -487,4 +491,5 @@ class Cluster:
             proc.stop()
         self.store.wipe()
         self.store.close()
-        rabbitmqctl("delete_vhost", self.vhost)
+        if self.shared_vhost is None:
+            rabbitmqctl("delete_vhost", self.vhost)

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from redis.cluster import key_slot
 
 from scheduler.store import Store, open_store
 from tests.functional.cluster import Cluster, Process, alive
@@ -498,11 +500,98 @@ def healthz(port: int) -> tuple[int, dict[str, Any]]:
         return err.code, json.loads(err.read())
 
 
+# --- a private Redis Cluster ------------------------------------------------------------
+
+
+class PrivateRedisCluster:
+    """Three private ``redis-server`` masters made one Redis Cluster (no replicas,
+    no persistence), each slot range on its own node."""
+
+    def __init__(self, masters: int = 3) -> None:
+        _need("redis-cli")
+        self.nodes = [
+            PrivateRedis(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",  # in the node's own directory
+                "--cluster-port",  # the default, port + 10000, may pass 65535
+                str(free_port()),
+                "--cluster-node-timeout",
+                "1000",
+                "--appendonly",
+                "no",
+            )
+            for _ in range(masters)
+        ]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        wait_until(self.ready, 30, "cluster_state:ok on every node")
+
+    def ready(self) -> bool:
+        """Whether every node answers and says ``cluster_state:ok``."""
+        for node in self.nodes:
+            try:
+                with redis.Redis(port=node.port, decode_responses=True) as client:
+                    if client.cluster("info").get("cluster_state") != "ok":
+                        return False
+            except redis.ConnectionError:
+                return False
+        return True
+
+    def url(self) -> str:
+        """The store URL, naming two of the nodes to discover the cluster from."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
+
+    def port_of(self, prefix: str) -> int:
+        """The port of the master holding the slot of a store under ``prefix``."""
+        slot = key_slot(f"{{{prefix}}}".encode())
+        with redis.Redis(port=self.nodes[0].port, decode_responses=True) as client:
+            for start, end, (_host, port, *_), *_replicas in client.execute_command(
+                "CLUSTER", "SLOTS"
+            ):
+                if start <= slot <= end:
+                    return int(port)
+        raise AssertionError(f"no node holds slot {slot}")
+
+    def destroy(self) -> None:
+        for node in self.nodes:
+            node.destroy()
+
+
+@pytest.fixture(scope="module")
+def private_redis_cluster() -> Iterator[PrivateRedisCluster]:
+    """A private 3-master Redis Cluster, shared by a module's tests."""
+    made = PrivateRedisCluster()
+    try:
+        made.start()
+        yield made
+    finally:
+        made.destroy()
+
+
 __all__ = [
     "Certs",
     "FaultCluster",
     "PrivateRabbit",
     "PrivateRedis",
+    "PrivateRedisCluster",
     "Process",
     "SentinelGroup",
     "free_port",

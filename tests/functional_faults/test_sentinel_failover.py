@@ -188,3 +188,16 @@ def test_a_failover_mid_storm_loses_no_acknowledged_boot(
 def link_role(server: PrivateRedis) -> str:
     with redis.Redis(port=server.port, decode_responses=True, socket_timeout=2) as client:
         return str(client.info("replication")["role"])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_replicas": -1}, "min_replicas must be 0 or more"),
+        ({"min_replicas": 1, "min_replicas_timeout": 5.0}, "below socket_timeout"),
+        ({"min_replicas": 1, "min_replicas_timeout": 0}, "above 0"),
+    ],
+)
+def test_bad_min_replicas_settings_are_refused(options: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RedisStore("redis://127.0.0.1:1/0", "unused", socket_timeout=5.0, **options)  # type: ignore[arg-type]

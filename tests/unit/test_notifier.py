@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from typing import Any
 
@@ -139,3 +141,15 @@ def test_a_notifier_that_is_off_sends_nothing_and_starts_no_thread(
     notifier.stop()
     assert made == []
     assert not any(t.name == "notifier" for t in threading.enumerate())
+
+
+def test_queue_policy_matches_the_topics_priority_queues_only() -> None:
+    args = notifier_module.queue_policy("notif.b", 500)
+    assert args[:3] == ["--apply-to", "queues", notifier_module.POLICY_NAME]
+    pattern = re.compile(args[3])
+    assert pattern.match("notif.b.info") and pattern.match("notif.b.error")
+    assert not pattern.match("notifXb.info") and not pattern.match("tail-1234")
+    assert not pattern.match("scheduler") and not pattern.match("notif.b.info.x")
+    assert json.loads(args[4]) == {"max-length": 500, "overflow": "drop-head"}
+    with pytest.raises(ValueError, match="max_length must be at least 1, not 0"):
+        notifier_module.queue_policy("notifications", 0)

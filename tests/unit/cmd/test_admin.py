@@ -904,6 +904,7 @@ def audit_conf(*argv: str) -> SimpleNamespace:
     return SimpleNamespace(
         command=command,
         conductor=SimpleNamespace(reconcile_interval=1.0, orphan_grace=0.0, report_max_age=60.0),
+        compute=SimpleNamespace(topic="compute"),
     )
 
 

@@ -26,7 +26,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     monkeypatch.setattr(cmd, "make_store", lambda conf: made)
     monkeypatch.setattr(cmd, "conductor_settings", lambda conf: ConductorSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
-    monkeypatch.setattr(rpc, "ComputeClient", lambda transport, resolve: Recorded())
+    monkeypatch.setattr(rpc, "ComputeClient", lambda transport, resolve, topic: Recorded())
     return made
 
 
@@ -35,7 +35,8 @@ def run(*args: str) -> int:
     parser = argparse.ArgumentParser()
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(["delete", *args])
-    return cmd._delete(SimpleNamespace(command=command))  # type: ignore[arg-type]
+    conf = SimpleNamespace(command=command, compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC))
+    return cmd._delete(conf)  # type: ignore[arg-type]
 
 
 def record(store: MemoryStore, state: str, project: str = "p", host: str | None = None) -> str:

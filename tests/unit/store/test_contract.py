@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-import redis
 
 from scheduler.exceptions import (
     CapacityExceeded,
@@ -61,6 +60,7 @@ from scheduler.store import (
     ServiceReport,
     Store,
 )
+from scheduler.store.redis_store import redis_client
 
 REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -1720,7 +1720,7 @@ def test_a_deleted_record_is_removed_by_the_store_after_its_retention(
     store.finish_delete(uuid, None, retention=0.2, now=1.0)
     assert store.get_instance(uuid).state == DELETED
     if isinstance(store, RedisStore):  # Redis expires the key itself
-        with redis.Redis.from_url(REDIS_URL) as client:
+        with redis_client(REDIS_URL) as client:  # any store URL, a cluster's too
             assert 0 < client.pttl(store.keys.deleted_record(uuid)) <= 200
     deadline = time.monotonic() + 10
     while store.list_instances([uuid]) and time.monotonic() < deadline:

@@ -10,10 +10,12 @@ import json
 import os
 import uuid as uuidlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 import structlog
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
@@ -200,6 +202,40 @@ def test_sentinel_url_names_the_sentinels_service_db_and_password() -> None:
 @pytest.mark.parametrize("url", ["redis+sentinel://10.0.0.1:26379", "redis+sentinel:///cell1"])
 def test_sentinel_url_needs_hosts_and_a_service(url: str) -> None:
     with pytest.raises(ValueError):
+        redis_client(url)
+
+
+def test_cluster_url_is_its_first_nodes_url_and_the_rest_start_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: dict[str, Any] = {}
+
+    def from_url(url: str, **kwargs: Any) -> str:
+        built.update(kwargs, url=url)
+        return "client"
+
+    monkeypatch.setattr(RedisCluster, "from_url", from_url)  # building one connects
+    url = "rediss+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001/?ssl_ca_certs=/etc/ca.pem"
+    assert redis_client(url, socket_timeout=2.0) == "client"
+    assert built["url"] == "rediss://app:s%40cret@10.0.0.1:7000/?ssl_ca_certs=/etc/ca.pem"
+    assert [(n.host, n.port) for n in built["startup_nodes"]] == [("::1", 7001)]
+    assert built["decode_responses"] is True and built["socket_timeout"] == 2.0
+    redis_client("redis+cluster://10.0.0.1:7000")
+    assert built["url"] == "redis://10.0.0.1:7000" and built["startup_nodes"] == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://",
+        "redis+cluster://:pw@/",
+        "rediss+cluster://10.0.0.1:7000/3",
+        "redis+cluster://10.0.0.1:7000,10.0.0.2/",
+    ],
+)
+def test_cluster_url_needs_host_port_pairs_and_no_db(url: str) -> None:
+    # Refused before any connection: a cluster client connects when built.
+    with pytest.raises(ValueError, match="cluster URL"):
         redis_client(url)
 
 
