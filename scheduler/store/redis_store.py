@@ -33,7 +33,8 @@ connection, so that WAIT counts that write (it waits for the replication
 offset of its own connection's last write). Fewer replicas in time:
 :class:`StoreUnavailable`, the write done on the master but perhaps not on
 what a failover promotes. A write that changes nothing (a retried claim that
-finds itself already held) waits for its connection's last write only.
+finds itself already held) waits for its connection's last write only. Not
+yet on a Redis Cluster (the constructor refuses it).
 
 Store URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://`` as redis-py
 reads them, and ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
