@@ -304,6 +304,23 @@ redis_opts = [
         min=0.1,
         help="Seconds a store command may take before the store counts as down.",
     ),
+    cfg.IntOpt(
+        "min_replicas",
+        default=0,
+        min=0,
+        help="Replicas that must have each write (claims, releases, instance records, "
+        "providers and service records) before it counts as done: the store sends "
+        "WAIT behind each write and reports the store unavailable (retryable) when "
+        "fewer replicas have it within min_replicas_timeout. 0: acknowledged once the "
+        "master has it, which a Sentinel failover may lose. Not yet on a redis+cluster:// store.",
+    ),
+    cfg.FloatOpt(
+        "min_replicas_timeout",
+        default=1.0,
+        min=0.001,
+        help="Seconds a write waits for min_replicas replicas (in seconds, as "
+        "socket_timeout, which it must stay below; WAIT takes it in milliseconds).",
+    ),
 ]
 
 notifications_group = cfg.OptGroup(

@@ -58,7 +58,14 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
 
 
 def make_store(conf: cfg.ConfigOpts) -> Store:
-    return open_store(conf.redis.url, conf.redis.key_prefix)
+    r = conf.redis
+    return open_store(
+        r.url,
+        r.key_prefix,
+        min_replicas=r.min_replicas,
+        min_replicas_timeout=r.min_replicas_timeout,
+        socket_timeout=r.socket_timeout,
+    )
 
 
 class ServiceResolver:

@@ -11,6 +11,8 @@ with ``{key_prefix}:`` (one hash slot: on a cluster, one shard per prefix).
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.store.base import (
     Aggregate,
     Change,
@@ -68,13 +70,17 @@ _REDIS_SCHEMES = (
 )
 
 
-def open_store(url: str, key_prefix: str) -> Store:
-    """The store at ``url``; :class:`ValueError` for a scheme it does not know."""
+def open_store(url: str, key_prefix: str, **options: Any) -> Store:
+    """The store at ``url``; :class:`ValueError` for a scheme it does not know.
+
+    ``options`` go to :class:`RedisStore` (``socket_timeout``, ``min_replicas``,
+    ``min_replicas_timeout``); the in-process store has no replicas and ignores them.
+    """
     scheme, sep, _ = url.partition("://")
     if sep and scheme == "memory":
         return MemoryStore()
     if sep and scheme in _REDIS_SCHEMES:
-        return RedisStore(url, key_prefix)
+        return RedisStore(url, key_prefix, **options)
     raise ValueError(
         f"unknown store URL scheme in {url.split('@')[-1]!r}; "
         f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}"

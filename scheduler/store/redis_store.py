@@ -24,6 +24,18 @@ Guarantees, on top of the contract in :mod:`scheduler.store.base`:
   uuid, services by host (instances asked for by uuid: in the order asked,
   the missing ones left out).
 
+Durable acknowledgements: with ``min_replicas`` above 0, every write a
+caller relies on as done (claims, releases, moves and heals, instance
+records, providers, aggregates, service records; not heartbeats nor the
+computes' instance reports, which are rewritten every period) is sent in one
+pipeline with ``WAIT min_replicas timeout`` behind it, on the same
+connection, so that WAIT counts that write (it waits for the replication
+offset of its own connection's last write). Fewer replicas in time:
+:class:`StoreUnavailable`, the write done on the master but perhaps not on
+what a failover promotes. A write that changes nothing (a retried claim that
+finds itself already held) waits for its connection's last write only. Not
+yet on a Redis Cluster (the constructor refuses it).
+
 Store URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://`` as redis-py
 reads them, and ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
 for a master found through Sentinel (the credentials are the master's; the
@@ -500,11 +512,29 @@ class RedisStore(Store):
     """
 
     def __init__(
-        self, url: str, key_prefix: str, stream_maxlen: int = 100000, socket_timeout: float = 5.0
+        self,
+        url: str,
+        key_prefix: str,
+        stream_maxlen: int = 100000,
+        socket_timeout: float = 5.0,
+        min_replicas: int = 0,
+        min_replicas_timeout: float = 1.0,
     ) -> None:
+        if min_replicas < 0:
+            raise ValueError(f"min_replicas must be 0 or more, got {min_replicas}")
+        if min_replicas and not 0 < min_replicas_timeout < socket_timeout:
+            raise ValueError(
+                f"min_replicas_timeout must be above 0 and below socket_timeout "
+                f"({socket_timeout} s), got {min_replicas_timeout}"
+            )
         self.keys = Keys.for_prefix(key_prefix)
         self._maxlen = stream_maxlen
+        self._min_replicas = min_replicas
+        self._wait_ms = max(int(min_replicas_timeout * 1000), 1)
         self._client = redis_client(url, socket_timeout)
+        if min_replicas and isinstance(self._client, RedisCluster):
+            self._client.close()
+            raise ValueError("min_replicas is not supported on a redis+cluster:// store yet")
         self._scripts = Scripts.register(self._client)
         if isinstance(self._client, RedisCluster):
             self._load_scripts()
@@ -532,11 +562,53 @@ class RedisStore(Store):
         for script in vars(self._scripts).values():
             self._client.script_load(script.script)
 
+    # durable acknowledgements
+
+    def _write(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one write script; with ``min_replicas``, acknowledged by WAIT."""
+        if not self._min_replicas:
+            return script(keys=keys, args=args)
+
+        def once() -> Any:
+            # EVALSHA itself, not the script through the pipeline (which
+            # would ask SCRIPT EXISTS first: one more round trip per write).
+            pipe = self._pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return self._acknowledged(pipe)[0]
+
+        try:
+            return once()
+        except redis.exceptions.NoScriptError:  # a new master, say: nothing ran
+            self._client.script_load(script.script)
+            return once()
+
+    def _acknowledged(self, pipe: Any) -> list[Any]:
+        """Execute a pipeline of writes; with ``min_replicas``, with WAIT behind
+        them on the same connection, and :class:`StoreUnavailable` when fewer
+        replicas than that have them within the timeout. A refused write (a
+        script's error) raises as it would without WAIT: it wrote nothing."""
+        if not self._min_replicas:
+            return cast("list[Any]", pipe.execute())
+        pipe.execute_command("WAIT", self._min_replicas, self._wait_ms)
+        *replies, acked = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < self._min_replicas:
+            raise StoreUnavailable(
+                reason=f"{acked} of {self._min_replicas} replicas acknowledged the write "
+                f"within {self._wait_ms} ms"
+            )
+        return replies
+
     # providers
 
     @_translated
     def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
-        raw = self._scripts.create_provider(
+        raw = self._write(
+            self._scripts.create_provider,
             keys=(self.keys.changes, self.keys.providers, self.keys.provider_names),
             args=(self._maxlen, uuid, name, parent_uuid or ""),
         )
@@ -579,7 +651,8 @@ class RedisStore(Store):
     @_translated
     def _update_provider(self, uuid: str, generation: int, field: str, value: Any) -> int:
         return int(
-            self._scripts.update_provider(
+            self._write(
+                self._scripts.update_provider,
                 keys=(self.keys.changes, self.keys.providers),
                 args=(self._maxlen, uuid, generation, field, json.dumps(value)),
             )
@@ -592,7 +665,8 @@ class RedisStore(Store):
             "name": aggregate.name,
             "metadata": dict(aggregate.metadata),
         }
-        self._scripts.put_aggregate(
+        self._write(
+            self._scripts.put_aggregate,
             keys=(self.keys.changes, self.keys.aggregates),
             args=(self._maxlen, aggregate.uuid, json.dumps(data)),
         )
@@ -609,7 +683,7 @@ class RedisStore(Store):
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
         keys, args = self._allocation_call(consumer_uuid, request, group)
-        return bool(self._scripts.claim(keys=keys, args=args))
+        return bool(self._write(self._scripts.claim, keys=keys, args=args))
 
     def _allocation_call(
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None
@@ -643,14 +717,17 @@ class RedisStore(Store):
     @_translated
     def release(self, consumer_uuid: str) -> bool:
         return bool(
-            self._scripts.release(keys=self._alloc_keys, args=(self._maxlen, consumer_uuid))
+            self._write(
+                self._scripts.release, keys=self._alloc_keys, args=(self._maxlen, consumer_uuid)
+            )
         )
 
     @_translated
     def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
         check_move(source_uuid, target_uuid)
         return bool(
-            self._scripts.move_allocations(
+            self._write(
+                self._scripts.move_allocations,
                 keys=self._alloc_keys,
                 args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0"),
             )
@@ -702,7 +779,7 @@ class RedisStore(Store):
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
         keys, args = self._allocation_call(consumer_uuid, request, group)
-        return bool(self._scripts.heal_allocation(keys=keys, args=args))
+        return bool(self._write(self._scripts.heal_allocation, keys=keys, args=args))
 
     # change feed
 
@@ -799,7 +876,11 @@ class RedisStore(Store):
     def register_services(self, services: Iterable[Service]) -> None:
         pairs = [value for s in services for value in (s.host, s.rpc_server)]
         if pairs:
-            self._scripts.register_services(keys=self._service_keys, args=(self._maxlen, *pairs))
+            self._write(
+                self._scripts.register_services,
+                keys=self._service_keys,
+                args=(self._maxlen, *pairs),
+            )
 
     @_translated
     def report_services(self, reports: Iterable[ServiceReport]) -> None:
@@ -809,7 +890,9 @@ class RedisStore(Store):
             for value in (r.host, _report_text(r.capabilities), _report_text(r.stats))
         ]
         if args:
-            self._scripts.report_services(keys=self._service_keys, args=(self._maxlen, *args))
+            self._write(
+                self._scripts.report_services, keys=self._service_keys, args=(self._maxlen, *args)
+            )
 
     @_translated
     def heartbeat(self, hosts: Iterable[str], now: float) -> None:
@@ -866,15 +949,18 @@ class RedisStore(Store):
 
     @_translated
     def set_service_disabled(self, host: str, disabled: bool, reason: str | None = None) -> None:
-        self._scripts.set_service_disabled(
+        self._write(
+            self._scripts.set_service_disabled,
             keys=(*self._service_keys, self.keys.provider_names, self.keys.providers),
             args=(self._maxlen, host, "1" if disabled else "0", json.dumps(reason)),
         )
 
     @_translated
     def record_build_result(self, host: str, success: bool) -> None:
-        self._scripts.record_build_result(
-            keys=self._service_keys, args=(self._maxlen, host, "1" if success else "0")
+        self._write(
+            self._scripts.record_build_result,
+            keys=self._service_keys,
+            args=(self._maxlen, host, "1" if success else "0"),
         )
 
     @_translated
@@ -906,7 +992,9 @@ class RedisStore(Store):
         names = list(dict.fromkeys(hosts))
         for start in range(0, len(names), _MARK_DOWN_CHUNK):
             chunk = names[start : start + _MARK_DOWN_CHUNK]
-            self._scripts.mark_down(keys=self._service_keys, args=(self._maxlen, *chunk))
+            self._write(
+                self._scripts.mark_down, keys=self._service_keys, args=(self._maxlen, *chunk)
+            )
 
     # instance records
 
@@ -921,7 +1009,7 @@ class RedisStore(Store):
                 args=(record.uuid, _instance_json(record), deadline),
                 client=pipe,
             )
-        pipe.execute()
+        self._acknowledged(pipe)
 
     @_translated
     def get_instance(self, uuid: str) -> InstanceRecord:
@@ -941,7 +1029,8 @@ class RedisStore(Store):
     ) -> InstanceRecord | None:
         check_instance_changes(changes)
         expected = "" if expected_states is None else json.dumps(list(expected_states))
-        raw = self._scripts.update_instance(
+        raw = self._write(
+            self._scripts.update_instance,
             keys=(self.keys.instances, self.keys.deleted_record(uuid), self.keys.deadlines),
             args=(uuid, expected, _changes_json(changes)),
         )
@@ -952,7 +1041,8 @@ class RedisStore(Store):
     @_translated
     def start_delete(self, uuid: str, **changes: Any) -> tuple[InstanceRecord, bool]:
         check_instance_changes(changes)
-        started, raw = self._scripts.start_delete(
+        started, raw = self._write(
+            self._scripts.start_delete,
             keys=(self.keys.instances, self.keys.deleted_record(uuid), self.keys.deadlines),
             args=(uuid, _changes_json(changes)),
         )
@@ -962,7 +1052,8 @@ class RedisStore(Store):
     def finish_delete(
         self, uuid: str, host: str | None, retention: float, now: float, force: bool = False
     ) -> InstanceRecord | None:
-        raw = self._scripts.finish_delete(
+        raw = self._write(
+            self._scripts.finish_delete,
             keys=(
                 *self._alloc_keys,
                 self.keys.instances,

@@ -593,8 +593,138 @@ __all__ = [
     "PrivateRedis",
     "PrivateRedisCluster",
     "Process",
+    "SentinelGroup",
     "free_port",
     "healthz",
     "port_open",
+    "replica_online",
     "wait_until",
 ]
+
+
+# --- a master, a replica and three sentinels ----------------------------------------------
+
+
+def replica_online(master: PrivateRedis) -> bool:
+    """The master counts a replica online (so WAIT can count it): with a
+    diskless sync, only after the replica's first acknowledgement, a moment
+    after the replica itself reports its link up."""
+    import redis
+
+    with redis.Redis(port=master.port, decode_responses=True, socket_timeout=2) as client:
+        info = client.info("replication")
+    return any(
+        isinstance(v, dict) and v.get("state") == "online"
+        for k, v in info.items()
+        if k.startswith("slave")
+    )
+
+
+class SentinelGroup:
+    """A private master, its replica and three ``redis-server --sentinel``
+    watching them (quorum 2, the master down after 1 s), each on a port and
+    directory of its own. ``url()`` is the ``redis+sentinel://`` store URL."""
+
+    NAME = "ftest"
+    REPL_USER, REPL_PASSWORD = "ftest-repl", "ftest-repl-pw"
+
+    def __init__(self, make: Callable[..., PrivateRedis]) -> None:
+        # Replication as a user of its own on both servers (either may be
+        # master), so that the link can be cut: see cut_replica.
+        replication = (
+            "--repl-diskless-sync-delay",
+            "0",
+            "--user",
+            f"{self.REPL_USER}",
+            "on",
+            f">{self.REPL_PASSWORD}",
+            "~*",
+            "&*",
+            "+@all",
+            "--user",
+            "default",
+            "on",
+            "nopass",
+            "~*",
+            "&*",
+            "+@all",
+            "--masteruser",
+            self.REPL_USER,
+            "--masterauth",
+            self.REPL_PASSWORD,
+        )
+        self.master = make(*replication)
+        self.replica = make(*replication, "--replicaof", "127.0.0.1", str(self.master.port))
+        self.sentinels: list[tuple[int, subprocess.Popen[bytes], Path]] = []
+        for _ in range(3):
+            port, path = free_port(), _private_dir("sched-sentinel-")
+            (path / "sentinel.conf").write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {path}\n"
+                f"logfile {path / 'sentinel.log'}\n"
+                f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {self.NAME} 1000\n"
+                f"sentinel failover-timeout {self.NAME} 5000\n"
+            )
+            popen = subprocess.Popen(
+                ["redis-server", str(path / "sentinel.conf"), "--sentinel"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.sentinels.append((port, popen, path))
+        wait_until(lambda: replica_online(self.master), 30, "the replica to be online")
+        wait_until(self.watching, 30, "the sentinels to see the replica and each other")
+
+    def sentinel(self, *command: str) -> Any:
+        import redis
+
+        port = self.sentinels[0][0]
+        with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as client:
+            return client.execute_command(*command)
+
+    def watching(self) -> bool:
+        """Every sentinel sees the replica up and the two other sentinels."""
+        import redis
+
+        for port, _, _ in self.sentinels:
+            try:
+                with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as c:
+                    replicas = c.execute_command("SENTINEL", "REPLICAS", self.NAME)
+                    others = c.execute_command("SENTINEL", "SENTINELS", self.NAME)
+            except redis.RedisError:
+                return False
+            if len(others) != 2 or not any("s_down" not in str(r) for r in replicas):
+                return False
+        return True
+
+    def cut_replica(self) -> None:
+        """Cut the replica off the master: its replication user turned off and
+        its link closed, so that it gets nothing more (a stopped replica would
+        still find the stream in its socket's buffers on waking)."""
+        import redis
+
+        with redis.Redis(port=self.master.port, socket_timeout=2) as client:
+            client.execute_command("ACL", "SETUSER", self.REPL_USER, "off")
+            client.execute_command("CLIENT", "KILL", "USER", self.REPL_USER)
+
+    def master_port(self) -> int:
+        _, port = self.sentinel("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
+        return int(port)
+
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port, _, _ in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.NAME}"
+
+    def destroy(self) -> None:
+        for _, popen, path in self.sentinels:
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait(10)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sentinel_group(private_redis: Callable[..., PrivateRedis]) -> Iterator[SentinelGroup]:
+    """A master + replica + three sentinels (the servers torn down by ``private_redis``)."""
+    group = SentinelGroup(private_redis)
+    yield group
+    group.destroy()
