@@ -71,7 +71,9 @@ def test_the_scheduler_queues_node_stopped_mid_storm(
     cluster, rabbit = deployment, private_rabbit_cluster
     cluster.write_config(conductor=FAST_CONDUCTOR)
     conductor = cluster.start_conductor()
-    cluster.start_compute(30, "--build-time", "0.5")
+    # Builds long enough that the fault lands while most are in flight, however
+    # slowly the boot commands return once they have cast.
+    cluster.start_compute(30, "--build-time", "4")
     worker = cluster.start_worker()
 
     queue = rabbit.queues(cluster.vhost)["scheduler"]
