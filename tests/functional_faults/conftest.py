@@ -32,6 +32,7 @@ import urllib.error
 import urllib.request
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -586,10 +587,98 @@ def private_redis_cluster() -> Iterator[PrivateRedisCluster]:
         made.destroy()
 
 
+# --- a private RabbitMQ cluster -------------------------------------------------------
+
+
+class PrivateRabbitCluster:
+    """Three private RabbitMQ nodes made one cluster: each a :class:`PrivateRabbit`
+    (its own node name, ports and directories), all sharing the ``rabbitmq``
+    user's Erlang cookie; nodes 2 and 3 join node 1. Users, virtual hosts and
+    permissions are cluster-wide, so any running node manages them."""
+
+    def __init__(self, certs: Certs, size: int = 3) -> None:
+        self.nodes = [PrivateRabbit(certs) for _ in range(size)]
+
+    def start(self) -> None:
+        """Start every node at once, then join the others to the first."""
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda node: node.start(), self.nodes))
+        first = self.nodes[0]
+        for node in self.nodes[1:]:
+            node.ctl("stop_app")
+            node.ctl("join_cluster", first.node)
+            node.ctl("start_app")
+            node.ctl("await_startup", "--timeout", "90", timeout=120)
+        first.ctl("add_user", ADMIN_USER, ADMIN_PASSWORD)
+        first.ctl("set_user_tags", ADMIN_USER, "administrator")
+
+    def running(self) -> PrivateRabbit:
+        """A node whose AMQP port is open (to run ``rabbitmqctl`` against)."""
+        for node in self.nodes:
+            if port_open(node.port):
+                return node
+        raise AssertionError("no node of the private RabbitMQ cluster is running")
+
+    def url(self, vhost: str) -> str:
+        """A transport URL naming every node (oslo.messaging fails over between them)."""
+        hosts = ",".join(f"{ADMIN_USER}:{ADMIN_PASSWORD}@127.0.0.1:{n.port}" for n in self.nodes)
+        return f"rabbit://{hosts}/{vhost}"
+
+    def queues(self, vhost: str) -> dict[str, dict[str, Any]]:
+        """Each queue of ``vhost``: its type, members (a quorum queue's) and
+        ``home``, the node of its leader (quorum) or the one it lives on (classic)."""
+        out = self.running().ctl(
+            "list_queues", "-p", vhost, "--formatter", "json", "name", "type", "leader", "members"
+        )
+        queues = {q["name"]: q for q in json.loads(out or "[]")}
+        local = {
+            node.node: {q["name"] for q in json.loads(listed or "[]")}
+            for node in self.nodes
+            if port_open(node.port)
+            for listed in [
+                node.ctl("list_queues", "-p", vhost, "--local", "--formatter", "json", "name")
+            ]
+        }
+        for name, q in queues.items():
+            q["home"] = q["leader"] or next((n for n, names in local.items() if name in names), "")
+        return queues
+
+    def node_named(self, name: str) -> PrivateRabbit:
+        for node in self.nodes:
+            if node.node == name:
+                return node
+        raise AssertionError(f"{name} is not a node of the private RabbitMQ cluster")
+
+    def heal(self) -> None:
+        """Start every stopped node again; it rejoins the cluster from its own
+        data directory. (A virtual host holding quorum queues is slow to delete,
+        tens of seconds, while one of their members is down.)"""
+        stopped = [node for node in self.nodes if not port_open(node.port)]
+        if stopped:
+            with ThreadPoolExecutor(len(stopped)) as pool:
+                list(pool.map(lambda node: node.start(), stopped))
+
+    def destroy(self) -> None:
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda node: node.destroy(), self.nodes))
+
+
+@pytest.fixture(scope="module")
+def private_rabbit_cluster(certs: Certs) -> Iterator[PrivateRabbitCluster]:
+    """A private 3-node RabbitMQ cluster, shared by a module's tests."""
+    made = PrivateRabbitCluster(certs)
+    try:
+        made.start()
+        yield made
+    finally:
+        made.destroy()
+
+
 __all__ = [
     "Certs",
     "FaultCluster",
     "PrivateRabbit",
+    "PrivateRabbitCluster",
     "PrivateRedis",
     "PrivateRedisCluster",
     "Process",

@@ -1,0 +1,111 @@
+"""A 3-node RabbitMQ cluster, the node holding the ``scheduler`` queue stopped
+mid-storm.
+
+The daemons (conductor stub, compute simulator, worker) name all three nodes
+in their transport URL. 200 boots are cast; while they are in flight the
+node the ``scheduler`` queue lives on is stopped (and left down until the
+test is over). Clients connected to it reconnect to another node in the URL;
+what was in flight on those connections (a cast being published, a reply on
+a queue of the stopped node) is what the conductor re-drives.
+
+* ``quorum``: ``[oslo_messaging_rabbit] rabbit_quorum_queue = True``: the topic
+  queues are quorum queues, replicated on every node; the node stopped is the
+  ``scheduler`` queue's leader. The two nodes left are a majority: they elect
+  a new leader, and keep what the queue held.
+* ``classic``: the default: the ``scheduler`` queue lives on one node only;
+  stopped, the queue is gone with what it held, until the worker reconnects
+  elsewhere and declares it again. What it held is lost and re-driven.
+
+Either way the storm settles with every instance ACTIVE or in ERROR with a
+reason, nothing lost, nothing doubled, usage equal to the sum of live
+allocations; the storm time and re-drives are printed as figures.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.functional_faults.conftest import (
+    FaultCluster,
+    PrivateRabbitCluster,
+    wait_until,
+)
+from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
+
+BOOTS = 200
+
+
+@pytest.fixture(params=[True, False], ids=["quorum", "classic"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path: Path, private_rabbit_cluster: PrivateRabbitCluster
+) -> Iterator[FaultCluster]:
+    """A deployment on the 3-node cluster (its topic queues quorum or classic
+    ones), checked (accounting) and torn down after the test, once every node
+    is running again."""
+    ident = uuidlib.uuid4().hex[:10]
+    made = FaultCluster(
+        tmp_path,
+        ident=ident,
+        broker=private_rabbit_cluster.running(),
+        rabbit_url=private_rabbit_cluster.url(f"test-{ident}"),
+        rabbit_options={"rabbit_quorum_queue": request.param},
+    )
+    try:
+        yield made
+        made.check_accounting()
+    finally:
+        private_rabbit_cluster.heal()
+        made.close()
+
+
+@pytest.mark.timeout(150)
+def test_the_scheduler_queues_node_stopped_mid_storm(
+    deployment: FaultCluster, private_rabbit_cluster: PrivateRabbitCluster
+) -> None:
+    cluster, rabbit = deployment, private_rabbit_cluster
+    cluster.write_config(conductor=FAST_CONDUCTOR)
+    conductor = cluster.start_conductor()
+    # Builds long enough that the fault lands while most are in flight, however
+    # slowly the boot commands return once they have cast.
+    cluster.start_compute(30, "--build-time", "4")
+    worker = cluster.start_worker()
+
+    queue = rabbit.queues(cluster.vhost)["scheduler"]
+    quorum = cluster.rabbit_options["rabbit_quorum_queue"]
+    assert queue["type"] == ("quorum" if quorum else "classic"), queue
+    if quorum:
+        assert len(queue["members"]) == 3, queue
+    home = rabbit.node_named(queue["home"])
+
+    started = time.monotonic()
+    storm = start_storm(cluster, BOOTS)
+    wait_until(lambda: storm.states()["ACTIVE"] >= 20, 60, "the storm to be under way")
+    in_flight = storm.mark_fault()
+    home.stop()
+    wait_until(
+        lambda: (
+            rabbit.queues(cluster.vhost).get("scheduler", {}).get("home") not in (None, home.node)
+        ),
+        30,
+        "the scheduler queue on another node",
+    )
+
+    storm.settle(90)
+    assert_settled_cleanly(storm)
+    figures = storm.figures(
+        storm_seconds=round(time.monotonic() - started, 1),
+        queue_type=queue["type"],
+        redrives_logged=conductor.count("request_redriven"),
+        claims_reused=worker.count("allocation_reused"),
+    )
+    print(f"\n{queue['type']} queue's node stopped:", json.dumps(figures))
+    assert in_flight > 0
+    assert figures["final_states"] == {"ACTIVE": BOOTS}, figures
+    worker.assert_kept_serving()
+    assert conductor.popen.poll() is None
