@@ -757,14 +757,19 @@ class RedisStore(Store):
         )
 
     def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
-        seen: set[str] = set()  # HSCAN may return a field twice (a rehash)
+        yield from _each(_consumer, self._scan(self.keys.consumers, batch), self.keys.consumers)
+
+    def _scan(self, key: str, batch: int) -> Iterator[tuple[str, str]]:
+        """Every (field, value) of a hash, one HSCAN page of ``batch`` at a
+        time, each field once (HSCAN may return a field twice across a rehash)."""
+        seen: set[str] = set()
         cursor = 0
         while True:
-            cursor, page = self._scan_hash(self.keys.consumers, cursor, batch)
-            for consumer in _each(_consumer, sorted(page.items()), self.keys.consumers):
-                if consumer.uuid not in seen:
-                    seen.add(consumer.uuid)
-                    yield consumer
+            cursor, page = self._scan_hash(key, cursor, batch)
+            for name, raw in sorted(page.items()):
+                if name not in seen:
+                    seen.add(name)
+                    yield name, raw
             if cursor == 0:
                 return
 
@@ -970,22 +975,12 @@ class RedisStore(Store):
             self._client.hset(self.keys.reports, mapping=mapping)
 
     def instance_reports(self, batch: int = 500) -> Iterator[InstanceReport]:
-        cursor = 0
-        while True:
-            cursor, page = self._scan_reports(cursor, batch)
-            for host, raw in sorted(page.items()):
-                yield from _each(
-                    functools.partial(InstanceReport.from_primitive, host),
-                    [(host, raw)],
-                    self.keys.reports,
-                )
-            if cursor == 0:
-                return
-
-    @_translated
-    def _scan_reports(self, cursor: int, batch: int) -> tuple[int, dict[str, str]]:
-        found = self._client.hscan(self.keys.reports, cursor, count=batch)
-        return cast("tuple[int, dict[str, str]]", found)
+        for host, raw in self._scan(self.keys.reports, batch):
+            yield from _each(
+                functools.partial(InstanceReport.from_primitive, host),
+                [(host, raw)],
+                self.keys.reports,
+            )
 
     @_translated
     def mark_down(self, hosts: Iterable[str]) -> None:
@@ -1098,23 +1093,12 @@ class RedisStore(Store):
         )
 
     def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]:
-        seen: set[str] = set()  # HSCAN may return a field twice (a rehash)
-        cursor = 0
-        while True:
-            cursor, page = self._instances_page(cursor, batch)
-            for record in page:
-                if record.uuid not in seen:
-                    seen.add(record.uuid)
-                    yield record
-            if cursor == 0:
-                return
+        yield from _each(_instance, self._scan(self.keys.instances, batch), self.keys.instances)
 
-    @_translated
     def _instances_page(self, cursor: int, batch: int) -> tuple[int, list[InstanceRecord]]:
         """One HSCAN page of the instances hash: the next cursor (0: done) and its records."""
-        cursor, pairs = self._client.hscan(self.keys.instances, cursor, count=batch)
-        found = cast("dict[str, str]", pairs).items()  # the client decodes replies
-        return int(cursor), list(_each(_instance, found, self.keys.instances))
+        cursor, page = self._scan_hash(self.keys.instances, cursor, batch)
+        return cursor, list(_each(_instance, page.items(), self.keys.instances))
 
     def list_instances_due(self, now: float, limit: int = 1000) -> list[InstanceRecord]:
         due, complete = self._due(now, limit)
