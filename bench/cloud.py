@@ -25,10 +25,19 @@ import time
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, AllocationRequest, Flavor
+from scheduler.objects import (
+    DISK_GB,
+    MEMORY_MB,
+    VCPU,
+    AllocationRequest,
+    Flavor,
+    InstanceRecord,
+    RequestSpec,
+)
 from scheduler.store import Aggregate, Inventory, Service, Store, open_store
 
 NAMESPACE = uuidlib.UUID("0c6f1b0e-7a0d-4f43-9d1e-b3a7c2f0be11")
@@ -105,8 +114,12 @@ class HostPlan:
     down: bool
 
 
-def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
-    """What ``hosts`` hosts look like; the same seed gives the same cloud."""
+def plan(hosts: int, seed: int = 5, consumers: int | None = None) -> list[HostPlan]:
+    """What ``hosts`` hosts look like; the same seed gives the same cloud.
+
+    ``consumers``: split the existing usage into about that many consumers
+    in all, spread evenly over the hosts that have any (by default each host
+    has the fewest that its max_unit allows: one to four)."""
     rng = np.random.default_rng(seed)
     kinds = rng.choice(len(KINDS), size=hosts, p=[k.share for k in KINDS])
     # Fill: most hosts part used (Beta around 45%), 8% empty, 4% nearly full.
@@ -121,15 +134,24 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
     disabled = rng.random(hosts) < DISABLED_FRACTION
     down = rng.random(hosts) < DOWN_FRACTION
     agg_uuids = [a.uuid for a in aggregates()]
-    out = []
+    usage = []
     for i in range(hosts):
-        kind = KINDS[kinds[i]]
-        inv = kind.inventories()
+        inv = KINDS[kinds[i]].inventories()
         used = {
             VCPU: int(cpu_fill[i] * inv[VCPU].capacity),
             MEMORY_MB: int(fill[i] * inv[MEMORY_MB].capacity),
             DISK_GB: int(disk_fill[i] * inv[DISK_GB].capacity),
         }
+        usage.append((inv, used))
+    in_use = sum(1 for _, used in usage if any(used.values()))
+    each, extra_parts = divmod(consumers or 0, max(in_use, 1))
+    out = []
+    seen_in_use = 0
+    for i, (inv, used) in enumerate(usage):
+        parts = 1
+        if consumers and any(used.values()):
+            parts = each + (1 if seen_in_use < extra_parts else 0)
+            seen_in_use += 1
         name = f"bench-{i:06d}"
         out.append(
             HostPlan(
@@ -139,7 +161,7 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
                 traits=tuple(t for t, on in zip(_TRAITS, trait_mask[i], strict=True) if on),
                 aggregates=(agg_uuids[zones[i]],)
                 + tuple(agg_uuids[len(ZONES) + j] for j in np.flatnonzero(extra[i])),
-                consumers=_split(name, used, inv),
+                consumers=_split(name, used, inv, parts),
                 disabled=bool(disabled[i]),
                 down=bool(down[i]),
             )
@@ -148,11 +170,12 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
 
 
 def _split(
-    name: str, used: dict[str, int], inv: dict[str, Inventory]
+    name: str, used: dict[str, int], inv: dict[str, Inventory], parts: int = 1
 ) -> tuple[tuple[str, dict[str, int]], ...]:
-    """Existing usage as consumers, none asking more than a class's max_unit."""
+    """Existing usage as ``parts`` consumers or more, none asking more than a
+    class's max_unit."""
     parts = max(
-        1, *(math.ceil(amount / inv[rc].effective_max_unit) for rc, amount in used.items())
+        parts, *(math.ceil(amount / inv[rc].effective_max_unit) for rc, amount in used.items())
     )
     consumers = []
     for k in range(parts):
@@ -163,6 +186,28 @@ def _split(
         if amounts:
             consumers.append((uuid_for("consumer", f"{name}/{k}"), amounts))
     return tuple(consumers)
+
+
+def instance_record(
+    uuid: str,
+    flavor: Flavor | None = None,
+    project_id: str = "bench-project",
+    user_id: str = "bench-user",
+    **fields: Any,
+) -> InstanceRecord:
+    """A record the size the conductor writes (about 900 bytes, its request
+    spec included); ``flavor`` defaults to an m1.small."""
+    flavor = flavor or Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, extra_specs={})
+    spec = RequestSpec(flavor=flavor, project_id=project_id, user_id=user_id)
+    now = time.time()
+    return InstanceRecord(
+        uuid=uuid,
+        request_spec=spec.to_primitive(),
+        request_id=f"req-{uuidlib.uuid4()}",
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
 
 
 # --- writing a plan -----------------------------------------------------------------

@@ -66,6 +66,12 @@ class Sizes:
     sweep_due: int = 100
     sweep_runs: int = 21  # sweeps per size, through the index
     sweep_baseline_runs: int = 5  # sweeps per size, by the full scan
+    cell_hosts: int = 300000
+    cell_instances: int = 1000000
+    cell_report_hosts: int = 100  # hosts per report_instances call
+    cell_decisions: int = 200
+    cell_sweeps: int = 5
+    replicas_claims: int = 3000  # per setting, in rounds
 
 
 FULL = Sizes()
@@ -99,6 +105,12 @@ QUICK = Sizes(
     sweep_due=10,
     sweep_runs=5,
     sweep_baseline_runs=3,
+    cell_hosts=300,
+    cell_instances=1000,
+    cell_report_hosts=20,
+    cell_decisions=5,
+    cell_sweeps=2,
+    replicas_claims=100,
 )
 
 
