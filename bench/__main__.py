@@ -26,7 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, report
-from bench.cases import bootstorm, cell, churn, engine, hostview, memory, rabbit, sweep
+from bench.cases import (
+    bootstorm,
+    cell,
+    churn,
+    engine,
+    hostview,
+    memory,
+    rabbit,
+    replicas,
+    sweep,
+)
 from bench.runner import Bench
 from scheduler import log
 
@@ -42,6 +52,7 @@ CASES = {
     "churn": churn.run,
     "sweep": sweep.run,
     "cell": cell.run,
+    "replicas": replicas.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 

@@ -71,6 +71,7 @@ class Sizes:
     cell_report_hosts: int = 100  # hosts per report_instances call
     cell_decisions: int = 200
     cell_sweeps: int = 5
+    replicas_hosts: int = 1000
     replicas_claims: int = 3000  # per setting, in rounds
 
 
@@ -110,7 +111,8 @@ QUICK = Sizes(
     cell_report_hosts=20,
     cell_decisions=5,
     cell_sweeps=2,
-    replicas_claims=100,
+    replicas_hosts=50,
+    replicas_claims=60,
 )
 
 
