@@ -222,7 +222,9 @@ def run(bench: Bench) -> dict[str, Any]:
         store.list_instances_due(time.time(), 1)  # the empty store's deadline index: complete
 
         log.start(POPULATE_SLOWER_THAN_US)
-        cloud.populate(store, plan, url=url, prefix=PREFIX, processes=POPULATE_PROCESSES)
+        cloud.populate(
+            store, plan, url=url, prefix=PREFIX, processes=POPULATE_PROCESSES, pipelined=True
+        )
         hosts_s = time.perf_counter() - log._started
         _in_processes(_write_records, url, plan, POPULATE_PROCESSES)
         now = time.time()
