@@ -134,6 +134,8 @@ class Bench:
         self.redis_url = redis_url
         self.sizes = QUICK if quick else FULL
         self.log = log
+        #: cell: a saved populated cell to start from (written there when absent)
+        self.cell_rdb: Path | None = None
         self.results: dict[str, Any] = {}
         self._plans: dict[int, list[cloud.HostPlan]] = {}
         self._redis: dict[int, RedisCloud] = {}

@@ -7,7 +7,9 @@ split into ``cell_instances`` consumers, and an ACTIVE instance record
 (about 900 bytes, through the store's own create script, pipelined, several
 processes) for each consumer, on its host, holding its flavor: records,
 allocations and the computes' reports agree, as in a settled cell.
-``sweep_due`` records past their deadline sit beside them.
+``sweep_due`` records past their deadline sit beside them. With
+``--cell-rdb PATH`` the populated cell is saved there (SAVE, once populated)
+and a later run with the same sizes starts from it instead of populating.
 
 Then what the project runs against such a cell, one phase at a time:
 
@@ -40,6 +42,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,7 +61,7 @@ from conductor_stub.redrive import SWEEP_BATCH
 from scheduler import rpc
 from scheduler.objects import ACTIVE, BUILDING, DISK_GB, MEMORY_MB, VCPU, Flavor
 from scheduler.store import InstanceReport, RedisStore, RunningInstance
-from tests.functional_faults.conftest import PrivateRedis
+from tests.functional_faults.conftest import PrivateRedis, wait_until
 
 #: Records written per pipeline while populating.
 RECORD_CHUNK = 2000
@@ -203,13 +206,45 @@ def _admin(bench: Bench, config: Any, *args: str) -> tuple[str, float, float]:
     return out, seconds, usage.ru_maxrss / 1024
 
 
+def _populate(
+    bench: Bench, store: RedisStore, url: str, plan: list[cloud.HostPlan], log: SlowLog
+) -> None:
+    """The hosts, a record for each consumer, and the due records (one phase)."""
+    store.list_instances_due(time.time(), 1)  # the empty store's deadline index: complete
+    log.start(POPULATE_SLOWER_THAN_US)
+    cloud.populate(
+        store, plan, url=url, prefix=PREFIX, processes=POPULATE_PROCESSES, pipelined=True
+    )
+    hosts_s = time.perf_counter() - log._started
+    _in_processes(_write_records, url, plan, POPULATE_PROCESSES)
+    now = time.time()
+    due = [
+        cloud.instance_record(str(uuidlib.uuid4()), state=BUILDING, deadline=now - 3600 + i)
+        for i in range(bench.sizes.sweep_due)
+    ]
+    store.create_instances(due)
+    row = log.stop("populate", targeted=False, hosts_seconds=hosts_s)
+    bench.log(f"  populated in {row['seconds']:.0f} s (hosts {hosts_s:.0f} s)")
+
+
+def _loaded(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.BusyLoadingError:
+        return False
+
+
 def run(bench: Bench) -> dict[str, Any]:
     sizes = bench.sizes
     server = PrivateRedis("--appendonly", "no")
+    loaded = bench.cell_rdb is not None and bench.cell_rdb.exists()
+    if loaded:
+        os.link(bench.cell_rdb, server.dir / "dump.rdb")
     server.start()
     url = server.url()
-    store = RedisStore(url, PREFIX, socket_timeout=60.0)
     client = redis.Redis.from_url(url, socket_timeout=60.0)
+    wait_until(lambda: _loaded(client), 900, "the private Redis to load the cell")
+    store = RedisStore(url, PREFIX, socket_timeout=60.0)
     cluster = bench.cluster("cell")
     cluster.write_config(redis={"url": url, "key_prefix": PREFIX})
     log = SlowLog(client, store)
@@ -219,22 +254,14 @@ def run(bench: Bench) -> dict[str, Any]:
         plan = cloud.plan(sizes.cell_hosts, consumers=sizes.cell_instances)
         instances = sum(len(h.consumers) for h in plan)
         result["instances"] = instances
-        store.list_instances_due(time.time(), 1)  # the empty store's deadline index: complete
-
-        log.start(POPULATE_SLOWER_THAN_US)
-        cloud.populate(
-            store, plan, url=url, prefix=PREFIX, processes=POPULATE_PROCESSES, pipelined=True
-        )
-        hosts_s = time.perf_counter() - log._started
-        _in_processes(_write_records, url, plan, POPULATE_PROCESSES)
-        now = time.time()
-        due = [
-            cloud.instance_record(str(uuidlib.uuid4()), state=BUILDING, deadline=now - 3600 + i)
-            for i in range(sizes.sweep_due)
-        ]
-        store.create_instances(due)
-        row = log.stop("populate", targeted=False, hosts_seconds=hosts_s)
-        bench.log(f"  populated in {row['seconds']:.0f} s (hosts {hosts_s:.0f} s)")
+        if loaded:
+            result["populated_from"] = str(bench.cell_rdb)
+            bench.log(f"  loaded the populated cell from {bench.cell_rdb}")
+        else:
+            _populate(bench, store, url, plan, log)
+            if bench.cell_rdb is not None:  # outside any phase: SAVE blocks Redis
+                client.save()
+                shutil.move(server.dir / "dump.rdb", bench.cell_rdb)
         memory = client.info("memory")
         result["redis_used_memory_mb"] = memory["used_memory"] / 2**20
         result["redis_used_memory_rss_mb"] = memory["used_memory_rss"] / 2**20
@@ -297,7 +324,7 @@ def run(bench: Bench) -> dict[str, Any]:
             started = time.perf_counter()
             found = store.list_instances_due(time.time(), SWEEP_BATCH)
             timings.append(time.perf_counter() - started)
-        assert len(found) == len(due), "the sweep finds the due records"
+        assert len(found) == sizes.sweep_due, "the sweep finds the due records"
         log.stop("sweep", calls=summary(timings), due=len(found))
 
         log.start()
