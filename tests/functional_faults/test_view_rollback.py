@@ -151,6 +151,7 @@ def test_every_worker_notices_the_rollback_and_decides_on_what_the_store_has(
         }
         for process, _ in slots
     }
+    assert placeable == dict.fromkeys(clients, (True, False)), (placeable, reloads)
     first, *others = (process for process, _ in slots)
     assert reloads[first] == {"host_view_write_lost": 1, "host_view_stream_truncated": 0}, reloads
     for process in others:
@@ -158,7 +159,6 @@ def test_every_worker_notices_the_rollback_and_decides_on_what_the_store_has(
             "host_view_write_lost": 0,
             "host_view_stream_truncated": 1,
         }, reloads
-    assert placeable == dict.fromkeys(clients, (True, False)), placeable
 
     # The free capacity filled by boots the workers share: every one lands.
     warm = [r.uuid for r in cluster.store.scan_instances()]
