@@ -405,21 +405,23 @@ class HostView:
     # --- reading the store ----------------------------------------------------------
 
     def refresh(self, now: float) -> None:
-        """Catch up with the store: load once, then apply deltas.
+        """Catch up with the store: load once, then apply deltas (at once after
+        the load too).
 
         Falls back to a full reload when the cursor fell off the stream, and
         re-reads heartbeats when ``services_refresh_interval`` has passed.
         """
-        if self._cursor is None:
-            self.load(now)
-            return
+        # After a load, catch up at once: a snapshot may have been read in
+        # pages while writes went on, and the changes after its cursor are
+        # what make it the store's (see ChangeFeed.compact_snapshot).
+        cursor = self._cursor if self._cursor is not None else self.load(now)
         try:
             while True:
-                batch = self._store.changes(self._cursor, CHANGES_BATCH)
+                batch = self._store.changes(cursor, CHANGES_BATCH)
                 for change in batch:
                     self._apply(change)
                 if batch:
-                    self._cursor = batch[-1].cursor
+                    cursor = self._cursor = batch[-1].cursor
                 if len(batch) < CHANGES_BATCH:
                     break
         except StreamTruncated:
@@ -440,8 +442,13 @@ class HostView:
         if now - self._services_read_at >= self._services_interval:
             self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
 
-    def load(self, now: float) -> None:
-        """Rebuild the whole view from a compact snapshot, a column at a time.
+    def load(self, now: float) -> str:
+        """Rebuild the whole view from a compact snapshot, a column at a time;
+        return the snapshot's cursor.
+
+        The snapshot need not be one instant (the Redis store reads it in
+        pages while writes go on): it is the store's once the changes after
+        its cursor are applied, which :meth:`refresh` does right after.
 
         A value hosts share (an inventory, a set of traits or aggregates, a
         report) becomes row values once and is broadcast to its hosts by
@@ -482,6 +489,7 @@ class HostView:
         self._consumed.clear()
         self._read_ahead.clear()
         LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
+        return snap.cursor
 
     def refresh_provider(self, uuid: str) -> None:
         """Re-read one provider (after a claim on it was refused): the view

@@ -392,9 +392,9 @@ class HookedStore(MemoryStore):
             if not any(cursor_key(c.cursor)[0] in hidden for hidden in self._hidden)
         ]
 
-    def compact_snapshot(self) -> CompactSnapshot:
+    def compact_snapshot(self, batch: int = 1000) -> CompactSnapshot:
         with self._lock:
-            snap = super().compact_snapshot()
+            snap = super().compact_snapshot(batch)
             written = {uuid: n for n, uuid in enumerate(self._providers)}
             hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
             for i in sorted(range(len(snap.hosts)), key=lambda i: written[snap.hosts.uuids[i]]):
