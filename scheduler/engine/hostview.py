@@ -413,21 +413,33 @@ class HostView:
         """
         # After a load, catch up at once: a snapshot may have been read in
         # pages while writes went on, and the changes after its cursor are
-        # what make it the store's (see ChangeFeed.compact_snapshot).
-        cursor = self._cursor if self._cursor is not None else self.load(now)
+        # what make it the store's (see ChangeFeed.compact_snapshot). So a
+        # reload (the cursor fell off the stream, or the store lost a write
+        # the view relied on) is caught up too before the view is used.
+        if self._cursor is None:
+            self.load(now)
+        if not self._catch_up():
+            self.load(now)
+            self._catch_up()
+        if now - self._services_read_at >= self._services_interval:
+            self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
+
+    def _catch_up(self) -> bool:
+        """Apply the changes after the cursor up to the stream's end; False
+        when the view must be reloaded (logged with the reason)."""
+        assert self._cursor is not None
         try:
             while True:
-                batch = self._store.changes(cursor, CHANGES_BATCH)
+                batch = self._store.changes(self._cursor, CHANGES_BATCH)
                 for change in batch:
                     self._apply(change)
                 if batch:
-                    cursor = self._cursor = batch[-1].cursor
+                    self._cursor = batch[-1].cursor
                 if len(batch) < CHANGES_BATCH:
                     break
         except StreamTruncated:
             LOG.info("host_view_stream_truncated", cursor=self._cursor)
-            self.load(now)
-            return
+            return False
         if self._consumed or self._read_ahead:
             # Caught up to the stream's end, and a write the view relied on
             # never came: the store lost it (see the module doc).
@@ -437,10 +449,8 @@ class HostView:
                 consumed=sorted(self._consumed),
                 read_ahead=sorted(self._read_ahead),
             )
-            self.load(now)
-            return
-        if now - self._services_read_at >= self._services_interval:
-            self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
+            return False
+        return True
 
     def load(self, now: float) -> str:
         """Rebuild the whole view from a compact snapshot, a column at a time;
