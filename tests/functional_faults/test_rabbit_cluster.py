@@ -91,7 +91,9 @@ def node_to_stop(fault: str, home: str, connections: dict[str, int]) -> str:
     return max((n for n in connections if n != home), key=lambda n: connections[n])
 
 
-@pytest.mark.timeout(150)
+# The test's own budget: the module's cluster, started in the first case's
+# setup, and every node's restart in teardown are bounded by rabbitmqctl's.
+@pytest.mark.timeout(150, func_only=True)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_node_stopped_mid_storm(
     fault: str, deployment: FaultCluster, private_rabbit_cluster: PrivateRabbitCluster
