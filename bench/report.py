@@ -188,6 +188,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("churn", _churn_md),
         ("sweep", _sweep_md),
         ("fill", _fill_md),
+        ("lifetimes", _lifetimes_md),
     ):
         if title in cases:
             parts += ["", render(cases[title])]
@@ -1071,3 +1072,38 @@ def _fill_plot(case: dict[str, Any], plt: Any, save: Callable[[Any, str], None])
     axes[0].set_ylabel("mean RAM fill of the shape's hosts")
     axes[0].legend(fontsize=7)
     save(fig, "fill.png")
+
+
+def _lifetimes_md(case: dict[str, Any]) -> str:
+    loads = [s["load"] for s in next(iter(case["steps"].values()))]
+    return "\n".join(
+        [
+            "## Churn with heavy-tailed lifetimes (placement quality)",
+            "",
+            f"The fill case's {case['hosts']} hosts and flavor mix; Poisson arrivals, Pareto "
+            f"lifetimes (shape {case['pareto_shape']}), the offered load (of disk, the class "
+            "the mix exhausts first) raised step by step on one cloud, "
+            f"{case['arrivals_per_step']:,} arrivals per step (the first third settling), "
+            f"mean of {case['seeds']} seed(s). "
+            f"Highest utilisation of the scarcest class with < {case['failure_limit_pct']:g}% "
+            "of requests failing, and how many `big` (16 vCPU / 64 GiB / 320 GB) still fit there:",
+            "",
+            _table(
+                ["weighers", "utilisation (%)", "at offered load", "big that still fit"],
+                [
+                    [r["set"], r["utilisation_pct"], r["load"], r["largest_fit"]]
+                    for r in case["rows"]
+                ],
+            ),
+            "",
+            "Failed requests (%) per offered load:",
+            "",
+            _table(
+                ["weighers", *(f"{load:.2f}" for load in loads)],
+                [
+                    [label, *(s["failure_pct"] for s in steps)]
+                    for label, steps in case["steps"].items()
+                ],
+            ),
+        ]
+    )

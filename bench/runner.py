@@ -69,6 +69,8 @@ class Sizes:
     fill_seeds: int = 8
     fill_hosts_per_shape: int = 20
     fill_decision_hosts: int = 10000
+    lifetimes_seeds: int = 2
+    lifetimes_arrivals: int = 1500  # per offered load
 
 
 FULL = Sizes()
@@ -105,6 +107,8 @@ QUICK = Sizes(
     fill_seeds=1,
     fill_hosts_per_shape=4,
     fill_decision_hosts=1000,
+    lifetimes_seeds=1,
+    lifetimes_arrivals=60,
 )
 
 

@@ -55,12 +55,14 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
         "nova": Profile("nova"),
         "pack": Profile(
             "pack",
-            ("MostAllocatedWeigher", "AlignmentWeigher", "HeadroomWeigher"),
+            ("MostAllocatedWeigher", "AlignmentWeigher"),
             {
                 **_NOVA_OFF,
                 "most_allocated_weight_multiplier": 1.0,
                 "alignment_weight_multiplier": 0.5,
-                "headroom_weight_multiplier": 0.5,
+                # vCPUs are overcommitted (4:1 by default) and run out last: counting
+                # them blurs which of RAM and disk a host is short of.
+                "allocation_resource_weights": {"MEMORY_MB": 1.0, "DISK_GB": 1.0},
             },
         ),
         "spread": Profile(
