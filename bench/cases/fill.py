@@ -96,6 +96,8 @@ TRACE_LENGTH = 2.0
 #: first NoValidHost.
 SPREAD_AT = (0.25, 0.5, 0.75)
 SERIES_EVERY = 10
+#: The hosts heartbeat every this many requests.
+HEARTBEAT_EVERY = 500
 #: Rounds of the decision-time measurement, each profile once per round.
 DECISION_ROUNDS = 2
 
@@ -170,6 +172,8 @@ def fill(seed: int, profile: str, options: Mapping[str, float], per_shape: int) 
     series: list[list[float]] = []
     seconds = 0.0
     for k, flavor in enumerate(flavors):
+        if k % HEARTBEAT_EVERY == 0:  # a slow machine could outlast service_down_time
+            store.heartbeat(names, time.time())
         spec = RequestSpec(flavor=flavor, project_id="bench", user_id="bench")
         instance = str(uuidlib.uuid5(cloud.NAMESPACE, f"fill/{seed}/{k}"))
         started = time.perf_counter()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 import uuid as uuidlib
 from typing import Any
 
@@ -41,6 +42,8 @@ PARETO_SHAPE = 1.8
 LOADS = (0.70, 0.75, 0.80, 0.84, 0.88, 0.91, 0.94, 0.97, 1.00)
 FAILURE_LIMIT = 0.01
 SETTLE = 1 / 3
+#: The hosts heartbeat every this many arrivals.
+HEARTBEAT_EVERY = 500
 
 
 def simulate(seed: int, profile: str, options: Any, bench: Bench) -> list[dict[str, Any]]:
@@ -69,6 +72,8 @@ def simulate(seed: int, profile: str, options: Any, bench: Bench) -> list[dict[s
         utilisation, fits = [], []
         arrivals = sizes.lifetimes_arrivals
         for k in range(arrivals):
+            if serial % HEARTBEAT_EVERY == 0:  # a long run outlasts service_down_time
+                store.heartbeat(names, time.time())
             now += rng.exponential(1 / rate)
             while leaving and leaving[0][0] <= now:
                 _, instance, h, f = heapq.heappop(leaving)
