@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, report
-from bench.cases import bootstorm, churn, engine, hostview, memory, rabbit, sweep
+from bench.cases import bootstorm, churn, engine, fill, hostview, lifetimes, memory, rabbit, sweep
 from bench.runner import Bench
 from scheduler import log
 
@@ -41,6 +41,8 @@ CASES = {
     "bootstorm": bootstorm.run,
     "churn": churn.run,
     "sweep": sweep.run,
+    "fill": fill.run,
+    "lifetimes": lifetimes.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 

@@ -66,6 +66,11 @@ class Sizes:
     sweep_due: int = 100
     sweep_runs: int = 21  # sweeps per size, through the index
     sweep_baseline_runs: int = 5  # sweeps per size, by the full scan
+    fill_seeds: int = 8
+    fill_hosts_per_shape: int = 20
+    fill_decision_hosts: int = 10000
+    lifetimes_seeds: int = 2
+    lifetimes_arrivals: int = 1500  # per offered load
 
 
 FULL = Sizes()
@@ -99,6 +104,11 @@ QUICK = Sizes(
     sweep_due=10,
     sweep_runs=5,
     sweep_baseline_runs=3,
+    fill_seeds=1,
+    fill_hosts_per_shape=4,
+    fill_decision_hosts=1000,
+    lifetimes_seeds=1,
+    lifetimes_arrivals=60,
 )
 
 

@@ -738,6 +738,28 @@ class HostView:
         physical = per_class["total"][j, idx] - per_class["reserved"][j, idx]
         return physical - per_class["used"][j, idx]
 
+    def used_fractions(
+        self, rcs: Sequence[str], idx: np.ndarray, adding: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Per class of ``rcs`` (rows) and host of ``idx`` (columns): the share of
+        the capacity (allocation ratio applied) in use, with ``adding`` (one
+        amount per class) placed too; NaN where a host has no capacity of the
+        class. One gather per column, whatever the number of classes."""
+        out = np.full((len(rcs), len(idx)), np.nan)
+        known = [(k, j) for k, rc in enumerate(rcs) if (j := self._rc.get(rc)) is not None]
+        if not known:
+            return out
+        at, rows = [k for k, _ in known], [j for _, j in known]
+        per_class = self._hosts.per_class
+        cells = np.ix_(np.array(rows, dtype=np.intp), idx)
+        capacity = per_class["capacity"][cells].astype(np.float64)
+        used = per_class["used"][cells].astype(np.float64)
+        if adding is not None:
+            used += np.asarray(adding, dtype=np.float64)[at, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[at] = np.where(capacity > 0, used / capacity, np.nan)
+        return out
+
     def aggregate_lowest(
         self,
         key: str,
