@@ -32,7 +32,9 @@ from bench.cases import (
     cell,
     churn,
     engine,
+    fill,
     hostview,
+    lifetimes,
     memory,
     rabbit,
     replicas,
@@ -52,6 +54,8 @@ CASES = {
     "bootstorm": bootstorm.run,
     "churn": churn.run,
     "sweep": sweep.run,
+    "fill": fill.run,
+    "lifetimes": lifetimes.run,
     "cell": cell.run,
     "replicas": replicas.run,
 }

@@ -120,6 +120,7 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
         5.0,
         "max",
     )
+    out += quality_targets(cases)
     cell = cases.get("cell", {})
     if cell.get("hosts", 0) < 300000:  # a --quick cell measures no target
         cell = {}
@@ -204,6 +205,8 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("memory", _memory_md),
         ("churn", _churn_md),
         ("sweep", _sweep_md),
+        ("fill", _fill_md),
+        ("lifetimes", _lifetimes_md),
         ("cell", _cell_md),
         ("replicas", _replicas_md),
     ):
@@ -993,6 +996,8 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         a1.set_ylim(bottom=0)
         a2.set_ylim(bottom=0)
         save(fig, "churn.png")
+    if "fill" in cases:
+        _fill_plot(cases["fill"], plt, save)
     return made
 
 
@@ -1014,3 +1019,174 @@ def write(
         paths.append(readme)
     log("wrote " + ", ".join(str(p) for p in paths))
     return paths
+
+
+# --- placement quality (the fill and lifetimes cases) ---------------------------------
+
+#: Issue 14's targets (the profiles of ``[filter_scheduler] weigher_profile``).
+QUALITY_TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("fill_pack", "fill: pack, % of the upper bound before first NoValidHost", 98.0, "min"),
+    ("fill_spread", "fill: spread, % of the upper bound before first NoValidHost", 90.0, "min"),
+    ("fill_spread_even", "fill: spread, per-host RAM fill std-dev half-way", 0.10, "max"),
+    ("churn_gain", "lifetimes: utilisation at < 1% failures, points above nova", 5.0, "min"),
+    ("profile_time", "decision time of the default profile / nova's, 10k hosts", 1.10, "max"),
+)
+
+
+def quality_targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
+    """The placement-quality targets, measured on the fill and lifetimes cases."""
+    fill = cases.get("fill", {})
+    rows = fill.get("rows", [])
+    pack, spread = _find(rows, set="pack"), _find(rows, set="spread")
+    lifetimes = cases.get("lifetimes", {}).get("rows", [])
+    nova = _find(lifetimes, set="nova")
+    best = max((r["utilisation_pct"] for r in lifetimes if r["set"] != "nova"), default=None)
+    default = fill.get("default_profile", "nova")
+    timing = _find(fill.get("decision", []), profile=default)
+    values = {
+        "fill_pack": pack and pack["before_pct"]["mean"],
+        "fill_spread": spread and spread["before_pct"]["mean"],
+        "fill_spread_even": spread and spread["ram_fill_spread"]["50%"]["std"],
+        "churn_gain": None if nova is None or best is None else best - nova["utilisation_pct"],
+        "profile_time": timing and timing["ratio_to_nova"],
+    }
+    measured = {
+        "fill_pack": "mean over the seeds",
+        "fill_spread": "mean over the seeds",
+        "fill_spread_even": "mean over the seeds",
+        "churn_gain": "best profile less nova, same run",
+        "profile_time": f"{default}, 1 instance, in-memory store, same run",
+    }
+    return [
+        {
+            "id": tid,
+            "target": what,
+            "measured_on": measured[tid],
+            "value": values[tid],
+            "limit": limit,
+            "status": _met(values[tid], limit, kind),
+            "note": "",
+        }
+        for tid, what, limit, kind in QUALITY_TARGETS
+    ]
+
+
+def _fill_md(case: dict[str, Any]) -> str:
+    def span(stat: dict[str, float]) -> str:
+        return f"{stat['mean']:.1f} ({stat['min']:.1f}–{stat['max']:.1f})"
+
+    rows = [
+        [
+            r["set"],
+            r["seeds"],
+            span(r["before_pct"]),
+            span(r["total_pct"]),
+            " / ".join(
+                f"{r['free_at_failure'][rc]:.1f}" for rc in ("MEMORY_MB", "VCPU", "DISK_GB")
+            ),
+            *(
+                f"{r['ram_fill_spread'][at]['range']:.2f} / {r['ram_fill_spread'][at]['std']:.3f}"
+                for at in ("25%", "50%", "75%")
+            ),
+            r["decision_ms"],
+        ]
+        for r in case["rows"]
+    ]
+    parts = [
+        "## Fill to full (placement quality)",
+        "",
+        f"{case['hosts']} hosts ({', '.join(case['shapes'])}, equal numbers), a seeded "
+        "trace of m1.small / medium / large / xlarge / big (30 / 30 / 20 / 15 / 5%), one "
+        "request at a time through the engine and its claim (in-memory store), on past "
+        f"NoValidHost until {case['failures_in_a_row']} fail in a row. % of the upper "
+        "bound (the longest prefix of the trace that fits the summed capacity), mean "
+        "(min–max) over the seeds; `nova` and `nova pack` are the Nova-identical baseline "
+        "(today's weighers, multipliers 1 and -1).",
+        "",
+        _table(
+            [
+                "weighers",
+                "seeds",
+                "% before first NoValidHost",
+                "% in total",
+                "free RAM / vCPU / disk at first failure (%)",
+                "RAM fill max−min / std-dev at 25%",
+                "at 50%",
+                "at 75%",
+                "ms per request",
+            ],
+            rows,
+        ),
+    ]
+    if case.get("decision"):
+        parts += [
+            "",
+            "Decision time per profile, 1 instance with 2 alternates, claim included, "
+            f"in-memory store, {case['decision'][0]['hosts']:,} hosts (the engine case's cloud):",
+            "",
+            _table(
+                ["profile", "median", "p99", "decisions/s", "median / nova's"],
+                [
+                    [
+                        r["profile"],
+                        r["median_ms"],
+                        r["p99_ms"],
+                        r["requests_per_s"],
+                        r["ratio_to_nova"],
+                    ]
+                    for r in case["decision"]
+                ],
+            ),
+        ]
+    return "\n".join(parts)
+
+
+def _fill_plot(case: dict[str, Any], plt: Any, save: Callable[[Any, str], None]) -> None:
+    """Mean RAM fill per host shape over the requests, one panel per weigher set."""
+    series = case["series"]
+    fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 3.4), sharey=True)
+    for ax, (label, points) in zip(list(axes), series.items(), strict=True):
+        steps = [k * case["series_every"] for k in range(len(points))]
+        for s, shape in enumerate(case["shapes"]):
+            ax.plot(steps, [p[s] for p in points], label=shape)
+        ax.set_title(label)
+        ax.set_xlabel("requests")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("mean RAM fill of the shape's hosts")
+    axes[0].legend(fontsize=7)
+    save(fig, "fill.png")
+
+
+def _lifetimes_md(case: dict[str, Any]) -> str:
+    loads = [s["load"] for s in next(iter(case["steps"].values()))]
+    return "\n".join(
+        [
+            "## Churn with heavy-tailed lifetimes (placement quality)",
+            "",
+            f"The fill case's {case['hosts']} hosts and flavor mix; Poisson arrivals, Pareto "
+            f"lifetimes (shape {case['pareto_shape']}), the offered load (of disk, the class "
+            "the mix exhausts first) raised step by step on one cloud, "
+            f"{case['arrivals_per_step']:,} arrivals per step (the first third settling), "
+            f"mean of {case['seeds']} seed(s). "
+            f"Highest utilisation of the scarcest class with < {case['failure_limit_pct']:g}% "
+            "of requests failing, and how many `big` (16 vCPU / 64 GiB / 320 GB) still fit there:",
+            "",
+            _table(
+                ["weighers", "utilisation (%)", "at offered load", "big that still fit"],
+                [
+                    [r["set"], r["utilisation_pct"], r["load"], r["largest_fit"]]
+                    for r in case["rows"]
+                ],
+            ),
+            "",
+            "Failed requests (%) per offered load:",
+            "",
+            _table(
+                ["weighers", *(f"{load:.2f}" for load in loads)],
+                [
+                    [label, *(s["failure_pct"] for s in steps)]
+                    for label, steps in case["steps"].items()
+                ],
+            ),
+        ]
+    )

@@ -198,6 +198,31 @@ filter_scheduler_opts = [
         help="Weighers to apply. Each name is an entry point in the "
         "scheduler.weighers group; an unknown name stops start-up.",
     ),
+    cfg.StrOpt(
+        "weigher_profile",
+        default=_settings.DEFAULT_WEIGHER_PROFILE,
+        choices=[
+            (
+                "nova",
+                "Nova-identical: the weighers and multipliers configured, as Nova "
+                "weighs (RAM, CPU and disk by absolute free amounts)",
+            ),
+            (
+                "pack",
+                "fill hosts to the top before opening another (fractions of "
+                "capacity, aligned with the request, room kept for the largest flavor)",
+            ),
+            (
+                "spread",
+                "fill every host to the same share of its capacity, room kept "
+                "for the largest flavor",
+            ),
+        ],
+        help="The weighers' goal. pack and spread add their weighers to the weighers "
+        "option and give their multipliers (and those of RAMWeigher, CPUWeigher and "
+        "DiskWeigher, off) new defaults; a multiplier set in this file wins over the "
+        "profile's.",
+    ),
     cfg.IntOpt(
         "host_subset_size",
         default=1,

@@ -118,9 +118,13 @@ def _expected(exc: Exception) -> ExpectedException:
 
 
 def _client(
-    transport: oslo_messaging.Transport, topic: str, version: str, timeout: float | None
+    transport: oslo_messaging.Transport,
+    topic: str,
+    version: str,
+    timeout: float | None,
+    server: str | None = None,
 ) -> oslo_messaging.RPCClient:
-    target = oslo_messaging.Target(topic=topic, version=version)
+    target = oslo_messaging.Target(topic=topic, version=version, server=server)
     return oslo_messaging.get_rpc_client(
         transport, target, serializer=ContextSerializer(), timeout=timeout
     )
@@ -178,8 +182,11 @@ class SchedulerClient:
         transport: oslo_messaging.Transport,
         topic: str = SCHEDULER_TOPIC,
         timeout: float | None = None,
+        server: str | None = None,
     ) -> None:
-        self._client = _client(transport, topic, self.VERSION, timeout)
+        """``server`` sends every request to that one worker process (its
+        server name, ``<host>.<pid>``) instead of any worker on the topic."""
+        self._client = _client(transport, topic, self.VERSION, timeout, server)
 
     def _prepare(
         self,

@@ -23,6 +23,7 @@ from scheduler.log import get_logger
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
 from scheduler.store import ServiceStore, Store, open_store
+from scheduler.weighers import profiles
 
 LOG = get_logger(__name__)
 
@@ -35,11 +36,17 @@ def _pci_aliases(texts: list[str]) -> dict[str, PciAlias]:
 def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
     """The engine's settings from the options; a malformed value raises ValueError."""
     fs, sc = conf.filter_scheduler, conf.scheduler
+    # The filters' and weighers' own options, each plugin's as it declares them;
+    # those the weigher profile gives defaults to only where they are set.
+    options = plugins.read_options(lambda name: getattr(fs, name))
+    for name in profiles.named_options(fs.weigher_profile):
+        if name in options and not _is_set(conf, name, plugins.OPTIONS_GROUP):
+            del options[name]
     return EngineSettings(
         enabled_filters=tuple(fs.enabled_filters),
         weighers=tuple(fs.weighers),
-        # The filters' and weighers' own options, each plugin's as it declares them.
-        plugin_options=plugins.read_options(lambda name: getattr(fs, name)),
+        weigher_profile=fs.weigher_profile,
+        plugin_options=options,
         host_subset_size=fs.host_subset_size,
         max_attempts=sc.max_attempts,
         max_placement_results=sc.max_placement_results,
@@ -54,6 +61,16 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         placement_aggregate_required_for_tenants=sc.placement_aggregate_required_for_tenants,
         enable_isolated_aggregate_filtering=sc.enable_isolated_aggregate_filtering,
         query_placement_for_image_type_support=sc.query_placement_for_image_type_support,
+    )
+
+
+def _is_set(conf: cfg.ConfigOpts, name: str, group: str) -> bool:
+    """Whether option ``name`` has a value other than its default (a config file,
+    the command line, an override)."""
+    info = conf.get_location(name, group)
+    return info is not None and info.location not in (
+        cfg.Locations.opt_default,
+        cfg.Locations.set_default,
     )
 
 
@@ -159,5 +176,6 @@ def describe(conf: cfg.ConfigOpts) -> dict[str, Any]:
         "host": conf.host,
         "filters": list(conf.filter_scheduler.enabled_filters),
         "weighers": list(conf.filter_scheduler.weighers),
+        "weigher_profile": conf.filter_scheduler.weigher_profile,
         "key_prefix": conf.redis.key_prefix,
     }

@@ -33,8 +33,9 @@ ones are kept), during the reconcile pass above 100 µs (it sends one
 command per provider beside its pages: more than SLOWLOG keeps); in every
 other phase it logs every command (``slowlog-log-slower-than 0``,
 ``slowlog-max-len`` above any phase's count, which the case checks), so a
-phase's slowest command is known even when it is fast. The populate's bulk writes are the bench's, not the project's:
-reported, but not held to the 10 ms target.
+phase's slowest command is known even when it is fast. The populate's bulk
+writes are the bench's, not the project's: reported, but not held to the
+10 ms target.
 """
 
 from __future__ import annotations

@@ -29,6 +29,17 @@ is up whatever its newer heartbeats say. A host whose compute stopped
 gracefully is marked down through the feed (:meth:`Store.mark_down`: its
 record then carries no heartbeat) and counts as down at once.
 
+A view also reloads when the store went back in time under it (a failover to
+a replica that lacked the last writes) without its cursor showing it (the
+cursor still one of the stream's entries). What the view holds beyond its
+cursor is known: a claim it consumed locally (:meth:`consume_allocation`),
+a provider it re-read ahead of the feed (:meth:`refresh_provider`). Each
+such provider is *unconfirmed* until the feed delivers a change of it that
+the view applies: the store acknowledged that write before the next
+:meth:`refresh` began, so a catch-up that reaches the stream's end without
+one means the store lost it (``host_view_write_lost``), and the view would
+otherwise keep a usage, or a generation, that the store no longer has.
+
 A host is a root provider named after it (node = host name). Its child
 providers (a GPU or PCI pool, a NUMA cell: any provider whose root is the
 host) live in a second table of the same kind (``kid_*``), each row knowing
@@ -380,6 +391,10 @@ class HostView:
         self._services_interval = settings.services_refresh_interval
         self._down_time = settings.service_down_time
         self._cursor: str | None = None
+        # Providers whose row holds more than the feed delivered so far: net
+        # claims consumed locally (uuid -> count), re-reads ahead of the feed.
+        self._consumed: dict[str, int] = {}
+        self._read_ahead: set[str] = set()
         self._services_read_at = -math.inf
         # What hosts report beyond inventory (capabilities, stats), for the
         # host filters and weighers; fed below wherever services, aggregates
@@ -390,14 +405,29 @@ class HostView:
     # --- reading the store ----------------------------------------------------------
 
     def refresh(self, now: float) -> None:
-        """Catch up with the store: load once, then apply deltas.
+        """Catch up with the store: load once, then apply deltas (at once after
+        the load too).
 
         Falls back to a full reload when the cursor fell off the stream, and
         re-reads heartbeats when ``services_refresh_interval`` has passed.
         """
+        # After a load, catch up at once: a snapshot may have been read in
+        # pages while writes went on, and the changes after its cursor are
+        # what make it the store's (see ChangeFeed.compact_snapshot). So a
+        # reload (the cursor fell off the stream, or the store lost a write
+        # the view relied on) is caught up too before the view is used.
         if self._cursor is None:
             self.load(now)
-            return
+        if not self._catch_up():
+            self.load(now)
+            self._catch_up()
+        if now - self._services_read_at >= self._services_interval:
+            self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
+
+    def _catch_up(self) -> bool:
+        """Apply the changes after the cursor up to the stream's end; False
+        when the view must be reloaded (logged with the reason)."""
+        assert self._cursor is not None
         try:
             while True:
                 batch = self._store.changes(self._cursor, CHANGES_BATCH)
@@ -409,13 +439,26 @@ class HostView:
                     break
         except StreamTruncated:
             LOG.info("host_view_stream_truncated", cursor=self._cursor)
-            self.load(now)
-            return
-        if now - self._services_read_at >= self._services_interval:
-            self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
+            return False
+        if self._consumed or self._read_ahead:
+            # Caught up to the stream's end, and a write the view relied on
+            # never came: the store lost it (see the module doc).
+            LOG.warning(
+                "host_view_write_lost",
+                cursor=self._cursor,
+                consumed=sorted(self._consumed),
+                read_ahead=sorted(self._read_ahead),
+            )
+            return False
+        return True
 
-    def load(self, now: float) -> None:
-        """Rebuild the whole view from a compact snapshot, a column at a time.
+    def load(self, now: float) -> str:
+        """Rebuild the whole view from a compact snapshot, a column at a time;
+        return the snapshot's cursor.
+
+        The snapshot need not be one instant (the Redis store reads it in
+        pages while writes go on): it is the store's once the changes after
+        its cursor are applied, which :meth:`refresh` does right after.
 
         A value hosts share (an inventory, a set of traits or aggregates, a
         report) becomes row values once and is broadcast to its hosts by
@@ -453,11 +496,19 @@ class HostView:
         rows = self._load_services(snap.services, now)
         self.capabilities.load(table.allocated, rows, snap.services, snap.aggregates)
         self._cursor = snap.cursor
+        self._consumed.clear()
+        self._read_ahead.clear()
         LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
+        return snap.cursor
 
     def refresh_provider(self, uuid: str) -> None:
-        """Re-read one provider (after a claim on it was refused)."""
-        self._put_provider(self._store.get_provider(uuid))
+        """Re-read one provider (after a claim on it was refused): the view
+        then holds it ahead of its cursor until the feed catches up."""
+        p = self._store.get_provider(uuid)
+        before = self._generation_of(p.uuid)
+        self._put_provider(p)
+        if before is None or p.generation > before:
+            self._read_ahead.add(p.uuid)
 
     def consume(self, index: int, resources: Mapping[str, int]) -> None:
         """Account locally for a claim just made on host ``index``.
@@ -479,6 +530,11 @@ class HostView:
         for uuid, resources in allocations.items():
             k = self._kid_index.get(uuid)
             table, row = (self._hosts, self._uuid_index[uuid]) if k is None else (self._kids, k)
+            net = self._consumed.get(uuid, 0) + sign
+            if net:
+                self._consumed[uuid] = net
+            else:  # undone (a dry run, a release after a failure): nothing to confirm
+                self._consumed.pop(uuid, None)
             for rc, amount in resources.items():
                 j = self._rc_row(rc)  # first: a new class replaces the buffers
                 table.per_class["used"][j, row] += sign * amount
@@ -682,6 +738,28 @@ class HostView:
         physical = per_class["total"][j, idx] - per_class["reserved"][j, idx]
         return physical - per_class["used"][j, idx]
 
+    def used_fractions(
+        self, rcs: Sequence[str], idx: np.ndarray, adding: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Per class of ``rcs`` (rows) and host of ``idx`` (columns): the share of
+        the capacity (allocation ratio applied) in use, with ``adding`` (one
+        amount per class) placed too; NaN where a host has no capacity of the
+        class. One gather per column, whatever the number of classes."""
+        out = np.full((len(rcs), len(idx)), np.nan)
+        known = [(k, j) for k, rc in enumerate(rcs) if (j := self._rc.get(rc)) is not None]
+        if not known:
+            return out
+        at, rows = [k for k, _ in known], [j for _, j in known]
+        per_class = self._hosts.per_class
+        cells = np.ix_(np.array(rows, dtype=np.intp), idx)
+        capacity = per_class["capacity"][cells].astype(np.float64)
+        used = per_class["used"][cells].astype(np.float64)
+        if adding is not None:
+            used += np.asarray(adding, dtype=np.float64)[at, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[at] = np.where(capacity > 0, used / capacity, np.nan)
+        return out
+
     def aggregate_lowest(
         self,
         key: str,
@@ -881,6 +959,7 @@ class HostView:
             i = self._add_row(p)
         elif p.generation < row["generation"][i]:
             return  # older than what the view holds (a provider re-read got ahead)
+        self._confirmed(p.uuid)
         self._write_provider(self._hosts, i, p)
         row["consumers"][i] = p.consumers
         row["agg_set"][i] = self._agg_code(frozenset(p.aggregates))
@@ -911,6 +990,7 @@ class HostView:
             self._kid_index[p.uuid] = k
         elif p.generation < kids.per_row["generation"][k]:
             return
+        self._confirmed(p.uuid)
         self._kid_classes.update(p.inventories)
         self._write_provider(kids, k, p)
         kids.per_row["host"][k] = host
@@ -922,12 +1002,27 @@ class HostView:
         )
         if row is None or data["generation"] < table.per_row["generation"][row]:
             return  # unknown, or older than what the view holds
+        self._confirmed(data["uuid"])
         for rc in data["usages"]:
             self._rc_row(rc)
         table.write_usages(row, data["usages"], self._rc)
         table.per_row["generation"][row] = data["generation"]
         if k is None:
             table.per_row["consumers"][row] = data["consumers"]
+
+    def _confirmed(self, uuid: str) -> None:
+        """The feed delivered provider ``uuid`` as the store has it: what the
+        view held of it beyond the cursor is the store's now."""
+        if self._consumed or self._read_ahead:
+            self._consumed.pop(uuid, None)
+            self._read_ahead.discard(uuid)
+
+    def _generation_of(self, uuid: str) -> int | None:
+        k = self._kid_index.get(uuid)
+        if k is not None:
+            return int(self._kids.per_row["generation"][k])
+        i = self._uuid_index.get(uuid)
+        return None if i is None else int(self._hosts.per_row["generation"][i])
 
     def _add_row(self, p: Provider) -> int:
         i = self._hosts.add_row()

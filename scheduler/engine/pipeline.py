@@ -41,6 +41,7 @@ weighed list. Those names are recorded only then: the decisions of
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import threading
@@ -96,6 +97,7 @@ from scheduler.request_filters import (
 from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import ChangeFeed, Consumer, GroupClaim, PlacementStore
 from scheduler.weighers import base as weighers_base
+from scheduler.weighers import profiles
 
 if TYPE_CHECKING:
     from scheduler.filters.base import BaseFilter
@@ -1024,11 +1026,14 @@ def build_plugins(
     :raises ValueError: an option is out of its bounds (one line, naming it).
     """
     filters = build_filters(settings, settings.enabled_filters)
+    # The weigher profile adds its weighers and its option defaults.
+    names, options = profiles.resolve(settings)
+    profiled = dataclasses.replace(settings, plugin_options=options)
     weighers: list[tuple[str, BaseWeigher[Any]]] = [
-        (name, build(cls, settings))
+        (name, build(cls, profiled))
         for name, cls in load_plugins(
             WEIGHERS_GROUP,
-            settings.weighers,
+            names,
             weighers_base.BaseWeigher,  # type: ignore[type-abstract]
         )
     ]

@@ -54,6 +54,11 @@ DEFAULT_WEIGHERS: tuple[str, ...] = (
     "HypervisorVersionWeigher",
 )
 
+#: The weigher profiles (``[filter_scheduler] weigher_profile``), defined in
+#: :mod:`scheduler.weighers.profiles`; ``nova`` is Nova-identical.
+WEIGHER_PROFILES: tuple[str, ...] = ("nova", "pack", "spread")
+DEFAULT_WEIGHER_PROFILE = "nova"
+
 
 @dataclass(frozen=True)
 class PciAlias:
@@ -111,6 +116,7 @@ class EngineSettings:
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
     weighers: tuple[str, ...] = DEFAULT_WEIGHERS
+    weigher_profile: str = DEFAULT_WEIGHER_PROFILE
     plugin_options: Mapping[str, Any] = field(default_factory=dict)
     host_subset_size: int = 1
     max_attempts: int = 3
@@ -145,5 +151,10 @@ class EngineSettings:
         for name in ("service_down_time", "services_refresh_interval"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.weigher_profile not in WEIGHER_PROFILES:
+            raise ValueError(
+                f"weigher_profile must be one of {', '.join(WEIGHER_PROFILES)}, "
+                f"got {self.weigher_profile!r}"
+            )
         if not self.default_availability_zone:
             raise ValueError("default_availability_zone must not be empty")

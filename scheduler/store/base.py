@@ -224,10 +224,41 @@ class ChangeFeed(PlacementReader, Protocol):
     provider or consumer re-read by uuid."""
 
     @abc.abstractmethod
-    def compact_snapshot(self) -> CompactSnapshot:
-        """Every provider, aggregate and service, and the feed cursor they are
-        valid at, as columns with no object per host
-        (:mod:`scheduler.store.columns`): what a host view loads at start."""
+    def compact_snapshot(self, batch: int = 1000) -> CompactSnapshot:
+        """Every provider, aggregate and service, and a feed cursor, as columns
+        with no object per host (:mod:`scheduler.store.columns`): what a host
+        view loads at start, then brings up to date with :meth:`changes`
+        after the cursor.
+
+        A store may read it ``batch`` records at a time while writes go on
+        (the Redis store does: no one command holds the store), so it need
+        not be one instant: the cursor is read first, and each record is as
+        it stood at some moment after it. Replaying every change after the
+        cursor over it converges on the store, because:
+
+        * each change carries the whole new state of what it changes (a
+          ``provider`` change the whole provider; a ``usage`` change the
+          absolute usages, consumer count and generation; an ``aggregate`` or
+          ``service`` change the whole record), so the last change of a
+          record sets what the store holds, whatever an older change
+          replayed over a newer record did before it; a record no change
+          after the cursor touches was read as it still is;
+        * providers' generations only grow (every provider write bumps it)
+          and a view skips what is older than what it holds, so a replayed
+          older change does not even pass through;
+        * nothing is deleted but heartbeats (providers, aggregates and
+          service records are never removed), so no record read in a page
+          can outlive its deletion;
+        * a child provider is created after its root, so a child read in a
+          page before its root was (or whose root a page missed: created
+          during the walk) waits in the view for its root's ``provider``
+          change, which comes before any change of the child's;
+        * heartbeats are not fed: a heartbeat read is at least as new as at
+          the cursor (they only move forward), a host marked down after it
+          is marked down by its ``service`` change, and any heartbeat newer
+          than its page reaches the view with the next heartbeat re-read, as
+          it would for a view loaded long before.
+        """
 
     @abc.abstractmethod
     def changes(self, cursor: str, limit: int = 1000) -> list[Change]:

@@ -390,7 +390,8 @@ class MemoryStore(Store):
 
     # change feed
 
-    def compact_snapshot(self) -> CompactSnapshot:
+    def compact_snapshot(self, batch: int = 1000) -> CompactSnapshot:
+        # One instant (under the lock): the contract allows that too.
         with self._lock:
             hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
             children = []

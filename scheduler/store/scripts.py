@@ -587,19 +587,16 @@ return marked
 
 # --- change feed --------------------------------------------------------------------
 
-#: KEYS: changes, providers, aggregates, services, heartbeats. Returns
-#: {cursor, then each hash flat (field, value, ...): providers, aggregates,
-#: services, heartbeats}, read at one instant, so the cursor is exactly where
-#: the data stands (the fields name a value the reader cannot parse).
+#: KEYS: changes. Returns the cursor a cold load starts from: the stream's
+#: last-generated id ('0-0' while there is no stream), the id CHANGES reads
+#: after. The hashes are then read in HSCAN pages, by the caller, not here
+#: (see ``RedisStore.compact_snapshot``): one script reading them whole would
+#: hold Redis for as long as the cloud is big.
 SNAPSHOT = (
     _STREAM_INFO
     + """
-local cursor = '0-0'
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  cursor = stream_info(KEYS[1])['last-generated-id']
-end
-return {cursor, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
-        redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
+if redis.call('EXISTS', KEYS[1]) == 0 then return '0-0' end
+return stream_info(KEYS[1])['last-generated-id']
 """
 )
 

@@ -8,7 +8,10 @@ highest total wins. As in Nova:
 
 * ``BY_MAX`` (RAM, CPU, disk): value / maximum across the candidates, a
   negative value counting as 0;
-* ``BY_RANGE`` (the others): (value - minimum) / (maximum - minimum).
+* ``BY_RANGE`` (the others): (value - minimum) / (maximum - minimum);
+* ``AS_IS`` (the fraction-based weighers, whose raw values are shares of a
+  host's capacity, already in [0, 1]): clipped to [0, 1], not rescaled, so a
+  difference between two hosts weighs the same whatever the other candidates.
 
 When every candidate has the same value they all score the same: 0 under
 ``BY_RANGE``; 1 under ``BY_MAX`` (0 if that value is 0 or less), as in Nova,
@@ -53,14 +56,17 @@ if TYPE_CHECKING:
 #: A weigher's per-request state, as its :meth:`BaseWeigher.prepare` returns it.
 S = TypeVar("S")
 
-Scaling = Literal["max", "range"]
+Scaling = Literal["max", "range", "as_is"]
 BY_MAX: Scaling = "max"
 BY_RANGE: Scaling = "range"
+AS_IS: Scaling = "as_is"
 
 
 def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     """Scale raw weights to [0, 1] across the candidates (see module doc)."""
     values = values.astype(np.float64, copy=False)
+    if scaling == AS_IS:
+        return np.clip(values, 0.0, 1.0)
     if scaling == BY_MAX:
         values = np.maximum(values, 0.0)
         top = values.max(initial=0.0)

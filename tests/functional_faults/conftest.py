@@ -643,6 +643,14 @@ class PrivateRabbitCluster:
             q["home"] = q["leader"] or next((n for n, names in local.items() if name in names), "")
         return queues
 
+    def connections(self, vhost: str) -> dict[str, int]:
+        """How many client connections into ``vhost`` each node holds, as the
+        broker lists them (cluster-wide), told apart by the port each was
+        accepted on (every node listens on a port of its own)."""
+        listed = self.running().ctl("list_connections", "--formatter", "json", "vhost", "port")
+        ports = [c["port"] for c in json.loads(listed or "[]") if c["vhost"] == vhost]
+        return {node.node: ports.count(node.port) for node in self.nodes}
+
     def node_named(self, name: str) -> PrivateRabbit:
         for node in self.nodes:
             if node.node == name:

@@ -307,6 +307,16 @@ def write_service(store: Store, service: Service) -> None:
         store.report_services([ServiceReport(service.host, service.capabilities, service.stats)])
 
 
+def _copied(value: object) -> object:
+    """A copy of a store's container deep enough that its writes leave it
+    alone (its records are immutable; a group's members are a dict)."""
+    if isinstance(value, dict):
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
 class HookedStore(MemoryStore):
     """The in-memory store, loaded from :func:`host` records, with the hooks
     engine tests provoke and read.
@@ -322,7 +332,9 @@ class HookedStore(MemoryStore):
     * ``claims`` records each claim made (consumer, host, group claim);
       ``heartbeats_asked`` the hosts of each ``heartbeats`` read.
     * :meth:`unfed` hides the changes written inside it from the feed, as if
-      the view had not caught up yet; :meth:`truncate` drops the feed so far.
+      the view had not caught up yet; :meth:`truncate` drops the feed so far;
+      :meth:`lost` takes the store back to where it was before the writes
+      inside (a failover to a replica that never got them).
     * The compact snapshot lists hosts in the order they were written (the
       real stores sort them by uuid), so a test reads the view in its order.
     """
@@ -380,9 +392,9 @@ class HookedStore(MemoryStore):
             if not any(cursor_key(c.cursor)[0] in hidden for hidden in self._hidden)
         ]
 
-    def compact_snapshot(self) -> CompactSnapshot:
+    def compact_snapshot(self, batch: int = 1000) -> CompactSnapshot:
         with self._lock:
-            snap = super().compact_snapshot()
+            snap = super().compact_snapshot(batch)
             written = {uuid: n for n, uuid in enumerate(self._providers)}
             hosts, services = HostColumnsBuilder(), ServiceColumnsBuilder()
             for i in sorted(range(len(snap.hosts)), key=lambda i: written[snap.hosts.uuids[i]]):
@@ -439,6 +451,20 @@ class HookedStore(MemoryStore):
             yield
         finally:
             self._hidden.append(range(start, self._fed + 1))
+
+    @contextlib.contextmanager
+    def lost(self) -> Iterator[None]:
+        """The writes inside are lost, their feed entries with them: the store
+        is as it was before (what the test observes, ``claims`` and the
+        others, is kept)."""
+        kept = {"_lock", "_clock", "claims", "heartbeats_asked", "conflict_on", "_hidden"}
+        with self._lock:
+            saved = {k: _copied(v) for k, v in vars(self).items() if k not in kept}
+        try:
+            yield
+        finally:
+            with self._lock:
+                vars(self).update(saved)
 
     def truncate(self) -> None:
         """Drop every feed entry so far, as a capped stream would."""

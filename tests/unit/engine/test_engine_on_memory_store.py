@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import structlog
@@ -42,30 +43,39 @@ def test_fills_hosts_exactly_then_finds_no_host() -> None:
     assert_usage_is_the_sum_of_allocations(store)
 
 
-class Lagging:
-    """The store as a worker sees it whose feed reads lag: no change ever arrives."""
+class RacedAfterRefresh:
+    """The store as a worker sees it that another worker races: ``then`` runs
+    once, right after the worker's next feed read, so what it writes is not
+    in the view the worker decides on (until its next refresh)."""
 
     def __init__(self, store: object) -> None:
         self._store = store
+        self.then: Callable[[], object] | None = None
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
     def changes(self, cursor: str, limit: int = 1000) -> list:
-        return []
+        read = self._store.changes(cursor, limit)  # type: ignore[attr-defined]
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return read  # type: ignore[no-any-return]
 
 
 def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> None:
     store = memory_store(host("big", ram=8192), host("h1", ram=4096), host("h2", ram=4096))
-    fresh, stale = engine(store), engine(Lagging(store))
+    raced = RacedAfterRefresh(store)
+    fresh, stale = engine(store), engine(raced)
     stale.schedule("req-first", spec(ram=1024, disk=1), [uuid_of("first")])  # loads its view
-    # The rest of the biggest host is taken behind the stale worker's back.
-    store.claim(
+    # The rest of the biggest host is taken behind the stale worker's back,
+    # once it has read the feed for its next request.
+    raced.then = lambda: store.claim(  # type: ignore[attr-defined]
         uuid_of("filler"), AllocationRequest({uuid_of("big"): {MEMORY_MB: 7168}}, "p", "u")
     )
     conflicts = []
     for n in range(8):  # the 8 slots left on h1 and h2, the workers taking turns
-        worker = stale if n % 2 else fresh
+        worker = fresh if n % 2 else stale
         result = worker.schedule(f"req{n}", spec(ram=1024, disk=1), [uuid_of(f"i{n}")])
         conflicts += result.traces[0].conflicts
     # The stale worker still saw room on "big": its claim there was refused,

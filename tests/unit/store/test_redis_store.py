@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 import structlog
@@ -19,12 +20,25 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
+from scheduler import rules
+from scheduler.engine.hostview import HostView
 from scheduler.exceptions import CorruptRecord, StoreUnavailable, StreamTruncated
 from scheduler.objects import ACTIVE, AllocationRequest, InstanceRecord
-from scheduler.store import MemoryStore, RedisStore, open_store
+from scheduler.store import (
+    Aggregate,
+    Inventory,
+    MemoryStore,
+    Provider,
+    RedisStore,
+    Service,
+    ServiceReport,
+    open_store,
+)
+from scheduler.store.columns import CompactSnapshot
 from scheduler.store.keys import Keys
 from scheduler.store.redis_store import redis_client
 from scheduler.store.scripts import INDEX_COMPLETE
+from tests.unit.factories import NOW, settings
 
 REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -255,3 +269,172 @@ def test_a_cursor_the_store_lost_is_truncated_though_newer_ones_follow(
     with pytest.raises(StreamTruncated):
         store.changes(held)
     assert [c.kind for c in store.changes(kept)] == ["provider"]
+
+
+# --- a cold load read in pages while writes go on --------------------------------------
+
+
+class WritesBetweenPages(RedisStore):
+    """A store whose cold load reads pages of ``page`` fields and runs one of
+    ``writes`` after each."""
+
+    def __init__(
+        self, *args: Any, writes: Iterator[Callable[[], object]], page: int, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes = writes
+        self.page = page
+        self.pages = 0
+
+    def compact_snapshot(self, batch: int = 0) -> CompactSnapshot:
+        return super().compact_snapshot(batch or self.page)
+
+    def _scan_hash(self, key: str, cursor: int, batch: int) -> tuple[int, dict[str, str]]:
+        found = super()._scan_hash(key, cursor, batch)
+        self.pages += 1
+        write = next(self.writes, None)
+        if write is not None:
+            write()
+        return found
+
+
+def _view_state(view: HostView, now: float) -> dict[str, Any]:
+    """What a view answers about every host, child and aggregate, by name (the
+    rows of hosts added from the feed come after the loaded ones)."""
+    rcs = view.resource_classes
+    traits = [f"CUSTOM_T{n}" for n in range(4)] + ["COMPUTE_STATUS_DISABLED"]
+    up = rules.is_up(now, view.last_seen, settings().service_down_time)
+
+    def resources(capacity: np.ndarray, used: np.ndarray, i: int) -> dict[str, tuple[int, int]]:
+        return {
+            rc: (int(capacity[j, i]), int(used[j, i]))
+            for j, rc in enumerate(rcs)
+            if capacity[j, i] or used[j, i]
+        }
+
+    every = np.arange(view.size)
+    has = {t: view.has_trait(t, every) for t in traits}
+    hosts = {
+        name: (
+            view.uuids[i],
+            int(view.generation[i]),
+            int(view.consumers[i]),
+            resources(view.capacity, view.used, i),
+            {t for t in traits if has[t][i]},
+            view.aggregate_sets[int(view.agg_set[i])],
+            view.zone_of(i),
+            bool(view.disabled[i]),
+            int(view.failed_builds[i]),
+            bool(up[i]),
+            view.last_seen[i] == -np.inf,  # no service record
+        )
+        for i, name in enumerate(view.names)
+    }
+    kids = {
+        uuid: (view.names[int(view.kid_host[k])], resources(view.kid_capacity, view.kid_used, k))
+        for k, uuid in enumerate(view.kid_uuids)
+    }
+    return {"hosts": hosts, "kids": kids, "aggregates": dict(view.aggregates)}
+
+
+def _cloud_writes(store: RedisStore, hosts: list[str]) -> Iterator[Callable[[], object]]:
+    """Rounds of every kind of fed write (and heartbeats), on hosts spread over
+    the hashes' pages: usage, inventory, traits, aggregates and their
+    metadata, services disabled, failing, reporting, marked down and back,
+    new hosts and new children of them."""
+
+    def provider(name: str) -> Provider:
+        return store.get_provider_by_name(name)
+
+    def claim(consumer: str, rp: str, rc: str = "VCPU") -> None:
+        store.claim(consumer, AllocationRequest({rp: {rc: 1}}, project_id="p", user_id="u"))
+
+    def new_host(name: str, parent: str | None = None) -> None:
+        uuid = str(uuidlib.uuid4())
+        store.create_provider(uuid, name, parent_uuid=parent)
+        store.set_inventory(uuid, 0, {"VCPU": Inventory(total=8)})
+        if parent is None:
+            store.register_services([Service(host=name, rpc_server="sim")])
+            store.heartbeat([name], NOW)
+
+    for k in range(60):
+        h = hosts[k * 7 % len(hosts)]
+        yield lambda h=h, k=k: claim(f"c-{k}", provider(h).uuid)
+        if k >= 3:
+            yield lambda k=k: store.release(f"c-{k - 3}")
+        h = hosts[k * 11 % len(hosts)]
+        yield lambda h=h, k=k: store.set_traits(
+            provider(h).uuid, provider(h).generation, [f"CUSTOM_T{k % 4}"]
+        )
+        h = hosts[k * 13 % len(hosts)]
+        yield lambda h=h, k=k: store.set_inventory(
+            provider(h).uuid, provider(h).generation, {"VCPU": Inventory(total=16 + k)}
+        )
+        h = hosts[k * 5 % len(hosts)]
+        yield lambda h=h, k=k: store.set_aggregates(
+            provider(h).uuid, provider(h).generation, [f"agg-{k % 3}"]
+        )
+        yield lambda k=k: store.put_aggregate(
+            Aggregate(f"agg-{k % 3}", f"a{k % 3}", {"availability_zone": f"z{k}"})
+        )
+        h = hosts[k * 17 % len(hosts)]
+        yield lambda h=h, k=k: store.set_service_disabled(h, k % 2 == 0, f"r{k}")
+        yield lambda h=h: store.record_build_result(h, False)
+        h = hosts[k * 19 % len(hosts)]
+        yield lambda h=h, k=k: store.report_services([ServiceReport(h, stats={"io": k})])
+        yield lambda h=h: store.mark_down([h])
+        if k % 2:  # and back: a heartbeat that the feed does not carry
+            yield lambda h=h: store.heartbeat([h], NOW)
+        yield lambda k=k: new_host(f"new-{k}")
+        if k:
+            yield lambda k=k: new_host(f"new-{k}-gpu", parent=provider(f"new-{k - 1}").uuid)
+            yield lambda k=k: claim(f"g-{k}", provider(f"new-{k}-gpu").uuid)
+        yield lambda k=k: claim(f"kid-{k}", provider("h00-gpu").uuid)
+
+
+def test_a_view_loaded_while_writes_land_between_pages_converges() -> None:
+    # Every hash is read in pages after the cursor, writes landing between
+    # them; the view replays the changes after the cursor. Loaded so, and
+    # caught up, it must answer as a view loaded from the store at rest.
+    prefix = f"test-store-{uuidlib.uuid4().hex}"
+    store = RedisStore(REDIS_URL, prefix, socket_timeout=2.0)
+    hosts = [f"h{n:02d}" for n in range(80)]
+    paged = WritesBetweenPages(
+        REDIS_URL, prefix, socket_timeout=2.0, writes=_cloud_writes(store, hosts), page=4
+    )
+    try:
+        for k in range(3):
+            store.put_aggregate(Aggregate(f"agg-{k}", f"a{k}"))
+        for name in hosts:
+            uuid = str(uuidlib.uuid4())
+            store.create_provider(uuid, name)
+            store.set_inventory(uuid, 0, {"VCPU": Inventory(16), "MEMORY_MB": Inventory(4096)})
+        root = store.get_provider_by_name("h00").uuid
+        gpu = store.create_provider(str(uuidlib.uuid4()), "h00-gpu", parent_uuid=root)
+        store.set_inventory(gpu.uuid, gpu.generation, {"VCPU": Inventory(total=100)})
+        store.register_services([Service(host=name, rpc_server="sim") for name in hosts])
+        store.heartbeat(hosts, NOW - 5)
+
+        view = HostView(paged, settings())
+        view.refresh(NOW)  # loads, a write after each page, and catches up
+        assert paged.pages >= 30  # services and providers came in many pages
+        assert next(paged.writes, None) is not None  # and writes were left over
+        quiet = HostView(store, settings())
+        quiet.refresh(NOW)
+        got, want = _view_state(view, NOW), _view_state(quiet, NOW)
+        # Heartbeats are not fed: one that landed after its page reaches the
+        # view with the next heartbeat re-read, as for any view; all else
+        # must be the same at once.
+        for state in (got, want):
+            for name, row in state["hosts"].items():
+                state["hosts"][name] = row[:-2] + row[-1:]
+        assert got == want
+        assert len(got["hosts"]) > len(hosts) and len(got["kids"]) > 1
+        later = NOW + settings().services_refresh_interval
+        view.refresh(later)
+        quiet.refresh(later)
+        assert _view_state(view, later) == _view_state(quiet, later)
+    finally:
+        store.wipe()
+        store.close()
+        paged.close()
