@@ -1,6 +1,7 @@
 """``python -m bench [--case NAME ...] [--quick] [--profile] [--out DIR]``.
 
 ``--churn-hosts`` and ``--churn-operations`` resize the churn case;
+``--cell-rdb PATH`` lets the cell case start from a populated cell it saved;
 ``--merge`` keeps the cases of ``OUT/results.json`` that this run does not
 take (to add one case's results to a full run's).
 
@@ -26,7 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, report
-from bench.cases import bootstorm, churn, engine, fill, hostview, lifetimes, memory, rabbit, sweep
+from bench.cases import (
+    bootstorm,
+    cell,
+    churn,
+    engine,
+    fill,
+    hostview,
+    lifetimes,
+    memory,
+    rabbit,
+    replicas,
+    sweep,
+)
 from bench.runner import Bench
 from scheduler import log
 
@@ -43,6 +56,8 @@ CASES = {
     "sweep": sweep.run,
     "fill": fill.run,
     "lifetimes": lifetimes.run,
+    "cell": cell.run,
+    "replicas": replicas.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 
@@ -98,6 +113,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help="churn: steps per utilisation, each a boot and a delete (default 20000)",
     )
     parser.add_argument(
+        "--cell-rdb",
+        type=Path,
+        metavar="PATH",
+        help="cell: start from the populated cell saved at PATH (an RDB file a run "
+        "with the same sizes wrote), or save it there once populated",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the cases of OUT/results.json this run does not take (their "
@@ -145,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(
         out, quick=args.quick, profile=args.profile, log=lambda line: print(line, flush=True)
     )
+    bench.cell_rdb = args.cell_rdb
     if args.churn_hosts or args.churn_operations:
         bench.sizes = dataclasses.replace(
             bench.sizes,

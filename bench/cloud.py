@@ -19,17 +19,27 @@ own connection, on disjoint slices of the plan.
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import time
 import uuid as uuidlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
-from scheduler.objects import DISK_GB, MEMORY_MB, VCPU, AllocationRequest, Flavor
-from scheduler.store import Aggregate, Inventory, Service, Store, open_store
+from scheduler.objects import (
+    DISK_GB,
+    MEMORY_MB,
+    VCPU,
+    AllocationRequest,
+    Flavor,
+    InstanceRecord,
+    RequestSpec,
+)
+from scheduler.store import Aggregate, Inventory, RedisStore, Service, Store, open_store
 
 NAMESPACE = uuidlib.UUID("0c6f1b0e-7a0d-4f43-9d1e-b3a7c2f0be11")
 #: Fraction of hosts whose service is disabled, and that stopped heartbeating.
@@ -105,8 +115,12 @@ class HostPlan:
     down: bool
 
 
-def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
-    """What ``hosts`` hosts look like; the same seed gives the same cloud."""
+def plan(hosts: int, seed: int = 5, consumers: int | None = None) -> list[HostPlan]:
+    """What ``hosts`` hosts look like; the same seed gives the same cloud.
+
+    ``consumers``: split the existing usage into about that many consumers
+    in all, spread evenly over the hosts that have any (by default each host
+    has the fewest that its max_unit allows: one to four)."""
     rng = np.random.default_rng(seed)
     kinds = rng.choice(len(KINDS), size=hosts, p=[k.share for k in KINDS])
     # Fill: most hosts part used (Beta around 45%), 8% empty, 4% nearly full.
@@ -121,15 +135,24 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
     disabled = rng.random(hosts) < DISABLED_FRACTION
     down = rng.random(hosts) < DOWN_FRACTION
     agg_uuids = [a.uuid for a in aggregates()]
-    out = []
+    usage = []
     for i in range(hosts):
-        kind = KINDS[kinds[i]]
-        inv = kind.inventories()
+        inv = KINDS[kinds[i]].inventories()
         used = {
             VCPU: int(cpu_fill[i] * inv[VCPU].capacity),
             MEMORY_MB: int(fill[i] * inv[MEMORY_MB].capacity),
             DISK_GB: int(disk_fill[i] * inv[DISK_GB].capacity),
         }
+        usage.append((inv, used))
+    in_use = sum(1 for _, used in usage if any(used.values()))
+    each, extra_parts = divmod(consumers or 0, max(in_use, 1))
+    out = []
+    seen_in_use = 0
+    for i, (inv, used) in enumerate(usage):
+        parts = 1
+        if consumers and any(used.values()):
+            parts = each + (1 if seen_in_use < extra_parts else 0)
+            seen_in_use += 1
         name = f"bench-{i:06d}"
         out.append(
             HostPlan(
@@ -139,7 +162,7 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
                 traits=tuple(t for t, on in zip(_TRAITS, trait_mask[i], strict=True) if on),
                 aggregates=(agg_uuids[zones[i]],)
                 + tuple(agg_uuids[len(ZONES) + j] for j in np.flatnonzero(extra[i])),
-                consumers=_split(name, used, inv),
+                consumers=_split(name, used, inv, parts),
                 disabled=bool(disabled[i]),
                 down=bool(down[i]),
             )
@@ -148,11 +171,12 @@ def plan(hosts: int, seed: int = 5) -> list[HostPlan]:
 
 
 def _split(
-    name: str, used: dict[str, int], inv: dict[str, Inventory]
+    name: str, used: dict[str, int], inv: dict[str, Inventory], parts: int = 1
 ) -> tuple[tuple[str, dict[str, int]], ...]:
-    """Existing usage as consumers, none asking more than a class's max_unit."""
+    """Existing usage as ``parts`` consumers or more, none asking more than a
+    class's max_unit."""
     parts = max(
-        1, *(math.ceil(amount / inv[rc].effective_max_unit) for rc, amount in used.items())
+        parts, *(math.ceil(amount / inv[rc].effective_max_unit) for rc, amount in used.items())
     )
     consumers = []
     for k in range(parts):
@@ -163,6 +187,28 @@ def _split(
         if amounts:
             consumers.append((uuid_for("consumer", f"{name}/{k}"), amounts))
     return tuple(consumers)
+
+
+def instance_record(
+    uuid: str,
+    flavor: Flavor | None = None,
+    project_id: str = "bench-project",
+    user_id: str = "bench-user",
+    **fields: Any,
+) -> InstanceRecord:
+    """A record the size the conductor writes (about 900 bytes, its request
+    spec included); ``flavor`` defaults to an m1.small."""
+    flavor = flavor or Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, extra_specs={})
+    spec = RequestSpec(flavor=flavor, project_id=project_id, user_id=user_id)
+    now = time.time()
+    return InstanceRecord(
+        uuid=uuid,
+        request_spec=spec.to_primitive(),
+        request_id=f"req-{uuidlib.uuid4()}",
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
 
 
 # --- writing a plan -----------------------------------------------------------------
@@ -180,10 +226,51 @@ def write_hosts(store: Store, hosts: Sequence[HostPlan]) -> None:
             store.claim(consumer, AllocationRequest({h.uuid: amounts}, "existing", "existing"))
 
 
-def _write_slice(url: str, prefix: str, hosts: Sequence[HostPlan]) -> None:
+def write_hosts_pipelined(store: RedisStore, hosts: Sequence[HostPlan], chunk: int = 100) -> None:
+    """What :func:`write_hosts` writes, ``chunk`` hosts per round trip: the
+    scripts the store's ``create_provider``, ``set_inventory``/``set_traits``/
+    ``set_aggregates`` and ``claim`` run, with the same keys and arguments,
+    queued on one pipeline (each host's generations follow from its own
+    writes: 0 once created, one more per update); every reply is checked as
+    those methods check it. For a cell of 300k hosts, where one round trip
+    per write takes most of an hour on a shared machine."""
+    k, scripts = store.keys, store._scripts
+    for start in range(0, len(hosts), chunk):
+        pipe = store._pipeline(transaction=False)
+        claims = 0
+        for h in hosts[start : start + chunk]:
+            scripts.create_provider(
+                keys=(k.changes, k.providers, k.provider_names),
+                args=(store._maxlen, h.uuid, h.name, ""),
+                client=pipe,
+            )
+            inventories = {rc: asdict(inv) for rc, inv in KINDS[h.kind].inventories().items()}
+            updates = [("inventories", inventories), ("traits", sorted(h.traits))]
+            updates = [u for u in updates if u[1]] + [("aggregates", sorted(h.aggregates))]
+            for generation, (name, value) in enumerate(updates):
+                scripts.update_provider(
+                    keys=(k.changes, k.providers),
+                    args=(store._maxlen, h.uuid, generation, name, json.dumps(value)),
+                    client=pipe,
+                )
+            for consumer, amounts in h.consumers:
+                request = AllocationRequest({h.uuid: amounts}, "existing", "existing")
+                keys, args = store._allocation_call(consumer, request, None)
+                scripts.claim(keys=keys, args=args, client=pipe)
+                claims += 1
+        replies = pipe.execute()  # raises the first refused write
+        if claims and not all(replies[-claims:]):
+            raise RuntimeError("a claim of the existing usage was refused")
+
+
+def _write_slice(url: str, prefix: str, hosts: Sequence[HostPlan], pipelined: bool) -> None:
     store = open_store(url, prefix)
     try:
-        write_hosts(store, hosts)
+        if pipelined:
+            assert isinstance(store, RedisStore), "only a Redis store pipelines"
+            write_hosts_pipelined(store, hosts)
+        else:
+            write_hosts(store, hosts)
     finally:
         store.close()
 
@@ -216,11 +303,13 @@ def populate(
     prefix: str | None = None,
     processes: int = 1,
     now: float | None = None,
+    pipelined: bool = False,
 ) -> float:
     """Write ``hosts`` into ``store``; return the seconds it took.
 
     With ``url``/``prefix`` and ``processes`` > 1, the providers are written
-    by that many processes (each opening the same store), on disjoint slices.
+    by that many processes (each opening the same store), on disjoint slices;
+    ``pipelined`` (a Redis store) writes them by :func:`write_hosts_pipelined`.
     """
     started = time.perf_counter()
     for agg in aggregates():
@@ -229,7 +318,10 @@ def populate(
         ctx = multiprocessing.get_context("spawn")  # no inherited threads or sockets
         step = math.ceil(len(hosts) / processes)
         workers = [
-            ctx.Process(target=_write_slice, args=(url, prefix, hosts[k * step : (k + 1) * step]))
+            ctx.Process(
+                target=_write_slice,
+                args=(url, prefix, hosts[k * step : (k + 1) * step], pipelined),
+            )
             for k in range(processes)
         ]
         for w in workers:
@@ -239,6 +331,9 @@ def populate(
         failed = [w.exitcode for w in workers if w.exitcode]
         if failed:
             raise RuntimeError(f"populating the store failed in {len(failed)} process(es)")
+    elif pipelined:
+        assert isinstance(store, RedisStore), "only a Redis store pipelines"
+        write_hosts_pipelined(store, hosts)
     else:
         write_hosts(store, hosts)
     write_services(store, hosts, time.time() if now is None else now)

@@ -71,6 +71,13 @@ class Sizes:
     fill_decision_hosts: int = 10000
     lifetimes_seeds: int = 2
     lifetimes_arrivals: int = 1500  # per offered load
+    cell_hosts: int = 300000
+    cell_instances: int = 1000000
+    cell_report_hosts: int = 100  # hosts per report_instances call
+    cell_decisions: int = 200
+    cell_sweeps: int = 5
+    replicas_hosts: int = 1000
+    replicas_claims: int = 3000  # per setting, in rounds
 
 
 FULL = Sizes()
@@ -109,6 +116,13 @@ QUICK = Sizes(
     fill_decision_hosts=1000,
     lifetimes_seeds=1,
     lifetimes_arrivals=60,
+    cell_hosts=300,
+    cell_instances=1000,
+    cell_report_hosts=20,
+    cell_decisions=5,
+    cell_sweeps=2,
+    replicas_hosts=50,
+    replicas_claims=60,
 )
 
 
@@ -130,6 +144,8 @@ class Bench:
         self.redis_url = redis_url
         self.sizes = QUICK if quick else FULL
         self.log = log
+        #: cell: a saved populated cell to start from (written there when absent)
+        self.cell_rdb: Path | None = None
         self.results: dict[str, Any] = {}
         self._plans: dict[int, list[cloud.HostPlan]] = {}
         self._redis: dict[int, RedisCloud] = {}

@@ -37,9 +37,10 @@ from typing import Any
 
 import redis
 
+from bench import cloud
 from bench.runner import Bench
 from bench.stats import summary
-from scheduler.objects import ACTIVE, BUILDING, Flavor, InstanceRecord, RequestSpec
+from scheduler.objects import ACTIVE, BUILDING, InstanceRecord
 from scheduler.store import RedisStore
 from scheduler.store.scripts import DUE_INSTANCES
 from tests.functional_faults.conftest import PrivateRedis
@@ -76,23 +77,11 @@ FILL_CHUNK = 5000
 LIMIT = 1000
 
 
-def _record(uuid: str, **fields: Any) -> InstanceRecord:
-    """A record the size the conductor writes (its request spec included)."""
-    flavor = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, extra_specs={})
-    spec = RequestSpec(flavor=flavor, project_id="bench-project", user_id="bench-user")
-    return InstanceRecord(
-        uuid=uuid,
-        request_spec=spec.to_primitive(),
-        request_id=f"req-{uuidlib.uuid4()}",
-        created_at=time.time(),
-        updated_at=time.time(),
-        **fields,
-    )
-
-
 def _finished(count: int) -> list[InstanceRecord]:
     return [
-        _record(str(uuidlib.uuid4()), state=ACTIVE, task_state=None, host="h1", node="h1")
+        cloud.instance_record(
+            str(uuidlib.uuid4()), state=ACTIVE, task_state=None, host="h1", node="h1"
+        )
         for _ in range(count)
     ]
 
@@ -134,7 +123,7 @@ def run(bench: Bench) -> dict[str, Any]:
         client.config_set("slowlog-max-len", 100000)
         now = time.time()
         due = [
-            _record(str(uuidlib.uuid4()), state=BUILDING, deadline=now - 3600 + i)
+            cloud.instance_record(str(uuidlib.uuid4()), state=BUILDING, deadline=now - 3600 + i)
             for i in range(sizes.sweep_due)
         ]
         store.create_instances(due)

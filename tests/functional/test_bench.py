@@ -48,6 +48,8 @@ CASES = {
     "memory": (),
     "churn": ("rows",),
     "sweep": ("rows",),
+    "cell": (),
+    "replicas": ("rows",),
 }
 
 
@@ -111,6 +113,29 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             id="bootstorm-1-and-2-workers-reach-active",
         ),
         pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]), id="memory-rss"),
+        pytest.param(
+            "cell",
+            lambda c: (
+                [p["phase"] for p in c["phases"]]
+                == [
+                    "populate",
+                    "reports",
+                    "cold load",
+                    "decisions",
+                    "sweep",
+                    "reconcile",
+                    "admin hosts",
+                ]
+                and all(p["slowest_ms"] > 0 for p in c["phases"][1:])
+                and c["phases"][-2]["findings"] == {}
+            ),
+            id="cell-every-phase-timed-and-the-cell-consistent",
+        ),
+        pytest.param(
+            "replicas",
+            lambda c: [r["min_replicas"] for r in c["rows"]] == [0, 1] and c["rate_ratio"] > 0,
+            id="replicas-both-settings",
+        ),
         pytest.param(
             "churn",
             lambda c: all(

@@ -23,6 +23,18 @@ def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any
     }
 
 
+def _cell(**figures: Any) -> dict[str, Any]:
+    cell = {
+        "hosts": 300000,
+        "cold_load_s": 9.0,
+        "worker_rss_mb": 600.0,
+        "slowest_ms": 4.0,
+        "slowest_command": "EVALSHA snapshot",
+        "slowest_phase": "cold load",
+    }
+    return {**cell, **figures}
+
+
 @pytest.mark.parametrize(
     ("cases", "target", "measured_on", "status"),
     [
@@ -109,6 +121,27 @@ def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any
             "first decision",
             "**missed**",
             id="cold-load-missed",
+        ),
+        pytest.param(
+            {"cell": _cell(slowest_ms=12.0)},
+            "command_300k",
+            "slowest command",
+            "**missed**",
+            id="cell-slow-command-missed",
+        ),
+        pytest.param(
+            {"cell": _cell()}, "command_300k", "slowest command", "met", id="cell-commands-met"
+        ),
+        pytest.param({"cell": _cell()}, "load_300k", "first", "met", id="cell-cold-load-met"),
+        pytest.param(
+            {"cell": _cell(worker_rss_mb=900.0)}, "rss_300k", "VmRSS", "**missed**", id="cell-rss"
+        ),
+        pytest.param(
+            {"cell": _cell(hosts=300)},
+            "command_300k",
+            "slowest command",
+            "not measured",
+            id="cell-quick-measures-nothing",
         ),
     ],
 )
