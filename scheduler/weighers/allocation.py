@@ -105,6 +105,8 @@ class AllocationWeigher(BaseWeigher[Demand]):
         """Per host (column), the mean of ``values`` (classes x hosts) with the
         classes' weights, NaN cells left out (0 where every cell is NaN)."""
         present = ~np.isnan(values)
+        if present.all():  # every host has every class: one weighted sum
+            return (values * demand.weights[:, None]).sum(axis=0) / demand.weights.sum()
         weights = demand.weights[:, None] * present
         total = weights.sum(axis=0)
         summed = np.where(present, values, 0.0) * weights
