@@ -218,7 +218,8 @@ filter_scheduler_opts = [
                 "for the largest flavor",
             ),
         ],
-        help="The weighers' goal. pack and spread add their weighers to the weighers "
+        help="The weighers' goal (default spread; nova for decisions identical to "
+        "Nova's). pack and spread add their weighers to the weighers "
         "option and give their multipliers (and those of RAMWeigher, CPUWeigher and "
         "DiskWeigher, off) new defaults; a multiplier set in this file wins over the "
         "profile's.",

@@ -25,10 +25,10 @@ summed demand fits the cloud's summed capacity in every resource class):
   :data:`SERIES_EVERY` requests (the plot of fill over time).
 
 Each weigher set of :data:`SETS` runs on the same seeds in the same run:
-``nova`` (today's defaults, Nova-identical: RAM, CPU and disk weighed by
-absolute free amounts, spreading) and ``nova pack`` (the same weighers at
--1) are the baseline, beside the profiles of ``[filter_scheduler]
-weigher_profile``.
+``nova`` (``weigher_profile = nova``, Nova-identical: RAM, CPU and disk
+weighed by absolute free amounts, spreading) and ``nova pack`` (the same
+weighers at -1) are the baseline, beside the other profiles of
+``[filter_scheduler] weigher_profile`` (``spread``, the default, and ``pack``).
 """
 
 from __future__ import annotations

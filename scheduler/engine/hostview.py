@@ -715,7 +715,7 @@ class HostView:
         if j is None:
             return np.zeros(len(idx), dtype=np.int64)
         per_class = self._hosts.per_class
-        return per_class["capacity"][j, idx] - per_class["used"][j, idx]
+        return per_class["capacity"][j].take(idx) - per_class["used"][j].take(idx)
 
     def free_of_overcommitted_total(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """``total * ratio - reserved - used`` of ``rc`` on the hosts in ``idx``
@@ -744,20 +744,25 @@ class HostView:
         """Per class of ``rcs`` (rows) and host of ``idx`` (columns): the share of
         the capacity (allocation ratio applied) in use, with ``adding`` (one
         amount per class) placed too; NaN where a host has no capacity of the
-        class. One gather per column, whatever the number of classes."""
-        out = np.full((len(rcs), len(idx)), np.nan)
-        known = [(k, j) for k, rc in enumerate(rcs) if (j := self._rc.get(rc)) is not None]
-        if not known:
-            return out
-        at, rows = [k for k, _ in known], [j for _, j in known]
+        class. One gather per class row, and no mask where every host has
+        capacity (the common case: the weighers ask it for every decision)."""
+        out = np.empty((len(rcs), len(idx)))
         per_class = self._hosts.per_class
-        cells = np.ix_(np.array(rows, dtype=np.intp), idx)
-        capacity = per_class["capacity"][cells].astype(np.float64)
-        used = per_class["used"][cells].astype(np.float64)
-        if adding is not None:
-            used += np.asarray(adding, dtype=np.float64)[at, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out[at] = np.where(capacity > 0, used / capacity, np.nan)
+        capacity, used = per_class["capacity"], per_class["used"]
+        for k, rc in enumerate(rcs):
+            j = self._rc.get(rc)
+            if j is None:
+                out[k] = np.nan
+                continue
+            cap = capacity[j].take(idx)
+            num = used[j].take(idx)
+            if adding is not None and adding[k]:
+                num += adding[k]  # exact in int64, as the float sum it stands for
+            if cap.min(initial=1) > 0:
+                np.true_divide(num, cap, out=out[k])
+            else:
+                out[k] = np.nan
+                np.true_divide(num, cap, out=out[k], where=cap > 0)
         return out
 
     def aggregate_lowest(

@@ -48,9 +48,12 @@ class AlignmentWeigher(AllocationWeigher):
     ) -> np.ndarray:
         used = view.used_fractions(state.classes, candidates)
         after = self.used_after(view, candidates, state)
-        scale = np.sqrt(state.weights)[:, None]
-        free = np.nan_to_num((1.0 - used) * scale)
-        want = np.nan_to_num((after - used) * scale)
-        norms = np.linalg.norm(free, axis=0) * np.linalg.norm(want, axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(norms > 0, (free * want).sum(axis=0) / norms, 0.0)
+        scale = np.sqrt(state.column)
+        free = (1.0 - used) * scale
+        want = (after - used) * scale
+        if np.isnan(used).any():  # a class a host has none of counts for nothing
+            free, want = np.nan_to_num(free), np.nan_to_num(want)
+        norms = np.sqrt((free * free).sum(axis=0)) * np.sqrt((want * want).sum(axis=0))
+        cosine = np.zeros(len(candidates))
+        np.divide((free * want).sum(axis=0), norms, out=cosine, where=norms > 0)
+        return cosine

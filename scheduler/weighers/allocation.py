@@ -72,11 +72,13 @@ class AllocationArgs(PluginArgs):
 @dataclass(frozen=True)
 class Demand:
     """What one instance of the request takes of each weighed class, and the
-    classes' weights (summing to 1)."""
+    classes' weights (summing to 1; ``column``: as a column, ``total``: their sum)."""
 
     classes: tuple[str, ...]
     amounts: tuple[int, ...]
     weights: np.ndarray
+    column: np.ndarray
+    total: float
 
 
 class AllocationWeigher(BaseWeigher[Demand]):
@@ -84,26 +86,36 @@ class AllocationWeigher(BaseWeigher[Demand]):
 
     SCALING = AS_IS
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # The classes and weights are the options': the same for every request.
+        weights = {rc: w for rc, w in self.args.allocation_resource_weights.items() if w > 0}
+        self._classes = tuple(weights)
+        total = sum(weights.values())
+        self._weights = np.array([weights[rc] / total for rc in self._classes])
+
     def prepare(self, ctx: PlacementContext) -> Demand | None:
         """The classes weighed and the request's amount of each; None when no
         class has a weight."""
-        weights = {rc: w for rc, w in self.args.allocation_resource_weights.items() if w > 0}
-        if not weights:
+        if not self._classes:
             return None
         request = ctx.request if ctx.request is not None else ctx.spec.resource_request
         resources = request.resources
-        classes = tuple(weights)
-        total = sum(weights.values())
+        weights = self._weights
         return Demand(
-            classes,
-            tuple(resources.get(rc, 0) for rc in classes),
-            np.array([weights[rc] / total for rc in classes]),
+            self._classes,
+            tuple(resources.get(rc, 0) for rc in self._classes),
+            weights,
+            weights[:, None],
+            float(weights.sum()),
         )
 
     @staticmethod
     def weighted_mean(values: np.ndarray, demand: Demand) -> np.ndarray:
         """Per host (column), the mean of ``values`` (classes x hosts) with the
         classes' weights, NaN cells left out (0 where every cell is NaN)."""
+        if not np.isnan(values).any():  # every host has every class: one weighted sum
+            return (values * demand.column).sum(axis=0) / demand.total
         present = ~np.isnan(values)
         weights = demand.weights[:, None] * present
         total = weights.sum(axis=0)

@@ -65,8 +65,8 @@ AS_IS: Scaling = "as_is"
 def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     """Scale raw weights to [0, 1] across the candidates (see module doc)."""
     values = values.astype(np.float64, copy=False)
-    if scaling == AS_IS:
-        return np.clip(values, 0.0, 1.0)
+    if scaling == AS_IS:  # np.clip's values, without its per call overhead
+        return np.minimum(np.maximum(values, 0.0), 1.0)
     if scaling == BY_MAX:
         values = np.maximum(values, 0.0)
         top = values.max(initial=0.0)

@@ -65,8 +65,8 @@ class Headroom:
     """The largest flavor (classes and amounts) and the request's amounts of them."""
 
     classes: tuple[str, ...]
-    largest: np.ndarray
-    demand: np.ndarray
+    largest: tuple[int, ...]
+    demand: tuple[int, ...]
 
 
 class HeadroomWeigher(BaseWeigher[Headroom]):
@@ -102,8 +102,10 @@ class HeadroomWeigher(BaseWeigher[Headroom]):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._seen = np.zeros((self.args.headroom_window, len(LEARNED)))
+        self._seen = np.zeros((self.args.headroom_window, len(LEARNED)), dtype=np.int64)
         self._next = 0
+        # The window's largest amount per class, kept as rows come and go.
+        self._peak = [0] * len(LEARNED)
 
     def prepare(self, ctx: PlacementContext) -> Headroom | None:
         """The largest flavor (remembering this request, when it is learned) and
@@ -112,23 +114,43 @@ class HeadroomWeigher(BaseWeigher[Headroom]):
         resources = request.resources
         if self.args.headroom_flavor:
             classes = tuple(self.args.headroom_flavor)
-            largest = np.array([self.args.headroom_flavor[rc] for rc in classes], dtype=float)
+            largest = tuple(self.args.headroom_flavor.values())
         else:
-            self._seen[self._next % len(self._seen)] = [resources.get(rc, 0) for rc in LEARNED]
-            self._next += 1
-            peak = self._seen.max(axis=0)
+            peak = self._learn([resources.get(rc, 0) for rc in LEARNED])
             classes = tuple(rc for rc, amount in zip(LEARNED, peak, strict=True) if amount > 0)
-            largest = peak[peak > 0]
+            largest = tuple(amount for amount in peak if amount > 0)
         if not classes:
             return None
-        demand = np.array([resources.get(rc, 0) for rc in classes], dtype=float)
-        return Headroom(classes, largest, demand)
+        return Headroom(classes, largest, tuple(resources.get(rc, 0) for rc in classes))
+
+    def _learn(self, amounts: list[int]) -> list[int]:
+        """Put one request's amounts in the window (over its oldest row, once
+        full) and return the window's largest per class: rescanned only when
+        the row pushed out held a largest amount the new one does not match."""
+        row = self._next % len(self._seen)
+        self._next += 1
+        gone = self._seen[row].tolist()
+        self._seen[row] = amounts
+        peak = self._peak
+        if any(old == top > new for old, top, new in zip(gone, peak, amounts, strict=True)):
+            self._peak = self._seen.max(axis=0).tolist()
+        else:
+            self._peak = [max(top, new) for top, new in zip(peak, amounts, strict=True)]
+        return self._peak
 
     def raw(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: Headroom
     ) -> np.ndarray:
-        free = np.stack([view.free(rc, candidates) for rc in state.classes]).astype(float)
-        largest = state.largest[:, None]
-        before = np.floor(free / largest).min(axis=0)
-        after = np.floor((free - state.demand[:, None]) / largest).min(axis=0)
-        return np.where(after >= before, 1.0, 0.0)
+        # Per class, how many of the largest flavor fit before and after (whole
+        # amounts: floor division), the host's count being its classes' lowest.
+        # A row per class: the candidates are few enough that the number of
+        # array operations is the cost.
+        fits = zip(state.classes, state.largest, state.demand, strict=True)
+        rc, largest, demand = next(fits)  # prepare gives one class at least
+        free = view.free(rc, candidates)
+        before, after = free // largest, (free - demand) // largest
+        for rc, largest, demand in fits:
+            free = view.free(rc, candidates)
+            np.minimum(before, free // largest, out=before)
+            np.minimum(after, (free - demand) // largest, out=after)
+        return (after >= before).astype(np.float64)

@@ -7,8 +7,11 @@ weighers and multipliers for a goal, in one option.
 * ``pack``: fill hosts to the top before opening another, so the cloud holds
   the most before NoValidHost and empty hosts stay whole (for the largest
   flavors, or to be powered off).
-* ``spread``: fill every host to the same level (by share of its capacity,
-  not by absolute amounts), keeping room for the largest flavor.
+* ``spread`` (the default): fill every host to the same level (by share of
+  its capacity, not by absolute amounts), keeping room for the largest
+  flavor. On the ``fill`` bench case it places more before the first
+  NoValidHost than ``nova``, with hosts filled more evenly; set ``nova`` for
+  decisions identical to Nova's.
 
 A profile adds its weighers to the configured ``weighers`` (those not
 listed already) and gives their options, and those of the weighers it turns

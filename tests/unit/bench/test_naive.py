@@ -29,7 +29,8 @@ def test_naive_baseline_picks_the_engines_hosts(kind: str, hosts: int, limit: in
         naive.host_states(store.list_providers(), store.list_aggregates(), store.list_services()),
         max_placement_results=limit,
     )
-    engine = Engine(store, EngineSettings(max_placement_results=limit))
+    # The baseline is Nova's loop: it picks what the Nova-identical profile picks.
+    engine = Engine(store, EngineSettings(max_placement_results=limit, weigher_profile="nova"))
     spec = request(kind)
     uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"i{n}")) for n in range(spec.num_instances)]
 

@@ -66,7 +66,9 @@ class RacedAfterRefresh:
 def test_a_worker_with_a_stale_view_falls_through_and_never_overcommits() -> None:
     store = memory_store(host("big", ram=8192), host("h1", ram=4096), host("h2", ram=4096))
     raced = RacedAfterRefresh(store)
-    fresh, stale = engine(store), engine(raced)
+    # Weighed by absolute free RAM (the nova profile), "big" looks best to a
+    # worker that does not know it is full.
+    fresh, stale = engine(store, weigher_profile="nova"), engine(raced, weigher_profile="nova")
     stale.schedule("req-first", spec(ram=1024, disk=1), [uuid_of("first")])  # loads its view
     # The rest of the biggest host is taken behind the stale worker's back,
     # once it has read the feed for its next request.

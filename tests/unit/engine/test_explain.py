@@ -58,7 +58,8 @@ def test_all_hosts_names_every_stage_survivors_and_every_removed_hosts_reason() 
 
 
 def test_all_hosts_weighs_every_survivor_with_each_weighers_parts() -> None:
-    eng = engine(HookedStore(HOSTS))
+    # Nova's weighers (RAMWeigher's shares are checked below): the nova profile.
+    eng = engine(HookedStore(HOSTS), weigher_profile="nova")
     report = eng.explain("req-1", spec(ram=2048), [uuid_of("i1")], all_hosts=True)
     (inst,) = report.instances
     assert inst.detail is not None

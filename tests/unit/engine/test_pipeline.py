@@ -134,7 +134,9 @@ def test_weighers_rank_and_the_best_is_claimed() -> None:
     store = HookedStore(
         [host("busy", used={MEMORY_MB: 30000}), host("idle"), host("flaky", failed_builds=2)]
     )
-    result = engine(store, weighers=RESOURCE_WEIGHERS).schedule("req", spec(), [uuid_of("i1")])
+    # Nova's RAM, CPU and disk weighers, as Nova weighs: the nova profile.
+    eng = engine(store, weighers=RESOURCE_WEIGHERS, weigher_profile="nova")
+    result = eng.schedule("req", spec(), [uuid_of("i1")])
     assert primaries(result.selections) == ["idle"]
     trace = result.traces[0]
     assert [w.host for w in trace.top] == ["idle", "busy", "flaky"]
@@ -517,7 +519,8 @@ def test_plugins_load_in_configured_order() -> None:
         weighers=("DiskWeigher",),
     )
     assert [name for name, _ in eng.filters] == ["ImagePropertiesFilter", "ComputeFilter"]
-    assert [name for name, _ in eng.weighers] == ["DiskWeigher"]
+    # The configured weighers first, then those the weigher profile adds.
+    assert [name for name, _ in eng.weighers][:1] == ["DiskWeigher"]
     assert isinstance(eng, Engine)
 
 

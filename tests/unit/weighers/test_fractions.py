@@ -168,10 +168,10 @@ def test_headroom_learns_the_largest_request_seen() -> None:
     small = context(spec(vcpus=1, ram=2 * GIB, disk=20))
     big = context(spec(vcpus=16, ram=64 * GIB, disk=10))
 
-    def largest(ctx: Any) -> list[float]:
+    def largest(ctx: Any) -> list[int]:
         state = weigher.prepare(ctx)
         assert state is not None
-        return state.largest.tolist()
+        return list(state.largest)
 
     assert largest(small) == [1, 2 * GIB, 20]
     assert largest(big) == [16, 64 * GIB, 20]  # the largest of each class

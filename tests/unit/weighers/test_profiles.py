@@ -17,8 +17,13 @@ def running(settings: EngineSettings) -> dict[str, float]:
     return {name: w.multiplier for name, w in weighers if w.multiplier}
 
 
+def test_spread_is_the_default() -> None:
+    assert EngineSettings().weigher_profile == "spread"
+    assert running(EngineSettings()) == running(EngineSettings(weigher_profile="spread"))
+
+
 def test_nova_profile_is_todays_weighers() -> None:
-    got = running(EngineSettings())
+    got = running(EngineSettings(weigher_profile="nova"))
     assert {"RAMWeigher", "CPUWeigher", "DiskWeigher"} <= set(got)
     assert not {"LeastAllocatedWeigher", "MostAllocatedWeigher", "HeadroomWeigher"} & set(got)
 
