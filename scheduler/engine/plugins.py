@@ -101,6 +101,31 @@ def option(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+N = TypeVar("N", int, float)
+
+
+def number_pairs(
+    pairs: Sequence[str], number: Callable[[str], N], accept: Callable[[N], bool], what: str
+) -> dict[str, N]:
+    """``["NAME=number", ...]`` as a mapping: what a plugin option of such
+    pairs parses to (a list option's ``parse``).
+
+    :raises ValueError: ``'<pair>' is not <what>``, for a pair with no ``=``,
+        no name, or a value ``number`` cannot read or ``accept`` refuses.
+    """
+    out: dict[str, N] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            n = number(value)
+            if not sep or not name.strip() or not accept(n):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{pair!r} is not {what}") from None
+        out[name.strip()] = n
+    return out
+
+
 def multiplier(default: float, *, help: str, min: float | None = None) -> Any:
     """A weigher's multiplier: a float :func:`option` that the framework scales the
     weigher's normalised score by (also the key of per-aggregate overrides)."""

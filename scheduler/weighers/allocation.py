@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.engine.plugins import PluginArgs, option
+from scheduler.engine.plugins import PluginArgs, number_pairs, option
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
 from scheduler.weighers.base import AS_IS, BaseWeigher
 
@@ -43,17 +43,9 @@ def resource_weights(pairs: list[str]) -> dict[str, float]:
 
     :raises ValueError: a pair is not ``RESOURCE_CLASS=number`` with a number >= 0.
     """
-    weights: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            weight = float(value)
-            if not sep or not name.strip() or not weight >= 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{pair!r} is not RESOURCE_CLASS=weight (a weight >= 0)") from None
-        weights[name.strip()] = weight
-    return weights
+    return number_pairs(
+        pairs, float, lambda weight: weight >= 0, "RESOURCE_CLASS=weight (a weight >= 0)"
+    )
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.engine.plugins import PluginArgs, multiplier, option
+from scheduler.engine.plugins import PluginArgs, multiplier, number_pairs, option
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
 from scheduler.weighers.base import AS_IS, BaseWeigher
 
@@ -47,17 +47,9 @@ def amounts(pairs: list[str]) -> dict[str, int]:
 
     :raises ValueError: a pair is not ``RESOURCE_CLASS=amount`` with an amount > 0.
     """
-    out: dict[str, int] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            amount = int(value)
-            if not sep or not name.strip() or amount < 1:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{pair!r} is not RESOURCE_CLASS=amount (an amount > 0)") from None
-        out[name.strip()] = amount
-    return out
+    return number_pairs(
+        pairs, int, lambda amount: amount >= 1, "RESOURCE_CLASS=amount (an amount > 0)"
+    )
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler.engine.capabilities import image_property_stat
-from scheduler.engine.plugins import PluginArgs, multiplier, option
+from scheduler.engine.plugins import PluginArgs, multiplier, number_pairs, option
 from scheduler.weighers.base import BY_RANGE, BaseWeigher
 
 if TYPE_CHECKING:
@@ -44,16 +44,7 @@ def weight_setting(pairs: list[str]) -> dict[str, float]:
 
     :raises ValueError: a pair is not ``property=number``.
     """
-    setting: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            if not sep or not name.strip():
-                raise ValueError
-            setting[name.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"{pair!r} is not property=number") from None
-    return setting
+    return number_pairs(pairs, float, lambda _weight: True, "property=number")
 
 
 class ImagePropertiesWeigher(BaseWeigher[Terms]):
