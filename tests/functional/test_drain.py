@@ -24,7 +24,12 @@ def drain(cluster: Cluster, host: str, *args: str) -> tuple[int, dict[str, Any]]
 
 
 def source_and_two_others(cluster: Cluster, other_memory_mb: int = 65536) -> None:
-    """src (the roomiest, so every boot lands there) and dst-0000, dst-0001."""
+    """src (the roomiest, so every boot lands there) and dst-0000, dst-0001.
+
+    Weighed as Nova does (``weigher_profile = nova``: the most free RAM in
+    absolute amount first), so that every boot lands on src; the default
+    profile weighs shares of capacity and would spread them."""
+    cluster.write_config(filter_scheduler={"weigher_profile": "nova"})
     cluster.start_conductor()
     cluster.start_compute(1, "--memory-mb", "262144", name="src")
     cluster.start_compute(2, "--memory-mb", str(other_memory_mb), name="dst")
