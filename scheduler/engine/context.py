@@ -45,6 +45,12 @@ class PlacementContext:
     migration_uuid: str | None = None
     own_host: str | None = None
 
+    @property
+    def resource_request(self) -> ResourceRequest:
+        """``request``, or the spec's own resource request when none was set
+        (a context built outside :meth:`Engine.select`, as tests do)."""
+        return self.request if self.request is not None else self.spec.resource_request
+
     def group_with(self, policy: str) -> ServerGroup | None:
         """The request's group, when its policy is ``policy``."""
         group = self.spec.group

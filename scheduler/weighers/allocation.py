@@ -91,8 +91,7 @@ class AllocationWeigher(BaseWeigher[Demand]):
         class has a weight."""
         if not self._classes:
             return None
-        request = ctx.request if ctx.request is not None else ctx.spec.resource_request
-        resources = request.resources
+        resources = ctx.resource_request.resources
         weights = self._weights
         return Demand(
             self._classes,

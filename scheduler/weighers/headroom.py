@@ -102,8 +102,7 @@ class HeadroomWeigher(BaseWeigher[Headroom]):
     def prepare(self, ctx: PlacementContext) -> Headroom | None:
         """The largest flavor (remembering this request, when it is learned) and
         the request's share of it; None when there is no largest flavor yet."""
-        request = ctx.request if ctx.request is not None else ctx.spec.resource_request
-        resources = request.resources
+        resources = ctx.resource_request.resources
         if self.args.headroom_flavor:
             classes = tuple(self.args.headroom_flavor)
             largest = tuple(self.args.headroom_flavor.values())
