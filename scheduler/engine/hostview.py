@@ -452,9 +452,8 @@ class HostView:
             return False
         return True
 
-    def load(self, now: float) -> str:
-        """Rebuild the whole view from a compact snapshot, a column at a time;
-        return the snapshot's cursor.
+    def load(self, now: float) -> None:
+        """Rebuild the whole view from a compact snapshot, a column at a time.
 
         The snapshot need not be one instant (the Redis store reads it in
         pages while writes go on): it is the store's once the changes after
@@ -499,7 +498,6 @@ class HostView:
         self._consumed.clear()
         self._read_ahead.clear()
         LOG.info("host_view_loaded", hosts=n, children=self.kid_size, cursor=snap.cursor)
-        return snap.cursor
 
     def refresh_provider(self, uuid: str) -> None:
         """Re-read one provider (after a claim on it was refused): the view
