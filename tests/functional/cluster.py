@@ -131,9 +131,12 @@ class Process:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if self.popen.poll() is None:
-            if self.paused:  # a stopped process would never see the signal
+            # A stopped process would never see the signal, but SIGKILL, which
+            # must land before the process runs again.
+            if self.paused and sig != signal.SIGKILL:
                 self.resume()
             self.popen.send_signal(sig)
+            self.paused = False
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -58,14 +58,17 @@ def test_lost_requests_are_redriven_by_a_restarted_conductor(cluster: Cluster) -
     first = cluster.start_conductor()
     cluster.start_compute(5, "--build-time", "0.01")
     worker = cluster.start_worker()
+    # The first conductor dies before any deadline; the next one finds the
+    # pending set in the store. It is stopped (SIGSTOP) before the boot, so
+    # however long the boot command takes on a loaded machine, the first never
+    # reaches a deadline and re-drives nothing.
+    first.pause()
     # Every run_instance of this boot is lost on the way.
     code, stdout, stderr = cluster.conductor_stub(
         "boot", "--count", "20", "--json", config_files=(void_topic(cluster),)
     )
     assert code == 0, stderr
     uuids = json.loads(stdout)["instances"]
-    # The conductor dies before any deadline; the next one finds the pending
-    # set in the store.
     first.stop(signal.SIGKILL)
     second = cluster.start("conductor-b", "conductor_stub.cmd", "serve", ready="conductor_started")
 
