@@ -40,11 +40,13 @@ from oslo_utils import strutils
 # scheme://user:password@host[,user2:password2@host2]  ->  scheme://user:***@host...
 _URL_PASSWORD = re.compile(r"(?P<scheme>://|,)(?P<user>[^:/@\s,]*):(?P<pw>[^@\s]+)@")
 # A key and what separates it from its value in free text: ``k=v``, ``k: v``,
-# ``"k": "v"``, ``k 'v'`` (a quoted value), ``--k v``. A key starts a word (so the
-# scan stays linear); whether it names a secret is :func:`is_secret_key`'s to say,
+# ``"k": "v"`` (a quoted key may hold anything: ``"db admin_pass (old)": ...``),
+# ``k 'v'`` (a quoted value), ``--k v``. A bare key starts a word (so the scan
+# stays linear); whether a key names a secret is :func:`is_secret_key`'s to say,
 # and only then is its value read (:data:`_VALUE`), masked and stepped over.
 _KEY = re.compile(
-    r"""(?<![\w.-])(?P<key>(?P<dashes>--)?[A-Za-z_][\w.-]*)"""
+    r"""(?P<kq>["'])(?P<quoted_key>(?:\\.|(?!(?P=kq))[^\\\n])*)(?P=kq)\s*[:=]\s*"""
+    r"""|(?<![\w.-])(?P<key>(?P<dashes>--)?[A-Za-z_][\w.-]*)"""
     r"""(?P<sep>["']?\s*[:=]\s*|["']?\s+(?=[bBuU]?["'])|(?(dashes)\s+|(?!)))"""
 )
 # A value: quoted (to its closing quote, backslash escapes inside; to the end of the
@@ -64,6 +66,17 @@ MASK = "***"
 
 #: Keys masked beside oslo.utils' list (which has ``sys_pswd`` but not this spelling).
 _MORE_SECRET_KEYS = ("passwd",)
+
+#: A quick test that a text may hold a secret key at all (most log text does not):
+#: one of the names, in the lowered text. The names are oslo.utils' list as
+#: ``mask_password`` reads it (``strutils._SANITIZE_KEYS``); were it ever gone,
+#: every text is scanned. Whether a key is secret stays :func:`is_secret_key`'s.
+_NAMES = getattr(strutils, "_SANITIZE_KEYS", None)
+_ANY_NAME = (
+    re.compile("|".join(re.escape(name) for name in (*_NAMES, *_MORE_SECRET_KEYS)))
+    if _NAMES
+    else None
+)
 
 #: How deep :func:`masked` walks nested lists and mappings; deeper, a value is
 #: masked as its text.
@@ -113,7 +126,8 @@ def _mask_pairs(text: str) -> str:
     out: list[str] = []
     done = 0  # text[:done] is in out
     for key in _KEY.finditer(text):
-        if key.start() < done or not is_secret_key(key["key"]):
+        name = key["key"] if key["quoted_key"] is None else key["quoted_key"]
+        if key.start() < done or not is_secret_key(name):
             continue
         start = key.end()
         if text[start : start + 1] in _BRACKETS:
@@ -140,6 +154,12 @@ def _mask_xml(match: re.Match[str]) -> str:
     return f"{match[0][: match.start('value') - match.start()]}{MASK}</{match['key']}>"
 
 
+def _may_pair(text: str) -> bool:
+    """Whether ``text`` has what every form of a pair needs: a ``=``, ``:``,
+    quote, ``<`` or ``--`` (most log text, a host name or a uuid, has none)."""
+    return "=" in text or ":" in text or '"' in text or "'" in text or "<" in text or "--" in text
+
+
 def mask_secrets(text: str) -> str:
     """``text`` with every secret in it replaced by ``***``: the one home of masking.
 
@@ -151,9 +171,10 @@ def mask_secrets(text: str) -> str:
     """
     if "@" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
-    text = _mask_pairs(text)
-    if "<" in text:
-        text = _XML.sub(_mask_xml, text)
+    if _may_pair(text) and (_ANY_NAME is None or _ANY_NAME.search(text.lower())):
+        text = _mask_pairs(text)
+        if "<" in text:
+            text = _XML.sub(_mask_xml, text)
     return text
 
 

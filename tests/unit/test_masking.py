@@ -84,6 +84,21 @@ _word = st.text(
 plain_text = st.lists(_word, max_size=4).map(" ".join)
 
 
+@settings(max_examples=300, deadline=None)
+@given(key=st.text(max_size=30) | secret_keys | plain_keys)
+def test_a_key_is_secret_exactly_when_oslo_utils_masks_it(key: str) -> None:
+    """The matching is oslo.utils' own: ``mask_dict_password`` masks the value
+    under ``key`` exactly when :func:`is_secret_key` says so (``passwd`` aside),
+    and such a key's value is masked in text too."""
+    oslo_masks = strutils.mask_dict_password({key: "v"})[key] == "***"
+    assert is_secret_key(key) == (oslo_masks or "passwd" in key.lower())
+    if is_secret_key(key):
+        assert masked({key: "hunter2"}) == {key: MASK}
+        quoted = json.dumps(key, ensure_ascii=False)
+        text = f"{{{quoted}: {json.dumps('hunter2')}, 'n': 1}}"
+        assert mask_secrets(text) == f"{{{quoted}: {json.dumps(MASK)}, 'n': 1}}"
+
+
 def _around(before: str, form: str, after: str) -> str:
     return " ".join(part for part in (before, form, after) if part)
 
