@@ -165,9 +165,13 @@ def mask_secrets(text: str) -> str:
 
     Masked are the password of every URL (``scheme://user:***@host``, each host
     of a multi-host URL), and the value of every key oslo.utils treats as
-    secret (see :func:`is_secret_key`) in every form oslo.utils'
-    ``mask_password`` reads (``k=v``, ``"k": "v"``, ``<k>v</k>``, ``--k v``,
-    ...) and in ``k: v`` besides. Structured values go through :func:`masked`.
+    secret (see :func:`is_secret_key`) as ``k=v``, ``k: v``, ``"k": "v"``,
+    ``'k': 'v'``, ``k "v"``, ``--k v``, ``<k>v</k>``, or with a bracketed value
+    (``k: [...]``, ``{...}``, ``(...)``, masked whole). oslo.utils'
+    ``mask_password`` reads the same forms but is not used for them: past a
+    masked value it also takes the values that follow (``{'password': 'a',
+    'user': 'b'}`` loses ``'b'``), and a value holding the other quote
+    survives in part. Structured values go through :func:`masked`.
     """
     if "@" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
