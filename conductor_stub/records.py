@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler.exceptions import ProviderNotFound
-from scheduler.log import get_logger
+from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import (
     ACTIVE,
     BUILDING,
@@ -130,11 +130,14 @@ def fail_build(
 ) -> bool:
     """BUILDING -> ERROR with ``fault``, then release the instance's claim.
 
-    With ``cleanup_after``, the record keeps a deadline that many seconds
-    out, when the sweeper releases once more whatever a late attempt claimed.
-    False if the instance was no longer BUILDING (nothing done).
+    ``fault`` and ``details`` are written masked
+    (:func:`~scheduler.log.mask_secrets`), whatever text they quote. With
+    ``cleanup_after``, the record keeps a deadline that many seconds out, when
+    the sweeper releases once more whatever a late attempt claimed. False if
+    the instance was no longer BUILDING (nothing done).
     """
     now = clock()
+    fault, details = mask_secrets(fault), mask_secrets(details)
     done = store.update_instance(
         uuid,
         expected_states=[BUILDING],
@@ -229,9 +232,11 @@ def fail_move(
     the instance, dropping any destination claim. (An evacuation's source is
     down: the instance is where it was before, and can be evacuated again.)
 
+    ``fault`` and ``details`` are written masked, as :func:`fail_build` writes them.
     False if the move was no longer under way (nothing done).
     """
     assert record.state in MOVE_FAILED_EVENTS, record.state
+    fault, details = mask_secrets(fault), mask_secrets(details)
     if not end_move(store, record, record.state, clock, fault=fault, fault_details=details):
         return False
     moved = False

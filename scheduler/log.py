@@ -1,9 +1,15 @@
 """Logging: structlog for our events, the stdlib's records routed through it.
 
 Daemons write JSON lines when stderr is not a terminal and readable
-``key=value`` lines when it is. Every line passes :func:`mask_secrets`, so a
-password inside a transport or store URL never reaches a log, whoever logged
-it (our code, oslo.messaging, kombu, redis-py).
+``key=value`` lines when it is. Every line passes :func:`masked`, so no
+secret reaches a log, whoever logged it (our code, oslo.messaging, kombu,
+redis-py): not the password of a transport or store URL, nor the value of any
+key OpenStack treats as secret (oslo.utils' list: ``password``, ``admin_pass``,
+``token``, ``private_key``, ``secret_uuid``, ``configdrive``...), in free text
+(``k=v``, ``k: v``, ``"k": "v"``, ``<k>v</k>``, ``--k v``), in mappings or in
+lists. This module is masking's one home: the errors returned to callers
+(:mod:`scheduler.rpc`), the instance faults (:mod:`conductor_stub.records`)
+and the notifications (:mod:`scheduler.notifier`) are masked here too.
 
 Events have stable snake_case names; request-scoped keys (``request_id``,
 ``instance_uuid``, ``host``) are bound with :func:`bind_request` (contextvars),
@@ -18,57 +24,207 @@ back (``suppressed``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, MutableMapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
 import structlog
+from oslo_utils import strutils
 
 # scheme://user:password@host[,user2:password2@host2]  ->  scheme://user:***@host...
 _URL_PASSWORD = re.compile(r"(?P<scheme>://|,)(?P<user>[^:/@\s,]*):(?P<pw>[^@\s]+)@")
-# password=..., "password": "..." and the like, in free text
-_KV_PASSWORD = re.compile(
-    r"(?P<key>(?:password|passwd|secret|token)[\"']?\s*[:=]\s*[\"']?)(?P<val>[^\"'\s,;}&]+)",
-    re.IGNORECASE,
+# A key and what separates it from its value in free text: ``k=v``, ``k: v``,
+# ``"k": "v"`` (a quoted key may hold anything: ``"db admin_pass (old)": ...``),
+# ``k 'v'`` (a quoted value), ``--k v``. A bare key starts a word (so the scan
+# stays linear); whether a key names a secret is :func:`is_secret_key`'s to say,
+# and only then is its value read (:data:`_VALUE`), masked and stepped over.
+_KEY = re.compile(
+    r"""(?P<kq>["'])(?P<quoted_key>(?:\\.|(?!(?P=kq))[^\\\n])*)(?P=kq)\s*[:=]\s*"""
+    r"""|(?<![\w.-])(?P<key>(?P<dashes>--)?[A-Za-z_][\w.-]*)"""
+    r"""(?P<sep>["']?\s*[:=]\s*|["']?\s+(?=[bBuU]?["'])|(?(dashes)\s+|(?!)))"""
 )
+# A value: quoted (to its closing quote, backslash escapes inside; to the end of the
+# text if it was cut before the quote closed), else bare, up to the next space or
+# quote, as oslo.utils reads ``k=v``. (A bracketed value, ``[...]``, ``{...}``,
+# ``(...)``, is read by :func:`_bracketed_end`.)
+_VALUE = re.compile(
+    r"""(?P<open>[bBuU]?(?P<q>["']))(?:\\.|(?!(?P=q))[^\\])*(?P<close>(?P=q))?"""
+    r"""|(?P<bare>[^\s"']+)"""
+)
+_QUOTED = re.compile(r"""(?P<q>["'])(?:\\.|(?!(?P=q))[^\\])*(?P=q)?""")
+_BRACKETS = {"[": "]", "{": "}", "(": ")"}
+# <key>value</key>
+_XML = re.compile(r"<(?P<key>[A-Za-z_][\w.:-]*)(?:\s[^<>]*)?>(?P<value>[^<]*)</(?P=key)>")
 
 MASK = "***"
 
+#: Keys masked beside oslo.utils' list (which has ``sys_pswd`` but not this spelling).
+_MORE_SECRET_KEYS = ("passwd",)
+
+#: A quick test that a text may hold a secret key at all (most log text does not):
+#: one of the names, in the lowered text. The names are oslo.utils' list as
+#: ``mask_password`` reads it (``strutils._SANITIZE_KEYS``); were it ever gone,
+#: every text is scanned. Whether a key is secret stays :func:`is_secret_key`'s.
+_NAMES = getattr(strutils, "_SANITIZE_KEYS", None)
+_ANY_NAME = (
+    re.compile("|".join(re.escape(name) for name in (*_NAMES, *_MORE_SECRET_KEYS)))
+    if _NAMES
+    else None
+)
+
+#: How deep :func:`masked` walks nested lists and mappings; deeper, a value is
+#: masked as its text.
+_MAX_DEPTH = 32
+
+
+@functools.lru_cache(maxsize=4096)
+def is_secret_key(key: str) -> bool:
+    """Whether the value under ``key`` (a mapping key, a field name, the key of a
+    ``key=value`` pair) is a secret.
+
+    The list and the matching are oslo.utils' (``strutils.mask_dict_password``:
+    the key holds one of the names OpenStack treats as secret, ``password``,
+    ``admin_pass``, ``token``, ``private_key``, ``secret_uuid``, ``configdrive``...,
+    whatever the case), plus ``passwd``.
+    """
+    lowered = key.lower()
+    if any(name in lowered for name in _MORE_SECRET_KEYS):
+        return True
+    return strutils.mask_dict_password({key: ""}, secret=MASK)[key] == MASK
+
+
+def _bracketed_end(text: str, pos: int) -> int:
+    """Where the bracketed value that opens at ``pos`` closes (past its closing
+    bracket; the end of the text if it never does), brackets inside quotes
+    not counted."""
+    closers: list[str] = []
+    while pos < len(text):
+        char = text[pos]
+        if char in "\"'":
+            quoted = _QUOTED.match(text, pos)
+            assert quoted is not None  # a quote always opens one
+            pos = quoted.end()
+            continue
+        if char in _BRACKETS:
+            closers.append(_BRACKETS[char])
+        elif closers and char == closers[-1]:
+            closers.pop()
+            if not closers:
+                return pos + 1
+        pos += 1
+    return pos
+
+
+def _mask_pairs(text: str) -> str:
+    """``text`` with the value of every secret key masked (see :data:`_KEY`)."""
+    out: list[str] = []
+    done = 0  # text[:done] is in out
+    for key in _KEY.finditer(text):
+        name = key["key"] if key["quoted_key"] is None else key["quoted_key"]
+        if key.start() < done or not is_secret_key(name):
+            continue
+        start = key.end()
+        if text[start : start + 1] in _BRACKETS:
+            out += (text[done:start], MASK)
+            done = _bracketed_end(text, start)
+            continue
+        value = _VALUE.match(text, start)
+        if value is None:
+            continue
+        if value["bare"] is not None:
+            out += (text[done:start], MASK)
+        else:
+            out += (text[done:start], value["open"], MASK, value["close"] or "")
+        done = value.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _mask_xml(match: re.Match[str]) -> str:
+    if not is_secret_key(match["key"]):
+        return match[0]
+    return f"{match[0][: match.start('value') - match.start()]}{MASK}</{match['key']}>"
+
+
+def _may_pair(text: str) -> bool:
+    """Whether ``text`` has what every form of a pair needs: a ``=``, ``:``,
+    quote, ``<`` or ``--`` (most log text, a host name or a uuid, has none)."""
+    return "=" in text or ":" in text or '"' in text or "'" in text or "<" in text or "--" in text
+
 
 def mask_secrets(text: str) -> str:
-    """Replace passwords in URLs and ``password=`` pairs with ``***``."""
+    """``text`` with every secret in it replaced by ``***``: the one home of masking.
+
+    Masked are the password of every URL (``scheme://user:***@host``, each host
+    of a multi-host URL), and the value of every key oslo.utils treats as
+    secret (see :func:`is_secret_key`) as ``k=v``, ``k: v``, ``"k": "v"``,
+    ``'k': 'v'``, ``k "v"``, ``--k v``, ``<k>v</k>``, or with a bracketed value
+    (``k: [...]``, ``{...}``, ``(...)``, masked whole). oslo.utils'
+    ``mask_password`` reads the same forms but is not used for them: past a
+    masked value it also takes the values that follow (``{'password': 'a',
+    'user': 'b'}`` loses ``'b'``), and a value holding the other quote
+    survives in part. Structured values go through :func:`masked`.
+    """
     if "@" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
-    if any(w in text.lower() for w in ("password", "passwd", "secret", "token")):
-        text = _KV_PASSWORD.sub(lambda m: f"{m['key']}{MASK}", text)
+    if _may_pair(text) and (_ANY_NAME is None or _ANY_NAME.search(text.lower())):
+        text = _mask_pairs(text)
+        if "<" in text:
+            text = _XML.sub(_mask_xml, text)
     return text
+
+
+def masked(value: Any, _depth: int = 0) -> Any:
+    """``value`` with every secret in it masked: strings as :func:`mask_secrets`
+    says, lists, tuples, sets and mappings walked (a mapping's value under a
+    secret key masked whole, whatever it is), an exception as its masked repr,
+    any other object as its masked repr if that masks something (else as it
+    is). What holds no secret comes back equal to what went in.
+
+    Every log line, error returned to a caller, instance fault and notification
+    passes here.
+    """
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, BaseException):
+        return mask_secrets(repr(value))
+    if _depth < _MAX_DEPTH:
+        if isinstance(value, Mapping):
+            return {
+                k: MASK if isinstance(k, str) and is_secret_key(k) else masked(v, _depth + 1)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [masked(v, _depth + 1) for v in value]
+        if isinstance(value, tuple):
+            return tuple(masked(v, _depth + 1) for v in value)
+        if isinstance(value, set | frozenset):
+            items = [masked(v, _depth + 1) for v in value]
+            try:
+                return type(value)(items)
+            except TypeError:  # a masked item is no longer hashable
+                return items
+    text = repr(value)
+    safe = mask_secrets(text)
+    return value if safe == text else safe
 
 
 def _mask_processor(
     _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     for key, value in list(event_dict.items()):
-        event_dict[key] = _masked(value)
+        event_dict[key] = MASK if is_secret_key(key) else masked(value)
     return event_dict
-
-
-def _masked(value: Any, depth: int = 0) -> Any:
-    """``value`` with every string in it masked (lists and dicts too, a few levels
-    deep; an exception as its masked repr)."""
-    if isinstance(value, str):
-        return mask_secrets(value)
-    if isinstance(value, BaseException):
-        return mask_secrets(repr(value))
-    if depth < 4 and isinstance(value, list | tuple):
-        return [_masked(v, depth + 1) for v in value]
-    if depth < 4 and isinstance(value, dict):
-        return {k: _masked(v, depth + 1) for k, v in value.items()}
-    return value
 
 
 def _add_process(process: str) -> Any:

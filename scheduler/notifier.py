@@ -38,7 +38,7 @@ from typing import Any
 
 import oslo_messaging
 
-from scheduler.log import get_logger
+from scheduler.log import get_logger, masked
 
 LOG = get_logger(__name__)
 
@@ -141,7 +141,7 @@ class Notifier:
         # A notification that cannot be sent must not fail the request it
         # describes: the decision and the claim already happened.
         try:
-            getattr(self._notifier, priority)(ctxt, event_type, payload)
+            getattr(self._notifier, priority)(ctxt, event_type, masked(payload))
         except Exception as exc:  # noqa: BLE001 - logged, the request goes on
             LOG.warning("notification_failed", event_type=event_type, error=repr(exc))
 

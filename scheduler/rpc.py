@@ -22,6 +22,7 @@ from oslo_context import context as oslo_context
 from oslo_messaging.rpc.dispatcher import ExpectedException
 
 from scheduler.explain import ExplainReport, StageHosts
+from scheduler.log import masked
 from scheduler.objects import Flavor, RequestSpec, Selection
 
 #: Modules whose exceptions are rebuilt on the caller's side (oslo.messaging's
@@ -109,7 +110,14 @@ def expected_exceptions(*exceptions: type[Exception]) -> Callable[[_Method], _Me
 
 
 def _expected(exc: Exception) -> ExpectedException:
-    """``exc`` wrapped for the RPC server, stripped of its traceback and causes."""
+    """``exc`` wrapped for the RPC server, stripped of its traceback and causes,
+    and masked (:func:`scheduler.log.masked`: its arguments, message and the
+    keyword arguments the caller rebuilds it from), so no secret a request or
+    an error's text held goes back to the caller."""
+    exc.args = masked(exc.args)
+    for name in ("message", "kwargs"):
+        if name in vars(exc):
+            setattr(exc, name, masked(vars(exc)[name]))
     exc.__cause__ = exc.__context__ = None
     exc.__suppress_context__ = True
     wrapped = ExpectedException()

@@ -24,6 +24,10 @@ from scheduler import log
         pytest.param("rabbit://a:pw1@h1 and redis://b:pw9@h2", "pw9", id="several-urls"),
         pytest.param("connect with password=letmein now", "letmein", id="password-pair"),
         pytest.param('{"password": "abc123"}', "abc123", id="json-password"),
+        pytest.param("admin_pass=hunter2", "hunter2", id="admin-pass"),
+        pytest.param("private_key=abc", "abc", id="private-key"),
+        pytest.param("metadata secret_uuid: 5d1e", "5d1e", id="colon-pair"),
+        pytest.param("<configdrive>Q0Q=</configdrive>", "Q0Q=", id="xml"),
     ],
 )
 def test_mask_secrets(text: str, secret: str) -> None:
@@ -62,6 +66,41 @@ def test_secrets_inside_lists_and_mappings_are_masked_too(monkeypatch: pytest.Mo
     assert "topsecret" not in stream.getvalue()
     [line] = [json.loads(x) for x in stream.getvalue().splitlines()]
     assert line["urls"] == ["rabbit://u:***@h//"]
+
+
+def test_request_spec_fields_and_metadata_are_masked_when_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Extra specs, image properties, scheduler hints and aggregate metadata under
+    a secret key, logged as fields or inside a library's message: masked, the
+    rest as it was."""
+    from tests.unit.factories import spec
+
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log.setup(json_lines=True, level="INFO")
+    request = spec(
+        extra_specs={"quota:cpu_shares": "1024", "admin_pass": "flavorPW"},
+        image_properties={"hw_disk_bus": "virtio", "img_private_key": "imagePK"},
+        scheduler_hints={"same_host": ("h1",), "secret_uuid": ("hintSECRET",)},
+    ).to_primitive()
+    metadata = {"ssd": "true", "chapsecret": "aggSECRET"}
+    log.get_logger("test").info("request_read", request_spec=request, metadata=metadata)
+    logging.getLogger("kombu.fake").warning("read %s and %s", request, metadata)
+    text = stream.getvalue()
+    for secret in ("flavorPW", "imagePK", "hintSECRET", "aggSECRET"):
+        assert secret not in text
+    first, second = (json.loads(x) for x in text.splitlines())
+    assert first["request_spec"]["flavor"]["extra_specs"] == {
+        "quota:cpu_shares": "1024",
+        "admin_pass": log.MASK,
+    }
+    assert first["request_spec"]["scheduler_hints"] == {"same_host": ["h1"], "secret_uuid": "***"}
+    assert first["metadata"] == {"ssd": "true", "chapsecret": log.MASK}
+    assert (
+        "'img_private_key': '***'" in second["event"]
+        and "'hw_disk_bus': 'virtio'" in second["event"]
+    )
 
 
 def test_every_line_names_its_process_whichever_thread_logs_it(
