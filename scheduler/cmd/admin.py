@@ -57,6 +57,7 @@ from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
 from scheduler.objects import (
     GROUP_POLICIES,
     MIGRATING,
+    Flavor,
     Image,
     InstanceRecord,
     RequestSpec,
@@ -126,6 +127,51 @@ def _seconds(text: str) -> float:
     return value
 
 
+def add_spec_options(parser: Any) -> None:
+    """``--extra-spec`` and ``--image-property``: what ``explain`` and
+    ``conductor-stub boot`` add to a request (pairs, in ``extra_spec`` and
+    ``image_property``)."""
+    for option, what in (
+        (
+            "--extra-spec",
+            "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
+            "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
+        ),
+        (
+            "--image-property",
+            "Image properties, e.g. hw_architecture=x86_64 or "
+            "trait:CUSTOM_X=required (repeatable).",
+        ),
+    ):
+        parser.add_argument(
+            option,
+            metavar="KEY=VALUE",
+            type=key_value,
+            nargs="+",
+            action="extend",
+            default=[],
+            help=what,
+        )
+
+
+def flavor_with(
+    catalog: Mapping[str, Flavor], name: str, extra_specs: Iterable[tuple[str, str]] = ()
+) -> Flavor:
+    """The catalog's flavor ``name`` with ``extra_specs`` added (checked with
+    the request they go in). :class:`InvalidRequest` for an unknown name."""
+    if name not in catalog:
+        raise InvalidRequest(
+            reason=f"unknown flavor {name!r}; known: {', '.join(sorted(catalog))}"
+        )
+    flavor = catalog[name]
+    added = dict(extra_specs)
+    if not added:
+        return flavor
+    return Flavor.from_primitive(
+        {**flavor.to_primitive(), "extra_specs": {**flavor.extra_specs, **added}}
+    )
+
+
 def _add_commands(subparsers: Any) -> None:
     explain = subparsers.add_parser(
         "explain",
@@ -160,25 +206,7 @@ def _add_commands(subparsers: Any) -> None:
         help="With --group-policy: an existing group, whose members the "
         "store knows (default: a new, empty group).",
     )
-    explain.add_argument(
-        "--extra-spec",
-        metavar="KEY=VALUE",
-        type=key_value,
-        nargs="+",
-        action="extend",
-        default=[],
-        help="Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required "
-        "or resources:VCPU=4 (repeatable).",
-    )
-    explain.add_argument(
-        "--image-property",
-        metavar="KEY=VALUE",
-        type=key_value,
-        nargs="+",
-        action="extend",
-        default=[],
-        help="Image properties, e.g. hw_architecture=x86_64 (repeatable).",
-    )
+    add_spec_options(explain)
     explain.add_argument(
         "--boot-from-volume",
         action="store_true",
@@ -385,18 +413,7 @@ command_opt = cfg.SubCommandOpt(
 
 def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     """The request spec ``explain`` sends, from the command's arguments."""
-    if args.flavor not in catalog:
-        raise InvalidRequest(
-            reason=f"unknown flavor {args.flavor!r}; known: {', '.join(sorted(catalog))}"
-        )
-    flavor = catalog[args.flavor]
-    if args.extra_spec:
-        flavor = type(flavor).from_primitive(
-            {
-                **flavor.to_primitive(),
-                "extra_specs": {**flavor.extra_specs, **dict(args.extra_spec)},
-            }
-        )
+    flavor = flavor_with(catalog, args.flavor, args.extra_spec)
     group = None
     if args.group_policy:
         group = ServerGroup.from_primitive(
@@ -463,21 +480,86 @@ def _explain_instance(
         ]
         return lines
     weighers = list(report.weighers) or sorted({w for t in inst.top for w in t.contributions})
-    headers = ["host", "weight", *(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in weighers)]
+    # Only the weighers that moved some top host get a column (w1, w2, ...,
+    # named in a legend): with every weigher enabled, a column each ran to
+    # ~240 characters. The rest are named in one line.
+    moved = [w for w in weighers if any(t.contributions.get(w) for t in inst.top)]
+    still = [w for w in weighers if w not in moved]
+    labels = {w: f"w{i}" for i, w in enumerate(moved, 1)}
     rows = [
         (
             t.host,
             f"{t.weight:.4f}",
-            *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-" for w in weighers),
+            *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-" for w in moved),
         )
         for t in inst.top
     ]
     lines += [
         "",
         "  top weighed hosts (weight = the sum of each weigher's contribution):",
-        *table(headers, rows, indent="  "),
+        *fit_table(("host", "weight", *labels.values()), rows, fixed=2, indent="  "),
+        *(f"  {labels[w]} = {w} x{report.weighers.get(w, 1.0):,.10g}" for w in moved),
     ]
+    if still:
+        lines += wrap_words(
+            "  contributed nothing to these hosts: "
+            + ", ".join(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in still),
+            indent="    ",
+        )
     return lines
+
+
+#: The width the text reports fit in (a terminal's, with a margin).
+WIDTH = 100
+
+
+def fit_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    fixed: int = 1,
+    indent: str = "",
+    width: int = WIDTH,
+) -> list[str]:
+    """:func:`table`, cut into several tables of at most ``width`` characters
+    when it is wider: each repeats the first ``fixed`` columns and takes as
+    many of the others as fit (at least one)."""
+    cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    base = len(indent) + sum(widths[:fixed]) + 2 * fixed
+    chunks: list[list[int]] = [[]]
+    used = base
+    for i in range(fixed, len(headers)):
+        if chunks[-1] and used + widths[i] > width:
+            chunks.append([])
+            used = base
+        chunks[-1].append(i)
+        used += widths[i] + 2
+    out: list[str] = []
+    for n, chunk in enumerate(chunks):
+        keep = [*range(fixed), *chunk]
+        if n:
+            out.append("")
+        out += table(
+            [headers[i] for i in keep],
+            [[row[i] for i in keep] for row in rows],
+            indent=indent,
+        )
+    return out
+
+
+def wrap_words(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a
+    longer word keeps its line), the lines after the first indented."""
+    lines: list[str] = []
+    line = text[: len(text) - len(text.lstrip())]  # the first line's own indent
+    fresh = True
+    for word in text.split():
+        if not fresh and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line, fresh = indent, True
+        line = f"{line}{'' if fresh else ' '}{word}"
+        fresh = False
+    return [*lines, line] if not fresh else lines
 
 
 def format_explain(report: ExplainReport) -> str:
@@ -723,7 +805,14 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 
 #: What only an admin sees of an instance (``conductor-stub show`` without
 #: ``--admin`` leaves them out; ``scheduler-admin`` is an admin's tool).
-ADMIN_FIELDS = ("node", "tried_hosts", "fault_details", "allocations", "redrives")
+ADMIN_FIELDS = (
+    "node",
+    "tried_hosts",
+    "fault_details",
+    "allocations",
+    "claimed_host",
+    "redrives",
+)
 
 
 def flavor_name(record: InstanceRecord) -> str | None:
@@ -738,13 +827,16 @@ def instance_view(
     allocations: Mapping[str, Mapping[str, int]],
     migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
     admin: bool = True,
+    claimed_host: str | None = None,
 ) -> dict[str, Any]:
     """What ``instance show`` (and ``conductor-stub show``) prints: the record
     without its request spec, plus the allocations it holds (by provider name)
     and its flavor; during a resize or a live migration, the migration too (the
     source's allocation is parked on it; an admin sees where the live
     migration's destination is claimed). Without ``admin``, the
-    :data:`ADMIN_FIELDS` are left out."""
+    :data:`ADMIN_FIELDS` are left out. ``claimed_host`` is the host whose
+    provider tree holds the instance's claim (None: it holds none): shown
+    while the record names no host yet (a build cast, not yet reported)."""
     resize: dict[str, Any] | None = None
     live: dict[str, Any] | None = None
     parked = {name: dict(amounts) for name, amounts in (migration_allocations or {}).items()}
@@ -780,6 +872,7 @@ def instance_view(
         "fault_details": record.fault_details,
         "flavor": flavor_name(record),
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
+        "claimed_host": claimed_host,
         "redrives": record.redrives,
         "resize": resize,
         "live_migration": live,
@@ -825,13 +918,16 @@ def format_instance(view: Mapping[str, Any]) -> str:
                 f"; destination claimed: {show(live['destination'])}; migration holds "
                 f"{held(live['allocations'])}"
             )
-    node = f" (node {show(view['node'])})" if admin else ""
+    node = f" (node {show(view['node'])})" if admin and view["node"] else ""
+    claimed = view.get("claimed_host")
+    if view["host"] is None and claimed:
+        node = f" (its claim is held on {claimed}; no build reported yet)"
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
         ("host", f"{show(view['host'])}{node}"),
         ("zone", show(view.get("availability_zone"))),
-        ("request", show(view.get("request_id"))),
+        ("request id", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
         *([("resize", migration)] if resize else []),
         *([("live migration", moving)] if live else []),
@@ -872,6 +968,20 @@ def held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str
     return allocations
 
 
+def claimed_host(store: PlacementReader, consumer_uuid: str) -> str | None:
+    """The host (root provider) whose tree holds the consumer's allocations
+    (None: it holds none). A claim is on one host's tree."""
+    consumer = store.get_consumer(consumer_uuid)
+    for rp in consumer.allocations if consumer else ():
+        try:
+            provider = store.get_provider(rp)
+            root = provider.root_uuid or provider.uuid
+            return provider.name if root == provider.uuid else store.get_provider(root).name
+        except NotFound:
+            continue
+    return None
+
+
 def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
     """One instance as ``instance show`` and ``conductor-stub show`` print it
     (:class:`InstanceNotFound` if there is no such record)."""
@@ -881,6 +991,7 @@ def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool =
         held_by(store, record.uuid),
         held_by(store, record.migration_uuid) if record.migration_uuid else None,
         admin=admin,
+        claimed_host=claimed_host(store, record.uuid) if record.host is None else None,
     )
     return json.dumps(view, indent=2) if as_json else format_instance(view)
 

@@ -4,6 +4,7 @@ instances (tables of named cases; no services needed)."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import time
 from dataclasses import replace
@@ -125,9 +126,11 @@ instance 1 of 1: would go to cmp-7
   AvailabilityZoneFilter           8
 
   top weighed hosts (weight = the sum of each weigher's contribution):
-  host   weight  RAMWeigher x1  BuildFailureWeigher x1,000,000
-  cmp-7  1.7500        +0.7500                         +1.0000
-  cmp-2  0.5000        +0.5000                         +0.0000"""
+  host   weight       w1       w2
+  cmp-7  1.7500  +0.7500  +1.0000
+  cmp-2  0.5000  +0.5000  +0.0000
+  w1 = RAMWeigher x1
+  w2 = BuildFailureWeigher x1,000,000"""
 
 MANY = report(
     *(
@@ -186,8 +189,12 @@ def test_format_explain_in_full(given: ExplainReport, expected: str) -> None:
                 ),
                 placeable=True,
             ),
-            ["  cmp-0  0.0000              -                               -"],
-            [],
+            [
+                "  host   weight\n  cmp-0  0.0000\n",
+                "contributed nothing to these hosts: RAMWeigher x1, BuildFailureWeigher "
+                "x1,000,000",
+            ],
+            ["w1"],
             id="one-host-left-has-no-contributions",
         ),
         pytest.param(
@@ -204,6 +211,45 @@ def test_format_explain_lines(given: ExplainReport, present: list[str], absent: 
         assert part in text
     for part in absent:
         assert part not in text
+
+
+#: Every weigher the project ships, each moving the top hosts a little.
+EVERY_WEIGHER = {
+    name: float(n)
+    for n, name in enumerate(
+        sorted({e.name for e in importlib.metadata.entry_points(group="scheduler.weighers")}), 1
+    )
+}
+
+
+def test_the_weighed_table_fits_100_columns_with_every_weigher() -> None:
+    top = tuple(
+        WeighedHostReport(
+            f"compute-host-{n:04d}.example.org",
+            1.0 - n / 10,
+            {w: (n + 1) / (i + 7) for i, w in enumerate(EVERY_WEIGHER)},
+        )
+        for n in range(3)
+    )
+    given = report(
+        explanation(0, 10, (8, 8, 8), {}, top[0].host, top), placeable=True, weighers=EVERY_WEIGHER
+    )
+    lines = admin.format_explain(given).splitlines()
+    assert max(map(len, lines)) <= admin.WIDTH, max(lines, key=len)
+    # Cut into several tables, each repeating the host and weight; every weigher
+    # has its column, named once in the legend with its multiplier.
+    assert sum(line.split() == ["host", "weight"] + line.split()[2:] for line in lines) > 1
+    for n, weigher in enumerate(EVERY_WEIGHER, 1):
+        assert f"  w{n} = {weigher} x{EVERY_WEIGHER[weigher]:,.10g}" in lines
+        assert any(f" w{n} " in f"{line} " for line in lines if line.startswith("  host "))
+
+
+def test_wrap_words_breaks_at_spaces_within_the_width() -> None:
+    text = "  " + " ".join(f"word{n}" for n in range(60))
+    lines = admin.wrap_words(text, indent="    ", width=40)
+    assert all(len(line) <= 40 for line in lines) and len(lines) > 1
+    assert lines[0].startswith("  word0 ") and lines[1].startswith("    word")
+    assert " ".join(" ".join(lines).split()) == " ".join(text.split())
 
 
 ALL_HOSTS = replace(
@@ -888,12 +934,12 @@ def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
     assert not set(admin.ADMIN_FIELDS) & set(view)
     assert "allocations" not in view["resize"]
     lines = admin.format_instance(view).splitlines()
-    assert "  host      cmp-b" in lines
-    assert "  zone      az1" in lines and "  request   req-9" in lines
-    assert f"  resize    to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
+    assert "  host        cmp-b" in lines
+    assert "  zone        az1" in lines and "  request id  req-9" in lines
+    assert f"  resize      to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
     assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
     full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
-    assert "  zone           az1" in full and "  request        req-9" in full
+    assert "  zone           az1" in full and "  request id     req-9" in full
 
 
 # --- audit --------------------------------------------------------------------------
