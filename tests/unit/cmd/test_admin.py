@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conductor_stub.flavors import load_catalog
+from scheduler import usage
 from scheduler.cmd import admin
 from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
@@ -30,7 +31,12 @@ from scheduler.explain import (
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
-from scheduler.store.base import Inventory, Provider, Service
+from scheduler.store.base import Aggregate, Inventory, Provider, Service
+from scheduler.store.columns import (
+    CompactSnapshot,
+    HostColumnsBuilder,
+    ServiceColumnsBuilder,
+)
 from tests.unit.factories import host, populate, uuid_of
 
 FILTERS = ("ComputeFilter", "AvailabilityZoneFilter")
@@ -552,6 +558,26 @@ CHILD = Provider(
 EMPTY = {"VCPU": "0/16", "MEMORY_MB": "0/32768", "DISK_GB": "0/1000"}
 
 
+def host_table(
+    providers: list[Provider], services: list[Service], aggregates: list[Aggregate] | None = None
+) -> usage.HostTable:
+    """The table ``hosts`` prints, from a compact snapshot of these records."""
+    hosts, services_built = HostColumnsBuilder(), ServiceColumnsBuilder()
+    for p in providers:
+        if p.parent_uuid is None:
+            hosts.add_provider(p)
+    for s in services:
+        services_built.add_service(s)
+    snapshot = CompactSnapshot(
+        cursor="0-0",
+        hosts=hosts.build(),
+        children=[p for p in providers if p.parent_uuid is not None],
+        aggregates=aggregates or [],
+        services=services_built.build(),
+    )
+    return usage.HostTable.from_snapshot(snapshot, NOW, 60.0)
+
+
 @pytest.mark.parametrize(
     "providers, services, expected",
     [
@@ -599,15 +625,16 @@ EMPTY = {"VCPU": "0/16", "MEMORY_MB": "0/32768", "DISK_GB": "0/1000"}
 def test_host_rows(
     providers: list[Provider], services: list[Service], expected: dict[str, tuple[Any, ...]]
 ) -> None:
-    rows = admin.host_rows(providers, services, NOW, 60.0)
+    hosts = host_table(providers, services)
+    rows = [hosts.row(i) for i in hosts.select([])]
     got = {
-        r.host: (
-            r.up,
-            r.disabled,
-            r.disabled_reason,
-            r.failed_builds,
-            r.consumers,
-            {rc: str(u) for rc, u in r.usage.items()},
+        r["host"]: (
+            r["up"],
+            r["disabled"],
+            r["disabled_reason"],
+            r["failed_builds"],
+            r["consumers"],
+            {rc: f"{u['used']}/{u['capacity']}" for rc, u in r["usage"].items()},
         )
         for r in rows
     }
@@ -615,37 +642,55 @@ def test_host_rows(
 
 
 def test_host_rows_name_aggregates_and_fold_traits() -> None:
-    (row,) = admin.host_rows(
+    hosts = host_table(
         [provider("cmp-a", aggregates=frozenset({uuid_of("agg")})), CHILD],
         [service("cmp-a")],
-        NOW,
-        60.0,
-        {uuid_of("agg"): "az1-hosts"},
+        [Aggregate(uuid_of("agg"), "az1-hosts")],
     )
-    assert (row.aggregates, row.traits) == (("az1-hosts",), ("CUSTOM_GPU_A100",))
-    assert row.to_primitive()["usage"]["CUSTOM_GPU"] == {"used": 1, "capacity": 4}
+    row = hosts.row(0)
+    assert (row["aggregates"], row["traits"]) == (["az1-hosts"], ["CUSTOM_GPU_A100"])
+    assert row["usage"]["CUSTOM_GPU"] == {"used": 1, "capacity": 4}
+    assert row["last_seen"] == NOW - 1.0
+    assert list(row) == [
+        "host",
+        "uuid",
+        "up",
+        "disabled",
+        "disabled_reason",
+        "failed_builds",
+        "consumers",
+        "last_seen",
+        "usage",
+        "traits",
+        "aggregates",
+    ]
 
 
 HOSTS_TEXT = """\
 host   state  status                  failed builds  consumers  VCPU used/cap  \
-MEMORY_MB used/cap  DISK_GB used/cap
+MEMORY_MB used/cap  DISK_GB used/cap  aggregates  traits
 cmp-a  up     enabled                             0          1           2/16  \
-        4096/32768            0/1000
+        4096/32768            0/1000  ssd-hosts   -
 cmp-b  DOWN   disabled (maintenance)              3          0           0/16  \
-           0/32768            0/1000
+           0/32768            0/1000  -           CUSTOM_SSD,HW_CPU_X86_AVX2
 
 2 hosts: 1 up, 1 down, 1 disabled; VCPU 2/32 (6.2%); MEMORY_MB 4096/65536 (6.2%); \
 DISK_GB 0/2000 (0.0%)"""
 
 
 @pytest.mark.parametrize(
-    "rows, expected",
+    "hosts, expected",
     [
         pytest.param(
-            admin.host_rows(
+            host_table(
                 [
-                    provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=1),
-                    provider("cmp-b"),
+                    provider(
+                        "cmp-a",
+                        {"VCPU": 2, "MEMORY_MB": 4096},
+                        consumers=1,
+                        aggregates=frozenset({uuid_of("agg")}),
+                    ),
+                    provider("cmp-b", traits=frozenset({"CUSTOM_SSD", "HW_CPU_X86_AVX2"})),
                 ],
                 [
                     service("cmp-a"),
@@ -657,17 +702,16 @@ DISK_GB 0/2000 (0.0%)"""
                         failed_builds=3,
                     ),
                 ],
-                NOW,
-                60.0,
+                [Aggregate(uuid_of("agg"), "ssd-hosts")],
             ),
             HOSTS_TEXT,
             id="two-hosts",
         ),
-        pytest.param([], "no hosts", id="none"),
+        pytest.param(host_table([], []), "no hosts", id="none"),
     ],
 )
-def test_format_hosts(rows: list[admin.HostRow], expected: str) -> None:
-    assert admin.format_hosts(rows) == expected
+def test_format_hosts(hosts: usage.HostTable, expected: str) -> None:
+    assert "\n".join(admin.format_hosts(hosts, hosts.select([]))) == expected
 
 
 # --- instance show ------------------------------------------------------------------
