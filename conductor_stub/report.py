@@ -41,8 +41,8 @@ def format_report(report: BootReport, each: bool = False) -> str:
     lines.append(
         f"rescheduled: {report.rescheduled}"
         + (
-            "; attempts of ACTIVE instances: "
-            + ", ".join(f"{n} x {k}" for k, n in sorted(attempts.items()))
+            "; ACTIVE instances by attempts: "
+            + ", ".join(f"{k}: {n}" for k, n in sorted(attempts.items()))
             if attempts
             else ""
         )

@@ -23,6 +23,7 @@ import fnmatch
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -80,9 +81,21 @@ class HostTable:
     def __len__(self) -> int:
         return len(self.names)
 
-    @property
+    @cached_property
     def classes(self) -> list[str]:
         return sorted(self.used, key=class_order)
+
+    @cached_property
+    def trait_names(self) -> list[list[str]]:
+        """Per trait-set code, its traits sorted (what a row lists)."""
+        return [sorted(t) for t in self.trait_sets]
+
+    @cached_property
+    def aggregate_labels(self) -> list[list[str]]:
+        """Per aggregate-set code, its aggregates' names sorted (a uuid no
+        aggregate record names stands for itself)."""
+        names = self.aggregate_names
+        return [sorted(names.get(a, a) for a in s) for s in self.aggregate_sets]
 
     @classmethod
     def from_snapshot(
@@ -234,26 +247,45 @@ class HostTable:
 
     def row(self, i: int) -> dict[str, Any]:
         """Host ``i`` as ``hosts --json`` prints it."""
-        service = bool(self.has_service[i])
-        return {
-            "host": self.names[i],
-            "uuid": self.uuids[i],
-            "up": bool(self.up[i]),
-            "disabled": bool(self.disabled[i]),
-            "disabled_reason": self.disabled_reasons[i],
-            "failed_builds": int(self.failed_builds[i]),
-            "consumers": int(self.consumers[i]),
-            "last_seen": float(self.last_seen[i]) if service else None,
-            "usage": {
-                rc: {"used": int(self.used[rc][i]), "capacity": int(self.capacity[rc][i])}
-                for rc in self.classes
-                if self.has_class[rc][i]
-            },
-            "traits": sorted(self.trait_sets[self.traits[i]]),
-            "aggregates": sorted(
-                self.aggregate_names.get(a, a) for a in self.aggregate_sets[self.aggregates[i]]
-            ),
-        }
+        (row,) = self.rows(np.array([i], dtype=np.int64))
+        return row
+
+    def rows(self, rows: np.ndarray, page: int = 1000) -> Iterator[dict[str, Any]]:
+        """The hosts ``rows``, in that order, as ``hosts --json`` prints them:
+        made ``page`` at a time from slices of the columns (no host's row is
+        kept once it is handed out)."""
+        classes = self.classes
+        for start in range(0, len(rows), page):
+            at = rows[start : start + page]
+            up = self.up[at].tolist()
+            service = self.has_service[at].tolist()
+            disabled = self.disabled[at].tolist()
+            failed = self.failed_builds[at].tolist()
+            consumers = self.consumers[at].tolist()
+            seen = self.last_seen[at].tolist()
+            traits = self.traits[at].tolist()
+            aggregates = self.aggregates[at].tolist()
+            used = {rc: self.used[rc][at].tolist() for rc in classes}
+            cap = {rc: self.capacity[rc][at].tolist() for rc in classes}
+            has = {rc: self.has_class[rc][at].tolist() for rc in classes}
+            for n, i in enumerate(at.tolist()):
+                yield {
+                    "host": self.names[i],
+                    "uuid": self.uuids[i],
+                    "up": up[n],
+                    "disabled": disabled[n],
+                    "disabled_reason": self.disabled_reasons[i],
+                    "failed_builds": failed[n],
+                    "consumers": consumers[n],
+                    "last_seen": seen[n] if service[n] else None,
+                    "usage": {
+                        rc: {"used": used[rc][n], "capacity": cap[rc][n]}
+                        for rc in classes
+                        if has[rc][n]
+                    },
+                    "traits": self.trait_names[traits[n]],
+                    "aggregates": self.aggregate_labels[aggregates[n]],
+                }
 
     def totals(self, rows: np.ndarray) -> dict[str, dict[str, int]]:
         """Used and capacity per class summed over ``rows``."""

@@ -750,9 +750,8 @@ def format_hosts(hosts: usage.HostTable, rows: np.ndarray) -> Iterator[str]:
         reason = hosts.disabled_reasons[i]
         return "disabled" + (f" ({reason})" if reason else "")
 
-    def aggregates(i: int) -> str:
-        names = hosts.aggregate_names
-        return ",".join(sorted(names.get(a, a) for a in hosts.aggregate_sets[hosts.aggregates[i]]))
+    aggregate_text = [",".join(names) for names in hosts.aggregate_labels]
+    trait_text = [",".join(names) for names in hosts.trait_names]
 
     headers = [
         "host",
@@ -778,10 +777,7 @@ def format_hosts(hosts: usage.HostTable, rows: np.ndarray) -> Iterator[str]:
             len(_used_cap(int(hosts.used[rc][rows].max()), int(hosts.capacity[rc][rows].max())))
             for rc in classes
         ),
-        max(
-            len(",".join(sorted(hosts.aggregate_names.get(a, a) for a in hosts.aggregate_sets[c])))
-            for c in distinct_aggregates
-        ),
+        max(len(aggregate_text[c]) for c in distinct_aggregates),
         0,
     ]
     widths = [max(w, len(h)) for w, h in zip(widths, headers, strict=True)]
@@ -808,8 +804,8 @@ def format_hosts(hosts: usage.HostTable, rows: np.ndarray) -> Iterator[str]:
                     else "-"
                     for rc in classes
                 ),
-                aggregates(i) or "-",
-                ",".join(sorted(hosts.trait_sets[hosts.traits[i]])) or "-",
+                aggregate_text[hosts.aggregates[i]] or "-",
+                trait_text[hosts.traits[i]] or "-",
             ]
         )
     up = int(hosts.up[rows].sum())
@@ -841,11 +837,7 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
     args = conf.command
     hosts = _table(conf, store)
     rows = hosts.order(hosts.select(args.filter), args.sort, reverse=args.reverse)
-    lines = (
-        json_lines("[", (hosts.row(i) for i in rows), "]")
-        if args.json
-        else format_hosts(hosts, rows)
-    )
+    lines = json_lines("[", hosts.rows(rows), "]") if args.json else format_hosts(hosts, rows)
     for text in lines:
         print(text)
     return 0

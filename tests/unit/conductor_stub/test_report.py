@@ -38,7 +38,7 @@ def test_every_instance_then_the_totals_and_the_group() -> None:
     assert lines[0].split() == ["instance", "state", "host", "attempts", "fault"]
     assert lines[1].split() == [str(uuidlib.UUID(int=1)), "ACTIVE", "cmp-1", "1"]
     assert lines[2].split()[:4] == [str(uuidlib.UUID(int=2)), "ERROR", "-", "0"]
-    assert "rescheduled: 0; attempts of ACTIVE instances: 1 x 1" in lines
+    assert "rescheduled: 0; ACTIVE instances by attempts: 1: 1" in lines
     assert lines[-1] == f"server group: {GROUP.uuid} (anti-affinity)"
     assert report.to_primitive()["summary"]["group_uuid"] == GROUP.uuid
 
@@ -50,7 +50,7 @@ def test_no_line_is_left_hanging_when_nothing_became_active() -> None:
         requests=1,
     )
     text = format_report(report)
-    assert "rescheduled: 0\n" in text and "attempts of ACTIVE" not in text
+    assert "rescheduled: 0\n" in text and "by attempts" not in text
     assert "faults:\n  3 x No valid host was found." in text
     assert all(line.strip() for line in text.splitlines())  # no instance table: no blank
     assert not any(line.rstrip().endswith(":") for line in text.splitlines()[:-2])
