@@ -4,7 +4,11 @@
 results, re-drives the requests it has not heard back on and reconciles the
 store with what the computes report they run (:mod:`conductor_stub.reconcile`;
 run it as a daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
---wait`` boots instances and prints what became of them. ``conductor-stub
+[--extra-spec K=V ...] [--image-property K=V ...] [--project P --user U]
+[--group-policy POLICY | --group UUID] [--hint same_host=UUID ...] --wait`` boots
+instances (the request checked as a worker checks it, before anything is
+recorded) and prints their uuids, their server group's and, with ``--wait``,
+what became of each. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 ``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
 cold-migrates one;

@@ -208,7 +208,8 @@ def _add_commands(subparsers: Any) -> None:
         "--group-uuid",
         metavar="UUID",
         help="With --group-policy: an existing group, whose members the "
-        "store knows (default: a new, empty group).",
+        "store knows, e.g. the one 'conductor-stub boot --group-policy' printed "
+        "(default: a new, empty group).",
     )
     add_spec_options(explain)
     explain.add_argument(

@@ -1066,3 +1066,77 @@ def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         audit_conf("--fix", "--grace", "-1")
     assert "--grace: must be 0 or more, got -1" in capsys.readouterr().err
+
+
+# --- hosts and usage, as commands ---------------------------------------------------
+
+
+def admin_command(store: MemoryStore, monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    """``scheduler-admin ARGV`` in process on ``store`` (what main runs)."""
+    monkeypatch.setattr(admin, "make_store", lambda conf: store)
+    command = explain_parser().parse_args(list(argv))
+    conf = SimpleNamespace(command=command, scheduler=SimpleNamespace(service_down_time=60))
+    return admin.run(conf)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def three_hosts() -> MemoryStore:
+    store = MemoryStore()
+    populate(
+        store,
+        [host(f"cmp-{n}", aggregates=[uuid_of("ssd")] if n < 2 else []) for n in range(3)],
+    )
+    store.put_aggregate(Aggregate(uuid_of("ssd"), "ssd"))
+    for n, ram in enumerate((4096, 8192)):
+        store.claim(
+            uuid_of(f"i{n}"),
+            AllocationRequest({uuid_of(f"cmp-{n}"): {"MEMORY_MB": ram}}, f"p{n}", "u"),
+        )
+    return store
+
+
+def test_hosts_filters_sorts_and_prints_json_a_host_a_line(
+    three_hosts: MemoryStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["hosts", "--filter", "aggregate=ssd", "--sort", "used:MEMORY_MB", "--reverse"]
+    assert admin_command(three_hosts, monkeypatch, *argv, "--json") == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out)
+    assert [r["host"] for r in rows] == ["cmp-1", "cmp-0"]
+    assert len(out.splitlines()) == len(rows) + 2  # "[", a host a line, "]"
+    assert admin_command(three_hosts, monkeypatch, *argv) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split()[-2:] == ["aggregates", "traits"]
+    assert [line.split()[0] for line in text[1:3]] == ["cmp-1", "cmp-0"]
+    assert text[-1].startswith("2 hosts: ")
+
+
+def test_usage_views_as_commands(
+    three_hosts: MemoryStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert admin_command(three_hosts, monkeypatch, "usage", "aggregate", "ssd") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "aggregate",
+        "hosts",
+        "resource",
+        "class",
+        "used",
+        "capacity",
+        "fill",
+    ]
+    assert lines[2].split()[-4:] == ["MEMORY_MB", "12288", "65536", "18.8%"]
+    assert admin_command(three_hosts, monkeypatch, "usage", "project", "--json") == 0
+    projects = json.loads(capsys.readouterr().out)["projects"]
+    assert [(p["project_id"], p["usage"]) for p in projects] == [
+        ("p0", {"MEMORY_MB": {"used": 4096}}),
+        ("p1", {"MEMORY_MB": {"used": 8192}}),
+    ]
+    assert admin_command(three_hosts, monkeypatch, "usage", "provider", "cmp-1") == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"provider cmp-1 ({uuid_of('cmp-1')}); 1 consumer(s)")
+    assert ["MEMORY_MB", "8192", "32768", "25.0%", "32768", "0", "1"] in [
+        line.split() for line in text.splitlines()
+    ]
+    with pytest.raises(NotFound, match="aggregate gold not found"):
+        admin_command(three_hosts, monkeypatch, "usage", "aggregate", "gold")
