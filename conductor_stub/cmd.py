@@ -145,7 +145,9 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     boot.add_argument(
         "--json",
         action="store_true",
-        help="Print one JSON object (summary and per-instance list).",
+        help="Print one JSON object: {instances: [uuid...], group_uuid}; with --wait, "
+        "{summary (group_uuid and group_policy included), instances: [{uuid, state, host, "
+        "availability_zone, attempts, redrives, fault}]}.",
     )
 
     resize = subparsers.add_parser(
