@@ -4,7 +4,11 @@
 results, re-drives the requests it has not heard back on and reconciles the
 store with what the computes report they run (:mod:`conductor_stub.reconcile`;
 run it as a daemon next to the workers). ``conductor-stub boot --count N --flavor NAME
---wait`` boots instances and prints what became of them. ``conductor-stub
+[--extra-spec K=V ...] [--image-property K=V ...] [--project P --user U]
+[--group-policy POLICY | --group UUID] [--hint same_host=UUID ...] --wait`` boots
+instances (the request checked as a worker checks it, before anything is
+recorded) and prints their uuids, their server group's and, with ``--wait``,
+what became of each. ``conductor-stub
 resize UUID --flavor NAME [--confirm|--revert] --wait`` resizes one and
 ``conductor-stub migrate UUID [--host H --admin] [--confirm|--revert]``
 cold-migrates one;
@@ -38,26 +42,38 @@ from conductor_stub.evacuate import summary as evacuate_summary
 from conductor_stub.flavors import load_catalog
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.live_migrate import summary as live_summary
-from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.manager import Booter, ConductorEndpoint, boot_spec
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
-from conductor_stub.records import ConductorSettings, wait_until
+from conductor_stub.records import ConductorSettings, server_group, wait_until
 from conductor_stub.redrive import Sweeper
-from conductor_stub.report import format_report
+from conductor_stub.report import format_booted, format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
 from conductor_stub.shelve import Shelver
 from scheduler import conf as conf_mod
 from scheduler import health, log, rpc
 from scheduler.cmd._daemon import wait_for_signal
-from scheduler.cmd.admin import flavor_name, render_instance, table
-from scheduler.exceptions import SchedulerError
+from scheduler.cmd.admin import (
+    add_spec_options,
+    flavor_name,
+    flavor_with,
+    key_value,
+    render_instance,
+    table,
+)
+from scheduler.exceptions import InvalidRequest, SchedulerError
+from scheduler.filters.different_host import HINT as DIFFERENT_HOST
+from scheduler.filters.same_host import HINT as SAME_HOST
 from scheduler.objects import (
     ACTIVE,
     FINAL_STATES,
+    GROUP_POLICIES,
     MAX_INSTANCES_PER_REQUEST,
     RESIZED,
     RESIZING,
     SHELVED_OFFLOADED,
+    Image,
     InstanceRecord,
+    validate_uuid,
 )
 from scheduler.service import ServiceResolver, make_store
 
@@ -86,12 +102,37 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         f"{MAX_INSTANCES_PER_REQUEST}, the scheduler's limit: more is refused before "
         "anything is recorded).",
     )
-    boot.add_argument(
+    grouping = boot.add_mutually_exclusive_group()
+    grouping.add_argument(
         "--group-policy",
-        choices=["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"],
-        help="Put all instances in one new server group with this policy.",
+        choices=GROUP_POLICIES,
+        help="Put all instances in one new server group with this policy (its uuid is "
+        "printed: give it to --group later, or to scheduler-admin explain --group-uuid).",
+    )
+    grouping.add_argument(
+        "--group",
+        metavar="UUID",
+        help="Put the instances in this existing server group (one an earlier boot "
+        "printed); its policy is read from its members' records.",
     )
     boot.add_argument("--availability-zone", help="Boot into this zone.")
+    add_spec_options(boot)
+    boot.add_argument("--image-id", metavar="ID", help="The image's id (isolated images).")
+    boot.add_argument(
+        "--project", default="demo", help="Project the instances belong to (default demo)."
+    )
+    boot.add_argument("--user", default="demo", help="User who boots them (default demo).")
+    boot.add_argument(
+        "--hint",
+        metavar="KEY=UUID",
+        type=key_value,
+        nargs="+",
+        action="extend",
+        default=[],
+        help=f"A scheduler hint (repeatable): {SAME_HOST}=UUID (only hosts running that "
+        f"instance) or {DIFFERENT_HOST}=UUID (none of them). They act only with "
+        "SameHostFilter / DifferentHostFilter in [filter_scheduler] enabled_filters.",
+    )
     boot.add_argument(
         "--wait",
         action="store_true",
@@ -104,7 +145,9 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     boot.add_argument(
         "--json",
         action="store_true",
-        help="Print one JSON object (summary and per-instance list).",
+        help="Print one JSON object: {instances: [uuid...], group_uuid}; with --wait, "
+        "{summary (group_uuid and group_policy included), instances: [{uuid, state, host, "
+        "availability_zone, attempts, redrives, fault}]}.",
     )
 
     resize = subparsers.add_parser(
@@ -432,6 +475,32 @@ def _serve(conf: cfg.ConfigOpts) -> None:
     wait_for_signal(_stop)
 
 
+#: The scheduler hints ``boot --hint`` takes: each names instances by uuid.
+BOOT_HINTS = {SAME_HOST: "SameHostFilter", DIFFERENT_HOST: "DifferentHostFilter"}
+
+
+def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """``--hint`` pairs as scheduler hints (:class:`InvalidRequest` for an unknown
+    hint or a value that is no uuid). A hint whose filter this config does not
+    enable is warned about: the worker's config may differ, so it is sent."""
+    hints: dict[str, list[str]] = {}
+    for key, value in pairs:
+        if key not in BOOT_HINTS:
+            raise InvalidRequest(
+                reason=f"unknown hint {key!r}; known: {', '.join(sorted(BOOT_HINTS))}"
+            )
+        hints.setdefault(key, []).append(validate_uuid(value, f"hint {key}"))
+    enabled = set(conf.filter_scheduler.enabled_filters)
+    for key in hints:
+        if BOOT_HINTS[key] not in enabled:
+            print(
+                f"conductor-stub boot: warning: hint {key} needs {BOOT_HINTS[key]} in "
+                "[filter_scheduler] enabled_filters (not in this config's)",
+                file=sys.stderr,
+            )
+    return hints
+
+
 def _boot(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
@@ -444,16 +513,22 @@ def _boot(conf: cfg.ConfigOpts) -> int:
             file=sys.stderr,
         )
         return 2
-    catalog = load_catalog(conf.conductor.flavors_file)
-    if args.flavor not in catalog:
-        print(
-            f"conductor-stub boot: unknown flavor {args.flavor!r}; known: "
-            f"{', '.join(sorted(catalog))}",
-            file=sys.stderr,
-        )
-        return 2
-    transport = rpc.get_transport(conf)
+    flavor = flavor_with(load_catalog(conf.conductor.flavors_file), args.flavor, args.extra_spec)
+    hints = _hints(conf, args.hint)
+    image = (
+        Image(id=args.image_id, properties=dict(args.image_property))
+        if args.image_property or args.image_id
+        else None
+    )
+    # Checked before the store or the broker is reached; Booter.boot checks again.
+    boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
     store = make_store(conf)
+    group = (
+        server_group(store, validate_uuid(args.group, "--group"))
+        if args.group is not None
+        else None
+    )
+    transport = rpc.get_transport(conf)
     settings = conductor_settings(conf)
     booter = Booter(
         store,
@@ -464,23 +539,35 @@ def _boot(conf: cfg.ConfigOpts) -> int:
         lost_after=reconcile_settings(conf).lost_after,
     )
     started = time.monotonic()
-    ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
-    uuids = booter.boot(
-        ctxt,
-        catalog[args.flavor],
-        args.count,
-        per_request=args.per_request,
-        mode=args.mode,
-        group_policy=args.group_policy,
-        availability_zone=args.availability_zone,
-    )
-    if not args.wait:
-        print(json.dumps({"instances": uuids}) if args.json else "\n".join(uuids))
+    ctxt = rpc.RequestContext(user_id=args.user, project_id=args.project)
+    try:
+        uuids = booter.boot(
+            ctxt,
+            flavor,
+            args.count,
+            per_request=args.per_request,
+            mode=args.mode,
+            group_policy=args.group_policy,
+            group=group,
+            availability_zone=args.availability_zone,
+            project_id=args.project,
+            user_id=args.user,
+            image=image,
+            scheduler_hints=hints,
+        )
+        if not args.wait:
+            print(
+                json.dumps(
+                    {"instances": uuids, "group_uuid": booter.group.uuid if booter.group else None}
+                )
+                if args.json
+                else format_booted(uuids, booter.group)
+            )
+            return 0
+        report = booter.wait(uuids, args.timeout, started)
+    finally:
         transport.cleanup()
-        return 0
-    report = booter.wait(uuids, args.timeout, started)
-    print(json.dumps(report.to_primitive()) if args.json else format_report(report))
-    transport.cleanup()
+    print(json.dumps(report.to_primitive()) if args.json else format_report(report, each=True))
     return 1 if report.timed_out or report.lost else 0
 
 
@@ -503,7 +590,7 @@ def _resize(conf: cfg.ConfigOpts) -> int:
     flavor = catalog[args.flavor] if args.flavor is not None else None
     return _move(
         conf,
-        None if flavor is None else lambda resizer: resizer.start(args.uuid, flavor),
+        None if flavor is None else lambda resizer: resizer.resize(args.uuid, flavor),
     )
 
 

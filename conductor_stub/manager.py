@@ -54,7 +54,7 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,7 @@ from scheduler.exceptions import (
     SchedulerUnavailable,
     StoreUnavailable,
 )
+from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     ACTIVE,
@@ -98,6 +99,7 @@ from scheduler.objects import (
     RESIZING,
     SPAWNING,
     Flavor,
+    Image,
     InstanceRecord,
     RequestSpec,
     Selection,
@@ -450,6 +452,7 @@ class ConductorEndpoint:
                 state=RESIZED,
                 task_state=None,
                 **records.placed_on(host, host, availability_zone),
+                attempts=record.attempts + 1,  # the destination that worked counts
                 deadline=None,
                 updated_at=self._clock(),
             )
@@ -962,6 +965,38 @@ class ConductorEndpoint:
         return per_instance[0] if per_instance else None  # none: deleted meanwhile
 
 
+def boot_spec(
+    flavor: Flavor,
+    project_id: str,
+    user_id: str,
+    *,
+    image: Image | None = None,
+    group: ServerGroup | None = None,
+    availability_zone: str | None = None,
+    scheduler_hints: Mapping[str, Sequence[str]] | None = None,
+) -> RequestSpec:
+    """The request spec of a boot (one instance; :meth:`Booter.boot` sets how
+    many per request), checked whole as a worker checks it: its fields
+    (:meth:`RequestSpec.from_primitive`) and what the filters will read
+    (:func:`~scheduler.filters.validation.validate_request`), the same code,
+    so a client refuses in one line what the worker would refuse later.
+
+    :raises InvalidRequest: naming the field, extra spec, image property or hint.
+    """
+    spec = RequestSpec(
+        flavor=flavor,
+        project_id=project_id,
+        user_id=user_id,
+        image=image,
+        group=group,
+        availability_zone=availability_zone,
+        scheduler_hints={k: tuple(v) for k, v in (scheduler_hints or {}).items()},
+    )
+    checked = RequestSpec.from_primitive(spec.to_primitive())
+    validate_request(checked)
+    return checked
+
+
 @dataclass
 class BootReport:
     """What a boot ended with, per instance, and the totals."""
@@ -971,6 +1006,8 @@ class BootReport:
     requests: int
     timed_out: bool = False
     by_state: Counter[str] = field(default_factory=Counter)
+    #: The server group the instances were booted into (None: no group).
+    group: ServerGroup | None = None
 
     def __post_init__(self) -> None:
         self.by_state = Counter(r.state for r in self.instances)
@@ -1005,6 +1042,8 @@ class BootReport:
                 "seconds": round(self.seconds, 3),
                 "requests": self.requests,
                 "timed_out": self.timed_out,
+                "group_uuid": self.group.uuid if self.group else None,
+                "group_policy": self.group.policy if self.group else None,
             },
             "instances": [
                 {
@@ -1045,6 +1084,8 @@ class Booter:
         self.return_alternates = return_alternates
         self.lost_after = lost_after
         self.requests = 0
+        #: The server group of the last :meth:`boot` (None: none).
+        self.group: ServerGroup | None = None
 
     def boot(
         self,
@@ -1058,31 +1099,45 @@ class Booter:
         availability_zone: str | None = None,
         project_id: str = "demo",
         user_id: str = "demo",
+        image: Image | None = None,
+        scheduler_hints: Mapping[str, Sequence[str]] | None = None,
+        group: ServerGroup | None = None,
     ) -> list[str]:
         """Create the records and send the requests; return the instance uuids.
 
+        The instances go into ``group`` (an existing server group), or a new
+        group with ``group_policy``, or none; :attr:`group` names it after.
+        The request spec is validated whole as a worker would (the same
+        checks: fields, extra specs, image properties, hints) before anything
+        is recorded.
+
         :raises InvalidRequest: ``per_request`` over the scheduler's limit
-            (MAX_INSTANCES_PER_REQUEST), before anything is recorded.
+            (MAX_INSTANCES_PER_REQUEST), both ``group`` and ``group_policy``,
+            or a request spec a worker would refuse; nothing is recorded.
         """
         if not 1 <= per_request <= MAX_INSTANCES_PER_REQUEST:
             raise InvalidRequest(
                 reason=f"per_request must be between 1 and {MAX_INSTANCES_PER_REQUEST}"
             )
-        group = (
-            ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy) if group_policy else None
+        if group is not None and group_policy:
+            raise InvalidRequest(reason="give an existing group or a new group's policy, not both")
+        if group_policy:
+            group = ServerGroup(uuid=str(uuidlib.uuid4()), policy=group_policy)
+        template = boot_spec(
+            flavor,
+            project_id,
+            user_id,
+            image=image,
+            group=group,
+            availability_zone=availability_zone,
+            scheduler_hints=scheduler_hints,
         )
+        self.group = group
         uuids: list[str] = []
         for start in range(0, count, per_request):
             n = min(per_request, count - start)
             batch = [str(uuidlib.uuid4()) for _ in range(n)]
-            spec = RequestSpec(
-                flavor=flavor,
-                project_id=project_id,
-                user_id=user_id,
-                num_instances=n,
-                group=group,
-                availability_zone=availability_zone,
-            )
+            spec = template.replace(num_instances=n)
             req_ctxt = RequestContext(
                 user_id=user_id,
                 project_id=project_id,
@@ -1162,6 +1217,7 @@ class Booter:
                     seconds=now - started,
                     requests=self.requests,
                     timed_out=not done,
+                    group=self.group,
                 )
             time.sleep(poll)
 

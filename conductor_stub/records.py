@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.exceptions import ProviderNotFound
+from scheduler.exceptions import InvalidRequest, ProviderNotFound
 from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import (
     ACTIVE,
@@ -53,6 +53,7 @@ from scheduler.objects import (
     Flavor,
     InstanceRecord,
     RequestSpec,
+    ServerGroup,
     migration_uuid_for,
 )
 from scheduler.store import InstanceStore, PlacementStore, ServiceStore
@@ -294,7 +295,14 @@ def finish_live_migration(
 
     False if the live migration was no longer under way (nothing done).
     """
-    if not end_move(store, record, MIGRATING, clock, **placed_on(host, node, availability_zone)):
+    if not end_move(
+        store,
+        record,
+        MIGRATING,
+        clock,
+        **placed_on(host, node, availability_zone),
+        attempts=record.attempts + 1,  # the destination that worked counts, as for a build
+    ):
         return False
     released = store.release(record.migration_uuid) if record.migration_uuid else False
     LOG.info(
@@ -425,3 +433,23 @@ def wait_until(
         if time.monotonic() >= deadline:
             return found, True
         time.sleep(poll)
+
+
+def server_group(store: InstanceStore, group_uuid: str) -> ServerGroup:
+    """An existing server group, as its members' records hold it (policy and
+    ``max_server_per_host``): the store keeps a group's members and hosts, and
+    its definition travels in each member's request spec, as Nova's
+    ``RequestSpec.instance_group`` does. Read a page of records at a time
+    until the first member; a DELETED member still defines its group.
+
+    :raises InvalidRequest: no record names the group (a new group needs its
+        policy: ``boot --group-policy``).
+    """
+    for record in store.scan_instances():
+        group = (record.request_spec or {}).get("group")
+        if isinstance(group, Mapping) and group.get("uuid") == group_uuid:
+            return ServerGroup.from_primitive(group)
+    raise InvalidRequest(
+        reason=f"no instance is in server group {group_uuid}: a new group needs "
+        "--group-policy (boot), not --group"
+    )

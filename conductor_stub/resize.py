@@ -31,7 +31,7 @@ from collections.abc import Callable
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, resize_spec
 from scheduler import policy
-from scheduler.exceptions import InvalidRequest
+from scheduler.exceptions import CannotResizeToSameFlavor, InvalidRequest
 from scheduler.log import get_logger
 from scheduler.objects import (
     ACTIVE,
@@ -80,6 +80,20 @@ class Resizer:
         self.compute = compute
         self.settings = settings or ConductorSettings()
         self._clock = clock
+
+    def resize(self, uuid: str, flavor: Flavor) -> InstanceRecord:
+        """A resize asked for by a user: to another flavor than the one the
+        instance has, as Nova's compute API demands (a move to its own flavor
+        is a cold migration, :meth:`migrate`); then :meth:`start`.
+
+        :raises CannotResizeToSameFlavor: ``flavor`` is the instance's own
+            (by name, as Nova compares flavor ids); nothing is changed.
+        :raises InvalidRequest: see :meth:`begin`.
+        """
+        record = self.store.get_instance(uuid)
+        if record.request_spec is not None and own_flavor(record).name == flavor.name:
+            raise CannotResizeToSameFlavor(uuid=uuid, flavor=flavor.name)
+        return self.start(uuid, flavor)
 
     def start(
         self, uuid: str, flavor: Flavor, *, host: str | None = None, admin: bool = False
@@ -166,10 +180,11 @@ class Resizer:
     ) -> InstanceRecord:
         record = self.store.get_instance(uuid)
         if record.state != RESIZED or record.task_state is not None:
+            doing = f" ({record.task_state})" if record.task_state else ""
+            action = "confirm" if task_state == RESIZE_CONFIRMING else "revert"
             raise InvalidRequest(
-                reason=f"instance {uuid} is {record.state} "
-                f"({record.task_state}), not RESIZED: nothing to "
-                f"{task_state.split('_')[-1]}"
+                reason=f"instance {uuid} is {record.state}{doing}, not RESIZED: "
+                f"nothing to {action}"
             )
         now = self._clock()
         updated = self.store.update_instance(

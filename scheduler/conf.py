@@ -350,14 +350,28 @@ redis_opts = [
 ]
 
 notifications_group = cfg.OptGroup(
-    "notifications", title="Notifications", help="What the scheduler publishes for consumers."
+    "notifications",
+    title="Notifications",
+    help="What the scheduler publishes for consumers. These options, not "
+    "[oslo_messaging_notifications] driver and topics, decide it: the worker always "
+    "publishes with the messagingv2 driver on [notifications] topic, and ignores those "
+    "two (only [oslo_messaging_notifications] transport_url and retry are read).",
 )
 
 notifications_opts = [
     cfg.BoolOpt(
-        "enabled", default=True, help="Publish scheduler.* notifications (driver messagingv2)."
+        "enabled",
+        default=True,
+        help="Publish scheduler.* notifications (driver messagingv2). "
+        "[oslo_messaging_notifications] driver is not read: set this to False to "
+        "publish none (a driver of noop there does not).",
     ),
-    cfg.StrOpt("topic", default="notifications", help="Topic the notifications are published on."),
+    cfg.StrOpt(
+        "topic",
+        default="notifications",
+        help="Topic the notifications are published on ([oslo_messaging_notifications] "
+        "topics is not read).",
+    ),
 ]
 
 compute_group = cfg.OptGroup(

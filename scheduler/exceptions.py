@@ -36,6 +36,16 @@ class InvalidRequest(SchedulerError):
     msg = "invalid request: %(reason)s"
 
 
+class CannotResizeToSameFlavor(InvalidRequest):
+    """A resize names the flavor the instance already has (Nova's compute API
+    refuses it the same way; a cold migration is the move to its own flavor)."""
+
+    msg = (
+        "invalid request: instance %(uuid)s already has flavor %(flavor)s: resize to "
+        "another flavor, or migrate it"
+    )
+
+
 class Forbidden(SchedulerError):
     """The request context lacks the role the operation needs."""
 

@@ -11,9 +11,11 @@ that request's did; ``--json --all-hosts`` prints every stage's hosts by name
 and the whole weighed list; ``--only-filter NAME`` runs one host filter alone
 on every host (RPC ``run_filter``) and names the hosts it removes.
 
-``scheduler-admin hosts`` and ``scheduler-admin instance show UUID`` read the
-store directly: usage against capacity per resource class, up/down, disabled,
-failed builds; an instance's state, attempts, tried hosts, re-drives, its
+``scheduler-admin hosts [--filter K=V] [--sort KEY]``, ``scheduler-admin usage
+provider|aggregate|project`` and ``scheduler-admin instance show UUID`` read the
+store directly (:mod:`scheduler.usage`): usage against capacity per resource
+class, up/down, disabled, failed builds, aggregates and traits per host; the
+sums per aggregate and per project; an instance's state, attempts, tried hosts, re-drives, its
 user-facing fault and the admin-only fault details (and during a resize the
 migration, with the source's allocation parked on it).
 
@@ -42,21 +44,23 @@ import sys
 import time
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.flavors import load_catalog
 from scheduler import conf as conf_mod
-from scheduler import log, rpc, rules
+from scheduler import log, rpc, usage
 from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
 from scheduler.objects import (
     GROUP_POLICIES,
     MIGRATING,
+    Flavor,
     Image,
     InstanceRecord,
     RequestSpec,
@@ -64,11 +68,12 @@ from scheduler.objects import (
     validate_instance_uuids,
 )
 from scheduler.service import ServiceResolver, make_store
-from scheduler.store import PlacementReader, Provider, Service, ServiceStore, Store
+from scheduler.store import PlacementReader, Service, ServiceStore, Store
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
-    "the hosts hold (hosts), what became of an instance (instance show); take a host out "
+    "the hosts hold (hosts; usage per provider, aggregate, project), what became "
+    "of an instance (instance show); take a host out "
     "of scheduling and back (host disable, host enable) or empty it (host drain); "
     "compare what the computes run with the store, and repair (audit [--fix])."
 )
@@ -126,6 +131,51 @@ def _seconds(text: str) -> float:
     return value
 
 
+def add_spec_options(parser: Any) -> None:
+    """``--extra-spec`` and ``--image-property``: what ``explain`` and
+    ``conductor-stub boot`` add to a request (pairs, in ``extra_spec`` and
+    ``image_property``)."""
+    for option, what in (
+        (
+            "--extra-spec",
+            "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
+            "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
+        ),
+        (
+            "--image-property",
+            "Image properties, e.g. hw_architecture=x86_64 or "
+            "trait:CUSTOM_X=required (repeatable).",
+        ),
+    ):
+        parser.add_argument(
+            option,
+            metavar="KEY=VALUE",
+            type=key_value,
+            nargs="+",
+            action="extend",
+            default=[],
+            help=what,
+        )
+
+
+def flavor_with(
+    catalog: Mapping[str, Flavor], name: str, extra_specs: Iterable[tuple[str, str]] = ()
+) -> Flavor:
+    """The catalog's flavor ``name`` with ``extra_specs`` added (checked with
+    the request they go in). :class:`InvalidRequest` for an unknown name."""
+    if name not in catalog:
+        raise InvalidRequest(
+            reason=f"unknown flavor {name!r}; known: {', '.join(sorted(catalog))}"
+        )
+    flavor = catalog[name]
+    added = dict(extra_specs)
+    if not added:
+        return flavor
+    return Flavor.from_primitive(
+        {**flavor.to_primitive(), "extra_specs": {**flavor.extra_specs, **added}}
+    )
+
+
 def _add_commands(subparsers: Any) -> None:
     explain = subparsers.add_parser(
         "explain",
@@ -158,27 +208,10 @@ def _add_commands(subparsers: Any) -> None:
         "--group-uuid",
         metavar="UUID",
         help="With --group-policy: an existing group, whose members the "
-        "store knows (default: a new, empty group).",
+        "store knows, e.g. the one 'conductor-stub boot --group-policy' printed "
+        "(default: a new, empty group).",
     )
-    explain.add_argument(
-        "--extra-spec",
-        metavar="KEY=VALUE",
-        type=key_value,
-        nargs="+",
-        action="extend",
-        default=[],
-        help="Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required "
-        "or resources:VCPU=4 (repeatable).",
-    )
-    explain.add_argument(
-        "--image-property",
-        metavar="KEY=VALUE",
-        type=key_value,
-        nargs="+",
-        action="extend",
-        default=[],
-        help="Image properties, e.g. hw_architecture=x86_64 (repeatable).",
-    )
+    add_spec_options(explain)
     explain.add_argument(
         "--boot-from-volume",
         action="store_true",
@@ -227,13 +260,86 @@ def _add_commands(subparsers: Any) -> None:
 
     hosts = subparsers.add_parser(
         "hosts",
-        help="List hosts: usage per resource class, up/down, disabled, failures.",
+        help="List hosts: usage per resource class, up/down, disabled, failures, "
+        "aggregates, traits.",
         description="List every compute host from the store: used/capacity per resource "
         "class (child providers counted with their host), whether its service is up "
         "(heartbeat within [scheduler] service_down_time) and enabled, its recent build "
-        "failures and how many consumers hold allocations on it.",
+        "failures, how many consumers hold allocations on it, its aggregates and traits. "
+        "Read a page at a time as columns (no store command over 10 ms, no object per "
+        "host); the text and JSON are written a host at a time.",
+        epilog="filters (--filter KEY=VALUE, repeatable, all must match): "
+        + "; ".join(f"{k}: {what}" for k, what in usage.FILTERS.items())
+        + ". sort keys (--sort KEY): "
+        + ", ".join(usage.SORTS)
+        + ", used:RC, free:RC, fill:RC (used / capacity of resource class RC; hosts "
+        "without it last). JSON: a list, one object per host: host, uuid, up, disabled, "
+        "disabled_reason, failed_builds, consumers, last_seen, usage {RC: {used, "
+        "capacity}}, traits, aggregates (names).",
+    )
+    hosts.add_argument(
+        "--filter",
+        metavar="KEY=VALUE",
+        type=key_value,
+        action="append",
+        default=[],
+        help="Only the hosts that match, e.g. state=down, status=disabled, "
+        "aggregate=ssd-hosts, trait=CUSTOM_GPU, host='cmp-1*' (repeatable).",
+    )
+    hosts.add_argument(
+        "--sort",
+        metavar="KEY",
+        default="host",
+        help="Order by KEY (default host), e.g. fill:MEMORY_MB or free:VCPU.",
+    )
+    hosts.add_argument(
+        "--reverse", action="store_true", help="Largest first (ties stay by host name)."
     )
     hosts.add_argument("--json", action="store_true", help="Print the hosts as JSON.")
+
+    usage_parser = subparsers.add_parser(
+        "usage",
+        help="Usage against capacity per resource class: of one provider, per "
+        "aggregate, per project.",
+        description="What is used per resource class, read from the store: 'usage "
+        "provider NAME|UUID' one provider's inventories and usage (as 'openstack resource "
+        "provider usage show' and 'inventory list' together); 'usage aggregate [NAME|UUID]' "
+        "each aggregate's hosts summed (a host in two aggregates counts in both; hosts in "
+        "none apart); 'usage project [PROJECT]' what each project's consumers hold "
+        "(instances, and migrations during a move). Hosts are read as in 'hosts', "
+        "consumers a page at a time; only the sums are kept.",
+    )
+    usage_actions = usage_parser.add_subparsers(dest="action", title="views", metavar="VIEW")
+    usage_actions.required = True
+    by_provider = usage_actions.add_parser(
+        "provider",
+        help="One provider: used, capacity, total, reserved, ratio per resource class.",
+        description="One provider's inventory and usage per resource class; --json: "
+        "{uuid, name, root_uuid, generation, consumers, usage: {RC: {used, capacity, "
+        "total, reserved, allocation_ratio, min_unit, max_unit, step_size}}}. An "
+        "unknown provider is an error (exit status 2).",
+    )
+    by_provider.add_argument("provider", metavar="NAME|UUID", help="The provider.")
+    by_aggregate = usage_actions.add_parser(
+        "aggregate",
+        help="Per aggregate: its hosts' used and capacity per resource class.",
+        description="Per aggregate, its hosts (child providers with them) summed per "
+        "resource class; --json: {aggregates: [{uuid, name, hosts, usage: {RC: {used, "
+        "capacity}}}], no_aggregate: {hosts, usage}} (no no_aggregate when one is named).",
+    )
+    by_aggregate.add_argument(
+        "aggregate", metavar="NAME|UUID", nargs="?", help="Only this aggregate."
+    )
+    by_project = usage_actions.add_parser(
+        "project",
+        help="Per project: consumers and what they hold per resource class.",
+        description="Per project, the consumers holding allocations and their sum per "
+        "resource class; --json: {projects: [{project_id, consumers, usage: {RC: "
+        "{used}}}]}.",
+    )
+    by_project.add_argument("project", metavar="PROJECT", nargs="?", help="Only this project.")
+    for view in (by_provider, by_aggregate, by_project):
+        view.add_argument("--json", action="store_true", help="Print the view as JSON.")
 
     instance = subparsers.add_parser(
         "instance", help="Look at one instance.", description="Look at one instance's record."
@@ -376,7 +482,8 @@ command_opt = cfg.SubCommandOpt(
     "command",
     title="Commands",
     handler=_add_commands,
-    help="explain | hosts | instance show | host disable | host enable | host drain | audit",
+    help="explain | hosts | usage provider|aggregate|project | instance show | host disable | "
+    "host enable | host drain | audit",
 )
 
 
@@ -385,18 +492,7 @@ command_opt = cfg.SubCommandOpt(
 
 def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     """The request spec ``explain`` sends, from the command's arguments."""
-    if args.flavor not in catalog:
-        raise InvalidRequest(
-            reason=f"unknown flavor {args.flavor!r}; known: {', '.join(sorted(catalog))}"
-        )
-    flavor = catalog[args.flavor]
-    if args.extra_spec:
-        flavor = type(flavor).from_primitive(
-            {
-                **flavor.to_primitive(),
-                "extra_specs": {**flavor.extra_specs, **dict(args.extra_spec)},
-            }
-        )
+    flavor = flavor_with(catalog, args.flavor, args.extra_spec)
     group = None
     if args.group_policy:
         group = ServerGroup.from_primitive(
@@ -463,21 +559,86 @@ def _explain_instance(
         ]
         return lines
     weighers = list(report.weighers) or sorted({w for t in inst.top for w in t.contributions})
-    headers = ["host", "weight", *(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in weighers)]
+    # Only the weighers that moved some top host get a column (w1, w2, ...,
+    # named in a legend): with every weigher enabled, a column each ran to
+    # ~240 characters. The rest are named in one line.
+    moved = [w for w in weighers if any(t.contributions.get(w) for t in inst.top)]
+    still = [w for w in weighers if w not in moved]
+    labels = {w: f"w{i}" for i, w in enumerate(moved, 1)}
     rows = [
         (
             t.host,
             f"{t.weight:.4f}",
-            *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-" for w in weighers),
+            *(f"{t.contributions[w]:+.4f}" if w in t.contributions else "-" for w in moved),
         )
         for t in inst.top
     ]
     lines += [
         "",
         "  top weighed hosts (weight = the sum of each weigher's contribution):",
-        *table(headers, rows, indent="  "),
+        *fit_table(("host", "weight", *labels.values()), rows, fixed=2, indent="  "),
+        *(f"  {labels[w]} = {w} x{report.weighers.get(w, 1.0):,.10g}" for w in moved),
     ]
+    if still:
+        lines += wrap_words(
+            "  contributed nothing to these hosts: "
+            + ", ".join(f"{w} x{report.weighers.get(w, 1.0):,.10g}" for w in still),
+            indent="    ",
+        )
     return lines
+
+
+#: The width the text reports fit in (a terminal's, with a margin).
+WIDTH = 100
+
+
+def fit_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    fixed: int = 1,
+    indent: str = "",
+    width: int = WIDTH,
+) -> list[str]:
+    """:func:`table`, cut into several tables of at most ``width`` characters
+    when it is wider: each repeats the first ``fixed`` columns and takes as
+    many of the others as fit (at least one)."""
+    cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    base = len(indent) + sum(widths[:fixed]) + 2 * fixed
+    chunks: list[list[int]] = [[]]
+    used = base
+    for i in range(fixed, len(headers)):
+        if chunks[-1] and used + widths[i] > width:
+            chunks.append([])
+            used = base
+        chunks[-1].append(i)
+        used += widths[i] + 2
+    out: list[str] = []
+    for n, chunk in enumerate(chunks):
+        keep = [*range(fixed), *chunk]
+        if n:
+            out.append("")
+        out += table(
+            [headers[i] for i in keep],
+            [[row[i] for i in keep] for row in rows],
+            indent=indent,
+        )
+    return out
+
+
+def wrap_words(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a
+    longer word keeps its line), the lines after the first indented."""
+    lines: list[str] = []
+    line = text[: len(text) - len(text.lstrip())]  # the first line's own indent
+    fresh = True
+    for word in text.split():
+        if not fresh and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line, fresh = indent, True
+        line = f"{line}{'' if fresh else ' '}{word}"
+        fresh = False
+    return [*lines, line] if not fresh else lines
 
 
 def format_explain(report: ExplainReport) -> str:
@@ -563,107 +724,36 @@ def _explain(conf: cfg.ConfigOpts) -> int:
     return EXIT_PLACEABLE if report.placeable else EXIT_UNPLACEABLE
 
 
-# --- hosts --------------------------------------------------------------------------
+# --- hosts and usage ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Usage:
-    used: int
-    capacity: int
-
-    def __str__(self) -> str:
-        return f"{self.used}/{self.capacity}"
+def _table(conf: cfg.ConfigOpts, store: Store) -> usage.HostTable:
+    return usage.HostTable.from_snapshot(
+        store.compact_snapshot(), time.time(), float(conf.scheduler.service_down_time)
+    )
 
 
-@dataclass(frozen=True)
-class HostRow:
-    """One compute host as ``hosts`` lists it (its providers' tree folded in)."""
-
-    host: str
-    uuid: str
-    up: bool
-    disabled: bool
-    disabled_reason: str | None
-    failed_builds: int
-    consumers: int
-    usage: Mapping[str, Usage] = field(default_factory=dict)
-    traits: tuple[str, ...] = ()
-    aggregates: tuple[str, ...] = ()
-    last_seen: float | None = None
-
-    def to_primitive(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "uuid": self.uuid,
-            "up": self.up,
-            "disabled": self.disabled,
-            "disabled_reason": self.disabled_reason,
-            "failed_builds": self.failed_builds,
-            "consumers": self.consumers,
-            "last_seen": self.last_seen,
-            "usage": {
-                rc: {"used": u.used, "capacity": u.capacity} for rc, u in self.usage.items()
-            },
-            "traits": list(self.traits),
-            "aggregates": list(self.aggregates),
-        }
+def _used_cap(used: int, cap: int) -> str:
+    return f"{used}/{cap}"
 
 
-def host_rows(
-    providers: Iterable[Provider],
-    services: Iterable[Service],
-    now: float,
-    service_down_time: float,
-    aggregate_names: Mapping[str, str] | None = None,
-) -> list[HostRow]:
-    """One row per root provider, by name; child providers count toward their root.
+def format_hosts(hosts: usage.HostTable, rows: np.ndarray) -> Iterator[str]:
+    """``hosts`` as text, a line at a time: the column widths come from the
+    columns, so no row is kept once printed; then a summary line."""
+    if not len(rows):
+        yield "no hosts"
+        return
+    classes = [rc for rc in hosts.classes if hosts.has_class[rc][rows].any()]
 
-    A host is up when its service heartbeated within ``service_down_time`` of
-    ``now`` (as the engine judges it); one with no service record is down.
-    """
-    providers = list(providers)
-    names = aggregate_names or {}
-    by_root: dict[str, list[Provider]] = {}
-    for p in providers:
-        by_root.setdefault(p.root_uuid or p.uuid, []).append(p)
-    service_of = {s.host: s for s in services}
-    rows = []
-    for root in (p for p in providers if (p.root_uuid or p.uuid) == p.uuid):
-        tree = by_root.get(root.uuid, [root])
-        usage: dict[str, list[int]] = {}
-        for p in tree:
-            for rc, inv in p.inventories.items():
-                total = usage.setdefault(rc, [0, 0])
-                total[0] += p.usages.get(rc, 0)
-                total[1] += inv.capacity
-        service = service_of.get(root.name)
-        rows.append(
-            HostRow(
-                host=root.name,
-                uuid=root.uuid,
-                up=service is not None and rules.is_up(now, service.last_seen, service_down_time),
-                disabled=bool(service and service.disabled),
-                disabled_reason=service.disabled_reason if service else None,
-                failed_builds=service.failed_builds if service else 0,
-                consumers=root.consumers,
-                usage={rc: Usage(u, c) for rc, (u, c) in sorted(usage.items(), key=_rc_order)},
-                traits=tuple(sorted({t for p in tree for t in p.traits})),
-                aggregates=tuple(sorted(names.get(a, a) for a in root.aggregates)),
-                last_seen=service.last_seen if service else None,
-            )
-        )
-    return sorted(rows, key=lambda r: r.host)
+    def status(i: int) -> str:
+        if not hosts.disabled[i]:
+            return "enabled"
+        reason = hosts.disabled_reasons[i]
+        return "disabled" + (f" ({reason})" if reason else "")
 
+    aggregate_text = [",".join(names) for names in hosts.aggregate_labels]
+    trait_text = [",".join(names) for names in hosts.trait_names]
 
-def _rc_order(item: tuple[str, Any]) -> tuple[int, str]:
-    order = {"VCPU": 0, "MEMORY_MB": 1, "DISK_GB": 2}
-    return order.get(item[0], 3), item[0]
-
-
-def format_hosts(rows: Sequence[HostRow]) -> str:
-    if not rows:
-        return "no hosts"
-    classes = sorted({rc for r in rows for rc in r.usage}, key=lambda rc: _rc_order((rc, 0)))
     headers = [
         "host",
         "state",
@@ -671,50 +761,186 @@ def format_hosts(rows: Sequence[HostRow]) -> str:
         "failed builds",
         "consumers",
         *(f"{rc} used/cap" for rc in classes),
+        "aggregates",
+        "traits",
     ]
-    lines = table(
-        headers,
-        [
-            (
-                r.host,
-                "up" if r.up else "DOWN",
-                ("disabled" + (f" ({r.disabled_reason})" if r.disabled_reason else ""))
-                if r.disabled
-                else "enabled",
-                r.failed_builds,
-                r.consumers,
-                *(str(r.usage.get(rc, "-")) for rc in classes),
-            )
-            for r in rows
-        ],
-        left=3,
-    )
-    up = sum(r.up for r in rows)
-    disabled = sum(r.disabled for r in rows)
-    totals = []
-    for rc in classes:
-        used = sum(r.usage[rc].used for r in rows if rc in r.usage)
-        cap = sum(r.usage[rc].capacity for r in rows if rc in r.usage)
-        totals.append(f"{rc} {used}/{cap}" + (f" ({used / cap:.1%})" if cap else ""))
-    summary = (
+    distinct_aggregates = {int(c) for c in np.unique(hosts.aggregates[rows])}
+    reasons = {hosts.disabled_reasons[i] or "" for i in rows if hosts.disabled[i]}
+    widths = [
+        max(len(hosts.names[i]) for i in rows),
+        len("DOWN"),
+        max(
+            [len("enabled")] + [len(f"disabled ({r})") if r else len("disabled") for r in reasons]
+        ),
+        len(str(int(hosts.failed_builds[rows].max()))),
+        len(str(int(hosts.consumers[rows].max()))),
+        *(
+            len(_used_cap(int(hosts.used[rc][rows].max()), int(hosts.capacity[rc][rows].max())))
+            for rc in classes
+        ),
+        max(len(aggregate_text[c]) for c in distinct_aggregates),
+        0,
+    ]
+    widths = [max(w, len(h)) for w, h in zip(widths, headers, strict=True)]
+    left = {0, 1, 2, len(headers) - 2, len(headers) - 1}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if n in left else c.rjust(w)
+            for n, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    yield line(headers)
+    for i in rows:
+        yield line(
+            [
+                hosts.names[i],
+                "up" if hosts.up[i] else "DOWN",
+                status(i),
+                str(int(hosts.failed_builds[i])),
+                str(int(hosts.consumers[i])),
+                *(
+                    _used_cap(int(hosts.used[rc][i]), int(hosts.capacity[rc][i]))
+                    if hosts.has_class[rc][i]
+                    else "-"
+                    for rc in classes
+                ),
+                aggregate_text[hosts.aggregates[i]] or "-",
+                trait_text[hosts.traits[i]] or "-",
+            ]
+        )
+    up = int(hosts.up[rows].sum())
+    disabled = int(hosts.disabled[rows].sum())
+    totals = [
+        f"{rc} {_used_cap(t['used'], t['capacity'])}"
+        + (f" ({t['used'] / t['capacity']:.1%})" if t["capacity"] else "")
+        for rc, t in hosts.totals(rows).items()
+    ]
+    yield ""
+    yield (
         f"{len(rows)} hosts: {up} up, {len(rows) - up} down, {disabled} disabled; "
         + "; ".join(totals)
     )
-    return "\n".join([*lines, "", summary])
+
+
+def json_lines(head: str, items: Iterable[Any], tail: str) -> Iterator[str]:
+    """A JSON document whose one list is written an item a line, as the items
+    come (none kept): ``head`` ends where the list opens, ``tail`` closes it."""
+    yield head
+    sep = ""
+    for item in items:
+        yield sep + json.dumps(item)
+        sep = ","
+    yield tail
 
 
 def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
-    rows = host_rows(
-        store.list_providers(),
-        store.list_services(),
-        time.time(),
-        float(conf.scheduler.service_down_time),
-        {a.uuid: a.name for a in store.list_aggregates()},
+    args = conf.command
+    hosts = _table(conf, store)
+    rows = hosts.order(hosts.select(args.filter), args.sort, reverse=args.reverse)
+    lines = json_lines("[", hosts.rows(rows), "]") if args.json else format_hosts(hosts, rows)
+    for text in lines:
+        print(text)
+    return 0
+
+
+def format_provider_usage(view: Mapping[str, Any]) -> str:
+    rows = [
+        (
+            rc,
+            u["used"],
+            u["capacity"],
+            f"{u['used'] / u['capacity']:.1%}" if u["capacity"] else "-",
+            u["total"],
+            u["reserved"],
+            f"{u['allocation_ratio']:g}",
+        )
+        for rc, u in view["usage"].items()
+    ]
+    root = "" if view["root_uuid"] == view["uuid"] else f" (child of {view['root_uuid']})"
+    return "\n".join(
+        [
+            f"provider {view['name']} ({view['uuid']}){root}; {view['consumers']} consumer(s), "
+            f"generation {view['generation']}",
+            *table(
+                ("resource class", "used", "capacity", "fill", "total", "reserved", "ratio"),
+                rows,
+                indent="  ",
+            ),
+        ]
     )
-    if conf.command.json:
-        print(json.dumps([r.to_primitive() for r in rows], indent=2))
-    else:
-        print(format_hosts(rows))
+
+
+def format_group_usage(what: str, groups: Sequence[Mapping[str, Any]]) -> str:
+    """Per aggregate or per project: one line per group and class."""
+    if not groups:
+        return f"no {what}s"
+    rows = []
+    for g in groups:
+        label = g["label"]
+        for rc, u in g["usage"].items() or [("-", None)]:
+            cap = u.get("capacity") if u else None
+            rows.append(
+                (
+                    label,
+                    g["count"],
+                    rc,
+                    u["used"] if u else "-",
+                    "-" if cap is None else cap,
+                    f"{u['used'] / cap:.1%}" if cap else "-",
+                )
+            )
+            label = ""
+    headers = (what, "hosts" if what == "aggregate" else "consumers", "resource class")
+    return "\n".join(table((*headers, "used", "capacity", "fill"), rows, left=1))
+
+
+def _usage(conf: cfg.ConfigOpts, store: Store) -> int:
+    args = conf.command
+    if args.action == "provider":
+        try:
+            provider = store.get_provider(args.provider)
+        except NotFound:
+            provider = store.get_provider_by_name(args.provider)
+        view = usage.provider_usage(provider)
+        print(json.dumps(view, indent=2) if args.json else format_provider_usage(view))
+        return 0
+    if args.action == "aggregate":
+        found = usage.HostTable.by_aggregate(_table(conf, store))
+        if args.aggregate is not None:
+            found["aggregates"] = [
+                a for a in found["aggregates"] if args.aggregate in (a["uuid"], a["name"])
+            ]
+            if not found["aggregates"]:
+                raise NotFound(kind="aggregate", ident=args.aggregate)
+            del found["no_aggregate"]
+        if args.json:
+            print(json.dumps(found, indent=2))
+            return 0
+        groups = [
+            {"label": a["name"], "count": a["hosts"], "usage": a["usage"]}
+            for a in found["aggregates"]
+        ]
+        if "no_aggregate" in found and found["no_aggregate"]["hosts"]:
+            alone = found["no_aggregate"]
+            groups.append({"label": "(none)", "count": alone["hosts"], "usage": alone["usage"]})
+        print(format_group_usage("aggregate", groups))
+        return 0
+    projects = usage.project_usage(store.scan_consumers(), args.project)
+    if args.project is not None and not projects["projects"]:
+        raise NotFound(kind="project holding allocations", ident=args.project)
+    if args.json:
+        print(json.dumps(projects, indent=2))
+        return 0
+    print(
+        format_group_usage(
+            "project",
+            [
+                {"label": p["project_id"], "count": p["consumers"], "usage": p["usage"]}
+                for p in projects["projects"]
+            ],
+        )
+    )
     return 0
 
 
@@ -723,7 +949,14 @@ def _hosts(conf: cfg.ConfigOpts, store: Store) -> int:
 
 #: What only an admin sees of an instance (``conductor-stub show`` without
 #: ``--admin`` leaves them out; ``scheduler-admin`` is an admin's tool).
-ADMIN_FIELDS = ("node", "tried_hosts", "fault_details", "allocations", "redrives")
+ADMIN_FIELDS = (
+    "node",
+    "tried_hosts",
+    "fault_details",
+    "allocations",
+    "claimed_host",
+    "redrives",
+)
 
 
 def flavor_name(record: InstanceRecord) -> str | None:
@@ -738,13 +971,16 @@ def instance_view(
     allocations: Mapping[str, Mapping[str, int]],
     migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
     admin: bool = True,
+    claimed_host: str | None = None,
 ) -> dict[str, Any]:
     """What ``instance show`` (and ``conductor-stub show``) prints: the record
     without its request spec, plus the allocations it holds (by provider name)
     and its flavor; during a resize or a live migration, the migration too (the
     source's allocation is parked on it; an admin sees where the live
     migration's destination is claimed). Without ``admin``, the
-    :data:`ADMIN_FIELDS` are left out."""
+    :data:`ADMIN_FIELDS` are left out. ``claimed_host`` is the host whose
+    provider tree holds the instance's claim (None: it holds none): shown
+    while the record names no host yet (a build cast, not yet reported)."""
     resize: dict[str, Any] | None = None
     live: dict[str, Any] | None = None
     parked = {name: dict(amounts) for name, amounts in (migration_allocations or {}).items()}
@@ -780,6 +1016,7 @@ def instance_view(
         "fault_details": record.fault_details,
         "flavor": flavor_name(record),
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
+        "claimed_host": claimed_host,
         "redrives": record.redrives,
         "resize": resize,
         "live_migration": live,
@@ -825,13 +1062,16 @@ def format_instance(view: Mapping[str, Any]) -> str:
                 f"; destination claimed: {show(live['destination'])}; migration holds "
                 f"{held(live['allocations'])}"
             )
-    node = f" (node {show(view['node'])})" if admin else ""
+    node = f" (node {show(view['node'])})" if admin and view["node"] else ""
+    claimed = view.get("claimed_host")
+    if view["host"] is None and claimed:
+        node = f" (its claim is held on {claimed}; no build reported yet)"
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
         ("host", f"{show(view['host'])}{node}"),
         ("zone", show(view.get("availability_zone"))),
-        ("request", show(view.get("request_id"))),
+        ("request id", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
         *([("resize", migration)] if resize else []),
         *([("live migration", moving)] if live else []),
@@ -872,6 +1112,20 @@ def held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str
     return allocations
 
 
+def claimed_host(store: PlacementReader, consumer_uuid: str) -> str | None:
+    """The host (root provider) whose tree holds the consumer's allocations
+    (None: it holds none). A claim is on one host's tree."""
+    consumer = store.get_consumer(consumer_uuid)
+    for rp in consumer.allocations if consumer else ():
+        try:
+            provider = store.get_provider(rp)
+            root = provider.root_uuid or provider.uuid
+            return provider.name if root == provider.uuid else store.get_provider(root).name
+        except NotFound:
+            continue
+    return None
+
+
 def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
     """One instance as ``instance show`` and ``conductor-stub show`` print it
     (:class:`InstanceNotFound` if there is no such record)."""
@@ -881,6 +1135,7 @@ def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool =
         held_by(store, record.uuid),
         held_by(store, record.migration_uuid) if record.migration_uuid else None,
         admin=admin,
+        claimed_host=claimed_host(store, record.uuid) if record.host is None else None,
     )
     return json.dumps(view, indent=2) if as_json else format_instance(view)
 
@@ -1041,6 +1296,8 @@ def run(conf: cfg.ConfigOpts) -> int:
     try:
         if command == "hosts":
             return _hosts(conf, store)
+        if command == "usage":
+            return _usage(conf, store)
         if command == "host" and conf.command.action == "drain":
             return _host_drain(conf, store)
         if command == "host":

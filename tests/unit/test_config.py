@@ -73,3 +73,35 @@ def test_two_configurations_in_one_process_do_not_share_option_state() -> None:
     assert (fresh.scheduler.workers, fresh.scheduler.topic) == (1, "scheduler")
     assert conf.CONF.scheduler.workers == 1  # the global configuration
     assert first.scheduler.workers == 4 and first.scheduler.topic == "elsewhere"
+
+
+def _readme_paragraph(starts: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    at = text.index(starts)
+    return " ".join(text[at : text.index("\n\n", at)].split())
+
+
+def test_readme_lists_the_default_filters_of_the_code() -> None:
+    """The README's list of default host filters is DEFAULT_FILTERS, in order."""
+    import re
+
+    from scheduler.engine.settings import DEFAULT_FILTERS
+
+    paragraph = _readme_paragraph("Host filters then run on the candidates; the defaults")
+    listed = paragraph.split("NUMA filters:", 1)[1].split(".", 1)[0]
+    assert tuple(re.findall(r"`(\w+)`", listed)) == DEFAULT_FILTERS
+
+
+def test_readme_gives_the_key_pattern_the_store_writes() -> None:
+    """The README's redis-cli pattern matches the keys of the default prefix."""
+    import fnmatch
+
+    from scheduler.conf import CONF
+    from scheduler.store.keys import Keys
+
+    prefix = CONF.redis.key_prefix
+    paragraph = _readme_paragraph("State lives in Redis under one key prefix")
+    pattern = paragraph.split("--scan --pattern '", 1)[1].split("'", 1)[0]
+    keys = Keys.for_prefix(prefix).all()
+    assert all(fnmatch.fnmatchcase(k, pattern) for k in keys)
+    assert not any(fnmatch.fnmatchcase(k, f"{prefix}:*") for k in keys)

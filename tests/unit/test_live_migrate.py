@@ -338,6 +338,7 @@ def test_landed_it_is_active_on_the_destination_and_the_source_is_dropped() -> N
         None,
         None,
     )
+    assert record.attempts == 1  # the destination that worked, counted once despite the repeat
     assert record.deadline is None and record.fault is None
     assert holder(store, uuid) == "h2" and store.get_consumer(migration) is None
     assert store.get_provider(uuid_of("h1")).usages == {}

@@ -4,6 +4,7 @@ instances (tables of named cases; no services needed)."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import time
 from dataclasses import replace
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from conductor_stub.flavors import load_catalog
+from scheduler import usage
 from scheduler.cmd import admin
 from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
@@ -29,7 +31,12 @@ from scheduler.explain import (
 )
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
-from scheduler.store.base import Inventory, Provider, Service
+from scheduler.store.base import Aggregate, Inventory, Provider, Service
+from scheduler.store.columns import (
+    CompactSnapshot,
+    HostColumnsBuilder,
+    ServiceColumnsBuilder,
+)
 from tests.unit.factories import host, populate, uuid_of
 
 FILTERS = ("ComputeFilter", "AvailabilityZoneFilter")
@@ -125,9 +132,11 @@ instance 1 of 1: would go to cmp-7
   AvailabilityZoneFilter           8
 
   top weighed hosts (weight = the sum of each weigher's contribution):
-  host   weight  RAMWeigher x1  BuildFailureWeigher x1,000,000
-  cmp-7  1.7500        +0.7500                         +1.0000
-  cmp-2  0.5000        +0.5000                         +0.0000"""
+  host   weight       w1       w2
+  cmp-7  1.7500  +0.7500  +1.0000
+  cmp-2  0.5000  +0.5000  +0.0000
+  w1 = RAMWeigher x1
+  w2 = BuildFailureWeigher x1,000,000"""
 
 MANY = report(
     *(
@@ -186,8 +195,12 @@ def test_format_explain_in_full(given: ExplainReport, expected: str) -> None:
                 ),
                 placeable=True,
             ),
-            ["  cmp-0  0.0000              -                               -"],
-            [],
+            [
+                "  host   weight\n  cmp-0  0.0000\n",
+                "contributed nothing to these hosts: RAMWeigher x1, BuildFailureWeigher "
+                "x1,000,000",
+            ],
+            ["w1"],
             id="one-host-left-has-no-contributions",
         ),
         pytest.param(
@@ -204,6 +217,45 @@ def test_format_explain_lines(given: ExplainReport, present: list[str], absent: 
         assert part in text
     for part in absent:
         assert part not in text
+
+
+#: Every weigher the project ships, each moving the top hosts a little.
+EVERY_WEIGHER = {
+    name: float(n)
+    for n, name in enumerate(
+        sorted({e.name for e in importlib.metadata.entry_points(group="scheduler.weighers")}), 1
+    )
+}
+
+
+def test_the_weighed_table_fits_100_columns_with_every_weigher() -> None:
+    top = tuple(
+        WeighedHostReport(
+            f"compute-host-{n:04d}.example.org",
+            1.0 - n / 10,
+            {w: (n + 1) / (i + 7) for i, w in enumerate(EVERY_WEIGHER)},
+        )
+        for n in range(3)
+    )
+    given = report(
+        explanation(0, 10, (8, 8, 8), {}, top[0].host, top), placeable=True, weighers=EVERY_WEIGHER
+    )
+    lines = admin.format_explain(given).splitlines()
+    assert max(map(len, lines)) <= admin.WIDTH, max(lines, key=len)
+    # Cut into several tables, each repeating the host and weight; every weigher
+    # has its column, named once in the legend with its multiplier.
+    assert sum(line.split() == ["host", "weight"] + line.split()[2:] for line in lines) > 1
+    for n, weigher in enumerate(EVERY_WEIGHER, 1):
+        assert f"  w{n} = {weigher} x{EVERY_WEIGHER[weigher]:,.10g}" in lines
+        assert any(f" w{n} " in f"{line} " for line in lines if line.startswith("  host "))
+
+
+def test_wrap_words_breaks_at_spaces_within_the_width() -> None:
+    text = "  " + " ".join(f"word{n}" for n in range(60))
+    lines = admin.wrap_words(text, indent="    ", width=40)
+    assert all(len(line) <= 40 for line in lines) and len(lines) > 1
+    assert lines[0].startswith("  word0 ") and lines[1].startswith("    word")
+    assert " ".join(" ".join(lines).split()) == " ".join(text.split())
 
 
 ALL_HOSTS = replace(
@@ -506,6 +558,26 @@ CHILD = Provider(
 EMPTY = {"VCPU": "0/16", "MEMORY_MB": "0/32768", "DISK_GB": "0/1000"}
 
 
+def host_table(
+    providers: list[Provider], services: list[Service], aggregates: list[Aggregate] | None = None
+) -> usage.HostTable:
+    """The table ``hosts`` prints, from a compact snapshot of these records."""
+    hosts, services_built = HostColumnsBuilder(), ServiceColumnsBuilder()
+    for p in providers:
+        if p.parent_uuid is None:
+            hosts.add_provider(p)
+    for s in services:
+        services_built.add_service(s)
+    snapshot = CompactSnapshot(
+        cursor="0-0",
+        hosts=hosts.build(),
+        children=[p for p in providers if p.parent_uuid is not None],
+        aggregates=aggregates or [],
+        services=services_built.build(),
+    )
+    return usage.HostTable.from_snapshot(snapshot, NOW, 60.0)
+
+
 @pytest.mark.parametrize(
     "providers, services, expected",
     [
@@ -553,15 +625,16 @@ EMPTY = {"VCPU": "0/16", "MEMORY_MB": "0/32768", "DISK_GB": "0/1000"}
 def test_host_rows(
     providers: list[Provider], services: list[Service], expected: dict[str, tuple[Any, ...]]
 ) -> None:
-    rows = admin.host_rows(providers, services, NOW, 60.0)
+    hosts = host_table(providers, services)
+    rows = [hosts.row(i) for i in hosts.select([])]
     got = {
-        r.host: (
-            r.up,
-            r.disabled,
-            r.disabled_reason,
-            r.failed_builds,
-            r.consumers,
-            {rc: str(u) for rc, u in r.usage.items()},
+        r["host"]: (
+            r["up"],
+            r["disabled"],
+            r["disabled_reason"],
+            r["failed_builds"],
+            r["consumers"],
+            {rc: f"{u['used']}/{u['capacity']}" for rc, u in r["usage"].items()},
         )
         for r in rows
     }
@@ -569,37 +642,55 @@ def test_host_rows(
 
 
 def test_host_rows_name_aggregates_and_fold_traits() -> None:
-    (row,) = admin.host_rows(
+    hosts = host_table(
         [provider("cmp-a", aggregates=frozenset({uuid_of("agg")})), CHILD],
         [service("cmp-a")],
-        NOW,
-        60.0,
-        {uuid_of("agg"): "az1-hosts"},
+        [Aggregate(uuid_of("agg"), "az1-hosts")],
     )
-    assert (row.aggregates, row.traits) == (("az1-hosts",), ("CUSTOM_GPU_A100",))
-    assert row.to_primitive()["usage"]["CUSTOM_GPU"] == {"used": 1, "capacity": 4}
+    row = hosts.row(0)
+    assert (row["aggregates"], row["traits"]) == (["az1-hosts"], ["CUSTOM_GPU_A100"])
+    assert row["usage"]["CUSTOM_GPU"] == {"used": 1, "capacity": 4}
+    assert row["last_seen"] == NOW - 1.0
+    assert list(row) == [
+        "host",
+        "uuid",
+        "up",
+        "disabled",
+        "disabled_reason",
+        "failed_builds",
+        "consumers",
+        "last_seen",
+        "usage",
+        "traits",
+        "aggregates",
+    ]
 
 
 HOSTS_TEXT = """\
 host   state  status                  failed builds  consumers  VCPU used/cap  \
-MEMORY_MB used/cap  DISK_GB used/cap
+MEMORY_MB used/cap  DISK_GB used/cap  aggregates  traits
 cmp-a  up     enabled                             0          1           2/16  \
-        4096/32768            0/1000
+        4096/32768            0/1000  ssd-hosts   -
 cmp-b  DOWN   disabled (maintenance)              3          0           0/16  \
-           0/32768            0/1000
+           0/32768            0/1000  -           CUSTOM_SSD,HW_CPU_X86_AVX2
 
 2 hosts: 1 up, 1 down, 1 disabled; VCPU 2/32 (6.2%); MEMORY_MB 4096/65536 (6.2%); \
 DISK_GB 0/2000 (0.0%)"""
 
 
 @pytest.mark.parametrize(
-    "rows, expected",
+    "hosts, expected",
     [
         pytest.param(
-            admin.host_rows(
+            host_table(
                 [
-                    provider("cmp-a", {"VCPU": 2, "MEMORY_MB": 4096}, consumers=1),
-                    provider("cmp-b"),
+                    provider(
+                        "cmp-a",
+                        {"VCPU": 2, "MEMORY_MB": 4096},
+                        consumers=1,
+                        aggregates=frozenset({uuid_of("agg")}),
+                    ),
+                    provider("cmp-b", traits=frozenset({"CUSTOM_SSD", "HW_CPU_X86_AVX2"})),
                 ],
                 [
                     service("cmp-a"),
@@ -611,17 +702,16 @@ DISK_GB 0/2000 (0.0%)"""
                         failed_builds=3,
                     ),
                 ],
-                NOW,
-                60.0,
+                [Aggregate(uuid_of("agg"), "ssd-hosts")],
             ),
             HOSTS_TEXT,
             id="two-hosts",
         ),
-        pytest.param([], "no hosts", id="none"),
+        pytest.param(host_table([], []), "no hosts", id="none"),
     ],
 )
-def test_format_hosts(rows: list[admin.HostRow], expected: str) -> None:
-    assert admin.format_hosts(rows) == expected
+def test_format_hosts(hosts: usage.HostTable, expected: str) -> None:
+    assert "\n".join(admin.format_hosts(hosts, hosts.select([]))) == expected
 
 
 # --- instance show ------------------------------------------------------------------
@@ -888,12 +978,12 @@ def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
     assert not set(admin.ADMIN_FIELDS) & set(view)
     assert "allocations" not in view["resize"]
     lines = admin.format_instance(view).splitlines()
-    assert "  host      cmp-b" in lines
-    assert "  zone      az1" in lines and "  request   req-9" in lines
-    assert f"  resize    to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
+    assert "  host        cmp-b" in lines
+    assert "  zone        az1" in lines and "  request id  req-9" in lines
+    assert f"  resize      to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
     assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
     full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
-    assert "  zone           az1" in full and "  request        req-9" in full
+    assert "  zone           az1" in full and "  request id     req-9" in full
 
 
 # --- audit --------------------------------------------------------------------------
@@ -976,3 +1066,77 @@ def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         audit_conf("--fix", "--grace", "-1")
     assert "--grace: must be 0 or more, got -1" in capsys.readouterr().err
+
+
+# --- hosts and usage, as commands ---------------------------------------------------
+
+
+def admin_command(store: MemoryStore, monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    """``scheduler-admin ARGV`` in process on ``store`` (what main runs)."""
+    monkeypatch.setattr(admin, "make_store", lambda conf: store)
+    command = explain_parser().parse_args(list(argv))
+    conf = SimpleNamespace(command=command, scheduler=SimpleNamespace(service_down_time=60))
+    return admin.run(conf)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def three_hosts() -> MemoryStore:
+    store = MemoryStore()
+    populate(
+        store,
+        [host(f"cmp-{n}", aggregates=[uuid_of("ssd")] if n < 2 else []) for n in range(3)],
+    )
+    store.put_aggregate(Aggregate(uuid_of("ssd"), "ssd"))
+    for n, ram in enumerate((4096, 8192)):
+        store.claim(
+            uuid_of(f"i{n}"),
+            AllocationRequest({uuid_of(f"cmp-{n}"): {"MEMORY_MB": ram}}, f"p{n}", "u"),
+        )
+    return store
+
+
+def test_hosts_filters_sorts_and_prints_json_a_host_a_line(
+    three_hosts: MemoryStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["hosts", "--filter", "aggregate=ssd", "--sort", "used:MEMORY_MB", "--reverse"]
+    assert admin_command(three_hosts, monkeypatch, *argv, "--json") == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out)
+    assert [r["host"] for r in rows] == ["cmp-1", "cmp-0"]
+    assert len(out.splitlines()) == len(rows) + 2  # "[", a host a line, "]"
+    assert admin_command(three_hosts, monkeypatch, *argv) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split()[-2:] == ["aggregates", "traits"]
+    assert [line.split()[0] for line in text[1:3]] == ["cmp-1", "cmp-0"]
+    assert text[-1].startswith("2 hosts: ")
+
+
+def test_usage_views_as_commands(
+    three_hosts: MemoryStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert admin_command(three_hosts, monkeypatch, "usage", "aggregate", "ssd") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "aggregate",
+        "hosts",
+        "resource",
+        "class",
+        "used",
+        "capacity",
+        "fill",
+    ]
+    assert lines[2].split()[-4:] == ["MEMORY_MB", "12288", "65536", "18.8%"]
+    assert admin_command(three_hosts, monkeypatch, "usage", "project", "--json") == 0
+    projects = json.loads(capsys.readouterr().out)["projects"]
+    assert [(p["project_id"], p["usage"]) for p in projects] == [
+        ("p0", {"MEMORY_MB": {"used": 4096}}),
+        ("p1", {"MEMORY_MB": {"used": 8192}}),
+    ]
+    assert admin_command(three_hosts, monkeypatch, "usage", "provider", "cmp-1") == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"provider cmp-1 ({uuid_of('cmp-1')}); 1 consumer(s)")
+    assert ["MEMORY_MB", "8192", "32768", "25.0%", "32768", "0", "1"] in [
+        line.split() for line in text.splitlines()
+    ]
+    with pytest.raises(NotFound, match="aggregate gold not found"):
+        admin_command(three_hosts, monkeypatch, "usage", "aggregate", "gold")

@@ -444,6 +444,8 @@ def test_resize_result(case: ResizeResultCase) -> None:
         "instance": holder(store, uuid),
         "migration": holder(store, migration),
     } == case.holders_after
+    if case.name == "finished":  # the destination that worked is an attempt, as for a build
+        assert record.attempts == 1
     if not case.success:
         assert (record.fault, record.fault_details, record.migration_uuid) == (
             NoValidHost.USER_MESSAGE,

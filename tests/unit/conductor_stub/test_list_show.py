@@ -13,9 +13,10 @@ import pytest
 
 from conductor_stub import cmd
 from scheduler.exceptions import InstanceNotFound
-from scheduler.objects import ACTIVE, ERROR, InstanceRecord
+from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import SPEC
+from tests.unit.factories import host, populate, uuid_of
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ def test_show_leaves_the_admin_details_to_admin(
     admin = json.loads(run(capsys, "show", uuid, "--json", "--admin"))
     assert admin["fault_details"] == "0/3 hosts available: 3 disabled"
     text = run(capsys, "show", uuid)
-    assert "  request   req-1" in text.splitlines() and "0/3 hosts" not in text
+    assert "  request id  req-1" in text.splitlines() and "0/3 hosts" not in text
     text = run(capsys, "show", uuid, "--admin")
     assert "  fault details  0/3 hosts available: 3 disabled   [admin only]" in text.splitlines()
 
@@ -123,3 +124,18 @@ def test_show_of_an_unknown_uuid_is_not_found(store: MemoryStore) -> None:
     command: Any = parser.parse_args(["show", str(uuidlib.uuid4())])
     with pytest.raises(InstanceNotFound):
         cmd._show(SimpleNamespace(command=command))  # type: ignore[arg-type]
+
+
+def test_show_names_the_host_a_building_instance_holds_its_claim_on(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run_instance claims and casts the build; the record names no host until
+    the compute reports: the admin view says where the claim is held."""
+    populate(store, [host("cmp-1")])
+    uuid = record(store, BUILDING, host=None)
+    store.claim(uuid, AllocationRequest({uuid_of("cmp-1"): SPEC.resources}, "p", "u"))
+    admin = json.loads(run(capsys, "show", uuid, "--json", "--admin"))
+    assert (admin["host"], admin["claimed_host"]) == (None, "cmp-1")
+    text = run(capsys, "show", uuid, "--admin")
+    assert "  host           - (its claim is held on cmp-1; no build reported yet)" in text
+    assert "claimed_host" not in json.loads(run(capsys, "show", uuid, "--json"))

@@ -6,7 +6,7 @@ import pytest
 
 from conductor_stub.records import ConductorSettings, finish_confirm, finish_revert
 from conductor_stub.resize import Resizer
-from scheduler.exceptions import Forbidden, InvalidRequest
+from scheduler.exceptions import CannotResizeToSameFlavor, Forbidden, InvalidRequest
 from scheduler.objects import (
     ACTIVE,
     RESIZE_CONFIRMING,
@@ -104,13 +104,30 @@ def test_confirm_or_revert_is_cast_to_the_host_that_acts(
     assert (target, instance, moved) == (host, uuid, migration)
 
 
-def test_confirm_needs_a_resized_instance() -> None:
+@pytest.mark.parametrize("confirm, word", [(True, "confirm"), (False, "revert")])
+def test_confirm_or_revert_needs_a_resized_instance(confirm: bool, word: str) -> None:
     store = cloud("h1")
     uuid = active_on(store, "h1")
     resize, _, compute = resizer(store)
-    with pytest.raises(InvalidRequest):
-        resize.confirm(uuid)
+    with pytest.raises(InvalidRequest) as caught:
+        (resize.confirm if confirm else resize.revert)(uuid)
+    assert caught.value.message == (
+        f"invalid request: instance {uuid} is ACTIVE, not RESIZED: nothing to {word}"
+    )
     assert compute.calls == [] and store.get_instance(uuid).state == ACTIVE
+
+
+def test_a_resize_to_the_instance_s_own_flavor_is_refused_as_nova_does() -> None:
+    store = cloud("h1", "h2")
+    uuid = active_on(store, "h1")
+    resize, scheduler, _ = resizer(store)
+    own = SPEC.flavor
+    with pytest.raises(CannotResizeToSameFlavor) as caught:
+        resize.resize(uuid, own)
+    assert f"already has flavor {own.name}" in caught.value.message
+    assert scheduler.calls == [] and store.get_instance(uuid).state == ACTIVE
+    # Another flavor is a resize; the own flavor is a cold migration, still allowed.
+    assert resize.resize(uuid, BIG).state == RESIZING
 
 
 # --- cold migration ---------------------------------------------------------------
