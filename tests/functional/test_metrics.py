@@ -45,7 +45,10 @@ def store_totals(cluster: Cluster) -> Mapping[str, tuple[int, int]]:
     return totals
 
 
-def test_the_counters_move_with_a_reschedule_and_a_no_valid_host(cluster: Cluster) -> None:
+def metered(cluster: Cluster) -> tuple[int, int]:
+    """Health ports for the worker and the conductor (returned), and ``m1.giant``
+    in the catalog (no host has its memory), then the conductor and a roomy
+    host, ``bad-0000``, every boot's first choice, whose builds fail."""
     worker_port, conductor_port = free_port(), free_port()
     giant = cluster.tmp / "flavors.json"
     giant.write_text(json.dumps({"m1.giant": {"vcpus": 1, "memory_mb": 900000}}))
@@ -54,8 +57,12 @@ def test_the_counters_move_with_a_reschedule_and_a_no_valid_host(cluster: Cluste
         conductor={"health_port": conductor_port, "flavors_file": str(giant)},
     )
     cluster.start_conductor()
-    # The roomiest host is every boot's primary, and its builds fail.
     cluster.start_compute(1, "--memory-mb", "262144", "--fail-hosts", "bad-0000", name="bad")
+    return worker_port, conductor_port
+
+
+def test_the_counters_move_with_a_reschedule_and_a_no_valid_host(cluster: Cluster) -> None:
+    worker_port, conductor_port = metered(cluster)
     cluster.start_compute(2, name="good")
     cluster.start_worker().wait_for("health_endpoint")
     worker_before, conductor_before = scrape(worker_port), scrape(conductor_port)
