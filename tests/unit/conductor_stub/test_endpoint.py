@@ -502,6 +502,7 @@ def test_reschedule_of_a_resize(
     scheduler = Recorded(select_destinations=select_on(store, "h3"))
     conductor, compute = endpoint(store, scheduler)
     big = SPEC.replace(flavor=BIG)
+    reschedules, exhausted = Growth("conductor_reschedules"), Growth("conductor_retries_exhausted")
 
     reschedule_resize(conductor, uuid, migration, big, alternates)
 
@@ -511,6 +512,8 @@ def test_reschedule_of_a_resize(
         holds,
         (*tried, "h2"),
     )
+    assert reschedules() == {"resize": 1}
+    assert exhausted() == ({"resize": 1} if cast_to is None else {})
     asked = "select_destinations" in scheduler.names
     assert asked is (not alternates and cast_to is not None)
     if asked:
