@@ -15,7 +15,8 @@ graphs them; keep them stable). Counters are exposed with Prometheus'
 * ``scheduler_decision_seconds``: the deciding of one request alone (refresh,
   filter, weigh, pick, claim), without the wait for the engine.
 * ``scheduler_engine_wait_seconds``: how long a request waited for the engine
-  (one decision at a time per worker process) before its own began.
+  (one decision at a time per worker process) before its own began (every
+  taker of the engine's lock is counted: explain, a scrape of the view).
 * ``scheduler_claim_conflicts_total``: claims another worker's claim beat.
 * ``scheduler_hosts_rejected_total{reason}``: hosts the decisions removed, by
   reason (:mod:`scheduler.engine.reasons` and the filters' ``REASON``).
@@ -54,12 +55,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from scheduler import rules
-from scheduler.log import get_logger
+from scheduler.log import RepeatLimiter, get_logger
 
 if TYPE_CHECKING:
     from scheduler.engine.hostview import HostView
 
 LOG = get_logger(__name__)
+#: A scrape every few seconds while the store is away: a few warnings a minute at most.
+REPEATS = RepeatLimiter()
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -194,8 +197,14 @@ class ViewCollector(Collector):
         return [GaugeMetricFamily(n, h, labels=[label]) for n, (h, label) in VIEW_GAUGES.items()]
 
     def collect(self) -> Iterator[Metric]:
-        with self._fresh_view() as view:
-            totals = view_totals(view, self._clock(), self._down_time)
+        try:
+            with self._fresh_view() as view:
+                totals = view_totals(view, self._clock(), self._down_time)
+        except Exception as exc:  # noqa: BLE001 - the rest of /metrics must still answer
+            # The store is away (scheduler_dependency_up says so): no gauges
+            # rather than stale ones, and no failed scrape.
+            REPEATS.log(LOG, "warning", "view_metrics_unavailable", error=str(exc))
+            return
         for name, (help_text, label) in VIEW_GAUGES.items():
             family = GaugeMetricFamily(name, help_text, labels=[label])
             for value_label, value in totals[name].items():

@@ -3,16 +3,19 @@ the engine apart from the deciding, and the cloud's gauges from the host view.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import oslo_messaging
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from scheduler import health
 from scheduler.engine import reasons
-from scheduler.exceptions import NoValidHost
+from scheduler.exceptions import NoValidHost, StoreUnavailable
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
 from tests.unit.factories import NOW, HookedStore, child, engine, host, spec, uuid_of
 from tests.unit.metering import Growth
@@ -143,3 +146,19 @@ def test_the_view_gauges_sum_every_provider_and_count_hosts_per_state() -> None:
     assert value("scheduler_hosts", state="disabled") == 1
     names = {m.name for m in registry.collect()}
     assert names == set(health.VIEW_GAUGES)
+
+
+def test_the_view_gauges_are_left_out_while_the_store_is_away() -> None:
+    """A scrape must still answer (scheduler_dependency_up says why) when the
+    view cannot be caught up: no gauges rather than a failed scrape."""
+
+    @contextlib.contextmanager
+    def unreachable() -> Iterator[Any]:
+        raise StoreUnavailable("connection refused")
+        yield
+
+    registry = CollectorRegistry()
+    registry.register(health.ViewCollector(unreachable, 60.0))
+    health.DEPENDENCY_UP.labels("store").set(0)
+    assert list(registry.collect()) == []
+    assert b"scheduler_dependency_up" in generate_latest()
