@@ -18,9 +18,11 @@ from importlib import resources
 
 from scheduler.dashboard.state import StateSource
 from scheduler.health import QuietHandler
-from scheduler.log import get_logger
+from scheduler.log import RepeatLimiter, get_logger
 
 LOG = get_logger(__name__)
+#: The same failure at every poll (the store away): a few warnings a minute at most.
+REPEATS = RepeatLimiter()
 
 
 def page() -> bytes:
@@ -48,7 +50,7 @@ def make_server(source: StateSource, token: str, host: str, port: int) -> Thread
                 try:
                     body = json.dumps(source.get()).encode()
                 except Exception as exc:  # noqa: BLE001 - the page says what failed
-                    LOG.warning("dashboard_state_failed", error=str(exc))
+                    REPEATS.log(LOG, "warning", "dashboard_state_failed", error=str(exc))
                     body = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
                     self.send_body(503, "application/json", body)
                     return

@@ -26,6 +26,7 @@ from scheduler.dashboard.state import (
     groups,
     read_counters,
 )
+from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import Flavor
 from scheduler.store import MemoryStore
 from tests.unit.factories import NOW, aggregate, az, host, populate, private_conf
@@ -228,3 +229,21 @@ def test_the_metrics_are_read_where_the_configuration_serves_them(tmp_path: Path
         "http://127.0.0.1:9100/metrics",
     ]
     assert dashboard.metrics_urls(private_conf()) == []
+
+
+def test_a_store_away_is_a_503_the_page_can_show() -> None:
+    def away() -> dict[str, Any]:
+        raise StoreUnavailable(reason="Error 111 connecting to 127.0.0.1:6390")
+
+    srv = make_server(StateSource(away, Scraper([])), "t", "127.0.0.1", 0)
+    dashboard.server.serve_in_background(srv)
+    try:
+        status, body = get(f"http://127.0.0.1:{srv.server_address[1]}/api/state", "t")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert status == 503
+    assert json.loads(body) == {
+        "error": "StoreUnavailable: the store cannot be reached: "
+        "Error 111 connecting to 127.0.0.1:6390"
+    }
