@@ -34,7 +34,7 @@ repairs what was found both times. Exit status 1 when something is found.
 ``scheduler-admin dashboard [--port P]`` serves a live, read-only page of the
 cloud to a browser (:mod:`scheduler.dashboard`).
 
-Every command takes ``--json`` for one JSON document instead of text.
+Every command but ``dashboard`` takes ``--json`` for one JSON document instead of text.
 """
 
 from __future__ import annotations
