@@ -60,7 +60,7 @@ from typing import Any
 
 import oslo_messaging
 
-from conductor_stub import records
+from conductor_stub import metrics, records
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import cast_rebuild
 from conductor_stub.live_migrate import LiveMigrator
@@ -325,6 +325,7 @@ class ConductorEndpoint:
             is None
         ):
             return
+        metrics.RESCHEDULES.labels("build").inc()
         if not self.settings.return_alternates:
             self._build_via_scheduler(ctxt, uuid, spec, attempts, tried)
             return
@@ -393,6 +394,8 @@ class ConductorEndpoint:
         if records.fail_build(
             self.store, uuid, policy.user_reason(exc), details, clock=self._clock
         ):
+            if isinstance(exc, MaxRetriesExceeded):
+                metrics.RETRIES_EXHAUSTED.labels("build").inc()
             LOG.warning(
                 "max_retries_exceeded"
                 if isinstance(exc, MaxRetriesExceeded)
@@ -711,6 +714,8 @@ class ConductorEndpoint:
             if records.fail_move(
                 self.store, record, policy.user_reason(exc), admin, clock=self._clock
             ):
+                if isinstance(exc, MaxRetriesExceeded):
+                    metrics.RETRIES_EXHAUSTED.labels("rebuild").inc()
                 LOG.warning("evacuate_gave_up", attempts=attempts, tried=tried)
 
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
@@ -727,6 +732,7 @@ class ConductorEndpoint:
         if updated is None:
             return
         record = updated
+        metrics.RESCHEDULES.labels("rebuild").inc()
 
         def again(refused: Sequence[str] = ()) -> None:
             retry = records.move_spec(record)
@@ -794,13 +800,14 @@ class ConductorEndpoint:
             f"{', '.join(tried)}; last failure: {reason}"
         )
         if not self.settings.return_alternates and attempts >= self.settings.max_attempts:
-            records.fail_move(
+            if records.fail_move(
                 self.store,
                 record,
                 policy.user_reason(MaxRetriesExceeded()),
                 details,
                 clock=self._clock,
-            )
+            ):
+                metrics.RETRIES_EXHAUSTED.labels(metrics.MOVE_KINDS[state]).inc()
             return None
         updated = self.store.update_instance(
             uuid,
@@ -810,7 +817,10 @@ class ConductorEndpoint:
             updated_at=self._clock(),
             deadline=self._clock() + timeout,
         )
-        return None if updated is None else (updated, details)
+        if updated is None:
+            return None
+        metrics.RESCHEDULES.labels(metrics.MOVE_KINDS[state]).inc()
+        return updated, details
 
     def _next_alternate(
         self,
@@ -843,13 +853,14 @@ class ConductorEndpoint:
         ):
             again(refused)
             return
-        records.fail_move(
+        if records.fail_move(
             self.store,
             record,
             policy.user_reason(MaxRetriesExceeded()),
             details + _refused(refused),
             clock=self._clock,
-        )
+        ):
+            metrics.RETRIES_EXHAUSTED.labels(metrics.MOVE_KINDS[state]).inc()
 
     def _try_alternates(
         self,

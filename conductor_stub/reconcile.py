@@ -89,8 +89,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from prometheus_client import Counter as Metric
-
+from conductor_stub.metrics import ACTIONS_TAKEN
 from scheduler.exceptions import ConsumerConflict, ConsumerDeleted, ProviderNotFound
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
@@ -137,13 +136,6 @@ FAILED = "failed"
 #: The count of healed allocations that took a host past its capacity.
 OVERCOMMIT = "overcommit"
 
-#: The actions taken, per kind (and ``overcommit``), on the conductor's /metrics.
-ACTIONS_TAKEN = Metric(
-    "conductor_reconcile_actions",
-    "Repairs the reconciler made, by finding kind (overcommit: healed "
-    "allocations that took a host past its capacity).",
-    ["kind"],
-)
 
 #: The user-facing fault of a record the boot client saw vanish (``lost_boot``).
 LOST_FAULT = "The instance was lost."

@@ -58,7 +58,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from conductor_stub import records
+from conductor_stub import metrics, records
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import Evacuator
 from conductor_stub.live_migrate import LiveMigrator
@@ -190,6 +190,7 @@ class Sweeper:
                 clock=self._clock,
             ):
                 self.counts["timed_out"] += 1
+                metrics.TIMED_OUT.labels("run_instance").inc()
                 LOG.warning("request_timed_out", kind="run_instance", redrives=record.redrives)
             return
         if self._push(record, BUILDING, timeout) is None:
@@ -209,6 +210,7 @@ class Sweeper:
                 clock=self._clock,
             ):
                 self.counts["timed_out"] += 1
+                metrics.TIMED_OUT.labels("resize").inc()
                 LOG.warning("request_timed_out", kind="resize", redrives=record.redrives)
             return
         updated = self._push(record, RESIZING, self.settings.resize_timeout)
@@ -276,6 +278,7 @@ class Sweeper:
                 clock=self._clock,
             ):
                 self.counts["timed_out"] += 1
+                metrics.TIMED_OUT.labels("evacuate").inc()
                 LOG.warning("request_timed_out", kind="evacuate", redrives=record.redrives)
             return
         updated = self._push(record, REBUILDING, self.settings.build_timeout)
@@ -294,6 +297,7 @@ class Sweeper:
                 clock=self._clock,
             ):
                 self.counts["timed_out"] += 1
+                metrics.TIMED_OUT.labels("live_migrate").inc()
                 LOG.warning("request_timed_out", kind="live_migrate", redrives=record.redrives)
             return
         updated = self._push(record, MIGRATING, timeout)
@@ -324,6 +328,7 @@ class Sweeper:
 
     def _redriven(self, kind: str, record: InstanceRecord) -> None:
         self.counts[kind] += 1
+        metrics.REDRIVES.labels(kind).inc()
         LOG.info(
             "request_redriven",
             kind=kind,

@@ -41,7 +41,7 @@ from typing import Any
 import oslo_messaging
 
 from scheduler import health, policy
-from scheduler.engine.pipeline import Engine
+from scheduler.engine.pipeline import Engine, InstanceTrace
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import (
     ConsumerConflict,
@@ -192,6 +192,7 @@ class DecisionStats:
         self.decisions = 0
         self.no_valid_host = 0
         self.seconds = 0.0  # summed per decision, waits for the engine included
+        self.waited = 0.0  # of which waiting for the engine
         self.first_start: float | None = None
         self.last_end = 0.0
 
@@ -204,6 +205,10 @@ class DecisionStats:
 
     @contextmanager
     def timed(self) -> Iterator[None]:
+        """Times one decision: its outcome counted, the wait for the engine
+        (``scheduler_engine_wait_seconds``) kept apart from the deciding
+        (``scheduler_decision_seconds``)."""
+        health.take_engine_wait()  # this thread's earlier waits are not this decision's
         start = time.perf_counter()
         failed = False
         outcome = "error"
@@ -219,8 +224,9 @@ class DecisionStats:
             raise
         finally:
             end = time.perf_counter()
+            waited = min(health.take_engine_wait(), end - start)
             health.DECISIONS.labels(outcome).inc()
-            health.DECISION_SECONDS.observe(end - start)
+            health.DECISION_SECONDS.observe(end - start - waited)
             with self._lock:
                 if self.first_start is None:
                     self.first_start = start
@@ -228,6 +234,19 @@ class DecisionStats:
                 self.decisions += 1
                 self.no_valid_host += failed
                 self.seconds += end - start
+                self.waited += waited
+
+
+def count_rejections(traces: Sequence[InstanceTrace], no_valid_host: bool) -> None:
+    """The hosts each reason removed in a request's decisions
+    (``scheduler_hosts_rejected_total``) and, when it found no valid host, the
+    reasons of the failed decision, the last (``scheduler_no_valid_host_reasons_total``)."""
+    for trace in traces:
+        for reason, hosts in trace.reasons.items():
+            health.HOSTS_REJECTED.labels(reason).inc(hosts)
+    if no_valid_host and traces:
+        for reason in traces[-1].reasons:
+            health.NO_VALID_HOST_REASONS.labels(reason).inc()
 
 
 class SchedulerEndpoint:
@@ -282,14 +301,19 @@ class SchedulerEndpoint:
         while True:
             try:
                 with self.stats.timed():
-                    selections = self.engine.select(
-                        request_id,
-                        spec.replace(num_instances=len(live)),
-                        live,
-                        return_alternates=return_alternates,
-                        migration_uuid=migration_uuid,
-                    )
-                return dict(zip(live, selections, strict=True))
+                    try:
+                        result = self.engine.schedule(
+                            request_id,
+                            spec.replace(num_instances=len(live)),
+                            live,
+                            return_alternates=return_alternates,
+                            migration_uuid=migration_uuid,
+                        )
+                    except NoValidHost as exc:
+                        count_rejections(exc.traces, no_valid_host=True)
+                        raise
+                count_rejections(result.traces, no_valid_host=False)
+                return dict(zip(live, result.selections, strict=True))
             except ConsumerDeleted as exc:
                 LOG.info("instance_deleted_meanwhile", instance_uuid=exc.consumer)
                 live.remove(exc.consumer)

@@ -33,7 +33,10 @@ reconciliation once (:mod:`conductor_stub.reconcile`): each finding in one
 line and the counts per kind; ``--fix`` compares again after the grace and
 repairs what was found both times. Exit status 1 when something is found.
 
-Every command takes ``--json`` for one JSON document instead of text.
+``scheduler-admin dashboard [--port P]`` serves a live, read-only page of the
+cloud to a browser (:mod:`scheduler.dashboard`).
+
+Every command but ``dashboard`` takes ``--json`` for one JSON document instead of text.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ DESCRIPTION = (
     "the hosts hold (hosts; usage per provider, aggregate, project), what became "
     "of an instance (instance show); take a host out "
     "of scheduling and back (host disable, host enable) or empty it (host drain); "
-    "compare what the computes run with the store, and repair (audit [--fix])."
+    "compare what the computes run with the store, and repair (audit [--fix]); watch the "
+    "cloud live in a browser (dashboard)."
 )
 
 #: Exit status of ``explain``: the request would be placed / would not be.
@@ -341,6 +345,44 @@ def _add_commands(subparsers: Any) -> None:
     for view in (by_provider, by_aggregate, by_project):
         view.add_argument("--json", action="store_true", help="Print the view as JSON.")
 
+    dashboard = subparsers.add_parser(
+        "dashboard",
+        help="Serve a live, read-only picture of the cloud to a browser.",
+        description="Serve a web page that shows, updated every two seconds: each host's "
+        "fill per resource class as a heat map grouped by aggregate, hosts down or "
+        "disabled, how many of each catalog flavor still fit, decisions per second, the "
+        "reasons of recent NoValidHosts, reschedules and re-drives. Hosts are read from the "
+        "store as `hosts` reads them; rates from the workers' and the conductor's /metrics. "
+        "Its data needs a token: $SCHEDULER_DASHBOARD_TOKEN, else a random one; the page's "
+        "address, token included, is printed at start. Ctrl-C stops it.",
+    )
+    dashboard.add_argument(
+        "--listen",
+        default="127.0.0.1",
+        help="Address to listen on (default: %(default)s, this machine only).",
+    )
+    dashboard.add_argument(
+        "--port",
+        type=int,
+        default=8090,
+        help="Port to listen on; 0: any free one (default: %(default)s).",
+    )
+    dashboard.add_argument(
+        "--metrics-url",
+        action="append",
+        metavar="URL",
+        help="A /metrics to read rates from (repeat for each worker and the conductor); by "
+        "default those [scheduler] health_port (one per worker) and [conductor] health_port "
+        "name on [scheduler] health_listen.",
+    )
+    dashboard.add_argument(
+        "--refresh",
+        type=_seconds,
+        default=1.0,
+        help="Read the store and the metrics at most once per this many seconds, however "
+        "many pages poll (default: %(default)s).",
+    )
+
     instance = subparsers.add_parser(
         "instance", help="Look at one instance.", description="Look at one instance's record."
     )
@@ -483,7 +525,7 @@ command_opt = cfg.SubCommandOpt(
     title="Commands",
     handler=_add_commands,
     help="explain | hosts | usage provider|aggregate|project | instance show | host disable | "
-    "host enable | host drain | audit",
+    "host enable | host drain | audit | dashboard",
 )
 
 
@@ -1304,6 +1346,10 @@ def run(conf: cfg.ConfigOpts) -> int:
             return _host_set(conf, store)
         if command == "audit":
             return _audit(conf, store)
+        if command == "dashboard":
+            from scheduler import dashboard  # the page's reader imports this module
+
+            return dashboard.serve(conf, store, conf.command, sys.stdout)
         return _instance_show(conf, store)
     finally:
         store.close()

@@ -179,6 +179,8 @@ class WorkerService(cotyledon.Service):
             }
         )
         monitor.start()
+        engine = self._service.engine
+        health.export_view(engine.fresh_view, engine.settings.service_down_time)
         return health.serve(
             monitor, conf.scheduler.health_listen, conf.scheduler.health_port + self.worker_id
         )

@@ -41,13 +41,13 @@ weighed list. Those names are recorded only then: the decisions of
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -270,7 +270,17 @@ class Engine:
         for name, configured in self.filters:
             if configured.NOT_NEEDED:
                 LOG.warning("host_filter_not_needed", host_filter=name, why=configured.NOT_NEEDED)
-        self._lock = threading.Lock()
+        # Times each wait for it (scheduler_engine_wait_seconds), so a
+        # decision's own time is told apart from its wait.
+        self._lock = health.EngineLock()
+
+    @contextlib.contextmanager
+    def fresh_view(self) -> Iterator[HostView]:
+        """The host view caught up with the store, held while the caller reads it
+        (no decision runs meanwhile): for readers such as the metrics."""
+        with self._lock:
+            self.view.refresh(self._clock())
+            yield self.view
 
     def select(
         self,

@@ -37,6 +37,7 @@ from tests.unit.conductor_stub.helpers import (
     selection,
 )
 from tests.unit.factories import GROUP_UUID, NOW, Recorded, group
+from tests.unit.metering import Growth
 
 CTXT = RequestContext(request_id="req-1")
 
@@ -203,6 +204,8 @@ class RescheduleCase:
     state: str = BUILDING
     fault: str | None = None
     asks_scheduler: bool = False
+    #: The attempt is recorded and another host tried (a reschedule counted).
+    rescheduled: bool = True
 
 
 RESCHEDULE_CASES = [
@@ -254,8 +257,9 @@ RESCHEDULE_CASES = [
         scheduler="h4",
         state=ERROR,
         fault=MaxRetriesExceeded.USER_MESSAGE,
+        rescheduled=False,
     ),
-    RescheduleCase("superseded-by-a-re-driven-copy", held_on="h4"),
+    RescheduleCase("superseded-by-a-re-driven-copy", held_on="h4", rescheduled=False),
     RescheduleCase(
         "alternates-off-asks-the-scheduler",
         return_alternates=False,
@@ -303,6 +307,7 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
     )
     scheduler = Recorded(select_destinations=answer)
     conductor, compute = endpoint(store, scheduler, return_alternates=case.return_alternates)
+    reschedules, exhausted = Growth("conductor_reschedules"), Growth("conductor_retries_exhausted")
 
     conductor.reschedule(
         CTXT,
@@ -315,6 +320,8 @@ def test_reschedule_of_a_build(case: RescheduleCase) -> None:
 
     record = store.get_instance(uuid)
     assert (record.state, record.fault) == (case.state, case.fault), record
+    assert reschedules() == ({"build": 1} if case.rescheduled else {})
+    assert exhausted() == ({"build": 1} if case.fault == MaxRetriesExceeded.USER_MESSAGE else {})
     if case.built_on is None:
         assert "build_and_run_instance" not in compute.names
         assert holder(store, uuid) == case.held_on
@@ -497,6 +504,7 @@ def test_reschedule_of_a_resize(
     scheduler = Recorded(select_destinations=select_on(store, "h3"))
     conductor, compute = endpoint(store, scheduler)
     big = SPEC.replace(flavor=BIG)
+    reschedules, exhausted = Growth("conductor_reschedules"), Growth("conductor_retries_exhausted")
 
     reschedule_resize(conductor, uuid, migration, big, alternates)
 
@@ -506,6 +514,8 @@ def test_reschedule_of_a_resize(
         holds,
         (*tried, "h2"),
     )
+    assert reschedules() == {"resize": 1}
+    assert exhausted() == ({"resize": 1} if cast_to is None else {})
     asked = "select_destinations" in scheduler.names
     assert asked is (not alternates and cast_to is not None)
     if asked:

@@ -31,6 +31,19 @@ from tests.unit.conductor_stub.helpers import (
     resizing,
 )
 from tests.unit.factories import NOW, Recorded
+from tests.unit.metering import Growth
+
+#: The sweep's counts that are re-drives (the others are requests given up or finished).
+REDRIVE_KINDS = {
+    "run_instance",
+    "resize",
+    "confirm",
+    "revert",
+    "terminate",
+    "shelve",
+    "evacuate",
+    "live_migrate",
+}
 
 LATER = NOW + 100  # every deadline the helpers set (NOW + 60) has passed
 SETTINGS = ConductorSettings(build_timeout=10, resize_timeout=20, max_redrives=3)
@@ -188,6 +201,7 @@ def test_sweep(case: SweepCase) -> None:
     store = cloud("h1", "h2", "h3")
     uuid = case.make(store, case.redrives, case.claim)
     sweep, scheduler, compute = sweeper(store)
+    redrives, timed_out = Growth("conductor_redrives"), Growth("conductor_requests_timed_out")
 
     assert sweep.sweep() == 1
 
@@ -201,6 +215,9 @@ def test_sweep(case: SweepCase) -> None:
     ), record
     assert (*scheduler.names, *compute.names) == case.sent
     assert dict(sweep.counts) == case.counts
+    # On /metrics: each re-drive by its kind; each request given up, by its kind.
+    assert redrives() == {k: n for k, n in case.counts.items() if k in REDRIVE_KINDS}
+    assert sum(timed_out().values()) == case.counts.get("timed_out", 0)
     if record.state == ACTIVE:
         assert record.migration_uuid is None and store.list_consumers() == [
             store.get_consumer(uuid)

@@ -1,0 +1,58 @@
+"""The conductor's Prometheus metrics, defined once (served on its ``/metrics``,
+``[conductor] health_port``). Their names are part of the operator interface:
+the README lists them and ``etc/grafana-dashboard.json`` graphs them; keep them
+stable. Counters are exposed with Prometheus' ``_total`` suffix.
+
+* ``conductor_reschedules_total{kind}``: failed builds (``build``) or move
+  destinations (``resize``, ``live_migration``, ``rebuild``) sent on to
+  another host: an attempt recorded and the next alternate (or the
+  scheduler) tried.
+* ``conductor_retries_exhausted_total{kind}``: requests that ran out of
+  attempts (``max_attempts`` destinations failed, or no alternate left to
+  claim): a boot in ERROR, a move back on its source, an evacuation given up.
+* ``conductor_redrives_total{kind}``: requests re-sent past their deadline
+  (``run_instance``, ``resize``, ``confirm``, ``revert``, ``terminate``,
+  ``shelve``, ``evacuate``, ``live_migrate``; :mod:`conductor_stub.redrive`).
+* ``conductor_requests_timed_out_total{kind}``: requests given up after
+  ``max_redrives`` re-drives.
+* ``conductor_reconcile_actions_total{kind}``: repairs the reconciler made.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from scheduler.objects import MIGRATING, REBUILDING, RESIZING
+
+RESCHEDULES = Counter(
+    "conductor_reschedules",
+    "Failed builds or move destinations sent on to another host, by kind (build, "
+    "resize, live_migration, rebuild).",
+    ["kind"],
+)
+RETRIES_EXHAUSTED = Counter(
+    "conductor_retries_exhausted",
+    "Requests that ran out of attempts (max_attempts destinations failed or no "
+    "alternate left), by kind (build, resize, live_migration, rebuild).",
+    ["kind"],
+)
+REDRIVES = Counter(
+    "conductor_redrives",
+    "Requests re-sent because their deadline passed unanswered, by kind.",
+    ["kind"],
+)
+TIMED_OUT = Counter(
+    "conductor_requests_timed_out",
+    "Requests given up after max_redrives re-drives, by kind.",
+    ["kind"],
+)
+ACTIONS_TAKEN = Counter(
+    "conductor_reconcile_actions",
+    "Repairs the reconciler made, by finding kind (overcommit: healed "
+    "allocations that took a host past its capacity).",
+    ["kind"],
+)
+
+#: The kind a move's reschedule or exhaustion is counted under, by the
+#: instance's state during the move.
+MOVE_KINDS = {RESIZING: "resize", MIGRATING: "live_migration", REBUILDING: "rebuild"}

@@ -1,0 +1,106 @@
+"""The worker's and the conductor's /metrics, scraped around real boots: one
+rescheduled off a failing host, one that finds no valid host."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.functional.conftest import Cluster
+from tests.functional.test_boot import wait_until
+from tests.functional.test_health import free_port
+from tests.functional.test_reschedule import boot_nowait
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def grew(after: Samples, before: Samples, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def store_totals(cluster: Cluster) -> Mapping[str, tuple[int, int]]:
+    """(used, capacity) per class over every provider, read from the store."""
+    totals: dict[str, tuple[int, int]] = {}
+    for p in cluster.store.list_providers():
+        for rc, inv in p.inventories.items():
+            used, cap = totals.get(rc, (0, 0))
+            totals[rc] = (used + p.usages.get(rc, 0), cap + inv.capacity)
+    return totals
+
+
+def metered(cluster: Cluster) -> tuple[int, int]:
+    """Health ports for the worker and the conductor (returned), and ``m1.giant``
+    in the catalog (no host has its memory), then the conductor and a roomy
+    host, ``bad-0000``, every boot's first choice, whose builds fail."""
+    worker_port, conductor_port = free_port(), free_port()
+    giant = cluster.tmp / "flavors.json"
+    giant.write_text(json.dumps({"m1.giant": {"vcpus": 1, "memory_mb": 900000}}))
+    cluster.write_config(
+        scheduler={"health_port": worker_port},
+        conductor={"health_port": conductor_port, "flavors_file": str(giant)},
+    )
+    cluster.start_conductor()
+    cluster.start_compute(1, "--memory-mb", "262144", "--fail-hosts", "bad-0000", name="bad")
+    return worker_port, conductor_port
+
+
+def test_the_counters_move_with_a_reschedule_and_a_no_valid_host(cluster: Cluster) -> None:
+    worker_port, conductor_port = metered(cluster)
+    cluster.start_compute(2, name="good")
+    cluster.start_worker().wait_for("health_endpoint")
+    worker_before, conductor_before = scrape(worker_port), scrape(conductor_port)
+
+    (placed,) = boot_nowait(cluster, "--count", "1", "--flavor", "m1.small")
+    (refused,) = boot_nowait(cluster, "--count", "1", "--flavor", "m1.giant")
+    wait_until(
+        lambda: (
+            {cluster.store.get_instance(u).state for u in (placed, refused)} == {"ACTIVE", "ERROR"}
+        ),
+        timeout=60,
+        what="one instance ACTIVE (rescheduled), the other in ERROR (no valid host)",
+    )
+    worker, conductor = scrape(worker_port), scrape(conductor_port)
+
+    def worker_grew(name: str, **labels: str) -> float:
+        return grew(worker, worker_before, name, **labels)
+
+    assert cluster.store.get_instance(placed).tried_hosts == ("bad-0000",)
+    assert worker_grew("scheduler_decisions_total", outcome="placed") == 1
+    assert worker_grew("scheduler_decisions_total", outcome="no_valid_host") == 1
+    insufficient = "insufficient MEMORY_MB"
+    assert worker_grew("scheduler_no_valid_host_reasons_total", reason=insufficient) == 1
+    # The giant removed all three hosts; the small one none.
+    assert worker_grew("scheduler_hosts_rejected_total", reason=insufficient) == 3
+    assert worker_grew("scheduler_decision_seconds_count") == 2
+    assert worker_grew("scheduler_engine_wait_seconds_count") >= 2
+
+    def conductor_grew(name: str, **labels: str) -> float:
+        return grew(conductor, conductor_before, name, **labels)
+
+    assert conductor_grew("conductor_reschedules_total", kind="build") == 1
+    assert conductor_grew("conductor_retries_exhausted_total", kind="build") == 0
+
+    # The gauges: the cloud as the store holds it.
+    for rc, (used, capacity) in store_totals(cluster).items():
+        assert value(worker, "scheduler_resource_capacity", resource_class=rc) == capacity, rc
+        assert value(worker, "scheduler_resource_used", resource_class=rc) == used, rc
+    assert value(worker, "scheduler_hosts", state="up") == 3
+    assert value(worker, "scheduler_hosts", state="down") == 0
+    assert value(worker, "scheduler_hosts", state="disabled") == 0
