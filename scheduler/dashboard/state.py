@@ -1,7 +1,8 @@
 """What the dashboard shows, as one JSON document (``/api/state``).
 
-The hosts are ``scheduler-admin hosts``' own rows (:func:`scheduler.cmd.admin.host_rows`
-over the store's paged reads), so the page and ``hosts --json`` cannot disagree;
+The hosts are ``scheduler-admin hosts``' own rows (:class:`scheduler.usage.HostTable`
+over the store's paged reads, each row as ``hosts --json`` prints it), so the
+page and ``hosts --json`` cannot disagree;
 the totals, the groups for the heat map and how many of each catalog flavor
 still fit are worked out from those rows. The rates (decisions per second,
 recent NoValidHost reasons, reschedules, re-drives) come from the workers' and
@@ -19,11 +20,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.cmd.admin import HostRow, host_rows
 from scheduler.objects import Flavor, RequestSpec
 from scheduler.store import Store
+from scheduler.usage import HostTable
+
+#: One host as ``hosts --json`` prints it (:meth:`HostTable.rows`).
+HostRow = Mapping[str, Any]
 
 #: The aggregate metadata key naming an availability zone (as Nova has it).
 ZONE_KEY = "availability_zone"
@@ -60,11 +65,12 @@ def flavor_fits(resources: Mapping[str, int], rows: Iterable[HostRow]) -> tuple[
     alone has the room."""
     total = hosts = 0
     for row in rows:
-        if not row.up or row.disabled:
+        if not row["up"] or row["disabled"]:
             continue
+        usage = row["usage"]
         fit = min(
             (
-                (u.capacity - u.used) // amount if (u := row.usage.get(rc)) is not None else 0
+                (u["capacity"] - u["used"]) // amount if (u := usage.get(rc)) is not None else 0
                 for rc, amount in resources.items()
                 if amount > 0
             ),
@@ -88,28 +94,23 @@ def groups(rows: Sequence[HostRow], zones: Mapping[str, str]) -> list[dict[str, 
     each, one in none under :data:`NO_AGGREGATE`."""
     members: dict[str, list[str]] = {}
     for row in rows:
-        for name in row.aggregates or (NO_AGGREGATE,):
-            members.setdefault(name, []).append(row.host)
+        for name in row["aggregates"] or (NO_AGGREGATE,):
+            members.setdefault(name, []).append(row["host"])
     return [
         {"name": name, "zone": zones.get(name), "hosts": hosts}
         for name, hosts in sorted(members.items(), key=lambda kv: (kv[0] == NO_AGGREGATE, kv[0]))
     ]
 
 
-def summary(rows: Sequence[HostRow]) -> dict[str, Any]:
+def summary(table: HostTable) -> dict[str, Any]:
     """Hosts per state and usage against capacity per class, over every host."""
-    usage: dict[str, dict[str, int]] = {}
-    for row in rows:
-        for rc, u in row.usage.items():
-            total = usage.setdefault(rc, {"used": 0, "capacity": 0})
-            total["used"] += u.used
-            total["capacity"] += u.capacity
+    up = int(table.up.sum())
     return {
-        "hosts": len(rows),
-        "up": sum(r.up for r in rows),
-        "down": sum(not r.up for r in rows),
-        "disabled": sum(r.disabled for r in rows),
-        "usage": usage,
+        "hosts": len(table),
+        "up": up,
+        "down": len(table) - up,
+        "disabled": int(table.disabled.sum()),
+        "usage": table.totals(np.arange(len(table))),
     }
 
 
@@ -118,14 +119,9 @@ def cloud(
 ) -> dict[str, Any]:
     """The hosts (as ``hosts --json`` lists them), their groups, the totals and
     the catalog's flavors with how many still fit."""
+    table = HostTable.from_snapshot(store.compact_snapshot(), now, service_down_time)
+    rows = list(table.rows(np.arange(len(table))))
     aggregates = store.list_aggregates()
-    rows = host_rows(
-        store.list_providers(),
-        store.list_services(),
-        now,
-        service_down_time,
-        {a.uuid: a.name for a in aggregates},
-    )
     zones = {a.name: a.metadata[ZONE_KEY] for a in aggregates if a.metadata.get(ZONE_KEY)}
     flavors = []
     for name, flavor in sorted(catalog.items(), key=lambda kv: (kv[1].memory_mb, kv[0])):
@@ -133,9 +129,9 @@ def cloud(
         fits, hosts = flavor_fits(resources, rows)
         flavors.append({"name": name, "resources": resources, "fits": fits, "hosts": hosts})
     return {
-        "hosts": [r.to_primitive() for r in rows],
+        "hosts": rows,
         "groups": groups(rows, zones),
-        "summary": summary(rows),
+        "summary": summary(table),
         "flavors": flavors,
     }
 

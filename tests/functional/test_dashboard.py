@@ -1,6 +1,6 @@
 """``scheduler-admin dashboard`` against a running cluster, in a real headless
-Chromium: the page's numbers equal ``scheduler-admin hosts --json`` and the
-store's, it names the NoValidHost's reason and the reschedule, it updates
+Chromium: the page's numbers equal ``scheduler-admin hosts --json``, ``usage
+aggregate --json`` and the store's, it names the NoValidHost's reason and the reschedule, it updates
 itself while instances boot, and its data needs the token. A screenshot is
 kept in the test's directory (and, with ``SCHEDULER_DASHBOARD_SCREENSHOT=PATH``
 set, written there too: that is how ``doc/dashboard.png`` is made)."""
@@ -192,6 +192,20 @@ def test_the_page_shows_the_cloud_as_hosts_json_does_and_follows_it_live(
         assert page["hosts"] == as_page_shows(rows)
         for host, usage in store_usage(cluster).items():
             assert {k: page["hosts"][host][k] for k in usage} == usage, host
+        # Each aggregate's hosts, as the page shows them, add up to what
+        # ``usage aggregate --json`` says (the hosts in none too).
+        out = admin_cli(cluster, "usage", "aggregate", "--json")
+        assert out.returncode == 0, out.stderr
+        by_aggregate = json.loads(out.stdout)
+        views = [(a["name"], a) for a in by_aggregate["aggregates"]]
+        views.append(("(no aggregate)", by_aggregate["no_aggregate"]))
+        for name, view in views:
+            members = page["groups"].get(name, [])
+            assert len(members) == view["hosts"], name
+            for rc, usage in view["usage"].items():
+                cells = [page["hosts"][h][f"{rc} used/cap"].split("/") for h in members]
+                summed = [sum(int(c[i]) for c in cells if len(c) == 2) for i in (0, 1)]
+                assert summed == [usage["used"], usage["capacity"]], (name, rc)
         assert page["hostsCard"] == "5 up, 0 down, 1 disabled"
         assert page["unwell"] == [["rack-0003", "up", "disabled (maintenance)"]]
         assert "disabled" in page["cells"]["rack-0003"]

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from scheduler import dashboard
-from scheduler.cmd.admin import HostRow, Usage
 from scheduler.dashboard.server import make_server
 from scheduler.dashboard.state import (
     NO_AGGREGATE,
+    HostRow,
     Scraper,
     StateSource,
     cloud,
@@ -32,17 +32,27 @@ from scheduler.store import MemoryStore
 from tests.unit.factories import NOW, aggregate, az, host, populate, private_conf
 
 
-def row(name: str, up: bool = True, disabled: bool = False, **usage: tuple[int, int]) -> HostRow:
-    return HostRow(
-        host=name,
-        uuid=name,
-        up=up,
-        disabled=disabled,
-        disabled_reason=None,
-        failed_builds=0,
-        consumers=0,
-        usage={rc: Usage(used, cap) for rc, (used, cap) in usage.items()},
-    )
+def row(
+    name: str,
+    up: bool = True,
+    disabled: bool = False,
+    aggregates: tuple[str, ...] = (),
+    **usage: tuple[int, int],
+) -> HostRow:
+    """A host as ``hosts --json`` prints it (what the page's rows are)."""
+    return {
+        "host": name,
+        "uuid": name,
+        "up": up,
+        "disabled": disabled,
+        "disabled_reason": None,
+        "failed_builds": 0,
+        "consumers": 0,
+        "last_seen": None,
+        "usage": {rc: {"used": used, "capacity": cap} for rc, (used, cap) in usage.items()},
+        "traits": [],
+        "aggregates": list(aggregates),
+    }
 
 
 @dataclass(frozen=True)
@@ -87,9 +97,9 @@ def test_a_flavors_resources_are_the_schedulers_with_its_overrides() -> None:
 
 def test_groups_by_aggregate_with_its_zone_and_hosts_in_none() -> None:
     rows = [
-        HostRow("a", "a", True, False, None, 0, 0, aggregates=("az1-agg", "gold")),
-        HostRow("b", "b", True, False, None, 0, 0, aggregates=("az1-agg",)),
-        HostRow("c", "c", True, False, None, 0, 0),
+        row("a", aggregates=("az1-agg", "gold")),
+        row("b", aggregates=("az1-agg",)),
+        row("c"),
     ]
     assert groups(rows, {"az1-agg": "az1"}) == [
         {"name": "az1-agg", "zone": "az1", "hosts": ["a", "b"]},
