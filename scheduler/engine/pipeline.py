@@ -1138,7 +1138,8 @@ class Ranking:
     ) -> None:
         self.candidates = candidates
         self.total = total
-        self._rest: np.ndarray | None = None  # positions after the head, not yet sorted
+        # the positions after the head, unsorted, found when first asked for
+        self._rest: Callable[[], np.ndarray] | None = None
         self._order = self._head(rng, head)
 
     def __len__(self) -> int:
@@ -1154,14 +1155,15 @@ class Ranking:
         if np.isnan(edge):  # fewer numbers than the head: sort them all, NaN last
             order = np.argsort(key, kind="stable")
             numbers = int(np.count_nonzero(~np.isnan(key)))
-            better, tied, self._rest = order[:numbers], order[:0], order[numbers:]
+            better, tied = order[:numbers], order[:0]
+            self._rest = lambda: order[numbers:]
         else:
             # The stable order of the whole (by total, then position), in three
             # parts: above the head's last total, equal to it, below it.
             better = np.flatnonzero(key < edge)
             better = better[np.argsort(key[better], kind="stable")]
             tied = np.flatnonzero(key == edge)
-            self._rest = np.flatnonzero(~(key <= edge))  # NaN last, as argsort has it
+            self._rest = lambda: np.flatnonzero(~(key <= edge))  # NaN too, as argsort
         start = len(better)
         if start > 1:  # runs of equal totals wholly inside the head
             ranked = key[better]
@@ -1179,7 +1181,8 @@ class Ranking:
     def order(self, upto: int | None = None) -> np.ndarray:
         """Positions of the candidates, best first: the first ``upto`` (None: all)."""
         if self._rest is not None and (upto is None or upto > len(self._order)):
-            rest = self._rest[np.argsort(-self.total[self._rest], kind="stable")]
+            positions = self._rest()
+            rest = positions[np.argsort(-self.total[positions], kind="stable")]
             self._order = np.concatenate([self._order, rest])
             self._rest = None
         return self._order if upto is None else self._order[:upto]
