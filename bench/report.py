@@ -161,11 +161,12 @@ def _engine_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
 
     for store in ("memory", "redis"):
         label = "in-memory store" if store == "memory" else "Redis store, claim included"
-        low = _find(engine, store=store, hosts=small, request="1 instance")
-        high = _find(engine, store=store, hosts=large, request="1 instance")
+        low = _find(engine, store=store, hosts=small, request="1 instance, alternated")
+        high = _find(engine, store=store, hosts=large, request="1 instance, alternated")
         ratio = high["median_ms"] / low["median_ms"] if low and high else None
         detail = f" ({said(high)} ms; {said(low)} ms)" if low and high else ""
-        add("engine_flat", f"{label}, 1 instance, ratio{detail}", ratio, 1.5, "max")
+        measured = f"{label}, 1 instance, decisions alternated, ratio{detail}"
+        add("engine_flat", measured, ratio, 1.5, "max")
     for tid, request, hosts, limit in (
         ("engine_uncapped_100k", "1 instance, uncapped", 100000, 5.0),
         ("engine_stream_10k", "five-flavor stream", 10000, 0.1),
@@ -305,6 +306,8 @@ def _engine_md(case: dict[str, Any]) -> str:
             "",
             "One request per decision, back to back, each with alternates and the atomic "
             "claim; the first decision of a fresh engine (it loads the host view) is apart. "
+            "`1 instance, alternated`: decisions on the 10k and the 300k cloud in turn, "
+            "one on each (what the cost-flat-in-hosts target reads); "
             "`1 instance, uncapped`: an engine whose max_placement_results is the whole "
             "cloud; `five-flavor stream`: each request of a flavor of the built-in catalog, "
             "drawn with a seed (in-memory store).",
@@ -866,7 +869,13 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
                 r["requests_per_s"],
             ]
             for r in engine["rows"]
-            if r["request"] in ("1 instance", "1 instance, uncapped", "five-flavor stream")
+            if r["request"]
+            in (
+                "1 instance",
+                "1 instance, alternated",
+                "1 instance, uncapped",
+                "five-flavor stream",
+            )
         ]
         parts += [
             "",

@@ -8,6 +8,11 @@ of a fresh engine (which loads the host view) is reported apart. Every claim
 made is released afterwards. The baseline, the naive Nova-style loop of
 :mod:`bench.naive`, runs on the same cloud in the same run.
 
+The cost-flat-in-hosts target reads a third measurement: one-instance
+decisions on the two clouds of ``flat_hosts`` (10k and 300k hosts) taken in
+turn, one on each, so that a machine shared with other work weighs on both
+alike (``1 instance, alternated``).
+
 On the in-memory store two more rows: at ``uncapped_hosts`` one instance
 with no ``max_placement_results`` cut (an engine whose cut is the whole
 cloud: every host that fits is filtered, weighed and ranked), and at
@@ -39,6 +44,8 @@ from scheduler.store import Store
 
 SINGLE, MULTI, ANTI = "1 instance", "10 instances", "10 instances, anti-affinity"
 UNCAPPED = "1 instance, uncapped"
+#: One instance on the two clouds of ``flat_hosts``, a decision on each in turn.
+ALTERNATED = "1 instance, alternated"
 STREAM = "five-flavor stream"
 #: The seed of the stream's flavor draws.
 STREAM_SEED = 15
@@ -96,6 +103,7 @@ def run(bench: Bench) -> dict[str, Any]:
     naive_rows: list[dict[str, Any]] = []
     profiles: list[str] = []
     for store_kind in ("memory", "redis"):
+        kept: Decider | None = None  # on the smaller cloud of flat_hosts
         for hosts in sizes.engine_hosts:
             bench.log(f"engine: {store_kind}, {hosts} hosts")
             if store_kind == "memory":
@@ -135,6 +143,18 @@ def run(bench: Bench) -> dict[str, Any]:
                 bench.log(_line(rows[-1]))
             if bench.profile and (hosts >= 10000 or bench.quick):
                 profiles.append(_profile(bench, decider, store_kind, hosts))
+            if hosts == sizes.flat_hosts[0]:
+                kept = decider  # its claims released after the larger cloud's
+                continue
+            if hosts == sizes.flat_hosts[1] and kept is not None:
+                if store_kind == "memory":  # its heartbeats aged meanwhile
+                    cloud.refresh_heartbeats(kept.store, bench.plan(sizes.flat_hosts[0]))
+                count, budget = sizes.engine_single
+                for row in _alternated([kept, decider], count, 2 * budget):
+                    row.update(store=store_kind, request=ALTERNATED, first_decision_ms=None)
+                    rows.append(row)
+                    bench.log(f"  {row['hosts']} hosts," + _line(row)[1:])
+                kept.release()
             decider.release()
     for row in naive_rows:
         engine = next(
@@ -150,6 +170,31 @@ def run(bench: Bench) -> dict[str, Any]:
         "profiles": profiles,
         "flat_hosts": list(sizes.flat_hosts),
     }
+
+
+def _alternated(deciders: list[Decider], count: int, budget: float) -> list[dict[str, Any]]:
+    """One-instance decisions on each decider's cloud in turn, so that the
+    machine's load falls on both alike; a latency summary per cloud."""
+    timings: list[list[float]] = [[] for _ in deciders]
+    started = time.perf_counter()
+    for i in range(count):
+        for decider, times in zip(deciders, timings, strict=True):
+            t0 = time.perf_counter()
+            decider.decide(SINGLE)
+            times.append(time.perf_counter() - t0)
+        if i + 1 >= 5 and time.perf_counter() - started > budget:
+            break
+    wall = time.perf_counter() - started
+    rows = []
+    for decider, times in zip(deciders, timings, strict=True):
+        row = summary(times)
+        row.update(
+            hosts=decider.engine.view.size,
+            requests_per_s=len(times) / wall,  # of the alternation, both clouds
+            instances_per_s=len(times) / wall,
+        )
+        rows.append(row)
+    return rows
 
 
 def _stream(decider: Decider, count: int, budget: float) -> dict[str, Any]:
