@@ -311,6 +311,7 @@ def _engine_md(case: dict[str, Any]) -> str:
             "`1 instance, uncapped`: an engine whose max_placement_results is the whole "
             "cloud; `five-flavor stream`: each request of a flavor of the built-in catalog, "
             "drawn with a seed (in-memory store).",
+            *_runs(case),
             "",
             _table(
                 [
