@@ -10,9 +10,10 @@ Before any host is examined the request spec becomes a typed
 :class:`~scheduler.resource_request.ResourceRequest` (refused with
 InvalidRequest if malformed), and the enabled request filters
 (:mod:`scheduler.request_filters`) add their constraints to it. The
-candidate step (:mod:`scheduler.engine.placement`) then asks every host's
-provider tree at once; disabled and down hosts are removed before the
-``max_placement_results`` cut.
+candidate step (:mod:`scheduler.engine.placement`) then asks the hosts'
+provider trees a range of rows at a time, and stops once it has
+``max_placement_results`` candidates (see :meth:`Engine._candidates`);
+disabled and down hosts are removed before the cut.
 
 A strict server group's members are read once per request; a claim the
 store refuses for the group's policy (another worker placed a member since

@@ -1,10 +1,12 @@
 """The candidate step: which hosts' provider trees can take a resource request,
 and where in each tree every part of it lands.
 
-Asked of all hosts at once, with array operations over the host (root
-provider) table and the child-provider table of the
-:class:`~scheduler.engine.hostview.HostView`; no Python loop over hosts or
-providers, only over request groups, resource classes and traits.
+Asked of many hosts at once (every host, a range of rows, or given hosts),
+with array operations over the host (root provider) table and the
+child-provider table of the :class:`~scheduler.engine.hostview.HostView`;
+no Python loop over hosts or providers, only over request groups, resource
+classes and traits. Each host's answer depends on its own tree alone, so
+asking a range of rows gives, for those hosts, what asking every host gives.
 
 Semantics (Placement's, and where we differ):
 
