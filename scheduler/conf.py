@@ -87,13 +87,19 @@ scheduler_opts = [
         help="At most this many candidate hosts are examined per request after the "
         "capacity step. Disabled and down hosts are removed before the cut. As in Nova, "
         "a request in a server group or with a same_host or different_host hint is not "
-        "cut: its filters need to see every host that has room.",
+        "cut: its filters need to see every host that has room. The candidate step stops "
+        "examining hosts once it has this many, so its cost follows this number rather "
+        "than the size of the cloud.",
     ),
     cfg.BoolOpt(
         "randomize_allocation_candidates",
         default=False,
-        help="Take the max_placement_results candidates at random rather than in "
-        "store order, so large clouds spread load across the whole fleet.",
+        help="Take the max_placement_results candidates in store order from a host "
+        "drawn at random (seeded by the request id and instance uuid, so a decision can "
+        "be replayed), going round past the last host, rather than from the first host, "
+        "so large clouds spread load across the whole fleet. Every host is equally likely "
+        "to start the window; a host just after many hosts that cannot take the request "
+        "is more likely to be among the candidates than one among many that can.",
     ),
     cfg.IntOpt(
         "service_down_time",

@@ -7,6 +7,18 @@ strict anti-affinity group. Decisions run back to back; the first decision
 of a fresh engine (which loads the host view) is reported apart. Every claim
 made is released afterwards. The baseline, the naive Nova-style loop of
 :mod:`bench.naive`, runs on the same cloud in the same run.
+
+The cost-flat-in-hosts target reads a third measurement: one-instance
+decisions on the two clouds of ``flat_hosts`` (10k and 300k hosts) taken in
+turn, one on each, so that a machine shared with other work weighs on both
+alike (``1 instance, alternated``).
+
+On the in-memory store two more rows: at ``uncapped_hosts`` one instance
+with no ``max_placement_results`` cut (an engine whose cut is the whole
+cloud: every host that fits is filtered, weighed and ranked), and at
+``stream_hosts`` a stream of one-instance requests each drawn (seeded) from
+the five flavors of the built-in catalog (``conductor_stub.flavors``), as a
+real request stream repeats a handful of shapes.
 """
 
 from __future__ import annotations
@@ -20,19 +32,28 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench import cloud, naive
 from bench.runner import Bench
 from bench.stats import summary, timed_loop
+from conductor_stub.flavors import load_catalog
 from scheduler.engine import Engine, EngineSettings
 from scheduler.objects import RequestSpec, ServerGroup
 from scheduler.store import Store
 
 SINGLE, MULTI, ANTI = "1 instance", "10 instances", "10 instances, anti-affinity"
+UNCAPPED = "1 instance, uncapped"
+#: One instance on the two clouds of ``flat_hosts``, a decision on each in turn.
+ALTERNATED = "1 instance, alternated"
+STREAM = "five-flavor stream"
+#: The seed of the stream's flavor draws.
+STREAM_SEED = 15
 
 
 def request(kind: str) -> RequestSpec:
     spec = RequestSpec(flavor=cloud.FLAVOR, project_id="bench", user_id="bench")
-    if kind == SINGLE:
+    if kind in (SINGLE, UNCAPPED):
         return spec
     if kind == MULTI:
         return spec.replace(num_instances=10)
@@ -50,7 +71,9 @@ class Decider:
         self.claimed: list[str] = []
 
     def decide(self, kind: str, claim: bool = True) -> None:
-        spec = request(kind)
+        self.decide_spec(request(kind), claim)
+
+    def decide_spec(self, spec: RequestSpec, claim: bool = True) -> None:
         uuids = [str(uuidlib.uuid4()) for _ in range(spec.num_instances)]
         self.engine.select(
             f"req-{uuidlib.uuid4()}", spec, uuids, return_alternates=True, claim=claim
@@ -80,6 +103,7 @@ def run(bench: Bench) -> dict[str, Any]:
     naive_rows: list[dict[str, Any]] = []
     profiles: list[str] = []
     for store_kind in ("memory", "redis"):
+        kept: Decider | None = None  # on the smaller cloud of flat_hosts
         for hosts in sizes.engine_hosts:
             bench.log(f"engine: {store_kind}, {hosts} hosts")
             if store_kind == "memory":
@@ -107,12 +131,30 @@ def run(bench: Bench) -> dict[str, Any]:
                     first_decision_ms=first * 1000 if kind == SINGLE else None,
                 )
                 rows.append(row)
-                bench.log(
-                    f"  {kind}: median {row['median_ms']:.3f} ms, "
-                    f"p99 {row['p99_ms']:.3f} ms, {row['requests_per_s']:.0f}/s"
-                )
+                bench.log(_line(row))
+            if store_kind == "memory" and hosts == sizes.uncapped_hosts:
+                uncapped = Decider(store, EngineSettings(max_placement_results=hosts))
+                uncapped.decide(UNCAPPED)  # loads its view: not timed
+                rows.append(_row(measure(uncapped, UNCAPPED, *sizes.engine_single), hosts))
+                bench.log(_line(rows[-1]))
+                uncapped.release()
+            if store_kind == "memory" and hosts in sizes.stream_hosts:
+                rows.append(_row(_stream(decider, *sizes.engine_single), hosts))
+                bench.log(_line(rows[-1]))
             if bench.profile and (hosts >= 10000 or bench.quick):
                 profiles.append(_profile(bench, decider, store_kind, hosts))
+            if hosts == sizes.flat_hosts[0]:
+                kept = decider  # its claims released after the larger cloud's
+                continue
+            if hosts == sizes.flat_hosts[1] and kept is not None:
+                if store_kind == "memory":  # its heartbeats aged meanwhile
+                    cloud.refresh_heartbeats(kept.store, bench.plan(sizes.flat_hosts[0]))
+                count, budget = sizes.engine_single
+                for row in _alternated([kept, decider], count, 2 * budget):
+                    row.update(store=store_kind, request=ALTERNATED, first_decision_ms=None)
+                    rows.append(row)
+                    bench.log(f"  {row['hosts']} hosts," + _line(row)[1:])
+                kept.release()
             decider.release()
     for row in naive_rows:
         engine = next(
@@ -122,7 +164,62 @@ def run(bench: Bench) -> dict[str, Any]:
         )
         row["engine_median_ms"] = engine["median_ms"]
         row["speedup"] = row["median_ms"] / engine["median_ms"]
-    return {"rows": rows, "naive": naive_rows, "profiles": profiles}
+    return {
+        "rows": rows,
+        "naive": naive_rows,
+        "profiles": profiles,
+        "flat_hosts": list(sizes.flat_hosts),
+    }
+
+
+def _alternated(deciders: list[Decider], count: int, budget: float) -> list[dict[str, Any]]:
+    """One-instance decisions on each decider's cloud in turn, so that the
+    machine's load falls on both alike; a latency summary per cloud."""
+    timings: list[list[float]] = [[] for _ in deciders]
+    started = time.perf_counter()
+    for i in range(count):
+        for decider, times in zip(deciders, timings, strict=True):
+            t0 = time.perf_counter()
+            decider.decide(SINGLE)
+            times.append(time.perf_counter() - t0)
+        if i + 1 >= 5 and time.perf_counter() - started > budget:
+            break
+    wall = time.perf_counter() - started
+    rows = []
+    for decider, times in zip(deciders, timings, strict=True):
+        row = summary(times)
+        row.update(
+            hosts=decider.engine.view.size,
+            requests_per_s=len(times) / wall,  # of the alternation, both clouds
+            instances_per_s=len(times) / wall,
+        )
+        rows.append(row)
+    return rows
+
+
+def _stream(decider: Decider, count: int, budget: float) -> dict[str, Any]:
+    """One-instance requests, each of a flavor of the catalog drawn with a seed."""
+    flavors = list(load_catalog().values())
+    specs = [RequestSpec(flavor=flavor, project_id="bench", user_id="bench") for flavor in flavors]
+    draws = np.random.default_rng(STREAM_SEED).integers(len(specs), size=count)
+    timings, wall = timed_loop(lambda i: decider.decide_spec(specs[draws[i]]), count, budget)
+    row = summary(timings)
+    row.update(request=STREAM, requests_per_s=len(timings) / wall, flavors=len(specs))
+    row["instances_per_s"] = row["requests_per_s"]
+    return row
+
+
+def _row(row: dict[str, Any], hosts: int) -> dict[str, Any]:
+    row.update(store="memory", hosts=hosts, first_decision_ms=None)
+    row.setdefault("request", UNCAPPED)
+    return row
+
+
+def _line(row: dict[str, Any]) -> str:
+    return (
+        f"  {row['request']}: median {row['median_ms']:.3f} ms, "
+        f"p99 {row['p99_ms']:.3f} ms, {row['requests_per_s']:.0f}/s"
+    )
 
 
 def _naive(store: Store, hosts: int, budget: tuple[int, float]) -> dict[str, Any]:

@@ -581,14 +581,20 @@ class HostView:
         """Row of a child provider in the ``kid_*`` columns."""
         return self._kid_index.get(uuid)
 
-    def kids_of(self, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The child providers of the hosts in ``idx`` (None: every host): their
-        rows, and for each the position of its host in ``idx``."""
+    def kids_of(self, idx: np.ndarray | slice | None) -> tuple[np.ndarray, np.ndarray]:
+        """The child providers of the hosts in ``idx`` (indices, a range of rows, or
+        None: every host): their rows, and for each the position of its host in
+        ``idx``. A range asks only the child table, never every host."""
         if not self.kid_size:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         if idx is None:
             return np.arange(self.kid_size), self.kid_host
+        if isinstance(idx, slice):
+            start, stop, _ = idx.indices(self.size)
+            offset = self.kid_host - start
+            kids = np.flatnonzero((offset >= 0) & (offset < stop - start))
+            return kids, offset[kids]
         where = np.full(self.size, -1, dtype=np.int64)
         where[idx] = np.arange(len(idx))
         pos = where[self.kid_host]

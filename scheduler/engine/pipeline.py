@@ -10,9 +10,10 @@ Before any host is examined the request spec becomes a typed
 :class:`~scheduler.resource_request.ResourceRequest` (refused with
 InvalidRequest if malformed), and the enabled request filters
 (:mod:`scheduler.request_filters`) add their constraints to it. The
-candidate step (:mod:`scheduler.engine.placement`) then asks every host's
-provider tree at once; disabled and down hosts are removed before the
-``max_placement_results`` cut.
+candidate step (:mod:`scheduler.engine.placement`) then asks the hosts'
+provider trees a range of rows at a time, and stops once it has
+``max_placement_results`` candidates (see :meth:`Engine._candidates`);
+disabled and down hosts are removed before the cut.
 
 A strict server group's members are read once per request; a claim the
 store refuses for the group's policy (another worker placed a member since
@@ -478,9 +479,9 @@ class Engine:
         if not len(candidates) and held is None:
             raise self._no_valid_host(trace)
         # Weighers rank the survivors (a shuffle first breaks ties at random).
-        ranked, weights = self._weigh(candidates, ctx, states, rng, trace)
+        ranked = self._weigh(candidates, ctx, states, rng, trace)
         if held is not None:
-            index, primary = self._held(held, ranked, weights, trace, ctx.spec)
+            index, primary = self._held(held, ranked, trace, ctx.spec)
         else:
             # Pick one of the best host_subset_size, then claim it
             # atomically; a conflict (another worker got there
@@ -492,7 +493,6 @@ class Engine:
             index, primary, new = self._claim(
                 instance_uuid,
                 ranked,
-                weights,
                 order,
                 placement,
                 ctx,
@@ -513,7 +513,7 @@ class Engine:
         # Alternates last: they must have room for this instance in
         # the view as it is after the primary and earlier instances.
         alternates = (
-            self._alternates(ranked, weights, index, placement, ctx, trace)
+            self._alternates(ranked, index, placement, ctx, trace)
             if call.return_alternates
             else []
         )
@@ -563,52 +563,80 @@ class Engine:
         self, ctx: PlacementContext, rng: np.random.Generator, trace: InstanceTrace
     ) -> Placement:
         """Hosts whose provider trees can take the request, at most
-        ``max_placement_results``, with where each request group lands."""
+        ``max_placement_results``, with where each request group lands.
+
+        The hosts are examined a range of rows at a time (see :func:`_spans`)
+        and the scan stops once the cut is reached, so a decision's cost
+        follows ``max_placement_results``, not the size of the cloud. The
+        hosts kept are those the whole scan would keep: the first that can
+        take the request in store order, or, randomised, in store order from
+        a host drawn with the decision's seed, going round (kube-scheduler's
+        rotating start). Hosts left unexamined are counted as beyond the cut;
+        each stage counts the hosts examined. A dry run asked for all hosts
+        examines every host, so that it can name each.
+        """
         view, request = self.view, ctx.request
         assert request is not None  # set by schedule()
-        every = slice(0, view.size)
-        alive = np.ones(view.size, dtype=bool)
-        # Host by host only when asked (a dry run for all hosts).
         by_name = trace.by_name is not None
-        # The request filters' constraints on the compute node, in their order.
-        for constraint in request.host_constraints:
-            ok = host_constraint_mask(view, constraint, every)
-            gone = alive & ~ok
-            trace.reject(constraint.reason, int(np.count_nonzero(gone)))
-            alive &= ok
-            stage = constraint.stage or constraint.reason
-            trace.survived(stage, int(np.count_nonzero(alive)))
-            if by_name:
-                self._record(trace, stage, REQUEST_FILTER, alive, [(constraint.reason, gone)])
-        # Hosts that stopped heartbeating, also before the cut.
-        up = rules.is_up(ctx.now, view.last_seen, self.settings.service_down_time)
-        gone = alive & ~up
-        trace.reject(reasons.HOST_DOWN, int(np.count_nonzero(gone)))
-        alive &= up
-        trace.survived(HOSTS_UP, int(np.count_nonzero(alive)))
-        if by_name:
-            self._record(trace, HOSTS_UP, CANDIDATE_STEP, alive, [(reasons.HOST_DOWN, gone)])
-        # Traits, aggregates and capacity per request group, over the trees.
-        out: list[tuple[str, np.ndarray]] = []
-        placement = place(
-            view,
-            request,
-            alive=alive,
-            reject=trace.reject,
-            removed=out.append if by_name else None,
-        )
         limit = None if sees_every_candidate(ctx.spec) else self.settings.max_placement_results
-        if limit is not None and len(placement) > limit:
-            trace.reject(OVER_LIMIT, len(placement) - limit)
-            positions = (
-                np.sort(rng.choice(len(placement), limit, replace=False))
-                if self.settings.randomize_candidates
-                else np.arange(limit)
+        size = view.size
+        start = 0
+        if limit is not None and self.settings.randomize_candidates and size:
+            start = int(rng.integers(size))
+        # The request filters' constraints on the compute node, in their
+        # order, then hosts that stopped heartbeating: all before the cut.
+        stages = [
+            *((c.stage or c.reason, c.reason, REQUEST_FILTER) for c in request.host_constraints),
+            (HOSTS_UP, reasons.HOST_DOWN, CANDIDATE_STEP),
+        ]
+        survivors = [0] * len(stages)
+        kept: list[list[np.ndarray]] = [[] for _ in stages]  # by name only
+        gone: list[list[tuple[str, np.ndarray]]] = [[] for _ in stages]
+        out: list[tuple[str, np.ndarray]] = []
+        parts: list[Placement] = []
+        found = examined = 0
+        down_time = self.settings.service_down_time
+        for rows in _spans(size, start, None if by_name else limit):
+            alive = np.ones(rows.stop - rows.start, dtype=bool)
+            masks = [host_constraint_mask(view, c, rows) for c in request.host_constraints]
+            masks.append(rules.is_up(ctx.now, view.last_seen[rows], down_time))
+            for k, ok in enumerate(masks):
+                removed = alive & ~ok
+                trace.reject(stages[k][1], int(np.count_nonzero(removed)))
+                alive &= ok
+                survivors[k] += int(np.count_nonzero(alive))
+                if by_name:
+                    kept[k].append(rows.start + np.flatnonzero(alive))
+                    gone[k].append((stages[k][1], rows.start + np.flatnonzero(removed)))
+            # Traits, aggregates and capacity per request group, over the trees.
+            part = place(
+                view,
+                request,
+                rows,
+                alive=alive,
+                reject=trace.reject,
+                removed=out.append if by_name else None,
             )
+            parts.append(part)
+            found += len(part)
+            examined += rows.stop - rows.start
+            if limit is not None and found >= limit:
+                break
+        for k, (stage, _reason, kind) in enumerate(stages):
+            trace.survived(stage, survivors[k])
             if by_name:
-                cut = np.setdiff1d(placement.hosts, placement.hosts[positions])
-                out.append((OVER_LIMIT, cut))
-            placement = placement.take(positions)
+                self._record(trace, stage, kind, np.concatenate(kept[k]), gone[k])
+        placement = Placement.joined(parts)
+        if start:  # in scan order: from the drawn host, going round
+            placement = placement.take(np.argsort((placement.hosts - start) % size, kind="stable"))
+        over = 0 if limit is None else max(len(placement) - limit, 0)
+        if over or examined < size:
+            trace.reject(OVER_LIMIT, over + size - examined)
+            if by_name:
+                out.append((OVER_LIMIT, placement.hosts[limit:]))
+            placement = placement.take(slice(0, limit))
+        if start:  # ascending again: claims and alternates look hosts up by bisection
+            placement = placement.take(np.argsort(placement.hosts))
         trace.survived(CANDIDATES, len(placement))
         if by_name:
             self._record(trace, CANDIDATES, CANDIDATE_STEP, placement.hosts, out)
@@ -647,8 +675,8 @@ class Engine:
         states: CycleState,
         rng: np.random.Generator,
         trace: InstanceTrace,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates best first, and their weights."""
+    ) -> Ranking:
+        """The candidates weighed, best first."""
         total = np.zeros(len(candidates))
         shares: list[tuple[str, np.ndarray]] = []
         # Asked for all hosts: each weigher's normalised values and multipliers.
@@ -672,14 +700,14 @@ class Engine:
             max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)
             + settings.max_attempts
         )
-        order = _rank(total, rng, head)
+        ranking = Ranking(candidates, total, rng, head)
         trace.top = [
             WeighedHost(
                 self.view.names[candidates[k]],
                 float(total[k]),
                 {name: float(share[k]) for name, share in shares},
             )
-            for k in order[:TRACE_TOP]
+            for k in ranking.order(TRACE_TOP)
         ]
         if parts is not None:
             names = self.view.names
@@ -692,9 +720,9 @@ class Engine:
                         for (name, share), (norm, mult) in zip(shares, parts, strict=True)
                     },
                 )
-                for k in order
+                for k in ranking.order()
             ]
-        return candidates[order], total[order]
+        return ranking
 
     def _weigher_parts(
         self,
@@ -723,8 +751,7 @@ class Engine:
     def _claim(
         self,
         instance_uuid: str,
-        ranked: np.ndarray,
-        weights: np.ndarray,
+        ranked: Ranking,
         order: list[int],
         placement: Placement,
         ctx: PlacementContext,
@@ -745,10 +772,10 @@ class Engine:
             placed one meanwhile): the ranking is stale, decide again.
         """
         for position in order:
-            index = int(ranked[position])
+            index = ranked.host(position)
             at = int(np.searchsorted(placement.hosts, index))
             selection = self._selection(
-                index, float(weights[position]), placement.allocations(self.view, at), ctx.spec
+                index, ranked.weight(position), placement.allocations(self.view, at), ctx.spec
             )
             if not claim:
                 return index, selection, True
@@ -759,7 +786,7 @@ class Engine:
                 if held is None:  # released again meanwhile: try the next host
                     trace.conflicts.append((selection.host, ConsumerConflict.__name__))
                     continue
-                return (*self._held(held, ranked, weights, trace, ctx.spec), False)
+                return (*self._held(held, ranked, trace, ctx.spec), False)
             except (ClaimFailed, ProviderNotFound) as exc:
                 LOG.info(
                     "claim_conflict",
@@ -790,8 +817,7 @@ class Engine:
 
     def _alternates(
         self,
-        ranked: np.ndarray,
-        weights: np.ndarray,
+        ranked: Ranking,
         primary: int | None,
         placement: Placement,
         ctx: PlacementContext,
@@ -802,34 +828,36 @@ class Engine:
         if not wanted:
             return []
         assert ctx.request is not None  # set by schedule()
-        positions = np.flatnonzero(ranked != (-1 if primary is None else primary))
         out: list[Selection] = []
         if not trace.conflicts:
             # Since the candidate step placed the request, the view changed on
             # the primary's providers only (this instance's claim), so its
             # placement still holds for every other host.
-            for position in positions[:wanted]:
-                index = int(ranked[position])
+            best = ranked.hosts(wanted + 1)
+            for position in np.flatnonzero(best != (-1 if primary is None else primary))[:wanted]:
+                index = int(best[position])
                 at = int(np.searchsorted(placement.hosts, index))
                 out.append(
                     self._selection(
                         index,
-                        float(weights[position]),
+                        ranked.weight(int(position)),
                         placement.allocations(self.view, at),
                         ctx.spec,
                     )
                 )
             return out
+        hosts, weights = ranked.hosts(), ranked.total[ranked.order()]
+        positions = np.flatnonzero(hosts != (-1 if primary is None else primary))
         # Hosts were re-read after refused claims: place the request again on
         # the best trees as the view stands now.
         # Best first, in growing chunks: usually the first few still fit.
         start, chunk = 0, 4 * wanted
         while len(out) < wanted and start < len(positions):
             part = positions[start : start + chunk]
-            fresh = place(self.view, ctx.request, ranked[part])
+            fresh = place(self.view, ctx.request, hosts[part])
             for at in range(min(wanted - len(out), len(fresh))):
                 index = int(fresh.hosts[at])
-                weight = float(weights[part[np.flatnonzero(ranked[part] == index)[0]]])
+                weight = float(weights[part[np.flatnonzero(hosts[part] == index)[0]]])
                 out.append(
                     self._selection(index, weight, fresh.allocations(self.view, at), ctx.spec)
                 )
@@ -884,8 +912,7 @@ class Engine:
     def _held(
         self,
         held: Consumer,
-        ranked: np.ndarray,
-        weights: np.ndarray,
+        ranked: Ranking,
         trace: InstanceTrace,
         spec: RequestSpec,
     ) -> tuple[int | None, Selection]:
@@ -901,8 +928,8 @@ class Engine:
         else:  # not a host of the view (a nested provider)
             host = held.host or self.store.get_provider(provider_uuid).name
         weight = 0.0
-        if index is not None and (at := np.flatnonzero(ranked == index)).size:
-            weight = float(weights[at[0]])
+        if index is not None and (found := ranked.weight_of(index)) is not None:
+            weight = found
         request = AllocationRequest(held.allocations, held.project_id, held.user_id)
         at_host = index if index is not None else self.view.index_of(host)
         zone = self.view.zone_of(at_host, spec.availability_zone) if at_host is not None else None
@@ -1079,35 +1106,118 @@ def sees_every_candidate(spec: RequestSpec) -> bool:
     return spec.group is not None or any(hint in spec.scheduler_hints for hint in _HOST_HINTS)
 
 
-def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:
-    """Positions of ``total``, best first.
+#: How many hosts the candidate step examines first when the cut may stop it
+#: early (at least, and at least 4x ``max_placement_results``); each further
+#: range of rows is 4 times the last, so a request few hosts can take costs a
+#: handful of ranges, and one most hosts can take a single one, whatever the
+#: size of the cloud.
+FIRST_SPAN = 4096
+
+
+def _spans(size: int, start: int, limit: int | None) -> Iterator[slice]:
+    """Ranges of rows that cover every host once: with a ``limit`` (the scan may
+    stop once it has that many candidates), from row ``start`` to the end and
+    then from the first row, in growing ranges; without, all rows at once."""
+    if limit is None or not size:
+        yield slice(0, size)
+        return
+    span = max(FIRST_SPAN, 4 * limit)
+    for lo, hi in ((start, size), (0, start)):
+        while lo < hi:
+            yield slice(lo, min(lo + span, hi))
+            lo += span
+            span *= 4
+
+
+class Ranking:
+    """Weighed candidates, best first.
 
     Ties are broken at random where a decision looks: equal totals within the
     first ``head`` positions come in random order, and so does the pick of
     which members of a tie straddling position ``head`` get in. Further down,
     equal totals keep their given order (reached only when the best hosts
-    were refused). Cheaper than shuffling every candidate before sorting.
+    were refused, or by explain).
+
+    Only the head is ordered when the ranking is made (a partition, then a
+    sort of the few hosts at the top); the rest is sorted the first time a
+    position past the head is asked for, so a decision among 100,000
+    candidates does not sort them all.
     """
-    order = np.argsort(-total, kind="stable")
-    n = len(order)
-    if n < 2:
-        return order
-    head = min(head, n)
-    ranked = -total[order]  # ascending
-    start = int(np.searchsorted(ranked, ranked[head - 1], side="left"))
-    end = int(np.searchsorted(ranked, ranked[head - 1], side="right"))
-    if start > 1:  # runs of equal totals wholly inside the head
-        cuts = [0, *(np.flatnonzero(np.diff(ranked[:start])) + 1).tolist(), start]
-        for lo, hi in itertools.pairwise(cuts):
-            if hi - lo > 1:
-                order[lo:hi] = order[lo:hi][rng.permutation(hi - lo)]
-    if end - start > 1:  # the run at the edge: which of it get in, and in which order
-        run = order[start:end]
-        chosen = rng.choice(end - start, size=head - start, replace=False)
-        rest = np.ones(end - start, dtype=bool)
-        rest[chosen] = False
-        order[start:end] = np.concatenate([run[chosen], run[rest]])
-    return order
+
+    def __init__(
+        self, candidates: np.ndarray, total: np.ndarray, rng: np.random.Generator, head: int
+    ) -> None:
+        self.candidates = candidates
+        self.total = total
+        # the positions after the head, unsorted, found when first asked for
+        self._rest: Callable[[], np.ndarray] | None = None
+        self._order = self._head(rng, head)
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def _head(self, rng: np.random.Generator, head: int) -> np.ndarray:
+        key = -self.total  # ascending: best first
+        n = len(key)
+        if n < 2:
+            return np.arange(n)
+        head = min(head, n)
+        edge = np.partition(key, head - 1)[head - 1]
+        if np.isnan(edge):  # fewer numbers than the head: sort them all, NaN last
+            order = np.argsort(key, kind="stable")
+            numbers = int(np.count_nonzero(~np.isnan(key)))
+            better, tied = order[:numbers], order[:0]
+            self._rest = lambda: order[numbers:]
+        else:
+            # The stable order of the whole (by total, then position), in three
+            # parts: above the head's last total, equal to it, below it.
+            better = np.flatnonzero(key < edge)
+            better = better[np.argsort(key[better], kind="stable")]
+            tied = np.flatnonzero(key == edge)
+            self._rest = lambda: np.flatnonzero(~(key <= edge))  # NaN too, as argsort
+        start = len(better)
+        if start > 1:  # runs of equal totals wholly inside the head
+            ranked = key[better]
+            cuts = [0, *(np.flatnonzero(np.diff(ranked)) + 1).tolist(), start]
+            for lo, hi in itertools.pairwise(cuts):
+                if hi - lo > 1:
+                    better[lo:hi] = better[lo:hi][rng.permutation(hi - lo)]
+        if len(tied) > 1:  # the run at the edge: which of it get in, and in which order
+            chosen = rng.choice(len(tied), size=head - start, replace=False)
+            rest = np.ones(len(tied), dtype=bool)
+            rest[chosen] = False
+            tied = np.concatenate([tied[chosen], tied[rest]])
+        return np.concatenate([better, tied])
+
+    def order(self, upto: int | None = None) -> np.ndarray:
+        """Positions of the candidates, best first: the first ``upto`` (None: all)."""
+        if self._rest is not None and (upto is None or upto > len(self._order)):
+            positions = self._rest()
+            rest = positions[np.argsort(-self.total[positions], kind="stable")]
+            self._order = np.concatenate([self._order, rest])
+            self._rest = None
+        return self._order if upto is None else self._order[:upto]
+
+    def host(self, position: int) -> int:
+        """The view index of the host at ``position``."""
+        return int(self.candidates[self.order(position + 1)[position]])
+
+    def weight(self, position: int) -> float:
+        return float(self.total[self.order(position + 1)[position]])
+
+    def hosts(self, upto: int | None = None) -> np.ndarray:
+        """View indices, best first: the first ``upto`` (None: all)."""
+        return self.candidates[self.order(upto)]
+
+    def weight_of(self, index: int) -> float | None:
+        """The weight of the host at view index ``index``, if it is a candidate."""
+        at = np.flatnonzero(self.candidates == index)
+        return float(self.total[at[0]]) if len(at) else None
+
+
+def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:
+    """Positions of ``total``, best first (see :class:`Ranking`)."""
+    return Ranking(np.arange(len(total)), total, rng, head).order()
 
 
 def _rng(request_id: str, instance_uuid: str) -> np.random.Generator:

@@ -1,10 +1,12 @@
 """The candidate step: which hosts' provider trees can take a resource request,
 and where in each tree every part of it lands.
 
-Asked of all hosts at once, with array operations over the host (root
-provider) table and the child-provider table of the
-:class:`~scheduler.engine.hostview.HostView`; no Python loop over hosts or
-providers, only over request groups, resource classes and traits.
+Asked of many hosts at once (every host, a range of rows, or given hosts),
+with array operations over the host (root provider) table and the
+child-provider table of the :class:`~scheduler.engine.hostview.HostView`;
+no Python loop over hosts or providers, only over request groups, resource
+classes and traits. Each host's answer depends on its own tree alone, so
+asking a range of rows gives, for those hosts, what asking every host gives.
 
 Semantics (Placement's, and where we differ):
 
@@ -43,7 +45,7 @@ class, then the groups together.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,11 +99,22 @@ class Placement:
     def __len__(self) -> int:
         return len(self.hosts)
 
-    def take(self, positions: np.ndarray) -> Placement:
-        """The hosts at ``positions`` (a mask or indices), with their slots."""
+    def take(self, positions: np.ndarray | slice) -> Placement:
+        """The hosts at ``positions`` (a mask, indices or a range), with their slots."""
         return Placement(
             self.hosts[positions], tuple(Slot(s.resources, s.who[positions]) for s in self.slots)
         )
+
+    @staticmethod
+    def joined(parts: Sequence[Placement]) -> Placement:
+        """``parts`` (placements of one request on disjoint hosts) end to end."""
+        if len(parts) == 1:
+            return parts[0]
+        slots = tuple(
+            Slot(first.resources, np.concatenate([part.slots[k].who for part in parts]))
+            for k, first in enumerate(parts[0].slots)
+        )
+        return Placement(np.concatenate([part.hosts for part in parts]), slots)
 
     def allocations(self, view: HostView, position: int) -> dict[str, dict[str, int]]:
         """What a claim on the host at ``position`` writes: amounts per provider uuid."""
@@ -119,8 +132,9 @@ class Placement:
 def host_constraint_mask(
     view: HostView, constraint: HostConstraint, rows: np.ndarray | slice
 ) -> np.ndarray:
-    """Mask of the hosts in ``rows`` whose root provider meets ``constraint``."""
-    count = view.size if isinstance(rows, slice) else len(rows)
+    """Mask of the hosts in ``rows`` (indices, or a range of rows) whose root
+    provider meets ``constraint``."""
+    count = len(range(view.size)[rows]) if isinstance(rows, slice) else len(rows)
     ok = np.ones(count, dtype=bool)
     for trait in sorted(constraint.required_traits):
         ok &= view.has_trait(trait, rows)
@@ -131,18 +145,24 @@ def host_constraint_mask(
     if constraint.forbidden_aggregates:
         ok &= ~view.in_any(constraint.forbidden_aggregates, rows)
     if constraint.hosts is not None:
-        ok &= _named(view, constraint.hosts, constraint.ignore_case)[rows]
+        ok &= _named(view, constraint.hosts, constraint.ignore_case, rows)
     if constraint.forbidden_hosts:
-        ok &= ~_named(view, constraint.forbidden_hosts, constraint.ignore_case)[rows]
+        ok &= ~_named(view, constraint.forbidden_hosts, constraint.ignore_case, rows)
     return ok
 
 
-def _named(view: HostView, names: frozenset[str], ignore_case: bool) -> np.ndarray:
-    """Mask of every host of the view named in ``names``."""
+def _named(
+    view: HostView, names: frozenset[str], ignore_case: bool, rows: np.ndarray | slice
+) -> np.ndarray:
+    """Mask of the hosts in ``rows`` named in ``names`` (a few: no mask over every host)."""
     find = view.indices_of_ignoring_case if ignore_case else view.indices_of
-    named = np.zeros(view.size, dtype=bool)
-    named[find(sorted(names))] = True
-    return named
+    named = find(sorted(names))
+    if not isinstance(rows, slice):
+        return np.isin(rows, named)
+    start, stop, _ = rows.indices(view.size)
+    mask = np.zeros(stop - start, dtype=bool)
+    mask[named[(named >= start) & (named < stop)] - start] = True
+    return mask
 
 
 class _Step:
@@ -151,18 +171,24 @@ class _Step:
     def __init__(
         self,
         view: HostView,
-        hosts: np.ndarray | None,
+        hosts: np.ndarray | slice | None,
         alive: np.ndarray | None,
         reject: Reject,
         removed: Removed | None = None,
     ) -> None:
         self.view = view
+        # rows to ask the host table with: a range of rows is a slice (no copy)
         self.rows: np.ndarray | slice = slice(0, view.size) if hosts is None else hosts
-        self.hosts = np.arange(view.size) if hosts is None else hosts
+        if isinstance(self.rows, slice):
+            self.hosts = np.arange(*self.rows.indices(view.size))
+        else:
+            self.hosts = self.rows
         self.n = len(self.hosts)
         self.kids, self.kpos = view.kids_of(hosts)
         # rows to ask the kid table with: a slice (no copy) when it is all of it
-        self.krows: np.ndarray | slice = slice(0, view.kid_size) if hosts is None else self.kids
+        self.krows: np.ndarray | slice = (
+            slice(0, view.kid_size) if len(self.kids) == view.kid_size else self.kids
+        )
         self.alive = np.ones(self.n, dtype=bool) if alive is None else alive.copy()
         self._reject = reject
         self._removed = removed
@@ -383,13 +409,14 @@ class _Step:
 def place(
     view: HostView,
     request: ResourceRequest,
-    hosts: np.ndarray | None = None,
+    hosts: np.ndarray | slice | None = None,
     alive: np.ndarray | None = None,
     reject: Reject = _ignore,
     removed: Removed | None = None,
 ) -> Placement:
-    """Where ``request``'s groups land on each of ``hosts`` (None: every host
-    whose ``alive`` entry is True, or every host), in the view as it is now.
+    """Where ``request``'s groups land on each of ``hosts`` (view indices, a
+    range of rows, or None: every host) whose ``alive`` entry is True (None:
+    all of them), in the view as it is now.
     Hosts that cannot take it are left out, counted by ``reject`` (and, given
     ``removed``, listed there by reason); the order of ``hosts`` is kept.
     Host constraints are not asked here (see :func:`host_constraint_mask`)."""

@@ -23,6 +23,27 @@ def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any
     }
 
 
+ALT = "1 instance, alternated"
+
+
+def _rows(*rows: tuple[str, int, str, float]) -> dict[str, Any]:
+    """An engine case of (store, hosts, request, median ms) rows, p99 twice the median."""
+    return {
+        "rows": [
+            {
+                "store": store,
+                "hosts": hosts,
+                "request": request,
+                "median_ms": ms,
+                "p99_ms": 2 * ms,
+                "requests_per_s": 1000 / ms,
+            }
+            for store, hosts, request, ms in rows
+        ],
+        "flat_hosts": [10000, 300000],
+    }
+
+
 def _cell(**figures: Any) -> dict[str, Any]:
     cell = {
         "hosts": 300000,
@@ -72,6 +93,42 @@ def _cell(**figures: Any) -> dict[str, Any]:
             "Redis",
             "not measured",
             id="engine-redis-not-run",
+        ),
+        pytest.param(
+            {"engine": _rows(("memory", 10000, ALT, 0.4), ("memory", 300000, ALT, 0.5))},
+            "engine_flat",
+            "in-memory",
+            "met",
+            id="engine-flat-met",
+        ),
+        pytest.param(
+            {"engine": _rows(("redis", 10000, ALT, 0.5), ("redis", 300000, ALT, 0.8))},
+            "engine_flat",
+            "Redis store, claim included, 1 instance, decisions alternated, ratio (300,000 hosts: "
+            "median 0.80, p99 1.60",
+            "**missed**",
+            id="engine-flat-missed-says-both-medians",
+        ),
+        pytest.param(
+            {"engine": _rows(("memory", 10000, ALT, 0.4), ("memory", 300000, "1 instance", 0.5))},
+            "engine_flat",
+            "in-memory",
+            "not measured",
+            id="engine-flat-without-300k",
+        ),
+        pytest.param(
+            {"engine": _rows(("memory", 100000, "1 instance, uncapped", 4.0))},
+            "engine_uncapped_100k",
+            "p99 8.00 ms",
+            "met",
+            id="engine-uncapped-met",
+        ),
+        pytest.param(
+            {"engine": _rows(("memory", 10000, "five-flavor stream", 0.12))},
+            "engine_stream_10k",
+            "in-memory",
+            "**missed**",
+            id="engine-stream-missed",
         ),
         pytest.param(
             {

@@ -686,3 +686,80 @@ def test_a_request_with_a_host_hint_is_not_cut_to_max_placement_results(hint: st
     hints = {hint: tuple(uuid_of(f"other-{name}") for name in others)}
     result = eng.schedule("req", spec(scheduler_hints=hints), [uuid_of("new")], claim=False)
     assert result.selections[0][0].host in wanted
+
+
+# --- the scan stops at the cut ------------------------------------------------------
+
+
+def _mixed_hosts(count: int) -> list:
+    """Hosts of which about half can take ``spec()``: full, disabled and down
+    ones scattered among them."""
+    out = []
+    for i in range(count):
+        kind = i % 7
+        out.append(
+            host(
+                f"h{i:03d}",
+                used={MEMORY_MB: 32768} if kind in (1, 4) else {},
+                disabled=kind == 2,
+                up=kind != 5,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("randomize", [False, True], ids=["in-order", "randomised"])
+def test_a_scan_stopped_at_the_cut_keeps_what_a_whole_scan_keeps(
+    randomize: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ranges of 12 rows (4 x the cut) over 120 hosts: the scan stops early,
+    # and a dry run for all hosts (which examines every host) must agree.
+    monkeypatch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+    store = HookedStore(_mixed_hosts(120))
+    eng = engine(store, max_placement_results=3, randomize_candidates=randomize)
+    for n in range(12):
+        uuids = [uuid_of(f"i{n}")]
+        early = eng.schedule(f"req{n}", spec(), uuids, claim=False).traces[0]
+        whole = eng.schedule(f"req{n}", spec(), uuids, claim=False, all_hosts=True).traces[0]
+        assert early.host == whole.host
+        assert early.top == whole.top
+        assert early.stages[-len(eng.filters) - 1] == whole.stages[-len(eng.filters) - 1]
+        assert whole.detail is not None
+        candidates = next(s for s in whole.detail.stages if s.stage == "candidates")
+        assert early.stages[-len(eng.filters) - 1].survivors == len(candidates.survivors) == 3
+        # Every host is counted once either way: the hosts not examined are
+        # beyond the cut, and each stage counts the hosts it examined.
+        assert sum(early.reasons.values()) == sum(whole.reasons.values()) == 117
+        assert early.reasons[OVER_LIMIT] > whole.reasons[OVER_LIMIT]
+        assert early.stages[0].survivors < whole.stages[0].survivors
+
+
+def test_a_randomised_cut_takes_consecutive_hosts_from_a_drawn_start() -> None:
+    store = HookedStore([host(f"h{i:02d}") for i in range(40)])
+    eng = engine(store, max_placement_results=4, randomize_candidates=True, **FLAT)
+    starts = set()
+    for n in range(30):
+        trace = eng.schedule(
+            f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False, all_hosts=True
+        ).traces[0]
+        assert trace.detail is not None
+        kept = next(s for s in trace.detail.stages if s.stage == "candidates").survivors
+        rows = sorted(int(name[1:]) for name in kept)
+        # four hosts in a row, going round past the last
+        assert len(rows) == 4
+        assert any(rows == sorted((s + k) % 40 for k in range(4)) for s in rows)
+        starts.add(tuple(rows))
+        again = eng.schedule(f"req{n}", spec(), [uuid_of(f"i{n}")], claim=False).traces[0]
+        assert again.host == trace.host  # replayable from the ids
+    assert len(starts) > 10
+
+
+def test_ranking_past_the_head_keeps_ties_in_their_order() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 5, size=300).astype(float)
+    order = _rank(values, np.random.default_rng(3), 6)
+    edge = values[order[5]]
+    tail = order[np.flatnonzero(values[order] < edge)]
+    for value in np.unique(values[tail]):
+        same = tail[values[tail] == value]
+        assert (np.diff(same) > 0).all()

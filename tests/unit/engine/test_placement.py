@@ -373,3 +373,29 @@ def test_a_claim_refused_on_a_child_rereads_the_child() -> None:
     assert result.traces[0].host == "second"
     assert result.traces[0].conflicts == [("best", "CapacityExceeded")]
     assert len(result.selections[0]) == 1  # "best" is known to be full now: no alternate
+
+
+@pytest.mark.parametrize(
+    "extra_specs",
+    [{"resources:VGPU": "1"}, {"resources1:VGPU": "1", "trait1:CUSTOM_A100": "required"}],
+    ids=["split-over-the-tree", "numbered-group"],
+)
+def test_a_scan_stopped_at_the_cut_places_on_children_as_a_whole_scan(
+    extra_specs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ranges of 8 rows over 40 hosts, GPUs (used up on some) on every other
+    # host: the trees' allocations, kid rows included, are those of a whole scan.
+    monkeypatch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+    hosts = [
+        host(f"h{i:02d}", children=gpus(f"h{i:02d}", "CUSTOM_T4", "CUSTOM_A100", used=i % 3))
+        if i % 2
+        else host(f"h{i:02d}")
+        for i in range(40)
+    ]
+    eng = engine(HookedStore(hosts), max_placement_results=2, max_attempts=3)
+    for n in range(6):
+        asked, uuids = spec(extra_specs=extra_specs), [uuid_of(f"i{n}")]
+        whole = eng.schedule(f"req{n}", asked, uuids, claim=False, all_hosts=True)
+        early = eng.schedule(f"req{n}", asked, uuids)
+        assert early.selections == whole.selections
+        assert reasons.OVER_LIMIT in early.traces[0].reasons
