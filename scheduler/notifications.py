@@ -160,10 +160,11 @@ def check(primitive: Any, cls: type[NotificationObject], where: str = "payload")
         keys = sorted(data) if isinstance(data, dict) else data
         raise ValueError(f"{where}: fields {keys} are not {sorted(declared)}")
     for name, tp in declared.items():
-        _check_value(data[name], tp, f"{where}.{name}")
+        check_value(data[name], tp, f"{where}.{name}")
 
 
-def _check_value(value: Any, tp: Any, where: str) -> None:
+def check_value(value: Any, tp: Any, where: str) -> None:
+    """Raise :class:`ValueError` unless ``value`` (JSON) is of field type ``tp``."""
     args = typing.get_args(tp)
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
@@ -177,12 +178,12 @@ def _check_value(value: Any, tp: Any, where: str) -> None:
         if not isinstance(value, list):
             raise ValueError(f"{where}: {value!r} is not a list")
         for n, item in enumerate(value):
-            _check_value(item, args[0], f"{where}[{n}]")
+            check_value(item, args[0], f"{where}[{n}]")
     elif origin in (Mapping, dict):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ValueError(f"{where}: {value!r} is not an object")
         for key, item in value.items():
-            _check_value(item, args[1], f"{where}[{key!r}]")
+            check_value(item, args[1], f"{where}[{key!r}]")
     elif origin is Literal:
         if value not in args:
             raise ValueError(f"{where}: {value!r} is not one of {args}")
