@@ -30,7 +30,7 @@ bound that queue (its quorum options bound only what is held in memory). A
 queue argument of the project's own would clash with the driver's declare,
 so the bound is a RabbitMQ policy, :func:`queue_policy` (applied with
 ``rabbitmqctl set_policy``, see the README): at most ``max_length``
-messages, the oldest dropped first.
+messages, the oldest dropped first, in each queue of both topics.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import json
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -56,20 +56,19 @@ LOG = get_logger(__name__)
 POLICY_NAME = "scheduler-notifications"
 
 
-def queue_policy(topic: str, max_length: int) -> list[str]:
+def queue_policy(topics: str | Sequence[str], max_length: int) -> list[str]:
     """``rabbitmqctl set_policy`` arguments (after ``-p VHOST``) that bound every
-    notification queue of ``topic`` (``<topic>.info``, ``<topic>.error``, ...,
-    classic or quorum) to ``max_length`` messages, dropping the oldest."""
+    notification queue of ``topics`` (``<topic>.info``, ``<topic>.error``, ...,
+    classic or quorum; the legacy topic and the versioned one) to
+    ``max_length`` messages each, dropping the oldest."""
     if max_length < 1:
         raise ValueError(f"max_length must be at least 1, not {max_length}")
+    names = [topics] if isinstance(topics, str) else list(topics)
+    if not names:
+        raise ValueError("name at least one topic")
     definition = json.dumps({"max-length": max_length, "overflow": "drop-head"})
-    return [
-        "--apply-to",
-        "queues",
-        POLICY_NAME,
-        f"^{re.escape(topic)}\\.[a-z]+$",
-        definition,
-    ]
+    pattern = "^(" + "|".join(re.escape(name) for name in names) + ")\\.[a-z]+$"
+    return ["--apply-to", "queues", POLICY_NAME, pattern, definition]
 
 
 #: Notifications waiting to be published, at most (then a request waits).

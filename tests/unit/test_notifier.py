@@ -188,6 +188,16 @@ def test_queue_policy_matches_the_topics_priority_queues_only() -> None:
         notifier_module.queue_policy("notifications", 0)
 
 
+def test_queue_policy_covers_the_legacy_and_the_versioned_topic() -> None:
+    pattern = re.compile(notifier_module.queue_policy(["notif.b", "versioned_n"], 5)[3])
+    for queue_name in ("notif.b.info", "notif.b.error", "versioned_n.info", "versioned_n.error"):
+        assert pattern.match(queue_name), queue_name
+    for queue_name in ("notif.bX.info", "versioned_nXinfo", "tail-1234", "xversioned_n.info"):
+        assert not pattern.match(queue_name), queue_name
+    with pytest.raises(ValueError, match="name at least one topic"):
+        notifier_module.queue_policy([], 5)
+
+
 @pytest.mark.parametrize(
     "notification_format, topics",
     [
