@@ -29,8 +29,10 @@ from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 
 
-def _field(mapping: Any, key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, dict) else None
+def _field(source: Any, key: str) -> Any:
+    """``key`` of a dict (a context off the wire, the metadata) or an attribute
+    of a context object (as an in-process transport hands it over)."""
+    return source.get(key) if isinstance(source, dict) else getattr(source, key, None)
 
 
 class NotificationCollector:
@@ -104,6 +106,15 @@ def listen(
     return listener
 
 
+def tail_topic(conf: cfg.ConfigOpts, notification_format: str | None) -> str:
+    """The topic to read: the versioned one if ``notification_format`` (``--format``)
+    says ``versioned``, or if it is unset and the scheduler publishes only those."""
+    chosen = notification_format or conf.notifications.format
+    return (
+        conf.notifications.versioned_topic if chosen == "versioned" else conf.notifications.topic
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     conf_mod.CONF.register_cli_opts(
         [
@@ -134,9 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
 
-    versioned = (conf.format or conf.notifications.format) == "versioned"
-    topic = conf.notifications.versioned_topic if versioned else conf.notifications.topic
-    listener = listen(transport, topic, _print, conf.pool, conf.event)
+    listener = listen(transport, tail_topic(conf, conf.format), _print, conf.pool, conf.event)
 
     def _stop() -> None:
         listener.stop()
