@@ -25,8 +25,10 @@ from scheduler.notifications import (
     FlavorPayload,
     NotificationObject,
     check,
+    field_types,
     fingerprint,
     registry,
+    type_name,
 )
 from tests import notification_samples as samples
 
@@ -222,3 +224,18 @@ def test_the_envelope_is_novas_with_our_namespace() -> None:
         "nova_object.data",
     }
     assert primitive["nova_object.namespace"] == notifications.NAMESPACE == "vm_scheduler"
+
+
+def test_the_readme_documents_every_event_and_every_objects_version_and_fields() -> None:
+    readme = (samples.DIRECTORY.parents[1] / "README.md").read_text()
+    section = readme.split("\n## Notifications\n", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    for event_type, (priority, cls) in EVENTS.items():
+        rows = [line for line in lines if line.startswith(f"| `{event_type}` ({priority}) |")]
+        assert rows and f"| {cls.__name__} |" in rows[0], event_type
+    for name, cls in registry().items():
+        rows = [line for line in section.splitlines() if line.startswith(f"| {name} ")]
+        assert rows, f"no row for {name}"
+        assert rows[0].startswith(f"| {name} {cls.VERSION} |"), rows[0]
+        for field, tp in field_types(cls).items():
+            assert f"`{field}`: {type_name(tp)}" in rows[0], (name, field, type_name(tp))
