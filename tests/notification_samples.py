@@ -6,7 +6,7 @@ carries one), so a sample shows each field's type. ``tests/unit/
 test_notifications.py`` keeps the files equal to what this module makes;
 after changing a payload object (and bumping its version), write them again::
 
-    python -m tests.notification_samples
+    tox -e samples
 """
 
 from __future__ import annotations

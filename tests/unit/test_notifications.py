@@ -93,7 +93,7 @@ def test_the_samples_are_current_one_per_event() -> None:
     made = {name: samples.render(sample) for name, sample in samples.samples().items()}
     assert sorted(on_disk) == sorted(samples.sample_name(e) for e in EVENTS)
     stale = sorted(name for name in made if on_disk.get(name) != made[name])
-    assert not stale, f"write them again (python -m tests.notification_samples): {stale}"
+    assert not stale, f"write them again (tox -e samples): {stale}"
 
 
 @pytest.mark.parametrize("event_type", sorted(EVENTS))
