@@ -446,8 +446,10 @@ def _rabbit_md(case: dict[str, Any]) -> str:
             "",
             f"One worker process on {case['hosts']:,} hosts (Redis store) and a bare "
             "oslo.messaging echo server answering the same call with a same-sized canned "
-            "response; same client, alternating rounds. A second worker with notifications off "
-            "shows what the two notifications of every call cost. CPU per call (ms) is read "
+            "response; same client, alternating rounds. The worker publishes every call's two "
+            "notifications in both formats (the default); a worker with notifications off "
+            "shows what they cost, one with the legacy format only what the versioned one "
+            "adds. CPU per call (ms) is read "
             "from /proc for the answering process, the calling process, the broker and Redis; "
             "busy cores is the whole machine's.",
             "",
@@ -977,12 +979,17 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         calls = [
             c
-            for c in ("echo", "select_destinations", "select_destinations, notifications off")
+            for c in (
+                "echo",
+                "select_destinations",
+                "select_destinations, legacy notifications only",
+                "select_destinations, notifications off",
+            )
             if any(r["call"] == c for r in rows)
         ]
         width = 0.8 / len(calls)
         for k, (call, colour) in enumerate(
-            zip(calls, ("tab:gray", "tab:blue", "tab:cyan"), strict=False)
+            zip(calls, ("tab:gray", "tab:blue", "tab:purple", "tab:cyan"), strict=False)
         ):
             vals = [_find(rows, callers=c, call=call)["calls_per_s"] for c in callers]
             bars = ax.bar(

@@ -375,8 +375,30 @@ notifications_opts = [
     cfg.StrOpt(
         "topic",
         default="notifications",
-        help="Topic the notifications are published on ([oslo_messaging_notifications] "
-        "topics is not read).",
+        help="Topic the legacy (unversioned) notifications are published on, "
+        "in the shape they have always had ([oslo_messaging_notifications] topics "
+        "is not read). Related options: format.",
+    ),
+    cfg.StrOpt(
+        "format",
+        default="both",
+        choices=[
+            ("unversioned", "only the legacy payloads, on [notifications] topic"),
+            ("versioned", "only the versioned payloads, on [notifications] versioned_topic"),
+            ("both", "each notification in both formats (as Nova's default)"),
+        ],
+        help="Which notifications are published. The versioned payloads are "
+        "typed objects in Nova's envelope (nova_object.name, .namespace, "
+        ".version, .data), documented with a sample per event in "
+        "doc/notification_samples/; failures are <event>.error there. Each "
+        "format is one broker publish per notification, on the worker's "
+        "notifier thread. Related options: topic, versioned_topic.",
+    ),
+    cfg.StrOpt(
+        "versioned_topic",
+        default="versioned_notifications",
+        help="Topic the versioned notifications are published on (Nova's "
+        "default name). Related options: format.",
     ),
 ]
 

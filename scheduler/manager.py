@@ -55,6 +55,15 @@ from scheduler.exceptions import (
 )
 from scheduler.filters.validation import validate_request
 from scheduler.log import RepeatLimiter, bind_request, get_logger
+from scheduler.notifications import (
+    InstanceScheduledPayload,
+    ResizePayload,
+    SchedulingErrorPayload,
+    SchedulingPayload,
+    SelectionPayload,
+    legacy_uuids,
+    listed,
+)
 from scheduler.notifier import Notifier
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
@@ -165,23 +174,13 @@ def _safe_uuids(raw: Any) -> list[str]:
 
 
 def _listed(uuids: Sequence[str]) -> dict[str, Any]:
-    """The instance uuids as a notification or log line carries them: at most
-    MAX_INSTANCES_PER_REQUEST (a refused request may hold any number), and how
-    many more there were."""
-    shown: dict[str, Any] = {"instance_uuids": list(uuids[:MAX_INSTANCES_PER_REQUEST])}
-    if len(uuids) > MAX_INSTANCES_PER_REQUEST:
-        shown["instance_uuids_omitted"] = len(uuids) - MAX_INSTANCES_PER_REQUEST
-    return shown
+    """The instance uuids as a log line carries them (as the notifications do)."""
+    return legacy_uuids(*listed(uuids))
 
 
-def _spec_summary(spec: RequestSpec) -> dict[str, Any]:
-    return {
-        "flavor": spec.flavor.name,
-        "num_instances": spec.num_instances,
-        "project_id": spec.project_id,
-        "availability_zone": spec.availability_zone,
-        "group": spec.group.uuid if spec.group else None,
-    }
+def _selected(selections: dict[str, list[Selection]]) -> tuple[SelectionPayload, ...]:
+    """The placed instances as the notifications carry them, in request order."""
+    return tuple(SelectionPayload.of(uuid, per) for uuid, per in selections.items())
 
 
 class DecisionStats:
@@ -332,22 +331,14 @@ class SchedulerEndpoint:
         a call's or a move's (a resize or cold migration names its
         ``migration_uuid``), as Nova's scheduler publishes for every move;
         ``.end`` says ``state: error`` if it raised, and no valid host is
-        published at ERROR too. The yielded dict is merged into ``.end``."""
-        payload: dict[str, Any] = {
-            "request_spec": _spec_summary(spec),
-            "instance_uuids": list(uuids),
-        }
-        if migration_uuid is not None:
-            payload["migration_uuid"] = migration_uuid
+        published at ERROR too. The yielded dict is the ``.end``'s outcome
+        (:meth:`Notifier.action`)."""
+        payload = SchedulingPayload.starting(spec, uuids, migration_uuid, summary=True)
         with self.notifier.action(ctxt, "select_destinations", payload) as end:
             try:
                 yield end
             except NoValidHost as exc:
-                end["state"] = "error"
                 self._notify_failure(ctxt, "select_destinations", uuids, exc)
-                raise
-            except BaseException:
-                end["state"] = "error"
                 raise
 
     # --- calls ----------------------------------------------------------------------
@@ -384,7 +375,7 @@ class SchedulerEndpoint:
                 selections = self._select(
                     request_id, spec, uuids, return_alternates=return_alternates
                 )
-                end["hosts"] = [s[0].host for s in selections.values()]
+                end["selections"] = _selected(selections)
             # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
             return [
                 [(s if return_zones else s.without_zone()).to_primitive() for s in per]
@@ -491,10 +482,7 @@ class SchedulerEndpoint:
             except (InvalidRequest, Forbidden) as exc:
                 refused = exc
                 uuids = tuple(_safe_uuids(instance_uuids))
-            payload = {
-                "request_spec": spec.to_primitive() if refused is None and spec else None,
-                **_listed(uuids),
-            }
+            payload = SchedulingPayload.starting(spec if refused is None else None, uuids)
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
                     if refused is not None:
@@ -512,25 +500,21 @@ class SchedulerEndpoint:
                         **_listed(uuids),
                     )
                     return
-                for uuid, per_instance in selections.items():
+                end["selections"] = tuple(
                     self._cast_build(ctxt, uuid, spec, per_instance)
-                end["hosts"] = [s[0].host for s in selections.values()]
+                    for uuid, per_instance in selections.items()
+                )
 
     def _cast_build(
         self, ctxt: Any, instance_uuid: str, spec: RequestSpec, per_instance: Sequence[Selection]
-    ) -> None:
+    ) -> SelectionPayload:
+        """``scheduler.run_instance.scheduled``, then the build cast to the primary;
+        returns the selection as the notifications carry it."""
         primary, alternates = per_instance[0], per_instance[1:]
+        selection = SelectionPayload.of(instance_uuid, per_instance)
         with bind_request(instance_uuid=instance_uuid, host=primary.host):
             self.notifier.info(
-                ctxt,
-                "scheduler.run_instance.scheduled",
-                {
-                    "instance_uuid": instance_uuid,
-                    "host": primary.host,
-                    "node": primary.node,
-                    "weight": primary.weight,
-                    "alternates": [a.host for a in alternates],
-                },
+                ctxt, "scheduler.run_instance.scheduled", InstanceScheduledPayload(selection)
             )
             LOG.info(
                 "instance_scheduled",
@@ -540,6 +524,7 @@ class SchedulerEndpoint:
             self.compute.build_and_run_instance(
                 ctxt, instance_uuid, spec.replace(num_instances=1), primary, alternates
             )
+        return selection
 
     def resize(
         self, ctxt: Any, instance_uuid: Any, source_host: Any, new_flavor: Any, request_spec: Any
@@ -558,16 +543,32 @@ class SchedulerEndpoint:
         """
         request_id = _request_id(ctxt)
         with bind_request(request_id=request_id, instance_uuid=str(instance_uuid)[:64]):
-            payload = {
+            asked = {
                 "instance_uuid": str(instance_uuid)[:64],
                 "source_host": source_host,
                 "new_flavor": new_flavor.get("name") if isinstance(new_flavor, dict) else None,
             }
+            # Read whole first, so the notifications carry the request as understood.
+            request: tuple[str, Flavor, RequestSpec] | None = None
+            refused: Exception | None = None
+            try:
+                request = self._resize_request(
+                    ctxt, instance_uuid, source_host, new_flavor, request_spec
+                )
+            except Exception as exc:  # the cast's error policy takes it, below
+                refused = exc
+            readable = _safe_uuids([instance_uuid])
+            payload = ResizePayload.starting(
+                asked,
+                readable[0] if readable else None,
+                (source_host, request[1], request[2]) if request is not None else None,
+            )
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:
-                    uuid, flavor, spec = self._resize_request(
-                        ctxt, instance_uuid, source_host, new_flavor, request_spec
-                    )
+                    if refused is not None:
+                        raise refused
+                    assert request is not None
+                    uuid, flavor, spec = request
                     migration_uuid = migration_uuid_for(uuid, request_id)
                     self._park(uuid, migration_uuid)
                 except Exception as exc:  # nothing moved: nothing to give back
@@ -588,7 +589,9 @@ class SchedulerEndpoint:
                                 request_id, spec, [uuid], migration_uuid=migration_uuid
                             ).values()
                         )
-                        chosen["hosts"] = [s[0].host for s in selections]
+                        chosen["selections"] = tuple(
+                            SelectionPayload.of(uuid, per) for per in selections
+                        )
                     if not selections:  # deleted meanwhile: the delete releases it all
                         self._unpark(uuid, migration_uuid)
                         end["state"] = "deleted"
@@ -605,7 +608,7 @@ class SchedulerEndpoint:
                     )
                     return
                 primary, alternates = selections[0][0], selections[0][1:]
-                end["host"] = primary.host
+                end["selection"] = SelectionPayload.of(uuid, selections[0])
                 LOG.info(
                     "resize_scheduled",
                     host=primary.host,
@@ -652,11 +655,7 @@ class SchedulerEndpoint:
     ) -> None:
         # The notification carries the user-safe reason only; admin details
         # stay in the logs and the instance's admin-only fault details.
-        self.notifier.error(
-            ctxt,
-            f"scheduler.{action}",
-            {**_listed(uuids), "state": "error", "reason": user_reason(exc)},
-        )
+        self.notifier.error(ctxt, f"scheduler.{action}", SchedulingErrorPayload.of(uuids, exc))
 
     def _cast_failed(
         self,

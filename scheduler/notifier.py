@@ -1,9 +1,17 @@
 """Notifications: ``scheduler.<event>.start`` / ``.end`` and failures at ERROR.
 
-Published with oslo.messaging's Notifier (driver ``messagingv2``), publisher
-id ``scheduler.<host>``. :meth:`Notifier.action` makes the pairing a
-structural guarantee: the ``.end`` is sent in a ``finally``, so every
-``.start`` has its ``.end`` even when the request fails.
+Published with oslo.messaging's Notifier (driver ``messagingv2``), in two
+formats (``[notifications] format``: ``unversioned``, ``versioned`` or
+``both``, the default): the legacy payloads on ``[notifications] topic``,
+publisher id ``scheduler.<host>``, failures as ``scheduler.<action>`` at
+ERROR; and the versioned ones (:mod:`scheduler.notifications`, Nova's
+envelope) on ``[notifications] versioned_topic``, publisher id
+``scheduler-worker:<host>``, failures as ``scheduler.<action>.error``. A
+request describes a notification once, by its payload object; the notifier's
+thread makes each format from it and publishes each.
+:meth:`Notifier.action` makes the pairing a structural guarantee: the
+``.end`` is sent in a ``finally``, so every ``.start`` has its ``.end`` even
+when the request fails, in each format.
 
 Publishing is off the request's path: a publish waits for the broker's
 confirm (about a millisecond of a worker's time per notification), so the
@@ -22,7 +30,7 @@ bound that queue (its quorum options bound only what is held in memory). A
 queue argument of the project's own would clash with the driver's declare,
 so the bound is a RabbitMQ policy, :func:`queue_policy` (applied with
 ``rabbitmqctl set_policy``, see the README): at most ``max_length``
-messages, the oldest dropped first.
+messages, the oldest dropped first, in each queue of both topics.
 """
 
 from __future__ import annotations
@@ -32,13 +40,15 @@ import json
 import queue
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import oslo_messaging
 
 from scheduler.log import get_logger, masked
+from scheduler.notifications import EventPayload
 
 LOG = get_logger(__name__)
 
@@ -46,20 +56,19 @@ LOG = get_logger(__name__)
 POLICY_NAME = "scheduler-notifications"
 
 
-def queue_policy(topic: str, max_length: int) -> list[str]:
+def queue_policy(topics: str | Sequence[str], max_length: int) -> list[str]:
     """``rabbitmqctl set_policy`` arguments (after ``-p VHOST``) that bound every
-    notification queue of ``topic`` (``<topic>.info``, ``<topic>.error``, ...,
-    classic or quorum) to ``max_length`` messages, dropping the oldest."""
+    notification queue of ``topics`` (``<topic>.info``, ``<topic>.error``, ...,
+    classic or quorum; the legacy topic and the versioned one) to
+    ``max_length`` messages each, dropping the oldest."""
     if max_length < 1:
         raise ValueError(f"max_length must be at least 1, not {max_length}")
+    names = [topics] if isinstance(topics, str) else list(topics)
+    if not names:
+        raise ValueError("name at least one topic")
     definition = json.dumps({"max-length": max_length, "overflow": "drop-head"})
-    return [
-        "--apply-to",
-        "queues",
-        POLICY_NAME,
-        f"^{re.escape(topic)}\\.[a-z]+$",
-        definition,
-    ]
+    pattern = "^(" + "|".join(re.escape(name) for name in names) + ")\\.[a-z]+$"
+    return ["--apply-to", "queues", POLICY_NAME, pattern, definition]
 
 
 #: Notifications waiting to be published, at most (then a request waits).
@@ -67,7 +76,17 @@ QUEUE_SIZE = 1000
 
 #: One notification to publish: the logging context it was sent in, then
 #: priority, request context, event type and payload.
-_Pending = tuple[contextvars.Context, str, Any, str, dict[str, Any]]
+_Pending = tuple[contextvars.Context, str, Any, str, EventPayload]
+
+#: The values of ``[notifications] format``.
+FORMATS = ("unversioned", "versioned", "both")
+
+
+def versioned_event_type(priority: str, event_type: str) -> str:
+    """The versioned name of an event: a failure (``scheduler.resize`` at
+    ERROR in the legacy format) is ``scheduler.resize.error``, as Nova names
+    its versioned error events; the others keep their name."""
+    return f"{event_type}.error" if priority == "error" else event_type
 
 
 class Notifier:
@@ -78,21 +97,36 @@ class Notifier:
         topic: str = "notifications",
         enabled: bool = True,
         queue_size: int = QUEUE_SIZE,
+        notification_format: str = "both",
+        versioned_topic: str = "versioned_notifications",
     ) -> None:
-        self._notifier: oslo_messaging.Notifier | None = None
-        if enabled and transport is not None:
-            self._notifier = oslo_messaging.Notifier(
-                transport, publisher_id=f"scheduler.{host}", driver="messagingv2", topics=[topic]
+        if notification_format not in FORMATS:
+            raise ValueError(f"notification format must be one of {', '.join(FORMATS)}")
+        wanted = enabled and transport is not None
+
+        def publisher(publisher_id: str, topic: str, formats: tuple[str, ...]) -> Any:
+            if not wanted or notification_format not in formats:
+                return None
+            return oslo_messaging.Notifier(
+                transport, publisher_id=publisher_id, driver="messagingv2", topics=[topic]
             )
+
+        self._legacy: oslo_messaging.Notifier | None = publisher(
+            f"scheduler.{host}", topic, ("unversioned", "both")
+        )
+        self._versioned: oslo_messaging.Notifier | None = publisher(
+            f"scheduler-worker:{host}", versioned_topic, ("versioned", "both")
+        )
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()  # guards the publisher's start and stop
         self._publisher: threading.Thread | None = None
         self._stopped = False
 
-    def info(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
+    def info(self, ctxt: Any, event_type: str, payload: EventPayload) -> None:
         self._emit("info", ctxt, event_type, payload)
 
-    def error(self, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
+    def error(self, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+        """A failure: ``event_type`` at ERROR (legacy), ``<event_type>.error`` (versioned)."""
         self._emit("error", ctxt, event_type, payload)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -107,10 +141,10 @@ class Notifier:
             if publisher.is_alive():
                 LOG.warning("notifications_not_flushed", waiting=self._queue.qsize())
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
-        if self._notifier is None:
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+        if self._legacy is None and self._versioned is None:
             return
-        pending = (contextvars.copy_context(), priority, ctxt, event_type, dict(payload))
+        pending = (contextvars.copy_context(), priority, ctxt, event_type, payload)
         with self._lock:
             if not self._stopped:
                 if self._publisher is None:
@@ -132,28 +166,50 @@ class Notifier:
         priority: str,
         ctxt: Any,
         event_type: str,
-        payload: dict[str, Any],
+        payload: EventPayload,
     ) -> None:
         logging_context.run(self._send, priority, ctxt, event_type, payload)
 
-    def _send(self, priority: str, ctxt: Any, event_type: str, payload: dict[str, Any]) -> None:
-        assert self._notifier is not None  # only queued when there is one
+    def _send(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+        """Each format made from ``payload`` once and published (the legacy one first)."""
+        if self._legacy is not None:
+            self._send_one(self._legacy, priority, ctxt, event_type, payload.legacy)
+        if self._versioned is not None:
+            versioned = versioned_event_type(priority, event_type)
+            self._send_one(self._versioned, priority, ctxt, versioned, payload.to_primitive)
+
+    @staticmethod
+    def _send_one(
+        notifier: oslo_messaging.Notifier,
+        priority: str,
+        ctxt: Any,
+        event_type: str,
+        make: Callable[[], dict[str, Any]],
+    ) -> None:
         # A notification that cannot be sent must not fail the request it
-        # describes: the decision and the claim already happened.
+        # describes (the decision and the claim already happened), nor keep
+        # its other format from going out.
         try:
-            getattr(self._notifier, priority)(ctxt, event_type, masked(payload))
+            getattr(notifier, priority)(ctxt, event_type, masked(make()))
         except Exception as exc:  # noqa: BLE001 - logged, the request goes on
             LOG.warning("notification_failed", event_type=event_type, error=repr(exc))
 
     @contextmanager
-    def action(self, ctxt: Any, name: str, payload: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def action(self, ctxt: Any, name: str, payload: EventPayload) -> Iterator[dict[str, Any]]:
         """``<name>.start`` now, ``<name>.end`` on leaving the block, however it is left.
 
-        The yielded dict is merged into the ``.end`` payload.
+        The block puts the outcome's fields into the yielded dict (``state``,
+        ``selections`` ...); the ``.end`` carries ``payload`` with them
+        replaced, ``state`` being ``scheduled`` unless the block said
+        otherwise or raised (``error``).
         """
         self.info(ctxt, f"scheduler.{name}.start", payload)
-        extra: dict[str, Any] = {}
+        outcome: dict[str, Any] = {}
         try:
-            yield extra
+            yield outcome
+        except BaseException:
+            outcome.setdefault("state", "error")
+            raise
         finally:
-            self.info(ctxt, f"scheduler.{name}.end", {**payload, **extra})
+            outcome.setdefault("state", "scheduled")
+            self.info(ctxt, f"scheduler.{name}.end", replace(payload, **outcome))  # type: ignore[type-var]

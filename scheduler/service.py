@@ -129,6 +129,8 @@ class SchedulerService:
             conf.host,
             topic=conf.notifications.topic,
             enabled=conf.notifications.enabled,
+            notification_format=conf.notifications.format,
+            versioned_topic=conf.notifications.versioned_topic,
         )
         self.endpoint = SchedulerEndpoint(
             self.engine,

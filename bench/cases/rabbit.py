@@ -8,8 +8,11 @@ the worker). Both are called with the same client
 alternates each, by 1 and by 16 concurrent callers (threads sharing one
 transport), in alternating rounds so both see the same machine. Throughput is
 calls completed per second; the ratio is select_destinations' throughput over
-the echo's. A second worker with notifications off, on a topic of its own,
-says what the two notifications of each call cost. The CPU seconds of the
+the echo's. The worker publishes each call's two notifications in both
+formats (the default: four publishes); a second worker with notifications
+off and a third with the legacy format only, each on a topic of its own, say
+what the notifications of each call cost, and what the versioned format
+adds. The CPU seconds of the
 server (a worker daemon's master and its worker process; the echo server's
 one process), the calling process, the broker and Redis are read from /proc
 around every round, per call; the py-spy profile (``--profile``) samples the
@@ -73,7 +76,12 @@ def _callers(
 
 SELECT = "select_destinations"
 QUIET = "select_destinations, notifications off"
-QUIET_TOPIC = "bench-quiet"
+LEGACY = "select_destinations, legacy notifications only"
+#: The other workers: call name -> (process name, topic, its [notifications] options).
+VARIANTS = {
+    QUIET: ("worker-quiet", "bench-quiet", "enabled = False"),
+    LEGACY: ("worker-legacy", "bench-legacy", "format = unversioned"),
+}
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -82,15 +90,19 @@ def run(bench: Bench) -> dict[str, Any]:
     rc = bench.redis_cloud(sizes.rabbit_hosts)
     cluster = rc.cluster
     worker = cluster.start("worker-rabbit", "scheduler.cmd.worker")
-    # A second worker, on its own topic, with notifications off: how much of a
-    # call's cost is the two notifications every select_destinations publishes.
+    # The other workers, each on its own topic: with notifications off, how much
+    # of a call's cost is the notifications every select_destinations
+    # publishes; with the legacy format only, what the versioned one adds.
     # (A second --config-file overrides the cluster's for that process only.)
-    quiet_conf = cluster.tmp / "quiet.conf"
-    quiet_conf.write_text(
-        f"[scheduler]\ntopic = {QUIET_TOPIC}\n[notifications]\nenabled = False\n"
-    )
-    quiet = cluster.start("worker-quiet", "scheduler.cmd.worker", "--config-file", str(quiet_conf))
-    for proc in (worker, quiet):
+    variants = {}
+    for call, (proc_name, topic, options) in VARIANTS.items():
+        conf = cluster.tmp / f"{proc_name}.conf"
+        conf.write_text(f"[scheduler]\ntopic = {topic}\n[notifications]\n{options}\n")
+        variants[call] = (
+            cluster.start(proc_name, "scheduler.cmd.worker", "--config-file", str(conf)),
+            topic,
+        )
+    for proc in (worker, *(v for v, _ in variants.values())):
         proc.wait_for("scheduler_started", timeout=60)
     transport = bench.transport(cluster)
     claimed: list[str] = []
@@ -126,11 +138,14 @@ def run(bench: Bench) -> dict[str, Any]:
                 echo.popen.pid,
             ),
             SELECT: (select, family(worker.popen.pid), worker.serving_pid()),
-            QUIET: (
-                rpc.SchedulerClient(transport, topic=QUIET_TOPIC, timeout=60),
-                family(quiet.popen.pid),
-                quiet.serving_pid(),
-            ),
+            **{
+                call: (
+                    rpc.SchedulerClient(transport, topic=topic, timeout=60),
+                    family(proc.popen.pid),
+                    proc.serving_pid(),
+                )
+                for call, (proc, topic) in variants.items()
+            },
         }
 
         def kept(name: str) -> list[str]:  # what a call claimed, to release at the end
@@ -162,7 +177,7 @@ def run(bench: Bench) -> dict[str, Any]:
             for name, found in got.items():
                 rows.append(_row(name, callers, found["timings"], found["cpu"]))
             ech = _find(rows, callers, "echo")
-            for name in (SELECT, QUIET):
+            for name in (SELECT, *VARIANTS):
                 row = _find(rows, callers, name)
                 row["ratio_to_echo"] = ratio(row["calls_per_s"], ech["calls_per_s"])
             sel = _find(rows, callers, SELECT)
@@ -173,9 +188,8 @@ def run(bench: Bench) -> dict[str, Any]:
             )
     finally:
         transport.cleanup()
-        ours = [
-            p for p in cluster.processes if p.name in ("echo", "worker-rabbit", "worker-quiet")
-        ]
+        names = ("echo", "worker-rabbit", *(proc_name for proc_name, _, _ in VARIANTS.values()))
+        ours = [p for p in cluster.processes if p.name in names]
         for proc in ours:  # all at once: each takes a second to drain
             proc.popen.send_signal(signal.SIGTERM)
         for proc in ours:

@@ -2,11 +2,18 @@
 
 Listens on the notifications topic with its own pool (so it does not steal
 messages from other consumers) and prints one JSON line per notification:
-priority, event type, publisher, payload.
+timestamp, message id, request id, priority, event type, publisher, payload.
+``--format versioned`` listens on ``[notifications] versioned_topic`` (the
+versioned payloads, in Nova's envelope) instead of the legacy topic; by
+default the tail reads the versioned ones when those are all the scheduler
+publishes (``[notifications] format = versioned``), else the legacy ones.
+``--event PATTERN`` (repeatable; shell-style, e.g. ``'scheduler.resize.*'``)
+prints only the event types it matches.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
 import threading
@@ -22,17 +29,41 @@ from scheduler import log, rpc
 from scheduler.cmd._daemon import wait_for_signal
 
 
-class NotificationCollector:
-    """A notification endpoint handing every notification to ``sink``."""
+def _field(source: Any, key: str) -> Any:
+    """``key`` of a dict (a context off the wire, the metadata) or an attribute
+    of a context object (as an in-process transport hands it over)."""
+    return source.get(key) if isinstance(source, dict) else getattr(source, key, None)
 
-    def __init__(self, sink: Callable[[dict[str, Any]], None]) -> None:
+
+class NotificationCollector:
+    """A notification endpoint handing every notification (those of ``events``
+    only, shell-style patterns, when given) to ``sink``."""
+
+    def __init__(self, sink: Callable[[dict[str, Any]], None], events: Sequence[str] = ()) -> None:
         self._sink = sink
+        self._events = tuple(events)
         self._lock = threading.Lock()
 
-    def _record(self, priority: str, publisher_id: str, event_type: str, payload: Any) -> None:
+    def wants(self, event_type: str) -> bool:
+        return not self._events or any(fnmatch.fnmatchcase(event_type, p) for p in self._events)
+
+    def _record(
+        self,
+        priority: str,
+        ctxt: Any,
+        publisher_id: str,
+        event_type: str,
+        payload: Any,
+        metadata: Any,
+    ) -> None:
+        if not self.wants(str(event_type)):
+            return
         with self._lock:
             self._sink(
                 {
+                    "timestamp": _field(metadata, "timestamp"),
+                    "message_id": _field(metadata, "message_id"),
+                    "request_id": _field(ctxt, "request_id"),
                     "priority": priority,
                     "event_type": event_type,
                     "publisher_id": publisher_id,
@@ -43,17 +74,17 @@ class NotificationCollector:
     def info(
         self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
     ) -> None:
-        self._record("INFO", publisher_id, event_type, payload)
+        self._record("INFO", ctxt, publisher_id, event_type, payload, metadata)
 
     def warn(
         self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
     ) -> None:
-        self._record("WARN", publisher_id, event_type, payload)
+        self._record("WARN", ctxt, publisher_id, event_type, payload, metadata)
 
     def error(
         self, ctxt: Any, publisher_id: str, event_type: str, payload: Any, metadata: Any
     ) -> None:
-        self._record("ERROR", publisher_id, event_type, payload)
+        self._record("ERROR", ctxt, publisher_id, event_type, payload, metadata)
 
 
 def listen(
@@ -61,21 +92,47 @@ def listen(
     topic: str,
     sink: Callable[[dict[str, Any]], None],
     pool: str | None = None,
+    events: Sequence[str] = (),
 ) -> oslo_messaging.server.MessageHandlingServer:
+    """Start a listener of ``topic`` (its own ``pool``) handing what arrives to ``sink``."""
     targets = [oslo_messaging.Target(topic=topic)]
     listener = oslo_messaging.get_notification_listener(
         transport,
         targets,
-        [NotificationCollector(sink)],
+        [NotificationCollector(sink, events)],
         pool=pool or f"tail-{uuidlib.uuid4().hex[:8]}",
     )
     listener.start()
     return listener
 
 
+def tail_topic(conf: cfg.ConfigOpts, notification_format: str | None) -> str:
+    """The topic to read: the versioned one if ``notification_format`` (``--format``)
+    says ``versioned``, or if it is unset and the scheduler publishes only those."""
+    chosen = notification_format or conf.notifications.format
+    return (
+        conf.notifications.versioned_topic if chosen == "versioned" else conf.notifications.topic
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    conf_mod.CONF.register_cli_opt(
-        cfg.StrOpt("pool", help="Listener pool name (default: a fresh one).")
+    conf_mod.CONF.register_cli_opts(
+        [
+            cfg.StrOpt("pool", help="Listener pool name (default: a fresh one)."),
+            cfg.StrOpt(
+                "format",
+                choices=["unversioned", "versioned"],
+                help="Which notifications to print: the legacy ones ([notifications] "
+                "topic) or the versioned ones ([notifications] versioned_topic). "
+                "Default: versioned if [notifications] format is versioned, else unversioned.",
+            ),
+            cfg.MultiStrOpt(
+                "event",
+                default=[],
+                help="Print only the event types this shell-style pattern matches "
+                "(e.g. 'scheduler.resize.*'); repeat for several. Default: all.",
+            ),
+        ]
     )
     conf = conf_mod.parse_args(
         sys.argv[1:] if argv is None else argv,
@@ -88,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
 
-    listener = listen(transport, conf.notifications.topic, _print, conf.pool)
+    listener = listen(transport, tail_topic(conf, conf.format), _print, conf.pool, conf.event)
 
     def _stop() -> None:
         listener.stop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,11 @@ def transport(cluster: Cluster) -> Iterator[Any]:
     t.cleanup()
 
 
-@pytest.fixture
-def notifications(cluster: Cluster) -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """Start listening for notifications now; call the fixture to read them."""
+@contextmanager
+def _listening(
+    cluster: Cluster, topic: str, pool: str
+) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """What arrives on notification ``topic`` from now on (a function reading it)."""
     from scheduler import conf as conf_mod
     from scheduler import rpc
     from scheduler.cmd.notify_tail import listen
@@ -87,8 +90,24 @@ def notifications(cluster: Cluster) -> Iterator[Callable[[], list[dict[str, Any]
     conf([], project="scheduler", default_config_files=[])
     t = rpc.get_notification_transport(conf, url=cluster.transport_url)
     seen: list[dict[str, Any]] = []
-    listener = listen(t, "notifications", seen.append, pool="functional-test")
-    yield lambda: list(seen)
-    listener.stop()
-    listener.wait()
-    t.cleanup()
+    listener = listen(t, topic, seen.append, pool=pool)
+    try:
+        yield lambda: list(seen)
+    finally:
+        listener.stop()
+        listener.wait()
+        t.cleanup()
+
+
+@pytest.fixture
+def notifications(cluster: Cluster) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """Start listening for the legacy notifications now; call the fixture to read them."""
+    with _listening(cluster, "notifications", "functional-test") as read:
+        yield read
+
+
+@pytest.fixture
+def versioned_notifications(cluster: Cluster) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """Start listening for the versioned notifications now; call the fixture to read them."""
+    with _listening(cluster, "versioned_notifications", "functional-test") as read:
+        yield read

@@ -91,6 +91,7 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
                     for call in (
                         "echo",
                         "select_destinations",
+                        "select_destinations, legacy notifications only",
                         "select_destinations, notifications off",
                     )
                     for n in (1, 16)

@@ -160,7 +160,7 @@ def test_overfill_ends_the_overflow_in_error_with_generic_fault(
 
 
 def test_notifications_pair_start_with_end(
-    cluster: Cluster, notifications: Any, transport: Any
+    cluster: Cluster, notifications: Any, versioned_notifications: Any, transport: Any
 ) -> None:
     cluster.start_conductor()
     cluster.start_compute(3)
@@ -176,12 +176,22 @@ def test_notifications_pair_start_with_end(
     def kinds() -> Counter[str]:
         return Counter(n["event_type"] for n in notifications())
 
+    def versioned_kinds() -> Counter[str]:
+        return Counter(n["event_type"] for n in versioned_notifications())
+
     wait_until(lambda: kinds()["scheduler.select_destinations.end"] == 1, what="notifications")
+    wait_until(
+        lambda: versioned_kinds()["scheduler.select_destinations.end"] == 1,
+        what="versioned notifications",
+    )
     seen = kinds()
     assert seen["scheduler.run_instance.start"] == seen["scheduler.run_instance.end"] == 2
     assert seen["scheduler.run_instance.scheduled"] == 4
     assert seen["scheduler.select_destinations.start"] == 1
     assert seen["scheduler.select_destinations"] == 1  # the ERROR one
+    # The same in the versioned format, where the failure is <action>.error.
+    renamed = {"scheduler.select_destinations": "scheduler.select_destinations.error"}
+    assert versioned_kinds() == Counter({renamed.get(e, e): n for e, n in seen.items()})
     publishers = {n["publisher_id"] for n in notifications()}
     assert publishers == {f"scheduler.node-{cluster.ident}"}
     scheduled = [

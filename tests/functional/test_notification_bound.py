@@ -43,7 +43,8 @@ def test_notification_queue_stays_within_its_bound_and_keeps_the_newest(
 ) -> None:
     if quorum:
         cluster.write_config(oslo_messaging_rabbit={"rabbit_quorum_queue": True})
-    rabbitmqctl("set_policy", "-p", cluster.vhost, *notifier.queue_policy("notifications", BOUND))
+    topics = ["notifications", "versioned_notifications"]  # both formats, by default
+    rabbitmqctl("set_policy", "-p", cluster.vhost, *notifier.queue_policy(topics, BOUND))
     cluster.start_conductor()
     cluster.start_compute(4, "--build-time", "0.01")
     worker = cluster.start_worker()
@@ -57,6 +58,7 @@ def test_notification_queue_stays_within_its_bound_and_keeps_the_newest(
     assert worker.count("instance_scheduled") == 2 * BATCH
     assert worker.count("notification_failed") == 0
     assert queue_length(cluster, "notifications.info") == BOUND
+    assert queue_length(cluster, "versioned_notifications.info") == BOUND
 
     # A consumer that joins now, on the queue the driver declared (no pool).
     conf = conf_mod.CONF

@@ -114,7 +114,11 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
     plain = private_rabbit.url(cluster.vhost)
     notifications: list[dict[str, Any]] = []
     note_transport = rpc.get_notification_transport(conf, url=plain)
-    listener = listen(note_transport, "notifications", notifications.append, pool="secrets")
+    # Both formats (the default), on one list.
+    listeners = [
+        listen(note_transport, topic, notifications.append, pool="secrets")
+        for topic in ("notifications", "versioned_notifications")
+    ]
     transport = rpc.get_transport(conf, url=plain)
     client = rpc.SchedulerClient(transport, timeout=30)
     errors: list[str] = []
@@ -189,10 +193,18 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
                 ("instance", "show", failed["instances"][0]["uuid"], "--json"),
             )
         ]
-        wait_until(lambda: len(notifications) >= 20, 20, "notifications")
+        wait_until(
+            lambda: (
+                len(notifications) >= 40
+                and any(n["event_type"] == "scheduler.run_instance.error" for n in notifications)
+            ),
+            20,
+            "notifications in both formats",
+        )
     finally:
-        listener.stop()
-        listener.wait()
+        for listener in listeners:
+            listener.stop()
+            listener.wait()
         note_transport.cleanup()
         transport.cleanup()
 
@@ -211,6 +223,7 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
     assert conductor.count("conductor_started") and compute.count("compute_sim_started")
     assert any(r.fault == NoValidHost.USER_MESSAGE and r.fault_details for r in records)
     assert any(n["event_type"] == "scheduler.run_instance.end" for n in notifications)
+    assert any(n["event_type"] == "scheduler.run_instance.error" for n in notifications)
     assert (
         worker.count("store_unavailable")
         + conductor.count("sweep_failed")

@@ -25,7 +25,7 @@ import time
 import types
 import uuid as uuidlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +41,13 @@ from scheduler.engine.settings import PciAlias
 from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
 from scheduler.explain import ExplainReport
 from scheduler.manager import SchedulerEndpoint
+from scheduler.notifications import EventPayload
 from scheduler.notifier import Notifier
 from scheduler.objects import RequestSpec, Selection
 from scheduler.store import MemoryStore
 from tests import strategies as fuzz
 from tests.unit.factories import aggregate, az, child, engine, host, populate
+from tests.unit.notifying import legacy_checked
 
 SCALE = float(os.environ.get("SCHEDULER_FUZZ_SCALE", "1"))
 #: Cases per property; 10,000 in all at scale 1.
@@ -122,9 +124,11 @@ class RecordingNotifier(Notifier):
         self._ended: dict[str, threading.Event] = defaultdict(threading.Event)
         self._lock = threading.Lock()
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
         request_id = getattr(ctxt, "request_id", None)
-        self.sent.append((priority, event_type, dict(payload), request_id))
+        self.sent.append(
+            (priority, event_type, legacy_checked(priority, event_type, payload), request_id)
+        )
         if event_type.endswith(".end"):
             with self._lock:
                 self._ended[request_id].set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from scheduler.exceptions import (
 )
 from scheduler.explain import ExplainReport
 from scheduler.manager import SchedulerEndpoint
+from scheduler.notifications import EventPayload
 from scheduler.notifier import Notifier
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
@@ -57,6 +58,7 @@ from tests.unit.factories import (
     spec,
     uuid_of,
 )
+from tests.unit.notifying import legacy_checked
 
 ADMIN = RequestContext.admin(request_id="req-admin", user_id="ops", project_id="admin")
 USER = RequestContext(request_id="req-user", user_id="alice", project_id="p", roles=["member"])
@@ -71,8 +73,8 @@ class RecordingNotifier(Notifier):
         super().__init__(None, "test")
         self.sent: list[tuple[str, str, dict[str, Any]]] = []
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: Mapping[str, Any]) -> None:
-        self.sent.append((priority, event_type, dict(payload)))
+    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+        self.sent.append((priority, event_type, legacy_checked(priority, event_type, payload)))
 
 
 class Recorder:

@@ -1,4 +1,5 @@
-"""The notifier: published off the request's thread, in order, none dropped."""
+"""The notifier: published off the request's thread, in order, none dropped; in
+the legacy format, the versioned one or both."""
 
 from __future__ import annotations
 
@@ -11,8 +12,27 @@ import pytest
 import structlog
 
 from scheduler import notifier as notifier_module
+from scheduler.exceptions import NoValidHost
 from scheduler.log import bind_request
+from scheduler.notifications import (
+    EventPayload,
+    SchedulingErrorPayload,
+    SchedulingPayload,
+    SelectionPayload,
+)
 from scheduler.notifier import Notifier
+from scheduler.objects import Flavor, RequestSpec
+
+SPEC = RequestSpec(flavor=Flavor("m1.small", 1, 2048, 20), project_id="p", user_id="u")
+UUIDS = ["0c0c0c0c-0000-4000-8000-000000000001"]
+
+
+def starting(n: int = 0) -> SchedulingPayload:
+    return SchedulingPayload.starting(SPEC.replace(num_instances=n + 1), UUIDS * (n + 1))
+
+
+def failure() -> SchedulingErrorPayload:
+    return SchedulingErrorPayload.of(UUIDS, NoValidHost())
 
 
 class FakeOsloNotifier:
@@ -20,6 +40,7 @@ class FakeOsloNotifier:
     and with which request id bound; ``gate`` holds publishing until set."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.kwargs = kwargs
         self.published: list[tuple[str, str, dict[str, Any]]] = []
         self.threads: list[str] = []
         self.request_ids: list[str | None] = []
@@ -47,7 +68,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[FakeOsloNotifier]:
     fakes: list[FakeOsloNotifier] = []
 
     def make(*args: Any, **kwargs: Any) -> FakeOsloNotifier:
-        fakes.append(FakeOsloNotifier())
+        fakes.append(FakeOsloNotifier(*args, **kwargs))
         return fakes[-1]
 
     monkeypatch.setattr(notifier_module.oslo_messaging, "Notifier", make)
@@ -61,13 +82,13 @@ def events(fake: FakeOsloNotifier) -> list[str]:
 def test_published_off_the_request_thread_in_order_and_flushed_by_stop(
     made: list[FakeOsloNotifier],
 ) -> None:
-    notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
+    notifier = Notifier(object(), "h1", notification_format="unversioned")  # type: ignore[arg-type]
     fake = made[0]
     fake.gate.clear()  # the publisher is slow: everything queues
     for n in range(3):
-        with notifier.action(None, "select_destinations", {"n": n}) as end:
-            end["hosts"] = [f"host-{n}"]
-    notifier.error(None, "scheduler.run_instance", {"reason": "No valid host was found."})
+        with notifier.action(None, "select_destinations", starting(n)) as end:
+            end["selections"] = (SelectionPayload(UUIDS[0], f"host-{n}", "n", 1.0, ()),)
+    notifier.error(None, "scheduler.run_instance", failure())
     assert fake.published == []  # the requests did not wait for the broker
     fake.gate.set()
     notifier.stop()
@@ -78,7 +99,7 @@ def test_published_off_the_request_thread_in_order_and_flushed_by_stop(
     assert fake.published[1] == (
         "info",
         "scheduler.select_destinations.end",
-        {"n": 0, "hosts": ["host-0"]},
+        {"request_spec": SPEC.to_primitive(), "instance_uuids": UUIDS, "hosts": ["host-0"]},
     )
     assert set(fake.threads) == {"notifier"}
 
@@ -86,10 +107,17 @@ def test_published_off_the_request_thread_in_order_and_flushed_by_stop(
 def test_a_full_queue_makes_the_request_wait_and_drops_nothing(
     made: list[FakeOsloNotifier],
 ) -> None:
-    notifier = Notifier(object(), "h1", queue_size=1)  # type: ignore[arg-type]
+    notifier = Notifier(
+        object(),  # type: ignore[arg-type]
+        "h1",
+        queue_size=1,
+        notification_format="unversioned",
+    )
     fake = made[0]
     fake.gate.clear()
-    sender = threading.Thread(target=lambda: [notifier.info(None, f"e{n}", {}) for n in range(4)])
+    sender = threading.Thread(
+        target=lambda: [notifier.info(None, f"e{n}", starting()) for n in range(4)]
+    )
     sender.start()
     sender.join(0.3)
     assert sender.is_alive()  # one being published, one queued, the third waits
@@ -103,26 +131,31 @@ def test_after_stop_notifications_go_out_on_the_callers_thread(
     made: list[FakeOsloNotifier],
 ) -> None:
     notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
-    notifier.info(None, "before", {})
+    notifier.info(None, "before", starting())
     notifier.stop()
-    notifier.info(None, "after", {})
-    assert events(made[0]) == ["before", "after"]
-    assert made[0].threads == ["notifier", threading.current_thread().name]
+    notifier.info(None, "after", starting())
+    for fake in made:  # each format
+        assert events(fake) == ["before", "after"]
+        assert fake.threads == ["notifier", threading.current_thread().name]
 
 
 def test_a_failed_publish_is_logged_with_its_request_and_the_rest_go_out(
     made: list[FakeOsloNotifier],
 ) -> None:
     notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
-    made[0].fail_on = {"lost"}
+    legacy, versioned = made
+    legacy.fail_on = {"lost"}
     with structlog.testing.capture_logs() as logs:
         with bind_request(request_id="req-1"):
-            notifier.info(None, "lost", {})
+            notifier.info(None, "lost", starting())
         with bind_request(request_id="req-2"):
-            notifier.info(None, "sent", {})
+            notifier.info(None, "sent", starting())
         notifier.stop()
-    assert events(made[0]) == ["sent"]
-    assert made[0].request_ids == ["req-2"]
+    assert events(legacy) == ["sent"]
+    assert legacy.request_ids == ["req-2"]
+    # The legacy publish that failed kept neither the other format nor the next one back.
+    assert events(versioned) == ["lost", "sent"]
+    assert versioned.request_ids == ["req-1", "req-2"]
     assert [(e["event"], e["event_type"]) for e in logs] == [("notification_failed", "lost")]
 
 
@@ -137,7 +170,7 @@ def test_a_notifier_that_is_off_sends_nothing_and_starts_no_thread(
     made: list[FakeOsloNotifier], transport: Any, enabled: bool
 ) -> None:
     notifier = Notifier(transport, "h1", enabled=enabled)
-    notifier.info(None, "ignored", {})
+    notifier.info(None, "ignored", starting())
     notifier.stop()
     assert made == []
     assert not any(t.name == "notifier" for t in threading.enumerate())
@@ -153,3 +186,97 @@ def test_queue_policy_matches_the_topics_priority_queues_only() -> None:
     assert json.loads(args[4]) == {"max-length": 500, "overflow": "drop-head"}
     with pytest.raises(ValueError, match="max_length must be at least 1, not 0"):
         notifier_module.queue_policy("notifications", 0)
+
+
+def test_queue_policy_covers_the_legacy_and_the_versioned_topic() -> None:
+    pattern = re.compile(notifier_module.queue_policy(["notif.b", "versioned_n"], 5)[3])
+    for queue_name in ("notif.b.info", "notif.b.error", "versioned_n.info", "versioned_n.error"):
+        assert pattern.match(queue_name), queue_name
+    for queue_name in ("notif.bX.info", "versioned_nXinfo", "tail-1234", "xversioned_n.info"):
+        assert not pattern.match(queue_name), queue_name
+    with pytest.raises(ValueError, match="name at least one topic"):
+        notifier_module.queue_policy([], 5)
+
+
+@pytest.mark.parametrize(
+    "notification_format, topics",
+    [
+        pytest.param("unversioned", [["notif-l"]], id="unversioned"),
+        pytest.param("versioned", [["notif-v"]], id="versioned"),
+        pytest.param("both", [["notif-l"], ["notif-v"]], id="both"),
+    ],
+)
+def test_each_format_on_its_topic_with_its_publisher_and_names(
+    made: list[FakeOsloNotifier], notification_format: str, topics: list[list[str]]
+) -> None:
+    notifier = Notifier(
+        object(),  # type: ignore[arg-type]
+        "h1",
+        topic="notif-l",
+        versioned_topic="notif-v",
+        notification_format=notification_format,
+    )
+    assert [fake.kwargs["topics"] for fake in made] == topics
+    payload = starting()
+    with pytest.raises(RuntimeError), notifier.action(None, "run_instance", payload):
+        raise RuntimeError("the request failed")
+    notifier.error(None, "scheduler.run_instance", failure())
+    notifier.stop()
+    for fake in made:
+        versioned = fake.kwargs["topics"] == ["notif-v"]
+        assert fake.kwargs["publisher_id"] == (
+            "scheduler-worker:h1" if versioned else "scheduler.h1"
+        )
+        assert events(fake) == [
+            "scheduler.run_instance.start",
+            "scheduler.run_instance.end",
+            "scheduler.run_instance.error" if versioned else "scheduler.run_instance",
+        ]
+        start, end, error = (p for _, _, p in fake.published)
+        if versioned:
+            assert start == payload.to_primitive()
+            assert start["nova_object.data"]["state"] == "scheduling"
+            assert end["nova_object.data"]["state"] == "error"  # the block raised
+            assert error["nova_object.name"] == "SchedulingErrorPayload"
+        else:
+            assert start == payload.legacy() and end == {**start, "state": "error"}
+            assert error["reason"] == NoValidHost.USER_MESSAGE
+
+
+def test_one_payload_object_is_queued_per_notification_whatever_the_format(
+    made: list[FakeOsloNotifier],
+) -> None:
+    """The request only queues the object; the formats are made on the notifier's thread."""
+    made_on: list[str] = []
+
+    class Watched(SchedulingPayload):
+        def legacy(self) -> dict[str, Any]:
+            made_on.append(threading.current_thread().name)
+            return super().legacy()
+
+        def to_primitive(self) -> dict[str, Any]:
+            made_on.append(threading.current_thread().name)
+            return super().to_primitive()
+
+    payload: EventPayload = Watched(
+        **{
+            k: getattr(starting(), k)
+            for k in (
+                "request_spec",
+                "instance_uuids",
+                "instance_uuids_omitted",
+                "migration_uuid",
+                "state",
+                "selections",
+            )
+        }
+    )
+    notifier = Notifier(object(), "h1")  # type: ignore[arg-type]
+    notifier.info(None, "scheduler.run_instance.start", payload)
+    notifier.stop()
+    assert made_on == ["notifier", "notifier"]  # one legacy, one versioned
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="notification format must be one of"):
+        Notifier(None, "h1", notification_format="json")
