@@ -1,7 +1,8 @@
 """``scheduler-admin dashboard`` against a running cluster, in a real headless
 Chromium: the page's numbers equal ``scheduler-admin hosts --json``, ``usage
-aggregate --json`` and the store's, it names the NoValidHost's reason and the reschedule, it updates
-itself while instances boot, and its data needs the token. A screenshot is
+aggregate --json`` and the store's, it names the NoValidHost's reason and the
+reschedule, it updates itself while instances boot, and its data needs the
+token. A screenshot is
 kept in the test's directory (and, with ``SCHEDULER_DASHBOARD_SCREENSHOT=PATH``
 set, written there too: that is how ``doc/dashboard.png`` is made)."""
 
