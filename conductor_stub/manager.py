@@ -1037,6 +1037,7 @@ class Booter:
         build_timeout: float = 120.0,
         return_alternates: bool = True,
         lost_after: float = 300.0,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -1045,6 +1046,9 @@ class Booter:
         self.return_alternates = return_alternates
         self.lost_after = lost_after
         self.requests = 0
+        #: Where instance uuids and request ids come from (a seeded source
+        #: makes a demo run repeat itself: the scheduler draws its ties from them).
+        self.new_id = new_id or (lambda: str(uuidlib.uuid4()))
 
     def boot(
         self,
@@ -1074,7 +1078,7 @@ class Booter:
         uuids: list[str] = []
         for start in range(0, count, per_request):
             n = min(per_request, count - start)
-            batch = [str(uuidlib.uuid4()) for _ in range(n)]
+            batch = [self.new_id() for _ in range(n)]
             spec = RequestSpec(
                 flavor=flavor,
                 project_id=project_id,
@@ -1088,6 +1092,7 @@ class Booter:
                 project_id=project_id,
                 roles=list(ctxt.roles),
                 is_admin=ctxt.is_admin,
+                request_id=f"req-{self.new_id()}",
             )
             now = time.time()
             self.store.create_instances(

@@ -17,9 +17,13 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
+from scheduler import broker, log, rpc
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
+
+#: Seconds the tail waits at most for the broker to answer before it says so.
+BROKER_TIMEOUT = 10.0
 
 
 class NotificationCollector:
@@ -73,30 +77,38 @@ def listen(
     return listener
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opt(
-        cfg.StrOpt("pool", help="Listener pool name (default: a fresh one).")
+        cfg.StrOpt(
+            "pool",
+            help="Listener pool name (default: a fresh one, whose queue is deleted "
+            "when the tail stops; a named pool's queue is kept for the next tail).",
+        )
     )
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv,
-        prog="scheduler-notify-tail",
-        description=__doc__.split("\n")[0],
-    )
+    conf = _cli.parse(argv, prog="scheduler-notify-tail", description=__doc__.split("\n")[0])
     log.setup(level="WARNING", process="scheduler-notify-tail")
+    broker.reach(conf, BROKER_TIMEOUT)
     transport = rpc.get_notification_transport(conf)
 
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
 
-    listener = listen(transport, conf.notifications.topic, _print, conf.pool)
+    pool = conf.pool or f"tail-{uuidlib.uuid4().hex[:8]}"
+    listener = listen(transport, conf.notifications.topic, _print, pool)
 
     def _stop() -> None:
         listener.stop()
         listener.wait()
         transport.cleanup()
+        if not conf.pool:  # its own queue: nobody else reads it
+            broker.delete_queues(conf, [pool])
 
-    wait_for_signal(_stop)
+    return _cli.exit_status(wait_for_signal(_stop))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("scheduler-notify-tail", lambda: _main(argv), argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
