@@ -527,7 +527,12 @@ def _explain(conf: cfg.ConfigOpts) -> int:
         else None
     )
     started = time.monotonic()
-    broker.reach(conf, args.timeout, topic=conf.scheduler.topic, what="scheduler worker")
+    broker.reach(
+        conf,
+        min(args.timeout, BROKER_TIMEOUT),
+        topic=conf.scheduler.topic,
+        what="scheduler worker",
+    )
     timeout = max(args.timeout - (time.monotonic() - started), 0.1)
     transport = rpc.get_transport(conf)
     try:
