@@ -17,6 +17,7 @@ import pytest
 from scheduler import broker
 from scheduler import conf as conf_mod
 from scheduler.exceptions import BrokerUnreachable
+from tests.cli import run_commands
 from tests.functional.conftest import Cluster, Process
 from tests.functional.test_boot import wait_until
 
@@ -59,31 +60,12 @@ def config_with_broker(cluster: Cluster, tmp_path: Path, port: int) -> Path:
     return path
 
 
-def run_all(
-    argvs: list[list[str]], timeout: float = 120
-) -> list[subprocess.CompletedProcess[str]]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for argv in argvs
-    ]
-    done = []
-    for argv, proc in zip(argvs, procs, strict=True):
-        out, err = proc.communicate(timeout=timeout)  # a hang fails here
-        done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
-    return done
-
-
 def test_commands_with_the_broker_down_say_so_in_one_line_and_record_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     port = closed_port()
     conf = str(config_with_broker(cluster, tmp_path, port))
-    runs = run_all(
+    runs = run_commands(
         [
             ["conductor_stub.cmd", "--config-file", conf, "boot", "--wait", "--timeout", "5"],
             ["conductor_stub.cmd", "--config-file", conf, "delete", "--all", "--timeout", "5"],
@@ -108,7 +90,7 @@ def test_a_silent_broker_is_given_up_on_within_the_timeout(
 ) -> None:
     with silent_broker() as port:
         conf = str(config_with_broker(cluster, tmp_path, port))
-        (boot,) = run_all(
+        (boot,) = run_commands(
             [["conductor_stub.cmd", "--config-file", conf, "boot", "--wait", "--timeout", "3"]]
         )
         assert boot.returncode == 1
@@ -124,7 +106,7 @@ def test_a_silent_broker_is_given_up_on_within_the_timeout(
 
 def test_explain_with_no_worker_says_so_at_once(cluster: Cluster) -> None:
     started = time.monotonic()
-    (run,) = run_all(
+    (run,) = run_commands(
         [["scheduler.cmd.admin", "--config-file", str(cluster.config_file), "explain",
           "--flavor", "m1.small"]]
     )  # fmt: skip

@@ -5,8 +5,6 @@ process (as an operator runs it); none reaches a broker or a store here."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from scheduler import conf as conf_mod
 from scheduler import log
 from scheduler.cmd import _cli
 from scheduler.exceptions import ConfigInvalid
+from tests.cli import run_commands
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,28 +28,10 @@ COMMANDS = [
 ]
 
 
-def _run_all(argvs: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
-    """Run the commands side by side (each start-up imports numpy and oslo)."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for argv in argvs
-    ]
-    done = []
-    for argv, proc in zip(argvs, procs, strict=True):
-        out, err = proc.communicate(timeout=180)
-        done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
-    return done
-
-
 def test_every_command_has_version() -> None:
     version = conf_mod.version()
     assert version != "unknown"
-    runs = _run_all(
+    runs = run_commands(
         [[module, "--version"] for module, _, _ in COMMANDS]
         + [["scheduler.cmd.demo", "--version"]]
     )
@@ -63,7 +44,9 @@ def test_a_bad_value_in_a_config_file_is_one_line_naming_option_value_and_file(
 ) -> None:
     bad = tmp_path / "scheduler.conf"
     bad.write_text("[scheduler]\nworkers = abc\n")
-    runs = _run_all([[module, "--config-file", str(bad), *args] for module, args, _ in COMMANDS])
+    runs = run_commands(
+        [[module, "--config-file", str(bad), *args] for module, args, _ in COMMANDS]
+    )
     for (module, _, status), run in zip(COMMANDS, runs, strict=True):
         prog = run.stderr.split(":", 1)[0]
         assert run.returncode == status, (module, run.stderr)
@@ -84,7 +67,7 @@ def test_the_worker_refuses_a_bad_value_it_would_read_only_once_serving(tmp_path
     rabbit.write_text("[oslo_messaging_rabbit]\nheartbeat_rate = fast\n")
     secret = tmp_path / "secret.conf"
     secret.write_text("[redis]\nurl = bogus://admin:hunter2@db:6379/0\n")
-    runs = _run_all(
+    runs = run_commands(
         [["scheduler.cmd.worker", "--config-file", str(f)] for f in (port, rabbit, secret)]
     )
     assert [r.returncode for r in runs] == [1, 1, 1]
@@ -110,7 +93,7 @@ def test_debug_gives_the_traceback_and_unreadable_files_are_one_line(tmp_path: P
     bad.write_text("[scheduler]\nworkers = abc\n")
     garbled = tmp_path / "garbled.conf"
     garbled.write_text("no equals sign here\n")
-    debug, missing, parse = _run_all(
+    debug, missing, parse = run_commands(
         [
             ["conductor_stub.cmd", "--config-file", str(bad), "--debug", "list"],
             ["conductor_stub.cmd", "--config-file", str(tmp_path / "nope.conf"), "list"],
@@ -128,7 +111,7 @@ def test_debug_gives_the_traceback_and_unreadable_files_are_one_line(tmp_path: P
 
 
 def test_compute_sim_help_shows_the_defaults() -> None:
-    (run,) = _run_all([["compute_sim.cmd", "--help"]])
+    (run,) = run_commands([["compute_sim.cmd", "--help"]])
     assert run.returncode == 0
     text = " ".join(run.stdout.split())
     for shown in (
