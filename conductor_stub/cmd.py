@@ -460,7 +460,7 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     settings = conductor_settings(conf)
     booter = Booter(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
         rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
@@ -853,6 +853,9 @@ BROKER_COMMANDS = frozenset(
 )
 #: Seconds a command waits at most for the broker to answer (less if its --timeout is).
 BROKER_TIMEOUT = 10.0
+#: Reconnections a boot's send tries (about a second apart, then more) when the
+#: broker goes away after it answered, before its instances go to ERROR.
+SEND_RETRIES = 2
 
 
 def _main(argv: Sequence[str] | None) -> int:

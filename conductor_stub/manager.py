@@ -70,6 +70,7 @@ from conductor_stub.select import select_and_build
 from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import (
+    BrokerUnreachable,
     ClaimFailed,
     ConsumerConflict,
     ConsumerDeleted,
@@ -103,7 +104,7 @@ from scheduler.objects import (
     Selection,
     ServerGroup,
 )
-from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
+from scheduler.rpc import SEND_FAILURES, ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import GroupClaim
 
 LOG = get_logger(__name__)
@@ -1021,6 +1022,10 @@ class BootReport:
         }
 
 
+#: The fault of an instance whose boot request never left (the broker went away).
+UNSENT_FAULT = "The request could not be sent."
+
+
 class Booter:
     """Boots instances the way an API + conductor would, and waits for them.
 
@@ -1108,21 +1113,44 @@ class Booter:
                 )
                 for u in batch
             )
-            if mode == "run_instance":
-                self.scheduler.run_instance(req_ctxt, spec, batch)
-            else:
-                select_and_build(
-                    self.store,
-                    self.scheduler,
-                    self.compute,
-                    req_ctxt,
-                    spec,
-                    batch,
-                    return_alternates=self.return_alternates,
-                )
+            try:
+                if mode == "run_instance":
+                    self.scheduler.run_instance(req_ctxt, spec, batch)
+                else:
+                    select_and_build(
+                        self.store,
+                        self.scheduler,
+                        self.compute,
+                        req_ctxt,
+                        spec,
+                        batch,
+                        return_alternates=self.return_alternates,
+                    )
+            except SEND_FAILURES as exc:
+                self._unsent(batch, exc)
             uuids.extend(batch)
             self.requests += 1
         return uuids
+
+    def _unsent(self, batch: Sequence[str], exc: Exception) -> None:
+        """The broker went away before a request could be sent: its records go
+        to ERROR now (none is left for the conductor to send later, when whoever
+        asked has given up), and the boot stops.
+
+        :raises BrokerUnreachable: always.
+        """
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        for uuid in batch:
+            records.fail_build(
+                self.store,
+                uuid,
+                UNSENT_FAULT,
+                f"the message broker could not be reached: {reason}",
+            )
+        raise BrokerUnreachable(
+            f"the message broker stopped answering ({reason}); "
+            f"{len(batch)} instance(s) not sent, set to ERROR"
+        ) from exc
 
     def wait(
         self, uuids: Sequence[str], timeout: float, started: float, poll: float = 0.1
