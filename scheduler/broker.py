@@ -35,8 +35,9 @@ LOG = log.get_logger("scheduler.broker")
 _NO_BROKER = ("fake",)
 
 
-def _url(conf: cfg.ConfigOpts) -> oslo_messaging.TransportURL:
-    return oslo_messaging.TransportURL.parse(conf)
+def _url(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messaging.TransportURL:
+    """``url`` (``transport_url`` when None: the notifications may have their own)."""
+    return oslo_messaging.TransportURL.parse(conf, url)
 
 
 def _shown(url: oslo_messaging.TransportURL) -> str:
@@ -51,13 +52,15 @@ def _ssl(conf: cfg.ConfigOpts) -> bool:
 
 
 @contextmanager
-def _connected(conf: cfg.ConfigOpts, timeout: float) -> Iterator[amqp.Connection]:
+def _connected(
+    conf: cfg.ConfigOpts, timeout: float, url_text: str | None = None
+) -> Iterator[amqp.Connection]:
     """One AMQP connection to the first broker host that takes it within
     ``timeout`` seconds in all.
 
     :raises BrokerUnreachable: none did (the last host's error).
     """
-    url = _url(conf)
+    url = _url(conf, url_text)
     deadline = time.monotonic() + timeout
     reason = "no broker host in the transport URL"
     for host in url.hosts:
@@ -93,18 +96,24 @@ def _connected(conf: cfg.ConfigOpts, timeout: float) -> Iterator[amqp.Connection
 
 
 def reach(
-    conf: cfg.ConfigOpts, timeout: float, topic: str | None = None, what: str = "consumer"
+    conf: cfg.ConfigOpts,
+    timeout: float,
+    topic: str | None = None,
+    what: str = "consumer",
+    url: str | None = None,
 ) -> None:
     """Return once the broker of ``conf``'s ``transport_url`` answers (and, with
     ``topic``, once that topic's queue has a consumer), within ``timeout`` s.
 
+    ``url``: another transport URL than ``transport_url`` (the notifications').
+
     :raises BrokerUnreachable: the broker did not answer, or refused the login.
     :raises NoConsumer: nothing consumes ``topic`` (``what`` names what should).
     """
-    url = _url(conf)
-    if url.transport in _NO_BROKER:
+    parsed = _url(conf, url)
+    if parsed.transport in _NO_BROKER:
         return
-    with _connected(conf, timeout) as conn:
+    with _connected(conf, timeout, url) as conn:
         if topic is None:
             return
         channel = conn.channel()
@@ -113,16 +122,18 @@ def reach(
         except amqp.exceptions.NotFound:  # the queue was never declared
             consumers = 0
         if not consumers:
-            raise NoConsumer(what=what, topic=topic, url=_shown(url))
+            raise NoConsumer(what=what, topic=topic, url=_shown(parsed))
 
 
-def delete_queues(conf: cfg.ConfigOpts, names: Sequence[str], timeout: float = 5.0) -> None:
+def delete_queues(
+    conf: cfg.ConfigOpts, names: Sequence[str], timeout: float = 5.0, url: str | None = None
+) -> None:
     """Delete the queues ``names`` (those a stopping process owned alone); one
     already gone is fine, a broker that does not answer leaves them (logged)."""
-    if _url(conf).transport in _NO_BROKER or not names:
+    if _url(conf, url).transport in _NO_BROKER or not names:
         return
     try:
-        with _connected(conf, timeout) as conn:
+        with _connected(conf, timeout, url) as conn:
             for name in names:
                 channel = conn.channel()
                 try:

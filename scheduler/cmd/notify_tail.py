@@ -87,8 +87,9 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     conf = _cli.parse(argv, prog="scheduler-notify-tail", description=__doc__.split("\n")[0])
     log.setup(level="WARNING", process="scheduler-notify-tail")
-    broker.reach(conf, BROKER_TIMEOUT)
-    transport = rpc.get_notification_transport(conf)
+    transport = rpc.get_notification_transport(conf)  # connects only when listening
+    url = conf.oslo_messaging_notifications.transport_url  # None: transport_url's
+    broker.reach(conf, BROKER_TIMEOUT, url=url)
 
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
@@ -101,7 +102,7 @@ def _main(argv: Sequence[str] | None) -> int:
         listener.wait()
         transport.cleanup()
         if not conf.pool:  # its own queue: nobody else reads it
-            broker.delete_queues(conf, [pool])
+            broker.delete_queues(conf, [pool], url=url)
 
     return _cli.exit_status(wait_for_signal(_stop))
 

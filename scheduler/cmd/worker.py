@@ -27,7 +27,7 @@ Supervision, as cotyledon does it:
   store (``worker_stopping``, then ``scheduler_stopped``). A worker still at
   it after ``[scheduler] graceful_shutdown_timeout`` seconds is killed (it
   exits 1); the master is held to the same bound. **SIGINT** exits
-  at once, without draining (cotyledon's fast exit, as in oslo.service's
+  at once (status 130), without draining (cotyledon's fast exit, as in oslo.service's
   threading backend); what the workers held is re-driven by the conductor.
 * **SIGHUP reloads**: the master re-reads the config files and, if they
   parse, restarts every worker, each a fresh fork that reads every option
