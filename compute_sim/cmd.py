@@ -190,10 +190,16 @@ def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
     cells, pools = [], []
     for cell in conf.numa_cells:
         cpus, _, memory = cell.partition(":")
-        cells.append({"cpus": int(cpus), "memory_mb": int(memory)})
+        try:
+            cells.append({"cpus": int(cpus), "memory_mb": int(memory)})
+        except ValueError:
+            raise ValueError(f"--numa-cells {cell!r} is not cpus:memory_mb") from None
     for pool in conf.pci_devices:
-        vendor, product, count = pool.split(":")
-        pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
+        try:
+            vendor, product, count = pool.split(":")
+            pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
+        except ValueError:
+            raise ValueError(f"--pci-devices {pool!r} is not vendor:product:count") from None
     return CapabilityReport.from_primitive(
         {
             **extra,
@@ -293,7 +299,11 @@ def _main(argv: Sequence[str] | None) -> int:
     # One name per simulator (its hosts are its prefix's): a restarted one takes
     # over its server queue instead of leaving one behind per process.
     server_name = f"sim-{conf.name_prefix}"
-    sim = build_simulator(conf, store, transport, server_name)
+    try:
+        sim = build_simulator(conf, store, transport, server_name)
+    except ValueError as exc:  # an option value it cannot read, named by the error
+        print(f"compute-sim: {exc}", file=sys.stderr)
+        return 2
     sim.register()
     server = rpc.get_server(transport, conf.compute.topic, server_name, [sim])
     server.start()

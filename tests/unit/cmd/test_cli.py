@@ -166,3 +166,26 @@ def test_log_file_gets_the_same_json_lines(tmp_path: Path) -> None:
         1,
         "test-cli",
     )
+
+
+def test_compute_sim_names_an_option_value_it_cannot_read(tmp_path: Path) -> None:
+    conf = tmp_path / "memory.conf"
+    conf.write_text("[redis]\nurl = memory://\n")
+    base = ["compute_sim.cmd", "--config-file", str(conf)]
+    cells, pci, version = run_commands(
+        [
+            [*base, "--numa-cells", "8:lots"],
+            [*base, "--pci-devices", "8086:154d"],
+            [*base, "--hypervisor-version", "eight"],
+        ]
+    )
+    assert (cells.returncode, cells.stderr) == (
+        2,
+        "compute-sim: --numa-cells '8:lots' is not cpus:memory_mb\n",
+    )
+    assert (pci.returncode, pci.stderr) == (
+        2,
+        "compute-sim: --pci-devices '8086:154d' is not vendor:product:count\n",
+    )
+    assert version.returncode == 2 and len(version.stderr.splitlines()) == 1
+    assert version.stderr.startswith("compute-sim: ")
