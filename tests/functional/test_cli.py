@@ -142,7 +142,8 @@ def test_ctrl_c_exits_130_without_a_traceback(cluster: Cluster) -> None:
 
     compute = cluster.start_compute(2)
     worker = cluster.start_worker()
-    for daemon in (compute, worker):
+    conductor = cluster.start_conductor()
+    for daemon in (compute, worker, conductor):
         assert interrupt(daemon) == 130, daemon.name
         assert "Traceback" not in daemon.log_path.read_text(), daemon.name
 
