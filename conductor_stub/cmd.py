@@ -461,7 +461,9 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     booter = Booter(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -560,8 +562,10 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     store = make_store(conf)
     resizer = Resizer(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -607,8 +611,10 @@ def _live_migrate(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     migrator = LiveMigrator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -657,7 +663,9 @@ def _delete(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     deleter = Deleter(
         store,
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -700,8 +708,10 @@ def _evacuate(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     evacuator = Evacuator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -760,8 +770,10 @@ def _shelve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     shelver = Shelver(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -853,8 +865,9 @@ BROKER_COMMANDS = frozenset(
 )
 #: Seconds a command waits at most for the broker to answer (less if its --timeout is).
 BROKER_TIMEOUT = 10.0
-#: Reconnections a boot's send tries (about a second apart, then more) when the
-#: broker goes away after it answered, before its instances go to ERROR.
+#: Reconnections a command's send tries (about a second apart, then more) when
+#: the broker goes away after it answered, before the command gives up (a boot's
+#: unsent instances go to ERROR).
 SEND_RETRIES = 2
 
 

@@ -373,8 +373,10 @@ class ComputeClient:
         transport: oslo_messaging.Transport,
         resolve: Callable[[str], str],
         topic: str = COMPUTE_TOPIC,
+        retry: int | None = None,
     ) -> None:
-        self._client = _client(transport, topic, self.VERSION, None)
+        """``retry`` as :class:`SchedulerClient`'s."""
+        self._client = _client(transport, topic, self.VERSION, None, retry=retry)
         self._resolve = resolve
 
     def _at(

@@ -124,6 +124,12 @@ def run(
         return body() or 0
     except KeyboardInterrupt:
         return interrupted()
+    except rpc.SEND_FAILURES as exc:  # a client given retries, whose broker went away
+        if "--debug" in args or _debug():
+            traceback.print_exc()
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: the message broker stopped answering: {reason}", file=sys.stderr)
+        return failed
     except ONE_LINE_ERRORS as exc:
         if "--debug" in args or _debug():
             traceback.print_exc()

@@ -83,6 +83,8 @@ EXIT_ERROR = 2
 #: Seconds a command without a --timeout of its own (or a longer one) waits at
 #: most for the broker to answer before it says so.
 BROKER_TIMEOUT = 10.0
+#: Reconnections a send tries when the broker goes away after it answered.
+SEND_RETRIES = 2
 
 _EXPLAIN_EPILOG = """\
 exit status: 0 the request would be placed (--only-filter: some host kept),
@@ -956,8 +958,10 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     args = conf.command
     transport = rpc.get_transport(conf)
     try:
-        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
-        compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
+        compute = rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        )
         settings = conductor_settings(conf)
         drainer = Drainer(
             store,
@@ -995,7 +999,9 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     transport = rpc.get_transport(conf) if args.fix else None
     try:
         compute = (
-            rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+            rpc.ComputeClient(
+                transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+            )
             if transport
             else None
         )
@@ -1053,6 +1059,8 @@ def run(conf: cfg.ConfigOpts) -> int:
         if command == "host":
             return _host_set(conf, store)
         if command == "audit":
+            if conf.command.fix:
+                broker.reach(conf, BROKER_TIMEOUT)
             return _audit(conf, store)
         return _instance_show(conf, store)
     finally:

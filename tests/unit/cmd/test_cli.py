@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import kombu.exceptions
 import pytest
 from oslo_config import cfg
 
@@ -189,3 +190,14 @@ def test_compute_sim_names_an_option_value_it_cannot_read(tmp_path: Path) -> Non
     )
     assert version.returncode == 2 and len(version.stderr.splitlines()) == 1
     assert version.stderr.startswith("compute-sim: ")
+
+
+def test_a_send_that_gave_up_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    def body() -> int:
+        raise kombu.exceptions.OperationalError("[Errno 111] Connection refused")
+
+    assert _cli.run("conductor-stub", body, []) == 1
+    assert capsys.readouterr().err == (
+        "conductor-stub: the message broker stopped answering: [Errno 111] Connection refused\n"
+    )
+    assert _cli.run("scheduler-admin", body, [], failed=2) == 2
