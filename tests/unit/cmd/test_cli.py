@@ -201,3 +201,22 @@ def test_a_send_that_gave_up_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
         "conductor-stub: the message broker stopped answering: [Errno 111] Connection refused\n"
     )
     assert _cli.run("scheduler-admin", body, [], failed=2) == 2
+
+
+def test_without_config_file_the_project_files_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oslo.config's search, as OpenStack services do: ~/.scheduler/,
+    ~/, /etc/scheduler/, /etc/ (a home of the test's own stands for them)."""
+    home = tmp_path / "home"
+    (home / ".scheduler").mkdir(parents=True)
+    found = home / ".scheduler" / "scheduler.conf"
+    found.write_text("[scheduler]\nworkers = many\n")
+    monkeypatch.setenv("HOME", str(home))
+    assert conf_mod.find_config_files("scheduler-admin")[0] == str(found)
+    (run,) = run_commands([["scheduler.cmd.admin", "hosts"]])
+    assert (run.returncode, run.stderr) == (
+        2,
+        f"scheduler-admin: [scheduler] workers = 'many' in {found}: "
+        "invalid literal for int() with base 10: 'many'\n",
+    )
