@@ -3,7 +3,11 @@ no password on its command line."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,13 +72,30 @@ def test_urls_come_from_the_environment_then_the_config_file(
     assert store == "memory://"
 
 
-def _placements(seed: int) -> list[tuple[str, str | None, str, int]]:
-    args = demo._parser().parse_args(
-        ["--hosts", "6", "--instances", "24", "--fail-rate", "0.3", "--seed", str(seed)]
-    )
-    report = demo.play(args)
-    assert not report.timed_out
-    return sorted((r.uuid, r.host, r.state, r.attempts) for r in report.instances)
+#: Runs the demo and prints what became of each instance, in a process of its
+#: own: the demo configures logging for its process (structlog caches the
+#: loggers it uses), which the other tests of this worker must not inherit.
+_PLAY = """
+import json, sys
+from scheduler.cmd import demo
+args = demo._parser().parse_args(sys.argv[1:])
+report = demo.play(args)
+assert not report.timed_out
+print(json.dumps(sorted([r.uuid, r.host, r.state, r.attempts] for r in report.instances)))
+"""
+
+
+def _placements(seed: int) -> list[list[Any]]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PLAY, "--hosts", "6", "--instances", "24", "--fail-rate", "0.3",
+         "--seed", str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=True,
+    )  # fmt: skip
+    placements: list[list[Any]] = json.loads(out.stdout.splitlines()[-1])
+    return placements
 
 
 def test_the_same_seed_gives_the_same_placements() -> None:
