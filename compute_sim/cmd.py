@@ -22,7 +22,6 @@ simulators with different options for a mixed fleet.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -37,8 +36,9 @@ from compute_sim.manager import (
     HostShape,
     Topology,
 )
+from scheduler import broker, log, rpc
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.image_meta import version_to_int
@@ -46,109 +46,119 @@ from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("compute_sim")
 
-cli_opts = [
-    cfg.IntOpt("hosts", default=10, min=1, max=200000, help="How many hosts to simulate."),
-    cfg.StrOpt(
-        "name-prefix", default="compute", help="Host names are <prefix>-0000, <prefix>-0001, ..."
-    ),
-    cfg.IntOpt("vcpus", default=16, min=1, help="Physical CPUs per host."),
-    cfg.IntOpt("memory-mb", default=65536, min=1, help="Memory per host, MB."),
-    cfg.IntOpt("disk-gb", default=1000, min=1, help="Disk per host, GB."),
-    cfg.FloatOpt(
-        "fail-rate",
-        default=0.0,
-        min=0.0,
-        max=1.0,
-        help="Probability that a build fails (then it is rescheduled).",
-    ),
-    cfg.ListOpt(
-        "fail-hosts", default=[], help="Hosts on which every build fails (for tests and demos)."
-    ),
-    cfg.ListOpt(
-        "fail-resize-hosts",
-        default=[],
-        help="Hosts on which every prep_resize fails (the resize is then retried "
-        "on its alternates).",
-    ),
-    cfg.FloatOpt(
-        "live-migration-fail-rate",
-        default=0.0,
-        min=0.0,
-        max=1.0,
-        help="Probability that a live migration's pre-check fails, drawn on the "
-        "destination and again on the source (the next alternate is then tried).",
-    ),
-    cfg.ListOpt(
-        "live-migration-fail-hosts",
-        default=[],
-        help="Hosts on which every live migration pre-check fails, as destination "
-        "or as source (for tests and demos).",
-    ),
-    cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
-    cfg.ListOpt(
-        "availability-zones",
-        default=[],
-        help="Spread the hosts over these zones, round robin (one aggregate each).",
-    ),
-    cfg.IntOpt("seed", help="Seed of the failure draws, for a replayable run."),
-    cfg.StrOpt("cpu-arch", default="x86_64", help="CPU architecture the hosts report."),
-    cfg.StrOpt("hypervisor-type", default="kvm", help="Hypervisor type the hosts report."),
-    cfg.StrOpt(
-        "hypervisor-version",
-        default="8.0.0",
-        help="Hypervisor version the hosts report (major.minor.patch).",
-    ),
-    cfg.ListOpt(
-        "numa-cells",
-        default=[],
-        help="NUMA cells per host as cpus:memory_mb, e.g. 8:32768,8:32768.",
-    ),
-    cfg.ListOpt(
-        "pci-devices",
-        default=[],
-        help="Free PCI devices per host as vendor:product:count, e.g. 8086:154d:4.",
-    ),
-    cfg.MultiStrOpt(
-        "capability",
-        default=[],
-        help="Another reported attribute as key=value (repeatable); a key with "
-        "':' nests (cpu_info:vendor=Intel); a JSON value is read as JSON.",
-    ),
-    cfg.BoolOpt(
-        "report-stats",
-        default=True,
-        help="Report builds in progress and image property counts as builds start "
-        "and end (for the I/O ops and image properties filters and weighers).",
-    ),
-    cfg.ListOpt(
-        "traits",
-        default=[],
-        help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
-        "COMPUTE_IMAGE_TYPE_QCOW2.",
-    ),
-    cfg.IntOpt(
-        "traits-on", min=0, help="Only the first N hosts report --traits (default: all of them)."
-    ),
-    cfg.MultiStrOpt(
-        "aggregate",
-        default=[],
-        help="An aggregate every host joins, as name or name:key=value,... "
-        "(e.g. gold:filter_tenant_id=p1). Repeat for several.",
-    ),
-    cfg.IntOpt(
-        "vgpus-per-host",
-        default=0,
-        min=0,
-        help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child.",
-    ),
-    cfg.IntOpt(
-        "gpus-per-host",
-        default=1,
-        min=1,
-        help="GPU child providers per host (with --vgpus-per-host).",
-    ),
-    cfg.ListOpt("gpu-traits", default=["CUSTOM_VGPU"], help="Traits of each GPU child provider."),
-]
+cli_opts = _cli.with_defaults(
+    [
+        cfg.IntOpt("hosts", default=10, min=1, max=200000, help="How many hosts to simulate."),
+        cfg.StrOpt(
+            "name-prefix",
+            default="compute",
+            help="Host names are <prefix>-0000, <prefix>-0001, ...",
+        ),
+        cfg.IntOpt("vcpus", default=16, min=1, help="Physical CPUs per host."),
+        cfg.IntOpt("memory-mb", default=65536, min=1, help="Memory per host, MB."),
+        cfg.IntOpt("disk-gb", default=1000, min=1, help="Disk per host, GB."),
+        cfg.FloatOpt(
+            "fail-rate",
+            default=0.0,
+            min=0.0,
+            max=1.0,
+            help="Probability that a build fails (then it is rescheduled).",
+        ),
+        cfg.ListOpt(
+            "fail-hosts",
+            default=[],
+            help="Hosts on which every build fails (for tests and demos).",
+        ),
+        cfg.ListOpt(
+            "fail-resize-hosts",
+            default=[],
+            help="Hosts on which every prep_resize fails (the resize is then retried "
+            "on its alternates).",
+        ),
+        cfg.FloatOpt(
+            "live-migration-fail-rate",
+            default=0.0,
+            min=0.0,
+            max=1.0,
+            help="Probability that a live migration's pre-check fails, drawn on the "
+            "destination and again on the source (the next alternate is then tried).",
+        ),
+        cfg.ListOpt(
+            "live-migration-fail-hosts",
+            default=[],
+            help="Hosts on which every live migration pre-check fails, as destination "
+            "or as source (for tests and demos).",
+        ),
+        cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
+        cfg.ListOpt(
+            "availability-zones",
+            default=[],
+            help="Spread the hosts over these zones, round robin (one aggregate each).",
+        ),
+        cfg.IntOpt("seed", help="Seed of the failure draws, for a replayable run."),
+        cfg.StrOpt("cpu-arch", default="x86_64", help="CPU architecture the hosts report."),
+        cfg.StrOpt("hypervisor-type", default="kvm", help="Hypervisor type the hosts report."),
+        cfg.StrOpt(
+            "hypervisor-version",
+            default="8.0.0",
+            help="Hypervisor version the hosts report (major.minor.patch).",
+        ),
+        cfg.ListOpt(
+            "numa-cells",
+            default=[],
+            help="NUMA cells per host as cpus:memory_mb, e.g. 8:32768,8:32768.",
+        ),
+        cfg.ListOpt(
+            "pci-devices",
+            default=[],
+            help="Free PCI devices per host as vendor:product:count, e.g. 8086:154d:4.",
+        ),
+        cfg.MultiStrOpt(
+            "capability",
+            default=[],
+            help="Another reported attribute as key=value (repeatable); a key with "
+            "':' nests (cpu_info:vendor=Intel); a JSON value is read as JSON.",
+        ),
+        cfg.BoolOpt(
+            "report-stats",
+            default=True,
+            help="Report builds in progress and image property counts as builds start "
+            "and end (for the I/O ops and image properties filters and weighers).",
+        ),
+        cfg.ListOpt(
+            "traits",
+            default=[],
+            help="Traits each host's root provider reports, e.g. HW_CPU_X86_AVX512F,"
+            "COMPUTE_IMAGE_TYPE_QCOW2.",
+        ),
+        cfg.IntOpt(
+            "traits-on",
+            min=0,
+            help="Only the first N hosts report --traits (default: all of them).",
+        ),
+        cfg.MultiStrOpt(
+            "aggregate",
+            default=[],
+            help="An aggregate every host joins, as name or name:key=value,... "
+            "(e.g. gold:filter_tenant_id=p1). Repeat for several.",
+        ),
+        cfg.IntOpt(
+            "vgpus-per-host",
+            default=0,
+            min=0,
+            help="VGPU inventory of each GPU child provider; 0 gives hosts no GPU child.",
+        ),
+        cfg.IntOpt(
+            "gpus-per-host",
+            default=1,
+            min=1,
+            help="GPU child providers per host (with --vgpus-per-host).",
+        ),
+        cfg.ListOpt(
+            "gpu-traits", default=["CUSTOM_VGPU"], help="Traits of each GPU child provider."
+        ),
+    ]
+)
 
 
 def _nested(key: str, value: Any, into: dict[str, Any]) -> None:
@@ -180,10 +190,16 @@ def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
     cells, pools = [], []
     for cell in conf.numa_cells:
         cpus, _, memory = cell.partition(":")
-        cells.append({"cpus": int(cpus), "memory_mb": int(memory)})
+        try:
+            cells.append({"cpus": int(cpus), "memory_mb": int(memory)})
+        except ValueError:
+            raise ValueError(f"--numa-cells {cell!r} is not cpus:memory_mb") from None
     for pool in conf.pci_devices:
-        vendor, product, count = pool.split(":")
-        pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
+        try:
+            vendor, product, count = pool.split(":")
+            pools.append({"vendor_id": vendor, "product_id": product, "count": int(count)})
+        except ValueError:
+            raise ValueError(f"--pci-devices {pool!r} is not vendor:product:count") from None
     return CapabilityReport.from_primitive(
         {
             **extra,
@@ -274,18 +290,20 @@ def _report_loop(sim: ComputeSimulator, interval: float, stop: threading.Event) 
             return
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opts(cli_opts)
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv,
-        prog="compute-sim",
-        description=__doc__.split("\n")[0],
-    )
+    conf = _cli.parse(argv, prog="compute-sim", description=__doc__.split("\n")[0])
     log.setup(process="compute-sim")
     transport = rpc.get_transport(conf)
     store = make_store(conf)
-    server_name = f"sim-{conf.name_prefix}-{os.getpid()}"
-    sim = build_simulator(conf, store, transport, server_name)
+    # One name per simulator (its hosts are its prefix's): a restarted one takes
+    # over its server queue instead of leaving one behind per process.
+    server_name = f"sim-{conf.name_prefix}"
+    try:
+        sim = build_simulator(conf, store, transport, server_name)
+    except ValueError as exc:  # an option value it cannot read, named by the error
+        print(f"compute-sim: {exc}", file=sys.stderr)
+        return 2
     sim.register()
     server = rpc.get_server(transport, conf.compute.topic, server_name, [sim])
     server.start()
@@ -318,10 +336,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         server.wait()
         sim.stop()
         transport.cleanup()
+        broker.delete_queues(conf, [f"{conf.compute.topic}.{server_name}"])
         LOG.info("compute_sim_stopped", builds_ok=sim.builds_ok, builds_failed=sim.builds_failed)
 
-    wait_for_signal(_stop)
+    return _cli.exit_status(wait_for_signal(_stop))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("compute-sim", lambda: _main(argv), argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

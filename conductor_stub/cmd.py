@@ -42,15 +42,16 @@ from conductor_stub.evacuate import summary as evacuate_summary
 from conductor_stub.flavors import load_catalog
 from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.live_migrate import summary as live_summary
-from conductor_stub.manager import Booter, ConductorEndpoint, boot_spec
+from conductor_stub.manager import Booter, BootReport, ConductorEndpoint, boot_spec
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group, wait_until
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_booted, format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
 from conductor_stub.shelve import Shelver
+from scheduler import broker, health, log, rpc
 from scheduler import conf as conf_mod
-from scheduler import health, log, rpc
+from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.cmd.admin import (
     add_spec_options,
@@ -137,7 +138,9 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         "--wait",
         action="store_true",
         help="Wait until every instance is ACTIVE or ERROR; a record that vanished "
-        "from the store with nothing running it is reported lost (and kept in ERROR).",
+        "from the store with nothing running it is reported lost (and kept in ERROR). "
+        "Exit status 1 when any instance did not end ACTIVE (how many, and their "
+        "states, on stderr).",
     )
     boot.add_argument(
         "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
@@ -432,7 +435,7 @@ def _health(conf: cfg.ConfigOpts, store: Any) -> Any:
     return health.serve(monitor, conf.scheduler.health_listen, conf.conductor.health_port)
 
 
-def _serve(conf: cfg.ConfigOpts) -> None:
+def _serve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
     settings = conductor_settings(conf)
@@ -472,7 +475,7 @@ def _serve(conf: cfg.ConfigOpts) -> None:
             "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)
         )
 
-    wait_for_signal(_stop)
+    return _cli.exit_status(wait_for_signal(_stop))
 
 
 #: The scheduler hints ``boot --hint`` takes: each names instances by uuid.
@@ -532,8 +535,10 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     settings = conductor_settings(conf)
     booter = Booter(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -568,7 +573,27 @@ def _boot(conf: cfg.ConfigOpts) -> int:
     finally:
         transport.cleanup()
     print(json.dumps(report.to_primitive()) if args.json else format_report(report, each=True))
-    return 1 if report.timed_out or report.lost else 0
+    return boot_status(report, len(uuids), args.timeout)
+
+
+def boot_status(report: BootReport, asked: int, timeout: float) -> int:
+    """``boot --wait``'s exit status: 0 when every instance is ACTIVE; else 1,
+    and one line on stderr saying how many are not, and in which states."""
+    active = report.by_state.get(ACTIVE, 0)
+    if active == asked and not report.timed_out:
+        return 0
+    others = ", ".join(
+        f"{n} {state}" for state, n in sorted(report.by_state.items()) if state != ACTIVE
+    )
+    missing = asked - sum(report.by_state.values())
+    if missing:
+        others = ", ".join(filter(None, [others, f"{missing} not found"]))
+    print(
+        f"conductor-stub boot: {asked - active} of {asked} instance(s) did not become ACTIVE"
+        f" ({others})" + (f"; timed out after {timeout:g} s" if report.timed_out else ""),
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _resize(conf: cfg.ConfigOpts) -> int:
@@ -624,8 +649,10 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     store = make_store(conf)
     resizer = Resizer(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -671,8 +698,10 @@ def _live_migrate(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     migrator = LiveMigrator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -721,7 +750,9 @@ def _delete(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     deleter = Deleter(
         store,
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -764,8 +795,10 @@ def _evacuate(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     evacuator = Evacuator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -824,8 +857,10 @@ def _shelve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     shelver = Shelver(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic),
-        rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
         conductor_settings(conf),
     )
     try:
@@ -910,21 +945,31 @@ def _show(conf: cfg.ConfigOpts) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: The commands that send over the broker: each asks it first (:func:`broker.reach`),
+#: so one that cannot be reached is said in one line, before anything is recorded.
+BROKER_COMMANDS = frozenset(
+    {"boot", "resize", "migrate", "live-migrate", "evacuate", "delete", "shelve", "unshelve"}
+)
+#: Seconds a command waits at most for the broker to answer (less if its --timeout is).
+BROKER_TIMEOUT = 10.0
+#: Reconnections a command's send tries (about a second apart, then more) when
+#: the broker goes away after it answered, before the command gives up (a boot's
+#: unsent instances go to ERROR).
+SEND_RETRIES = 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv,
-        prog="conductor-stub",
-        description=__doc__.split("\n")[0],
-    )
+    conf = _cli.parse(argv, prog="conductor-stub", description=__doc__.split("\n")[0])
     log.setup(
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",
     )
+    if conf.command.name in BROKER_COMMANDS:
+        broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
     try:
         if conf.command.name == "serve":
-            _serve(conf)
-            return 0
+            return _serve(conf)
         if conf.command.name == "resize":
             return _resize(conf)
         if conf.command.name == "migrate":
@@ -942,9 +987,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if conf.command.name == "show":
             return _show(conf)
         return _boot(conf)
+    except _cli.ONE_LINE_ERRORS:
+        raise
     except SchedulerError as exc:
         print(f"conductor-stub: {exc.message}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("conductor-stub", lambda: _main(argv), argv)
 
 
 if __name__ == "__main__":

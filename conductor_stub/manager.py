@@ -70,6 +70,7 @@ from conductor_stub.select import select_and_build
 from conductor_stub.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import (
+    BrokerUnreachable,
     ClaimFailed,
     ConsumerConflict,
     ConsumerDeleted,
@@ -105,7 +106,7 @@ from scheduler.objects import (
     Selection,
     ServerGroup,
 )
-from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
+from scheduler.rpc import SEND_FAILURES, ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import GroupClaim
 
 LOG = get_logger(__name__)
@@ -1071,6 +1072,10 @@ class BootReport:
         }
 
 
+#: The fault of an instance whose boot request never left (the broker went away).
+UNSENT_FAULT = "The request could not be sent."
+
+
 class Booter:
     """Boots instances the way an API + conductor would, and waits for them.
 
@@ -1087,6 +1092,7 @@ class Booter:
         build_timeout: float = 120.0,
         return_alternates: bool = True,
         lost_after: float = 300.0,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -1097,6 +1103,9 @@ class Booter:
         self.requests = 0
         #: The server group of the last :meth:`boot` (None: none).
         self.group: ServerGroup | None = None
+        #: Where instance uuids and request ids come from (a seeded source
+        #: makes a demo run repeat itself: the scheduler draws its ties from them).
+        self.new_id = new_id or (lambda: str(uuidlib.uuid4()))
 
     def boot(
         self,
@@ -1147,13 +1156,14 @@ class Booter:
         uuids: list[str] = []
         for start in range(0, count, per_request):
             n = min(per_request, count - start)
-            batch = [str(uuidlib.uuid4()) for _ in range(n)]
+            batch = [self.new_id() for _ in range(n)]
             spec = template.replace(num_instances=n)
             req_ctxt = RequestContext(
                 user_id=user_id,
                 project_id=project_id,
                 roles=list(ctxt.roles),
                 is_admin=ctxt.is_admin,
+                request_id=f"req-{self.new_id()}",
             )
             now = time.time()
             self.store.create_instances(
@@ -1169,21 +1179,44 @@ class Booter:
                 )
                 for u in batch
             )
-            if mode == "run_instance":
-                self.scheduler.run_instance(req_ctxt, spec, batch)
-            else:
-                select_and_build(
-                    self.store,
-                    self.scheduler,
-                    self.compute,
-                    req_ctxt,
-                    spec,
-                    batch,
-                    return_alternates=self.return_alternates,
-                )
+            try:
+                if mode == "run_instance":
+                    self.scheduler.run_instance(req_ctxt, spec, batch)
+                else:
+                    select_and_build(
+                        self.store,
+                        self.scheduler,
+                        self.compute,
+                        req_ctxt,
+                        spec,
+                        batch,
+                        return_alternates=self.return_alternates,
+                    )
+            except SEND_FAILURES as exc:
+                self._unsent(batch, exc)
             uuids.extend(batch)
             self.requests += 1
         return uuids
+
+    def _unsent(self, batch: Sequence[str], exc: Exception) -> None:
+        """The broker went away before a request could be sent: its records go
+        to ERROR now (none is left for the conductor to send later, when whoever
+        asked has given up), and the boot stops.
+
+        :raises BrokerUnreachable: always.
+        """
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        for uuid in batch:
+            records.fail_build(
+                self.store,
+                uuid,
+                UNSENT_FAULT,
+                f"the message broker could not be reached: {reason}",
+            )
+        raise BrokerUnreachable(
+            f"the message broker stopped answering ({reason}); "
+            f"{len(batch)} instance(s) not sent, set to ERROR"
+        ) from exc
 
     def wait(
         self, uuids: Sequence[str], timeout: float, started: float, poll: float = 0.1

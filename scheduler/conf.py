@@ -12,13 +12,17 @@ filters and weighers never import this module.
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from oslo_config import cfg
 
 from scheduler.engine import plugins
 from scheduler.engine import settings as _settings
+from scheduler.exceptions import ConfigInvalid
 
 DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
 DEFAULT_WEIGHERS = list(_settings.DEFAULT_WEIGHERS)
@@ -639,8 +643,41 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     return [("DEFAULT" if g is None else g.name, opts) for g, opts in _groups()]
 
 
+#: Options of the command line only, common to every command and daemon (not
+#: in the sample: they say how this run logs, not how the deployment works).
+common_cli_opts = [
+    cfg.BoolOpt(
+        "debug",
+        default=False,
+        help="Log at DEBUG level, and print the traceback of a failure "
+        "(without it a failure is one line).",
+    ),
+    cfg.StrOpt(
+        "log-file",
+        metavar="PATH",
+        help="Write the log lines to PATH (JSON lines, the same events and fields) "
+        "instead of to stderr.",
+    ),
+]
+
 CONF = cfg.CONF
 register_opts(CONF)
+CONF.register_cli_opts(common_cli_opts)
+
+
+def version() -> str:
+    """The installed package's version (what --version prints)."""
+    try:
+        return importlib.metadata.version("vm-scheduler")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+#: Where a command looks for its configuration when no --config-file is given,
+#: as OpenStack services do (oslo.config's search: ~/.scheduler/, ~/,
+#: /etc/scheduler/, /etc/, for scheduler.conf and <prog>.conf).
+def find_config_files(prog: str) -> list[str]:
+    return list(cfg.find_config_files(project="scheduler", prog=prog))
 
 
 def set_defaults() -> None:
@@ -658,11 +695,18 @@ def parse_args(
     description: str = "",
     default_config_files: Sequence[str] | None = None,
 ) -> cfg.ConfigOpts:
-    """Parse the command line and config files into the global CONF.
+    """Parse the command line and config files into the global CONF, and check
+    every option's value (:func:`validate`) before anything uses one.
 
-    oslo.messaging's own options (``transport_url``, ``[oslo_messaging_rabbit]``)
-    are registered when the transport is built; ``set_transport_defaults``
-    makes ``transport_url`` known before parsing so it can be given on the CLI.
+    With ``default_config_files`` None, the files oslo.config finds for the
+    project (``/etc/scheduler/scheduler.conf`` when it exists) are read unless
+    ``--config-file`` names others. oslo.messaging's own options
+    (``transport_url``, ``[oslo_messaging_rabbit]``) are registered when the
+    transport is built; ``set_transport_defaults`` makes ``transport_url``
+    known before parsing so it can be given on the CLI.
+
+    :raises ConfigInvalid: an option whose value cannot be used.
+    :raises oslo_config.cfg.Error: a file that cannot be read or parsed.
     """
     set_defaults()
     CONF(
@@ -670,6 +714,101 @@ def parse_args(
         project="scheduler",
         prog=prog,
         description=description,
-        default_config_files=list(default_config_files or []),
+        version=version(),
+        default_config_files=(
+            find_config_files(prog) if default_config_files is None else list(default_config_files)
+        ),
     )
+    validate(CONF)
     return CONF
+
+
+def _options(conf: cfg.ConfigOpts) -> Iterator[tuple[str | None, str]]:
+    """(group, option) for every option registered on ``conf`` now."""
+    for name in list(conf):
+        try:
+            value = conf[name]
+        except cfg.NoSuchOptError:
+            continue
+        except ValueError:  # an option of [DEFAULT] whose value is bad
+            yield None, name
+            continue
+        if isinstance(value, cfg.ConfigOpts.GroupAttr):
+            for option in list(value):
+                yield name, option
+        else:
+            yield None, name
+
+
+_BAD_VALUE = re.compile(r"is not valid: (?P<reason>.*)$", re.S)
+
+
+def _config_files(conf: cfg.ConfigOpts) -> list[str]:
+    """The files ``conf`` read, in the order read (a later one wins)."""
+    files = list(conf.config_file or [])
+    for directory in conf.config_dir or []:
+        if os.path.isdir(directory):
+            files.extend(
+                os.path.join(directory, f)
+                for f in sorted(os.listdir(directory))
+                if f.endswith(".conf")
+            )
+    return files
+
+
+def _raw(conf: cfg.ConfigOpts, group: str | None, name: str) -> tuple[str, str]:
+    """The text an option was given in a config file, and that file (the last
+    file that sets it wins, as oslo.config reads them)."""
+    found = ("?", "the configuration")
+    for path in _config_files(conf):
+        sections: dict[str, dict[str, list[str]]] = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, cfg.ParseError):
+            continue
+        values = sections.get(group or "DEFAULT", {}).get(name)
+        if values:
+            found = (values[-1], path)
+    return found
+
+
+def config_invalid(
+    conf: cfg.ConfigOpts, group: str | None, name: str, exc: Exception
+) -> ConfigInvalid:
+    """The one-line error for option ``[group] name`` whose value raised ``exc``."""
+    from scheduler.log import mask_secrets
+
+    text, source = _raw(conf, group, name)
+    value = mask_secrets(text)
+    match = _BAD_VALUE.search(str(exc))
+    reason = mask_secrets((match.group("reason") if match else str(exc)).strip().splitlines()[0])
+    return ConfigInvalid(
+        option=f"[{group or 'DEFAULT'}] {name}", value=value, source=source, reason=reason
+    )
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option once, so a value that cannot be used (not
+    a number, out of its bounds, not one of its choices) stops the command
+    before it serves or sends anything; then the URLs, which are only read when
+    something connects.
+
+    :raises ConfigInvalid: naming the option, its value and its file.
+    """
+    from scheduler.store import check_store_url
+
+    for group, name in _options(conf):
+        try:
+            getattr(conf[group] if group else conf, name)
+        except ValueError as exc:  # ConfigFileValueError is one
+            raise config_invalid(conf, group, name, exc) from exc
+    try:
+        check_store_url(conf.redis.url)
+    except ValueError as exc:
+        raise config_invalid(conf, "redis", "url", exc) from exc
+    import oslo_messaging
+
+    try:
+        oslo_messaging.TransportURL.parse(conf)  # registers transport_url, then reads it
+    except oslo_messaging.InvalidTransportURL as exc:
+        raise config_invalid(conf, None, "transport_url", exc) from exc

@@ -113,6 +113,28 @@ class RequestTimedOut(SchedulerError):
     msg = USER_MESSAGE
 
 
+# --- configuration and reach ------------------------------------------------------
+
+
+class ConfigInvalid(SchedulerError):
+    """An option's value cannot be used: named with its value and the file it
+    came from, found before anything is served."""
+
+    msg = "%(option)s = %(value)r in %(source)s: %(reason)s"
+
+
+class BrokerUnreachable(SchedulerError):
+    """A client command could not reach the message broker within its time."""
+
+    msg = "cannot reach the message broker at %(url)s: %(reason)s"
+
+
+class NoConsumer(SchedulerError):
+    """Nothing consumes the topic a call would be sent on."""
+
+    msg = "no %(what)s consumes topic %(topic)r on %(url)s (is one running?)"
+
+
 # --- store --------------------------------------------------------------------------
 
 

@@ -245,12 +245,28 @@ def _drop_noise(
     return event_dict
 
 
+#: What the command line asked of every later :func:`setup` in this process
+#: (and in the processes it forks): ``--debug`` and ``--log-file``.
+_cli: dict[str, Any] = {"debug": False, "log_file": None}
+
+
+def set_cli_options(*, debug: bool = False, log_file: str | None = None) -> None:
+    """``--debug`` (DEBUG level) and ``--log-file`` (the lines go to that file,
+    in the same format, instead of stderr) for every later :func:`setup`."""
+    _cli.update(debug=debug, log_file=log_file)
+
+
 def setup(
     *, json_lines: bool | None = None, level: str = "INFO", process: str | None = None
 ) -> None:
     """Configure structlog and the stdlib root logger once per process."""
+    if _cli["debug"]:
+        level = "DEBUG"
+    stream: Any = sys.stderr
+    if _cli["log_file"]:
+        stream = open(_cli["log_file"], "a", buffering=1, encoding="utf-8")  # noqa: SIM115
     if json_lines is None:
-        json_lines = not sys.stderr.isatty()
+        json_lines = not stream.isatty()
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -277,7 +293,7 @@ def setup(
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import kombu.exceptions
 import oslo_messaging
 from oslo_config import cfg
 from oslo_context import context as oslo_context
@@ -125,16 +126,25 @@ def _expected(exc: Exception) -> ExpectedException:
     return wrapped
 
 
+#: What a send raises when the client was given ``retry`` and the broker did not
+#: come back in that many attempts (the rabbit driver lets kombu's error through).
+SEND_FAILURES: tuple[type[Exception], ...] = (
+    oslo_messaging.MessageDeliveryFailure,
+    kombu.exceptions.OperationalError,
+)
+
+
 def _client(
     transport: oslo_messaging.Transport,
     topic: str,
     version: str,
     timeout: float | None,
     server: str | None = None,
+    retry: int | None = None,
 ) -> oslo_messaging.RPCClient:
     target = oslo_messaging.Target(topic=topic, version=version, server=server)
     return oslo_messaging.get_rpc_client(
-        transport, target, serializer=ContextSerializer(), timeout=timeout
+        transport, target, serializer=ContextSerializer(), timeout=timeout, retry=retry
     )
 
 
@@ -191,10 +201,14 @@ class SchedulerClient:
         topic: str = SCHEDULER_TOPIC,
         timeout: float | None = None,
         server: str | None = None,
+        retry: int | None = None,
     ) -> None:
         """``server`` sends every request to that one worker process (its
-        server name, ``<host>.<pid>``) instead of any worker on the topic."""
-        self._client = _client(transport, topic, self.VERSION, timeout, server)
+        server name, ``<host>.<slot>``) instead of any worker on the topic.
+        ``retry``: connection attempts a send makes before it raises one of
+        :data:`SEND_FAILURES` (None: for ever, as a daemon wants; a command
+        that must return gives a number)."""
+        self._client = _client(transport, topic, self.VERSION, timeout, server, retry)
 
     def _prepare(
         self,
@@ -367,8 +381,10 @@ class ComputeClient:
         transport: oslo_messaging.Transport,
         resolve: Callable[[str], str],
         topic: str = COMPUTE_TOPIC,
+        retry: int | None = None,
     ) -> None:
-        self._client = _client(transport, topic, self.VERSION, None)
+        """``retry`` as :class:`SchedulerClient`'s."""
+        self._client = _client(transport, topic, self.VERSION, None, retry=retry)
         self._resolve = resolve
 
     def _at(

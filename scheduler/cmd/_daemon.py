@@ -7,11 +7,14 @@ import threading
 from collections.abc import Callable
 
 
-def wait_for_signal(on_stop: Callable[[], None]) -> None:
-    """Block until SIGTERM or SIGINT, then call ``on_stop`` once."""
+def wait_for_signal(on_stop: Callable[[], None]) -> int:
+    """Block until SIGTERM or SIGINT, then call ``on_stop`` once; return the
+    signal (a second one while stopping is ignored: the stop finishes)."""
     stop = threading.Event()
+    received: list[int] = []
 
     def _handler(signum: int, _frame: object) -> None:
+        received.append(signum)
         stop.set()
 
     signal.signal(signal.SIGTERM, _handler)
@@ -19,3 +22,4 @@ def wait_for_signal(on_stop: Callable[[], None]) -> None:
     while not stop.wait(1.0):
         pass
     on_stop()
+    return received[0]

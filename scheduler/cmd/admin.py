@@ -56,8 +56,9 @@ import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.flavors import load_catalog
+from scheduler import broker, log, rpc, usage
 from scheduler import conf as conf_mod
-from scheduler import log, rpc, usage
+from scheduler.cmd import _cli
 from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
 from scheduler.objects import (
@@ -88,6 +89,11 @@ EXIT_UNPLACEABLE = 1
 #: Exit status of any command that could not do its work (bad arguments,
 #: no worker answering, unknown instance).
 EXIT_ERROR = 2
+#: Seconds a command without a --timeout of its own (or a longer one) waits at
+#: most for the broker to answer before it says so.
+BROKER_TIMEOUT = 10.0
+#: Reconnections a send tries when the broker goes away after it answered.
+SEND_RETRIES = 2
 
 _EXPLAIN_EPILOG = """\
 exit status: 0 the request would be placed (--only-filter: some host kept),
@@ -115,24 +121,8 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
+_positive = _cli.whole(1)
+_seconds = _cli.seconds()
 
 
 def add_spec_options(parser: Any) -> None:
@@ -260,6 +250,15 @@ def _add_commands(subparsers: Any) -> None:
         help="Run this one host filter alone on every host, for the request, and print "
         "the hosts it removes with its reason (no other stage runs; a registered "
         "filter that is not enabled may be tried).",
+    )
+    explain.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="Seconds to wait at most: for the broker, then for a worker's answer "
+        "(default 30). A broker that cannot be reached, or a topic no worker consumes, "
+        "is said at once (exit status 2).",
     )
 
     hosts = subparsers.add_parser(
@@ -732,9 +731,17 @@ def _explain(conf: cfg.ConfigOpts) -> int:
         if args.instance_uuid
         else None
     )
+    started = time.monotonic()
+    broker.reach(
+        conf,
+        min(args.timeout, BROKER_TIMEOUT),
+        topic=conf.scheduler.topic,
+        what="scheduler worker",
+    )
+    timeout = max(args.timeout - (time.monotonic() - started), 0.1)
     transport = rpc.get_transport(conf)
     try:
-        client = rpc.SchedulerClient(transport, conf.scheduler.topic)
+        client = rpc.SchedulerClient(transport, conf.scheduler.topic, timeout=timeout)
         ctxt = rpc.RequestContext.admin(
             user_id="scheduler-admin", project_id=args.project_id, request_id=args.request_id
         )
@@ -746,7 +753,8 @@ def _explain(conf: cfg.ConfigOpts) -> int:
         except oslo_messaging.MessagingTimeout:
             print(
                 f"scheduler-admin: no scheduler worker answered on topic "
-                f"{conf.scheduler.topic!r} (is one running, at RPC version 1.1 or later?)",
+                f"{conf.scheduler.topic!r} within {args.timeout:g} s (is one running, at RPC "
+                "version 1.1 or later?)",
                 file=sys.stderr,
             )
             return EXIT_ERROR
@@ -1247,8 +1255,10 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     args = conf.command
     transport = rpc.get_transport(conf)
     try:
-        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
-        compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
+        compute = rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        )
         settings = conductor_settings(conf)
         drainer = Drainer(
             store,
@@ -1286,7 +1296,9 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     transport = rpc.get_transport(conf) if args.fix else None
     try:
         compute = (
-            rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+            rpc.ComputeClient(
+                transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+            )
             if transport
             else None
         )
@@ -1341,10 +1353,13 @@ def run(conf: cfg.ConfigOpts) -> int:
         if command == "usage":
             return _usage(conf, store)
         if command == "host" and conf.command.action == "drain":
+            broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
             return _host_drain(conf, store)
         if command == "host":
             return _host_set(conf, store)
         if command == "audit":
+            if conf.command.fix:
+                broker.reach(conf, BROKER_TIMEOUT)
             return _audit(conf, store)
         if command == "dashboard":
             from scheduler import dashboard  # the page's reader imports this module
@@ -1355,17 +1370,21 @@ def run(conf: cfg.ConfigOpts) -> int:
         store.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv, prog="scheduler-admin", description=DESCRIPTION
-    )
+    conf = _cli.parse(argv, prog="scheduler-admin", description=DESCRIPTION)
     log.setup(process="scheduler-admin", level="WARNING")
     try:
         return run(conf)
+    except _cli.ONE_LINE_ERRORS:
+        raise
     except SchedulerError as exc:  # Forbidden, InvalidRequest, InstanceNotFound, ...
         print(f"scheduler-admin: {exc.message}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("scheduler-admin", lambda: _main(argv), argv, failed=EXIT_ERROR)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,13 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
+from scheduler import broker, log, rpc
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
+
+#: Seconds the tail waits at most for the broker to answer before it says so.
+BROKER_TIMEOUT = 10.0
 
 
 def _field(source: Any, key: str) -> Any:
@@ -115,10 +119,14 @@ def tail_topic(conf: cfg.ConfigOpts, notification_format: str | None) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opts(
         [
-            cfg.StrOpt("pool", help="Listener pool name (default: a fresh one)."),
+            cfg.StrOpt(
+                "pool",
+                help="Listener pool name (default: a fresh one, whose queue is deleted "
+                "when the tail stops; a named pool's queue is kept for the next tail).",
+            ),
             cfg.StrOpt(
                 "format",
                 choices=["unversioned", "versioned"],
@@ -134,26 +142,32 @@ def main(argv: Sequence[str] | None = None) -> None:
             ),
         ]
     )
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv,
-        prog="scheduler-notify-tail",
-        description=__doc__.split("\n")[0],
-    )
+    conf = _cli.parse(argv, prog="scheduler-notify-tail", description=__doc__.split("\n")[0])
     log.setup(level="WARNING", process="scheduler-notify-tail")
-    transport = rpc.get_notification_transport(conf)
+    transport = rpc.get_notification_transport(conf)  # connects only when listening
+    url = conf.oslo_messaging_notifications.transport_url  # None: transport_url's
+    broker.reach(conf, BROKER_TIMEOUT, url=url)
 
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
 
-    listener = listen(transport, tail_topic(conf, conf.format), _print, conf.pool, conf.event)
+    pool = conf.pool or f"tail-{uuidlib.uuid4().hex[:8]}"
+    topic = tail_topic(conf, conf.format)
+    listener = listen(transport, topic, _print, pool, conf.event)
 
     def _stop() -> None:
         listener.stop()
         listener.wait()
         transport.cleanup()
+        if not conf.pool:  # its own queue: nobody else reads it
+            broker.delete_queues(conf, [pool], url=url)
 
-    wait_for_signal(_stop)
+    return _cli.exit_status(wait_for_signal(_stop))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("scheduler-notify-tail", lambda: _main(argv), argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

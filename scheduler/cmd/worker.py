@@ -27,7 +27,7 @@ Supervision, as cotyledon does it:
   store (``worker_stopping``, then ``scheduler_stopped``). A worker still at
   it after ``[scheduler] graceful_shutdown_timeout`` seconds is killed (it
   exits 1); the master is held to the same bound. **SIGINT** exits
-  at once, without draining (cotyledon's fast exit, as in oslo.service's
+  at once (status 130), without draining (cotyledon's fast exit, as in oslo.service's
   threading backend); what the workers held is re-driven by the conductor.
 * **SIGHUP reloads**: the master re-reads the config files and, if they
   parse, restarts every worker, each a fresh fork that reads every option
@@ -56,8 +56,9 @@ import cotyledon
 import oslo_messaging
 from oslo_config import cfg
 
+from scheduler import broker, health, log, rpc
 from scheduler import conf as conf_mod
-from scheduler import health, log, rpc
+from scheduler.cmd import _cli
 from scheduler.engine.pipeline import build_plugins
 from scheduler.exceptions import SchedulerError
 from scheduler.service import SchedulerService, describe, engine_settings, make_store
@@ -77,6 +78,13 @@ def restart_delay(quick_deaths: int) -> float:
     """Seconds a slot waits before it starts again, after this many deaths in a
     row each within :data:`STABLE_AFTER` of its start: none after the first."""
     return 0.0 if quick_deaths <= 1 else min(2.0 ** (quick_deaths - 2), MAX_RESTART_DELAY)
+
+
+def server_name(host: str, worker_id: int) -> str:
+    """The RPC server name of worker slot ``worker_id`` on ``host``: the same
+    for its replacement, so a restart takes over its server queue
+    (``<topic>.<host>.<n>``) instead of leaving one behind per process."""
+    return f"{host}.{worker_id}"
 
 
 def process_name(worker_id: int, workers: int) -> str:
@@ -145,7 +153,7 @@ class WorkerService(cotyledon.Service):
                 self._transport,
                 self._notification_transport,
                 self._store,
-                server_name=f"{conf.host}.{os.getpid()}",
+                server_name=server_name(conf.host, worker_id),
             )
         except Exception as exc:  # a bad option, an unknown plugin: say which, and exit
             LOG.exception("worker_start_failed", error=str(exc))
@@ -199,6 +207,11 @@ class WorkerService(cotyledon.Service):
         self._transport.cleanup()
         self._notification_transport.cleanup()
         self._store.close()
+        # Its own queue (the topic's stays, for the other workers and the next start).
+        broker.delete_queues(
+            conf_mod.CONF,
+            [f"{conf_mod.CONF.scheduler.topic}.{server_name(conf_mod.CONF.host, self.worker_id)}"],
+        )
 
     def reload(self) -> None:
         if self._shared.generation.value == self._generation:
@@ -215,6 +228,22 @@ def _signal_name(signum: int) -> str:
         return str(signum)
 
 
+class _Manager(cotyledon.ServiceManager):
+    """cotyledon's manager, but a Ctrl-C (SIGINT) ends the master with status
+    130, as every command here does, instead of 1 (still at once, without
+    draining: the workers get the SIGINT too and leave as fast)."""
+
+    def _on_signal_received(self, sig: int) -> None:
+        if sig != signal.SIGINT:
+            super()._on_signal_received(sig)
+            return
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        LOG.info("supervisor_interrupted")
+        os.killpg(0, signal.SIGINT)
+        time.sleep(0.1)  # as cotyledon does: the workers end on the SIGINT, not a broken pipe
+        _cli.interrupted()
+
+
 class Supervisor:
     """The master's side: the manager, the worker slots, the hooks."""
 
@@ -223,7 +252,7 @@ class Supervisor:
         self._workers = conf.scheduler.workers
         self.shared = Shared.create(self._workers)
         self._quick_deaths = [0] * self._workers
-        self.manager = cotyledon.ServiceManager(
+        self.manager = _Manager(
             graceful_shutdown_timeout=conf.scheduler.graceful_shutdown_timeout, mp_context=_FORK
         )
         self.manager.add(WorkerService, workers=self._workers, args=(self.shared,))
@@ -303,18 +332,20 @@ def config_error(conf: cfg.ConfigOpts) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    conf = conf_mod.parse_args(
-        sys.argv[1:] if argv is None else argv,
-        prog="scheduler-worker",
-        description=__doc__.split("\n")[0],
-    )
+def _main(argv: Sequence[str] | None) -> int:
+    conf = _cli.parse(argv, prog="scheduler-worker", description=__doc__.split("\n")[0])
     error = config_error(conf)
     if error is not None:
-        sys.exit(f"scheduler-worker: {error}")
+        print(f"scheduler-worker: {error}", file=sys.stderr)
+        return 1
     log.setup(process="scheduler-worker.master")
     Supervisor(conf).run()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _cli.run("scheduler-worker", lambda: _main(argv), argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

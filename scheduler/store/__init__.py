@@ -57,6 +57,7 @@ __all__ = [
     "ServiceReport",
     "ServiceStore",
     "Store",
+    "check_store_url",
     "open_store",
 ]
 
@@ -76,11 +77,17 @@ def open_store(url: str, key_prefix: str, **options: Any) -> Store:
     ``options`` go to :class:`RedisStore` (``socket_timeout``, ``min_replicas``,
     ``min_replicas_timeout``); the in-process store has no replicas and ignores them.
     """
-    scheme, sep, _ = url.partition("://")
-    if sep and scheme == "memory":
+    if check_store_url(url) == "memory":
         return MemoryStore()
-    if sep and scheme in _REDIS_SCHEMES:
-        return RedisStore(url, key_prefix, **options)
+    return RedisStore(url, key_prefix, **options)
+
+
+def check_store_url(url: str) -> str:
+    """The scheme of a store URL; :class:`ValueError` for one :func:`open_store`
+    does not know (asked before anything connects, and by ``open_store``)."""
+    scheme, sep, _ = url.partition("://")
+    if sep and (scheme == "memory" or scheme in _REDIS_SCHEMES):
+        return scheme
     raise ValueError(
         f"unknown store URL scheme in {url.split('@')[-1]!r}; "
         f"expected memory:// or one of {', '.join(_REDIS_SCHEMES)}"

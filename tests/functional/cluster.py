@@ -251,8 +251,17 @@ class Cluster:
             capture_output=True,
             timeout=timeout + 60,
         )
-        assert out.returncode == 0, out.stderr.decode()[-4000:]
-        return json.loads(out.stdout)
+        stderr = out.stderr.decode()
+        assert out.returncode in (0, 1), stderr[-4000:]
+        report: dict[str, Any] = json.loads(out.stdout)
+        # The exit status says whether every instance ended ACTIVE; if not, one
+        # line says how many did not.
+        summary = report["summary"]
+        all_active = summary["states"] == {"ACTIVE": len(report["instances"])}
+        assert out.returncode == (0 if all_active and not summary["timed_out"] else 1), stderr
+        if out.returncode:
+            assert "instance(s) did not become ACTIVE" in stderr.splitlines()[-1], stderr
+        return report
 
     def conductor_stub(
         self, *args: str, timeout: float = 120.0, config_files: tuple[Path, ...] = ()

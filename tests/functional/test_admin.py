@@ -304,9 +304,8 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
 
     # A compute restarting does not enable a host an admin disabled: its
     # registration keeps the service's state, its trait report keeps the
-    # status trait. (No boot after it here: a worker addresses a host by the
-    # compute's previous RPC server name for up to 30 s, which is another
-    # matter.)
+    # status trait. It serves under its predecessor's RPC server name (its
+    # queue taken over, not one more left behind).
     admin_cli(cluster, "host", "disable", busy, "--reason", "psu")
     compute.stop()
     cluster.start(
@@ -319,6 +318,6 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
         ready="compute_sim_started",
     )
     service = cluster.store.get_service(busy)
-    assert service is not None and service.rpc_server != held_rpc_server
+    assert service is not None and service.rpc_server == held_rpc_server
     assert (service.disabled, service.disabled_reason) == (True, "psu")
     assert "COMPUTE_STATUS_DISABLED" in cluster.store.get_provider_by_name(busy).traits

@@ -96,9 +96,9 @@ def test_every_worker_notices_the_rollback_and_decides_on_what_the_store_has(
     try:
         clients = {
             process: rpc.SchedulerClient(
-                transport, timeout=30, server=f"node-{cluster.ident}.{pid}"
+                transport, timeout=30, server=f"node-{cluster.ident}.{process.rsplit('.', 1)[1]}"
             )
-            for process, pid in slots
+            for process, _pid in slots
         }
         set_up = time.monotonic()
         boot = cluster.boot("--count", str(WARM), "--flavor", "m1.tiny")

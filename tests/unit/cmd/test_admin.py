@@ -1011,7 +1011,7 @@ def fixable(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     reaped: list[tuple[str, str]] = []
 
     class Compute:
-        def __init__(self, *args: Any) -> None:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             pass
 
         def reap_instance(self, ctxt: Any, host: str, uuid: str, reason: str) -> None:

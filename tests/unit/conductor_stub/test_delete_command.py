@@ -26,7 +26,9 @@ def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     monkeypatch.setattr(cmd, "make_store", lambda conf: made)
     monkeypatch.setattr(cmd, "conductor_settings", lambda conf: ConductorSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
-    monkeypatch.setattr(rpc, "ComputeClient", lambda transport, resolve, topic: Recorded())
+    monkeypatch.setattr(
+        rpc, "ComputeClient", lambda transport, resolve, topic, retry=None: Recorded()
+    )
     return made
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import kombu.exceptions
 import oslo_messaging
 import pytest
 
-from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.manager import UNSENT_FAULT, Booter, ConductorEndpoint
 from conductor_stub.reconcile import LOST_FAULT
 from scheduler.exceptions import (
+    BrokerUnreachable,
     Forbidden,
     InternalError,
     InvalidRequest,
@@ -318,3 +320,32 @@ def test_a_request_size_the_scheduler_would_refuse_is_refused_before_anything_is
         booter.boot(CTXT, spec().flavor, per_request, per_request=per_request)
     assert list(store.scan_instances()) == []
     assert booter.requests == 0
+
+
+class Unreachable:
+    """A scheduler client whose broker went away: the send gives up."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def run_instance(self, *args: Any, **kwargs: Any) -> None:
+        self.sent += 1
+        if self.sent > 1:
+            raise kombu.exceptions.OperationalError("[Errno 111] Connection refused")
+
+
+def test_a_request_the_broker_did_not_take_leaves_no_record_to_boot_later() -> None:
+    """Its records go to ERROR at once (before, they stayed BUILDING, and a
+    conductor re-drove them long after the command was given up on)."""
+    store = _store()
+    scheduler = Unreachable()
+    booter = Booter(store, scheduler, Compute())  # type: ignore[arg-type]
+    with pytest.raises(BrokerUnreachable) as caught:
+        booter.boot(CTXT, spec().flavor, 3, per_request=1)
+    assert caught.value.message == (
+        "the message broker stopped answering ([Errno 111] Connection refused); "
+        "1 instance(s) not sent, set to ERROR"
+    )
+    by_state = sorted((r.state, r.fault) for r in store.scan_instances())
+    # The first request went out and builds; the second is ERROR; no third was made.
+    assert by_state == [("BUILDING", None), (ERROR, UNSENT_FAULT)]

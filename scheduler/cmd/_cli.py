@@ -1,0 +1,166 @@
+"""What every command and daemon does the same way at its edges.
+
+* ``--version``, ``--debug`` and ``--log-file``: the oslo.config commands get
+  them from :func:`scheduler.conf.parse_args`; an argparse command (the demo)
+  from :func:`add_common_arguments`. Both land in :func:`apply_log_options`.
+* A mistake is one line, ``<prog>: <what>``, and a non-zero exit status: a
+  configuration that cannot be used (the option, its value and its file), a
+  broker or store that cannot be reached, a topic nothing consumes. The
+  traceback only with ``--debug``.
+* Ctrl-C (SIGINT) exits quietly with status 130, whatever the command was doing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from oslo_config import cfg
+
+from scheduler import conf as conf_mod
+from scheduler import log, rpc
+from scheduler.exceptions import BrokerUnreachable, ConfigInvalid, NoConsumer, StoreUnavailable
+
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: The exit status of a configuration that cannot be used, or a service that
+#: cannot be reached.
+EXIT_FAILED = 1
+
+#: Failures said in one line (with the traceback only under --debug).
+ONE_LINE_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigInvalid,
+    cfg.Error,
+    BrokerUnreachable,
+    NoConsumer,
+    StoreUnavailable,
+)
+
+
+def apply_log_options(debug: bool, log_file: str | None) -> None:
+    """``--debug`` and ``--log-file`` for every later :func:`scheduler.log.setup`."""
+    log.set_cli_options(debug=debug, log_file=log_file)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--version``, ``--debug`` and ``--log-file`` on an argparse command, with
+    the help the oslo.config commands give them."""
+    debug, log_file = conf_mod.common_cli_opts
+    parser.add_argument("--version", action="version", version=conf_mod.version())
+    parser.add_argument("--debug", action="store_true", help=debug.help)
+    parser.add_argument("--log-file", metavar="PATH", help=log_file.help)
+
+
+def whole(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(least: float = 0.0, inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse type: seconds, more than ``least`` (or ``least`` itself too
+    when ``inclusive``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not (value >= least if inclusive else value > least):
+            bound = "at least" if inclusive else "more than"
+            raise argparse.ArgumentTypeError(f"must be {bound} {least:g}, got {text}")
+        return value
+
+    return parse
+
+
+def with_defaults(opts: list[cfg.Opt]) -> list[cfg.Opt]:
+    """Command-line options whose --help says their default (oslo.config's
+    help shows only the text): ``(default: X)`` appended to each that has one."""
+    for opt in opts:
+        default = opt.default
+        if default is None or default == [] or opt.help is None or "(default" in opt.help:
+            continue
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        opt.help = f"{opt.help} (default: {shown})"
+    return opts
+
+
+def interrupted() -> int:
+    """Leave at once, quietly, with :data:`EXIT_INTERRUPTED`: no traceback, and no
+    wait for the threads a transport or a store left running."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+def run(
+    prog: str,
+    body: Callable[[], int | None],
+    argv: Sequence[str] | None = None,
+    failed: int = EXIT_FAILED,
+) -> int:
+    """Run a command's ``body`` and return its exit status, saying a known
+    failure in one line (``prog: message``) and leaving quietly on Ctrl-C."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return body() or 0
+    except KeyboardInterrupt:
+        return interrupted()
+    except rpc.SEND_FAILURES as exc:  # a client given retries, whose broker went away
+        if "--debug" in args or _debug():
+            traceback.print_exc()
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: the message broker stopped answering: {reason}", file=sys.stderr)
+        return failed
+    except ONE_LINE_ERRORS as exc:
+        if "--debug" in args or _debug():
+            traceback.print_exc()
+        message = getattr(exc, "message", None) or str(exc)
+        print(f"{prog}: {message.strip().splitlines()[0]}", file=sys.stderr)
+        return failed
+
+
+def _debug() -> bool:
+    try:
+        return bool(conf_mod.CONF.debug)
+    except (cfg.Error, ValueError):
+        return False
+
+
+def parse(
+    argv: Sequence[str] | None, prog: str, description: str, **kwargs: Any
+) -> cfg.ConfigOpts:
+    """:func:`scheduler.conf.parse_args`, the log options it carries, and the
+    transport driver's options checked as well as ours."""
+    conf = conf_mod.parse_args(
+        list(sys.argv[1:] if argv is None else argv), prog=prog, description=description, **kwargs
+    )
+    apply_log_options(conf.debug, conf.log_file)
+    # The driver registers its options ([oslo_messaging_rabbit]) when a transport
+    # is built (it connects only when used): build one, then check those too.
+    rpc.get_transport(conf).cleanup()
+    conf_mod.validate(conf)
+    return conf
+
+
+def exit_status(signum: int) -> int:
+    """A daemon's exit status once stopped by ``signum``: 130 for Ctrl-C, 0 for SIGTERM."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else 0

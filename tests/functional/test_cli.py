@@ -1,0 +1,178 @@
+"""The commands as an operator meets them: a broker that is down or silent, a
+topic no worker consumes, Ctrl-C, and the queues a process leaves behind."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from scheduler import broker
+from scheduler import conf as conf_mod
+from scheduler.exceptions import BrokerUnreachable
+from tests.cli import run_commands
+from tests.functional.conftest import Cluster, Process
+from tests.functional.test_boot import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def queues(cluster: Cluster) -> set[str]:
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "-p", cluster.vhost, "name", "--no-table-headers"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def silent_broker() -> Iterator[int]:
+    """A port that accepts connections and never says a word."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield int(s.getsockname()[1])
+
+
+def config_with_broker(cluster: Cluster, tmp_path: Path, port: int) -> Path:
+    path = tmp_path / f"broker-{port}.conf"
+    text = cluster.config_file.read_text().replace(
+        cluster.transport_url, f"rabbit://guest:guest@127.0.0.1:{port}/{cluster.vhost}"
+    )
+    assert text != cluster.config_file.read_text()
+    path.write_text(text)
+    return path
+
+
+def test_commands_with_the_broker_down_say_so_in_one_line_and_record_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    port = closed_port()
+    conf = str(config_with_broker(cluster, tmp_path, port))
+    runs = run_commands(
+        [
+            ["conductor_stub.cmd", "--config-file", conf, "boot", "--wait", "--timeout", "5"],
+            ["conductor_stub.cmd", "--config-file", conf, "delete", "--all", "--timeout", "5"],
+            ["scheduler.cmd.admin", "--config-file", conf, "explain", "--flavor", "m1.small",
+             "--timeout", "5"],
+            ["scheduler.cmd.notify_tail", "--config-file", conf],
+        ]
+    )  # fmt: skip
+    url = f"rabbit://guest:***@127.0.0.1:{port}/{cluster.vhost}"
+    for run, status in zip(runs, (1, 1, 2, 1), strict=True):
+        prog = run.stderr.split(":", 1)[0]
+        assert (run.returncode, run.stderr) == (
+            status,
+            f"{prog}: cannot reach the message broker at {url}: [Errno 111] Connection refused\n",
+        ), run.args
+    # Nothing was recorded that a conductor could boot later.
+    assert list(cluster.store.scan_instances()) == []
+
+
+def test_a_silent_broker_is_given_up_on_within_the_timeout(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    with silent_broker() as port:
+        conf = str(config_with_broker(cluster, tmp_path, port))
+        (boot,) = run_commands(
+            [["conductor_stub.cmd", "--config-file", conf, "boot", "--wait", "--timeout", "3"]]
+        )
+        assert boot.returncode == 1
+        assert boot.stderr.endswith(": timed out\n") and len(boot.stderr.splitlines()) == 1
+
+        conf_mod.parse_args(["--config-file", conf], prog="test", default_config_files=[])
+        started = time.monotonic()
+        with pytest.raises(BrokerUnreachable):
+            broker.reach(conf_mod.CONF, 2.0)
+        assert time.monotonic() - started < 2.0 + 1.0
+    assert list(cluster.store.scan_instances()) == []
+
+
+def test_explain_with_no_worker_says_so_at_once(cluster: Cluster) -> None:
+    started = time.monotonic()
+    (run,) = run_commands(
+        [["scheduler.cmd.admin", "--config-file", str(cluster.config_file), "explain",
+          "--flavor", "m1.small"]]
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert (run.returncode, run.stderr) == (
+        2,
+        "scheduler-admin: no scheduler worker consumes topic 'scheduler' on "
+        f"rabbit://guest:***@127.0.0.1:5672/{cluster.vhost} (is one running?)\n",
+    )
+    # Not the 30 s of --timeout, nor the 60 s rpc_response_timeout it used to wait.
+    assert took < 30
+
+
+def interrupt(proc: Process) -> int:
+    proc.popen.send_signal(signal.SIGINT)
+    return proc.popen.wait(timeout=60)
+
+
+def test_ctrl_c_exits_130_without_a_traceback(cluster: Cluster) -> None:
+    # A boot waiting for instances no worker will place.
+    boot = subprocess.Popen(
+        [sys.executable, "-m", "conductor_stub.cmd", "--config-file", str(cluster.config_file),
+         "boot", "--wait", "--timeout", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    wait_until(lambda: bool(list(cluster.store.scan_instances())), 60, "the boot's record")
+    time.sleep(0.5)  # into its wait
+    boot.send_signal(signal.SIGINT)
+    out, err = boot.communicate(timeout=60)
+    assert (boot.returncode, out, err) == (130, "", "")
+
+    compute = cluster.start_compute(2)
+    worker = cluster.start_worker()
+    conductor = cluster.start_conductor()
+    for daemon in (compute, worker, conductor):
+        assert interrupt(daemon) == 130, daemon.name
+        assert "Traceback" not in daemon.log_path.read_text(), daemon.name
+
+
+def test_the_queues_a_process_owns_go_away_with_it(cluster: Cluster) -> None:
+    worker = cluster.start_worker()
+    compute = cluster.start_compute(1)
+    tail = cluster.start("tail", "scheduler.cmd.notify_tail")
+    wait_until(lambda: any(q.startswith("tail-") for q in queues(cluster)), 60, "the tail's pool")
+    server_queues = {f"scheduler.node-{cluster.ident}.0", "compute.sim-compute"}
+    before = queues(cluster)
+    assert server_queues | {"scheduler", "compute"} <= before, before
+
+    worker.stop()
+    compute.stop()
+    assert interrupt(tail) == 130
+    after = queues(cluster)
+    assert not server_queues & after, after
+    assert not [q for q in after if q.startswith("tail-")], after
+    # The topics' queues stay: what is cast meanwhile waits for the next worker.
+    assert {"scheduler", "compute"} <= after
+
+    # A simulator killed cannot delete its queue; the next one takes it over.
+    again = cluster.start_compute(1, name="compute")
+    assert again.popen.pid
+    again.popen.send_signal(signal.SIGKILL)
+    again.popen.wait(timeout=30)
+    assert "compute.sim-compute" in queues(cluster)
+    last = cluster.start_compute(1, name="compute")
+    assert [q for q in queues(cluster) if q.startswith("compute.sim-")] == ["compute.sim-compute"]
+    last.stop()
+    assert "compute.sim-compute" not in queues(cluster)
