@@ -210,6 +210,35 @@ class HostColumnsBuilder:
             self._usage_class.append(self._classes.code(rc, _same))
             self._usage_amount.append(amount)
 
+    def add_columns(
+        self,
+        uuids: Sequence[str],
+        names: Sequence[str],
+        generation: np.ndarray,
+        consumers: np.ndarray,
+        usage: Mapping[str, np.ndarray],
+        inventory: Sequence[int],
+        traits: Sequence[int],
+        aggregates: Sequence[int],
+    ) -> None:
+        """Many providers at once, as :meth:`add` would add them one by one:
+        entry ``i`` of each argument is one provider's (``usage``: the amount
+        used of each class named, 0 where a provider uses none)."""
+        at = len(self._uuids)
+        self._uuids.extend(uuids)
+        self._names.extend(names)
+        self._generation.frombytes(np.asarray(generation, dtype=np.int64).tobytes())
+        self._consumers.frombytes(np.asarray(consumers, dtype=np.int64).tobytes())
+        self._inventory.extend(inventory)
+        self._traits.extend(traits)
+        self._aggregates.extend(aggregates)
+        for rc, amounts in usage.items():
+            code = self._classes.code(rc, _same)  # named: a column, even if all 0
+            rows = np.flatnonzero(amounts)
+            self._usage_at.frombytes((rows + at).astype(np.int64).tobytes())
+            self._usage_class.frombytes(np.full(len(rows), code, dtype=np.int32).tobytes())
+            self._usage_amount.frombytes(np.asarray(amounts, dtype=np.int64)[rows].tobytes())
+
     def add_provider(self, p: Provider) -> None:
         """A :class:`Provider` object (the in-memory stores keep them)."""
         self.add(
@@ -291,6 +320,27 @@ class ServiceColumnsBuilder:
         self._failed_builds.append(failed_builds)
         self._capabilities.append(capabilities)
         self._stats.append(stats)
+
+    def add_columns(
+        self,
+        hosts: Sequence[str],
+        rpc_server: Sequence[int],
+        last_seen: np.ndarray,
+        disabled: np.ndarray,
+        disabled_reasons: Sequence[str | None],
+        failed_builds: np.ndarray,
+        capabilities: Sequence[int],
+        stats: Sequence[int],
+    ) -> None:
+        """Many services at once, as :meth:`add` would add them one by one."""
+        self._hosts.extend(hosts)
+        self._rpc_server.extend(rpc_server)
+        self._last_seen.frombytes(np.asarray(last_seen, dtype=np.float64).tobytes())
+        self._disabled.frombytes(np.asarray(disabled, dtype=np.int8).tobytes())
+        self._reasons.extend(disabled_reasons)
+        self._failed_builds.frombytes(np.asarray(failed_builds, dtype=np.int64).tobytes())
+        self._capabilities.extend(capabilities)
+        self._stats.extend(stats)
 
     def add_service(self, s: Service, last_seen: float | None = None) -> None:
         """A :class:`Service` object (the in-memory stores keep them), its

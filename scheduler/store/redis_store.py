@@ -60,6 +60,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
@@ -67,6 +68,7 @@ from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import unquote
 
+import numpy as np
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
@@ -339,7 +341,7 @@ _MARK_DOWN_CHUNK = 500
 _PAGE = 1000
 
 
-def _decoded(page: Mapping[str, str], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _decoded(page: Mapping[str, str], key: str) -> list[tuple[str, dict[str, Any]]]:
     """One HSCAN page as (field, record) pairs, its values decoded by one
     ``json.loads`` of an array.
 
@@ -358,9 +360,9 @@ def _decoded(page: Mapping[str, str], key: str) -> Iterator[tuple[str, dict[str,
         or not all(isinstance(r, dict) for r in records)
     ):
         records = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)]
-    for name, record in zip(names, records, strict=True):
-        if record is not None:
-            yield name, record
+    return [
+        (name, record) for name, record in zip(names, records, strict=True) if record is not None
+    ]
 
 
 def _object(raw: str, where: str) -> dict[str, Any] | None:
@@ -422,6 +424,105 @@ def _service_row(
         table.capability_reports.code(d.get("capabilities") or "{}", _reported),
         table.stats_reports.code(d.get("stats") or "{}", _reported),
     )
+
+
+#: A root provider's fields, as :func:`_add_hosts` reads them from each record.
+_HOST_FIELDS = operator.itemgetter(
+    "uuid", "name", "generation", "consumers", "usages", "inventories", "traits", "aggregates"
+)
+#: A service's fields, as :func:`_add_services` reads them (reports come apart).
+_SERVICE_FIELDS = operator.itemgetter(
+    "host", "rpc_server", "disabled", "disabled_reason", "failed_builds"
+)
+
+
+def _all(kind: type, values: Iterable[Any]) -> bool:
+    """Whether every value is exactly of ``kind`` (not a subclass: no bool for int)."""
+    return set(map(type, values)) <= {kind}
+
+
+def _ints(values: Sequence[Any]) -> np.ndarray:
+    """Python ints as int64 (OverflowError past its range)."""
+    return np.array(values, dtype=np.int64)
+
+
+def _add_hosts(records: Sequence[dict[str, Any]], hosts: HostColumnsBuilder) -> bool:
+    """A page's root providers added in bulk, as :func:`_host_row` reads each:
+    all of them, or (False) none, when any field is not as the scripts write
+    it. The caller then reads that page a record at a time, which skips and
+    logs just the records it cannot read.
+
+    The cold load's cost is Python's, per host: this reads each field of a
+    page as one list and each list into a column at once, and looks shared
+    values up by their text (decoded the first time only).
+    """
+    if not records:
+        return True
+    try:
+        uuids, names, generation, consumers, usages, inventories, traits, aggregates = zip(
+            *map(_HOST_FIELDS, records), strict=True
+        )
+        if not (
+            _all(str, uuids)
+            and _all(str, names)
+            and _all(int, generation)
+            and _all(int, consumers)
+            and _all(dict, usages)
+            and _all(str, inventories)
+        ):
+            return False
+        classes: set[Any] = set().union(*usages)
+        if not _all(str, classes):
+            return False
+        # Each class's amounts as one array; all ints (an int64 array) or no bulk.
+        usage = {rc: np.array([u.get(rc, 0) for u in usages]) for rc in sorted(classes)}
+        if any(used.dtype != np.int64 for used in usage.values()):
+            return False
+        columns = (_ints(generation), _ints(consumers), usage)
+        inventory_code, traits_code = hosts.inventories.code, hosts.trait_sets.code
+        aggregates_code = hosts.aggregate_sets.code
+        codes = (
+            [inventory_code(text, _inventories) for text in inventories],
+            [traits_code(tuple(names_), frozenset) for names_ in traits],
+            [aggregates_code(tuple(uuids_), frozenset) for uuids_ in aggregates],
+        )
+    except _UNREADABLE:
+        return False
+    hosts.add_columns(uuids, names, *columns, *codes)
+    return True
+
+
+def _add_services(
+    records: Sequence[dict[str, Any]], seen: Mapping[str, str], table: ServiceColumnsBuilder
+) -> bool:
+    """A page's services added in bulk, as :func:`_service_row` reads each: all
+    of them, or (False) none (the caller then reads the page record by record)."""
+    if not records:
+        return True
+    try:
+        hosts, rpc_servers, disabled, reasons, failed_builds = zip(
+            *map(_SERVICE_FIELDS, records), strict=True
+        )
+        if not (
+            _all(str, hosts)
+            and _all(str, rpc_servers)
+            and _all(bool, disabled)
+            and _all(int, failed_builds)
+        ):
+            return False
+        last_seen = np.array([seen.get(host) or 0 for host in hosts], dtype=np.float64)
+        columns = (np.array(disabled, dtype=bool), reasons, _ints(failed_builds))
+        rpc_code = table.rpc_servers.code
+        capabilities_code, stats_code = table.capability_reports.code, table.stats_reports.code
+        codes = (
+            [capabilities_code(d.get("capabilities") or "{}", _reported) for d in records],
+            [stats_code(d.get("stats") or "{}", _reported) for d in records],
+        )
+        rpc_codes = [rpc_code(name, str) for name in rpc_servers]
+    except _UNREADABLE:
+        return False
+    table.add_columns(hosts, rpc_codes, last_seen, *columns, *codes)
+    return True
 
 
 def _text(value: Any) -> str:
@@ -839,7 +940,10 @@ class RedisStore(Store):
         seen = self._whole(k.heartbeats, batch)
         table = ServiceColumnsBuilder()
         for page in self._pages(k.services, batch):
-            for name, d in _decoded(page, k.services):
+            services = _decoded(page, k.services)
+            if _add_services([d for _, d in services], seen, table):
+                continue
+            for name, d in services:
                 try:
                     table.add(*_service_row(d, seen, table))
                 except _UNREADABLE as exc:
@@ -849,7 +953,14 @@ class RedisStore(Store):
         del seen
         hosts, children = HostColumnsBuilder(), []
         for page in self._pages(k.providers, batch):
+            roots: list[tuple[str, dict[str, Any]]] = []
+            others: list[tuple[str, dict[str, Any]]] = []
             for name, d in _decoded(page, k.providers):
+                # A root (the most) in bulk; a child or an unreadable record alone.
+                (roots if d.get("parent_uuid", ...) is None else others).append((name, d))
+            if not _add_hosts([d for _, d in roots], hosts):
+                others[:0] = roots
+            for name, d in others:
                 try:
                     if d["parent_uuid"] is not None:
                         children.append(_provider(d))
