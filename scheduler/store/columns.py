@@ -131,6 +131,14 @@ class SharedValues:
             self.values.append(value)
         return code
 
+    def codes(self, keys: Sequence[Hashable], decode: Callable[[Any], Any]) -> list[int]:
+        """:meth:`code` of each key, looked up in bulk (a page of a cold load)."""
+        found: list[int | None] = list(map(self._codes.get, keys))
+        if None in found:
+            pairs = zip(keys, found, strict=True)
+            return [self.code(key, decode) if c is None else c for key, c in pairs]
+        return found  # type: ignore[return-value]  # no None in it
+
 
 def _same(value: Any) -> Any:
     return value
@@ -155,10 +163,14 @@ def _codes(values: array) -> np.ndarray:
     return np.frombuffer(values, dtype=np.int32)
 
 
-def _order(keys: list[str], sort: bool) -> np.ndarray:
+def _order(keys: list[str], sort: bool) -> list[int]:
     if not sort:
-        return np.arange(len(keys))
-    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+        return list(range(len(keys)))
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
+def _reordered(values: list[Any], order: list[int]) -> list[Any]:
+    return list(map(values.__getitem__, order))
 
 
 class HostColumnsBuilder:
@@ -255,7 +267,8 @@ class HostColumnsBuilder:
     def build(self, sort: bool = True) -> HostColumns:
         """The columns, sorted by uuid (``sort=False``: in the order added)."""
         n = len(self._uuids)
-        order = _order(self._uuids, sort)
+        listed = _order(self._uuids, sort)
+        order = np.array(listed, dtype=np.int64)
         position = np.empty(n, dtype=np.int64)  # record -> its row once sorted
         position[order] = np.arange(n)
         at, amount = position[_ints(self._usage_at)], _ints(self._usage_amount)
@@ -267,8 +280,8 @@ class HostColumnsBuilder:
             used[at[mine]] = amount[mine]
             usage[rc] = used
         return HostColumns(
-            uuids=[self._uuids[i] for i in order],
-            names=[self._names[i] for i in order],
+            uuids=_reordered(self._uuids, listed),
+            names=_reordered(self._names, listed),
             generation=_ints(self._generation)[order],
             consumers=_ints(self._consumers)[order],
             usage=usage,
@@ -360,16 +373,17 @@ class ServiceColumnsBuilder:
 
     def build(self, sort: bool = True) -> ServiceColumns:
         """The columns, sorted by host (``sort=False``: in the order added)."""
-        order = _order(self._hosts, sort)
+        listed = _order(self._hosts, sort)
+        order = np.array(listed, dtype=np.int64)
         last_seen = np.frombuffer(self._last_seen, dtype=np.float64)
         disabled = np.frombuffer(self._disabled, dtype=np.int8)
         return ServiceColumns(
-            hosts=[self._hosts[i] for i in order],
+            hosts=_reordered(self._hosts, listed),
             rpc_server=_codes(self._rpc_server)[order],
             rpc_servers=self.rpc_servers.values,
             last_seen=last_seen[order],
             disabled=disabled[order].astype(bool),
-            disabled_reasons=[self._reasons[i] for i in order],
+            disabled_reasons=_reordered(self._reasons, listed),
             failed_builds=_ints(self._failed_builds)[order],
             capabilities=_codes(self._capabilities)[order],
             capability_reports=self.capability_reports.values,

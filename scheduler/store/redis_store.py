@@ -341,9 +341,9 @@ _MARK_DOWN_CHUNK = 500
 _PAGE = 1000
 
 
-def _decoded(page: Mapping[str, str], key: str) -> list[tuple[str, dict[str, Any]]]:
-    """One HSCAN page as (field, record) pairs, its values decoded by one
-    ``json.loads`` of an array.
+def _decoded(page: Mapping[str, str], key: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """One HSCAN page as its fields and their records, its values decoded by
+    one ``json.loads`` of an array.
 
     A page that does not read as one array of objects, one per value, is
     read value by value instead, and a value that is not a JSON object is
@@ -354,15 +354,11 @@ def _decoded(page: Mapping[str, str], key: str) -> list[tuple[str, dict[str, Any
         records = json.loads(f"[{','.join(raws)}]")
     except (ValueError, RecursionError):
         records = None
-    if (
-        records is None
-        or len(records) != len(names)
-        or not all(isinstance(r, dict) for r in records)
-    ):
-        records = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)]
-    return [
-        (name, record) for name, record in zip(names, records, strict=True) if record is not None
-    ]
+    if records is not None and len(records) == len(names) and _all(dict, records):
+        return names, records
+    read = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)]
+    kept = [k for k, record in enumerate(read) if record is not None]
+    return [names[k] for k in kept], [read[k] for k in kept]  # type: ignore[misc]
 
 
 def _object(raw: str, where: str) -> dict[str, Any] | None:
@@ -441,6 +437,16 @@ def _all(kind: type, values: Iterable[Any]) -> bool:
     return set(map(type, values)) <= {kind}
 
 
+def _field(records: Sequence[dict[str, Any]], name: str, default: Any = None) -> list[Any]:
+    """Each record's ``name`` (``default`` where it has none), in one C-level pass."""
+    return list(map(dict.get, records, itertools.repeat(name), itertools.repeat(default)))
+
+
+def _reports(records: Sequence[dict[str, Any]], name: str) -> list[Any]:
+    """Each service's report ``name`` as its JSON text ('{}': none, as in old records)."""
+    return [text or "{}" for text in _field(records, name)]
+
+
 def _ints(values: Sequence[Any]) -> np.ndarray:
     """Python ints as int64 (OverflowError past its range)."""
     return np.array(values, dtype=np.int64)
@@ -475,16 +481,14 @@ def _add_hosts(records: Sequence[dict[str, Any]], hosts: HostColumnsBuilder) -> 
         if not _all(str, classes):
             return False
         # Each class's amounts as one array; all ints (an int64 array) or no bulk.
-        usage = {rc: np.array([u.get(rc, 0) for u in usages]) for rc in sorted(classes)}
+        usage = {rc: np.array(_field(usages, rc, 0)) for rc in sorted(classes)}
         if any(used.dtype != np.int64 for used in usage.values()):
             return False
         columns = (_ints(generation), _ints(consumers), usage)
-        inventory_code, traits_code = hosts.inventories.code, hosts.trait_sets.code
-        aggregates_code = hosts.aggregate_sets.code
         codes = (
-            [inventory_code(text, _inventories) for text in inventories],
-            [traits_code(tuple(names_), frozenset) for names_ in traits],
-            [aggregates_code(tuple(uuids_), frozenset) for uuids_ in aggregates],
+            hosts.inventories.codes(inventories, _inventories),
+            hosts.trait_sets.codes(list(map(tuple, traits)), frozenset),
+            hosts.aggregate_sets.codes(list(map(tuple, aggregates)), frozenset),
         )
     except _UNREADABLE:
         return False
@@ -510,15 +514,13 @@ def _add_services(
             and _all(int, failed_builds)
         ):
             return False
-        last_seen = np.array([seen.get(host) or 0 for host in hosts], dtype=np.float64)
+        last_seen = np.array([at or 0 for at in map(seen.get, hosts)], dtype=np.float64)
         columns = (np.array(disabled, dtype=bool), reasons, _ints(failed_builds))
-        rpc_code = table.rpc_servers.code
-        capabilities_code, stats_code = table.capability_reports.code, table.stats_reports.code
         codes = (
-            [capabilities_code(d.get("capabilities") or "{}", _reported) for d in records],
-            [stats_code(d.get("stats") or "{}", _reported) for d in records],
+            table.capability_reports.codes(_reports(records, "capabilities"), _reported),
+            table.stats_reports.codes(_reports(records, "stats"), _reported),
         )
-        rpc_codes = [rpc_code(name, str) for name in rpc_servers]
+        rpc_codes = table.rpc_servers.codes(rpc_servers, str)
     except _UNREADABLE:
         return False
     table.add_columns(hosts, rpc_codes, last_seen, *columns, *codes)
@@ -940,10 +942,10 @@ class RedisStore(Store):
         seen = self._whole(k.heartbeats, batch)
         table = ServiceColumnsBuilder()
         for page in self._pages(k.services, batch):
-            services = _decoded(page, k.services)
-            if _add_services([d for _, d in services], seen, table):
+            names, services = _decoded(page, k.services)
+            if _add_services(services, seen, table):
                 continue
-            for name, d in services:
+            for name, d in zip(names, services, strict=True):
                 try:
                     table.add(*_service_row(d, seen, table))
                 except _UNREADABLE as exc:
@@ -953,14 +955,17 @@ class RedisStore(Store):
         del seen
         hosts, children = HostColumnsBuilder(), []
         for page in self._pages(k.providers, batch):
-            roots: list[tuple[str, dict[str, Any]]] = []
-            others: list[tuple[str, dict[str, Any]]] = []
-            for name, d in _decoded(page, k.providers):
-                # A root (the most) in bulk; a child or an unreadable record alone.
-                (roots if d.get("parent_uuid", ...) is None else others).append((name, d))
-            if not _add_hosts([d for _, d in roots], hosts):
-                others[:0] = roots
-            for name, d in others:
+            names, records = _decoded(page, k.providers)
+            # Roots (the most) in bulk; a child or an unreadable record alone.
+            parents = _field(records, "parent_uuid", ...)
+            alone = [k for k, parent in enumerate(parents) if parent is not None]
+            if alone:
+                roots = [d for d, parent in zip(records, parents, strict=True) if parent is None]
+            else:
+                roots = records
+            if not _add_hosts(roots, hosts):
+                alone = list(range(len(records)))
+            for name, d in ((names[k], records[k]) for k in alone):
                 try:
                     if d["parent_uuid"] is not None:
                         children.append(_provider(d))
