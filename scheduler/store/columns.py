@@ -12,10 +12,13 @@ neither 100,000 provider objects nor 300,000 inventories, and decodes each
 shared value once. Child providers (a GPU pool, a NUMA cell) are few, and
 come whole.
 
-The stores build the columns a record at a time with
-:class:`HostColumnsBuilder` and :class:`ServiceColumnsBuilder`; each shared
-value is looked up by a key the store chooses (the JSON text it keeps, or the
-value itself when it is hashable) and decoded only the first time.
+The stores build the columns with :class:`HostColumnsBuilder` and
+:class:`ServiceColumnsBuilder`, a record at a time (``add``) or, where a
+store reads its records a page at a time, a page's worth of each field at
+once (``add_columns``: at 300,000 hosts the Python work per host is what a
+cold load costs); each shared value is looked up by a key the store chooses
+(the JSON text it keeps, or the value itself when it is hashable) and
+decoded only the first time.
 """
 
 from __future__ import annotations

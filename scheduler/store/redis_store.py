@@ -995,12 +995,14 @@ class RedisStore(Store):
         """The cursor first, then every hash in HSCAN pages of ``batch``.
 
         No command reads a whole hash, so none holds Redis for longer than
-        one page takes (see ``_PAGE``), whatever the cloud's size, and
-        the records are decoded a page at a time (one ``json.loads`` per
-        page) into columns, each shared value
-        (inventory, trait set, report) decoded once (see
-        scheduler/store/columns.py); a record that cannot be read is logged
-        with its key and skipped, as the lists do.
+        one page takes (see ``_PAGE``), whatever the cloud's size; the next
+        page is asked for before this one is decoded (:meth:`_scanned`).
+        The records are decoded a page at a time (one ``json.loads`` per
+        page) and go into columns a field at a time (:func:`_add_hosts`,
+        :func:`_add_services`), each shared value (inventory, trait set,
+        report) decoded once (see scheduler/store/columns.py); a page with a
+        record that cannot be read so is read record by record, and that
+        record is logged with its key and skipped, as the lists do.
 
         The pages are read after the cursor, while writes go on, so the
         snapshot is no one instant: each record is as it stood when its page
@@ -1035,7 +1037,9 @@ class RedisStore(Store):
             names, records = _decoded(page, k.providers)
             # Roots (the most) in bulk; a child or an unreadable record alone.
             parents = _field(records, "parent_uuid", ...)
-            alone = [i for i, parent in enumerate(parents) if parent is not None]
+            alone = []
+            if parents.count(None) != len(parents):
+                alone = [i for i, parent in enumerate(parents) if parent is not None]
             if alone:
                 roots = [d for d, parent in zip(records, parents, strict=True) if parent is None]
             else:
