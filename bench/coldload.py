@@ -13,6 +13,11 @@ each, in this process. ``--rdb PATH`` saves the populated store there and
 starts from it on a later run with the same ``--hosts``. ``--profile PATH``
 writes a cProfile of one more load there (``python -m pstats PATH``).
 
+``--worker`` times a real worker instead (``python -m
+scheduler.cmd.worker``, RabbitMQ as the functional tests use it): its first
+``select_destinations``, which loads its view, catches up and decides, as the
+``cell`` case's cold load does, with every host's heartbeat made fresh first.
+
 ``--tree DIR`` (repeatable) times the load with the code of each of those
 source trees instead (each a checkout of this project: say, the commit
 before a change and after it), in alternating rounds against the same
@@ -30,7 +35,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import uuid as uuidlib
 from pathlib import Path
 
 import redis
@@ -115,6 +122,48 @@ def _measure(tree: Path, url: str, profile: str) -> dict[str, float]:
     return result
 
 
+def _worker(tree: Path, url: str, names: list[str]) -> dict[str, float]:
+    """A real worker's cold load, as the ``cell`` case times it: its first
+    ``select_destinations`` over RabbitMQ (the load, the catch-up and one
+    decision with its claim, released after), and its VmRSS then."""
+    from bench.cases.engine import SINGLE, request
+    from bench.cases.memory import proc_status_mb
+    from scheduler import rpc
+    from scheduler.store import RedisStore
+    from tests.functional.cluster import Cluster
+
+    store = RedisStore(url, PREFIX, socket_timeout=60.0)
+    store.heartbeat(names, time.time())  # every host up, as in a live cell
+    cluster = Cluster(Path(tempfile.mkdtemp(prefix="coldload-")))
+    cluster.write_config(redis={"url": url, "key_prefix": PREFIX})
+    before, here = os.environ.get("PYTHONPATH"), os.getcwd()
+    os.environ["PYTHONPATH"] = str(tree)  # the worker runs the tree's code
+    os.chdir(tree)  # (``python -m`` puts its directory first on the path)
+    try:
+        worker = cluster.start_worker(name="worker-coldload")
+    finally:
+        os.chdir(here)
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    transport = cluster.open_transport()
+    consumer = str(uuidlib.uuid4())
+    try:
+        scheduler = rpc.SchedulerClient(transport, timeout=900)
+        ctxt = rpc.RequestContext(user_id="bench", project_id="bench")
+        started = time.perf_counter()
+        scheduler.select_destinations(ctxt, request(SINGLE), [consumer])
+        seconds = time.perf_counter() - started
+        rss = proc_status_mb(worker.serving_pid())
+    finally:
+        transport.cleanup()
+        cluster.close()  # its own prefix on the shared Redis, not this one
+        store.release(consumer)
+        store.close()
+    return {"load_s": seconds, "worker_rss_mb": rss["VmRSS"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.coldload",
@@ -133,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time the code of this source tree (repeatable; default: this one)",
     )
     parser.add_argument("--profile", default="", help="write a cProfile of one more load here")
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="time a real worker's first select_destinations over RabbitMQ instead "
+        "(needs RabbitMQ as the functional tests do), and its VmRSS after it",
+    )
     args = parser.parse_args(argv)
     trees = args.tree or [Path(__file__).resolve().parent.parent]
 
@@ -156,11 +211,25 @@ def main(argv: list[str] | None = None) -> int:
         memory = client.info("memory")["used_memory"] / 2**20
         print(f"Redis used_memory {memory:.0f} MB", flush=True)
         rows: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
+        names = list(client.hkeys(f"{{{PREFIX}}}:services")) if args.worker else []
         for _ in range(args.rounds):
             for tree in trees:
-                rows[tree].append(_measure(tree, url, ""))
+                if args.worker:
+                    rows[tree].append(_worker(tree, url, [n.decode() for n in names]))
+                else:
+                    rows[tree].append(_measure(tree, url, ""))
                 print(f"  {tree}: {rows[tree][-1]}", flush=True)
         first = statistics.median(r["load_s"] for r in rows[trees[0]])
+        if args.worker:
+            for tree in trees:
+                load = statistics.median(r["load_s"] for r in rows[tree])
+                rss = max(r["worker_rss_mb"] for r in rows[tree])
+                print(
+                    f"{tree}: worker cold load median {load:.2f} s, {load / first:.2f}x "
+                    f"the first tree; worker RSS up to {rss:.0f} MB",
+                    flush=True,
+                )
+            return 0
         for tree in trees:
             load = statistics.median(r["load_s"] for r in rows[tree])
             cpu = statistics.median(r["load_cpu_s"] for r in rows[tree])
