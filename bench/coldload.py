@@ -40,10 +40,8 @@ import time
 import uuid as uuidlib
 from pathlib import Path
 
-import redis
-
 from bench import cloud
-from tests.functional_faults.conftest import PrivateRedis, wait_until
+from bench.cases.cell import private_redis
 
 PREFIX = "bench-coldload"
 #: Processes writing the hosts while populating.
@@ -81,13 +79,6 @@ if profile:
 print(json.dumps({"load_s": load, "load_cpu_s": load_cpu, "snapshot_s": snapshot, "hosts": hosts,
                   "peak_rss_mb": rss["VmHWM"]}))
 """
-
-
-def _loaded(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.exceptions.BusyLoadingError:
-        return False
 
 
 def _populate(url: str, hosts: int) -> float:
@@ -191,15 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trees = args.tree or [Path(__file__).resolve().parent.parent]
 
-    server = PrivateRedis("--appendonly", "no")
-    loaded = args.rdb is not None and args.rdb.exists()
-    if loaded:
-        shutil.copy(args.rdb, server.dir / "dump.rdb")
-    server.start()
+    server, client, loaded = private_redis(args.rdb)
     url = server.url()
-    client = redis.Redis.from_url(url, socket_timeout=120.0)
     try:
-        wait_until(lambda: _loaded(client), 600, "the private Redis to load")
         if loaded:
             print(f"loaded {args.rdb}", flush=True)
         else:
