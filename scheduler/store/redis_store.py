@@ -358,9 +358,9 @@ def _decoded(page: Mapping[str, str], key: str) -> tuple[list[str], list[dict[st
         records = None
     if records is not None and len(records) == len(names) and _all(dict, records):
         return names, records
-    read = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)]
-    kept = [k for k, record in enumerate(read) if record is not None]
-    return [names[k] for k in kept], [read[k] for k in kept]  # type: ignore[misc]
+    read = [(name, _object(raw, f"{key}[{name}]")) for name, raw in zip(names, raws, strict=True)]
+    kept = [(name, record) for name, record in read if record is not None]
+    return [name for name, _ in kept], [record for _, record in kept]
 
 
 def _object(raw: str, where: str) -> dict[str, Any] | None:
@@ -531,7 +531,7 @@ def _add_services(
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No automatic cyclic garbage collection inside (as it was after).
+    """No automatic cyclic garbage collection inside (after: as it was before).
 
     A cold load decodes millions of short-lived objects: each page's records
     go as soon as the page is in columns (reference counting frees them, no
