@@ -64,7 +64,7 @@ import itertools
 import json
 import operator
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast
@@ -547,44 +547,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _scanned_ahead(
-    client: redis.Redis, key: str, batch: int
-) -> Generator[dict[str, str], None, int | None]:
-    """Pages of :meth:`RedisStore._scanned`, each next one asked for before
-    this one is handed on; returns None once done, or the cursor to go on from."""
-    pool = client.connection_pool
-    try:
-        conn = pool.get_connection()
-    except redis.RedisError:
-        return 0  # a page at a time from the start: it says what is amiss
-    cursor, asked = 0, False
-    try:
-        conn.send_command("HSCAN", key, cursor, "COUNT", batch)
-        asked = True
-        while True:
-            found, flat = conn.read_response()
-            asked = False
-            page = dict(zip(flat[::2], flat[1::2], strict=True))
-            cursor = int(found)
-            if not cursor:
-                yield page
-                return None
-            try:
-                conn.send_command("HSCAN", key, cursor, "COUNT", batch)
-                asked = True
-            except redis.RedisError:
-                yield page
-                return cursor
-            yield page
-    except redis.RedisError as exc:  # its reply lost: ask again
-        LOG.info("scan_resumed", key=key, cursor=cursor, reason=repr(exc)[:200])
-        return cursor
-    finally:
-        if asked:  # a reply never read: the connection cannot serve again
-            conn.disconnect()
-        pool.release(conn)
-
-
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
@@ -942,31 +904,16 @@ class RedisStore(Store):
         be seen or not; one there throughout is seen.
         """
         seen: set[str] = set()
-        for page in self._scanned(key, batch):
+        cursor = 0
+        while True:
+            cursor, page = self._scan_hash(key, cursor, batch)
             if not seen.isdisjoint(page):
                 page = {name: raw for name, raw in page.items() if name not in seen}
             seen.update(page)
             if page:
                 yield page
-
-    def _scanned(self, key: str, batch: int) -> Iterator[dict[str, str]]:
-        """Every HSCAN page of a hash, in order, the next one read ahead.
-
-        On one Redis (not a cluster), each page's HSCAN is sent as soon as
-        the page before has come, before that page is handed on: Redis walks
-        the hash while the caller decodes what it has (a cold load's time is
-        about as much Redis's as Python's). The commands are those of a walk
-        page by page. Anything amiss on the way (a dropped connection, say)
-        and the walk goes on from the page it was at a page at a time, as
-        any other command goes: with the client's retries, errors translated.
-        """
-        cursor: int | None = 0
-        if not isinstance(self._client, RedisCluster):
-            cursor = yield from _scanned_ahead(self._client, key, batch)
-        while cursor is not None:
-            found, page = self._scan_hash(key, cursor, batch)
-            yield page
-            cursor = found or None
+            if cursor == 0:
+                return
 
     def _whole(self, key: str, batch: int = _PAGE) -> dict[str, str]:
         """A whole hash, read in HSCAN pages (:meth:`_pages`)."""
@@ -995,9 +942,8 @@ class RedisStore(Store):
         """The cursor first, then every hash in HSCAN pages of ``batch``.
 
         No command reads a whole hash, so none holds Redis for longer than
-        one page takes (see ``_PAGE``), whatever the cloud's size; the next
-        page is asked for before this one is decoded (:meth:`_scanned`).
-        The records are decoded a page at a time (one ``json.loads`` per
+        one page takes (see ``_PAGE``), whatever the cloud's size. The
+        records are decoded a page at a time (one ``json.loads`` per
         page) and go into columns a field at a time (:func:`_add_hosts`,
         :func:`_add_services`), each shared value (inventory, trait set,
         report) decoded once (see scheduler/store/columns.py); a page with a
