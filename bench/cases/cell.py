@@ -50,6 +50,7 @@ import sys
 import time
 import uuid as uuidlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -249,16 +250,25 @@ def _loaded(client: redis.Redis) -> bool:
         return False
 
 
+def private_redis(rdb: Path | None) -> tuple[PrivateRedis, redis.Redis, bool]:
+    """A private ``redis-server`` (no persistence), started from the RDB file
+    ``rdb`` when there is one (a hard link to it: Redis replaces, never
+    rewrites, its dump), once it has loaded it; a client of it; and whether
+    it started from ``rdb``."""
+    server = PrivateRedis("--appendonly", "no")
+    loaded = rdb is not None and rdb.exists()
+    if rdb is not None and loaded:
+        os.link(rdb, server.dir / "dump.rdb")
+    server.start()
+    client = redis.Redis.from_url(server.url(), socket_timeout=60.0)
+    wait_until(lambda: _loaded(client), 900, "the private Redis to load its RDB file")
+    return server, client, loaded
+
+
 def run(bench: Bench) -> dict[str, Any]:
     sizes = bench.sizes
-    server = PrivateRedis("--appendonly", "no")
-    loaded = bench.cell_rdb is not None and bench.cell_rdb.exists()
-    if loaded:
-        os.link(bench.cell_rdb, server.dir / "dump.rdb")
-    server.start()
+    server, client, loaded = private_redis(bench.cell_rdb)
     url = server.url()
-    client = redis.Redis.from_url(url, socket_timeout=60.0)
-    wait_until(lambda: _loaded(client), 900, "the private Redis to load the cell")
     store = RedisStore(url, PREFIX, socket_timeout=60.0)
     cluster = bench.cluster("cell")
     cluster.write_config(redis={"url": url, "key_prefix": PREFIX})

@@ -12,10 +12,13 @@ neither 100,000 provider objects nor 300,000 inventories, and decodes each
 shared value once. Child providers (a GPU pool, a NUMA cell) are few, and
 come whole.
 
-The stores build the columns a record at a time with
-:class:`HostColumnsBuilder` and :class:`ServiceColumnsBuilder`; each shared
-value is looked up by a key the store chooses (the JSON text it keeps, or the
-value itself when it is hashable) and decoded only the first time.
+The stores build the columns with :class:`HostColumnsBuilder` and
+:class:`ServiceColumnsBuilder`, a record at a time (``add``) or, where a
+store reads its records a page at a time, a page's worth of each field at
+once (``add_columns``: at 300,000 hosts the Python work per host is what a
+cold load costs); each shared value is looked up by a key the store chooses
+(the JSON text it keeps, or the value itself when it is hashable) and
+decoded only the first time.
 """
 
 from __future__ import annotations
@@ -131,6 +134,14 @@ class SharedValues:
             self.values.append(value)
         return code
 
+    def codes(self, keys: Sequence[Hashable], decode: Callable[[Any], Any]) -> list[int]:
+        """:meth:`code` of each key, looked up in bulk (a page of a cold load)."""
+        found: list[int | None] = list(map(self._codes.get, keys))
+        if None in found:
+            pairs = zip(keys, found, strict=True)
+            return [self.code(key, decode) if c is None else c for key, c in pairs]
+        return found  # type: ignore[return-value]  # no None in it
+
 
 def _same(value: Any) -> Any:
     return value
@@ -155,10 +166,14 @@ def _codes(values: array) -> np.ndarray:
     return np.frombuffer(values, dtype=np.int32)
 
 
-def _order(keys: list[str], sort: bool) -> np.ndarray:
+def _order(keys: list[str], sort: bool) -> list[int]:
     if not sort:
-        return np.arange(len(keys))
-    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+        return list(range(len(keys)))
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
+def _reordered(values: list[Any], order: list[int]) -> list[Any]:
+    return list(map(values.__getitem__, order))
 
 
 class HostColumnsBuilder:
@@ -210,6 +225,35 @@ class HostColumnsBuilder:
             self._usage_class.append(self._classes.code(rc, _same))
             self._usage_amount.append(amount)
 
+    def add_columns(
+        self,
+        uuids: Sequence[str],
+        names: Sequence[str],
+        generation: np.ndarray,
+        consumers: np.ndarray,
+        usage: Mapping[str, np.ndarray],
+        inventory: Sequence[int],
+        traits: Sequence[int],
+        aggregates: Sequence[int],
+    ) -> None:
+        """Many providers at once, as :meth:`add` would add them one by one:
+        entry ``i`` of each argument is one provider's (``usage``: the amount
+        used of each class named, 0 where a provider uses none)."""
+        at = len(self._uuids)
+        self._uuids.extend(uuids)
+        self._names.extend(names)
+        self._generation.frombytes(np.asarray(generation, dtype=np.int64).tobytes())
+        self._consumers.frombytes(np.asarray(consumers, dtype=np.int64).tobytes())
+        self._inventory.extend(inventory)
+        self._traits.extend(traits)
+        self._aggregates.extend(aggregates)
+        for rc, amounts in usage.items():
+            code = self._classes.code(rc, _same)  # named: a column, even if all 0
+            rows = np.flatnonzero(amounts)
+            self._usage_at.frombytes((rows + at).astype(np.int64).tobytes())
+            self._usage_class.frombytes(np.full(len(rows), code, dtype=np.int32).tobytes())
+            self._usage_amount.frombytes(np.asarray(amounts, dtype=np.int64)[rows].tobytes())
+
     def add_provider(self, p: Provider) -> None:
         """A :class:`Provider` object (the in-memory stores keep them)."""
         self.add(
@@ -226,7 +270,8 @@ class HostColumnsBuilder:
     def build(self, sort: bool = True) -> HostColumns:
         """The columns, sorted by uuid (``sort=False``: in the order added)."""
         n = len(self._uuids)
-        order = _order(self._uuids, sort)
+        listed = _order(self._uuids, sort)
+        order = np.array(listed, dtype=np.int64)
         position = np.empty(n, dtype=np.int64)  # record -> its row once sorted
         position[order] = np.arange(n)
         at, amount = position[_ints(self._usage_at)], _ints(self._usage_amount)
@@ -238,8 +283,8 @@ class HostColumnsBuilder:
             used[at[mine]] = amount[mine]
             usage[rc] = used
         return HostColumns(
-            uuids=[self._uuids[i] for i in order],
-            names=[self._names[i] for i in order],
+            uuids=_reordered(self._uuids, listed),
+            names=_reordered(self._names, listed),
             generation=_ints(self._generation)[order],
             consumers=_ints(self._consumers)[order],
             usage=usage,
@@ -292,6 +337,27 @@ class ServiceColumnsBuilder:
         self._capabilities.append(capabilities)
         self._stats.append(stats)
 
+    def add_columns(
+        self,
+        hosts: Sequence[str],
+        rpc_server: Sequence[int],
+        last_seen: np.ndarray,
+        disabled: np.ndarray,
+        disabled_reasons: Sequence[str | None],
+        failed_builds: np.ndarray,
+        capabilities: Sequence[int],
+        stats: Sequence[int],
+    ) -> None:
+        """Many services at once, as :meth:`add` would add them one by one."""
+        self._hosts.extend(hosts)
+        self._rpc_server.extend(rpc_server)
+        self._last_seen.frombytes(np.asarray(last_seen, dtype=np.float64).tobytes())
+        self._disabled.frombytes(np.asarray(disabled, dtype=np.int8).tobytes())
+        self._reasons.extend(disabled_reasons)
+        self._failed_builds.frombytes(np.asarray(failed_builds, dtype=np.int64).tobytes())
+        self._capabilities.extend(capabilities)
+        self._stats.extend(stats)
+
     def add_service(self, s: Service, last_seen: float | None = None) -> None:
         """A :class:`Service` object (the in-memory stores keep them), its
         ``last_seen`` unless given. Equal reports share a code."""
@@ -310,16 +376,17 @@ class ServiceColumnsBuilder:
 
     def build(self, sort: bool = True) -> ServiceColumns:
         """The columns, sorted by host (``sort=False``: in the order added)."""
-        order = _order(self._hosts, sort)
+        listed = _order(self._hosts, sort)
+        order = np.array(listed, dtype=np.int64)
         last_seen = np.frombuffer(self._last_seen, dtype=np.float64)
         disabled = np.frombuffer(self._disabled, dtype=np.int8)
         return ServiceColumns(
-            hosts=[self._hosts[i] for i in order],
+            hosts=_reordered(self._hosts, listed),
             rpc_server=_codes(self._rpc_server)[order],
             rpc_servers=self.rpc_servers.values,
             last_seen=last_seen[order],
             disabled=disabled[order].astype(bool),
-            disabled_reasons=[self._reasons[i] for i in order],
+            disabled_reasons=_reordered(self._reasons, listed),
             failed_builds=_ints(self._failed_builds)[order],
             capabilities=_codes(self._capabilities)[order],
             capability_reports=self.capability_reports.values,

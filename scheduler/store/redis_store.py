@@ -57,9 +57,12 @@ stream was ever trimmed).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import itertools
 import json
+import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
@@ -67,6 +70,7 @@ from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import unquote
 
+import numpy as np
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
@@ -339,9 +343,9 @@ _MARK_DOWN_CHUNK = 500
 _PAGE = 1000
 
 
-def _decoded(page: Mapping[str, str], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """One HSCAN page as (field, record) pairs, its values decoded by one
-    ``json.loads`` of an array.
+def _decoded(page: Mapping[str, str], key: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """One HSCAN page as its fields and their records, its values decoded by
+    one ``json.loads`` of an array.
 
     A page that does not read as one array of objects, one per value, is
     read value by value instead, and a value that is not a JSON object is
@@ -352,15 +356,11 @@ def _decoded(page: Mapping[str, str], key: str) -> Iterator[tuple[str, dict[str,
         records = json.loads(f"[{','.join(raws)}]")
     except (ValueError, RecursionError):
         records = None
-    if (
-        records is None
-        or len(records) != len(names)
-        or not all(isinstance(r, dict) for r in records)
-    ):
-        records = [_object(raw, f"{key}[{name}]") for name, raw in zip(names, raws, strict=True)]
-    for name, record in zip(names, records, strict=True):
-        if record is not None:
-            yield name, record
+    if records is not None and len(records) == len(names) and _all(dict, records):
+        return names, records
+    read = [(name, _object(raw, f"{key}[{name}]")) for name, raw in zip(names, raws, strict=True)]
+    kept = [(name, record) for name, record in read if record is not None]
+    return [name for name, _ in kept], [record for _, record in kept]
 
 
 def _object(raw: str, where: str) -> dict[str, Any] | None:
@@ -422,6 +422,129 @@ def _service_row(
         table.capability_reports.code(d.get("capabilities") or "{}", _reported),
         table.stats_reports.code(d.get("stats") or "{}", _reported),
     )
+
+
+#: A root provider's fields, as :func:`_add_hosts` reads them from each record.
+_HOST_FIELDS = operator.itemgetter(
+    "uuid", "name", "generation", "consumers", "usages", "inventories", "traits", "aggregates"
+)
+#: A service's fields, as :func:`_add_services` reads them (reports come apart).
+_SERVICE_FIELDS = operator.itemgetter(
+    "host", "rpc_server", "disabled", "disabled_reason", "failed_builds"
+)
+
+
+def _all(kind: type, values: Iterable[Any]) -> bool:
+    """Whether every value is exactly of ``kind`` (not a subclass: no bool for int)."""
+    return set(map(type, values)) <= {kind}
+
+
+def _field(records: Sequence[dict[str, Any]], name: str, default: Any = None) -> list[Any]:
+    """Each record's ``name`` (``default`` where it has none), in one C-level pass."""
+    return list(map(dict.get, records, itertools.repeat(name), itertools.repeat(default)))
+
+
+def _reports(records: Sequence[dict[str, Any]], name: str) -> list[Any]:
+    """Each service's report ``name`` as its JSON text ('{}': none, as in old records)."""
+    return [text or "{}" for text in _field(records, name)]
+
+
+def _ints(values: Sequence[Any]) -> np.ndarray:
+    """Python ints as int64 (OverflowError past its range)."""
+    return np.array(values, dtype=np.int64)
+
+
+def _add_hosts(records: Sequence[dict[str, Any]], hosts: HostColumnsBuilder) -> bool:
+    """A page's root providers added in bulk, as :func:`_host_row` reads each:
+    all of them, or (False) none, when any field is not as the scripts write
+    it. The caller then reads that page a record at a time, which skips and
+    logs just the records it cannot read.
+
+    The cold load's cost is Python's, per host: this reads each field of a
+    page as one list and each list into a column at once, and looks shared
+    values up by their text (decoded the first time only).
+    """
+    if not records:
+        return True
+    try:
+        uuids, names, generation, consumers, usages, inventories, traits, aggregates = zip(
+            *map(_HOST_FIELDS, records), strict=True
+        )
+        if not (
+            _all(str, uuids)
+            and _all(str, names)
+            and _all(int, generation)
+            and _all(int, consumers)
+            and _all(dict, usages)
+            and _all(str, inventories)
+        ):
+            return False
+        classes: set[Any] = set().union(*usages)
+        if not _all(str, classes):
+            return False
+        # Each class's amounts as one array; all ints (an int64 array) or no bulk.
+        usage = {rc: np.array(_field(usages, rc, 0)) for rc in sorted(classes)}
+        if any(used.dtype != np.int64 for used in usage.values()):
+            return False
+        columns = (_ints(generation), _ints(consumers), usage)
+        codes = (
+            hosts.inventories.codes(inventories, _inventories),
+            hosts.trait_sets.codes(list(map(tuple, traits)), frozenset),
+            hosts.aggregate_sets.codes(list(map(tuple, aggregates)), frozenset),
+        )
+    except _UNREADABLE:
+        return False
+    hosts.add_columns(uuids, names, *columns, *codes)
+    return True
+
+
+def _add_services(
+    records: Sequence[dict[str, Any]], seen: Mapping[str, str], table: ServiceColumnsBuilder
+) -> bool:
+    """A page's services added in bulk, as :func:`_service_row` reads each: all
+    of them, or (False) none (the caller then reads the page record by record)."""
+    if not records:
+        return True
+    try:
+        hosts, rpc_servers, disabled, reasons, failed_builds = zip(
+            *map(_SERVICE_FIELDS, records), strict=True
+        )
+        if not (
+            _all(str, hosts)
+            and _all(str, rpc_servers)
+            and _all(bool, disabled)
+            and _all(int, failed_builds)
+        ):
+            return False
+        last_seen = np.array([at or 0 for at in map(seen.get, hosts)], dtype=np.float64)
+        columns = (np.array(disabled, dtype=bool), reasons, _ints(failed_builds))
+        codes = (
+            table.capability_reports.codes(_reports(records, "capabilities"), _reported),
+            table.stats_reports.codes(_reports(records, "stats"), _reported),
+        )
+        rpc_codes = table.rpc_servers.codes(rpc_servers, str)
+    except _UNREADABLE:
+        return False
+    table.add_columns(hosts, rpc_codes, last_seen, *columns, *codes)
+    return True
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No automatic cyclic garbage collection inside (after: as it was before).
+
+    A cold load decodes millions of short-lived objects: each page's records
+    go as soon as the page is in columns (reference counting frees them, no
+    cycles), but their allocation alone set off collections that traversed
+    whatever else was young, some 20% of the load's CPU time at 300,000 hosts.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _text(value: Any) -> str:
@@ -819,12 +942,13 @@ class RedisStore(Store):
         """The cursor first, then every hash in HSCAN pages of ``batch``.
 
         No command reads a whole hash, so none holds Redis for longer than
-        one page takes (see ``_PAGE``), whatever the cloud's size, and
-        the records are decoded a page at a time (one ``json.loads`` per
-        page) into columns, each shared value
-        (inventory, trait set, report) decoded once (see
-        scheduler/store/columns.py); a record that cannot be read is logged
-        with its key and skipped, as the lists do.
+        one page takes (see ``_PAGE``), whatever the cloud's size. The
+        records are decoded a page at a time (one ``json.loads`` per
+        page) and go into columns a field at a time (:func:`_add_hosts`,
+        :func:`_add_services`), each shared value (inventory, trait set,
+        report) decoded once (see scheduler/store/columns.py); a page with a
+        record that cannot be read so is read record by record, and that
+        record is logged with its key and skipped, as the lists do.
 
         The pages are read after the cursor, while writes go on, so the
         snapshot is no one instant: each record is as it stood when its page
@@ -834,12 +958,19 @@ class RedisStore(Store):
         changes script wants it: the stream's last-generated id, '0-0' when
         there is no stream yet.
         """
+        cursor = str(self._scripts.snapshot(keys=(self.keys.changes,)))
+        with _collector_paused():
+            return self._read_snapshot(cursor, batch)
+
+    def _read_snapshot(self, cursor: str, batch: int) -> CompactSnapshot:
         k = self.keys
-        cursor = str(self._scripts.snapshot(keys=(k.changes,)))
         seen = self._whole(k.heartbeats, batch)
         table = ServiceColumnsBuilder()
         for page in self._pages(k.services, batch):
-            for name, d in _decoded(page, k.services):
+            names, services = _decoded(page, k.services)
+            if _add_services(services, seen, table):
+                continue
+            for name, d in zip(names, services, strict=True):
                 try:
                     table.add(*_service_row(d, seen, table))
                 except _UNREADABLE as exc:
@@ -849,7 +980,19 @@ class RedisStore(Store):
         del seen
         hosts, children = HostColumnsBuilder(), []
         for page in self._pages(k.providers, batch):
-            for name, d in _decoded(page, k.providers):
+            names, records = _decoded(page, k.providers)
+            # Roots (the most) in bulk; a child or an unreadable record alone.
+            parents = _field(records, "parent_uuid", ...)
+            alone = []
+            if parents.count(None) != len(parents):
+                alone = [i for i, parent in enumerate(parents) if parent is not None]
+            if alone:
+                roots = [d for d, parent in zip(records, parents, strict=True) if parent is None]
+            else:
+                roots = records
+            if not _add_hosts(roots, hosts):
+                alone = list(range(len(records)))
+            for name, d in ((names[i], records[i]) for i in alone):
                 try:
                     if d["parent_uuid"] is not None:
                         children.append(_provider(d))

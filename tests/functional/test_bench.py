@@ -224,3 +224,28 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"
+
+
+@pytest.mark.timeout(540)
+def test_the_cold_load_repro_populates_saves_and_times_each_tree(tmp_path: Path) -> None:
+    # ``python -m bench.coldload``: a tiny cloud populated and saved, then the
+    # saved one loaded again and a real worker's cold load timed on it.
+    rdb = tmp_path / "cloud.rdb"
+    outputs = []
+    for extra in ([], ["--worker"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.coldload", "--hosts", "300", "--rounds", "1"]
+            + ["--rdb", str(rdb), "--tree", str(ROOT), "--tree", str(ROOT), *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        outputs.append(done.stdout)
+    populated, loaded = outputs
+    assert "populated 300 hosts" in populated and rdb.exists()
+    assert populated.count("'hosts': 300") == 2  # each tree's round loaded every host
+    assert populated.count("load median") == 2 and "1.00x the first tree" in populated
+    assert f"loaded {rdb}" in loaded
+    assert loaded.count("worker cold load median") == 2 and "worker_rss_mb" in loaded
