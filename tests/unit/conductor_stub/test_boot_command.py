@@ -45,8 +45,11 @@ def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
 @pytest.fixture
 def scheduler(monkeypatch: pytest.MonkeyPatch) -> Recorded:
     recorded = Recorded()
-    monkeypatch.setattr(rpc, "SchedulerClient", lambda transport, topic: recorded)
-    monkeypatch.setattr(rpc, "ComputeClient", lambda transport, resolve, topic: Recorded())
+    # (the command's clients give up after a few reconnections: ``retry``)
+    monkeypatch.setattr(rpc, "SchedulerClient", lambda transport, topic, retry=None: recorded)
+    monkeypatch.setattr(
+        rpc, "ComputeClient", lambda transport, resolve, topic, retry=None: Recorded()
+    )
     return recorded
 
 
