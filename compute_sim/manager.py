@@ -146,6 +146,7 @@ from typing import Any, Protocol
 
 import oslo_messaging
 
+from conductor_stub.manager import record_built
 from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
 from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
@@ -215,6 +216,11 @@ LIVE_FAILED = "failed"
 # (``[compute] running_deleted_instance_action``).
 REAP = "reap"
 LOG_ONLY = "log"
+# How a build's success reaches the conductor (``compute-sim --build-results``):
+# written to the store by this process, by the conductor's rule, or cast.
+RESULTS_IN_STORE = "store"
+RESULTS_BY_CAST = "cast"
+BUILD_RESULTS = (RESULTS_IN_STORE, RESULTS_BY_CAST)
 
 
 def provider_uuid(host: str) -> str:
@@ -451,7 +457,13 @@ class ComputeSimulator:
         live_migration_fail_hosts: Sequence[str] = (),
         terminated_retention: float = 86400.0,
         running_deleted_instance_action: str = REAP,
+        build_results: str = RESULTS_BY_CAST,
     ) -> None:
+        if build_results not in BUILD_RESULTS:
+            raise ValueError(
+                f"build_results must be one of {', '.join(BUILD_RESULTS)}, got {build_results!r}"
+            )
+        self.build_results = build_results
         self.store = store
         self.conductor = conductor
         self.hosts = list(hosts)
@@ -897,11 +909,23 @@ class ComputeSimulator:
         return bool(unmatched)
 
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
-        """Tell the conductor where the instance runs: the host, node and zone
-        of the Selection it was built from."""
-        self.conductor.build_succeeded(
-            ctxt, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
-        )
+        """Say where the instance runs (the host, node and zone of the Selection
+        it was built from): in the store itself, by the conductor's rule
+        (:func:`conductor_stub.manager.record_built`), or in a cast to the
+        conductor (``build_results``). A store that cannot be written loses
+        nothing: the record stays BUILDING, the conductor re-drives the request
+        once its deadline passes, and the repeated build reports again."""
+        if self.build_results == RESULTS_BY_CAST:
+            self.conductor.build_succeeded(
+                ctxt, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
+            )
+            return
+        try:
+            record_built(
+                self.store, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
+            )
+        except StoreError as exc:
+            LOG.warning("build_result_not_recorded", error=exc.message)
 
     def _release_if_here(self, consumer_uuid: str, chosen: Selection) -> bool:
         """Release the consumer's claim if it is the one on this host.

@@ -41,11 +41,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+from bench import pyspy
 from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
+from compute_sim.manager import RESULTS_BY_CAST, RESULTS_IN_STORE
 from scheduler.objects import ACTIVE, FINAL_STATES
 from tests.functional.cluster import Cluster
 
@@ -76,16 +79,31 @@ def run(bench: Bench) -> dict[str, Any]:
                     row["ratio_to_one_worker"] = ratio(
                         row["instances_per_s"], one["instances_per_s"] if one else None
                     )
+        # The same backlog with the build results cast to the conductor (one
+        # more message per boot), as before they went through the store.
+        mode = bench.sizes.storm_modes[-1]
+        rows.append(_storm(bench, cluster, 1, mode, build_results=RESULTS_BY_CAST))
+        row = rows[-1]
+        bench.log(
+            f"  {mode}, 1 worker, results cast: {row['instances_per_s']:.0f} instances/s, "
+            f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, {row['states']}"
+        )
     finally:
         cluster.close()
     return {"rows": rows, "cores": bench.cores, "prefetch": PREFETCH}
 
 
-def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str, Any]:
+def _storm(
+    bench: Bench,
+    cluster: Cluster,
+    workers: int,
+    mode: str,
+    build_results: str = RESULTS_IN_STORE,
+) -> dict[str, Any]:
     sizes = bench.sizes
     bench.log(
         f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
-        f"hosts, {workers} worker(s)"
+        f"hosts, {workers} worker(s), build results by {build_results}"
     )
     cluster.write_config(scheduler={"workers": workers})
     if mode == "backlog":
@@ -104,6 +122,8 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
             str(sizes.storm_fail_rate),
             "--seed",
             "7",
+            "--build-results",
+            build_results,
         )
         worker = cluster.start("worker", "scheduler.cmd.worker")
         conductor.wait_for("conductor_started", timeout=60)
@@ -147,10 +167,12 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
         resumed = time.time()
         if mode == "backlog":
             meter.start()
+        spies = _profile(bench, f"{mode}-{workers}-{build_results}", worker, conductor, compute)
         _signal(paused, signal.SIGCONT)
         paused = []
         records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
         cpu = meter.stop()
+        profiles = _summarise(spies)
         cluster.check_accounting()
     finally:
         _signal(paused, signal.SIGCONT)
@@ -170,6 +192,7 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
     row.update(
         mode=mode,
         workers=workers,
+        build_results=build_results,
         instances=len(uuids),
         hosts=sizes.storm_hosts,
         fail_rate=sizes.storm_fail_rate,
@@ -180,8 +203,51 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
         machine_busy_cores=cpu.pop("machine_busy_cores"),
         cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
         | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}),
+        # Every process but the booting client (which a backlog storm leaves out).
+        cpu_ms_per_boot=1000
+        * sum(v for name, v in cpu.items() if name not in ("seconds", "machine_busy_cores"))
+        / len(uuids),
+        profiles=profiles,
     )
     return row
+
+
+#: Seconds each process of the first backlog storm is sampled for (``--profile``).
+PROFILE_SECONDS = 6.0
+
+
+def _profile(
+    bench: Bench, storm: str, worker: Any, conductor: Any, compute: Any
+) -> list[tuple[str, Path, Any]]:
+    """With ``--profile``, py-spy of the worker process, the conductor and the
+    compute simulator while a one-worker backlog drains (``storm``)."""
+    if not (bench.profile and pyspy.available() and storm.startswith("backlog-1-")):
+        return []
+    spies = []
+    for name, pid in (
+        ("worker", worker.serving_pid()),
+        ("conductor", conductor.popen.pid),
+        ("compute", compute.popen.pid),
+    ):
+        raw = bench.out / "profiles" / f"bootstorm-{storm}-{name}.raw"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        spies.append((name, raw, pyspy.record(pid, PROFILE_SECONDS, raw)))
+    return spies
+
+
+def _summarise(spies: list[tuple[str, Path, Any]]) -> list[str]:
+    written = []
+    for name, raw, popen in spies:
+        popen.wait(timeout=120)
+        if not raw.exists():
+            continue
+        path = raw.with_suffix(".txt")
+        path.write_text(
+            pyspy.summarise(raw, f"py-spy of the {name} while a backlog of boots drained")
+        )
+        raw.unlink()
+        written.append(f"profiles/{path.name}")
+    return written
 
 
 def _children_cpu() -> float:
