@@ -494,7 +494,8 @@ def _storm_md(case: dict[str, Any]) -> str:
         [
             r["mode"],
             r["workers"],
-            r.get("build_results", "cast"),
+            f"{r.get('build_results', 'cast')}, stats "
+            + (f"≤ {r['stats_interval']} s late" if r.get("stats_interval") else "at once"),
             r["instances"],
             r["hosts"],
             ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
@@ -503,7 +504,7 @@ def _storm_md(case: dict[str, Any]) -> str:
             r["instances_per_s"],
             r["median_ms"] / 1000,
             r["p99_ms"] / 1000,
-            r["ratio_to_one_worker"],
+            r.get("ratio_to_one_worker"),
             r.get("machine_busy_cores"),
             r.get("cpu_ms_per_boot"),
             ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items()),
@@ -528,7 +529,7 @@ def _storm_md(case: dict[str, Any]) -> str:
                 [
                     "mode",
                     "workers",
-                    "build results",
+                    "build results, stats",
                     "instances",
                     "hosts",
                     "final states",
@@ -1039,7 +1040,8 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         labels = [
             f"{r['mode']}\n{r['workers']} worker"
             + ("s" if r["workers"] > 1 else "")
-            + (", cast" if r.get("build_results") == "cast" else "")
+            + (f"\n{r['build_results']}" if r.get("build_results") else "")
+            + (", stats at once" if r.get("stats_interval") == 0 else "")
             for r in rows
         ]
         a1.bar(labels, [r["instances_per_s"] or 0 for r in rows], color="tab:blue")

@@ -87,6 +87,14 @@ cli_opts = [
         "or as source (for tests and demos).",
     ),
     cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
+    cfg.FloatOpt(
+        "stats-interval",
+        default=0.1,
+        min=0.0,
+        help="Seconds the hosts' stats (builds in progress, image counts) may wait to "
+        "be reported, every host's changes in that time in one store write; 0 reports "
+        "each change at once.",
+    ),
     cfg.StrOpt(
         "build-results",
         default=RESULTS_IN_STORE,
@@ -257,6 +265,7 @@ def build_simulator(
         live_migration_fail_hosts=conf.live_migration_fail_hosts,
         running_deleted_instance_action=c.running_deleted_instance_action,
         build_results=conf.build_results,
+        stats_interval=conf.stats_interval,
     )
 
 

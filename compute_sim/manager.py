@@ -458,6 +458,7 @@ class ComputeSimulator:
         terminated_retention: float = 86400.0,
         running_deleted_instance_action: str = REAP,
         build_results: str = RESULTS_BY_CAST,
+        stats_interval: float = 0.0,
     ) -> None:
         if build_results not in BUILD_RESULTS:
             raise ValueError(
@@ -520,6 +521,10 @@ class ComputeSimulator:
         self.capabilities = capabilities
         self.report_stats = report_stats
         self._report_lock = threading.Lock()  # reports leave in the order they were made
+        # Stats changed since the last report are written together, at most
+        # ``stats_interval`` seconds late (0: each change at once).
+        self.stats_interval = stats_interval
+        self._stats_due: set[str] = set()
         self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
         self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
         # A heartbeat later than this after the last one: the hosts were down.
@@ -699,7 +704,10 @@ class ComputeSimulator:
         return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
 
     def _count(self, host: str, io_ops: int, image: dict[str, str] | None = None) -> None:
-        """Change a host's counters and report them (in order, and only if enabled)."""
+        """Change a host's counters and report them (in order, and only if
+        enabled): at once, or with every host's changes of the next
+        ``stats_interval`` seconds in one store write (a build's start and end
+        inside it cost one write, not two)."""
         with self._report_lock:
             self._io_ops[host] = max(self._io_ops[host] + io_ops, 0)
             for prop, value in (image or {}).items():
@@ -707,10 +715,24 @@ class ComputeSimulator:
                 self._image_counts[host][stat] = self._image_counts[host].get(stat, 0) + 1
             if not self.report_stats:
                 return
-            try:
-                self.store.report_services([ServiceReport(host, stats=self._stats(host))])
-            except StoreError as exc:  # a later report carries the counts again
-                LOG.warning("stats_report_failed", host=host, error=exc.message)
+            if self.stats_interval <= 0:
+                self._report_stats([host])
+                return
+            if not self._stats_due:
+                self._runner.later(self.stats_interval, self._report_due_stats)
+            self._stats_due.add(host)
+
+    def _report_due_stats(self) -> None:
+        with self._report_lock:
+            hosts, self._stats_due = sorted(self._stats_due), set()
+            self._report_stats(hosts)
+
+    def _report_stats(self, hosts: list[str]) -> None:
+        """One store write of ``hosts``' stats; the caller holds the report lock."""
+        try:
+            self.store.report_services([ServiceReport(h, stats=self._stats(h)) for h in hosts])
+        except StoreError as exc:  # a later report carries the counts again
+            LOG.warning("stats_report_failed", hosts=hosts, error=exc.message)
 
     def stop(self) -> None:
         self._runner.stop()

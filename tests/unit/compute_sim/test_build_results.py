@@ -18,6 +18,7 @@ from compute_sim.manager import (
     ComputeSimulator,
     HostShape,
 )
+from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.exceptions import StoreError
 from scheduler.objects import ACTIVE, BUILDING, InstanceRecord
 from scheduler.rpc import RequestContext
@@ -135,5 +136,67 @@ def test_results_by_cast_still_reach_the_conductor() -> None:
             assert time.monotonic() < deadline, "no build_succeeded cast"
             time.sleep(0.01)
         assert store.get_instance(INSTANCE).state == BUILDING  # the conductor's to change
+    finally:
+        sim.stop()
+
+
+# --- the hosts' stats, reported together ---------------------------------------------
+
+
+class CountingStore(MemoryStore):
+    """Records the hosts of each stats report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats_reports: list[list[str]] = []
+
+    def report_services(self, reports: Any) -> None:
+        reports = list(reports)
+        if all(r.stats is not None and r.capabilities is None for r in reports):
+            self.stats_reports.append([r.host for r in reports])
+        super().report_services(reports)
+
+
+def io_ops(store: MemoryStore, host: str) -> int:
+    (service,) = [s for s in store.list_services() if s.host == host]
+    return int(service.stats.get(IO_OPS_STAT, 0))
+
+
+@pytest.mark.parametrize("interval", [0.0, 0.3])
+def test_stats_changed_within_the_interval_go_in_one_write(interval: float) -> None:
+    store = CountingStore()
+    sim = ComputeSimulator(
+        store,
+        Recorded(),  # type: ignore[arg-type]
+        ["h1", "h2"],
+        "sim",
+        HostShape(),
+        build_time=0.05,
+        stats_interval=interval,
+    )
+    try:
+        sim.register()
+        store.stats_reports.clear()  # the registration's
+        for n, host in enumerate(["h1", "h2"]):
+            uuid = uuid_of(f"instance-{n}")
+            store.create_instances([InstanceRecord(uuid, request_spec=SPEC.to_primitive())])
+            store.claim(uuid, selection(host).allocation_request)
+            sim.build_and_run_instance(
+                CTXT, uuid, SPEC.to_primitive(), selection(host).to_primitive(), []
+            )
+        if interval:  # both builds under way, nothing said yet
+            assert store.stats_reports == [] and io_ops(store, "h1") == 0
+        else:
+            assert store.stats_reports == [["h1"], ["h2"]] and io_ops(store, "h1") == 1
+        deadline = time.monotonic() + 5
+        while len(store.stats_reports) < (1 if interval else 4) or sim.builds_ok < 2:
+            assert time.monotonic() < deadline, f"stats not reported: {store.stats_reports}"
+            time.sleep(0.01)
+        time.sleep(interval)
+        # Each build's start and end: one write for both hosts, or four.
+        assert store.stats_reports == (
+            [["h1", "h2"]] if interval else [["h1"], ["h2"], ["h1"], ["h2"]]
+        )
+        assert (io_ops(store, "h1"), io_ops(store, "h2")) == (0, 0)
     finally:
         sim.stop()
