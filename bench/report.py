@@ -115,6 +115,7 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
             workers=1,
             mode=mode,
             build_results="store",
+            notifications="both",
         )
         add(
             "storm_cpu",
@@ -495,7 +496,8 @@ def _storm_md(case: dict[str, Any]) -> str:
             r["mode"],
             r["workers"],
             f"{r.get('build_results', 'cast')}, stats "
-            + (f"≤ {r['stats_interval']} s late" if r.get("stats_interval") else "at once"),
+            + (f"≤ {r['stats_interval']} s late" if r.get("stats_interval") else "at once")
+            + f", notifications {r.get('notifications', 'both')}",
             r["instances"],
             r["hosts"],
             ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
@@ -529,7 +531,7 @@ def _storm_md(case: dict[str, Any]) -> str:
                 [
                     "mode",
                     "workers",
-                    "build results, stats",
+                    "build results, stats, notifications",
                     "instances",
                     "hosts",
                     "final states",
@@ -1042,6 +1044,11 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
             + ("s" if r["workers"] > 1 else "")
             + (f"\n{r['build_results']}" if r.get("build_results") else "")
             + (", stats at once" if r.get("stats_interval") == 0 else "")
+            + (
+                f"\nnotifications {r['notifications']}"
+                if r.get("notifications", "both") != "both"
+                else ""
+            )
             for r in rows
         ]
         a1.bar(labels, [r["instances_per_s"] or 0 for r in rows], color="tab:blue")

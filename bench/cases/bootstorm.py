@@ -63,6 +63,9 @@ STATS_INTERVAL = 0.1
 #: The one-worker backlog storm as it ran before: the build results cast and the
 #: stats reported at once, then the results in the store.
 BEFORE = ((RESULTS_BY_CAST, 0.0), (RESULTS_IN_STORE, 0.0))
+#: ``[notifications]`` of the storms that say what the notifications cost: the
+#: legacy format only (three publishes a boot instead of six), and none.
+NOTIFICATIONS_FEWER = ("unversioned", "off")
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -99,6 +102,15 @@ def run(bench: Bench) -> dict[str, Any]:
                     row["ratio_to_one_worker"] = ratio(
                         row["instances_per_s"], one["instances_per_s"] if one else None
                     )
+        # And as it runs now, with fewer notifications: what they cost.
+        for notifications in NOTIFICATIONS_FEWER:
+            before.append(_storm(bench, cluster, 1, mode, notifications=notifications))
+            row = before[-1]
+            bench.log(
+                f"  {mode}, 1 worker, notifications {notifications}: "
+                f"{row['instances_per_s']:.0f} instances/s, "
+                f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, {row['states']}"
+            )
     finally:
         cluster.close()
     return {"rows": rows + before, "cores": bench.cores, "prefetch": PREFETCH}
@@ -111,14 +123,21 @@ def _storm(
     mode: str,
     build_results: str = RESULTS_IN_STORE,
     stats_interval: float = STATS_INTERVAL,
+    notifications: str = "both",
 ) -> dict[str, Any]:
     sizes = bench.sizes
     bench.log(
         f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
         f"hosts, {workers} worker(s), build results by {build_results}, stats every "
-        f"{stats_interval} s"
+        f"{stats_interval} s, notifications {notifications}"
     )
-    cluster.write_config(scheduler={"workers": workers})
+    cluster.write_config(
+        scheduler={"workers": workers},
+        notifications={
+            "enabled": notifications != "off",
+            "format": "both" if notifications == "off" else notifications,
+        },
+    )
     if mode == "backlog":
         cluster.write_config(oslo_messaging_rabbit={"rabbit_qos_prefetch_count": PREFETCH})
     paused: list[int] = []
@@ -182,7 +201,7 @@ def _storm(
         resumed = time.time()
         if mode == "backlog":
             meter.start()
-        storm = f"{mode}-{workers}-{build_results}-{stats_interval}"
+        storm = f"{mode}-{workers}-{build_results}-{stats_interval}-{notifications}"
         spies = _profile(bench, storm, worker, conductor, compute)
         _signal(paused, signal.SIGCONT)
         paused = []
@@ -210,6 +229,7 @@ def _storm(
         workers=workers,
         build_results=build_results,
         stats_interval=stats_interval,
+        notifications=notifications,
         instances=len(uuids),
         hosts=sizes.storm_hosts,
         fail_rate=sizes.storm_fail_rate,
