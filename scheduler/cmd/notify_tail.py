@@ -32,6 +32,27 @@ from scheduler.cmd._daemon import wait_for_signal
 #: Seconds the tail waits at most for the broker to answer before it says so.
 BROKER_TIMEOUT = 10.0
 
+#: The name of the policy :func:`pool_policy` gives.
+POOL_POLICY_NAME = "scheduler-tail-pools"
+
+
+def fresh_pool() -> str:
+    """A listener pool of the tail's own (its queue is deleted when it stops)."""
+    return f"tail-{uuidlib.uuid4().hex[:8]}"
+
+
+def pool_policy(expires: float) -> list[str]:
+    """``rabbitmqctl set_policy`` arguments (after ``-p VHOST``) that expire the
+    queue of a tail's own pool (:func:`fresh_pool`) once it has had no consumer
+    for ``expires`` seconds: the queue of a tail killed with SIGKILL, which
+    could not delete it. (The driver declares the queue without an expiry, and
+    RabbitMQ refuses one declared again with other arguments: a policy is the
+    way.) A live tail consumes from its queue, so it never expires under it."""
+    if expires <= 0:
+        raise ValueError(f"expires must be above 0 seconds, not {expires}")
+    definition = json.dumps({"expires": round(expires * 1000)})
+    return ["--apply-to", "queues", POOL_POLICY_NAME, "^tail-[0-9a-f]{8}$", definition]
+
 
 def _field(source: Any, key: str) -> Any:
     """``key`` of a dict (a context off the wire, the metadata) or an attribute
@@ -104,7 +125,7 @@ def listen(
         transport,
         targets,
         [NotificationCollector(sink, events)],
-        pool=pool or f"tail-{uuidlib.uuid4().hex[:8]}",
+        pool=pool or fresh_pool(),
     )
     listener.start()
     return listener
@@ -151,7 +172,7 @@ def _main(argv: Sequence[str] | None) -> int:
     def _print(note: dict[str, Any]) -> None:
         print(json.dumps(note, default=str), flush=True)
 
-    pool = conf.pool or f"tail-{uuidlib.uuid4().hex[:8]}"
+    pool = conf.pool or fresh_pool()
     topic = tail_topic(conf, conf.format)
     listener = listen(transport, topic, _print, pool, conf.event)
 

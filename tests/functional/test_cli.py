@@ -16,6 +16,7 @@ import pytest
 
 from scheduler import broker
 from scheduler import conf as conf_mod
+from scheduler.cmd import notify_tail
 from scheduler.exceptions import BrokerUnreachable
 from tests.cli import run_commands
 from tests.functional.conftest import Cluster, Process
@@ -176,3 +177,19 @@ def test_the_queues_a_process_owns_go_away_with_it(cluster: Cluster) -> None:
     assert [q for q in queues(cluster) if q.startswith("compute.sim-")] == ["compute.sim-compute"]
     last.stop()
     assert "compute.sim-compute" not in queues(cluster)
+
+    # A tail killed cannot delete its pool's queue: the policy the README gives
+    # expires it once it has had no consumer for a while.
+    subprocess.run(
+        ["rabbitmqctl", "-q", "set_policy", "-p", cluster.vhost, *notify_tail.pool_policy(2)],
+        check=True,
+        timeout=60,
+    )
+    killed = cluster.start("tail-killed", "scheduler.cmd.notify_tail")
+    wait_until(lambda: any(q.startswith("tail-") for q in queues(cluster)), 60, "the tail's pool")
+    killed.stop(signal.SIGKILL)
+    wait_until(
+        lambda: not any(q.startswith("tail-") for q in queues(cluster)),
+        30,
+        "the killed tail's queue to expire",
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from typing import Any
 
@@ -102,3 +104,15 @@ def test_it_prints_timestamp_message_id_and_request_id_of_what_it_wants(
         "SchedulingPayload",
         "SchedulingErrorPayload",
     }
+
+
+def test_the_pool_policy_expires_a_fresh_pool_s_queue_only() -> None:
+    args = notify_tail.pool_policy(60)
+    assert args[:3] == ["--apply-to", "queues", notify_tail.POOL_POLICY_NAME]
+    assert json.loads(args[4]) == {"expires": 60000}
+    pattern = re.compile(args[3])
+    assert pattern.fullmatch(notify_tail.fresh_pool())
+    for name in ("tail-keep", "my-pool", "notifications.info", "tail-0123abcd.x"):
+        assert not pattern.search(name), name
+    with pytest.raises(ValueError, match="above 0"):
+        notify_tail.pool_policy(0)
