@@ -17,9 +17,11 @@ deletes it.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import amqp
 import oslo_messaging
@@ -44,11 +46,28 @@ def _shown(url: oslo_messaging.TransportURL) -> str:
     return mask_secrets(str(url))
 
 
-def _ssl(conf: cfg.ConfigOpts) -> bool:
+def _ssl(conf: cfg.ConfigOpts) -> bool | dict[str, Any]:
+    """The TLS settings of ``[oslo_messaging_rabbit]`` as py-amqp takes them, so
+    the check's connection verifies the broker as the driver's will: the CA
+    (then the certificate is required, for the server's name), and the
+    client's own certificate and key. (``ssl_version`` is left to the
+    default: the handshake picks the best both sides speak.)"""
     try:
-        return bool(conf.oslo_messaging_rabbit.ssl)
+        rabbit = conf.oslo_messaging_rabbit
+        if not rabbit.ssl:
+            return False
     except (cfg.NoSuchOptError, cfg.NoSuchGroupError):  # no transport built yet
         return False
+    params: dict[str, Any] = {}
+    if rabbit.ssl_key_file:
+        params["keyfile"] = rabbit.ssl_key_file
+    if rabbit.ssl_cert_file:
+        params["certfile"] = rabbit.ssl_cert_file
+    if rabbit.ssl_ca_file:
+        params["ca_certs"] = rabbit.ssl_ca_file
+        params["cert_reqs"] = ssl.CERT_REQUIRED
+        params["server_hostname"] = getattr(rabbit, "ssl_server_hostname", None)
+    return params or True
 
 
 @contextmanager
