@@ -23,6 +23,7 @@ from oslo_config import cfg
 from scheduler.engine import plugins
 from scheduler.engine import settings as _settings
 from scheduler.exceptions import ConfigInvalid
+from scheduler.notifier import FORMATS
 
 DEFAULT_FILTERS = list(_settings.DEFAULT_FILTERS)
 DEFAULT_WEIGHERS = list(_settings.DEFAULT_WEIGHERS)
@@ -386,11 +387,7 @@ notifications_opts = [
     cfg.StrOpt(
         "format",
         default="both",
-        choices=[
-            ("unversioned", "only the legacy payloads, on [notifications] topic"),
-            ("versioned", "only the versioned payloads, on [notifications] versioned_topic"),
-            ("both", "each notification in both formats (as Nova's default)"),
-        ],
+        choices=list(FORMATS.items()),
         help="Which notifications are published. The versioned payloads are "
         "typed objects in Nova's envelope (nova_object.name, .namespace, "
         ".version, .data), documented with a sample per event in "

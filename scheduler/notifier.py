@@ -78,8 +78,13 @@ QUEUE_SIZE = 1000
 #: priority, request context, event type and payload.
 _Pending = tuple[contextvars.Context, str, Any, str, EventPayload]
 
-#: The values of ``[notifications] format``.
-FORMATS = ("unversioned", "versioned", "both")
+#: The values of ``[notifications] format``, each with what it publishes
+#: (the config option's choices).
+FORMATS = {
+    "unversioned": "only the legacy payloads, on [notifications] topic",
+    "versioned": "only the versioned payloads, on [notifications] versioned_topic",
+    "both": "each notification in both formats (as Nova's default)",
+}
 
 
 def versioned_event_type(priority: str, event_type: str) -> str:
