@@ -37,9 +37,21 @@ class Storm:
     started: float = field(default_factory=time.monotonic)
     in_flight_at_fault: int | None = None
     fault_at: float | None = None
+    #: The boot commands still running (``start_storm(..., wait=False)``);
+    #: until :meth:`collect`, the storm is every record of the deployment.
+    boots: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def records(self) -> list[InstanceRecord]:
-        return self.cluster.store.list_instances(self.uuids)
+        return self.cluster.store.list_instances(None if self.boots else self.uuids)
+
+    def collect(self) -> None:
+        """Wait for the boot commands and take the uuids they made."""
+        boots, self.boots = self.boots, []
+        for boot in boots:
+            stdout, stderr = boot.communicate(timeout=120)
+            assert boot.returncode == 0, stderr.decode()[-4000:]
+            self.uuids += json.loads(stdout)["instances"]
+        assert len(set(self.uuids)) == len(self.uuids)
 
     def states(self) -> Counter[str]:
         return Counter(r.state for r in self.records())
@@ -76,13 +88,20 @@ class Storm:
 
 
 def start_storm(
-    cluster: FaultCluster, count: int, senders: int = 2, flavor: str = "m1.tiny"
+    cluster: FaultCluster,
+    count: int,
+    senders: int = 2,
+    flavor: str = "m1.tiny",
+    wait: bool = True,
 ) -> Storm:
     """Boot ``count`` instances from ``senders`` processes at once; returns once
-    every record exists and every request was cast."""
+    every record exists and every request was cast, or at once with
+    ``wait=False`` (the boots' own time, long on a loaded machine, then does
+    not delay a fault meant to land while the storm is in flight: the storm
+    is every record of the deployment until :meth:`Storm.collect`)."""
     storm = Storm(cluster, flavor)
     each = count // senders
-    boots = [
+    storm.boots = [
         subprocess.Popen(
             [
                 sys.executable,
@@ -102,11 +121,9 @@ def start_storm(
         )
         for i in range(senders)
     ]
-    for boot in boots:
-        stdout, stderr = boot.communicate(timeout=120)
-        assert boot.returncode == 0, stderr.decode()[-4000:]
-        storm.uuids += json.loads(stdout)["instances"]
-    assert len(set(storm.uuids)) == count
+    if wait:
+        storm.collect()
+        assert len(storm.uuids) == count
     return storm
 
 

@@ -114,7 +114,7 @@ def test_a_node_stopped_mid_storm(
     home = queue["home"]
 
     started = time.monotonic()
-    storm = start_storm(cluster, BOOTS)
+    storm = start_storm(cluster, BOOTS, wait=False)
     wait_until(lambda: storm.states()["ACTIVE"] >= 20, 60, "the storm to be under way")
     connections = rabbit.connections(cluster.vhost)
     stopped = rabbit.node_named(node_to_stop(fault, home, connections))
@@ -129,6 +129,8 @@ def test_a_node_stopped_mid_storm(
             "the scheduler queue on another node",
         )
 
+    storm.collect()
+    assert len(storm.uuids) == BOOTS
     storm.settle(90)
     assert_settled_cleanly(storm)
     figures = storm.figures(
