@@ -401,6 +401,19 @@ notifications_opts = [
         help="Topic the versioned notifications are published on (Nova's "
         "default name). Related options: format.",
     ),
+    cfg.BoolOpt(
+        "publish_confirm",
+        default=True,
+        help="Wait for the broker's confirms of each batch of notifications the "
+        "notifier thread publishes (one wait per batch, not per message). With "
+        "confirms a notification is held by the broker before the worker forgets "
+        "it; a connection lost before the confirm is opened again and the batch "
+        "published again (a consumer may see a notification twice). Without, a "
+        "notification written to the socket counts as sent: a broker that fails "
+        "right after loses it. Either way, notifications still queued in the "
+        "worker are lost if the worker dies. Applies to a RabbitMQ notification "
+        "transport.",
+    ),
 ]
 
 compute_group = cfg.OptGroup(

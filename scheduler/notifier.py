@@ -40,15 +40,17 @@ import json
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import oslo_messaging
 
 from scheduler.log import get_logger, masked
 from scheduler.notifications import EventPayload
+from scheduler.notify_transport import NotificationChannel, Outgoing, message
 
 LOG = get_logger(__name__)
 
@@ -78,6 +80,24 @@ QUEUE_SIZE = 1000
 #: priority, request context, event type and payload.
 _Pending = tuple[contextvars.Context, str, Any, str, EventPayload]
 
+#: Notifications the publisher thread takes off the queue per wake-up, at most.
+BATCH = 64
+
+#: Seconds the publisher thread waits, once woken, for more notifications to
+#: publish in the same batch (a notification goes out that much later; a
+#: batch is one wait for the broker's confirms, and one wake-up of the thread
+#: instead of one per notification).
+LINGER = 0.02
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where the notification channel publishes one format."""
+
+    publisher_id: str
+    topic: str
+
+
 #: The values of ``[notifications] format``, each with what it publishes
 #: (the config option's choices).
 FORMATS = {
@@ -104,6 +124,7 @@ class Notifier:
         queue_size: int = QUEUE_SIZE,
         notification_format: str = "both",
         versioned_topic: str = "versioned_notifications",
+        channel: NotificationChannel | None = None,
     ) -> None:
         if notification_format not in FORMATS:
             raise ValueError(f"notification format must be one of {', '.join(FORMATS)}")
@@ -112,16 +133,20 @@ class Notifier:
         def publisher(publisher_id: str, topic: str, formats: tuple[str, ...]) -> Any:
             if not wanted or notification_format not in formats:
                 return None
+            if channel is not None:
+                return _Target(publisher_id, topic)
             return oslo_messaging.Notifier(
                 transport, publisher_id=publisher_id, driver="messagingv2", topics=[topic]
             )
 
-        self._legacy: oslo_messaging.Notifier | None = publisher(
-            f"scheduler.{host}", topic, ("unversioned", "both")
-        )
-        self._versioned: oslo_messaging.Notifier | None = publisher(
+        # Each format's publisher: oslo.messaging's Notifier, or where the
+        # notification channel publishes it.
+        self._legacy: Any = publisher(f"scheduler.{host}", topic, ("unversioned", "both"))
+        self._versioned: Any = publisher(
             f"scheduler-worker:{host}", versioned_topic, ("versioned", "both")
         )
+        self._channel = channel if wanted else None
+        self._channel_lock = threading.Lock()  # the publisher thread's, then a caller's after stop
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()  # guards the publisher's start and stop
         self._publisher: threading.Thread | None = None
@@ -145,6 +170,10 @@ class Notifier:
             publisher.join(timeout)
             if publisher.is_alive():
                 LOG.warning("notifications_not_flushed", waiting=self._queue.qsize())
+                return
+        if self._channel is not None:  # a later notification opens it again
+            with self._channel_lock:
+                self._channel.close()
 
     def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
         if self._legacy is None and self._versioned is None:
@@ -159,29 +188,75 @@ class Notifier:
                     self._publisher.start()
                 self._queue.put(pending)  # waits while the queue is full
                 return
-        self._publish(*pending)  # stopped: on the caller's thread
+        self._publish([pending])  # stopped: on the caller's thread
 
     def _publish_queued(self) -> None:
-        while (pending := self._queue.get()) is not None:
-            self._publish(*pending)
+        """Publish what has queued up, a batch (at most :data:`BATCH`) per
+        wake-up, until :meth:`stop`'s None (always the last one queued)."""
+        while True:
+            batch = [self._queue.get()]
+            if batch[0] is not None and self._channel is not None:
+                time.sleep(LINGER)  # what the other requests notify meanwhile joins the batch
+            while len(batch) < BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._publish([pending for pending in batch if pending is not None])
+            if batch[-1] is None:
+                return
 
-    def _publish(
-        self,
-        logging_context: contextvars.Context,
-        priority: str,
-        ctxt: Any,
-        event_type: str,
-        payload: EventPayload,
-    ) -> None:
-        logging_context.run(self._send, priority, ctxt, event_type, payload)
+    def _publish(self, batch: list[_Pending]) -> None:
+        if self._channel is None:
+            for logging_context, *notification in batch:
+                logging_context.run(self._send, *notification)
+            return
+        made: list[tuple[contextvars.Context, str, list[Outgoing]]] = [
+            (pending[0], pending[3], pending[0].run(self._messages, *pending[1:]))
+            for pending in batch
+        ]
+        try:
+            with self._channel_lock:
+                self._channel.publish([out for _, _, outs in made for out in outs])
+        except Exception as exc:  # noqa: BLE001 - logged, the requests go on
+            for logging_context, event_type, _ in made:
+                logging_context.run(
+                    LOG.warning, "notification_failed", event_type=event_type, error=repr(exc)
+                )
+
+    def _messages(
+        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload
+    ) -> list[Outgoing]:
+        """The messages of one notification, each format made once (the legacy
+        one first), as the channel publishes them."""
+        made = []
+        for target, name, make in self._formats(priority, event_type, payload):
+            try:
+                body = message(ctxt, target.publisher_id, name, priority, masked(make()))
+            except Exception as exc:  # noqa: BLE001 - logged, the other format goes on
+                LOG.warning("notification_failed", event_type=name, error=repr(exc))
+                continue
+            made.append(Outgoing(f"{target.topic}.{priority}", body))
+        return made
+
+    def _formats(
+        self, priority: str, event_type: str, payload: EventPayload
+    ) -> Iterator[tuple[Any, str, Callable[[], dict[str, Any]]]]:
+        """Each format's publisher, event type and payload maker, the legacy one first."""
+        if self._legacy is not None:
+            yield self._legacy, event_type, payload.legacy
+        if self._versioned is not None:
+            yield (
+                self._versioned,
+                versioned_event_type(priority, event_type),
+                payload.to_primitive,
+            )
 
     def _send(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
-        """Each format made from ``payload`` once and published (the legacy one first)."""
-        if self._legacy is not None:
-            self._send_one(self._legacy, priority, ctxt, event_type, payload.legacy)
-        if self._versioned is not None:
-            versioned = versioned_event_type(priority, event_type)
-            self._send_one(self._versioned, priority, ctxt, versioned, payload.to_primitive)
+        """Each format made from ``payload`` once and published through
+        oslo.messaging's Notifier (the legacy one first)."""
+        for notifier, name, make in self._formats(priority, event_type, payload):
+            self._send_one(notifier, priority, ctxt, name, make)
 
     @staticmethod
     def _send_one(

@@ -14,7 +14,7 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
-from scheduler import rpc
+from scheduler import notify_transport, rpc
 from scheduler.engine import plugins
 from scheduler.engine.pipeline import Engine
 from scheduler.engine.settings import EngineSettings, PciAlias
@@ -131,6 +131,9 @@ class SchedulerService:
             enabled=conf.notifications.enabled,
             notification_format=conf.notifications.format,
             versioned_topic=conf.notifications.versioned_topic,
+            channel=notify_transport.channel_for(conf, notification_transport)
+            if conf.notifications.enabled
+            else None,
         )
         self.endpoint = SchedulerEndpoint(
             self.engine,

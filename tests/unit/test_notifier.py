@@ -21,6 +21,7 @@ from scheduler.notifications import (
     SelectionPayload,
 )
 from scheduler.notifier import Notifier
+from scheduler.notify_transport import Outgoing
 from scheduler.objects import Flavor, RequestSpec
 
 SPEC = RequestSpec(flavor=Flavor("m1.small", 1, 2048, 20), project_id="p", user_id="u")
@@ -280,3 +281,102 @@ def test_one_payload_object_is_queued_per_notification_whatever_the_format(
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="notification format must be one of"):
         Notifier(None, "h1", notification_format="json")
+
+
+class FakeChannel:
+    """Stands in for the notification channel: records each batch published
+    (routing key and the notification the body carries) and the request id
+    bound meanwhile; ``gate`` holds publishing until set."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, dict[str, Any]]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+        self.closed = 0
+
+    def publish(self, batch: list[Outgoing]) -> None:
+        self.gate.wait(5)
+        if self.fail:
+            raise ConnectionError("broker gone")
+        self.batches.append(
+            [(out.routing_key, json.loads(out.body["oslo.message"])) for out in batch]
+        )
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def sent(self) -> list[tuple[str, str, str]]:
+        """(routing key, publisher id, event type) of everything published, in order."""
+        return [(key, m["publisher_id"], m["event_type"]) for b in self.batches for key, m in b]
+
+
+def test_on_the_channel_what_queued_meanwhile_goes_out_in_one_batch_in_order() -> None:
+    channel = FakeChannel()
+    notifier = Notifier(
+        object(),  # type: ignore[arg-type]
+        "h1",
+        topic="notif-l",
+        versioned_topic="notif-v",
+        channel=channel,  # type: ignore[arg-type]
+    )
+    channel.gate.clear()  # the first batch is slow: the rest queues
+    notifier.info(None, "first", starting())
+    for n in range(3):
+        with notifier.action(None, "select_destinations", starting(n)):
+            pass
+    notifier.error(None, "scheduler.run_instance", failure())
+    channel.gate.set()
+    notifier.stop()
+    assert channel.closed == 1
+    # Both formats of 8 notifications, in at most two batches: what the first
+    # took when it woke, then all that queued while it was held.
+    assert sum(len(b) for b in channel.batches) == 16
+    assert len(channel.batches) <= 2
+    assert channel.sent()[:2] == [
+        ("notif-l.info", "scheduler.h1", "first"),
+        ("notif-v.info", "scheduler-worker:h1", "first"),
+    ]
+    assert channel.sent()[-2:] == [
+        ("notif-l.error", "scheduler.h1", "scheduler.run_instance"),
+        ("notif-v.error", "scheduler-worker:h1", "scheduler.run_instance.error"),
+    ]
+    legacy = [m for b in channel.batches for key, m in b if key.startswith("notif-l")]
+    assert [m["event_type"] for m in legacy[1:3]] == [
+        "scheduler.select_destinations.start",
+        "scheduler.select_destinations.end",
+    ]
+    assert legacy[1]["payload"] == starting(0).legacy()
+    assert legacy[1]["priority"] == "INFO"
+
+
+def test_on_the_channel_a_failed_batch_is_logged_per_notification_with_its_request() -> None:
+    channel = FakeChannel()
+    channel.fail = True
+    notifier = Notifier(object(), "h1", channel=channel)  # type: ignore[arg-type]
+    channel.gate.clear()
+    merged = [structlog.contextvars.merge_contextvars]
+    with structlog.testing.capture_logs(processors=merged) as logs:
+        with bind_request(request_id="req-1"):
+            notifier.info(None, "lost-1", starting())
+        with bind_request(request_id="req-2"):
+            notifier.info(None, "lost-2", starting())
+        channel.gate.set()
+        notifier.stop()
+    failed = [(e["event_type"], e.get("request_id")) for e in logs]
+    assert sorted(failed) == [("lost-1", "req-1"), ("lost-2", "req-2")]
+
+
+def test_on_the_channel_payloads_are_masked() -> None:
+    channel = FakeChannel()
+    notifier = Notifier(
+        object(),  # type: ignore[arg-type]
+        "h1",
+        notification_format="unversioned",
+        channel=channel,  # type: ignore[arg-type]
+    )
+    spec = SPEC.replace(flavor=Flavor("m1.secret", 1, 2048, 20, {"admin_password": "hunter2"}))
+    notifier.info(None, "e", SchedulingPayload.starting(spec, UUIDS))
+    notifier.stop()
+    ((_, sent),) = channel.batches[0]
+    assert "hunter2" not in json.dumps(sent)
