@@ -91,12 +91,19 @@ class NotificationObject:
 LEGACY_ONLY = {"legacy_only": True}
 
 
+#: Each class's published field names (read for every object published).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _field_names(cls: type[NotificationObject]) -> tuple[str, ...]:
-    return tuple(
-        f.name
-        for f in fields(cls)  # type: ignore[arg-type]
-        if not f.metadata.get("legacy_only")
-    )
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(
+            f.name
+            for f in fields(cls)  # type: ignore[arg-type]
+            if not f.metadata.get("legacy_only")
+        )
+    return names
 
 
 def _primitive(value: Any) -> Any:

@@ -50,7 +50,7 @@ import oslo_messaging
 
 from scheduler.log import get_logger, masked
 from scheduler.notifications import EventPayload
-from scheduler.notify_transport import NotificationChannel, Outgoing, message
+from scheduler.notify_transport import NotificationChannel, Outgoing, context, message
 
 LOG = get_logger(__name__)
 
@@ -230,9 +230,10 @@ class Notifier:
         """The messages of one notification, each format made once (the legacy
         one first), as the channel publishes them."""
         made = []
+        carried = context(ctxt)
         for target, name, make in self._formats(priority, event_type, payload):
             try:
-                body = message(ctxt, target.publisher_id, name, priority, masked(make()))
+                body = message(carried, target.publisher_id, name, priority, masked(make()))
             except Exception as exc:  # noqa: BLE001 - logged, the other format goes on
                 LOG.warning("notification_failed", event_type=name, error=repr(exc))
                 continue

@@ -72,11 +72,20 @@ _PROPERTIES: dict[str, Any] = {
 CONFIRM_TIMEOUT = 30.0
 
 
+def context(ctxt: Any) -> dict[str, Any]:
+    """The request context as a notification carries it: sanitised as
+    oslo.messaging's Notifier does (no token; a plain dict or None is
+    dropped), as a dict. One per request serves each of its notifications."""
+    safe = _sanitize_context(ctxt)
+    return safe if isinstance(safe, dict) else safe.to_dict()
+
+
 def message(
-    ctxt: Any, publisher_id: str, event_type: str, priority: str, payload: Any
+    context: dict[str, Any], publisher_id: str, event_type: str, priority: str, payload: Any
 ) -> dict[str, Any]:
     """The body the messagingv2 driver publishes for this notification, made
-    as oslo.messaging's Notifier and AMQP driver make it."""
+    as oslo.messaging's Notifier and AMQP driver make it (``context`` is
+    :func:`context`'s)."""
     msg = {
         "message_id": str(uuid.uuid4()),
         "publisher_id": publisher_id,
@@ -86,7 +95,7 @@ def message(
         "timestamp": str(timeutils.utcnow()),
     }
     rpc_amqp._add_unique_id(msg)
-    rpc_amqp.pack_context(msg, _sanitize_context(ctxt))
+    rpc_amqp.pack_context(msg, context)
     return rpc_common.serialize_msg(msg)
 
 

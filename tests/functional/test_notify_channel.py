@@ -23,7 +23,7 @@ from oslo_config import cfg
 from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.cmd.notify_tail import listen
-from scheduler.notify_transport import NotificationChannel, Outgoing, message
+from scheduler.notify_transport import NotificationChannel, Outgoing, context, message
 from tests.functional.cluster import RABBIT_HOST, RABBIT_PORT
 from tests.functional.conftest import Cluster
 
@@ -85,7 +85,7 @@ def test_a_listener_and_the_wire_see_what_the_oslo_notifier_sends(
                 Outgoing(
                     f"{topic}.info",
                     message(
-                        CTXT,
+                        context(CTXT),
                         "scheduler.h1",
                         "scheduler.select_destinations.start",
                         "info",
@@ -136,7 +136,7 @@ def test_nothing_consumes_yet_the_queue_keeps_it_and_a_lost_connection_is_reopen
 ) -> None:
     channel = NotificationChannel(conf, cluster.transport_url, confirm=confirm)
     batch = [
-        Outgoing("quiet.info", message(CTXT, "scheduler.h1", f"e{n}", "info", PAYLOAD))
+        Outgoing("quiet.info", message(context(CTXT), "scheduler.h1", f"e{n}", "info", PAYLOAD))
         for n in range(3)
     ]
     try:
