@@ -1,6 +1,8 @@
 """Notifications: ``scheduler.<event>.start`` / ``.end`` and failures at ERROR.
 
-Published with oslo.messaging's Notifier (driver ``messagingv2``), in two
+Published as oslo.messaging's Notifier (driver ``messagingv2``) publishes
+them (over RabbitMQ on a channel of the notifier's own,
+:mod:`scheduler.notify_transport`, which sends the same messages), in two
 formats (``[notifications] format``: ``unversioned``, ``versioned`` or
 ``both``, the default): the legacy payloads on ``[notifications] topic``,
 publisher id ``scheduler.<host>``, failures as ``scheduler.<action>`` at
@@ -13,10 +15,10 @@ thread makes each format from it and publishes each.
 ``.end`` is sent in a ``finally``, so every ``.start`` has its ``.end`` even
 when the request fails, in each format.
 
-Publishing is off the request's path: a publish waits for the broker's
-confirm (about a millisecond of a worker's time per notification), so the
-request only queues the notification and one thread of the notifier's own
-publishes them, in the order queued (a ``.start`` always goes out before its
+Publishing is off the request's path: the request only queues the
+notification and one thread of the notifier's own publishes them (on the
+channel, what queued up meanwhile as one batch, one wait for the broker's
+confirms; see :data:`LINGER`), in the order queued (a ``.start`` always goes out before its
 ``.end``), each in the logging context of the request that sent it. The
 queue is bounded (``queue_size``): when it is full, the request waits for
 room, so a notification is never dropped for lack of it.
