@@ -117,10 +117,13 @@ Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
 whenever a build or a resize's prep starts or ends: operations in progress
-(``num_io_ops``, as Nova counts a resize's prep) and, per image property
+(``num_io_ops``, as Nova counts a resize's prep), the operations started
+since the simulator started (``num_io_ops_started``) and, per image property
 value, how many of its instances run such an image (counted when a build
 succeeds; a resize does not move the count). Reports go to the store only
-when they change, never with heartbeats.
+when they change, never with heartbeats; the count of operations started
+makes every report after one a change, so it reaches the workers even when
+the operation began and ended within one ``stats_interval``.
 
 Reporting is guarded by provider generations: a write that meets a stale
 generation re-reads the provider and decides again from what it now holds
@@ -221,6 +224,10 @@ LOG_ONLY = "log"
 RESULTS_IN_STORE = "store"
 RESULTS_BY_CAST = "cast"
 BUILD_RESULTS = (RESULTS_IN_STORE, RESULTS_BY_CAST)
+#: The stat counting the operations this process started on a host (builds,
+#: resizes' preps, live migrations' checks): it only grows, so a host's report
+#: after an operation started always differs from the one before it.
+OPS_STARTED_STAT = "num_io_ops_started"
 
 
 def provider_uuid(host: str) -> str:
@@ -526,6 +533,7 @@ class ComputeSimulator:
         self.stats_interval = stats_interval
         self._stats_due: set[str] = set()
         self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
+        self._ops_started: dict[str, int] = dict.fromkeys(self.hosts, 0)
         self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
         # A heartbeat later than this after the last one: the hosts were down.
         self.service_down_time = service_down_time
@@ -701,15 +709,27 @@ class ComputeSimulator:
                 self._running[(instance_uuid, host)] = replace(vm, migration_uuid=migration_uuid)
 
     def _stats(self, host: str) -> dict[str, int]:
-        return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
+        return {
+            IO_OPS_STAT: self._io_ops[host],
+            OPS_STARTED_STAT: self._ops_started[host],
+            **self._image_counts[host],
+        }
 
     def _count(self, host: str, io_ops: int, image: dict[str, str] | None = None) -> None:
         """Change a host's counters and report them (in order, and only if
         enabled): at once, or with every host's changes of the next
         ``stats_interval`` seconds in one store write (a build's start and end
-        inside it cost one write, not two)."""
+        inside it cost one write, not two).
+
+        A worker counts an operation it placed on a host as in progress
+        until the host's next report reaches it, and the store feeds only a
+        report that changed: an operation that starts and ends within one
+        interval leaves ``num_io_ops`` as it was, so it is the count of
+        operations started (:data:`OPS_STARTED_STAT`) that makes the report
+        a change, and every worker's count the host's own again."""
         with self._report_lock:
             self._io_ops[host] = max(self._io_ops[host] + io_ops, 0)
+            self._ops_started[host] += max(io_ops, 0)
             for prop, value in (image or {}).items():
                 stat = image_property_stat(prop, str(value))
                 self._image_counts[host][stat] = self._image_counts[host].get(stat, 0) + 1

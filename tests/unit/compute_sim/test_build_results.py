@@ -19,12 +19,13 @@ from compute_sim.manager import (
     HostShape,
 )
 from scheduler.engine.capabilities import IO_OPS_STAT
+from scheduler.engine.hostview import HostView
 from scheduler.exceptions import StoreError
 from scheduler.objects import ACTIVE, BUILDING, InstanceRecord
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore
 from tests.unit.compute_sim.test_simulator import selection
-from tests.unit.factories import Recorded, spec, uuid_of
+from tests.unit.factories import Recorded, settings, spec, uuid_of
 
 SPEC = spec(vcpus=1, ram=1024, disk=10)
 CTXT = RequestContext(request_id="req-results")
@@ -198,5 +199,51 @@ def test_stats_changed_within_the_interval_go_in_one_write(interval: float) -> N
             [["h1", "h2"]] if interval else [["h1"], ["h2"], ["h1"], ["h2"]]
         )
         assert (io_ops(store, "h1"), io_ops(store, "h2")) == (0, 0)
+    finally:
+        sim.stop()
+
+
+def test_a_build_started_and_ended_within_the_interval_still_reaches_the_workers() -> None:
+    """A worker counts a build it placed on a host as in progress until the
+    host's next report reaches its view (Nova's consume_from_request). A build
+    that starts and ends within one interval leaves the counters as they were,
+    and the store feeds only a report that changed: the report must still
+    change, or the worker counts the build as in progress for ever (and its
+    I/O ops weigher steers every later boot away from the host)."""
+    store = MemoryStore()
+    sim = ComputeSimulator(
+        store,
+        Recorded(),  # type: ignore[arg-type]
+        ["h1", "h2"],
+        "sim",
+        HostShape(),
+        build_time=0.0,
+        stats_interval=0.05,
+    )
+    try:
+        sim.register()
+        view = HostView(store, settings())
+        view.refresh(time.time())
+        row = view.index_of("h1")
+        assert row is not None
+        both = view.indices_of(["h1", "h2"])
+        # Twice: the second build's report must differ from the first's too.
+        for n in range(2):
+            uuid = uuid_of(f"instance-{n}")
+            store.create_instances([InstanceRecord(uuid, request_spec=SPEC.to_primitive())])
+            store.claim(uuid, selection("h1").allocation_request)
+            view.consume(row, {"VCPU": 1})  # the worker placed it there
+            assert view.capabilities.io_ops(both).tolist() == [1, 0]
+            sim.build_and_run_instance(
+                CTXT, uuid, SPEC.to_primitive(), selection("h1").to_primitive(), []
+            )
+            deadline = time.monotonic() + 5
+            while view.capabilities.io_ops(both).tolist() != [0, 0]:
+                assert time.monotonic() < deadline, (
+                    f"the view still counts the build: {view.capabilities.io_ops(both)}"
+                )
+                time.sleep(0.01)
+                view.refresh(time.time())
+            assert sim.builds_ok == n + 1
     finally:
         sim.stop()
