@@ -30,6 +30,8 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_sim.manager import (
+    BUILD_RESULTS,
+    RESULTS_IN_STORE,
     AggregateSpec,
     ComputeSimulator,
     ComputeStore,
@@ -90,6 +92,22 @@ cli_opts = _cli.with_defaults(
             "or as source (for tests and demos).",
         ),
         cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
+        cfg.FloatOpt(
+            "stats-interval",
+            default=0.1,
+            min=0.0,
+            help="Seconds the hosts' stats (builds in progress, image counts) may wait to "
+            "be reported, every host's changes in that time in one store write; 0 reports "
+            "each change at once.",
+        ),
+        cfg.StrOpt(
+            "build-results",
+            default=RESULTS_IN_STORE,
+            choices=BUILD_RESULTS,
+            help="How a build's success reaches the conductor: 'store', the record made "
+            "ACTIVE in the store by this process (the conductor's rule, no message), or "
+            "'cast', a build_succeeded cast to the conductor (one more message per boot).",
+        ),
         cfg.ListOpt(
             "availability-zones",
             default=[],
@@ -262,6 +280,8 @@ def build_simulator(
         live_migration_fail_rate=conf.live_migration_fail_rate,
         live_migration_fail_hosts=conf.live_migration_fail_hosts,
         running_deleted_instance_action=c.running_deleted_instance_action,
+        build_results=conf.build_results,
+        stats_interval=conf.stats_interval,
     )
 
 

@@ -117,10 +117,13 @@ Each host reports its capabilities once at registration (architecture,
 hypervisor type and version, supported instances, NUMA cells, PCI devices
 and any other attribute, as ``capabilities`` describes) and its stats
 whenever a build or a resize's prep starts or ends: operations in progress
-(``num_io_ops``, as Nova counts a resize's prep) and, per image property
+(``num_io_ops``, as Nova counts a resize's prep), the operations started
+since the simulator started (``num_io_ops_started``) and, per image property
 value, how many of its instances run such an image (counted when a build
 succeeds; a resize does not move the count). Reports go to the store only
-when they change, never with heartbeats.
+when they change, never with heartbeats; the count of operations started
+makes every report after one a change, so it reaches the workers even when
+the operation began and ended within one ``stats_interval``.
 
 Reporting is guarded by provider generations: a write that meets a stale
 generation re-reads the provider and decides again from what it now holds
@@ -146,6 +149,7 @@ from typing import Any, Protocol
 
 import oslo_messaging
 
+from conductor_stub.manager import record_built
 from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
 from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
@@ -215,6 +219,15 @@ LIVE_FAILED = "failed"
 # (``[compute] running_deleted_instance_action``).
 REAP = "reap"
 LOG_ONLY = "log"
+# How a build's success reaches the conductor (``compute-sim --build-results``):
+# written to the store by this process, by the conductor's rule, or cast.
+RESULTS_IN_STORE = "store"
+RESULTS_BY_CAST = "cast"
+BUILD_RESULTS = (RESULTS_IN_STORE, RESULTS_BY_CAST)
+#: The stat counting the operations this process started on a host (builds,
+#: resizes' preps, live migrations' checks): it only grows, so a host's report
+#: after an operation started always differs from the one before it.
+OPS_STARTED_STAT = "num_io_ops_started"
 
 
 def provider_uuid(host: str) -> str:
@@ -451,7 +464,14 @@ class ComputeSimulator:
         live_migration_fail_hosts: Sequence[str] = (),
         terminated_retention: float = 86400.0,
         running_deleted_instance_action: str = REAP,
+        build_results: str = RESULTS_BY_CAST,
+        stats_interval: float = 0.0,
     ) -> None:
+        if build_results not in BUILD_RESULTS:
+            raise ValueError(
+                f"build_results must be one of {', '.join(BUILD_RESULTS)}, got {build_results!r}"
+            )
+        self.build_results = build_results
         self.store = store
         self.conductor = conductor
         self.hosts = list(hosts)
@@ -508,7 +528,12 @@ class ComputeSimulator:
         self.capabilities = capabilities
         self.report_stats = report_stats
         self._report_lock = threading.Lock()  # reports leave in the order they were made
+        # Stats changed since the last report are written together, at most
+        # ``stats_interval`` seconds late (0: each change at once).
+        self.stats_interval = stats_interval
+        self._stats_due: set[str] = set()
         self._io_ops: dict[str, int] = dict.fromkeys(self.hosts, 0)
+        self._ops_started: dict[str, int] = dict.fromkeys(self.hosts, 0)
         self._image_counts: dict[str, dict[str, int]] = {h: {} for h in self.hosts}
         # A heartbeat later than this after the last one: the hosts were down.
         self.service_down_time = service_down_time
@@ -684,21 +709,50 @@ class ComputeSimulator:
                 self._running[(instance_uuid, host)] = replace(vm, migration_uuid=migration_uuid)
 
     def _stats(self, host: str) -> dict[str, int]:
-        return {IO_OPS_STAT: self._io_ops[host], **self._image_counts[host]}
+        return {
+            IO_OPS_STAT: self._io_ops[host],
+            OPS_STARTED_STAT: self._ops_started[host],
+            **self._image_counts[host],
+        }
 
     def _count(self, host: str, io_ops: int, image: dict[str, str] | None = None) -> None:
-        """Change a host's counters and report them (in order, and only if enabled)."""
+        """Change a host's counters and report them (in order, and only if
+        enabled): at once, or with every host's changes of the next
+        ``stats_interval`` seconds in one store write (a build's start and end
+        inside it cost one write, not two).
+
+        A worker counts an operation it placed on a host as in progress
+        until the host's next report reaches it, and the store feeds only a
+        report that changed: an operation that starts and ends within one
+        interval leaves ``num_io_ops`` as it was, so it is the count of
+        operations started (:data:`OPS_STARTED_STAT`) that makes the report
+        a change, and every worker's count the host's own again."""
         with self._report_lock:
             self._io_ops[host] = max(self._io_ops[host] + io_ops, 0)
+            self._ops_started[host] += max(io_ops, 0)
             for prop, value in (image or {}).items():
                 stat = image_property_stat(prop, str(value))
                 self._image_counts[host][stat] = self._image_counts[host].get(stat, 0) + 1
             if not self.report_stats:
                 return
-            try:
-                self.store.report_services([ServiceReport(host, stats=self._stats(host))])
-            except StoreError as exc:  # a later report carries the counts again
-                LOG.warning("stats_report_failed", host=host, error=exc.message)
+            if self.stats_interval <= 0:
+                self._report_stats([host])
+                return
+            if not self._stats_due:
+                self._runner.later(self.stats_interval, self._report_due_stats)
+            self._stats_due.add(host)
+
+    def _report_due_stats(self) -> None:
+        with self._report_lock:
+            hosts, self._stats_due = sorted(self._stats_due), set()
+            self._report_stats(hosts)
+
+    def _report_stats(self, hosts: list[str]) -> None:
+        """One store write of ``hosts``' stats; the caller holds the report lock."""
+        try:
+            self.store.report_services([ServiceReport(h, stats=self._stats(h)) for h in hosts])
+        except StoreError as exc:  # a later report carries the counts again
+            LOG.warning("stats_report_failed", hosts=hosts, error=exc.message)
 
     def stop(self) -> None:
         self._runner.stop()
@@ -897,11 +951,23 @@ class ComputeSimulator:
         return bool(unmatched)
 
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
-        """Tell the conductor where the instance runs: the host, node and zone
-        of the Selection it was built from."""
-        self.conductor.build_succeeded(
-            ctxt, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
-        )
+        """Say where the instance runs (the host, node and zone of the Selection
+        it was built from): in the store itself, by the conductor's rule
+        (:func:`conductor_stub.manager.record_built`), or in a cast to the
+        conductor (``build_results``). A store that cannot be written loses
+        nothing: the record stays BUILDING, the conductor re-drives the request
+        once its deadline passes, and the repeated build reports again."""
+        if self.build_results == RESULTS_BY_CAST:
+            self.conductor.build_succeeded(
+                ctxt, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
+            )
+            return
+        try:
+            record_built(
+                self.store, instance_uuid, chosen.host, chosen.node, chosen.availability_zone
+            )
+        except StoreError as exc:
+            LOG.warning("build_result_not_recorded", error=exc.message)
 
     def _release_if_here(self, consumer_uuid: str, chosen: Selection) -> bool:
         """Release the consumer's claim if it is the one on this host.

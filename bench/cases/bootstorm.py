@@ -41,11 +41,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+from bench import pyspy
 from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
+from compute_sim.manager import RESULTS_BY_CAST, RESULTS_IN_STORE
 from scheduler.objects import ACTIVE, FINAL_STATES
 from tests.functional.cluster import Cluster
 
@@ -54,13 +57,36 @@ FLAVOR = "m1.small"
 
 PREFETCH = 20
 
+#: How the storms report, as ``compute-sim`` does by default: build results in
+#: the store, the hosts' stats at most this many seconds late.
+STATS_INTERVAL = 0.1
+#: The one-worker backlog storm as it ran before: the build results cast and the
+#: stats reported at once, then the results in the store.
+BEFORE = ((RESULTS_BY_CAST, 0.0), (RESULTS_IN_STORE, 0.0))
+#: ``[notifications]`` of the storms that say what the notifications cost: the
+#: legacy format only (three publishes a boot instead of six), and none.
+NOTIFICATIONS_FEWER = ("unversioned", "off")
+
 
 def run(bench: Bench) -> dict[str, Any]:
     rows = []
     # One deployment (vhost, key prefix) for every storm: the store is wiped and
     # every process restarted between them, which is cheaper than a new vhost.
     cluster = bench.cluster("storm")
+    before: list[dict[str, Any]] = []  # listed after the storms as they run now
     try:
+        # First the one-worker backlog as it ran before each change, to compare
+        # in the same run: the results cast and the stats reported at once, then
+        # the results in the store.
+        mode = bench.sizes.storm_modes[-1]
+        for build_results, stats_interval in BEFORE:
+            before.append(_storm(bench, cluster, 1, mode, build_results, stats_interval))
+            row = before[-1]
+            bench.log(
+                f"  {mode}, 1 worker, results by {build_results}, stats every "
+                f"{stats_interval} s: {row['instances_per_s']:.0f} instances/s, "
+                f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, {row['states']}"
+            )
         for mode in bench.sizes.storm_modes:
             for workers in bench.sizes.storm_workers:
                 rows.append(_storm(bench, cluster, workers, mode))
@@ -76,18 +102,42 @@ def run(bench: Bench) -> dict[str, Any]:
                     row["ratio_to_one_worker"] = ratio(
                         row["instances_per_s"], one["instances_per_s"] if one else None
                     )
+        # And as it runs now, with fewer notifications: what they cost.
+        for notifications in NOTIFICATIONS_FEWER:
+            before.append(_storm(bench, cluster, 1, mode, notifications=notifications))
+            row = before[-1]
+            bench.log(
+                f"  {mode}, 1 worker, notifications {notifications}: "
+                f"{row['instances_per_s']:.0f} instances/s, "
+                f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, {row['states']}"
+            )
     finally:
         cluster.close()
-    return {"rows": rows, "cores": bench.cores, "prefetch": PREFETCH}
+    return {"rows": rows + before, "cores": bench.cores, "prefetch": PREFETCH}
 
 
-def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str, Any]:
+def _storm(
+    bench: Bench,
+    cluster: Cluster,
+    workers: int,
+    mode: str,
+    build_results: str = RESULTS_IN_STORE,
+    stats_interval: float = STATS_INTERVAL,
+    notifications: str = "both",
+) -> dict[str, Any]:
     sizes = bench.sizes
     bench.log(
         f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
-        f"hosts, {workers} worker(s)"
+        f"hosts, {workers} worker(s), build results by {build_results}, stats every "
+        f"{stats_interval} s, notifications {notifications}"
     )
-    cluster.write_config(scheduler={"workers": workers})
+    cluster.write_config(
+        scheduler={"workers": workers},
+        notifications={
+            "enabled": notifications != "off",
+            "format": "both" if notifications == "off" else notifications,
+        },
+    )
     if mode == "backlog":
         cluster.write_config(oslo_messaging_rabbit={"rabbit_qos_prefetch_count": PREFETCH})
     paused: list[int] = []
@@ -104,6 +154,10 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
             str(sizes.storm_fail_rate),
             "--seed",
             "7",
+            "--build-results",
+            build_results,
+            "--stats-interval",
+            str(stats_interval),
         )
         worker = cluster.start("worker", "scheduler.cmd.worker")
         conductor.wait_for("conductor_started", timeout=60)
@@ -147,10 +201,13 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
         resumed = time.time()
         if mode == "backlog":
             meter.start()
+        storm = f"{mode}-{workers}-{build_results}-{stats_interval}-{notifications}"
+        spies = _profile(bench, storm, worker, conductor, compute)
         _signal(paused, signal.SIGCONT)
         paused = []
         records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
         cpu = meter.stop()
+        profiles = _summarise(spies)
         cluster.check_accounting()
     finally:
         _signal(paused, signal.SIGCONT)
@@ -170,6 +227,9 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
     row.update(
         mode=mode,
         workers=workers,
+        build_results=build_results,
+        stats_interval=stats_interval,
+        notifications=notifications,
         instances=len(uuids),
         hosts=sizes.storm_hosts,
         fail_rate=sizes.storm_fail_rate,
@@ -180,8 +240,51 @@ def _storm(bench: Bench, cluster: Cluster, workers: int, mode: str) -> dict[str,
         machine_busy_cores=cpu.pop("machine_busy_cores"),
         cpu_seconds={name: round(v, 2) for name, v in cpu.items() if name != "seconds"}
         | ({"client": round(client_cpu, 2)} if mode == "streamed" else {}),
+        # Every process but the booting client (which a backlog storm leaves out).
+        cpu_ms_per_boot=1000
+        * sum(v for name, v in cpu.items() if name not in ("seconds", "machine_busy_cores"))
+        / len(uuids),
+        profiles=profiles,
     )
     return row
+
+
+#: Seconds each process of the first backlog storm is sampled for (``--profile``).
+PROFILE_SECONDS = 6.0
+
+
+def _profile(
+    bench: Bench, storm: str, worker: Any, conductor: Any, compute: Any
+) -> list[tuple[str, Path, Any]]:
+    """With ``--profile``, py-spy of the worker process, the conductor and the
+    compute simulator while a one-worker backlog drains (``storm``)."""
+    if not (bench.profile and pyspy.available() and storm.startswith("backlog-1-")):
+        return []
+    spies = []
+    for name, pid in (
+        ("worker", worker.serving_pid()),
+        ("conductor", conductor.popen.pid),
+        ("compute", compute.popen.pid),
+    ):
+        raw = bench.out / "profiles" / f"bootstorm-{storm}-{name}.raw"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        spies.append((name, raw, pyspy.record(pid, PROFILE_SECONDS, raw)))
+    return spies
+
+
+def _summarise(spies: list[tuple[str, Path, Any]]) -> list[str]:
+    written = []
+    for name, raw, popen in spies:
+        popen.wait(timeout=120)
+        if not raw.exists():
+            continue
+        path = raw.with_suffix(".txt")
+        path.write_text(
+            pyspy.summarise(raw, f"py-spy of the {name} while a backlog of boots drained")
+        )
+        raw.unlink()
+        written.append(f"profiles/{path.name}")
+    return written
 
 
 def _children_cpu() -> float:

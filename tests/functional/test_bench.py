@@ -107,9 +107,24 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
         pytest.param(
             "bootstorm",
             lambda c: (
-                [(r["mode"], r["workers"]) for r in c["rows"]]
-                == [("backlog", 1), ("backlog", 2)]  # --quick storms from a backlog only
+                # --quick storms from a backlog only: as it runs now with 1 and 2
+                # workers, then as it ran before each change, then with fewer
+                # notifications, each one worker.
+                [
+                    (r["mode"], r["workers"], r["build_results"], r["stats_interval"])
+                    + (r["notifications"],)
+                    for r in c["rows"]
+                ]
+                == [
+                    ("backlog", 1, "store", 0.1, "both"),
+                    ("backlog", 2, "store", 0.1, "both"),
+                    ("backlog", 1, "cast", 0.0, "both"),
+                    ("backlog", 1, "store", 0.0, "both"),
+                    ("backlog", 1, "store", 0.1, "unversioned"),
+                    ("backlog", 1, "store", 0.1, "off"),
+                ]
                 and all(r["states"].get("ACTIVE") for r in c["rows"])
+                and all(r["cpu_ms_per_boot"] > 0 for r in c["rows"])
             ),
             id="bootstorm-1-and-2-workers-reach-active",
         ),

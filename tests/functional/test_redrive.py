@@ -114,6 +114,7 @@ def test_a_request_never_answered_ends_in_error_with_its_claim_released(cluster:
     )
     assert compute.count("build_succeeded") == 0
     assert conductor.count("late_build_result_released") == 0
+    assert compute.count("late_build_result_released") == 0
     assert not set(uuids) & set(cluster.running_vms())
     assert {r.state for r in cluster.store.list_instances(uuids)} == {"ERROR"}
     assert cluster.store.list_consumers() == []

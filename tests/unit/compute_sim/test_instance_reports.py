@@ -175,15 +175,25 @@ def test_running_deleted_instance_action_log_only_logs(make: Any) -> None:
     assert sim.sim.hosts_running(INSTANCE) == ["h1"]
 
 
-def test_an_unknown_running_deleted_instance_action_is_refused() -> None:
-    with pytest.raises(ValueError, match="running_deleted_instance_action must be reap or log"):
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        (
+            {"running_deleted_instance_action": "shutdown"},
+            "running_deleted_instance_action must be reap or log",
+        ),
+        ({"build_results": "mail"}, "build_results must be one of store, cast"),
+    ],
+)
+def test_an_unknown_choice_is_refused(option: dict[str, str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
         ComputeSimulator(
             MemoryStore(),
             Recorded(),  # type: ignore[arg-type]
             ["h1"],
             "sim",
             HostShape(),
-            running_deleted_instance_action="shutdown",
+            **option,  # type: ignore[arg-type]
         )
 
 
