@@ -116,6 +116,7 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
             mode=mode,
             build_results="store",
             notifications="both",
+            per_request=1,
         )
         add(
             "storm_cpu",
@@ -497,7 +498,8 @@ def _storm_md(case: dict[str, Any]) -> str:
             r["workers"],
             f"{r.get('build_results', 'cast')}, stats "
             + (f"≤ {r['stats_interval']} s late" if r.get("stats_interval") else "at once")
-            + f", notifications {r.get('notifications', 'both')}",
+            + f", notifications {r.get('notifications', 'both')}"
+            + f", {r.get('per_request', 1)} a request",
             r["instances"],
             r["hosts"],
             ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
@@ -509,6 +511,7 @@ def _storm_md(case: dict[str, Any]) -> str:
             r.get("ratio_to_one_worker"),
             r.get("machine_busy_cores"),
             r.get("cpu_ms_per_boot"),
+            r.get("amqp_messages_per_boot"),
             ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items()),
         ]
         for r in case["rows"]
@@ -531,7 +534,7 @@ def _storm_md(case: dict[str, Any]) -> str:
                 [
                     "mode",
                     "workers",
-                    "build results, stats, notifications",
+                    "build results, stats, notifications, instances a request",
                     "instances",
                     "hosts",
                     "final states",
@@ -543,6 +546,7 @@ def _storm_md(case: dict[str, Any]) -> str:
                     "ratio to 1 worker",
                     "busy cores",
                     "CPU ms per boot",
+                    "AMQP messages per boot",
                     "CPU seconds over the span",
                 ],
                 rows,

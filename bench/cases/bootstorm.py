@@ -44,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import pyspy
+from bench import amqp, pyspy
 from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
@@ -66,6 +66,9 @@ BEFORE = ((RESULTS_BY_CAST, 0.0), (RESULTS_IN_STORE, 0.0))
 #: ``[notifications]`` of the storms that say what the notifications cost: the
 #: legacy format only (three publishes a boot instead of six), and none.
 NOTIFICATIONS_FEWER = ("unversioned", "off")
+#: Instances per request of the storm that says what a multi-instance request
+#: costs per instance (one run_instance, one pair of notifications per request).
+PER_REQUEST = 10
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -111,6 +114,15 @@ def run(bench: Bench) -> dict[str, Any]:
                 f"{row['instances_per_s']:.0f} instances/s, "
                 f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, {row['states']}"
             )
+        # And with the instances asked for PER_REQUEST at a time.
+        before.append(_storm(bench, cluster, 1, mode, per_request=PER_REQUEST))
+        row = before[-1]
+        bench.log(
+            f"  {mode}, 1 worker, {PER_REQUEST} instances a request: "
+            f"{row['instances_per_s']:.0f} instances/s, "
+            f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, "
+            f"{row['amqp_messages_per_boot']} AMQP messages per boot, {row['states']}"
+        )
     finally:
         cluster.close()
     return {"rows": rows + before, "cores": bench.cores, "prefetch": PREFETCH}
@@ -124,12 +136,13 @@ def _storm(
     build_results: str = RESULTS_IN_STORE,
     stats_interval: float = STATS_INTERVAL,
     notifications: str = "both",
+    per_request: int = 1,
 ) -> dict[str, Any]:
     sizes = bench.sizes
     bench.log(
         f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
         f"hosts, {workers} worker(s), build results by {build_results}, stats every "
-        f"{stats_interval} s, notifications {notifications}"
+        f"{stats_interval} s, notifications {notifications}, {per_request} a request"
     )
     cluster.write_config(
         scheduler={"workers": workers},
@@ -176,6 +189,7 @@ def _storm(
         else:
             meter.start()
         client_cpu = _children_cpu()
+        received = amqp.messages_received()
         out = subprocess.run(
             [
                 sys.executable,
@@ -188,6 +202,8 @@ def _storm(
                 str(sizes.storm_instances),
                 "--flavor",
                 FLAVOR,
+                "--per-request",
+                str(per_request),
                 "--json",
             ],
             capture_output=True,
@@ -207,6 +223,7 @@ def _storm(
         paused = []
         records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
         cpu = meter.stop()
+        received_after = amqp.messages_received()
         profiles = _summarise(spies)
         cluster.check_accounting()
     finally:
@@ -230,6 +247,7 @@ def _storm(
         build_results=build_results,
         stats_interval=stats_interval,
         notifications=notifications,
+        per_request=per_request,
         instances=len(uuids),
         hosts=sizes.storm_hosts,
         fail_rate=sizes.storm_fail_rate,
@@ -244,6 +262,14 @@ def _storm(
         cpu_ms_per_boot=1000
         * sum(v for name, v in cpu.items() if name not in ("seconds", "machine_busy_cores"))
         / len(uuids),
+        # Every message published to the broker from the boot's first cast to the
+        # last instance final, over the instances (bench.amqp: the broker's own
+        # count, so only while the bench is alone on it).
+        amqp_messages_per_boot=(
+            round((received_after - received) / len(uuids), 2)
+            if received is not None and received_after is not None
+            else None
+        ),
         profiles=profiles,
     )
     return row

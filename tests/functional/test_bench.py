@@ -109,22 +109,31 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             lambda c: (
                 # --quick storms from a backlog only: as it runs now with 1 and 2
                 # workers, then as it ran before each change, then with fewer
-                # notifications, each one worker.
+                # notifications, then 10 instances a request, each one worker.
                 [
                     (r["mode"], r["workers"], r["build_results"], r["stats_interval"])
-                    + (r["notifications"],)
+                    + (r["notifications"], r["per_request"])
                     for r in c["rows"]
                 ]
                 == [
-                    ("backlog", 1, "store", 0.1, "both"),
-                    ("backlog", 2, "store", 0.1, "both"),
-                    ("backlog", 1, "cast", 0.0, "both"),
-                    ("backlog", 1, "store", 0.0, "both"),
-                    ("backlog", 1, "store", 0.1, "unversioned"),
-                    ("backlog", 1, "store", 0.1, "off"),
+                    ("backlog", 1, "store", 0.1, "both", 1),
+                    ("backlog", 2, "store", 0.1, "both", 1),
+                    ("backlog", 1, "cast", 0.0, "both", 1),
+                    ("backlog", 1, "store", 0.0, "both", 1),
+                    ("backlog", 1, "store", 0.1, "unversioned", 1),
+                    ("backlog", 1, "store", 0.1, "off", 1),
+                    ("backlog", 1, "store", 0.1, "both", 10),
                 ]
                 and all(r["states"].get("ACTIVE") for r in c["rows"])
                 and all(r["cpu_ms_per_boot"] > 0 for r in c["rows"])
+                # Each boot is at least its run_instance and build casts (less
+                # with several instances a request); the broker's count covers
+                # other users too, so no upper bound.
+                and all(
+                    r["amqp_messages_per_boot"] is None
+                    or r["amqp_messages_per_boot"] >= (2 if r["per_request"] == 1 else 1)
+                    for r in c["rows"]
+                )
             ),
             id="bootstorm-1-and-2-workers-reach-active",
         ),
