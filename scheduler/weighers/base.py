@@ -91,6 +91,14 @@ class BaseWeigher(abc.ABC, Generic[S]):
     #: is applied negated, as Nova does for build failures: the option reads as
     #: "how strongly to avoid", and its value stays what operators write.
     SIGN: ClassVar[float] = 1.0
+    #: True for a weigher whose ``prepare`` depends on more than the request and
+    #: the settings (it learns from the requests it has seen): the shape cache
+    #: (:mod:`scheduler.engine.shapecache`) prepares it for every request, as
+    #: the engine does, instead of keeping its state per request shape. Every
+    #: other weigher's ``prepare`` must read only the request and the settings,
+    #: and its ``raw`` value of a host only that host's rows, the request and
+    #: the state.
+    LEARNS: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
