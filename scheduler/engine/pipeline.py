@@ -62,7 +62,7 @@ from scheduler.engine.hostview import HostView
 from scheduler.engine.placement import Placement, host_constraint_mask, place
 from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
 from scheduler.engine.settings import EngineSettings
-from scheduler.engine.shapecache import ShapeCache, shape_key
+from scheduler.engine.shapecache import ShapeCache
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
@@ -468,7 +468,7 @@ class Engine:
         # decision of its shape found, re-asked where the view changed since
         # (scheduler.engine.shapecache); the same candidates, weights and trace.
         cached = (
-            self.shapes.rank(shape_key(ctx.spec), ctx, states, rng, trace)
+            self.shapes.rank(ctx.spec, ctx, states, rng, trace)
             if self.shapes is not None
             and ShapeCache.cacheable(ctx.spec, self.settings.randomize_candidates, call.all_hosts)
             else None

@@ -77,6 +77,9 @@ if TYPE_CHECKING:
 
 #: How many shapes are kept (the least recently decided goes first).
 MAX_SHAPES = 32
+#: How many request specs' keys are remembered (a caller that asks again with
+#: the same spec object pays for its key once).
+MAX_SPECS = 256
 #: A host's code once it passed a stage (the candidate step, or every filter).
 PASSED = -1
 #: A filter code not worked out yet (the host has not been in the cut since).
@@ -109,6 +112,31 @@ def _frozen(value: Any) -> Hashable:
     return value
 
 
+#: No hosts.
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _member(rows: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
+    """Mask of ``rows`` found in ``sorted_rows`` (ascending)."""
+    if not len(sorted_rows):
+        return np.zeros(len(rows), dtype=bool)
+    at = np.searchsorted(sorted_rows, rows).clip(max=len(sorted_rows) - 1)
+    return sorted_rows[at] == rows
+
+
+@dataclass(frozen=True)
+class _Outline:
+    """What a decision of a shape reads until a host's answer changes: the cut,
+    the candidates after the filters, their placement, and the trace's stage
+    survivors and rejections."""
+
+    cut: np.ndarray
+    candidates: np.ndarray
+    placement: Placement
+    stages: tuple[Any, ...]
+    reasons: Mapping[str, int]
+
+
 @dataclass
 class _Shape:
     """What the decisions of one shape found, valid at view ``version``."""
@@ -136,6 +164,10 @@ class _Shape:
     #: What removed hosts: (stage, reason), the stage the index of a host
     #: constraint, then liveness, then the placement (as the trace counts them).
     causes: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    #: Hosts whose rows changed since their filters' verdict (re-asked in the cut).
+    stale: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
+    #: What the next decision reads, while no host's answer changes (None: work it out).
+    outline: _Outline | None = None
 
 
 class ShapeCache:
@@ -153,6 +185,7 @@ class ShapeCache:
         self._weighers: list[tuple[str, BaseWeigher[Any]]] = [
             (name, w) for name, w in engine.weighers if w.multiplier
         ]
+        self._keys: dict[int, tuple[RequestSpec, Hashable]] = {}
 
     @staticmethod
     def cacheable(spec: RequestSpec, randomized: bool, all_hosts: bool) -> bool:
@@ -168,9 +201,20 @@ class ShapeCache:
             or spec.requested_destination is not None
         )
 
+    def key(self, spec: RequestSpec) -> Hashable:
+        """:func:`shape_key` of ``spec``, remembered for the last specs seen."""
+        held = self._keys.get(id(spec))
+        if held is not None and held[0] is spec:
+            return held[1]
+        key = shape_key(spec)
+        self._keys[id(spec)] = (spec, key)
+        if len(self._keys) > MAX_SPECS:
+            del self._keys[next(iter(self._keys))]
+        return key
+
     def rank(
         self,
-        key: Hashable,
+        spec: RequestSpec,
         ctx: PlacementContext,
         states: CycleState,
         rng: Any,
@@ -181,6 +225,7 @@ class ShapeCache:
         nothing drawn, prepared or traced) when no candidate is left after the
         filters: the uncached stages decide that one."""
         view = self._engine.view
+        key = self.key(spec)
         shape = self._shapes.get(key)
         if shape is not None and shape.epoch == view.epoch:
             changed = view.changed_since(shape.version)
@@ -262,6 +307,7 @@ class ShapeCache:
             shape.raw = [np.concatenate([r, np.zeros(grow)]) for r in shape.raw]
             shape.weighed = np.concatenate([shape.weighed, np.zeros(grow, dtype=bool)])
             shape.stop = end
+            shape.outline = None
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, rows))
 
     def _examine(
@@ -325,11 +371,15 @@ class ShapeCache:
             shape.recheck_at = self._turn(ctx.now, everyone)
         if len(changed):
             code, up, who = self._examine(shape, changed, ctx)
+            if (shape.code[changed] != code).any() or any(
+                (old[changed] != new).any() for old, new in zip(shape.who, who, strict=True)
+            ):
+                shape.outline = None
             shape.code[changed] = code
             shape.up[changed] = up
             for old, new in zip(shape.who, who, strict=True):
                 old[changed] = new
-            shape.filtered[changed] = UNKNOWN
+            shape.stale = np.union1d(shape.stale, changed)
             shape.weighed[changed] = False
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, changed))
         shape.version = view.version
@@ -347,6 +397,8 @@ class ShapeCache:
     @staticmethod
     def _truncate(shape: _Shape, stop: int) -> None:
         shape.stop = stop
+        shape.outline = None
+        shape.stale = shape.stale[shape.stale < stop]
         shape.code = shape.code[:stop]
         shape.up = shape.up[:stop]
         shape.who = [w[:stop] for w in shape.who]
@@ -364,14 +416,34 @@ class ShapeCache:
         rng: Any,
         trace: InstanceTrace,
     ) -> tuple[Placement, Ranking] | None:
-        engine, view = self._engine, self._engine.view
-        limit = self._limit
-        passed = np.flatnonzero(shape.code == PASSED)
-        cut = passed[:limit]
-        # Host filters on the hosts new to the cut, in order.
+        outline = shape.outline
+        cut = (
+            np.flatnonzero(shape.code == PASSED)[: self._limit] if outline is None else outline.cut
+        )
+        # Host filters on the hosts new to the cut, and on those of it that changed.
         todo = cut[shape.filtered[cut] == UNKNOWN]
-        filters = engine.filters
-        for f, (_name, host_filter) in enumerate(filters):
+        if len(shape.stale):
+            stale, shape.stale = shape.stale, _NONE
+            in_cut = _member(stale, cut)
+            shape.filtered[stale[~in_cut]] = UNKNOWN
+            todo = np.union1d(todo, stale[in_cut])
+        if len(todo):
+            before = shape.filtered[todo].copy()
+            self._filter(shape, todo, ctx)
+            if outline is not None and (shape.filtered[todo] != before).any():
+                outline = None
+        if outline is None:
+            outline = shape.outline = self._outline(shape, ctx)
+        if not len(outline.candidates):
+            return None
+        trace.stages.extend(outline.stages)
+        trace.reasons.update(outline.reasons)
+        return outline.placement, self._weigh(shape, outline.candidates, ctx, states, rng, trace)
+
+    def _filter(self, shape: _Shape, todo: np.ndarray, ctx: PlacementContext) -> None:
+        """The host filters, in order, on hosts ``todo`` (their verdicts into the shape)."""
+        view = self._engine.view
+        for f, (_name, host_filter) in enumerate(self._engine.filters):
             state = shape.filter_states[f]
             if not len(todo):
                 break
@@ -381,43 +453,50 @@ class ShapeCache:
             shape.filtered[todo[~keep]] = f
             todo = todo[keep]
         shape.filtered[todo] = PASSED
-        verdict = shape.filtered[cut]
-        candidates = cut[verdict == PASSED]
-        if not len(candidates):
-            return None
-        # The trace, as the candidate step and the filters fill it.
-        assert ctx.request is not None
-        causes = shape.causes
-        constraints = ctx.request.host_constraints
-        counts = np.bincount(shape.code[shape.code >= 0], minlength=len(causes))
-        removed_by_stage = np.zeros(len(constraints) + 1, dtype=np.int64)
-        for c, (stage, reason) in enumerate(causes):
-            if counts[c]:
-                trace.reject(reason, int(counts[c]))
-                if stage <= len(constraints):
-                    removed_by_stage[stage] += counts[c]
-        from scheduler.engine.pipeline import CANDIDATES, HOSTS_UP, OVER_LIMIT
 
+    def _outline(self, shape: _Shape, ctx: PlacementContext) -> _Outline:
+        """The cut, the candidates and the trace's counts, from the shape's codes."""
+        from scheduler.engine.pipeline import CANDIDATES, HOSTS_UP, OVER_LIMIT, StageCount
+
+        view = self._engine.view
+        limit = self._limit
+        passed = np.flatnonzero(shape.code == PASSED)
+        cut = passed[:limit]
+        verdict = shape.filtered[cut]
+        assert ctx.request is not None
+        constraints = ctx.request.host_constraints
+        stages: list[StageCount] = []
+        tally: dict[str, int] = {}
+
+        def reject(reason: str, count: int) -> None:
+            if count:
+                tally[reason] = tally.get(reason, 0) + count
+
+        counts = np.bincount(shape.code[shape.code >= 0], minlength=len(shape.causes))
+        removed_by_stage = np.zeros(len(constraints) + 1, dtype=np.int64)
+        for c, (stage, reason) in enumerate(shape.causes):
+            reject(reason, int(counts[c]))
+            if stage <= len(constraints):
+                removed_by_stage[stage] += counts[c]
         left = shape.stop
         for k, constraint in enumerate(constraints):
             left -= int(removed_by_stage[k])
-            trace.survived(constraint.stage or constraint.reason, left)
+            stages.append(StageCount(constraint.stage or constraint.reason, left))
         left -= int(removed_by_stage[len(constraints)])
-        trace.survived(HOSTS_UP, left)
-        over = max(len(passed) - limit, 0)
-        trace.reject(OVER_LIMIT, over + view.size - shape.stop)
-        trace.survived(CANDIDATES, len(cut))
-        out = np.bincount(verdict[verdict >= 0], minlength=len(filters))
+        stages.append(StageCount(HOSTS_UP, left))
+        reject(OVER_LIMIT, max(len(passed) - limit, 0) + view.size - shape.stop)
+        stages.append(StageCount(CANDIDATES, len(cut)))
+        out = np.bincount(verdict[verdict >= 0], minlength=len(self._engine.filters))
         left = len(cut)
-        for f, (name, host_filter) in enumerate(filters):
+        for f, (name, host_filter) in enumerate(self._engine.filters):
             if out[f]:
-                trace.reject(host_filter.REASON, int(out[f]))
+                reject(host_filter.REASON, int(out[f]))
                 left -= int(out[f])
-            trace.survived(name, left)
+            stages.append(StageCount(name, left))
         placement = Placement(
             cut, tuple(Slot(r, w[cut]) for r, w in zip(shape.resources, shape.who, strict=True))
         )
-        return placement, self._weigh(shape, candidates, ctx, states, rng, trace)
+        return _Outline(cut, cut[verdict == PASSED], placement, tuple(stages), tally)
 
     def _weigh(
         self,
