@@ -137,6 +137,45 @@ class _Outline:
     reasons: Mapping[str, int]
 
 
+def _within(bounds: tuple[float, float], before: np.ndarray, after: np.ndarray) -> bool:
+    """Whether replacing values ``before`` by ``after`` leaves the candidates'
+    scaling ``bounds`` (low, high) as they are: no value that was a bound goes,
+    and no new value passes one. BY_MAX's bounds are (0, top) over values
+    floored at 0, which this answers alike (a value at or below 0 is never top
+    unless top is 0, and then any value above 0 moves it)."""
+    low, high = bounds
+    return bool(
+        len(after) == 0
+        or (
+            (before > low).all()
+            and (before < high).all()
+            and (after > low).all()
+            and (after < high).all()
+        )
+    )
+
+
+@dataclass
+class _Weights:
+    """The weighers' view of one set of candidates: per weigher (in the order of
+    the weighers that run) the raw values over the candidates, their bounds,
+    the multiplier, and the shares; and the total."""
+
+    candidates: np.ndarray
+    count: int
+    values: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    bounds: list[Any] = dataclasses.field(default_factory=list)
+    mult: list[Any] = dataclasses.field(default_factory=list)
+    share: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    total: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.values = [None] * self.count
+        self.bounds = [None] * self.count
+        self.mult = [None] * self.count
+        self.share = [None] * self.count
+
+
 @dataclass
 class _Shape:
     """What the decisions of one shape found, valid at view ``version``."""
@@ -168,6 +207,10 @@ class _Shape:
     stale: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
     #: What the next decision reads, while no host's answer changes (None: work it out).
     outline: _Outline | None = None
+    #: The weighing of the outline's candidates (None: none yet).
+    weights: _Weights | None = None
+    #: Hosts whose rows changed since they were weighed.
+    fresh: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
 
 
 class ShapeCache:
@@ -380,6 +423,7 @@ class ShapeCache:
             for old, new in zip(shape.who, who, strict=True):
                 old[changed] = new
             shape.stale = np.union1d(shape.stale, changed)
+            shape.fresh = np.union1d(shape.fresh, changed)
             shape.weighed[changed] = False
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, changed))
         shape.version = view.version
@@ -399,6 +443,7 @@ class ShapeCache:
         shape.stop = stop
         shape.outline = None
         shape.stale = shape.stale[shape.stale < stop]
+        shape.fresh = shape.fresh[shape.fresh < stop]
         shape.code = shape.code[:stop]
         shape.up = shape.up[:stop]
         shape.who = [w[:stop] for w in shape.who]
@@ -507,33 +552,99 @@ class ShapeCache:
         rng: Any,
         trace: InstanceTrace,
     ) -> Ranking:
+        """The candidates ranked as :meth:`Engine._weigh` ranks them: each
+        weigher's share is its multiplier times its raw values scaled across
+        the candidates. While the candidates stay the same (the shape's
+        :class:`_Weights`), only the hosts whose rows changed are weighed
+        again, and a weigher's shares are scaled afresh only when its bounds
+        across the candidates moved."""
         view = self._engine.view
-        total = np.zeros(len(candidates))
-        shares: list[tuple[str, np.ndarray]] = []
-        if len(candidates) > 1:
+        n = len(candidates)
+        if n < 2:  # one host left: nothing to weigh
+            return self._engine._ranked(candidates, np.zeros(n), [], None, rng, trace)
+        weights = shape.weights
+        if weights is None or weights.candidates is not candidates:
+            weights = shape.weights = _Weights(candidates, len(self._weighers))
             new = candidates[~shape.weighed[candidates]]
-            for w, (name, weigher) in enumerate(self._weighers):
-                raw = shape.raw[w]
-                if weigher.LEARNS:
-                    state = states.of(weigher)
-                    if state != shape.weigher_states[w]:
-                        shape.weigher_states[w] = state
-                        known = np.flatnonzero(shape.weighed)
-                        if len(known) and state is not None:
-                            raw[known] = weigher.raw(view, known, ctx, state)
-                else:
-                    state = shape.weigher_states[w]
-                if state is None:
-                    scaled = np.zeros(len(candidates))
-                else:
-                    if len(new):
-                        raw[new] = weigher.raw(view, new, ctx, state)
-                    scaled = weighers_base.normalise(raw[candidates], weigher.SCALING)
-                share = weigher.SIGN * weigher.multipliers(view, candidates) * scaled
+        else:
+            new = shape.fresh[_member(shape.fresh, candidates)]
+        shape.fresh = _NONE
+        at = np.searchsorted(candidates, new)
+        whole = False
+        for w, (_name, weigher) in enumerate(self._weighers):
+            raw = shape.raw[w]
+            if weigher.LEARNS:
+                state = states.of(weigher)
+                if state != shape.weigher_states[w]:
+                    shape.weigher_states[w] = state
+                    known = np.flatnonzero(shape.weighed)
+                    if len(known) and state is not None:
+                        raw[known] = weigher.raw(view, known, ctx, state)
+                    weights.share[w] = None
+            else:
+                state = shape.weigher_states[w]
+            if state is not None and len(new):
+                raw[new] = weigher.raw(view, new, ctx, state)
+            mult = weigher.multipliers(view, candidates)
+            if isinstance(mult, np.ndarray) or not isinstance(weights.mult[w], float):
+                weights.share[w] = None  # overridden by aggregates: scaled afresh
+            elif mult != weights.mult[w]:
+                weights.share[w] = None
+            weights.mult[w] = mult
+            whole |= self._share(weights, w, weigher, state, raw, new, at)
+        shape.weighed[new] = True
+        shares: list[tuple[str, np.ndarray]] = []
+        for w, (name, _weigher) in enumerate(self._weighers):
+            share = weights.share[w]
+            assert share is not None  # worked out above
+            shares.append((name, share))
+        if whole or weights.total is None:
+            total = np.zeros(n)
+            for _name, share in shares:
                 total += share
-                shares.append((name, share))
-            shape.weighed[new] = True
-        return self._engine._ranked(candidates, total, shares, None, rng, trace)
+            weights.total = total
+        elif len(at):
+            part = np.zeros(len(at))
+            for _name, share in shares:
+                part += share[at]
+            weights.total[at] = part
+        return self._engine._ranked(candidates, weights.total, shares, None, rng, trace)
+
+    @staticmethod
+    def _share(
+        weights: _Weights,
+        w: int,
+        weigher: BaseWeigher[Any],
+        state: Any,
+        raw: np.ndarray,
+        new: np.ndarray,
+        at: np.ndarray,
+    ) -> bool:
+        """Weigher ``w``'s shares of the candidates brought up to date with the
+        raw values of hosts ``new`` (at positions ``at``); True when all of
+        them were worked out again."""
+        n = len(weights.candidates)
+        sign_mult = weigher.SIGN * weights.mult[w]
+        if state is None:  # nothing to weigh: 0 everywhere, as Engine._weigh has it
+            if weights.share[w] is None:
+                weights.share[w] = sign_mult * np.zeros(n)
+                return True
+            return False
+        scaling = weigher.SCALING
+        values = weights.values[w]
+        if weights.share[w] is not None and values is not None:
+            before = values[at]
+            values[at] = raw[new]
+            bounds = weights.bounds[w]
+            if bounds is None or _within(bounds, before, values[at]):
+                scaled = weighers_base.scale(values[at], scaling, bounds)
+                weights.share[w][at] = sign_mult * scaled  # type: ignore[index]
+                return False
+        else:
+            values = weights.values[w] = raw[weights.candidates]
+        bounds = weights.bounds[w] = weighers_base.scale_bounds(values, scaling)
+        weights.share[w] = sign_mult * weighers_base.scale(values, scaling, bounds)
+        return True
 
     def clear(self) -> None:
         self._shapes.clear()

@@ -65,13 +65,33 @@ AS_IS: Scaling = "as_is"
 def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     """Scale raw weights to [0, 1] across the candidates (see module doc)."""
     values = values.astype(np.float64, copy=False)
-    if scaling == AS_IS:  # np.clip's values, without its per call overhead
+    return scale(values, scaling, scale_bounds(values, scaling))
+
+
+#: What scaling reads of all the candidates: (low, high) for BY_RANGE, (0, top)
+#: for BY_MAX, nothing for AS_IS.
+Bounds = tuple[float, float] | None
+
+
+def scale_bounds(values: np.ndarray, scaling: Scaling) -> Bounds:
+    """The bounds ``values`` (float64, every candidate's) are scaled by."""
+    if scaling == AS_IS:
+        return None
+    if scaling == BY_MAX:
+        return 0.0, float(np.maximum(values, 0.0).max(initial=0.0))
+    return float(values.min(initial=np.inf)), float(values.max(initial=-np.inf))
+
+
+def scale(values: np.ndarray, scaling: Scaling, bounds: Bounds) -> np.ndarray:
+    """``values`` (float64, some or all candidates') scaled with the candidates'
+    ``bounds`` (:func:`scale_bounds`): each value's result depends on the value
+    and the bounds alone, so a few candidates can be scaled apart."""
+    if bounds is None:  # AS_IS: np.clip's values, without its per call overhead
         return np.minimum(np.maximum(values, 0.0), 1.0)
+    low, high = bounds
     if scaling == BY_MAX:
         values = np.maximum(values, 0.0)
-        top = values.max(initial=0.0)
-        return values / top if top > 0 else np.zeros_like(values)
-    low, high = values.min(initial=np.inf), values.max(initial=-np.inf)
+        return values / high if high > 0 else np.zeros_like(values)
     if not high > low:
         return np.zeros_like(values)
     return (values - low) / (high - low)

@@ -1,7 +1,8 @@
 """The shape cache decides as the uncached engine: decision by decision, on the
 same view, the same hosts, alternates, weights and trace, as claims of this
 worker and of another one (through the change feed), releases, hosts
-disabled, going down with the clock and coming back change the cloud."""
+disabled, failing builds, going down with the clock and coming back change
+the cloud."""
 
 from __future__ import annotations
 
@@ -55,13 +56,28 @@ _STEP = st.one_of(
     st.tuples(st.just("other worker"), st.integers(0, len(FLAVORS) - 1)),
     st.tuples(st.just("release"), st.integers(0, 1000)),
     st.tuples(st.just("disable"), st.integers(0, 1000)),
+    st.tuples(st.just("build failed"), st.integers(0, 1000)),
+    st.tuples(st.just("build succeeded"), st.integers(0, 1000)),
     st.tuples(st.just("stop"), st.integers(0, 1000)),
     st.tuples(st.just("start"), st.integers(0, 1000)),
     st.tuples(st.just("clock"), st.integers(0, 90)),
 )
 
 
-@pytest.mark.timeout(180)
+#: Weighers scaled across the candidates and not (the defaults), and only
+#: those whose values are shares of a host (each host's share patched alone).
+WEIGHINGS = (
+    {},
+    {
+        "io_ops_weight_multiplier": 0.0,
+        "build_failure_weight_multiplier": 0.0,
+        "hypervisor_version_weight_multiplier": 0.0,
+    },
+)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("weighing", WEIGHINGS, ids=("default", "shares only"))
 @hypothesis_settings(max_examples=150, deadline=None)
 @given(
     kinds=st.lists(st.sampled_from((0, 1, 1, 2, 3, 4, 4, 5)), min_size=1, max_size=60),
@@ -70,7 +86,11 @@ _STEP = st.one_of(
     steps=st.lists(_STEP, min_size=10, max_size=40),
 )
 def test_a_cached_shape_decides_as_the_engine(
-    kinds: list[int], limit: int, instances: int, steps: list[tuple[str, int]]
+    weighing: dict[str, float],
+    kinds: list[int],
+    limit: int,
+    instances: int,
+    steps: list[tuple[str, int]],
 ) -> None:
     # Ranges of 4 x the cut (4 to 32 rows): the scan often stops early, and
     # the cache has to extend and shorten it as hosts fill and free.
@@ -86,6 +106,7 @@ def test_a_cached_shape_decides_as_the_engine(
                 shape_cache=cache,
                 # the largest flavor learned from the last 3 requests: it moves often
                 headroom_window=3,
+                **weighing,
             )
             return Engine(store, options, clock=lambda: clock[0])
 
@@ -105,6 +126,10 @@ def test_a_cached_shape_decides_as_the_engine(
                 name = names[value % len(names)]
                 disabled ^= {name}
                 store.set_service_disabled(name, name in disabled)
+            elif action == "build failed":  # weighed across the candidates, by range
+                store.record_build_result(names[value % len(names)], success=False)
+            elif action == "build succeeded":
+                store.record_build_result(names[value % len(names)], success=True)
             elif action == "stop":
                 stopped.add(names[value % len(names)])
             elif action == "start":
