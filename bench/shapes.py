@@ -8,7 +8,9 @@ top of a cProfile of the cached engine's decisions.
     python -m bench.shapes --hosts 10000 --decisions 2000 [--uncapped] [--profile]
 
 ``--uncapped`` gives both engines a ``max_placement_results`` of the whole
-cloud (every host that fits is a candidate).
+cloud (every host that fits is a candidate). ``--fresh`` makes every request
+a shape never seen before (the catalog's flavor with one more MB each time):
+what the cache costs when it cannot help.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import pstats
 import time
 import uuid as uuidlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,6 +39,7 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=2000)
     parser.add_argument("--uncapped", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--fresh", action="store_true")
     args = parser.parse_args()
     store = MemoryStore()
     plan = cloud.plan(args.hosts)
@@ -55,7 +59,11 @@ def main() -> None:
 
     def decide(engine: Engine, i: int) -> None:
         instance = str(uuidlib.uuid4())
-        engine.select(f"req-{uuidlib.uuid4()}", specs[draws[i]], [instance])
+        spec = specs[draws[i]]
+        if args.fresh:  # the same for both engines: decision i of each
+            flavor = spec.flavor
+            spec = spec.replace(flavor=replace(flavor, memory_mb=flavor.memory_mb + i + 1))
+        engine.select(f"req-{uuidlib.uuid4()}", spec, [instance])
         claimed.append(instance)
 
     for engine in engines.values():  # load the views, fill the caches: not timed

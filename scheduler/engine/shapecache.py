@@ -48,7 +48,9 @@ which change between instances), requests naming their hosts (forced
 hosts, a requested destination), a randomised cut
 (``randomize_allocation_candidates``), dry runs asked for all hosts, and a
 decision that finds no candidate after the filters (the uncached path then
-decides it, with its NoValidHost account and re-driven claims).
+decides it, with its NoValidHost account and re-driven claims). A shape's
+first request is decided uncached too: a shape is kept from its second
+request on, so a stream of shapes never repeated pays only for their keys.
 """
 
 from __future__ import annotations
@@ -229,6 +231,8 @@ class ShapeCache:
             (name, w) for name, w in engine.weighers if w.multiplier
         ]
         self._keys: dict[int, tuple[RequestSpec, Hashable]] = {}
+        # Shapes seen once: kept from their second request on.
+        self._seen: dict[Hashable, None] = {}
 
     @staticmethod
     def cacheable(spec: RequestSpec, randomized: bool, all_hosts: bool) -> bool:
@@ -266,7 +270,9 @@ class ShapeCache:
         """The candidates (their placement) and their ranking, as the uncached
         stages give them, with ``trace`` filled as they fill it; None (and
         nothing drawn, prepared or traced) when no candidate is left after the
-        filters: the uncached stages decide that one."""
+        filters, or the shape is seen for the first time (a shape is kept
+        from its second request on, so a shape never repeated costs what it
+        did without the cache): the uncached stages decide those."""
         view = self._engine.view
         key = self.key(spec)
         shape = self._shapes.get(key)
@@ -280,6 +286,11 @@ class ShapeCache:
         else:
             shape = None
         if shape is None:
+            if key not in self._seen:  # a first sight: decided uncached, at its cost
+                self._seen[key] = None
+                if len(self._seen) > MAX_SPECS:
+                    del self._seen[next(iter(self._seen))]
+                return None
             shape = self._build(ctx)
             self._shapes[key] = shape
             if len(self._shapes) > MAX_SHAPES:
