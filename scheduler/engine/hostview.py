@@ -572,7 +572,7 @@ class HostView:
             return None
         if version == self.version:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(np.array(self._log[version - self._log_start :], dtype=np.int64))
+        return np.array(sorted(set(self._log[version - self._log_start :])), dtype=np.int64)
 
     def _touch(self, row: int) -> None:
         """Log a change of host row ``row``."""

@@ -423,9 +423,11 @@ class ShapeCache:
             )
             changed = np.union1d(changed, turned)
             shape.recheck_at = self._turn(ctx.now, everyone)
+        recoded = False
         if len(changed):
             code, up, who = self._examine(shape, changed, ctx)
-            if (shape.code[changed] != code).any() or any(
+            recoded = bool((shape.code[changed] != code).any())
+            if recoded or any(
                 (old[changed] != new).any() for old, new in zip(shape.who, who, strict=True)
             ):
                 shape.outline = None
@@ -433,11 +435,13 @@ class ShapeCache:
             shape.up[changed] = up
             for old, new in zip(shape.who, who, strict=True):
                 old[changed] = new
-            shape.stale = np.union1d(shape.stale, changed)
-            shape.fresh = np.union1d(shape.fresh, changed)
+            shape.stale = np.union1d(shape.stale, changed) if len(shape.stale) else changed
+            shape.fresh = np.union1d(shape.fresh, changed) if len(shape.fresh) else changed
             shape.weighed[changed] = False
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, changed))
         shape.version = view.version
+        if not recoded:
+            return  # the scan stops where it did
         # Where the scan stops now: sooner, if hosts before the stop passed
         # since; later, if passed hosts left.
         passed = np.flatnonzero(shape.code == PASSED)
@@ -476,13 +480,14 @@ class ShapeCache:
         cut = (
             np.flatnonzero(shape.code == PASSED)[: self._limit] if outline is None else outline.cut
         )
-        # Host filters on the hosts new to the cut, and on those of it that changed.
-        todo = cut[shape.filtered[cut] == UNKNOWN]
+        # Host filters on the hosts new to the cut, and on those of it that changed
+        # (with an outline, the cut is the one every host of it was filtered in).
+        todo = cut[shape.filtered[cut] == UNKNOWN] if outline is None else _NONE
         if len(shape.stale):
             stale, shape.stale = shape.stale, _NONE
             in_cut = _member(stale, cut)
             shape.filtered[stale[~in_cut]] = UNKNOWN
-            todo = np.union1d(todo, stale[in_cut])
+            todo = np.union1d(todo, stale[in_cut]) if len(todo) else stale[in_cut]
         if len(todo):
             before = shape.filtered[todo].copy()
             self._filter(shape, todo, ctx)
