@@ -65,10 +65,13 @@ _STEP = st.one_of(
 
 
 #: Weighers scaled across the candidates and not (the defaults), and only
-#: those whose values are shares of a host (each host's share patched alone).
-WEIGHINGS = (
+#: those whose values are shares of a host (each host's share patched alone),
+#: there with disabled hosts removed by ComputeFilter after the cut rather
+#: than before it (so a host of the cut changes its filter's verdict).
+WEIGHINGS: tuple[dict[str, object], ...] = (
     {},
     {
+        "compute_status_filter": False,
         "io_ops_weight_multiplier": 0.0,
         "build_failure_weight_multiplier": 0.0,
         "hypervisor_version_weight_multiplier": 0.0,
@@ -77,7 +80,7 @@ WEIGHINGS = (
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("weighing", WEIGHINGS, ids=("default", "shares only"))
+@pytest.mark.parametrize("weighing", WEIGHINGS, ids=("default", "shares only, disabled filtered"))
 @hypothesis_settings(max_examples=150, deadline=None)
 @given(
     kinds=st.lists(st.sampled_from((0, 1, 1, 2, 3, 4, 4, 5)), min_size=1, max_size=60),
@@ -86,7 +89,7 @@ WEIGHINGS = (
     steps=st.lists(_STEP, min_size=10, max_size=40),
 )
 def test_a_cached_shape_decides_as_the_engine(
-    weighing: dict[str, float],
+    weighing: dict[str, object],
     kinds: list[int],
     limit: int,
     instances: int,
