@@ -106,6 +106,19 @@ scheduler_opts = [
         "to start the window; a host just after many hosts that cannot take the request "
         "is more likely to be among the candidates than one among many that can.",
     ),
+    cfg.BoolOpt(
+        "shape_cache",
+        default=False,
+        help="Decide a request whose shape (flavor, extra specs, image, zone, project) "
+        "was decided before from what that decision found, asking again only the hosts "
+        "whose records changed since: the same decisions as without it. Off by default: "
+        "with max_placement_results at 1000 a repeated shape's decision is about 8% "
+        "cheaper and a new shape's 5% dearer; with no cut (a "
+        "max_placement_results as large as the cloud) a repeated shape's decision at "
+        "100,000 hosts costs about a quarter, for memory of about 200 bytes per host "
+        "per shape kept (32 shapes at most). Requests in a server group, with host "
+        "hints or naming their hosts are never decided from it.",
+    ),
     cfg.IntOpt(
         "service_down_time",
         default=60,

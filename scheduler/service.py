@@ -51,6 +51,7 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         max_attempts=sc.max_attempts,
         max_placement_results=sc.max_placement_results,
         randomize_candidates=sc.randomize_allocation_candidates,
+        shape_cache=sc.shape_cache,
         service_down_time=float(sc.service_down_time),
         claim_attempts=sc.claim_attempts,
         default_availability_zone=fs.default_availability_zone,

@@ -57,6 +57,17 @@ them (hosts and children alike), so "required", "forbidden", "any of" and
 provider counts as a member of its root's aggregates too (as Placement
 has it).
 
+What changed, for those who keep answers per host (the engine's shape
+cache, :mod:`scheduler.engine.shapecache`): every write to a host's rows
+(its provider, a child of it, its usage, its service, a claim consumed, a
+heartbeat that may bring it back up) appends the host's row to a bounded
+log and moves :attr:`HostView.version` on; :meth:`HostView.changed_since`
+gives the rows changed after a version (None once the log no longer
+reaches back that far). A change of the view's shape (a load, a host
+added, a new resource class, trait or aggregate bit, an aggregate's
+metadata) moves :attr:`HostView.epoch` on instead: nothing kept per host
+survives it.
+
 Only the first :attr:`size` rows of the buffers are hosts (they grow by
 doubling; :attr:`kid_size` for the child table); the public column
 attributes return exactly those rows.
@@ -101,6 +112,8 @@ _INITIAL_ROWS = 64
 #: (class, amount) unit-rule masks a provider table keeps between inventory writes.
 _UNITS_CACHE_SIZE = 64
 _WORD = 64
+#: Changed rows the view remembers (see :meth:`HostView.changed_since`).
+CHANGE_LOG = 8192
 
 
 def _set_words(words: np.ndarray, bits: Iterable[int]) -> None:
@@ -400,6 +413,11 @@ class HostView:
         # host filters and weighers; fed below wherever services, aggregates
         # or rows change (see scheduler/engine/capabilities.py).
         self.capabilities = HostCapabilities(store)
+        #: Moves on at every change of the view's shape (see the module doc).
+        self.epoch = 0
+        # The log of changed host rows: entry k is change number _log_start + k.
+        self._log: list[int] = []
+        self._log_start = 0
         self._clear()
 
     # --- reading the store ----------------------------------------------------------
@@ -538,6 +556,36 @@ class HostView:
                 table.per_class["used"][j, row] += sign * amount
         self._hosts.per_row["consumers"][index] += sign
         self.capabilities.consumed(index, sign)
+        self._touch(index)
+
+    # --- what changed ---------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """How many host-row changes the view has logged (see :meth:`changed_since`)."""
+        return self._log_start + len(self._log)
+
+    def changed_since(self, version: int) -> np.ndarray | None:
+        """The host rows changed after ``version`` (ascending, each once), or
+        None when the log no longer reaches back that far."""
+        if version < self._log_start:
+            return None
+        if version == self.version:
+            return np.zeros(0, dtype=np.int64)
+        return np.array(sorted(set(self._log[version - self._log_start :])), dtype=np.int64)
+
+    def _touch(self, row: int) -> None:
+        """Log a change of host row ``row``."""
+        log = self._log
+        log.append(row)
+        if len(log) > CHANGE_LOG:
+            half = len(log) // 2
+            del log[:half]
+            self._log_start += half
+
+    def _reshaped(self) -> None:
+        """The view's shape changed: what is kept per host is void."""
+        self.epoch += 1
 
     # --- questions the pipeline asks ------------------------------------------------
 
@@ -824,6 +872,7 @@ class HostView:
     # --- internals ------------------------------------------------------------------
 
     def _clear(self) -> None:
+        self._reshaped()
         self._hosts = _ProviderTable(_HOST_ROW_COLUMNS)
         self.names = []
         self.uuids = []
@@ -869,6 +918,7 @@ class HostView:
         """The bit of a trait (``kind="trait"``) or aggregate, widening the words."""
         bit = ids.get(name)
         if bit is None:
+            self._reshaped()
             bit = ids[name] = len(ids)
             words = bit // _WORD + 1
             if words > self._words_of[kind]:
@@ -899,6 +949,7 @@ class HostView:
     def _rc_row(self, rc: str) -> int:
         j = self._rc.get(rc)
         if j is None:
+            self._reshaped()
             j = self._rc[rc] = len(self._rc_names)
             self._rc_names.append(rc)
             self._hosts.add_class()
@@ -935,6 +986,7 @@ class HostView:
         elif change.kind == "usage":
             self._put_usage(change.data)
         elif change.kind == "aggregate":
+            self._reshaped()
             self._aggregates[change.data.uuid] = change.data
             self._set_zones = None
             self._agg_names = None
@@ -969,6 +1021,7 @@ class HostView:
         elif p.generation < row["generation"][i]:
             return  # older than what the view holds (a provider re-read got ahead)
         self._confirmed(p.uuid)
+        self._touch(i)
         self._write_provider(self._hosts, i, p)
         row["consumers"][i] = p.consumers
         row["agg_set"][i] = self._agg_code(frozenset(p.aggregates))
@@ -1000,7 +1053,10 @@ class HostView:
         elif p.generation < kids.per_row["generation"][k]:
             return
         self._confirmed(p.uuid)
-        self._kid_classes.update(p.inventories)
+        self._touch(host)
+        if not self._kid_classes.issuperset(p.inventories):
+            self._reshaped()  # a class children offer now: asked of them from now on
+            self._kid_classes.update(p.inventories)
         self._write_provider(kids, k, p)
         kids.per_row["host"][k] = host
 
@@ -1012,6 +1068,7 @@ class HostView:
         if row is None or data["generation"] < table.per_row["generation"][row]:
             return  # unknown, or older than what the view holds
         self._confirmed(data["uuid"])
+        self._touch(row if k is None else int(self._kids.per_row["host"][k]))
         for rc in data["usages"]:
             self._rc_row(rc)
         table.write_usages(row, data["usages"], self._rc)
@@ -1034,6 +1091,7 @@ class HostView:
         return None if i is None else int(self._hosts.per_row["generation"][i])
 
     def _add_row(self, p: Provider) -> int:
+        self._reshaped()
         i = self._hosts.add_row()
         self.capabilities.grow(self._hosts.allocated)
         self.names.append(p.name)
@@ -1050,6 +1108,7 @@ class HostView:
         return i
 
     def _put_service(self, i: int, service: Service) -> None:
+        self._touch(i)
         row = self._hosts.per_row
         row["has_service"][i] = True
         # A fed record's heartbeat may be older than one the view re-read since
@@ -1114,5 +1173,10 @@ class HostView:
         keep[keep] = self._hosts.per_row["has_service"][rows[keep]]
         rows, when = rows[keep], when[keep]
         last_seen = self._hosts.per_row["last_seen"]
-        last_seen[rows] = np.maximum(last_seen[rows], when)
+        before = last_seen[rows]
+        # A host up before stays up until its deadline (those who keep answers
+        # per host watch the clock for that); one that was down may be up now.
+        for row in rows[(when > before) & ~rules.is_up(now, before, self._down_time)].tolist():
+            self._touch(row)
+        last_seen[rows] = np.maximum(before, when)
         self._services_read_at = now

@@ -62,6 +62,7 @@ from scheduler.engine.hostview import HostView
 from scheduler.engine.placement import Placement, host_constraint_mask, place
 from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
 from scheduler.engine.settings import EngineSettings
+from scheduler.engine.shapecache import ShapeCache
 from scheduler.exceptions import (
     ClaimFailed,
     ConsumerConflict,
@@ -274,6 +275,8 @@ class Engine:
         # Times each wait for it (scheduler_engine_wait_seconds), so a
         # decision's own time is told apart from its wait.
         self._lock = health.EngineLock()
+        #: Repeated request shapes decided from what their last decision found.
+        self.shapes = ShapeCache(self) if settings.shape_cache else None
 
     @contextlib.contextmanager
     def fresh_view(self) -> Iterator[HostView]:
@@ -461,25 +464,40 @@ class Engine:
         if call.all_hosts:
             trace.by_name = []
         call.traces[-1] = trace
-        # Candidates: host constraints, liveness, then the provider
-        # trees with room for every request group; what placement
-        # answers. Disabled and down hosts go before the cut, and
-        # the cut bounds all that follows.
-        placement = self._candidates(ctx, rng, trace)
-        # Host filters, in configured order, on candidates only.
-        candidates = self._filter(placement.hosts, ctx, states, trace)
-        # No host now: unless a re-driven request placed this
-        # instance already, that is the answer.
-        held = self.store.get_consumer(instance_uuid) if claim and not len(candidates) else None
-        if held is not None and self._on_a_down_host(held, now):
-            # Its host died with the build (no result will come):
-            # place it afresh, as if it had never been placed.
-            self._release_from_down_host(held)
-            held = None
-        if not len(candidates) and held is None:
-            raise self._no_valid_host(trace)
-        # Weighers rank the survivors (a shuffle first breaks ties at random).
-        ranked = self._weigh(candidates, ctx, states, rng, trace)
+        # A repeated shape: the stages below, answered from what the last
+        # decision of its shape found, re-asked where the view changed since
+        # (scheduler.engine.shapecache); the same candidates, weights and trace.
+        cached = (
+            self.shapes.rank(ctx.spec, ctx, states, rng, trace)
+            if self.shapes is not None
+            and ShapeCache.cacheable(ctx.spec, self.settings.randomize_candidates, call.all_hosts)
+            else None
+        )
+        held = None
+        if cached is not None:
+            placement, ranked = cached
+        else:
+            # Candidates: host constraints, liveness, then the provider
+            # trees with room for every request group; what placement
+            # answers. Disabled and down hosts go before the cut, and
+            # the cut bounds all that follows.
+            placement = self._candidates(ctx, rng, trace)
+            # Host filters, in configured order, on candidates only.
+            candidates = self._filter(placement.hosts, ctx, states, trace)
+            # No host now: unless a re-driven request placed this
+            # instance already, that is the answer.
+            held = (
+                self.store.get_consumer(instance_uuid) if claim and not len(candidates) else None
+            )
+            if held is not None and self._on_a_down_host(held, now):
+                # Its host died with the build (no result will come):
+                # place it afresh, as if it had never been placed.
+                self._release_from_down_host(held)
+                held = None
+            if not len(candidates) and held is None:
+                raise self._no_valid_host(trace)
+            # Weighers rank the survivors (a shuffle first breaks ties at random).
+            ranked = self._weigh(candidates, ctx, states, rng, trace)
         if held is not None:
             index, primary = self._held(held, ranked, trace, ctx.spec)
         else:
@@ -695,6 +713,19 @@ class Engine:
                         parts.append((norm, mult))
                     total += share
                     shares.append((name, share))
+        return self._ranked(candidates, total, shares, parts, rng, trace)
+
+    def _ranked(
+        self,
+        candidates: np.ndarray,
+        total: np.ndarray,
+        shares: Sequence[tuple[str, np.ndarray]],
+        parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
+        rng: np.random.Generator,
+        trace: InstanceTrace,
+    ) -> Ranking:
+        """The weighed candidates ranked (ties drawn with ``rng``), the best in
+        ``trace`` with each weigher's share (and, given ``parts``, all of them)."""
         settings = self.settings
         head = (
             max(settings.host_subset_size, settings.claim_attempts + 1, TRACE_TOP)

@@ -123,6 +123,9 @@ class EngineSettings:
     max_attempts: int = 3
     max_placement_results: int = 1000
     randomize_candidates: bool = False
+    #: Decide repeated request shapes from what their last decision found
+    #: (scheduler.engine.shapecache): the same decisions.
+    shape_cache: bool = False
     service_down_time: float = 60.0
     claim_attempts: int = 5
     default_availability_zone: str = "nova"

@@ -65,13 +65,33 @@ AS_IS: Scaling = "as_is"
 def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     """Scale raw weights to [0, 1] across the candidates (see module doc)."""
     values = values.astype(np.float64, copy=False)
-    if scaling == AS_IS:  # np.clip's values, without its per call overhead
+    return scale(values, scaling, scale_bounds(values, scaling))
+
+
+#: What scaling reads of all the candidates: (low, high) for BY_RANGE, (0, top)
+#: for BY_MAX, nothing for AS_IS.
+Bounds = tuple[float, float] | None
+
+
+def scale_bounds(values: np.ndarray, scaling: Scaling) -> Bounds:
+    """The bounds ``values`` (float64, every candidate's) are scaled by."""
+    if scaling == AS_IS:
+        return None
+    if scaling == BY_MAX:
+        return 0.0, float(np.maximum(values, 0.0).max(initial=0.0))
+    return float(values.min(initial=np.inf)), float(values.max(initial=-np.inf))
+
+
+def scale(values: np.ndarray, scaling: Scaling, bounds: Bounds) -> np.ndarray:
+    """``values`` (float64, some or all candidates') scaled with the candidates'
+    ``bounds`` (:func:`scale_bounds`): each value's result depends on the value
+    and the bounds alone, so a few candidates can be scaled apart."""
+    if bounds is None:  # AS_IS: np.clip's values, without its per call overhead
         return np.minimum(np.maximum(values, 0.0), 1.0)
+    low, high = bounds
     if scaling == BY_MAX:
         values = np.maximum(values, 0.0)
-        top = values.max(initial=0.0)
-        return values / top if top > 0 else np.zeros_like(values)
-    low, high = values.min(initial=np.inf), values.max(initial=-np.inf)
+        return values / high if high > 0 else np.zeros_like(values)
     if not high > low:
         return np.zeros_like(values)
     return (values - low) / (high - low)
@@ -91,6 +111,14 @@ class BaseWeigher(abc.ABC, Generic[S]):
     #: is applied negated, as Nova does for build failures: the option reads as
     #: "how strongly to avoid", and its value stays what operators write.
     SIGN: ClassVar[float] = 1.0
+    #: True for a weigher whose ``prepare`` depends on more than the request and
+    #: the settings (it learns from the requests it has seen): the shape cache
+    #: (:mod:`scheduler.engine.shapecache`) prepares it for every request, as
+    #: the engine does, instead of keeping its state per request shape. Every
+    #: other weigher's ``prepare`` must read only the request and the settings,
+    #: and its ``raw`` value of a host only that host's rows, the request and
+    #: the state.
+    LEARNS: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

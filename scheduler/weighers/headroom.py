@@ -65,6 +65,7 @@ class HeadroomWeigher(BaseWeigher[Headroom]):
     """Places of the largest flavor kept (positive: a request that costs none is better)."""
 
     SCALING = AS_IS
+    LEARNS = True  # the largest flavor, from the requests seen
 
     @dataclass(frozen=True)
     class Args(PluginArgs):
