@@ -78,6 +78,21 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             id="engine-ratio-to-baseline",
         ),
         pytest.param(
+            "engine",
+            # The no-cut request and the five-flavor stream, each with the shape
+            # cache off (the default) and on.
+            lambda c: (
+                {
+                    "1 instance, uncapped",
+                    "1 instance, uncapped, shape cache",
+                    "five-flavor stream",
+                    "five-flavor stream, shape cache",
+                }
+                <= {r["request"] for r in c["rows"] if r["store"] == "memory"}
+            ),
+            id="engine-shape-cache-rows",
+        ),
+        pytest.param(
             "hostview",
             lambda c: all(r["load_ms"] > 0 for r in c["cold_load"]),
             id="hostview-cold-load",

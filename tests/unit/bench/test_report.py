@@ -132,6 +132,30 @@ def _cell(**figures: Any) -> dict[str, Any]:
         ),
         pytest.param(
             {
+                "engine": _rows(
+                    ("memory", 100000, "1 instance, uncapped", 9.0),
+                    ("memory", 100000, "1 instance, uncapped, shape cache", 2.5),
+                )
+            },
+            "engine_uncapped_100k",
+            "shape_cache on, p99 5.00 ms",
+            "met",
+            id="engine-uncapped-cached-its-own-row",
+        ),
+        pytest.param(
+            {
+                "engine": _rows(
+                    ("memory", 100000, "1 instance, uncapped", 9.0),
+                    ("memory", 100000, "1 instance, uncapped, shape cache", 2.5),
+                )
+            },
+            "engine_uncapped_100k",
+            "shape_cache off, the default, p99 18.0 ms",
+            "**missed**",
+            id="engine-uncapped-default-its-own-row",
+        ),
+        pytest.param(
+            {
                 "rabbit": {
                     "rows": [{"call": "select_destinations", "callers": 16, "ratio_to_echo": 0.85}]
                 }
