@@ -919,13 +919,16 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
                 "1 instance",
                 "1 instance, alternated",
                 "1 instance, uncapped",
+                "1 instance, uncapped" + CACHED,
                 "five-flavor stream",
+                "five-flavor stream" + CACHED,
             )
         ]
         parts += [
             "",
             "Engine in-process, 1 instance with 2 alternates, claim included (ms); with no "
-            "max_placement_results cut, and each request of a flavor drawn from the catalog:",
+            "max_placement_results cut, and each request of a flavor drawn from the catalog, "
+            "with `[scheduler] shape_cache` off (the default) and on:",
             "",
             _table(["store", "hosts", "request", "median", "p99", "decisions/s"], rows),
         ]
