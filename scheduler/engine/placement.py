@@ -422,9 +422,24 @@ def place(
     Host constraints are not asked here (see :func:`host_constraint_mask`)."""
     step = _Step(view, hosts, alive, reject, removed)
     slots = step.unsuffixed(request.unsuffixed, shared=bool(request.numbered))
-    for group in sorted(request.numbered, key=_most_particular_first):
+    for group in _numbered_in_order(request):
         slots.append(step.numbered(group, request.isolate))
     return step.result(slots)
+
+
+def slot_resources(request: ResourceRequest) -> tuple[Mapping[str, int], ...]:
+    """The resources of each slot of :func:`place`'s placements of ``request``,
+    in its order: one slot per class of the unsuffixed group, then one per
+    numbered group, the most particular first."""
+    return (
+        *({rc: amount} for rc, amount in request.unsuffixed.resources.items()),
+        *(dict(group.resources) for group in _numbered_in_order(request)),
+    )
+
+
+def _numbered_in_order(request: ResourceRequest) -> list[RequestGroup]:
+    """The numbered groups in the order they choose their providers."""
+    return sorted(request.numbered, key=_most_particular_first)
 
 
 def _most_particular_first(group: RequestGroup) -> tuple[int, str]:

@@ -65,7 +65,14 @@ import numpy as np
 
 from scheduler import rules
 from scheduler.engine import reasons
-from scheduler.engine.placement import ROOT, Placement, Slot, host_constraint_mask, place
+from scheduler.engine.placement import (
+    ROOT,
+    Placement,
+    Slot,
+    host_constraint_mask,
+    place,
+    slot_resources,
+)
 
 # as a module, not a name: a weigher plugin imported first loads this through
 # the engine while its own base is still loading
@@ -302,7 +309,7 @@ class ShapeCache:
     def _build(self, ctx: PlacementContext) -> _Shape:
         view = self._engine.view
         assert ctx.request is not None
-        slots = self._slots(ctx)
+        slots = slot_resources(ctx.request)
         filters = self._engine.filters
         shape = _Shape(
             epoch=view.epoch,
@@ -321,19 +328,6 @@ class ShapeCache:
         )
         self._extend(shape, ctx)
         return shape
-
-    @staticmethod
-    def _slots(ctx: PlacementContext) -> tuple[Mapping[str, int], ...]:
-        """The resources of each slot of the request's placement (as place() makes them)."""
-        from scheduler.engine.placement import _most_particular_first
-
-        request = ctx.request
-        assert request is not None
-        slots: list[Mapping[str, int]] = [
-            {rc: n} for rc, n in request.unsuffixed.resources.items()
-        ]
-        slots += [dict(g.resources) for g in sorted(request.numbered, key=_most_particular_first)]
-        return tuple(slots)
 
     def _ends(self, size: int) -> list[int]:
         from scheduler.engine.pipeline import _spans
