@@ -21,6 +21,7 @@ import ssl
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import amqp
@@ -44,6 +45,32 @@ def _url(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messaging.Transpo
 
 def _shown(url: oslo_messaging.TransportURL) -> str:
     return mask_secrets(str(url))
+
+
+@dataclass(frozen=True)
+class BrokerHost:
+    """One broker host of a transport URL, with what the URL leaves out
+    filled in as the rabbit driver fills it (localhost, 5672, guest)."""
+
+    hostname: str
+    port: int
+    username: str
+    password: str
+    virtual_host: str
+
+
+def broker_hosts(url: oslo_messaging.TransportURL) -> list[BrokerHost]:
+    """The broker hosts of ``url``, in its order (empty when it names none)."""
+    return [
+        BrokerHost(
+            host.hostname or "localhost",
+            host.port or 5672,
+            host.username or "guest",
+            host.password or "guest",
+            url.virtual_host or "/",
+        )
+        for host in url.hosts
+    ]
 
 
 def _ssl(conf: cfg.ConfigOpts) -> bool | dict[str, Any]:
@@ -82,16 +109,16 @@ def _connected(
     url = _url(conf, url_text)
     deadline = time.monotonic() + timeout
     reason = "no broker host in the transport URL"
-    for host in url.hosts:
+    for host in broker_hosts(url):
         left = deadline - time.monotonic()
         if left <= 0:
             reason = f"no answer within {timeout:g} s"
             break
         conn = amqp.Connection(
-            host=f"{host.hostname or 'localhost'}:{host.port or 5672}",
-            userid=host.username or "guest",
-            password=host.password or "guest",
-            virtual_host=url.virtual_host or "/",
+            host=f"{host.hostname}:{host.port}",
+            userid=host.username,
+            password=host.password,
+            virtual_host=host.virtual_host,
             ssl=_ssl(conf),
             connect_timeout=left,
             read_timeout=left,

@@ -123,13 +123,13 @@ def kombu_urls(url: oslo_messaging.TransportURL) -> list[str]:
     vhost = quote(url.virtual_host or "/", safe="")
     return [
         "pyamqp://{}:{}@{}:{}/{}".format(
-            quote(host.username or "guest", safe=""),
-            quote(host.password or "guest", safe=""),
-            host.hostname or "localhost",
-            host.port or 5672,
-            vhost,
+            quote(host.username, safe=""),
+            quote(host.password, safe=""),
+            host.hostname,
+            host.port,
+            quote(host.virtual_host, safe=""),
         )
-        for host in url.hosts
+        for host in broker.broker_hosts(url)
     ] or [f"pyamqp://guest:guest@localhost:5672/{vhost}"]
 
 
