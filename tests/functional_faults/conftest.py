@@ -803,6 +803,21 @@ class SentinelGroup:
             client.execute_command("ACL", "SETUSER", self.REPL_USER, "off")
             client.execute_command("CLIENT", "KILL", "USER", self.REPL_USER)
 
+    def events(self, last: int = 60) -> str:
+        """The events the sentinels logged (failovers, conversions, TILT mode),
+        the ``last`` of them: what a wait on the sentinels that timed out
+        says, the logs going with the group."""
+        lines = []
+        for port, _, path in self.sentinels:
+            log = path / "sentinel.log"
+            text = log.read_text(errors="replace") if log.exists() else ""
+            lines += [
+                f"sentinel {port}: {line}"
+                for line in text.splitlines()
+                if " # " in line or " * +" in line
+            ]
+        return "\n".join(lines[-last:])
+
     def master_port(self) -> int:
         _, port = self.sentinel("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
         return int(port)

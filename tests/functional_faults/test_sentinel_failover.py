@@ -166,7 +166,12 @@ def test_a_failover_mid_storm_loses_no_acknowledged_boot(
     # The old master back, as the sentinels make it: the new master's replica
     # (until then, with min_replicas = 1, no write is acknowledged at all).
     group.master.start()
-    wait_until(lambda: link_role(group.master) == "slave", 30, "the old master to be a replica")
+    try:
+        wait_until(
+            lambda: link_role(group.master) == "slave", 30, "the old master to be a replica"
+        )
+    except AssertionError as exc:  # once in a clean-clone run: say what the sentinels did
+        raise AssertionError(f"{exc}; the sentinels logged:\n{group.events()}") from None
     wait_until(lambda: replica_online(group.replica), 30, "the old master to sync")
 
     storm.settle(90)
