@@ -31,7 +31,8 @@ from oslo_config import cfg
 
 from compute_sim.manager import (
     BUILD_RESULTS,
-    RESULTS_IN_STORE,
+    DEFAULT_BUILD_RESULTS,
+    DEFAULT_STATS_INTERVAL,
     AggregateSpec,
     ComputeSimulator,
     ComputeStore,
@@ -94,7 +95,7 @@ cli_opts = _cli.with_defaults(
         cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
         cfg.FloatOpt(
             "stats-interval",
-            default=0.1,
+            default=DEFAULT_STATS_INTERVAL,
             min=0.0,
             help="Seconds the hosts' stats (builds in progress, image counts) may wait to "
             "be reported, every host's changes in that time in one store write; 0 reports "
@@ -102,7 +103,7 @@ cli_opts = _cli.with_defaults(
         ),
         cfg.StrOpt(
             "build-results",
-            default=RESULTS_IN_STORE,
+            default=DEFAULT_BUILD_RESULTS,
             choices=BUILD_RESULTS,
             help="How a build's success reaches the conductor: 'store', the record made "
             "ACTIVE in the store by this process (the conductor's rule, no message), or "

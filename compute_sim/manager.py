@@ -224,6 +224,11 @@ LOG_ONLY = "log"
 RESULTS_IN_STORE = "store"
 RESULTS_BY_CAST = "cast"
 BUILD_RESULTS = (RESULTS_IN_STORE, RESULTS_BY_CAST)
+#: The defaults of ``--build-results`` and ``--stats-interval`` (the demo's
+#: too). The class's own defaults are a cast per result and each stats change
+#: reported at once: one message or write per step, which unit tests step through.
+DEFAULT_BUILD_RESULTS = RESULTS_IN_STORE
+DEFAULT_STATS_INTERVAL = 0.1
 #: The stat counting the operations this process started on a host (builds,
 #: resizes' preps, live migrations' checks): it only grows, so a host's report
 #: after an operation started always differs from the one before it.

@@ -26,7 +26,12 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_sim.manager import ComputeSimulator, HostShape
+from compute_sim.manager import (
+    DEFAULT_BUILD_RESULTS,
+    DEFAULT_STATS_INTERVAL,
+    ComputeSimulator,
+    HostShape,
+)
 from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, BootReport, ConductorEndpoint
 from conductor_stub.report import format_fill, format_report
@@ -233,6 +238,8 @@ def play(args: argparse.Namespace) -> BootReport:
         build_time=args.build_time,
         fail_rate=args.fail_rate,
         seed=args.seed,
+        build_results=DEFAULT_BUILD_RESULTS,
+        stats_interval=DEFAULT_STATS_INTERVAL,
     )
     sim.register()
     resolver = ServiceResolver(store)
