@@ -138,7 +138,15 @@ def test_ctrl_c_exits_130_without_a_traceback(cluster: Cluster) -> None:
     wait_until(lambda: bool(list(cluster.store.scan_instances())), 60, "the boot's record")
     time.sleep(0.5)  # into its wait
     boot.send_signal(signal.SIGINT)
-    out, err = boot.communicate(timeout=60)
+    try:
+        out, err = boot.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it is stuck
+        spy = Path(sys.executable).with_name("py-spy")
+        stacks = subprocess.run(
+            [str(spy), "dump", "--pid", str(boot.pid)], capture_output=True, text=True
+        )
+        boot.kill()
+        pytest.fail(f"boot did not leave on Ctrl-C; its threads:\n{stacks.stdout}{stacks.stderr}")
     assert (boot.returncode, out, err) == (130, "", "")
 
     compute = cluster.start_compute(2)
