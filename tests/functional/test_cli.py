@@ -126,6 +126,12 @@ def interrupt(proc: Process) -> int:
     return proc.popen.wait(timeout=60)
 
 
+def sigint_as_from_a_terminal() -> None:
+    """SIGINT at its default in the child, whatever this run inherited (a run
+    started in the background has it ignored, and so would the command)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_without_a_traceback(cluster: Cluster) -> None:
     # A boot waiting for instances no worker will place.
     boot = subprocess.Popen(
@@ -134,6 +140,7 @@ def test_ctrl_c_exits_130_without_a_traceback(cluster: Cluster) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_from_a_terminal,
     )  # fmt: skip
     wait_until(lambda: bool(list(cluster.store.scan_instances())), 60, "the boot's record")
     time.sleep(0.5)  # into its wait

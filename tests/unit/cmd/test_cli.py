@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import kombu.exceptions
 import pytest
@@ -231,6 +232,10 @@ STUCK_CLEANUP = """
 import signal, sys, time
 from scheduler.cmd import _cli
 
+# As a Python started from a terminal has it, whatever ignored SIGINT for this
+# test run (a run started in the background inherits it ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def body():
     try:
         print("waiting", flush=True)
@@ -256,8 +261,16 @@ def test_ctrl_c_leaves_at_once_whatever_the_command_would_clean_up() -> None:
     assert (proc.returncode, out, err) == (_cli.EXIT_INTERRUPTED, "", "")
 
 
-def test_the_interrupt_handler_is_the_commands_while_it_runs_only() -> None:
+@pytest.mark.parametrize("before", [signal.default_int_handler, signal.SIG_IGN])
+def test_the_interrupt_handler_is_the_commands_while_it_runs_only(before: Any) -> None:
     seen = []
-    assert _cli.run("x", lambda: seen.append(signal.getsignal(signal.SIGINT)), []) == 0
-    assert seen[0] is not signal.default_int_handler
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    kept = signal.signal(signal.SIGINT, before)
+    try:
+        assert _cli.run("x", lambda: seen.append(signal.getsignal(signal.SIGINT)), []) == 0
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        signal.signal(signal.SIGINT, kept)
+    if before is signal.SIG_IGN:  # SIGINT ignored where the command was started: it stays so
+        assert seen == [signal.SIG_IGN]
+    else:
+        assert seen[0] not in (signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL)
