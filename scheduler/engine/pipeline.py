@@ -675,10 +675,12 @@ class Engine:
             skipped = False
             if len(candidates) and (state := states.of(host_filter)) is not None:
                 keep = host_filter.passes(self.view, candidates, ctx, state)
-                trace.reject(host_filter.REASON, len(candidates) - int(np.count_nonzero(keep)))
+                removed = len(candidates) - int(np.count_nonzero(keep))
+                trace.reject(host_filter.REASON, removed)
                 if by_name:
                     out.append((host_filter.REASON, candidates[~keep]))
-                candidates = candidates[keep]
+                if removed:  # (a filter that keeps every host: nothing to copy)
+                    candidates = candidates[keep]
             else:
                 skipped = bool(len(candidates))
             trace.survived(name, len(candidates))
@@ -702,8 +704,12 @@ class Engine:
             [] if trace.by_name is not None else None
         )
         if len(candidates) > 1:  # one host left: nothing to weigh
-            for name, weigher in self.weighers:
-                if weigher.multiplier:
+            # Several weighers read the same columns of the candidates
+            # (capacity, usage): each is gathered once.
+            with self.view.gathering(candidates):
+                for name, weigher in self.weighers:
+                    if not weigher.multiplier:
+                        continue
                     state = states.of(weigher)
                     if parts is None:
                         share = weigher.weigh(self.view, candidates, ctx, state)
