@@ -87,6 +87,10 @@ def scale(values: np.ndarray, scaling: Scaling, bounds: Bounds) -> np.ndarray:
     ``bounds`` (:func:`scale_bounds`): each value's result depends on the value
     and the bounds alone, so a few candidates can be scaled apart."""
     if bounds is None:  # AS_IS: np.clip's values, without its per call overhead
+        if values.min(initial=0.0) >= 0.0 and values.max(initial=1.0) <= 1.0:
+            # Nothing to clip (no NaN either: it fails both tests): the values
+            # as clipping leaves them, -0.0 made 0.0 as np.maximum does.
+            return values + 0.0
         return np.minimum(np.maximum(values, 0.0), 1.0)
     low, high = bounds
     if scaling == BY_MAX:
