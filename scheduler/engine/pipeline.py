@@ -717,7 +717,8 @@ class Engine:
                         norm, mult = self._weigher_parts(weigher, candidates, ctx, state)
                         share = mult * norm
                         parts.append((norm, mult))
-                    total += share
+                    if state is not None:  # (None: a share of 0 everywhere adds nothing)
+                        total += share
                     shares.append((name, share))
         return self._ranked(candidates, total, shares, parts, rng, trace)
 
