@@ -1266,9 +1266,12 @@ def _near_head(key: np.ndarray, head: int) -> np.ndarray:
     At least ``head`` keys are no larger than it, so the ``head``-th smallest key
     and every key up to it are among them, and a partition of those few finds
     what a partition of all of them would. Every position when the sample has
-    fewer numbers than the head (its bound is NaN)."""
-    stride = max(1, len(key) // max(HEAD_SAMPLE, head))
-    sample = key[::stride]  # at least max(HEAD_SAMPLE, head) keys, or all of them
+    fewer numbers than the head (its bound is NaN), or fewer keys than two
+    samples (a sample would save little)."""
+    stride = len(key) // max(HEAD_SAMPLE, head)
+    if stride < 2:
+        return np.arange(len(key))
+    sample = key[::stride]  # at least max(HEAD_SAMPLE, head) keys
     bound = np.partition(sample, head - 1)[head - 1]
     if np.isnan(bound):
         return np.arange(len(key))
