@@ -431,11 +431,11 @@ class HostCapabilities:
 
     def io_ops(self, idx: np.ndarray) -> np.ndarray:
         """Builds in progress per host (reported, plus this worker's since)."""
-        return self._io_ops[idx]
+        return self._io_ops.take(idx)
 
     def hypervisor_version(self, idx: np.ndarray) -> np.ndarray:
         """Reported hypervisor version per host, 0 when unknown."""
-        return self._version[idx]
+        return self._version.take(idx)
 
     def has_attribute(self, key: str) -> bool:
         return key in self._attributes

@@ -75,9 +75,10 @@ attributes return exactly those rows.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from types import MappingProxyType
@@ -418,6 +419,9 @@ class HostView:
         # The log of changed host rows: entry k is change number _log_start + k.
         self._log: list[int] = []
         self._log_start = 0
+        # Per-class columns of the hosts being weighed, each gathered once
+        # (see gathering()): those hosts, and (column, class row) -> values.
+        self._gathered: tuple[np.ndarray, dict[tuple[str, int], np.ndarray]] | None = None
         self._clear()
 
     # --- reading the store ----------------------------------------------------------
@@ -761,13 +765,36 @@ class HostView:
             ok &= ~bad
         return ok
 
+    @contextlib.contextmanager
+    def gathering(self, idx: np.ndarray) -> Iterator[None]:
+        """While open, a per-class column asked of the hosts ``idx`` (this array)
+        is gathered from the host table once, whichever question asks it: the
+        weighers of one decision read the same few columns of the same
+        candidates (capacity and usage, for free amounts and used shares).
+        Nothing may write the view meanwhile (the engine's lock is held)."""
+        self._gathered = (idx, {})
+        try:
+            yield
+        finally:
+            self._gathered = None
+
+    def _of_hosts(self, column: str, j: int, idx: np.ndarray) -> np.ndarray:
+        """Column ``column`` of class row ``j`` on the hosts in ``idx``: gathered
+        once while :meth:`gathering` them (read-only: the gather is shared)."""
+        gathered = self._gathered
+        if gathered is None or gathered[0] is not idx:
+            return self._hosts.per_class[column][j].take(idx)
+        values = gathered[1].get((column, j))
+        if values is None:
+            values = gathered[1][column, j] = self._hosts.per_class[column][j].take(idx)
+        return values
+
     def free(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Free capacity of ``rc`` (allocation ratio applied) on the hosts in ``idx``."""
         j = self._rc.get(rc)
         if j is None:
             return np.zeros(len(idx), dtype=np.int64)
-        per_class = self._hosts.per_class
-        return per_class["capacity"][j].take(idx) - per_class["used"][j].take(idx)
+        return self._of_hosts("capacity", j, idx) - self._of_hosts("used", j, idx)
 
     def free_of_overcommitted_total(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """``total * ratio - reserved - used`` of ``rc`` on the hosts in ``idx``
@@ -777,18 +804,16 @@ class HostView:
         j = self._rc.get(rc)
         if j is None:
             return np.zeros(len(idx), dtype=np.float64)
-        per_class = self._hosts.per_class
-        scaled = per_class["total"][j, idx] * per_class["ratio"][j, idx]
-        return scaled - per_class["reserved"][j, idx] - per_class["used"][j, idx]
+        scaled = self._of_hosts("total", j, idx) * self._of_hosts("ratio", j, idx)
+        return scaled - self._of_hosts("reserved", j, idx) - self._of_hosts("used", j, idx)
 
     def free_ignoring_ratio(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Physically free ``rc`` (total - reserved - used) on the hosts in ``idx``."""
         j = self._rc.get(rc)
         if j is None:
             return np.zeros(len(idx), dtype=np.int64)
-        per_class = self._hosts.per_class
-        physical = per_class["total"][j, idx] - per_class["reserved"][j, idx]
-        return physical - per_class["used"][j, idx]
+        physical = self._of_hosts("total", j, idx) - self._of_hosts("reserved", j, idx)
+        return physical - self._of_hosts("used", j, idx)
 
     def used_fractions(
         self, rcs: Sequence[str], idx: np.ndarray, adding: Sequence[int] | None = None
@@ -799,17 +824,15 @@ class HostView:
         class. One gather per class row, and no mask where every host has
         capacity (the common case: the weighers ask it for every decision)."""
         out = np.empty((len(rcs), len(idx)))
-        per_class = self._hosts.per_class
-        capacity, used = per_class["capacity"], per_class["used"]
         for k, rc in enumerate(rcs):
             j = self._rc.get(rc)
             if j is None:
                 out[k] = np.nan
                 continue
-            cap = capacity[j].take(idx)
-            num = used[j].take(idx)
+            cap = self._of_hosts("capacity", j, idx)
+            num = self._of_hosts("used", j, idx)
             if adding is not None and adding[k]:
-                num += adding[k]  # exact in int64, as the float sum it stands for
+                num = num + adding[k]  # exact in int64, as the float sum it stands for
             if cap.min(initial=1) > 0:
                 np.true_divide(num, cap, out=out[k])
             else:

@@ -675,10 +675,12 @@ class Engine:
             skipped = False
             if len(candidates) and (state := states.of(host_filter)) is not None:
                 keep = host_filter.passes(self.view, candidates, ctx, state)
-                trace.reject(host_filter.REASON, len(candidates) - int(np.count_nonzero(keep)))
+                removed = len(candidates) - int(np.count_nonzero(keep))
+                trace.reject(host_filter.REASON, removed)
                 if by_name:
                     out.append((host_filter.REASON, candidates[~keep]))
-                candidates = candidates[keep]
+                if removed:  # (a filter that keeps every host: nothing to copy)
+                    candidates = candidates[keep]
             else:
                 skipped = bool(len(candidates))
             trace.survived(name, len(candidates))
@@ -702,8 +704,12 @@ class Engine:
             [] if trace.by_name is not None else None
         )
         if len(candidates) > 1:  # one host left: nothing to weigh
-            for name, weigher in self.weighers:
-                if weigher.multiplier:
+            # Several weighers read the same columns of the candidates
+            # (capacity, usage): each is gathered once.
+            with self.view.gathering(candidates):
+                for name, weigher in self.weighers:
+                    if not weigher.multiplier:
+                        continue
                     state = states.of(weigher)
                     if parts is None:
                         share = weigher.weigh(self.view, candidates, ctx, state)
@@ -711,7 +717,8 @@ class Engine:
                         norm, mult = self._weigher_parts(weigher, candidates, ctx, state)
                         share = mult * norm
                         parts.append((norm, mult))
-                    total += share
+                    if state is not None:  # (None: a share of 0 everywhere adds nothing)
+                        total += share
                     shares.append((name, share))
         return self._ranked(candidates, total, shares, parts, rng, trace)
 
@@ -1169,8 +1176,9 @@ class Ranking:
     equal totals keep their given order (reached only when the best hosts
     were refused, or by explain).
 
-    Only the head is ordered when the ranking is made (a partition, then a
-    sort of the few hosts at the top); the rest is sorted the first time a
+    Only the head is ordered when the ranking is made (a partition of the
+    few totals near the top, bounded from a sample, then a sort of the hosts
+    at the top); the rest is sorted the first time a
     position past the head is asked for, so a decision among 100,000
     candidates does not sort them all.
     """
@@ -1193,7 +1201,8 @@ class Ranking:
         if n < 2:
             return np.arange(n)
         head = min(head, n)
-        edge = np.partition(key, head - 1)[head - 1]
+        near = _near_head(key, head)
+        edge = np.partition(key[near], head - 1)[head - 1]
         if np.isnan(edge):  # fewer numbers than the head: sort them all, NaN last
             order = np.argsort(key, kind="stable")
             numbers = int(np.count_nonzero(~np.isnan(key)))
@@ -1201,10 +1210,11 @@ class Ranking:
             self._rest = lambda: order[numbers:]
         else:
             # The stable order of the whole (by total, then position), in three
-            # parts: above the head's last total, equal to it, below it.
-            better = np.flatnonzero(key < edge)
+            # parts: above the head's last total, equal to it (both among the
+            # positions near the head), below it.
+            better = near[key[near] < edge]
             better = better[np.argsort(key[better], kind="stable")]
-            tied = np.flatnonzero(key == edge)
+            tied = near[key[near] == edge]
             self._rest = lambda: np.flatnonzero(~(key <= edge))  # NaN too, as argsort
         start = len(better)
         if start > 1:  # runs of equal totals wholly inside the head
@@ -1244,6 +1254,28 @@ class Ranking:
         """The weight of the host at view index ``index``, if it is a candidate."""
         at = np.flatnonzero(self.candidates == index)
         return float(self.total[at[0]]) if len(at) else None
+
+
+#: How many keys, at least, the ranking samples to bound the head (see _near_head).
+HEAD_SAMPLE = 1024
+
+
+def _near_head(key: np.ndarray, head: int) -> np.ndarray:
+    """Positions (ascending) of the keys no larger than a bound taken from a
+    sample, every ``stride``-th key: the ``head``-th smallest of the sample.
+    At least ``head`` keys are no larger than it, so the ``head``-th smallest key
+    and every key up to it are among them, and a partition of those few finds
+    what a partition of all of them would. Every position when the sample has
+    fewer numbers than the head (its bound is NaN), or fewer keys than two
+    samples (a sample would save little)."""
+    stride = len(key) // max(HEAD_SAMPLE, head)
+    if stride < 2:
+        return np.arange(len(key))
+    sample = key[::stride]  # at least max(HEAD_SAMPLE, head) keys
+    bound = np.partition(sample, head - 1)[head - 1]
+    if np.isnan(bound):
+        return np.arange(len(key))
+    return np.flatnonzero(key <= bound)
 
 
 def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:

@@ -397,13 +397,20 @@ class _Step:
 
     def result(self, slots: list[Slot]) -> Placement:
         keep = self.alive
+        hosts = self.hosts[keep]
         out = []
         for slot in slots:
+            if not len(self.kids):
+                # Trees of one provider: a host no root could take a slot on
+                # was dropped before the slot was chosen, so every host kept
+                # has each slot on its root.
+                out.append(Slot(slot.resources, np.full(len(hosts), ROOT)))
+                continue
             who = slot.who[keep]
-            if len(self.kids) and (who >= 0).any():  # kid positions -> kid table rows
+            if (who >= 0).any():  # kid positions -> kid table rows
                 who = np.where(who >= 0, self.kids[np.maximum(who, 0)], who)
             out.append(Slot(slot.resources, who))
-        return Placement(self.hosts[keep], tuple(out))
+        return Placement(hosts, tuple(out))
 
 
 def place(

@@ -42,5 +42,5 @@ class ComputeFilter(BaseFilter[bool]):
     def passes(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        up = rules.is_up(ctx.now, view.last_seen[candidates], self.settings.service_down_time)
-        return up & ~view.disabled[candidates]
+        up = rules.is_up(ctx.now, view.last_seen.take(candidates), self.settings.service_down_time)
+        return up & ~view.disabled.take(candidates)

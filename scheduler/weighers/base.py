@@ -64,7 +64,6 @@ AS_IS: Scaling = "as_is"
 
 def normalise(values: np.ndarray, scaling: Scaling) -> np.ndarray:
     """Scale raw weights to [0, 1] across the candidates (see module doc)."""
-    values = values.astype(np.float64, copy=False)
     return scale(values, scaling, scale_bounds(values, scaling))
 
 
@@ -74,26 +73,37 @@ Bounds = tuple[float, float] | None
 
 
 def scale_bounds(values: np.ndarray, scaling: Scaling) -> Bounds:
-    """The bounds ``values`` (float64, every candidate's) are scaled by."""
+    """The bounds ``values`` (every candidate's) are scaled by, as floats.
+
+    Integers are read as they are, not converted first: the float of their
+    lowest or highest is the lowest or highest of their floats."""
     if scaling == AS_IS:
         return None
     if scaling == BY_MAX:
-        return 0.0, float(np.maximum(values, 0.0).max(initial=0.0))
-    return float(values.min(initial=np.inf)), float(values.max(initial=-np.inf))
+        # A top of 0 or less (its sign included) scales nothing: all 0.
+        return 0.0, float(values.max(initial=0))
+    if not len(values):
+        return np.inf, -np.inf
+    return float(values.min()), float(values.max())
 
 
 def scale(values: np.ndarray, scaling: Scaling, bounds: Bounds) -> np.ndarray:
-    """``values`` (float64, some or all candidates') scaled with the candidates'
-    ``bounds`` (:func:`scale_bounds`): each value's result depends on the value
-    and the bounds alone, so a few candidates can be scaled apart."""
+    """``values`` (some or all candidates') scaled with the candidates'
+    ``bounds`` (:func:`scale_bounds`), as float64: each value's result depends on
+    the value and the bounds alone, so a few candidates can be scaled apart.
+    Integers are converted by the arithmetic itself (no converted copy)."""
     if bounds is None:  # AS_IS: np.clip's values, without its per call overhead
+        values = values.astype(np.float64, copy=False)
+        if values.min(initial=0.0) >= 0.0 and values.max(initial=1.0) <= 1.0:
+            # Nothing to clip (no NaN either: it fails both tests): the values
+            # as clipping leaves them, -0.0 made 0.0 as np.maximum does.
+            return values + 0.0
         return np.minimum(np.maximum(values, 0.0), 1.0)
     low, high = bounds
     if scaling == BY_MAX:
-        values = np.maximum(values, 0.0)
-        return values / high if high > 0 else np.zeros_like(values)
+        return np.maximum(values, 0.0) / high if high > 0 else np.zeros(len(values))
     if not high > low:
-        return np.zeros_like(values)
+        return np.zeros(len(values))
     return (values - low) / (high - low)
 
 

@@ -50,4 +50,4 @@ class BuildFailureWeigher(BaseWeigher[bool]):
     def raw(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        return view.failed_builds[candidates]
+        return view.failed_builds.take(candidates)

@@ -133,16 +133,18 @@ class HeadroomWeigher(BaseWeigher[Headroom]):
     def raw(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: Headroom
     ) -> np.ndarray:
-        # Per class, how many of the largest flavor fit before and after (whole
-        # amounts: floor division), the host's count being its classes' lowest.
-        # A row per class: the candidates are few enough that the number of
-        # array operations is the cost.
-        fits = zip(state.classes, state.largest, state.demand, strict=True)
-        rc, largest, demand = next(fits)  # prepare gives one class at least
-        free = view.free(rc, candidates)
-        before, after = free // largest, (free - demand) // largest
-        for rc, largest, demand in fits:
-            free = view.free(rc, candidates)
-            np.minimum(before, free // largest, out=before)
-            np.minimum(after, (free - demand) // largest, out=after)
-        return (after >= before).astype(np.float64)
+        # How many of the largest flavor fit (whole amounts: floor division),
+        # the host's count being its classes' lowest. The request leaves as
+        # many fitting where every class still has room for that many once it
+        # is placed: (free - demand) // largest >= fits, that is free - demand
+        # >= fits * largest (whole numbers), with no second division. A row
+        # per class: the candidates are few enough that the number of array
+        # operations is the cost.
+        free = [view.free(rc, candidates) for rc in state.classes]
+        fits = free[0] // state.largest[0]  # prepare gives one class at least
+        for left, largest in zip(free[1:], state.largest[1:], strict=True):
+            np.minimum(fits, left // largest, out=fits)
+        keeps = np.ones(len(candidates), dtype=bool)
+        for left, largest, demand in zip(free, state.largest, state.demand, strict=True):
+            keeps &= left - demand >= fits * largest
+        return keeps.astype(np.float64)

@@ -642,6 +642,31 @@ def test_ranking_without_ties_is_the_plain_order() -> None:
     assert _rank(values, np.random.default_rng(1), 2).tolist() == [1, 3, 2, 0]
 
 
+@pytest.mark.parametrize(
+    "kind", ["distinct", "few-values", "nan", "mostly-nan", "all-equal", "best-at-the-end"]
+)
+def test_ranking_from_a_sample_is_the_ranking_of_every_total(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The head is bounded from a sample of the totals (every stride-th); with a
+    # sample of every total the bound is the head's own last total.
+    rng = np.random.default_rng(11)
+    values = {
+        "distinct": rng.random(20_000),
+        "few-values": rng.integers(0, 4, size=20_000).astype(float),
+        "nan": np.where(rng.random(20_000) < 0.3, np.nan, rng.random(20_000)),
+        "mostly-nan": np.where(np.arange(20_000) % 5000 == 7, 1.0, np.nan),
+        "all-equal": np.ones(20_000),
+        "best-at-the-end": np.arange(20_000, dtype=float),
+    }[kind]
+    head = 9
+    sampled = [_rank(values, np.random.default_rng(seed), head) for seed in range(3)]
+    monkeypatch.setattr("scheduler.engine.pipeline.HEAD_SAMPLE", len(values))
+    whole = [_rank(values, np.random.default_rng(seed), head) for seed in range(3)]
+    for a, b in zip(sampled, whole, strict=True):
+        assert a.tolist() == b.tolist()
+
+
 def _members_on(store: HookedStore, policy: str, *hosts: str) -> object:
     """Claims one member of a ``policy`` group on each of ``hosts``; the group."""
     g = group(policy)
