@@ -16,7 +16,6 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -121,15 +120,9 @@ def run(
     """Run a command's ``body`` and return its exit status, saying a known
     failure in one line (``prog: message``) and leaving quietly on Ctrl-C."""
     args = list(sys.argv[1:] if argv is None else argv)
-    # Ctrl-C leaves from the signal handler itself: a KeyboardInterrupt would
-    # unwind through whatever library code it lands in (a lock taken and not
-    # given back, a ``finally`` that closes a transport and waits on its
-    # threads) or be swallowed where Python ignores exceptions (``__del__``).
-    # A daemon installs its own handler (graceful stop) over this one.
-    previous = _leave_on_interrupt()
     try:
         return body() or 0
-    except KeyboardInterrupt:  # a handler other than ours was in place
+    except KeyboardInterrupt:
         return interrupted()
     except rpc.SEND_FAILURES as exc:  # a client given retries, whose broker went away
         if "--debug" in args or _debug():
@@ -143,21 +136,6 @@ def run(
         message = getattr(exc, "message", None) or str(exc)
         print(f"{prog}: {message.strip().splitlines()[0]}", file=sys.stderr)
         return failed
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _leave_on_interrupt() -> Any:
-    """Make SIGINT call :func:`interrupted` if Python's default handler is in
-    place and this is the main thread; return the handler replaced, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.default_int_handler:
-        return None
-    signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted())
-    return previous
 
 
 def _debug() -> bool:

@@ -5,11 +5,7 @@ process (as an operator runs it); none reaches a broker or a store here."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import kombu.exceptions
 import pytest
@@ -224,53 +220,3 @@ def test_without_config_file_the_project_files_are_read(
         f"scheduler-admin: [scheduler] workers = 'many' in {found}: "
         "invalid literal for int() with base 10: 'many'\n",
     )
-
-
-#: A command stopped by Ctrl-C while it waits, with a cleanup that never ends
-#: (as a transport's close waiting on a lock the interrupt left taken).
-STUCK_CLEANUP = """
-import signal, sys, time
-from scheduler.cmd import _cli
-
-# As a Python started from a terminal has it, whatever ignored SIGINT for this
-# test run (a run started in the background inherits it ignored).
-signal.signal(signal.SIGINT, signal.default_int_handler)
-
-def body():
-    try:
-        print("waiting", flush=True)
-        time.sleep(60)
-    finally:
-        time.sleep(60)
-
-sys.exit(_cli.run("stuck", body, []))
-"""
-
-
-def test_ctrl_c_leaves_at_once_whatever_the_command_would_clean_up() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STUCK_CLEANUP],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == "waiting\n"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
-    assert (proc.returncode, out, err) == (_cli.EXIT_INTERRUPTED, "", "")
-
-
-@pytest.mark.parametrize("before", [signal.default_int_handler, signal.SIG_IGN])
-def test_the_interrupt_handler_is_the_commands_while_it_runs_only(before: Any) -> None:
-    seen = []
-    kept = signal.signal(signal.SIGINT, before)
-    try:
-        assert _cli.run("x", lambda: seen.append(signal.getsignal(signal.SIGINT)), []) == 0
-        assert signal.getsignal(signal.SIGINT) is before
-    finally:
-        signal.signal(signal.SIGINT, kept)
-    if before is signal.SIG_IGN:  # SIGINT ignored where the command was started: it stays so
-        assert seen == [signal.SIG_IGN]
-    else:
-        assert seen[0] not in (signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL)
