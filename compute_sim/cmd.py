@@ -29,16 +29,16 @@ from typing import Any
 
 from oslo_config import cfg
 
+from compute_sim.driver import ComputeDriver
+from compute_sim.hosts import AggregateSpec, HostShape, Topology
 from compute_sim.manager import (
-    BUILD_RESULTS,
     DEFAULT_BUILD_RESULTS,
     DEFAULT_STATS_INTERVAL,
-    AggregateSpec,
-    ComputeSimulator,
+    ComputeManager,
     ComputeStore,
-    HostShape,
-    Topology,
 )
+from compute_sim.ops.build import BUILD_RESULTS
+from compute_sim.simulator import SimulatedDriver
 from scheduler import broker, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
@@ -232,12 +232,29 @@ def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
     )
 
 
-def build_simulator(
+def make_driver(conf: cfg.ConfigOpts) -> ComputeDriver:
+    """The simulator, with its options."""
+    return SimulatedDriver(
+        build_time=conf.build_time,
+        fail_rate=conf.fail_rate,
+        fail_hosts=conf.fail_hosts,
+        fail_resize_hosts=conf.fail_resize_hosts,
+        live_migration_fail_rate=conf.live_migration_fail_rate,
+        live_migration_fail_hosts=conf.live_migration_fail_hosts,
+        seed=conf.seed,
+    )
+
+
+def build_compute(
     conf: cfg.ConfigOpts,
     store: ComputeStore,
     transport: Any,
     server_name: str,
-) -> ComputeSimulator:
+) -> ComputeManager:
+    """The compute manager of this process, over its driver.
+
+    :raises ValueError: an option value it cannot read.
+    """
     c = conf.compute
     shape = HostShape(
         vcpus=conf.vcpus,
@@ -259,31 +276,31 @@ def build_simulator(
         gpus_per_host=conf.gpus_per_host,
         gpu_traits=tuple(conf.gpu_traits),
     )
-    return ComputeSimulator(
-        store,
-        rpc.ConductorClient(transport, conf.conductor.topic),
-        hosts,
-        server_name,
-        shape,
-        build_time=conf.build_time,
-        fail_rate=conf.fail_rate,
-        fail_hosts=conf.fail_hosts,
-        availability_zones=conf.availability_zones,
-        seed=conf.seed,
-        compute=rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
-        fail_resize_hosts=conf.fail_resize_hosts,
-        topology=topology,
-        capabilities=capability_report(conf),
-        report_stats=conf.report_stats,
-        service_down_time=float(conf.scheduler.service_down_time),
-        # Remember a deleted instance as long as the store fences its claims.
-        terminated_retention=float(conf.conductor.deleted_retention),
-        live_migration_fail_rate=conf.live_migration_fail_rate,
-        live_migration_fail_hosts=conf.live_migration_fail_hosts,
-        running_deleted_instance_action=c.running_deleted_instance_action,
-        build_results=conf.build_results,
-        stats_interval=conf.stats_interval,
-    )
+    capabilities = capability_report(conf)
+    driver = make_driver(conf)
+    try:
+        return ComputeManager(
+            store,
+            rpc.ConductorClient(transport, conf.conductor.topic),
+            hosts,
+            server_name,
+            shape,
+            driver,
+            availability_zones=conf.availability_zones,
+            compute=rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+            topology=topology,
+            capabilities=capabilities,
+            report_stats=conf.report_stats,
+            service_down_time=float(conf.scheduler.service_down_time),
+            # Remember a deleted instance as long as the store fences its claims.
+            terminated_retention=float(conf.conductor.deleted_retention),
+            running_deleted_instance_action=c.running_deleted_instance_action,
+            build_results=conf.build_results,
+            stats_interval=conf.stats_interval,
+        )
+    except ValueError:
+        driver.cleanup_host()
+        raise
 
 
 def _mark_down(store: ComputeStore, hosts: Sequence[str]) -> None:
@@ -299,7 +316,7 @@ def _mark_down(store: ComputeStore, hosts: Sequence[str]) -> None:
     LOG.info("hosts_marked_down", count=len(hosts))
 
 
-def _report_loop(sim: ComputeSimulator, interval: float, stop: threading.Event) -> None:
+def _report_loop(sim: ComputeManager, interval: float, stop: threading.Event) -> None:
     """Report what the hosts run at once, then every ``interval`` seconds; a
     failed report is logged and the next interval reports again."""
     while True:
@@ -321,7 +338,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # over its server queue instead of leaving one behind per process.
     server_name = f"sim-{conf.name_prefix}"
     try:
-        sim = build_simulator(conf, store, transport, server_name)
+        sim = build_compute(conf, store, transport, server_name)
     except ValueError as exc:  # an option value it cannot read, named by the error
         print(f"compute-sim: {exc}", file=sys.stderr)
         return 2

@@ -26,12 +26,9 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_sim.manager import (
-    DEFAULT_BUILD_RESULTS,
-    DEFAULT_STATS_INTERVAL,
-    ComputeSimulator,
-    HostShape,
-)
+from compute_sim.hosts import HostShape
+from compute_sim.manager import DEFAULT_BUILD_RESULTS, DEFAULT_STATS_INTERVAL
+from compute_sim.simulator import ComputeSimulator
 from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, BootReport, ConductorEndpoint
 from conductor_stub.report import format_fill, format_report

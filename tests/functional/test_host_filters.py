@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import aggregate_uuid, provider_uuid
+from compute_sim.hosts import aggregate_uuid, provider_uuid
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import Flavor, Image, RequestSpec, Selection

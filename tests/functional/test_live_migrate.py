@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from conductor_stub.delete import Deleter
 from scheduler.cmd.admin import render_instance
 from scheduler.exceptions import MaxRetriesExceeded

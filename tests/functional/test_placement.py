@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import aggregate_uuid, gpu_name, provider_uuid
+from compute_sim.hosts import aggregate_uuid, gpu_name, provider_uuid
 from scheduler import rpc
 from scheduler.exceptions import InvalidRequest, NoValidHost
 from scheduler.objects import Flavor, RequestSpec, Selection

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import RequestTimedOut
 from scheduler.objects import FINAL_STATES, InstanceRecord
 from tests.functional.conftest import Cluster

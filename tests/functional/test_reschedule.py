@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import MaxRetriesExceeded, NoValidHost
 from scheduler.objects import AllocationRequest
 from tests.functional.conftest import Cluster

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from conductor_stub.flavors import BUILTIN
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import migration_uuid_for

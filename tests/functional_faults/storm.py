@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from conductor_stub.flavors import load_catalog
 from scheduler.objects import FINAL_STATES, InstanceRecord
 from tests.functional_faults.conftest import FaultCluster, wait_until

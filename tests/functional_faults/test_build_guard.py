@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from scheduler import rpc
 from scheduler.exceptions import RequestTimedOut
 from scheduler.objects import ERROR, AllocationRequest, RequestSpec, Selection

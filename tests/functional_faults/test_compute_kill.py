@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import signal
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import RequestTimedOut
 from tests.functional_faults.conftest import FaultCluster, wait_until
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm

@@ -11,13 +11,9 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import (
-    LIVE_CHECKING,
-    LIVE_FAILED,
-    ComputeSimulator,
-    HostShape,
-    provider_uuid,
-)
+from compute_sim.hosts import HostShape, provider_uuid
+from compute_sim.ledger import FAILED, LIVE, UNDER_WAY
+from compute_sim.simulator import ComputeSimulator
 from scheduler import rpc
 from scheduler.objects import (
     DELETING,
@@ -119,8 +115,8 @@ class Hosts:
     def wait_step(self, side: str, step: str) -> None:
         """Until the migration to h2 reached ``step`` on its ``side``."""
         deadline = time.monotonic() + 5
-        while self.sim._live.get((MIGRATION, "h2", side)) != step:
-            assert time.monotonic() < deadline, self.sim._live
+        while self.sim.ledger.get(INSTANCE, (LIVE, MIGRATION, "h2", side)) != step:
+            assert time.monotonic() < deadline, self.sim.ledger.steps_of(INSTANCE)
             time.sleep(0.01)
 
     def wait(self, name: str, count: int = 1) -> None:
@@ -218,7 +214,7 @@ def test_a_delete_in_the_middle_leaves_no_vm_and_reports_nothing(make: Any) -> N
     )
     for host in ("h1", "h2"):
         hosts.sim.terminate_instance(CTXT, INSTANCE, host)
-    hosts.wait_step("dest", LIVE_FAILED)  # the check in flight ended
+    hosts.wait_step("dest", FAILED)  # the check in flight ended
 
     assert hosts.sim.hosts_running(INSTANCE) == []
     assert [n for n in hosts.conductor.names if n != "build_succeeded"] == [
@@ -268,10 +264,10 @@ def test_the_live_migration_casts_are_sent_at_1_5_alone(transport: Any) -> None:
 def test_a_live_migration_given_up_meanwhile_is_abandoned_on_the_source(make: Any) -> None:
     hosts = make(build_time=0.2)
     hosts.check()
-    hosts.wait_step("source", LIVE_CHECKING)  # the source's check under way
+    hosts.wait_step("source", UNDER_WAY)  # the source's check under way
     # The conductor gives it up: the source's allocation back to the instance.
     assert hosts.store.move_allocations(MIGRATION, INSTANCE, replace=True)
-    hosts.wait_step("source", LIVE_FAILED)
+    hosts.wait_step("source", FAILED)
 
     assert hosts.sim.hosts_running(INSTANCE) == ["h1"]
     assert hosts.compute.names == ["check_can_live_migrate_source"]

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import structlog
 
-from compute_sim.manager import ComputeSimulator, HostShape
+from compute_sim.hosts import HostShape
+from compute_sim.simulator import ComputeSimulator
 from conductor_stub.manager import ConductorEndpoint
 from scheduler import conf as conf_mod
 from scheduler import rpc

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import BUILD_FAILED, STEP_FAILED
+from compute_sim.ledger import BUILD, FAILED, REBUILD
 from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import BUILDING, DELETING, ERROR
 from tests.unit.compute_sim import test_simulator
@@ -82,8 +82,8 @@ def test_a_build_whose_claim_went_while_it_ran_makes_no_vm(make: Any) -> None:
     sim.build("h1")
     sim.store.update_instance(INSTANCE, state=ERROR, task_state=None)
     sim.store.release(INSTANCE)
-    key = ("h1", CTXT.request_id)
-    until(lambda: sim.sim._builds[INSTANCE].get(key) == BUILD_FAILED, "the build dropped")
+    key = (BUILD, "h1", CTXT.request_id)
+    until(lambda: sim.sim.ledger.get(INSTANCE, key) == FAILED, "the build dropped")
     nothing_done(sim)
     assert sim.io_ops("h1") == 0, "the dropped build no longer counts as under way"
 
@@ -117,7 +117,9 @@ def test_a_rebuild_that_cannot_be_the_live_attempt_is_dropped(
     sim.claim(INSTANCE, claim_on)
     rebuild(sim, "h2", **changes)
     nothing_done(sim)
-    assert (MIGRATION, "h2") not in sim.sim._migrations, "refused before its ledger"
+    assert sim.sim.ledger.get(INSTANCE, (REBUILD, MIGRATION, "h2")) is None, (
+        "refused before its ledger"
+    )
 
 
 def test_a_rebuild_whose_claim_went_while_it_ran_makes_no_vm(make: Any) -> None:
@@ -125,7 +127,10 @@ def test_a_rebuild_whose_claim_went_while_it_ran_makes_no_vm(make: Any) -> None:
     sim.claim(INSTANCE, "h2")
     rebuild(sim, "h2")
     sim.store.release(INSTANCE)  # the conductor gave the evacuation up meanwhile
-    until(lambda: sim.sim._migrations[(MIGRATION, "h2")] == STEP_FAILED, "the rebuild dropped")
+    until(
+        lambda: sim.sim.ledger.get(INSTANCE, (REBUILD, MIGRATION, "h2")) == FAILED,
+        "the rebuild dropped",
+    )
     nothing_done(sim)
 
 

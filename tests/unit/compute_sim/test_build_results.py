@@ -12,12 +12,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from compute_sim.manager import (
-    RESULTS_BY_CAST,
-    RESULTS_IN_STORE,
-    ComputeSimulator,
-    HostShape,
-)
+from compute_sim.hosts import HostShape
+from compute_sim.ops.build import RESULTS_BY_CAST, RESULTS_IN_STORE
+from compute_sim.simulator import ComputeSimulator
 from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.engine.hostview import HostView
 from scheduler.exceptions import StoreError

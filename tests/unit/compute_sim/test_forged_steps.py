@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from compute_sim.ledger import LIVE, RESIZE
 from scheduler.objects import ACTIVE, RESIZE_CONFIRMING, RESIZE_REVERTING, RESIZED
 from scheduler.store import RunningInstance
 from tests.unit.compute_sim import test_simulator
@@ -83,8 +84,7 @@ def test_a_confirm_or_revert_the_record_does_not_wait_for_is_refused(
     sim = make(build_time=0.0)
     due = RESIZE_CONFIRMING if confirm else RESIZE_REVERTING
     before = resizing_both(sim, due if task == "ok" else None)
-    with sim.sim._lock:
-        sim.sim._start_vm(RunningInstance(INSTANCE), "h2")
+    sim.sim.vms.start(RunningInstance(INSTANCE), "h2")
     if changes:
         sim.record(**changes)
     step = sim.sim.confirm_resize if confirm else sim.sim.revert_resize
@@ -122,14 +122,16 @@ def test_a_prep_of_a_move_the_record_is_not_under_walks_nothing(make: Any) -> No
     )
     assert holdings(sim) == {INSTANCE: {"h2"}, OTHER_MIGRATION: {"h1"}}
     assert sim.conductor.names == [] and sim.compute.names == []
-    assert (OTHER_MIGRATION, "h2") not in sim.sim._migrations, "refused before its ledger"
+    assert sim.sim.ledger.get(INSTANCE, (RESIZE, OTHER_MIGRATION, "h2")) is None, (
+        "refused before its ledger"
+    )
 
 
 def test_a_live_migration_check_of_a_move_the_record_is_not_under_is_refused(
     make: Any,
 ) -> None:
     sim = make(build_time=0.0)
-    sim.sim.live_migration_fail_hosts = {"h2"}  # a failed check would release the claim
+    sim.sim.driver.live_migration_fail_hosts = {"h2"}  # a failed check would release the claim
     sim.claim(INSTANCE, "h2")
     sim.record(state=RESIZED, host="h2", migration_uuid=MIGRATION)
     sim.sim.check_can_live_migrate_destination(
@@ -143,4 +145,6 @@ def test_a_live_migration_check_of_a_move_the_record_is_not_under_is_refused(
     )
     assert holdings(sim) == {INSTANCE: {"h2"}}
     assert sim.conductor.names == [] and sim.compute.names == []
-    assert (OTHER_MIGRATION, "h2", "dest") not in sim.sim._live, "refused before its ledger"
+    assert sim.sim.ledger.get(INSTANCE, (LIVE, OTHER_MIGRATION, "h2", "dest")) is None, (
+        "refused before its ledger"
+    )

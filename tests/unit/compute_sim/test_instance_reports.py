@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from compute_sim.cmd import _report_loop
-from compute_sim.manager import LOG_ONLY, ComputeSimulator, HostShape, provider_uuid
+from compute_sim.hosts import HostShape, provider_uuid
+from compute_sim.ops.destroy import LOG_ONLY
+from compute_sim.simulator import ComputeSimulator
 from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import (
     DELETING,
@@ -245,10 +247,10 @@ def test_the_report_loop_reports_at_once_and_again_after_a_failure() -> None:
 def test_a_confirm_on_the_source_forgets_the_vm_a_revert_would_have_run(make: Any) -> None:
     sim = make(build_time=0.0)
     resized(sim)
-    assert MIGRATION in sim.sim._resized_away
+    assert MIGRATION in sim.sim.resize.resized_away
     sim.record(task_state=RESIZE_CONFIRMING)
     sim.sim.confirm_resize(CTXT, INSTANCE, MIGRATION)
-    assert sim.sim._resized_away == {}
+    assert sim.sim.resize.resized_away == {}
 
 
 def test_a_report_after_an_outage_first_destroys_the_vms_evacuated_meanwhile(

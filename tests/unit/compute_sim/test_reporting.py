@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import (
+from compute_sim.hosts import (
     AggregateSpec,
-    ComputeSimulator,
     HostShape,
     Topology,
     aggregate_uuid,
     gpu_name,
     provider_uuid,
+    traits_to_write,
 )
+from compute_sim.simulator import ComputeSimulator
 from scheduler.exceptions import GenerationConflict
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.store import Inventory, MemoryStore, Service, Store
@@ -167,7 +168,7 @@ def test_a_conflict_with_a_writer_who_wrote_the_same_is_not_repeated(
     ],
 )
 def test_traits_to_write(current: set[str], reported: set[str], written: set[str]) -> None:
-    assert ComputeSimulator.traits_to_write(frozenset(current), frozenset(reported)) == written
+    assert traits_to_write(frozenset(current), frozenset(reported)) == written
 
 
 def test_gives_up_after_bounded_conflicts(sims: Callable[..., ComputeSimulator]) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
+from compute_sim.hosts import HostShape, Topology, gpu_name, provider_uuid
+from compute_sim.simulator import ComputeSimulator
 from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.objects import (
     DELETING,
@@ -300,8 +301,7 @@ def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: 
     source.claim(MIGRATION, "h1")
     source.claim(INSTANCE, "h2")
     resized(source, RESIZE_REVERTING)
-    with dest.sim._lock:
-        dest.sim._start_vm(RunningInstance(INSTANCE), "h2")
+    dest.sim.vms.start(RunningInstance(INSTANCE), "h2")
     dest.sim.store = dest.sim.guard.store = source.store
     dest.sim.revert_resize(CTXT, INSTANCE, MIGRATION)
     assert dest.sim.hosts_running(INSTANCE) == [] and dest.conductor.names == []
@@ -346,20 +346,20 @@ def test_a_deleted_instance_is_forgotten_after_the_retention(make: Any) -> None:
     itself once the retention has passed: the simulator's memory follows the
     deletes of the retention, not every delete it ever saw."""
     sim = make(build_time=0.0)
-    sim.sim.terminated_retention = 0.05
+    sim.sim.ledger.retention = 0.05
     sim.claim(INSTANCE, "h1")
     sim.build("h1")
     sim.wait("build_succeeded")
-    assert sim.sim._builds
+    assert sim.sim.ledger.steps_of(INSTANCE)
     deleting = {"state": DELETING, "task_state": DELETING_TASK, "pending_hosts": ("h1",)}
     sim.record(**deleting)
     sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
-    assert sim.sim._builds == {} and INSTANCE in sim.sim._terminated
+    assert sim.sim.ledger.steps_of(INSTANCE) == {} and sim.sim.ledger.deleted(INSTANCE)
     time.sleep(0.1)
     sim.store.create_instances([InstanceRecord("other-instance")])
     sim.store.update_instance("other-instance", **deleting)
     sim.sim.terminate_instance(CTXT, "other-instance", "h1")  # the next delete prunes
-    assert sim.sim._terminated == {"other-instance"}
+    assert sim.sim.ledger.deleted_instances() == {"other-instance"}
 
 
 def test_registered_hosts_are_fed_with_their_heartbeat_so_they_count_up_at_once() -> None:

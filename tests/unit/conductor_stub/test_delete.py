@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import ComputeSimulator, HostShape, provider_uuid
+from compute_sim.hosts import HostShape, provider_uuid
+from compute_sim.simulator import ComputeSimulator
 from conductor_stub.delete import Deleter
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings

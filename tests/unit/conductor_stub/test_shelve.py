@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from compute_sim.manager import provider_uuid
+from compute_sim.hosts import provider_uuid
 from conductor_stub.redrive import Sweeper
 from conductor_stub.resize import Resizer
 from conductor_stub.shelve import Shelver
