@@ -10,6 +10,11 @@ Stopped gracefully (SIGTERM or SIGINT), a simulator marks its hosts down at
 once (:meth:`Store.mark_down`) before it drains its builds, so no build is sent
 there meanwhile; started again, it heartbeats and they are up.
 
+``--driver`` says what runs the VMs: ``sim``, the simulator (VMs in memory;
+``--build-time`` and the ``--fail-*`` options are its), or ``process``, each
+VM a real OS process (:mod:`compute_sim.process`), killed when the compute
+stops: a compute's VMs never outlive it, whichever the driver.
+
 Every host of one simulator reports the same capabilities: ``--cpu-arch``,
 ``--hypervisor-type``, ``--hypervisor-version`` (one supported instance
 triple ``[arch, type, hvm]`` from them), ``--numa-cells 8:32768,8:32768``
@@ -38,6 +43,7 @@ from compute_sim.manager import (
     ComputeStore,
 )
 from compute_sim.ops.build import BUILD_RESULTS
+from compute_sim.process import ProcessDriver
 from compute_sim.simulator import SimulatedDriver
 from scheduler import broker, log, rpc, steps
 from scheduler import conf as conf_mod
@@ -49,9 +55,24 @@ from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("compute_sim")
 
+#: The drivers ``--driver`` chooses from.
+SIM, PROCESS = "sim", "process"
+
 cli_opts = _cli.with_defaults(
     [
         cfg.IntOpt("hosts", default=10, min=1, max=200000, help="How many hosts to simulate."),
+        cfg.StrOpt(
+            "driver",
+            default=SIM,
+            choices=[
+                (SIM, "the simulator: VMs in memory, with --build-time and --fail-*"),
+                (PROCESS, "each VM a real OS process, killed when the compute stops"),
+            ],
+            help="What runs the VMs: 'sim', the simulator (VMs in this process's memory; "
+            "--build-time, --fail-*, --live-migration-fail-* and --seed are its options), "
+            "or 'process', one real OS process per VM, tagged compute-sim-vm <host> <uuid> "
+            "and killed when the compute stops (graceful or not: no VM outlives it).",
+        ),
         cfg.StrOpt(
             "name-prefix",
             default="compute",
@@ -233,7 +254,9 @@ def capability_report(conf: cfg.ConfigOpts) -> CapabilityReport:
 
 
 def make_driver(conf: cfg.ConfigOpts) -> ComputeDriver:
-    """The simulator, with its options."""
+    """The driver ``--driver`` names, with its options."""
+    if conf.driver == PROCESS:
+        return ProcessDriver()
     return SimulatedDriver(
         build_time=conf.build_time,
         fail_rate=conf.fail_rate,
@@ -251,7 +274,7 @@ def build_compute(
     transport: Any,
     server_name: str,
 ) -> ComputeManager:
-    """The compute manager of this process, over its driver.
+    """The compute manager of this process, over the driver ``--driver`` names.
 
     :raises ValueError: an option value it cannot read.
     """
@@ -365,7 +388,9 @@ def _main(argv: Sequence[str] | None) -> int:
         daemon=True,
     )
     reporting.start()
-    LOG.info("compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name)
+    LOG.info(
+        "compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name, driver=conf.driver
+    )
 
     def _stop() -> None:
         stop.set()
