@@ -19,16 +19,9 @@ from compute_sim.manager import ComputeManager
 from compute_sim.process import TAG, ProcessDriver
 from scheduler.objects import ERROR, InstanceRecord
 from scheduler.store import MemoryStore
+from tests.functional.cluster import alive
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, SPEC, selection
 from tests.unit.factories import Recorded
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
