@@ -39,7 +39,7 @@ from compute_sim.manager import (
     HostShape,
     Topology,
 )
-from scheduler import broker, log, rpc
+from scheduler import broker, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
@@ -326,7 +326,9 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"compute-sim: {exc}", file=sys.stderr)
         return 2
     sim.register()
-    server = rpc.get_server(transport, conf.compute.topic, server_name, [sim])
+    server = rpc.get_server(
+        transport, conf.compute.topic, server_name, [sim], access_policy=steps.ACCESS_POLICY
+    )
     server.start()
     stop = threading.Event()
 

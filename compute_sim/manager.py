@@ -149,21 +149,14 @@ from typing import Any, Protocol
 
 import oslo_messaging
 
+from compute_sim import steps
 from conductor_stub.manager import record_built
-from conductor_stub.records import holds_on
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
-from scheduler.exceptions import GenerationConflict, InstanceNotFound, ProviderExists, StoreError
+from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
-    BUILDING,
     DISK_GB,
     MEMORY_MB,
-    MIGRATING,
-    REBUILDING,
-    RESIZE_CONFIRMING,
-    RESIZE_REVERTING,
-    RESIZED,
-    RESIZING,
     VCPU,
     RequestSpec,
     Selection,
@@ -171,6 +164,7 @@ from scheduler.objects import (
 )
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import ComputeClient, ConductorClient
+from scheduler.steps import StepGuard, guarded, holds_on
 from scheduler.store import (
     Aggregate,
     InstanceReport,
@@ -481,6 +475,7 @@ class ComputeSimulator:
         self.conductor = conductor
         self.hosts = list(hosts)
         self._host_set = set(self.hosts)
+        self.guard = StepGuard(store, self._host_set)
         self.rpc_server = rpc_server
         self.shape = shape
         self.build_time = build_time
@@ -764,6 +759,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: builds -------------------------------------------------------
 
+    @guarded(steps.build)
     def build_and_run_instance(
         self,
         ctxt: Any,
@@ -778,9 +774,6 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             host=chosen.host,
         ):
-            if chosen.host not in self._host_set:
-                LOG.error("build_for_foreign_host", rpc_server=self.rpc_server)
-                return
             key = (chosen.host, getattr(ctxt, "request_id", None))
             with self._lock:
                 terminated = instance_uuid in self._terminated
@@ -797,10 +790,6 @@ class ComputeSimulator:
                 # Built already: the first report may have been lost, say it again.
                 LOG.info("build_duplicate_reported")
                 self._report_built(ctxt, instance_uuid, chosen)
-                return
-            if self._build_dropped(instance_uuid, chosen.host, "start", (BUILDING,)):
-                with self._lock:
-                    self._builds.setdefault(instance_uuid, {})[key] = BUILD_FAILED
                 return
             spec = RequestSpec.from_primitive(request_spec)
             alternates = [Selection.from_primitive(s) for s in host_list]
@@ -833,7 +822,7 @@ class ComputeSimulator:
                 self._count(chosen.host, -1)
                 LOG.info("build_cancelled_by_delete")
                 return
-            if self._build_dropped(instance_uuid, chosen.host, "finish", (BUILDING,)):
+            if self.guard.refused(steps.build_step(instance_uuid, chosen.host)):
                 # Its claim went meanwhile (the conductor gave the build up, or
                 # another attempt holds it elsewhere): no VM, nothing reported.
                 with self._lock:
@@ -875,86 +864,6 @@ class ComputeSimulator:
             LOG.info("build_succeeded")
             self._report_built(ctxt, instance_uuid, chosen)
 
-    def _build_dropped(
-        self,
-        instance_uuid: str,
-        host: str,
-        stage: str,
-        states: tuple[str, ...],
-        migration_uuid: str | None = None,
-    ) -> bool:
-        """Whether a build (or an evacuation's rebuild, of ``migration_uuid``)
-        on ``host`` must be dropped at ``stage`` (``start``, ``finish``): it
-        goes on only while the instance's record is in one of ``states`` (and
-        names that migration) and the store holds the instance's claim on this
-        very host. A duplicated, stale or late build (its attempt failed and
-        went elsewhere, the conductor gave it up, the instance is being
-        deleted) is dropped: logged (``build_without_claim_dropped``), no VM,
-        nothing reported."""
-        try:
-            unmatched = self._record_unmatched(instance_uuid, states, migration_uuid)
-            if not unmatched and not holds_on(self.store, instance_uuid, host):
-                unmatched = ["no claim on this host"]
-        except StoreError as exc:  # unchecked: dropped; the conductor's re-drive builds it
-            unmatched = [f"the store cannot be read: {exc.message}"]
-        if not unmatched:
-            return False
-        LOG.warning("build_without_claim_dropped", stage=stage, why="; ".join(unmatched))
-        return True
-
-    def _record_unmatched(
-        self,
-        instance_uuid: str,
-        states: tuple[str, ...],
-        migration_uuid: str | None = None,
-        task_states: tuple[str | None, ...] | None = None,
-        here: str | None = None,
-    ) -> list[str]:
-        """What of the instance's record does not match a step cast here: its
-        state (one of ``states``), its task (one of ``task_states``, if given),
-        its migration (``migration_uuid``, if given), and its ``here`` field
-        ("host" or "source_host", if given) naming a host of this process.
-        Empty: the record waits for that step here."""
-        try:
-            record = self.store.get_instance(instance_uuid)
-        except InstanceNotFound:
-            return ["no instance record"]
-        unmatched = []
-        if record.state not in states:
-            unmatched.append(f"instance is {record.state}")
-        if task_states is not None and record.task_state not in task_states:
-            unmatched.append(f"task is {record.task_state}")
-        if migration_uuid is not None and record.migration_uuid != migration_uuid:
-            unmatched.append(f"the record's migration is {record.migration_uuid}")
-        if here is not None and getattr(record, here) not in self._host_set:
-            unmatched.append(f"the record's {here} {getattr(record, here)} is not served here")
-        return unmatched
-
-    def _move_step_refused(
-        self,
-        event: str,
-        step: str,
-        instance_uuid: str,
-        migration_uuid: str,
-        states: tuple[str, ...],
-        task_states: tuple[str | None, ...] | None = None,
-        here: str | None = None,
-    ) -> bool:
-        """Whether a move's step that drops or hands back an allocation must be
-        refused: the instance's record does not say this step of this
-        migration is due here (:meth:`_record_unmatched`), as a forged or stale
-        cast naming another instance's migration. Logged as ``event`` with
-        what did not match; the caller changes nothing."""
-        try:
-            unmatched = self._record_unmatched(
-                instance_uuid, states, migration_uuid, task_states, here
-            )
-        except StoreError as exc:  # unchecked: refused; the conductor re-drives the step
-            unmatched = [f"the store cannot be read: {exc.message}"]
-        if unmatched:
-            LOG.warning(event, step=step, unmatched="; ".join(unmatched))
-        return bool(unmatched)
-
     def _report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Say where the instance runs (the host, node and zone of the Selection
         it was built from): in the store itself, by the conductor's rule
@@ -986,6 +895,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: resize ---------------------------------------------------------
 
+    @guarded(steps.prep_resize)
     def prep_resize(
         self,
         ctxt: Any,
@@ -1004,9 +914,6 @@ class ComputeSimulator:
             host=chosen.host,
             migration_uuid=migration_uuid,
         ):
-            if chosen.host not in self._host_set:
-                LOG.error("prep_resize_for_foreign_host", rpc_server=self.rpc_server)
-                return
             key = (migration_uuid, chosen.host)
             with self._lock:
                 self._resize_zones[key] = chosen.availability_zone
@@ -1033,16 +940,6 @@ class ComputeSimulator:
                     True,
                     availability_zone=chosen.availability_zone,
                 )
-                return
-            if self._move_step_refused(
-                "forged_resize_step_refused",
-                "prep_resize",
-                instance_uuid,
-                migration_uuid,
-                (RESIZING,),
-            ):
-                with self._lock:
-                    self._migrations[key] = STEP_FAILED
                 return
             LOG.info("prep_resize", new_flavor=new_flavor.get("name"))
             spec = RequestSpec.from_primitive(request_spec)
@@ -1130,6 +1027,7 @@ class ComputeSimulator:
             provider = self.store.get_provider(provider.root_uuid)
         return provider.name
 
+    @guarded(steps.resize_instance)
     def resize_instance(
         self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
     ) -> None:
@@ -1156,6 +1054,7 @@ class ComputeSimulator:
                 ),
             )
 
+    @guarded(steps.finish_resize)
     def finish_resize(
         self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
     ) -> None:
@@ -1185,6 +1084,7 @@ class ComputeSimulator:
                 ctxt, instance_uuid, migration_uuid, dest_host, True, availability_zone=zone
             )
 
+    @guarded(steps.confirm_resize)
     def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the source: drop the source's allocation (the migration's)."""
         with bind_request(
@@ -1192,22 +1092,13 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
-            if self._move_step_refused(
-                "forged_resize_step_refused",
-                "confirm_resize",
-                instance_uuid,
-                migration_uuid,
-                (RESIZED,),
-                (RESIZE_CONFIRMING,),
-                here="source_host",
-            ):
-                return
             released = self.store.release(migration_uuid)
             with self._lock:
                 self._resized_away.pop(migration_uuid, None)
             LOG.info("resize_confirmed", released=released)
             self.conductor.resize_confirmed(ctxt, instance_uuid, migration_uuid)
 
+    @guarded(steps.revert_resize)
     def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the destination: drop the instance's allocation here and hand the
         source's back to it, in one step; stop the VM here; then the source
@@ -1222,16 +1113,6 @@ class ComputeSimulator:
             instance_uuid=instance_uuid,
             migration_uuid=migration_uuid,
         ):
-            if self._move_step_refused(
-                "forged_resize_step_refused",
-                "revert_resize",
-                instance_uuid,
-                migration_uuid,
-                (RESIZED,),
-                (RESIZE_REVERTING,),
-                here="host",
-            ):
-                return
             source = self._source_host(migration_uuid)
             moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
             if source is None:
@@ -1247,6 +1128,7 @@ class ComputeSimulator:
             assert self.compute is not None, "a simulator that resizes needs a compute client"
             self.compute.finish_revert_resize(ctxt, source, instance_uuid, migration_uuid)
 
+    @guarded(steps.finish_revert_resize)
     def finish_revert_resize(
         self, ctxt: Any, instance_uuid: str, migration_uuid: str, source_host: str
     ) -> None:
@@ -1258,9 +1140,6 @@ class ComputeSimulator:
             migration_uuid=migration_uuid,
             host=source_host,
         ):
-            if source_host not in self._host_set:
-                LOG.error("finish_revert_for_foreign_host", rpc_server=self.rpc_server)
-                return
             with self._lock:
                 away = self._resized_away.pop(migration_uuid, None)
             vm = (
@@ -1276,6 +1155,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: live migration -----------------------------------------------
 
+    @guarded(steps.check_destination)
     def check_can_live_migrate_destination(
         self,
         ctxt: Any,
@@ -1338,6 +1218,7 @@ class ComputeSimulator:
             move.block_migration,
         )
 
+    @guarded(steps.check_source)
     def check_can_live_migrate_source(
         self,
         ctxt: Any,
@@ -1401,6 +1282,7 @@ class ComputeSimulator:
             ctxt, move.chosen, move.instance_uuid, move.migration_uuid
         )
 
+    @guarded(steps.post_live_migration)
     def post_live_migration_at_destination(
         self, ctxt: Any, instance_uuid: str, migration_uuid: str, selection: dict[str, Any]
     ) -> None:
@@ -1408,9 +1290,6 @@ class ComputeSimulator:
         chosen = Selection.from_primitive(selection)
         move = LiveMove(instance_uuid, migration_uuid, chosen)
         with self._live_bound(ctxt, move, chosen.host):
-            if chosen.host not in self._host_set:
-                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
-                return
             with self._lock:
                 if instance_uuid in self._terminated:
                     self._live[move.key("dest")] = LIVE_FAILED
@@ -1434,38 +1313,20 @@ class ComputeSimulator:
 
     def _live_step(self, ctxt: Any, move: LiveMove, side: str) -> str | None:
         """Check in a live migration's pre-check on its ``side`` ("dest" or
-        "source"): the step it had reached there, :data:`LIVE_CHECKING` when a
-        new check starts; None, logged, when the cast is to be ignored (a
-        foreign host, a deleted instance, a check under way)."""
+        "source"; the guard has found the step due): the step it had reached
+        there, :data:`LIVE_CHECKING` when a new check starts; None, logged,
+        when the cast is to be ignored (a deleted instance, a check under
+        way)."""
         host = move.dest if side == "dest" else move.source_host
         with self._live_bound(ctxt, move, host):
-            if host not in self._host_set:
-                LOG.error("live_migration_for_foreign_host", rpc_server=self.rpc_server)
-                return None
             with self._lock:
                 if move.instance_uuid in self._terminated:
                     LOG.info("live_migration_of_deleted_instance_ignored")
                     return None
                 step = self._live.get(move.key(side))
-                new = step is None or step == LIVE_FAILED
-                if new:
+                if step is None or step == LIVE_FAILED:
                     self._live[move.key(side)] = LIVE_CHECKING
-            if new:
-                # A new walk only for the migration the record is under (its
-                # failure releases the instance's claim here).
-                if self._move_step_refused(
-                    "forged_live_migration_step_refused",
-                    "check_can_live_migrate_destination"
-                    if side == "dest"
-                    else "check_can_live_migrate_source",
-                    move.instance_uuid,
-                    move.migration_uuid,
-                    (MIGRATING,),
-                ):
-                    with self._lock:
-                        self._live[move.key(side)] = LIVE_FAILED
-                    return None
-                return LIVE_CHECKING
+                    return LIVE_CHECKING
             if step == LIVE_CHECKING:
                 LOG.info("live_migration_check_duplicate_ignored", side=side)
                 return None
@@ -1526,6 +1387,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: evacuate -------------------------------------------------------
 
+    @guarded(steps.rebuild)
     def rebuild_instance(
         self,
         ctxt: Any,
@@ -1548,9 +1410,6 @@ class ComputeSimulator:
             host=chosen.host,
             migration_uuid=migration_uuid,
         ):
-            if chosen.host not in self._host_set:
-                LOG.error("rebuild_for_foreign_host", rpc_server=self.rpc_server)
-                return
             key = (migration_uuid, chosen.host)
             with self._lock:
                 terminated = instance_uuid in self._terminated
@@ -1566,12 +1425,6 @@ class ComputeSimulator:
             if step == STEP_FINISHED:
                 LOG.info("rebuild_duplicate_reported")
                 self._report_rebuilt(ctxt, instance_uuid, migration_uuid, chosen)
-                return
-            if self._build_dropped(
-                instance_uuid, chosen.host, "start", (REBUILDING,), migration_uuid
-            ):
-                with self._lock:
-                    self._migrations[key] = STEP_FAILED
                 return
             LOG.info("rebuild_instance")
             spec = RequestSpec.from_primitive(request_spec)
@@ -1601,9 +1454,7 @@ class ComputeSimulator:
         ):
             key = (migration_uuid, chosen.host)
             self._count(chosen.host, -1)
-            if self._build_dropped(
-                instance_uuid, chosen.host, "finish", (REBUILDING,), migration_uuid
-            ):
+            if self.guard.refused(steps.rebuild_step(instance_uuid, migration_uuid, chosen.host)):
                 with self._lock:
                     self._migrations[key] = STEP_FAILED
                 return
@@ -1652,6 +1503,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: delete ---------------------------------------------------------
 
+    @guarded(steps.terminate)
     def terminate_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """Destroy the instance's VM on ``host`` (if it runs there) and cancel
         whatever is in flight for it in this process; then tell the conductor.
@@ -1662,9 +1514,6 @@ class ComputeSimulator:
         with bind_request(
             request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
         ):
-            if host not in self._host_set:
-                LOG.error("terminate_for_foreign_host", rpc_server=self.rpc_server)
-                return
             with self._lock:
                 self._remember_terminated(instance_uuid)
                 destroyed = (instance_uuid, host) in self._running
@@ -1674,6 +1523,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: reap -----------------------------------------------------------
 
+    @guarded(steps.reap)
     def reap_instance(self, ctxt: Any, instance_uuid: str, host: str, reason: str) -> None:
         """(1.8) The reconciler found the instance's VM running on ``host`` with
         no live record placing it there: destroy it (``orphan_vm_reaped``), or
@@ -1684,9 +1534,6 @@ class ComputeSimulator:
         with bind_request(
             request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
         ):
-            if host not in self._host_set:
-                LOG.error("reap_for_foreign_host", rpc_server=self.rpc_server)
-                return
             with self._lock:
                 running = (instance_uuid, host) in self._running
                 if running and self.running_deleted_instance_action == REAP:
@@ -1700,6 +1547,7 @@ class ComputeSimulator:
 
     # --- RPC endpoint: shelve ---------------------------------------------------------
 
+    @guarded(steps.shelve_offload)
     def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """Destroy the VM of an instance being shelved (if it runs on ``host``),
         then tell the conductor, which releases its allocation.
@@ -1710,9 +1558,6 @@ class ComputeSimulator:
         with bind_request(
             request_id=getattr(ctxt, "request_id", None), instance_uuid=instance_uuid, host=host
         ):
-            if host not in self._host_set:
-                LOG.error("shelve_for_foreign_host", rpc_server=self.rpc_server)
-                return
             with self._lock:
                 destroyed = (instance_uuid, host) in self._running
                 self._stop_vm(instance_uuid, host)

@@ -49,7 +49,7 @@ from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_booted, format_report
 from conductor_stub.resize import Resizer, finished, settled, summary
 from conductor_stub.shelve import Shelver
-from scheduler import broker, health, log, rpc
+from scheduler import broker, health, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
@@ -442,7 +442,9 @@ def _serve(conf: cfg.ConfigOpts) -> int:
     compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
     scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
     endpoint = ConductorEndpoint(store, compute, scheduler, settings)
-    server = rpc.get_server(transport, conf.conductor.topic, conf.host, [endpoint])
+    server = rpc.get_server(
+        transport, conf.conductor.topic, conf.host, [endpoint], access_policy=steps.ACCESS_POLICY
+    )
     sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
     stop = threading.Event()
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)

@@ -60,7 +60,7 @@ from typing import Any
 
 import oslo_messaging
 
-from conductor_stub import metrics, records
+from conductor_stub import metrics, records, steps
 from conductor_stub.delete import Deleter
 from conductor_stub.evacuate import cast_rebuild
 from conductor_stub.live_migrate import LiveMigrator
@@ -107,6 +107,7 @@ from scheduler.objects import (
     ServerGroup,
 )
 from scheduler.rpc import SEND_FAILURES, ComputeClient, RequestContext, SchedulerClient
+from scheduler.steps import StepGuard, guarded
 from scheduler.store import GroupClaim
 
 LOG = get_logger(__name__)
@@ -219,6 +220,7 @@ class ConductorEndpoint:
         self.scheduler = scheduler
         self.settings = settings or ConductorSettings()
         self._clock = clock
+        self.guard = StepGuard(store)
         self.deleter = Deleter(store, compute, self.settings, clock)
         self.shelver = Shelver(store, scheduler, compute, self.settings, clock)
         self.migrator = (
@@ -229,6 +231,7 @@ class ConductorEndpoint:
 
     # --- deletes --------------------------------------------------------------------
 
+    @guarded(steps.instance_terminated)
     def instance_terminated(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """A host destroyed the VM of an instance being deleted (see
         :mod:`conductor_stub.delete`); the last one to answer finishes it."""
@@ -245,6 +248,7 @@ class ConductorEndpoint:
 
     # --- shelves ---------------------------------------------------------------------
 
+    @guarded(steps.instance_shelved)
     def instance_shelved(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """A host destroyed the VM of an instance being shelved (see
         :mod:`conductor_stub.shelve`): release it, and it is SHELVED_OFFLOADED."""
@@ -256,6 +260,7 @@ class ConductorEndpoint:
 
     # --- builds ---------------------------------------------------------------------
 
+    @guarded(steps.build_succeeded)
     def build_succeeded(
         self,
         ctxt: Any,
@@ -269,11 +274,14 @@ class ConductorEndpoint:
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             record_built(self.store, instance_uuid, host, node, availability_zone, self._clock)
 
+    @guarded(None)
     def schedule_failed(
         self, ctxt: Any, instance_uuids: list[str], reason: str, details: str
     ) -> None:
         with bind_request(request_id=_request_id(ctxt)):
             for uuid in instance_uuids:
+                if self.guard.refused(steps.schedule_failed_step(uuid), _request_id(ctxt)):
+                    continue
                 if self.store.get_consumer(uuid) is not None:
                     # Another copy of a re-driven request placed it: that one reports.
                     LOG.info("schedule_failed_superseded", instance_uuid=uuid)
@@ -281,6 +289,7 @@ class ConductorEndpoint:
                 records.fail_build(self.store, uuid, reason, details, clock=self._clock)
             LOG.info("schedule_failed", instance_uuids=instance_uuids, reason=reason)
 
+    @guarded(steps.reschedule)
     def reschedule(
         self,
         ctxt: Any,
@@ -427,6 +436,7 @@ class ConductorEndpoint:
 
     # --- resizes --------------------------------------------------------------------
 
+    @guarded(steps.resize_result)
     def resize_result(
         self,
         ctxt: Any,
@@ -547,6 +557,7 @@ class ConductorEndpoint:
         LOG.info("resize_rescheduled_via_scheduler", host=selection.host, attempts=record.attempts)
         self.compute.prep_resize(ctxt, uuid, migration_uuid, new_flavor, retry, selection, [])
 
+    @guarded(steps.resize_confirmed)
     def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         with bind_request(
             request_id=_request_id(ctxt),
@@ -560,6 +571,7 @@ class ConductorEndpoint:
             done = records.finish_confirm(self.store, record, clock=self._clock)
             LOG.info("resize_confirmed" if done else "resize_confirmed_late", host=record.host)
 
+    @guarded(steps.resize_reverted)
     def resize_reverted(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         with bind_request(
             request_id=_request_id(ctxt),
@@ -577,6 +589,7 @@ class ConductorEndpoint:
 
     # --- live migrations --------------------------------------------------------------
 
+    @guarded(steps.live_migration_precheck_failed)
     def live_migration_precheck_failed(
         self,
         ctxt: Any,
@@ -637,6 +650,7 @@ class ConductorEndpoint:
                 None if migrator is None else lambda refused: migrator.send(record),
             )
 
+    @guarded(steps.live_migrated)
     def live_migrated(
         self,
         ctxt: Any,
@@ -668,6 +682,7 @@ class ConductorEndpoint:
 
     # --- evacuations ------------------------------------------------------------------
 
+    @guarded(steps.rebuild_result)
     def rebuild_result(
         self,
         ctxt: Any,

@@ -145,6 +145,19 @@ RECOVERED_FAULT = "The instance's record was recovered from its host."
 #: The states in which an instance's migration may hold an allocation (the
 #: source's, parked while the instance moves).
 MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
+
+
+def moves_in_flight(records: Iterable[InstanceRecord]) -> dict[str, InstanceRecord]:
+    """The records that name a migration, by migration uuid, while they are not
+    settled: a move under way, and also a record being deleted (an evacuated
+    instance deleted while its source is down keeps its migration's
+    allocation until the delete finishes; a record in flight is never a
+    finding)."""
+    return {
+        r.migration_uuid: r for r in records if r.migration_uuid and r.state not in FINAL_STATES
+    }
+
+
 #: How many uuids one read of records names.
 LOOKUP_BATCH = 500
 
@@ -422,11 +435,7 @@ class Reconciler:
         reports: Iterable[InstanceReport],
     ) -> Iterator[Finding]:
         now = self._clock()
-        migrations = {
-            r.migration_uuid: r
-            for r in records.values()
-            if r.migration_uuid and r.state in MOVE_STATES
-        }
+        migrations = moves_in_flight(records.values())
         running = {(vm.uuid, report.host) for report in reports for vm in report.instances}
         for consumer in consumers.values():
             hosts = self._hosts(consumer)
@@ -563,11 +572,7 @@ class Reconciler:
         """The records of the moves in flight by migration uuid, read once per
         repair (a consumer with no record of its own may be a migration's)."""
         if self._moving is None:
-            self._moving = {
-                r.migration_uuid: r
-                for r in self.store.scan_instances(self.settings.batch)
-                if r.migration_uuid and r.state in MOVE_STATES
-            }
+            self._moving = moves_in_flight(self.store.scan_instances(self.settings.batch))
         return self._moving
 
     def _reap(self, finding: Finding) -> Finding:

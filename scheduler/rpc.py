@@ -71,11 +71,22 @@ def get_notification_transport(
 
 
 def get_server(
-    transport: oslo_messaging.Transport, topic: str, server: str, endpoints: Sequence[object]
+    transport: oslo_messaging.Transport,
+    topic: str,
+    server: str,
+    endpoints: Sequence[object],
+    access_policy: type | None = None,
 ) -> oslo_messaging.RPCServer:
+    """An RPC server of ``endpoints``; ``access_policy``: oslo.messaging's (the
+    compute's and the conductor's serve only their declared steps:
+    :data:`scheduler.steps.ACCESS_POLICY`)."""
     target = oslo_messaging.Target(topic=topic, server=server)
     return oslo_messaging.get_rpc_server(
-        transport, target, list(endpoints), serializer=ContextSerializer()
+        transport,
+        target,
+        list(endpoints),
+        serializer=ContextSerializer(),
+        access_policy=access_policy,
     )
 
 

@@ -36,7 +36,7 @@ from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import Booter, BootReport, ConductorEndpoint
 from conductor_stub.report import format_fill, format_report
 from scheduler import conf as conf_mod
-from scheduler import log, rpc
+from scheduler import log, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.log import mask_secrets
 from scheduler.service import SchedulerService, ServiceResolver
@@ -251,8 +251,12 @@ def play(args: argparse.Namespace) -> BootReport:
         store, compute, rpc.SchedulerClient(transport, conf.scheduler.topic)
     )
     servers = [
-        rpc.get_server(transport, conf.compute.topic, "demo-sim", [sim]),
-        rpc.get_server(transport, conf.conductor.topic, "demo", [conductor]),
+        rpc.get_server(
+            transport, conf.compute.topic, "demo-sim", [sim], access_policy=steps.ACCESS_POLICY
+        ),
+        rpc.get_server(
+            transport, conf.conductor.topic, "demo", [conductor], access_policy=steps.ACCESS_POLICY
+        ),
     ]
     for server in servers:
         server.start()

@@ -82,6 +82,14 @@ class Process:
     def count(self, event: str) -> int:
         return sum(1 for e in self.log_events() if e.get("event") == event)
 
+    def refused(self, step: str) -> int:
+        """How many ``step`` messages the step guard refused here."""
+        return sum(
+            1
+            for e in self.log_events()
+            if e.get("event") == "step_refused" and e.get("step") == step
+        )
+
     def wait_for(self, event: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -110,7 +110,7 @@ def test_a_request_never_answered_ends_in_error_with_its_claim_released(cluster:
     # The builds finish late, their claims gone and their records ERROR: the
     # compute drops them (no VM, nothing reported).
     wait_until(
-        lambda: compute.count("build_without_claim_dropped") >= 3, timeout=20, what="late builds"
+        lambda: compute.refused("build_and_run_instance") >= 3, timeout=20, what="late builds"
     )
     assert compute.count("build_succeeded") == 0
     assert conductor.count("late_build_result_released") == 0

@@ -32,7 +32,7 @@ from tests.functional_faults.storm import start_storm
 #: (0.134), the second would succeed (0.847).
 FIRST_FAILS_SEED = "1"
 #: The compute events that end one build cast there (or drop it).
-BUILD_ENDS = ("build_succeeded", "build_failed", "build_without_claim_dropped")
+BUILD_ENDS = ("build_succeeded", "build_failed", "step_refused")
 
 
 def ends(proc: Process, uuid: str) -> int:
@@ -86,7 +86,7 @@ def test_a_duplicate_build_after_a_failed_attempt_builds_nothing(
     compute_client.build_and_run_instance(ctxt, record.uuid, spec, first, [])
     wait_until(lambda: ends(flaky, record.uuid) == 2, 30, "the duplicate handled")
 
-    assert flaky.count("build_without_claim_dropped") == 1
+    assert flaky.refused("build_and_run_instance") == 1
     assert cluster.running_vms() == {record.uuid: {"steady-0000"}}
     again = cluster.store.get_instance(record.uuid)
     assert (again.state, again.host) == ("ACTIVE", "steady-0000")
@@ -135,7 +135,7 @@ def test_a_compute_frozen_past_the_build_timeout_builds_none_of_the_abandoned(
     figures = {
         "instances": len(storm.uuids),
         "timed_out": len(records),
-        "builds_dropped": frozen.count("build_without_claim_dropped"),
+        "builds_dropped": frozen.refused("build_and_run_instance"),
         "vms_without_allocation": sum(1 for u in storm.uuids if u in running),
         "late_results_released": conductor.count("late_build_result_released")
         + frozen.count("late_build_result_released"),

@@ -11,9 +11,23 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import LIVE_FAILED, ComputeSimulator, HostShape, provider_uuid
+from compute_sim.manager import (
+    LIVE_CHECKING,
+    LIVE_FAILED,
+    ComputeSimulator,
+    HostShape,
+    provider_uuid,
+)
 from scheduler import rpc
-from scheduler.objects import MIGRATING, AllocationRequest, InstanceRecord, RequestSpec, Selection
+from scheduler.objects import (
+    DELETING,
+    DELETING_TASK,
+    MIGRATING,
+    AllocationRequest,
+    InstanceRecord,
+    RequestSpec,
+    Selection,
+)
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
 from tests.unit.factories import Recorded
 from tests.unit.test_rpc import _spied
@@ -199,6 +213,9 @@ def test_a_repeated_check_under_way_is_ignored_and_one_landed_reports_again(
 def test_a_delete_in_the_middle_leaves_no_vm_and_reports_nothing(make: Any) -> None:
     hosts = make(build_time=0.2)
     hosts.check()
+    hosts.store.update_instance(
+        INSTANCE, state=DELETING, task_state=DELETING_TASK, pending_hosts=("h1", "h2")
+    )
     for host in ("h1", "h2"):
         hosts.sim.terminate_instance(CTXT, INSTANCE, host)
     hosts.wait_step("dest", LIVE_FAILED)  # the check in flight ended
@@ -251,6 +268,7 @@ def test_the_live_migration_casts_are_sent_at_1_5_alone(transport: Any) -> None:
 def test_a_live_migration_given_up_meanwhile_is_abandoned_on_the_source(make: Any) -> None:
     hosts = make(build_time=0.2)
     hosts.check()
+    hosts.wait_step("source", LIVE_CHECKING)  # the source's check under way
     # The conductor gives it up: the source's allocation back to the instance.
     assert hosts.store.move_allocations(MIGRATION, INSTANCE, replace=True)
     hosts.wait_step("source", LIVE_FAILED)

@@ -12,7 +12,17 @@ import pytest
 from compute_sim.cmd import _report_loop
 from compute_sim.manager import LOG_ONLY, ComputeSimulator, HostShape, provider_uuid
 from scheduler.exceptions import StoreUnavailable
-from scheduler.objects import RESIZE_CONFIRMING, RESIZED, RESIZING, AllocationRequest, Selection
+from scheduler.objects import (
+    DELETING,
+    DELETING_TASK,
+    ERROR,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
+    RESIZED,
+    RESIZING,
+    AllocationRequest,
+    Selection,
+)
 from scheduler.rpc import RequestContext
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from tests.unit.compute_sim import test_simulator
@@ -107,6 +117,13 @@ def test_a_revert_in_a_process_that_forgot_the_source_vm_reports_what_it_holds(
 ) -> None:
     source = make(build_time=0.0)
     source.claim(INSTANCE, "h1")
+    source.record(
+        state=RESIZED,
+        task_state=RESIZE_REVERTING,
+        host="elsewhere-1",
+        source_host="h1",
+        migration_uuid=MIGRATION,
+    )
     source.sim.finish_revert_resize(CTXT, INSTANCE, MIGRATION, "h1")
     assert reported(source)["h1"] == (BUILT,)
 
@@ -116,6 +133,7 @@ def test_a_delete_leaves_the_host_reporting_nothing(make: Any) -> None:
     sim.claim(INSTANCE, "h1")
     sim.build("h1")
     sim.wait("build_succeeded")
+    sim.record(state=DELETING, task_state=DELETING_TASK, pending_hosts=("h1",))
     sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
     assert reported(sim) == {"h1": (), "h2": (), "h3": ()}
 
@@ -144,6 +162,7 @@ def built(sim: Sim) -> None:
 def test_reap_destroys_the_vm_once_and_reports_nothing(make: Any) -> None:
     sim = make(build_time=0.0)
     built(sim)
+    sim.record(state=ERROR, task_state=None)
     calls = len(sim.conductor.calls)
     sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is ERROR")
     sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is ERROR")  # idempotent
@@ -163,6 +182,7 @@ def test_reap_destroys_the_vm_once_and_reports_nothing(make: Any) -> None:
 def test_reap_of_what_is_not_here_does_nothing(make: Any, instance: str, host: str) -> None:
     sim = make(build_time=0.0)
     built(sim)
+    sim.record(state=ERROR, task_state=None)  # a stray, were it where the reap says
     sim.sim.reap_instance(CTXT, instance, host, "no record")
     assert sim.sim.hosts_running(INSTANCE) == ["h1"]
 
@@ -171,7 +191,8 @@ def test_running_deleted_instance_action_log_only_logs(make: Any) -> None:
     sim = make(build_time=0.0)
     sim.sim.running_deleted_instance_action = LOG_ONLY
     built(sim)
-    sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is DELETED")
+    sim.record(state=ERROR, task_state=None)
+    sim.sim.reap_instance(CTXT, INSTANCE, "h1", "instance is ERROR")
     assert sim.sim.hosts_running(INSTANCE) == ["h1"]
 
 

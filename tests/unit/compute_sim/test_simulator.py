@@ -13,6 +13,8 @@ import pytest
 from compute_sim.manager import ComputeSimulator, HostShape, Topology, gpu_name, provider_uuid
 from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.objects import (
+    DELETING,
+    DELETING_TASK,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
     RESIZED,
@@ -300,7 +302,7 @@ def test_a_revert_runs_the_vm_on_the_source_again_in_the_source_s_process(make: 
     resized(source, RESIZE_REVERTING)
     with dest.sim._lock:
         dest.sim._start_vm(RunningInstance(INSTANCE), "h2")
-    dest.sim.store = source.store
+    dest.sim.store = dest.sim.guard.store = source.store
     dest.sim.revert_resize(CTXT, INSTANCE, MIGRATION)
     assert dest.sim.hosts_running(INSTANCE) == [] and dest.conductor.names == []
     (ctxt, host, instance, migration), _ = dest.compute.last("finish_revert_resize")
@@ -349,9 +351,13 @@ def test_a_deleted_instance_is_forgotten_after_the_retention(make: Any) -> None:
     sim.build("h1")
     sim.wait("build_succeeded")
     assert sim.sim._builds
+    deleting = {"state": DELETING, "task_state": DELETING_TASK, "pending_hosts": ("h1",)}
+    sim.record(**deleting)
     sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
     assert sim.sim._builds == {} and INSTANCE in sim.sim._terminated
     time.sleep(0.1)
+    sim.store.create_instances([InstanceRecord("other-instance")])
+    sim.store.update_instance("other-instance", **deleting)
     sim.sim.terminate_instance(CTXT, "other-instance", "h1")  # the next delete prunes
     assert sim.sim._terminated == {"other-instance"}
 

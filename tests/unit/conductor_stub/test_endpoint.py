@@ -17,6 +17,8 @@ from scheduler.objects import (
     ACTIVE,
     BUILDING,
     ERROR,
+    RESIZE_CONFIRMING,
+    RESIZE_REVERTING,
     RESIZED,
     RESIZING,
     SPAWNING,
@@ -555,6 +557,53 @@ def test_a_resize_rescheduled_onto_its_source_keeps_anti_affinity_with_itself() 
     assert args[5].host == "h1"  # type: ignore[attr-defined]
 
 
+def computes_part(store: MemoryStore, uuid: str, migration: str, confirm: bool) -> None:
+    """A confirm (revert) begun by the conductor and done by the compute: the
+    source's allocation dropped (handed back), before the compute reports it."""
+    if confirm:
+        store.update_instance(uuid, task_state=RESIZE_CONFIRMING)
+        store.release(migration)
+    else:
+        store.update_instance(uuid, task_state=RESIZE_REVERTING)
+        store.move_allocations(migration, uuid, replace=True)
+
+
+@pytest.mark.parametrize(
+    "unasked",
+    [
+        pytest.param("confirmed", id="confirmed-nobody-asked"),
+        pytest.param("reverted", id="reverted-nobody-asked"),
+        pytest.param("confirmed-held", id="confirmed-source-still-held"),
+        pytest.param("reverted-held", id="reverted-source-not-handed-back"),
+    ],
+)
+def test_a_confirmed_or_reverted_the_record_does_not_wait_for_changes_nothing(
+    unasked: str,
+) -> None:
+    """Issue 28's B4: the real migration id, but no confirm (revert) begun, or
+    the compute's part not done: refused, the instance stays RESIZED with
+    its allocations as they were."""
+    store = cloud("h1", "h2")
+    uuid, migration = resizing(store, "h1", "h2")
+    store.update_instance(uuid, state=RESIZED, task_state=None, host="h2", node="h2")
+    if unasked.endswith("-held"):
+        store.update_instance(
+            uuid,
+            task_state=RESIZE_CONFIRMING if unasked.startswith("confirmed") else RESIZE_REVERTING,
+        )
+    before = {c.uuid: c.allocations for c in store.list_consumers()}
+    conductor, _ = endpoint(store)
+    with structlog.testing.capture_logs() as logs:
+        if unasked.startswith("confirmed"):
+            conductor.resize_confirmed(CTXT, uuid, migration)
+        else:
+            conductor.resize_reverted(CTXT, uuid, migration)
+    record = store.get_instance(uuid)
+    assert (record.state, record.host, record.migration_uuid) == (RESIZED, "h2", migration)
+    assert {c.uuid: c.allocations for c in store.list_consumers()} == before
+    assert [e["event"] for e in logs] == ["step_refused"]
+
+
 @pytest.mark.parametrize(
     "confirm, host, flavor",
     [
@@ -567,6 +616,7 @@ def test_resize_confirmed_or_reverted(confirm: bool, host: str, flavor: str) -> 
     uuid, migration = resizing(store, "h1", "h2")
     store.update_instance(uuid, state=RESIZED, task_state=None, host="h2", node="h2")
     conductor, _ = endpoint(store)
+    computes_part(store, uuid, migration, confirm)
     (conductor.resize_confirmed if confirm else conductor.resize_reverted)(CTXT, uuid, migration)
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.migration_uuid, record.source_host) == (
@@ -596,6 +646,7 @@ def test_a_resize_records_the_destinations_zone_and_a_revert_the_sources(
     conductor.resize_result(CTXT, uuid, migration, "h2", True, availability_zone="west")
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.availability_zone) == (RESIZED, "h2", "west")
+    computes_part(store, uuid, migration, confirm)
     (conductor.resize_confirmed if confirm else conductor.resize_reverted)(CTXT, uuid, migration)
     record = store.get_instance(uuid)
     assert (record.state, record.host, record.availability_zone) == (ACTIVE, host, zone)
@@ -712,7 +763,7 @@ def test_a_build_result_for_an_instance_with_no_record_is_one_warning() -> None:
     conductor, _ = endpoint(store)
     with structlog.testing.capture_logs() as logs:
         conductor.build_succeeded(CTXT, str(uuidlib.uuid4()), "h1", "h1")
-    assert [(e["event"], e["log_level"]) for e in logs] == [
-        ("build_result_for_unknown_instance", "warning")
+    assert [(e["event"], e["log_level"], e["why"]) for e in logs] == [
+        ("step_refused", "warning", "no instance record")
     ]
     assert store.list_instances() == []

@@ -26,6 +26,7 @@ from scheduler.objects import (
     ACTIVE,
     BUILDING,
     DELETED,
+    DELETING,
     ERROR,
     RESIZING,
     SHELVED_OFFLOADED,
@@ -246,6 +247,11 @@ def test_orphan_allocations_are_released_after_the_grace(world: World) -> None:
     moving = world.record(RESIZING, "h2", migration_uuid=migration, source_host="h1")
     world.claim(migration)
     world.claim(moving, "h2")
+    # ... nor the migration of an evacuated instance deleted while its source is
+    # down (issue 28's B6: only moves counted, and it was released).
+    parked = str(uuidlib.uuid4())
+    world.record(DELETING, "h2", migration_uuid=parked, source_host="h1")
+    world.claim(parked)
     lost = str(uuidlib.uuid4())
     world.claim(lost)
     world.report("h1", lost)
@@ -261,7 +267,7 @@ def test_orphan_allocations_are_released_after_the_grace(world: World) -> None:
     world.report("h1", lost)
     world.passes(1)
     held = {c.uuid for c in world.store.list_consumers()}
-    assert held == {building, migration, moving, lost}
+    assert held == {building, migration, moving, parked, lost}
     assert world.reconciler.counts[ORPHAN_ALLOCATION] == 3
 
 
