@@ -665,22 +665,24 @@ def test_replayed_and_forged_steps_change_no_instance(
 
     # Nothing repairs behind the forged messages' back while the test runs.
     cluster.write_config(conductor={"reconcile_interval": 600, "orphan_grace": 600})
-    cluster.start_conductor()
     cast = ("--build-results", "cast")  # a build's success is a message to replay
     failing = (
         *("--memory-mb", "131072"),  # the biggest host: the first builds try it
         *("--fail-hosts", FAILING, "--fail-resize-hosts", FAILING),
         *("--live-migration-fail-hosts", FAILING),
     )
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(6) as pool:  # each waits for its process to be ready
         starting = [
             pool.submit(cluster.start_compute, 3, *cast, name="ca"),
             pool.submit(cluster.start_compute, 3, *cast, name="cb"),
             pool.submit(cluster.start_compute, 1, *cast, name="cd"),
             pool.submit(cluster.start_compute, 1, *cast, *failing, name="cf"),
+            pool.submit(cluster.start_conductor),
+            pool.submit(cluster.start_worker),
         ]
-        _, _, doomed, failer = (f.result() for f in starting)
-    cluster.start_worker()
+        doomed, failer = starting[2].result(), starting[3].result()
+        for started_ in starting:
+            started_.result()
     mark("cluster")
 
     active = [c for c in CASES if not c.na]
@@ -707,7 +709,7 @@ def test_replayed_and_forged_steps_change_no_instance(
     # is rescheduled (onto a host that stays up).
     evacuees = [r.uuid for r in boot(sum(c.history == EVACUATED for c in active), [DOOMED])]
     assert {r.host for r in store.list_instances(evacuees)} == {DOOMED}
-    boot(200, [h for h in every if h != DOOMED] + [FAILING])
+    boot(170, [h for h in every if h != DOOMED] + [FAILING])
     mark("boot")
 
     booted = {r.uuid: r for r in store.scan_instances()}
