@@ -44,11 +44,11 @@ from typing import Any
 
 import pytest
 
-from compute_sim.manager import provider_uuid
+from compute_sim.manager import ComputeSimulator, provider_uuid
 from conductor_stub.evacuate import Evacuator
 from conductor_stub.flavors import load_catalog
 from conductor_stub.live_migrate import LiveMigrator
-from conductor_stub.manager import Booter
+from conductor_stub.manager import Booter, ConductorEndpoint
 from conductor_stub.records import ConductorSettings, move_spec, resize_spec
 from conductor_stub.resize import Resizer
 from conductor_stub.shelve import Shelver
@@ -68,6 +68,7 @@ from scheduler.objects import (
     migration_uuid_for,
 )
 from scheduler.service import ServiceResolver
+from scheduler.steps import exposed_methods
 from tests.functional_faults.conftest import FaultCluster, Process, wait_until
 
 # --- what a victim went through before the forging ------------------------------------
@@ -361,6 +362,9 @@ def test_the_table_covers_every_method_and_kind() -> None:
     ``reschedule``; every row named once; every message a method."""
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)), Counter(names).most_common(3)
+    # ... every method the compute's and the conductor's servers answer.
+    assert set(COMPUTE_METHODS) == set(exposed_methods(ComputeSimulator))
+    assert set(CONDUCTOR_METHODS) == set(exposed_methods(ConductorEndpoint))
     have = {(c.method, c.kind) for c in CASES}
     for method in (*COMPUTE_METHODS, *CONDUCTOR_METHODS):
         assert {k for m, k in have if m == method} == set("abcd"), method
