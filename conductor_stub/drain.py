@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorStore
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
 from scheduler.cmd.admin import set_host_disabled
 from scheduler.exceptions import SchedulerError
 from scheduler.log import get_logger

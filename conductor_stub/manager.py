@@ -31,7 +31,7 @@ same way (``live_migration_precheck_failed``: the next alternate claimed,
 its pre-checks cast there; none left, the instance goes back ACTIVE on its
 source with the fault); ``live_migrated`` lands it on the destination and
 drops the source's allocation. The task that starts it is
-:class:`conductor_stub.live_migrate.LiveMigrator`'s.
+:class:`conductor_stub.tasks.live_migrate.LiveMigrator`'s.
 
 What a user reads (``fault``) is generic, decided by
 :func:`scheduler.policy.user_reason`; which hosts were tried, which
@@ -61,13 +61,13 @@ from typing import Any
 import oslo_messaging
 
 from conductor_stub import metrics, records, steps
-from conductor_stub.delete import Deleter
-from conductor_stub.evacuate import cast_rebuild
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.reconcile import LOST_FAULT
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.select import select_and_build
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import cast_rebuild
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.select import select_and_build
+from conductor_stub.tasks.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import (
     BrokerUnreachable,
@@ -234,7 +234,7 @@ class ConductorEndpoint:
     @guarded(steps.instance_terminated)
     def instance_terminated(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """A host destroyed the VM of an instance being deleted (see
-        :mod:`conductor_stub.delete`); the last one to answer finishes it."""
+        :mod:`conductor_stub.tasks.delete`); the last one to answer finishes it."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             try:
                 record = self.deleter.finish(instance_uuid, host)
@@ -251,7 +251,7 @@ class ConductorEndpoint:
     @guarded(steps.instance_shelved)
     def instance_shelved(self, ctxt: Any, instance_uuid: str, host: str) -> None:
         """A host destroyed the VM of an instance being shelved (see
-        :mod:`conductor_stub.shelve`): release it, and it is SHELVED_OFFLOADED."""
+        :mod:`conductor_stub.tasks.shelve`): release it, and it is SHELVED_OFFLOADED."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             try:
                 self.shelver.offloaded(instance_uuid, host)
@@ -699,7 +699,7 @@ class ConductorEndpoint:
         """An evacuation's rebuild on ``host`` succeeded (1.6): the source's
         allocation goes and the instance is ACTIVE there. Or it failed, with
         the alternates left (``host_list``) to try for ``request_spec``, as a
-        failed build is rescheduled (see :mod:`conductor_stub.evacuate`)."""
+        failed build is rescheduled (see :mod:`conductor_stub.tasks.evacuate`)."""
         with bind_request(
             request_id=_request_id(ctxt),
             instance_uuid=instance_uuid,

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from compute_sim.manager import ComputeSimulator, HostShape, provider_uuid
-from conductor_stub.delete import Deleter
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.resize import Resizer
 from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.exceptions import ConsumerDeleted, InstanceNotFound
 from scheduler.objects import (

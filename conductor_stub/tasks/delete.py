@@ -47,7 +47,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
+from conductor_stub.tasks.resize import request_context
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
 from scheduler.objects import DELETED, DELETING, DELETING_TASK, InstanceRecord

@@ -59,8 +59,8 @@ from typing import Any
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from conductor_stub.select import select_for_move
+from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.select import select_for_move
 from scheduler import policy, rules
 from scheduler.exceptions import (
     ConsumerConflict,

@@ -37,8 +37,8 @@ from dataclasses import replace
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from conductor_stub.select import select_for_move
+from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.select import select_for_move
 from scheduler import policy
 from scheduler.exceptions import (
     InvalidRequest,
