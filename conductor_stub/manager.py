@@ -63,6 +63,7 @@ import oslo_messaging
 from conductor_stub import metrics, records, steps
 from conductor_stub.reconcile import LOST_FAULT
 from conductor_stub.records import ConductorSettings, ConductorStore
+from conductor_stub.tasks.base import wait_for
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.evacuate import cast_rebuild
 from conductor_stub.tasks.live_migrate import LiveMigrator
@@ -83,7 +84,6 @@ from scheduler.exceptions import (
     ProviderNotFound,
     SchedulerError,
     SchedulerUnavailable,
-    StoreUnavailable,
 )
 from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
@@ -1265,39 +1265,40 @@ class Booter:
         where both the boot client and the audit find it, with no new kind of
         key: the record is the instance's as any other). A store that does not
         answer is asked again until the timeout."""
-        deadline = time.monotonic() + timeout
         missing_since: dict[str, float] = {}
-        while True:
-            try:
+
+        def read() -> list[InstanceRecord]:
+            """The records found; those missing for ``lost_after`` written back lost."""
+            while True:
                 found = self.store.list_instances(uuids)
-            except StoreUnavailable as exc:  # the store restarts: ask again
-                if time.monotonic() >= deadline:
-                    raise
-                LOG.warning("boot_wait_store_unavailable", error=exc.message)
-                time.sleep(max(poll, 0.5))
-                continue
-            now = time.monotonic()
-            have = {r.uuid for r in found}
-            for uuid in uuids:
-                if uuid in have:
-                    missing_since.pop(uuid, None)
-                else:
-                    missing_since.setdefault(uuid, now)
-            vanished = [u for u, t in missing_since.items() if now - t >= self.lost_after]
-            if vanished:
+                now = time.monotonic()
+                have = {r.uuid for r in found}
+                for uuid in uuids:
+                    if uuid in have:
+                        missing_since.pop(uuid, None)
+                    else:
+                        missing_since.setdefault(uuid, now)
+                vanished = [u for u, t in missing_since.items() if now - t >= self.lost_after]
+                if not vanished:
+                    return found
                 self._record_lost(vanished)
-                missing_since = {u: t for u, t in missing_since.items() if u not in vanished}
-                continue
-            done = len(found) == len(uuids) and all(r.state in FINAL_STATES for r in found)
-            if done or now >= deadline:
-                return BootReport(
-                    instances=found,
-                    seconds=now - started,
-                    requests=self.requests,
-                    timed_out=not done,
-                    group=self.group,
-                )
-            time.sleep(poll)
+                for uuid in vanished:
+                    del missing_since[uuid]
+
+        found, timed_out = wait_for(
+            read,
+            lambda found: len(found) == len(uuids) and all(r.state in FINAL_STATES for r in found),
+            timeout,
+            poll,
+            store_down=lambda exc: LOG.warning("boot_wait_store_unavailable", error=exc.message),
+        )
+        return BootReport(
+            instances=found,
+            seconds=time.monotonic() - started,
+            requests=self.requests,
+            timed_out=timed_out,
+            group=self.group,
+        )
 
     def _record_lost(self, uuids: Sequence[str]) -> None:
         """Write back in ERROR the records that vanished (one re-created meanwhile

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -414,25 +414,6 @@ def build_spec(record: InstanceRecord) -> RequestSpec:
     spec = RequestSpec.from_primitive(dict(record.request_spec))
     ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
     return spec.replace(num_instances=1, ignore_hosts=ignore)
-
-
-def wait_until(
-    store: InstanceStore,
-    uuids: Sequence[str],
-    until: Callable[[InstanceRecord], bool],
-    timeout: float,
-    poll: float = 0.1,
-) -> tuple[list[InstanceRecord], bool]:
-    """Poll the records of ``uuids`` until ``until`` holds for each of those
-    still there; (the records, timed out?). What every ``--wait`` waits with."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = store.list_instances(uuids)
-        if all(until(r) for r in found):
-            return found, False
-        if time.monotonic() >= deadline:
-            return found, True
-        time.sleep(poll)
 
 
 def server_group(store: InstanceStore, group_uuid: str) -> ServerGroup:

@@ -60,10 +60,11 @@ from collections.abc import Callable
 
 from conductor_stub import metrics, records
 from conductor_stub.records import ConductorSettings, ConductorStore
+from conductor_stub.tasks.base import request_context
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.evacuate import Evacuator
 from conductor_stub.tasks.live_migrate import LiveMigrator
-from conductor_stub.tasks.resize import Resizer, request_context
+from conductor_stub.tasks.resize import Resizer
 from conductor_stub.tasks.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut

@@ -47,7 +47,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.base import request_context, wait_for
 from scheduler.exceptions import ProviderNotFound
 from scheduler.log import get_logger
 from scheduler.objects import DELETED, DELETING, DELETING_TASK, InstanceRecord
@@ -144,11 +144,9 @@ class Deleter:
     ) -> tuple[list[InstanceRecord], bool]:
         """Poll until every instance is DELETED (or gone past its retention);
         (the records still there, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = [r for r in self.store.list_instances(uuids) if r.state != DELETED]
-            if not left:
-                return [], False
-            if time.monotonic() >= deadline:
-                return left, True
-            time.sleep(poll)
+        return wait_for(
+            lambda: [r for r in self.store.list_instances(uuids) if r.state != DELETED],
+            lambda left: not left,
+            timeout,
+            poll,
+        )

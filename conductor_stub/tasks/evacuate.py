@@ -59,7 +59,7 @@ from typing import Any
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.base import request_context, wait_until
 from conductor_stub.tasks.select import select_for_move
 from scheduler import policy, rules
 from scheduler.exceptions import (
@@ -242,9 +242,7 @@ class Evacuator:
         self, uuids: Sequence[str], timeout: float, poll: float = 0.1
     ) -> tuple[list[InstanceRecord], bool]:
         """Poll until no instance is REBUILDING; (the records, timed out?)."""
-        return records.wait_until(
-            self.store, uuids, lambda r: r.state != REBUILDING, timeout, poll
-        )
+        return wait_until(self.store, uuids, lambda r: r.state != REBUILDING, timeout, poll)
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:

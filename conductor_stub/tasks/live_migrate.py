@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.base import request_context, wait_for_record
 from conductor_stub.tasks.select import select_for_move
 from scheduler import policy
 from scheduler.exceptions import (
@@ -183,14 +183,7 @@ class LiveMigrator:
 
     def wait(self, uuid: str, timeout: float, poll: float = 0.1) -> tuple[InstanceRecord, bool]:
         """Poll until the instance is no longer MIGRATING; (record, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.store.get_instance(uuid)
-            if record.state != MIGRATING:
-                return record, False
-            if time.monotonic() >= deadline:
-                return record, True
-            time.sleep(poll)
+        return wait_for_record(self.store, uuid, lambda r: r.state != MIGRATING, timeout, poll)
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:

@@ -25,11 +25,11 @@ the sweeper (:mod:`conductor_stub.redrive`) calls to re-drive one.
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 from collections.abc import Callable
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, resize_spec
+from conductor_stub.tasks.base import request_context, wait_for_record
 from scheduler import policy
 from scheduler.exceptions import CannotResizeToSameFlavor, InvalidRequest
 from scheduler.log import get_logger
@@ -49,19 +49,6 @@ from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
 from scheduler.store import InstanceStore
 
 LOG = get_logger(__name__)
-
-
-def request_context(record: InstanceRecord) -> RequestContext:
-    """The context a record's request is (re-)sent with: its own request id,
-    and the rights it was made with."""
-    spec = record.request_spec or {}
-    return RequestContext(
-        request_id=record.request_id or f"req-{uuidlib.uuid4()}",
-        user_id=spec.get("user_id"),
-        project_id=spec.get("project_id"),
-        roles=list(record.roles),
-        is_admin=record.is_admin,
-    )
 
 
 class Resizer:
@@ -216,14 +203,7 @@ class Resizer:
         self, uuid: str, until: Callable[[InstanceRecord], bool], timeout: float, poll: float = 0.1
     ) -> tuple[InstanceRecord, bool]:
         """Poll the record until ``until`` holds; (record, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.store.get_instance(uuid)
-            if until(record):
-                return record, False
-            if time.monotonic() >= deadline:
-                return record, True
-            time.sleep(poll)
+        return wait_for_record(self.store, uuid, until, timeout, poll)
 
 
 def settled(record: InstanceRecord) -> bool:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.tasks.resize import request_context
+from conductor_stub.tasks.base import request_context
 from conductor_stub.tasks.select import select_and_build
 from scheduler.exceptions import InvalidRequest
 from scheduler.log import get_logger
