@@ -150,7 +150,7 @@ from typing import Any, Protocol
 import oslo_messaging
 
 from compute_sim import steps
-from conductor_stub.manager import record_built
+from conductor_stub.records import record_built
 from scheduler.engine.capabilities import IO_OPS_STAT, CapabilityReport, image_property_stat
 from scheduler.exceptions import GenerationConflict, ProviderExists, StoreError
 from scheduler.log import bind_request, get_logger

@@ -88,7 +88,6 @@ from scheduler.exceptions import (
 from scheduler.filters.validation import validate_request
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
-    ACTIVE,
     BUILDING,
     DELETED,
     ERROR,
@@ -148,55 +147,6 @@ def _named_hosts_tried(spec: RequestSpec) -> bool:
         (destination.host,) if destination is not None else (),
     )
     return any(names and all(n.lower() in tried for n in names) for names in narrowed)
-
-
-def record_built(
-    store: ConductorStore,
-    instance_uuid: str,
-    host: str,
-    node: str,
-    availability_zone: str | None = None,
-    clock: Callable[[], float] = time.time,
-) -> None:
-    """Built on ``host`` (``node``, ``availability_zone``): the instance's record
-    goes ACTIVE there, if it is BUILDING and its claim is on that very host (a
-    result from a stale attempt is ignored; the live one reports for itself);
-    an instance already in ERROR (given up, built by a late attempt) has what
-    it holds released. The one rule for a build's result, whether it reaches
-    the conductor as a cast (:meth:`ConductorEndpoint.build_succeeded`) or the
-    compute writes it to the store itself (``compute-sim --build-results
-    store``); the caller binds the request's logging context."""
-    try:
-        record = store.get_instance(instance_uuid)
-    except InstanceNotFound:
-        # Never recorded, or lost by the store: the reconciler decides
-        # from the host's report (re-creates the record or reaps the VM).
-        LOG.warning("build_result_for_unknown_instance")
-        return
-    if record.state == BUILDING:
-        if not records.holds_on(store, instance_uuid, host):
-            LOG.info("stale_build_result_ignored")
-            return
-        done = store.update_instance(
-            instance_uuid,
-            expected_states=[BUILDING],
-            state=ACTIVE,
-            task_state=None,
-            **records.placed_on(host, node, availability_zone),
-            attempts=record.attempts + 1,
-            deadline=None,
-            updated_at=clock(),
-        )
-        if done is not None:
-            LOG.info("instance_active", attempts=done.attempts)
-            return
-        record = store.get_instance(instance_uuid)
-    if record.state == ERROR:
-        # Given up, then built by a late attempt: what it holds is no one's.
-        released = store.release(instance_uuid)
-        LOG.info("late_build_result_released", released=released)
-        return
-    LOG.info("late_build_result_ignored", state=record.state)
 
 
 class ConductorEndpoint:
@@ -272,7 +222,9 @@ class ConductorEndpoint:
         """Built on ``host`` in ``availability_zone`` (1.2; None from an older
         compute, or from a Selection that named no zone)."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
-            record_built(self.store, instance_uuid, host, node, availability_zone, self._clock)
+            records.record_built(
+                self.store, instance_uuid, host, node, availability_zone, self._clock
+            )
 
     @guarded(None)
     def schedule_failed(
