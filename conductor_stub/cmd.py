@@ -37,12 +37,13 @@ import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.flavors import load_catalog
-from conductor_stub.manager import Booter, BootReport, ConductorEndpoint, boot_spec
+from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_booted, format_report
 from conductor_stub.tasks.base import wait_until
+from conductor_stub.tasks.build import Booter, BootReport, boot_spec
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
 from conductor_stub.tasks.evacuate import summary as evacuate_summary

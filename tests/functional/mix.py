@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_stub.flavors import load_catalog
-from conductor_stub.manager import Booter
 from conductor_stub.records import ConductorSettings
+from conductor_stub.tasks.build import Booter
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
 from conductor_stub.tasks.live_migrate import LiveMigrator
