@@ -113,7 +113,7 @@ def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
 
 def placed_on(
     host: str | None = None, node: str | None = None, availability_zone: str | None = None
-) -> dict[str, str | None]:
+) -> dict[str, Any]:
     """The record's fields of where a build is: host, node and zone, always
     written together, so that no zone outlives the host it was the zone of
     (nothing given: nowhere)."""
@@ -258,10 +258,13 @@ def end_move(
 ) -> bool:
     """``state`` -> ACTIVE with no move in flight (and ``changes``): the one
     compare-and-set that ends every move, however it ends. False if the
-    record was no longer in ``state`` (nothing written)."""
+    record was no longer in ``state`` under the move ``record`` names (its
+    migration: a later move of the same state is not this one's to end;
+    nothing written)."""
     done = store.update_instance(
         record.uuid,
         expected_states=[state],
+        expect={"migration_uuid": record.migration_uuid},
         state=ACTIVE,
         task_state=None,
         **{**NO_MOVE, **changes},

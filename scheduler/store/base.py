@@ -349,14 +349,21 @@ class InstanceStore(Protocol):
 
     @abc.abstractmethod
     def update_instance(
-        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+        self,
+        uuid: str,
+        expected_states: Iterable[str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
+        **changes: Any,
     ) -> InstanceRecord | None:
         """Apply ``changes`` atomically; return the new record.
 
-        With ``expected_states``, only if the record's state is one of them;
+        With ``expected_states``, only if the record's state is one of them,
+        and with ``expect``, only if each of those fields (text fields, such
+        as ``migration_uuid`` or ``task_state``) holds that value (None: none);
         otherwise nothing is written and ``None`` is returned (a late or
-        duplicate result cannot overwrite a final state). A DELETED record is
-        never changed: ``None`` too.
+        duplicate result cannot overwrite a final state, nor a step of one
+        move the record of the next). A DELETED record is never changed:
+        ``None`` too.
         """
 
     @abc.abstractmethod

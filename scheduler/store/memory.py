@@ -572,7 +572,11 @@ class MemoryStore(Store):
             return record
 
     def update_instance(
-        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+        self,
+        uuid: str,
+        expected_states: Iterable[str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
+        **changes: Any,
     ) -> InstanceRecord | None:
         check_instance_changes(changes)
         with self._lock:
@@ -580,6 +584,8 @@ class MemoryStore(Store):
             if record.state == DELETED:
                 return None
             if expected_states is not None and record.state not in set(expected_states):
+                return None
+            if expect and any(getattr(record, f) != v for f, v in expect.items()):
                 return None
             record = replace(record, **changes)
             self._put_instance(record)

@@ -1192,14 +1192,19 @@ class RedisStore(Store):
 
     @_translated
     def update_instance(
-        self, uuid: str, expected_states: Iterable[str] | None = None, **changes: Any
+        self,
+        uuid: str,
+        expected_states: Iterable[str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
+        **changes: Any,
     ) -> InstanceRecord | None:
         check_instance_changes(changes)
         expected = "" if expected_states is None else json.dumps(list(expected_states))
+        fields = "" if not expect else json.dumps(dict(expect))
         raw = self._write(
             self._scripts.update_instance,
             keys=(self.keys.instances, self.keys.deleted_record(uuid), self.keys.deadlines),
-            args=(uuid, expected, _changes_json(changes)),
+            args=(uuid, expected, _changes_json(changes), fields),
         )
         if raw is None:
             return None

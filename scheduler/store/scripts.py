@@ -711,9 +711,11 @@ return 1
 
 #: KEYS: instances, the instance's ``deleted:<uuid>`` key, deadlines. ARGV: uuid,
 #: expected states (JSON list, or '' for any), changes (JSON object of
-#: top-level fields; ``request_spec`` is itself a JSON string). Returns the
-#: new record's JSON, or nil when the state was not one of those expected or
-#: the record is DELETED (a deleted record is never changed; nothing written).
+#: top-level fields; ``request_spec`` is itself a JSON string), expected
+#: fields (JSON object of field -> value, null for none; '' for no such
+#: check). Returns the new record's JSON, or nil when the state was not one of
+#: those expected, a field not as expected, or the record is DELETED (a
+#: deleted record is never changed; nothing written).
 #: The record's entry in the deadline index follows its new deadline.
 UPDATE_INSTANCE = (
     _FAIL
@@ -731,6 +733,16 @@ if ARGV[2] ~= '' then
     if record.state == state then expected = true end
   end
   if not expected then return false end
+end
+if ARGV[4] ~= '' then
+  for field, want in pairs(cjson.decode(ARGV[4])) do
+    local have = record[field]
+    if want == cjson.null then
+      if have ~= nil and have ~= cjson.null then return false end
+    elseif have ~= want then
+      return false
+    end
+  end
 end
 for field, value in pairs(cjson.decode(ARGV[3])) do record[field] = value end
 local data = encode_record(record)

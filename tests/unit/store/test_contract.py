@@ -1365,6 +1365,27 @@ def test_instance_update_with_expected_states(
         assert store.get_instance(uuid) == InstanceRecord(uuid=uuid)
 
 
+@pytest.mark.parametrize(
+    "expect, applies",
+    [
+        pytest.param({"migration_uuid": "m-1"}, True, id="that-migration"),
+        pytest.param({"migration_uuid": "m-2"}, False, id="another-migration"),
+        pytest.param({"migration_uuid": None}, False, id="none-expected-one-held"),
+        pytest.param({"request_id": None}, True, id="none-expected-none-held"),
+        pytest.param({"migration_uuid": "m-1", "task_state": "x"}, False, id="one-of-two-off"),
+        pytest.param({}, True, id="nothing-expected"),
+    ],
+)
+def test_instance_update_with_expected_fields(
+    store: Store, expect: dict[str, str | None], applies: bool
+) -> None:
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, migration_uuid="m-1")])
+    result = store.update_instance(uuid, expected_states=[BUILDING], expect=expect, state=ERROR)
+    assert (result is not None) is applies
+    assert store.get_instance(uuid).state == (ERROR if applies else BUILDING)
+
+
 def test_instance_update_refuses_unknown_fields_and_instances(store: Store) -> None:
     uuid = new_uuid()
     store.create_instances([InstanceRecord(uuid=uuid)])
