@@ -36,19 +36,21 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
-from conductor_stub.delete import Deleter
-from conductor_stub.evacuate import Evacuator, compute_is_up
-from conductor_stub.evacuate import summary as evacuate_summary
 from conductor_stub.flavors import load_catalog
-from conductor_stub.live_migrate import LiveMigrator
-from conductor_stub.live_migrate import summary as live_summary
-from conductor_stub.manager import Booter, BootReport, ConductorEndpoint, boot_spec
+from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
-from conductor_stub.records import ConductorSettings, server_group, wait_until
+from conductor_stub.records import ConductorSettings, server_group
 from conductor_stub.redrive import Sweeper
 from conductor_stub.report import format_booted, format_report
-from conductor_stub.resize import Resizer, finished, settled, summary
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.base import wait_until
+from conductor_stub.tasks.build import Booter, BootReport, boot_spec
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
+from conductor_stub.tasks.evacuate import summary as evacuate_summary
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.live_migrate import summary as live_summary
+from conductor_stub.tasks.resize import Resizer, finished, settled, summary
+from conductor_stub.tasks.shelve import Shelver
 from scheduler import broker, health, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorStore
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.base import wait_for
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
 from scheduler.cmd.admin import set_host_disabled
 from scheduler.exceptions import SchedulerError
 from scheduler.log import get_logger
@@ -193,7 +194,6 @@ class Drainer:
         """
         set_host_disabled(self.store, host, True, DRAIN_REASON)
         LOG.info("drain_started", host=host, live=live, parallel=self.parallel)
-        deadline = self._monotonic() + timeout
         outcomes: list[DrainOutcome] = []
 
         def finish(outcome: DrainOutcome) -> None:
@@ -220,8 +220,10 @@ class Drainer:
                 waiting.add(record.uuid)
             else:
                 finish(_outcome(record, SKIPPED, record.state))
-        timed_out = False
-        while True:
+
+        def round_() -> bool:
+            """Start moves up to ``parallel``, follow those under way; True
+            once none is left to start, follow or wait for."""
             while pending and len(flight) < self.parallel:
                 uuid = pending.popleft()
                 try:
@@ -246,15 +248,20 @@ class Drainer:
                 elif record.host != host or record.state in SETTLED_STATES:
                     waiting.discard(uuid)
                     finish(_outcome(record, SKIPPED, record.state))
-            if not (pending or flight or waiting):
-                break
-            if self._monotonic() >= deadline:
-                timed_out = True
-                for uuid in [*flight, *sorted(waiting), *pending]:
-                    record = self._record(uuid)
-                    finish(_outcome(record, TIMED_OUT, f"{record.state} after {timeout:g} s"))
-                break
-            self._sleep(self.poll)
+            return not (pending or flight or waiting)
+
+        _, timed_out = wait_for(
+            round_,
+            lambda finished: finished,
+            timeout,
+            self.poll,
+            sleep=self._sleep,
+            monotonic=self._monotonic,
+        )
+        if timed_out:
+            for uuid in [*flight, *sorted(waiting), *pending]:
+                record = self._record(uuid)
+                finish(_outcome(record, TIMED_OUT, f"{record.state} after {timeout:g} s"))
         left = self.on_host(host)
         report = DrainReport(
             host=host,

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from scheduler.objects import MIGRATING, REBUILDING, RESIZING
-
 RESCHEDULES = Counter(
     "conductor_reschedules",
     "Failed builds or move destinations sent on to another host, by kind (build, "
@@ -52,7 +50,3 @@ ACTIONS_TAKEN = Counter(
     "allocations that took a host past its capacity).",
     ["kind"],
 )
-
-#: The kind a move's reschedule or exhaustion is counted under, by the
-#: instance's state during the move.
-MOVE_KINDS = {RESIZING: "resize", MIGRATING: "live_migration", REBUILDING: "rebuild"}

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.exceptions import InvalidRequest, ProviderNotFound
+from scheduler.exceptions import InstanceNotFound, InvalidRequest, ProviderNotFound
 from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import (
     ACTIVE,
@@ -155,6 +155,56 @@ def fail_build(
     released = store.release(uuid)
     LOG.info("instance_error", instance_uuid=uuid, fault=fault, released=released)
     return True
+
+
+def record_built(
+    store: ConductorStore,
+    instance_uuid: str,
+    host: str,
+    node: str,
+    availability_zone: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Built on ``host`` (``node``, ``availability_zone``): the instance's record
+    goes ACTIVE there, if it is BUILDING and its claim is on that very host (a
+    result from a stale attempt is ignored; the live one reports for itself);
+    an instance already in ERROR (given up, built by a late attempt) has what
+    it holds released. The one rule for a build's result, whether it reaches
+    the conductor as a cast
+    (:meth:`conductor_stub.manager.ConductorEndpoint.build_succeeded`) or the
+    compute writes it to the store itself (``compute-sim --build-results
+    store``); the caller binds the request's logging context."""
+    try:
+        record = store.get_instance(instance_uuid)
+    except InstanceNotFound:
+        # Never recorded, or lost by the store: the reconciler decides
+        # from the host's report (re-creates the record or reaps the VM).
+        LOG.warning("build_result_for_unknown_instance")
+        return
+    if record.state == BUILDING:
+        if not holds_on(store, instance_uuid, host):
+            LOG.info("stale_build_result_ignored")
+            return
+        done = store.update_instance(
+            instance_uuid,
+            expected_states=[BUILDING],
+            state=ACTIVE,
+            task_state=None,
+            **placed_on(host, node, availability_zone),
+            attempts=record.attempts + 1,
+            deadline=None,
+            updated_at=clock(),
+        )
+        if done is not None:
+            LOG.info("instance_active", attempts=done.attempts)
+            return
+        record = store.get_instance(instance_uuid)
+    if record.state == ERROR:
+        # Given up, then built by a late attempt: what it holds is no one's.
+        released = store.release(instance_uuid)
+        LOG.info("late_build_result_released", released=released)
+        return
+    LOG.info("late_build_result_ignored", state=record.state)
 
 
 #: The states of a move with a source to go back to, and what its failure logs.
@@ -417,25 +467,6 @@ def build_spec(record: InstanceRecord) -> RequestSpec:
     spec = RequestSpec.from_primitive(dict(record.request_spec))
     ignore = tuple(dict.fromkeys((*spec.ignore_hosts, *record.tried_hosts)))
     return spec.replace(num_instances=1, ignore_hosts=ignore)
-
-
-def wait_until(
-    store: InstanceStore,
-    uuids: Sequence[str],
-    until: Callable[[InstanceRecord], bool],
-    timeout: float,
-    poll: float = 0.1,
-) -> tuple[list[InstanceRecord], bool]:
-    """Poll the records of ``uuids`` until ``until`` holds for each of those
-    still there; (the records, timed out?). What every ``--wait`` waits with."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = store.list_instances(uuids)
-        if all(until(r) for r in found):
-            return found, False
-        if time.monotonic() >= deadline:
-            return found, True
-        time.sleep(poll)
 
 
 def server_group(store: InstanceStore, group_uuid: str) -> ServerGroup:

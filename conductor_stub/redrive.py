@@ -16,16 +16,16 @@ not heard back on:
   migration: its move is a no-op and the destination's claim is reused.
 * RESIZED, confirming or reverting: the confirm or revert is cast again.
 * REBUILDING: the evacuation is sent again with the same request id, so the
-  same migration (see :mod:`conductor_stub.evacuate`): the source is parked
+  same migration (see :mod:`conductor_stub.tasks.evacuate`): the source is parked
   once, the destination's claim is reused, the rebuild cast again.
 * MIGRATING: the live migration is sent again with the same request id, so
   the same migration: its park is a no-op and the destination the instance
   holds is reused by the scheduler (never claimed twice), and its pre-checks
   cast again (each step is idempotent per migration on the computes).
 * DELETING: the terminate is cast again to the hosts that have not answered
-  (see :mod:`conductor_stub.delete`).
+  (see :mod:`conductor_stub.tasks.delete`).
 * SHELVING: the offload is cast again to the instance's host (see
-  :mod:`conductor_stub.shelve`).
+  :mod:`conductor_stub.tasks.shelve`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
@@ -59,12 +59,13 @@ from collections import Counter
 from collections.abc import Callable
 
 from conductor_stub import metrics, records
-from conductor_stub.delete import Deleter
-from conductor_stub.evacuate import Evacuator
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import Resizer, request_context
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.base import request_context
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import Evacuator
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
+from conductor_stub.tasks.shelve import Shelver
 from scheduler import policy
 from scheduler.exceptions import RequestTimedOut
 from scheduler.log import RepeatLimiter, bind_request, get_logger

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from conductor_stub.manager import BootReport
+from conductor_stub.tasks.build import BootReport
 from scheduler.cmd.admin import table
 from scheduler.objects import ServerGroup
 from scheduler.store import Provider

@@ -19,9 +19,9 @@ For each utilisation, in ascending order on the same cloud:
    too (its record would stay otherwise) and the next step boots without a
    delete to restore the count.
 
-The driver is this process, acting as the API: :class:`~conductor_stub.manager.Booter`
+The driver is this process, acting as the API: :class:`~conductor_stub.tasks.build.Booter`
 creates the record and casts ``run_instance`` to the worker,
-:class:`~conductor_stub.delete.Deleter` fences the instance and casts
+:class:`~conductor_stub.tasks.delete.Deleter` fences the instance and casts
 ``terminate_instance`` to its compute (the conductor daemon finishes the
 delete when the compute answers). Per boot, latency is the record's
 ``updated_at`` when it was first seen ACTIVE less its ``created_at``.
@@ -53,10 +53,10 @@ import redis
 from bench.cases.memory import proc_status_mb
 from bench.runner import Bench
 from bench.stats import summary
-from conductor_stub.delete import Deleter
 from conductor_stub.flavors import load_catalog
-from conductor_stub.manager import Booter
 from conductor_stub.records import ConductorSettings
+from conductor_stub.tasks.build import Booter
+from conductor_stub.tasks.delete import Deleter
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import ACTIVE, ERROR, FINAL_STATES, RequestSpec

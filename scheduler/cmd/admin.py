@@ -1249,8 +1249,8 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     # renderers.
     from conductor_stub.cmd import conductor_settings
     from conductor_stub.drain import Drainer, format_outcome, format_summary
-    from conductor_stub.live_migrate import LiveMigrator
-    from conductor_stub.resize import Resizer
+    from conductor_stub.tasks.live_migrate import LiveMigrator
+    from conductor_stub.tasks.resize import Resizer
 
     args = conf.command
     transport = rpc.get_transport(conf)

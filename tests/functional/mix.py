@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_stub.delete import Deleter
-from conductor_stub.evacuate import Evacuator, compute_is_up
 from conductor_stub.flavors import load_catalog
-from conductor_stub.live_migrate import LiveMigrator
-from conductor_stub.manager import Booter
 from conductor_stub.records import ConductorSettings
-from conductor_stub.resize import Resizer, own_flavor
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.build import Booter
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer, own_flavor
+from conductor_stub.tasks.shelve import Shelver
 from scheduler import rpc
 from scheduler.exceptions import SchedulerError
 from scheduler.objects import (

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from conductor_stub.evacuate import compute_is_up
+from conductor_stub.tasks.evacuate import compute_is_up
 from scheduler.engine.settings import EngineSettings
 from tests.functional.conftest import Cluster, Process
 from tests.functional.test_boot import wait_until

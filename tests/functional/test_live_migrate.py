@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from compute_sim.hosts import provider_uuid
-from conductor_stub.delete import Deleter
+from conductor_stub.tasks.delete import Deleter
 from scheduler.cmd.admin import render_instance
 from scheduler.exceptions import MaxRetriesExceeded
 from scheduler.rpc import ComputeClient

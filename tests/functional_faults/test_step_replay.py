@@ -46,13 +46,14 @@ import pytest
 
 from compute_sim.hosts import provider_uuid
 from compute_sim.manager import ComputeManager
-from conductor_stub.evacuate import Evacuator
 from conductor_stub.flavors import load_catalog
-from conductor_stub.live_migrate import LiveMigrator
-from conductor_stub.manager import Booter, ConductorEndpoint
+from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings, move_spec, resize_spec
-from conductor_stub.resize import Resizer
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.build import Booter
+from conductor_stub.tasks.evacuate import Evacuator
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
+from conductor_stub.tasks.shelve import Shelver
 from scheduler import rpc
 from scheduler.objects import (
     ACTIVE,

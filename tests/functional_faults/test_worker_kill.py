@@ -33,7 +33,7 @@ import pytest
 
 from conductor_stub.flavors import load_catalog
 from conductor_stub.records import ConductorSettings
-from conductor_stub.resize import Resizer, own_flavor
+from conductor_stub.tasks.resize import Resizer, own_flavor
 from scheduler import rpc
 from scheduler.objects import InstanceRecord, RequestSpec
 from scheduler.service import ServiceResolver

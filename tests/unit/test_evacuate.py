@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.delete import Deleter
-from conductor_stub.evacuate import Evacuator, compute_is_up
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import TIMED_OUT, Sweeper
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
+from conductor_stub.tasks.resize import Resizer
 from scheduler.exceptions import Forbidden, InstanceNotFound, InvalidRequest, NoValidHost
 from scheduler.objects import (
     ACTIVE,

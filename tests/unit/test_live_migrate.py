@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from conductor_stub import records
-from conductor_stub.delete import Deleter
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import TIMED_OUT, Sweeper
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
 from scheduler.cmd.admin import render_instance
 from scheduler.exceptions import (
     Forbidden,

@@ -14,11 +14,11 @@ import pytest
 
 from compute_sim.hosts import HostShape, provider_uuid
 from compute_sim.simulator import ComputeSimulator
-from conductor_stub.delete import Deleter
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.resize import Resizer
 from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.exceptions import ConsumerDeleted, InstanceNotFound
 from scheduler.objects import (

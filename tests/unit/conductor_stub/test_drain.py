@@ -20,9 +20,9 @@ from conductor_stub.drain import (
     format_outcome,
     format_summary,
 )
-from conductor_stub.live_migrate import LiveMigrator
 from conductor_stub.records import ConductorSettings
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.resize import Resizer
 from scheduler.cmd import admin
 from scheduler.exceptions import NotFound, NoValidHost
 from scheduler.objects import (

@@ -10,8 +10,9 @@ import kombu.exceptions
 import oslo_messaging
 import pytest
 
-from conductor_stub.manager import UNSENT_FAULT, Booter, ConductorEndpoint
+from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.reconcile import LOST_FAULT
+from conductor_stub.tasks.build import UNSENT_FAULT, Booter
 from scheduler.exceptions import (
     BrokerUnreachable,
     Forbidden,

@@ -9,7 +9,7 @@ import pytest
 
 from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.resize import Resizer
 from scheduler.exceptions import RequestTimedOut
 from scheduler.objects import (
     ACTIVE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid as uuidlib
 
-from conductor_stub.manager import BootReport
 from conductor_stub.report import format_booted, format_report
+from conductor_stub.tasks.build import BootReport
 from scheduler.objects import ACTIVE, ERROR, InstanceRecord, ServerGroup
 
 GROUP = ServerGroup(uuid=str(uuidlib.UUID(int=3)), policy="anti-affinity")

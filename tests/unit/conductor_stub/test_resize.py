@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conductor_stub.records import ConductorSettings, finish_confirm, finish_revert
-from conductor_stub.resize import Resizer
+from conductor_stub.tasks.resize import Resizer
 from scheduler.exceptions import CannotResizeToSameFlavor, Forbidden, InvalidRequest
 from scheduler.objects import (
     ACTIVE,

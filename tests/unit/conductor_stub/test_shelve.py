@@ -10,8 +10,8 @@ import pytest
 
 from compute_sim.hosts import provider_uuid
 from conductor_stub.redrive import Sweeper
-from conductor_stub.resize import Resizer
-from conductor_stub.shelve import Shelver
+from conductor_stub.tasks.resize import Resizer
+from conductor_stub.tasks.shelve import Shelver
 from scheduler.exceptions import InvalidRequest
 from scheduler.objects import (
     ACTIVE,

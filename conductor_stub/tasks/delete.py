@@ -1,4 +1,4 @@
-"""The API side of a delete: fence, terminate, release, expire.
+"""A delete: fence, terminate, release, expire.
 
 A delete is ordered so that it leaves no claim and no VM behind, whatever
 it races (a build, a reschedule, a resize, a live migration, a re-driven
@@ -47,8 +47,8 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from scheduler.exceptions import ProviderNotFound
+from conductor_stub.tasks.base import Task, request_context, wait_for
+from scheduler.exceptions import InstanceNotFound, ProviderNotFound
 from scheduler.log import get_logger
 from scheduler.objects import DELETED, DELETING, DELETING_TASK, InstanceRecord
 from scheduler.rpc import ComputeClient
@@ -56,7 +56,7 @@ from scheduler.rpc import ComputeClient
 LOG = get_logger(__name__)
 
 
-class Deleter:
+class Deleter(Task):
     """Deletes instances, re-sends their terminates and finishes their deletes."""
 
     def __init__(
@@ -66,10 +66,7 @@ class Deleter:
         settings: ConductorSettings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
-        self.compute = compute
-        self.settings = settings or ConductorSettings()
-        self._clock = clock
+        super().__init__(store, None, compute, settings, clock)
 
     def delete(self, uuid: str) -> InstanceRecord:
         """Start deleting one instance (steps 1-3, or 4 at once with no host).
@@ -139,16 +136,27 @@ class Deleter:
             LOG.info("instance_deleted", instance_uuid=uuid, host=host, forced=force)
         return record
 
+    def instance_terminated(self, uuid: str, host: str) -> None:
+        """``host`` destroyed the VM of the instance being deleted; the last host
+        to answer finishes the delete (:meth:`finish`)."""
+        try:
+            record = self.finish(uuid, host)
+        except InstanceNotFound:  # past its retention already
+            LOG.info("instance_terminated_late")
+            return
+        if record is None:
+            LOG.warning("instance_terminated_not_deleting")
+        elif record.state != DELETED:
+            LOG.info("delete_waiting", pending=list(record.pending_hosts))
+
     def wait(
         self, uuids: Sequence[str], timeout: float, poll: float = 0.1
     ) -> tuple[list[InstanceRecord], bool]:
         """Poll until every instance is DELETED (or gone past its retention);
         (the records still there, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = [r for r in self.store.list_instances(uuids) if r.state != DELETED]
-            if not left:
-                return [], False
-            if time.monotonic() >= deadline:
-                return left, True
-            time.sleep(poll)
+        return wait_for(
+            lambda: [r for r in self.store.list_instances(uuids) if r.state != DELETED],
+            lambda left: not left,
+            timeout,
+            poll,
+        )

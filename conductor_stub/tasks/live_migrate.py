@@ -1,4 +1,4 @@
-"""The conductor side of a live migration: start it, send it, wait for it.
+"""A live migration: start it, send it, take its results, wait for it.
 
 ``start`` turns an ACTIVE instance MIGRATING (a compare-and-set: two moves
 of one instance cannot both start) and names the migration after the
@@ -16,9 +16,13 @@ request id; ``send`` is the task itself (Nova's LiveMigrationTask):
 3. **Cast the pre-checks** to the destination
    (``check_can_live_migrate_destination``), which has the source checked
    too and then migrates. A failed pre-check releases that destination's
-   claim and comes back to :class:`~conductor_stub.manager.ConductorEndpoint`
-   (``live_migration_precheck_failed``), which claims the next alternate;
-   ``live_migrated`` lands the instance (the source's allocation dropped).
+   claim and comes back (``live_migration_precheck_failed``): it is
+   rescheduled as every rescheduling operation is
+   (:mod:`conductor_stub.tasks.base`), the next alternate claimed and its
+   pre-checks cast there; with alternates off, or none of them left to
+   claim, the live migration is sent again (the hosts tried ignored), up to
+   ``max_attempts`` destinations. ``live_migrated`` lands the instance:
+   ACTIVE on the destination, the source's allocation dropped.
 
 Nothing placed (no valid host, a refusal): the instance goes back ACTIVE
 on its source with the source's allocation handed back and a fault
@@ -31,18 +35,15 @@ never claimed twice.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from conductor_stub import records
-from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from conductor_stub.select import select_for_move
+from conductor_stub.tasks import base
+from conductor_stub.tasks.base import ReschedulingTask, Retry, request_context, wait_for_record
 from scheduler import policy
-from scheduler.exceptions import (
-    InvalidRequest,
-)
+from scheduler.exceptions import InvalidRequest
 from scheduler.log import bind_request, get_logger
 from scheduler.manager import park
 from scheduler.objects import (
@@ -51,8 +52,10 @@ from scheduler.objects import (
     MIGRATING,
     Destination,
     InstanceRecord,
+    RequestSpec,
+    Selection,
 )
-from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
+from scheduler.rpc import RequestContext
 
 LOG = get_logger(__name__)
 
@@ -67,22 +70,11 @@ def live_context(record: InstanceRecord) -> RequestContext:
     return ctxt
 
 
-class LiveMigrator:
-    """Starts live migrations and (re-)sends them."""
+class LiveMigrator(ReschedulingTask):
+    """Starts live migrations, (re-)sends them and takes their results."""
 
-    def __init__(
-        self,
-        store: ConductorStore,
-        scheduler: SchedulerClient,
-        compute: ComputeClient,
-        settings: ConductorSettings | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.scheduler = scheduler
-        self.compute = compute
-        self.settings = settings or ConductorSettings()
-        self._clock = clock
+    state = MIGRATING
+    kind = "live_migration"
 
     def start(
         self,
@@ -151,17 +143,9 @@ class LiveMigrator:
             try:
                 park(self.store, record.uuid, record.migration_uuid, "live-migrate")
             except InvalidRequest as exc:
-                records.fail_move(
-                    self.store,
-                    record,
-                    policy.user_reason(exc),
-                    policy.admin_details(exc),
-                    clock=self._clock,
-                )
+                self.refuse_move(record, exc)
                 return
-            selections = select_for_move(
-                self.store, self.scheduler, ctxt, record, spec, "live_migration", clock=self._clock
-            )
+            selections = self.select_move(ctxt, record, spec, "live_migration")
             if selections is None:
                 return
             primary, alternates = selections[0], selections[1:]
@@ -181,31 +165,69 @@ class LiveMigrator:
                 record.block_migration,
             )
 
+    # --- results --------------------------------------------------------------------
+
+    def timeout(self) -> float:
+        return self.settings.live_migration_timeout
+
+    def cast_to(self, ctxt: Any, retry: Retry, spec: RequestSpec, hosts: list[Selection]) -> None:
+        """Cast the pre-checks to the first of ``hosts``."""
+        record = retry.record
+        assert record.migration_uuid is not None and record.source_host is not None
+        LOG.info("live_migration_rescheduled", alternate=hosts[0].host, left=len(hosts) - 1)
+        self.compute.check_can_live_migrate_destination(
+            ctxt,
+            record.uuid,
+            record.migration_uuid,
+            spec,
+            hosts[0],
+            hosts[1:],
+            record.source_host,
+            record.block_migration,
+        )
+
+    def ask_again(
+        self, ctxt: Any, retry: Retry, spec: RequestSpec, refused: Sequence[str]
+    ) -> None:
+        """Send the live migration again: the park a no-op, the hosts tried
+        ignored (its failure says so)."""
+        self.send(retry.record)
+
+    def can_ask_again(self) -> bool:
+        return self.scheduler is not None
+
+    def live_migrated(
+        self, uuid: str, migration_uuid: str, host: str, node: str, availability_zone: str | None
+    ) -> None:
+        """The instance runs on ``host`` and no longer on its source: ACTIVE
+        there, the source's allocation dropped."""
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid or record.state != MIGRATING:
+            LOG.info("live_migrated_duplicate", state=record.state)
+            return
+        if not records.holds_on(self.store, uuid, host):
+            LOG.info("stale_live_migration_result_ignored")
+            return
+        if not records.finish_live_migration(
+            self.store, record, host, node, availability_zone, clock=self._clock
+        ):
+            LOG.info("live_migrated_late")
+
     def wait(self, uuid: str, timeout: float, poll: float = 0.1) -> tuple[InstanceRecord, bool]:
         """Poll until the instance is no longer MIGRATING; (record, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.store.get_instance(uuid)
-            if record.state != MIGRATING:
-                return record, False
-            if time.monotonic() >= deadline:
-                return record, True
-            time.sleep(poll)
+        return wait_for_record(self.store, uuid, lambda r: r.state != MIGRATING, timeout, poll)
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:
     """What ``conductor-stub live-migrate`` prints of an instance."""
-    return {
-        "uuid": record.uuid,
-        "state": record.state,
-        "task_state": record.task_state,
-        "host": record.host,
-        "availability_zone": record.availability_zone,
-        "migration_uuid": record.migration_uuid,
-        "source_host": record.source_host,
-        "requested_host": (record.requested_destination or {}).get("host"),
-        "attempts": record.attempts,
-        "tried_hosts": list(record.tried_hosts),
-        "fault": record.fault,
-        "fault_details": record.fault_details,
-    }
+    return base.summary(
+        record,
+        availability_zone=record.availability_zone,
+        migration_uuid=record.migration_uuid,
+        source_host=record.source_host,
+        requested_host=(record.requested_destination or {}).get("host"),
+        attempts=record.attempts,
+        tried_hosts=list(record.tried_hosts),
+        fault=record.fault,
+        fault_details=record.fault_details,
+    )

@@ -1,5 +1,5 @@
-"""The API side of a resize or cold migration: start it, confirm or revert
-it, wait for it.
+"""A resize or cold migration: start it, follow its steps, confirm or
+revert it, wait for it.
 
 A cold migration is a resize to the instance's own flavor, as in Nova: same
 request spec (group, zone, traits, hints), never the source unless
@@ -13,10 +13,17 @@ of one instance cannot both start), names the migration after the request
 id and casts ``resize`` to the scheduler, which parks the instance's
 allocation on the migration consumer, claims the new flavor on a
 destination and casts ``prep_resize`` there. The compute nodes walk prep ->
-resize -> finish and the conductor records the instance RESIZED on the
-destination. ``confirm`` then drops the source's allocation (cast to the
+resize -> finish, and ``resize_result`` records the instance RESIZED on the
+destination (or, failed, back ACTIVE on its source with the fault). A
+destination that fails its prep releases its claim there and is
+rescheduled (``reschedule`` naming the migration): the next alternate
+claimed and ``prep_resize`` cast there, or the scheduler asked again, as
+every rescheduling operation does (:mod:`conductor_stub.tasks.base`); none
+left, the instance goes back ACTIVE on its source with "max retries
+exceeded". ``confirm`` then drops the source's allocation (cast to the
 source), ``revert`` drops the destination's and hands the source's back
-(cast to the destination).
+(cast to the destination); the compute answers ``resize_confirmed`` or
+``resize_reverted`` and the record is ACTIVE with nothing pending.
 
 Each request is sent with a deadline; the ``send_*`` methods are also what
 the sweeper (:mod:`conductor_stub.redrive`) calls to re-drive one.
@@ -24,12 +31,13 @@ the sweeper (:mod:`conductor_stub.redrive`) calls to re-drive one.
 
 from __future__ import annotations
 
-import time
-import uuid as uuidlib
 from collections.abc import Callable
+from typing import Any
 
 from conductor_stub import records
-from conductor_stub.records import ConductorSettings, resize_spec
+from conductor_stub.records import resize_spec
+from conductor_stub.tasks import base
+from conductor_stub.tasks.base import ReschedulingTask, Retry, request_context, wait_for_record
 from scheduler import policy
 from scheduler.exceptions import CannotResizeToSameFlavor, InvalidRequest
 from scheduler.log import get_logger
@@ -44,42 +52,19 @@ from scheduler.objects import (
     Flavor,
     InstanceRecord,
     RequestSpec,
+    Selection,
 )
-from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
-from scheduler.store import InstanceStore
+from scheduler.rpc import RequestContext
 
 LOG = get_logger(__name__)
 
 
-def request_context(record: InstanceRecord) -> RequestContext:
-    """The context a record's request is (re-)sent with: its own request id,
-    and the rights it was made with."""
-    spec = record.request_spec or {}
-    return RequestContext(
-        request_id=record.request_id or f"req-{uuidlib.uuid4()}",
-        user_id=spec.get("user_id"),
-        project_id=spec.get("project_id"),
-        roles=list(record.roles),
-        is_admin=record.is_admin,
-    )
+class Resizer(ReschedulingTask):
+    """Starts, confirms and reverts resizes, re-sends their requests, and
+    takes their results."""
 
-
-class Resizer:
-    """Starts, confirms and reverts resizes, and re-sends their requests."""
-
-    def __init__(
-        self,
-        store: InstanceStore,
-        scheduler: SchedulerClient,
-        compute: ComputeClient,
-        settings: ConductorSettings | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.scheduler = scheduler
-        self.compute = compute
-        self.settings = settings or ConductorSettings()
-        self._clock = clock
+    state = RESIZING
+    kind = "resize"
 
     def resize(self, uuid: str, flavor: Flavor) -> InstanceRecord:
         """A resize asked for by a user: to another flavor than the one the
@@ -165,6 +150,7 @@ class Resizer:
     def send_resize(self, record: InstanceRecord) -> None:
         spec, flavor = resize_spec(record)
         assert record.source_host is not None
+        assert self.scheduler is not None, "a resize is sent with a scheduler client"
         self.scheduler.resize(
             request_context(record), record.uuid, record.source_host, flavor, spec
         )
@@ -212,18 +198,110 @@ class Resizer:
             request_context(record), record.host, record.uuid, record.migration_uuid
         )
 
+    # --- results --------------------------------------------------------------------
+
+    def resize_result(
+        self,
+        uuid: str,
+        migration_uuid: str,
+        host: str | None,
+        success: bool,
+        reason: str | None,
+        details: str | None,
+        availability_zone: str | None,
+    ) -> None:
+        """The resize finished on ``host``, in ``availability_zone``: RESIZED
+        there, the destination that worked counted; or it failed: back ACTIVE
+        on the source with the fault."""
+        record = self.store.get_instance(uuid)
+        if not migration_uuid:  # refused before any migration was named
+            migration_uuid = record.migration_uuid or ""
+        if record.migration_uuid != migration_uuid:
+            if migration_uuid:
+                records.undo_stale_migration(self.store, record, migration_uuid)
+            return
+        if record.state != RESIZING:
+            LOG.info("resize_result_duplicate", state=record.state)
+            return
+        if not success:
+            records.fail_move(
+                self.store,
+                record,
+                reason or "resize failed",
+                details or reason or "",
+                clock=self._clock,
+            )
+            return
+        assert host is not None
+        if not records.holds_on(self.store, uuid, host):
+            LOG.info("stale_resize_result_ignored")
+            return
+        done = self.store.update_instance(
+            uuid,
+            expected_states=[RESIZING],
+            state=RESIZED,
+            task_state=None,
+            **records.placed_on(host, host, availability_zone),
+            attempts=record.attempts + 1,  # the destination that worked counts
+            deadline=None,
+            updated_at=self._clock(),
+        )
+        LOG.info("instance_resized" if done else "resize_result_late", source=record.source_host)
+
+    def timeout(self) -> float:
+        return self.settings.resize_timeout
+
+    def cast_to(self, ctxt: Any, retry: Retry, spec: RequestSpec, hosts: list[Selection]) -> None:
+        """Prep the resize, to the flavor of ``spec``, on the first of ``hosts``."""
+        LOG.info("resize_rescheduled", alternate=hosts[0].host, left=len(hosts) - 1)
+        self._prep(ctxt, retry, spec, hosts)
+
+    def cast_again(self, ctxt: Any, retry: Retry, spec: RequestSpec, host: Selection) -> None:
+        LOG.info("resize_rescheduled_via_scheduler", host=host.host, attempts=retry.attempts)
+        self._prep(ctxt, retry, spec, [host])
+
+    def _prep(self, ctxt: Any, retry: Retry, spec: RequestSpec, hosts: list[Selection]) -> None:
+        uuid, migration_uuid = retry.record.uuid, retry.record.migration_uuid
+        assert migration_uuid is not None
+        self.compute.prep_resize(
+            ctxt, uuid, migration_uuid, spec.flavor, spec, hosts[0], hosts[1:]
+        )
+
+    def retry_spec(self, retry: Retry, spec: RequestSpec) -> RequestSpec:
+        """The resize's own request spec (:func:`~conductor_stub.records.resize_spec`:
+        the new flavor, the hosts tried ignored), the source ignored too unless
+        ``allow_resize_to_same_host``."""
+        asked, _ = resize_spec(retry.record)
+        source = retry.record.source_host
+        if not self.settings.allow_resize_to_same_host and source:
+            asked = asked.replace(ignore_hosts=(*asked.ignore_hosts, source))
+        return asked
+
+    def resize_confirmed(self, uuid: str, migration_uuid: str) -> None:
+        """The source dropped the instance: ACTIVE on the destination, with the
+        new flavor."""
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid or record.state != RESIZED:
+            LOG.info("resize_confirmed_duplicate", state=record.state)
+            return
+        done = records.finish_confirm(self.store, record, clock=self._clock)
+        LOG.info("resize_confirmed" if done else "resize_confirmed_late", host=record.host)
+
+    def resize_reverted(self, uuid: str, migration_uuid: str) -> None:
+        """The destination dropped the instance and handed the source's
+        allocation back: ACTIVE on the source, with the old flavor."""
+        record = self.store.get_instance(uuid)
+        if record.migration_uuid != migration_uuid or record.state != RESIZED:
+            LOG.info("resize_reverted_duplicate", state=record.state)
+            return
+        done = records.finish_revert(self.store, record, clock=self._clock)
+        LOG.info("resize_reverted" if done else "resize_reverted_late", host=record.source_host)
+
     def wait(
         self, uuid: str, until: Callable[[InstanceRecord], bool], timeout: float, poll: float = 0.1
     ) -> tuple[InstanceRecord, bool]:
         """Poll the record until ``until`` holds; (record, timed out?)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.store.get_instance(uuid)
-            if until(record):
-                return record, False
-            if time.monotonic() >= deadline:
-                return record, True
-            time.sleep(poll)
+        return wait_for_record(self.store, uuid, until, timeout, poll)
 
 
 def settled(record: InstanceRecord) -> bool:
@@ -254,16 +332,13 @@ def flavor_of(record: InstanceRecord) -> str | None:
 
 def summary(record: InstanceRecord) -> dict[str, object]:
     """What ``conductor-stub resize`` prints of an instance."""
-    return {
-        "uuid": record.uuid,
-        "state": record.state,
-        "task_state": record.task_state,
-        "host": record.host,
-        "flavor": flavor_of(record),
-        "new_flavor": (record.new_flavor or {}).get("name"),
-        "source_host": record.source_host,
-        "attempts": record.attempts,
-        "tried_hosts": list(record.tried_hosts),
-        "fault": record.fault,
-        "fault_details": record.fault_details,
-    }
+    return base.summary(
+        record,
+        flavor=flavor_of(record),
+        new_flavor=(record.new_flavor or {}).get("name"),
+        source_host=record.source_host,
+        attempts=record.attempts,
+        tried_hosts=list(record.tried_hosts),
+        fault=record.fault,
+        fault_details=record.fault_details,
+    )

@@ -1,4 +1,4 @@
-"""The API side of an evacuation: rebuild an instance of a down host elsewhere.
+"""An evacuation: rebuild an instance of a down host elsewhere.
 
 Nova's evacuate is the model: an operator whose compute host has died asks
 for its instances to be rebuilt on other hosts. Only instances of a host
@@ -32,8 +32,10 @@ request id (:func:`~scheduler.objects.migration_uuid_for`) and calls
 3. **Rebuild** on the destination (compute ``rebuild_instance``, RPC 1.6),
    which answers ``rebuild_result`` (conductor RPC 1.6): on success the
    conductor releases the migration (the source's allocation) and records
-   the instance ACTIVE on the destination; on failure it tries the
-   alternates, as for a build.
+   the instance ACTIVE on the destination; on failure the rebuild is
+   rescheduled as a failed build is (:mod:`conductor_stub.tasks.base`): the
+   next alternate claimed and the rebuild cast there, or the scheduler asked
+   again, up to ``max_attempts`` destinations.
 
 If no host can take it, the instance is left where it was: ACTIVE on the
 down source with the fault (generic; the admin details say why) and the
@@ -59,13 +61,10 @@ from typing import Any
 
 from conductor_stub import records
 from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from conductor_stub.select import select_for_move
+from conductor_stub.tasks import base
+from conductor_stub.tasks.base import ReschedulingTask, Retry, request_context, wait_until
 from scheduler import policy, rules
-from scheduler.exceptions import (
-    ConsumerConflict,
-    InvalidRequest,
-)
+from scheduler.exceptions import ConsumerConflict, InvalidRequest, SchedulerError
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     ACTIVE,
@@ -90,58 +89,24 @@ def compute_is_up(store: ServiceStore, host: str, service_down_time: float, now:
     return service is not None and rules.is_up(now, service.last_seen, service_down_time)
 
 
-def cast_rebuild(
-    store: ConductorStore,
-    compute: ComputeClient,
-    ctxt: Any,
-    record: InstanceRecord,
-    spec: RequestSpec,
-    selections: Sequence[Selection],
-    *,
-    clock: Callable[[], float] = time.time,
-) -> bool:
-    """Note the rebuild as cast (if still REBUILDING) and cast it to the first
-    of ``selections``, the rest its alternates; False (nothing cast) if the
-    evacuation ended meanwhile (a destination just claimed is then the
-    delete's, or was dropped when the evacuation was given up)."""
-    assert record.migration_uuid is not None
-    primary, alternates = selections[0], selections[1:]
-    if (
-        store.update_instance(
-            record.uuid,
-            expected_states=[REBUILDING],
-            task_state=REBUILD_SPAWNING,
-            updated_at=clock(),
-        )
-        is None
-    ):
-        LOG.info("evacuate_ended_meanwhile", host=primary.host)
-        return False
-    LOG.info("rebuild_cast", host=primary.host, alternates=[a.host for a in alternates])
-    compute.rebuild_instance(
-        ctxt, record.uuid, record.migration_uuid, spec, primary, list(alternates)
-    )
-    return True
+class Evacuator(ReschedulingTask):
+    """Starts evacuations, (re-)sends their scheduling and rebuild, and takes
+    their results."""
 
-
-class Evacuator:
-    """Starts evacuations and (re-)sends their scheduling and rebuild."""
+    state = REBUILDING
+    kind = "rebuild"
 
     def __init__(
         self,
         store: ConductorStore,
-        scheduler: SchedulerClient,
+        scheduler: SchedulerClient | None,
         compute: ComputeClient,
         settings: ConductorSettings | None = None,
         service_down_time: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
-        self.scheduler = scheduler
-        self.compute = compute
-        self.settings = settings or ConductorSettings()
+        super().__init__(store, scheduler, compute, settings, clock)
         self.service_down_time = service_down_time
-        self._clock = clock
 
     def check(self, uuid: str, host: str | None = None, admin: bool = False) -> InstanceRecord:
         """The record, if it may be evacuated (to ``host``, when named):
@@ -211,21 +176,122 @@ class Evacuator:
         ):
             self._park(record)
             spec = records.move_spec(record)
-            per_instance = select_for_move(
-                self.store,
-                self.scheduler,
-                ctxt,
-                record,
-                spec,
-                "evacuate",
-                return_alternates=self.settings.return_alternates,
-                clock=self._clock,
+            per_instance = self.select_move(
+                ctxt, record, spec, "evacuate", return_alternates=self.settings.return_alternates
             )
-            if per_instance is None:
-                return
-            cast_rebuild(
-                self.store, self.compute, ctxt, record, spec, per_instance, clock=self._clock
+            if per_instance is not None:
+                self.cast_rebuild(ctxt, record, spec, per_instance)
+
+    def cast_rebuild(
+        self,
+        ctxt: Any,
+        record: InstanceRecord,
+        spec: RequestSpec,
+        selections: Sequence[Selection],
+    ) -> bool:
+        """Note the rebuild as cast (if still REBUILDING) and cast it to the first
+        of ``selections``, the rest its alternates; False (nothing cast) if the
+        evacuation ended meanwhile (a destination just claimed is then the
+        delete's, or was dropped when the evacuation was given up)."""
+        assert record.migration_uuid is not None
+        primary, alternates = selections[0], selections[1:]
+        if (
+            self.store.update_instance(
+                record.uuid,
+                expected_states=[REBUILDING],
+                task_state=REBUILD_SPAWNING,
+                updated_at=self._clock(),
             )
+            is None
+        ):
+            LOG.info("evacuate_ended_meanwhile", host=primary.host)
+            return False
+        LOG.info("rebuild_cast", host=primary.host, alternates=[a.host for a in alternates])
+        self.compute.rebuild_instance(
+            ctxt, record.uuid, record.migration_uuid, spec, primary, list(alternates)
+        )
+        return True
+
+    # --- results --------------------------------------------------------------------
+
+    def rebuild_result(
+        self,
+        ctxt: Any,
+        uuid: str,
+        migration_uuid: str,
+        host: str,
+        success: bool,
+        node: str | None,
+        availability_zone: str | None,
+        reason: str | None,
+        request_spec: dict[str, Any] | None,
+        host_list: list[dict[str, Any]] | None,
+    ) -> None:
+        """The rebuild on ``host`` succeeded: the source's allocation goes and the
+        instance is ACTIVE there. Or it failed, with the alternates left
+        (``host_list``) to try for ``request_spec``: rescheduled."""
+        record = self.store.get_instance(uuid)
+        if record.state != REBUILDING or record.migration_uuid != migration_uuid:
+            LOG.info("rebuild_result_ignored", state=record.state)
+            return
+        if not success:
+            spec = RequestSpec.from_primitive(request_spec or {})
+            alternates = [Selection.from_primitive(s) for s in host_list or []]
+            self._rebuild_failed(ctxt, record, spec, host, reason or "", alternates)
+            return
+        if not records.holds_on(self.store, uuid, host):
+            LOG.info("stale_rebuild_result_ignored")
+            return
+        done = records.finish_evacuate(
+            self.store, record, host, node, availability_zone, clock=self._clock
+        )
+        LOG.info(
+            "instance_evacuated" if done else "rebuild_result_late", source=record.source_host
+        )
+
+    def _rebuild_failed(
+        self,
+        ctxt: Any,
+        record: InstanceRecord,
+        spec: RequestSpec,
+        failed_host: str,
+        reason: str,
+        alternates: list[Selection],
+    ) -> None:
+        """The rebuild on ``failed_host`` failed: count it, then rebuild on the
+        next alternate that can be claimed, or where the scheduler asked
+        again places it, or leave the instance on its source with the fault
+        (:meth:`reschedule`)."""
+        if self.store.get_consumer(record.uuid) is not None:
+            LOG.info("rebuild_reschedule_superseded")
+            return
+        retry = self.count_failure(record, failed_host, reason)
+        if retry is not None:
+            # The alternates are claimed as the build's were: no migration named.
+            self.reschedule(ctxt, retry, spec, alternates)
+
+    def timeout(self) -> float:
+        return self.settings.build_timeout  # a rebuild is a build
+
+    def cast_to(self, ctxt: Any, retry: Retry, spec: RequestSpec, hosts: list[Selection]) -> None:
+        LOG.info("rebuild_rescheduled", alternate=hosts[0].host, attempts=retry.attempts)
+        # Ended meanwhile: deleted (the delete releases the claim) or given up
+        # (the source handed back replaced it): nothing more to do either way.
+        self.cast_rebuild(ctxt, retry.record, spec, hosts)
+
+    def cast_again(self, ctxt: Any, retry: Retry, spec: RequestSpec, host: Selection) -> None:
+        self.cast_rebuild(ctxt, retry.record, spec, [host])
+
+    def placed(self, uuid: str, selection: Selection, **where: Any) -> bool:
+        """Nothing to note before the cast: :meth:`cast_rebuild` notes it cast,
+        if the evacuation is still under way."""
+        return True
+
+    def give_up(self, retry: Retry, exc: SchedulerError, details: str) -> bool:
+        if not super().give_up(retry, exc, details):
+            return False
+        LOG.warning("evacuate_gave_up", attempts=retry.attempts, tried=retry.tried)
+        return True
 
     def _park(self, record: InstanceRecord) -> None:
         """Move the instance's allocation on the source to the migration, if it
@@ -242,19 +308,11 @@ class Evacuator:
         self, uuids: Sequence[str], timeout: float, poll: float = 0.1
     ) -> tuple[list[InstanceRecord], bool]:
         """Poll until no instance is REBUILDING; (the records, timed out?)."""
-        return records.wait_until(
-            self.store, uuids, lambda r: r.state != REBUILDING, timeout, poll
-        )
+        return wait_until(self.store, uuids, lambda r: r.state != REBUILDING, timeout, poll)
 
 
 def summary(record: InstanceRecord) -> dict[str, object]:
     """What ``conductor-stub evacuate`` prints of an instance."""
-    return {
-        "uuid": record.uuid,
-        "state": record.state,
-        "task_state": record.task_state,
-        "host": record.host,
-        "source_host": record.source_host,
-        "attempts": record.attempts,
-        "fault": record.fault,
-    }
+    return base.summary(
+        record, source_host=record.source_host, attempts=record.attempts, fault=record.fault
+    )

@@ -34,15 +34,12 @@ in the wrong state.
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
-from collections.abc import Callable
 
 from conductor_stub import records
-from conductor_stub.records import ConductorSettings, ConductorStore
-from conductor_stub.resize import request_context
-from conductor_stub.select import select_and_build
-from scheduler.exceptions import InvalidRequest
+from conductor_stub.tasks.base import Task, request_context
+from conductor_stub.tasks.build import select_and_build
+from scheduler.exceptions import InstanceNotFound, InvalidRequest
 from scheduler.log import get_logger
 from scheduler.objects import (
     ACTIVE,
@@ -54,27 +51,13 @@ from scheduler.objects import (
     InstanceRecord,
     RequestSpec,
 )
-from scheduler.rpc import ComputeClient, SchedulerClient
 
 LOG = get_logger(__name__)
 
 
-class Shelver:
-    """Shelves and unshelves instances, and re-sends their requests."""
-
-    def __init__(
-        self,
-        store: ConductorStore,
-        scheduler: SchedulerClient | None,
-        compute: ComputeClient,
-        settings: ConductorSettings | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.scheduler = scheduler
-        self.compute = compute
-        self.settings = settings or ConductorSettings()
-        self._clock = clock
+class Shelver(Task):
+    """Shelves and unshelves instances, re-sends their requests and takes their
+    hosts' answers."""
 
     # --- shelve -----------------------------------------------------------------------
 
@@ -133,6 +116,14 @@ class Shelver:
         if done is not None:
             LOG.info("instance_shelved", instance_uuid=uuid, released=released, host=host)
         return done
+
+    def instance_shelved(self, uuid: str, host: str) -> None:
+        """``host`` destroyed the VM of the instance being shelved: release it,
+        and it is SHELVED_OFFLOADED (:meth:`offloaded`)."""
+        try:
+            self.offloaded(uuid, host)
+        except InstanceNotFound:  # deleted and past its retention
+            LOG.info("instance_shelved_late")
 
     # --- unshelve ---------------------------------------------------------------------
 
