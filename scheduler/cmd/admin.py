@@ -1247,7 +1247,7 @@ def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
     # Imported here: the drain drives the conductor's move API (migrate,
     # confirm, live-migrate), and conductor_stub imports this module for its
     # renderers.
-    from conductor_stub.cmd import conductor_settings
+    from conductor_stub.commands import conductor_settings
     from conductor_stub.drain import Drainer, format_outcome, format_summary
     from conductor_stub.tasks.live_migrate import LiveMigrator
     from conductor_stub.tasks.resize import Resizer
@@ -1286,7 +1286,7 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     """The reconciliation once (:mod:`conductor_stub.reconcile`); with --fix, twice,
     the grace apart, repairing what the second found that the first did too.
     (Imported here, as for the drain: conductor_stub imports this module.)"""
-    from conductor_stub.cmd import reconcile_settings
+    from conductor_stub.commands import reconcile_settings
     from conductor_stub.reconcile import SKIPPED, Reconciler, format_counts
 
     args = conf.command

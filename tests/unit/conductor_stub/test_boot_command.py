@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conductor_stub import cmd
+from conductor_stub import cmd, commands
 from conductor_stub.reconcile import ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
 from scheduler import rpc
@@ -35,9 +35,9 @@ OTHER = str(uuidlib.UUID(int=9))
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     made = MemoryStore()
-    monkeypatch.setattr(cmd, "make_store", lambda conf: made)
-    monkeypatch.setattr(cmd, "conductor_settings", lambda conf: ConductorSettings())
-    monkeypatch.setattr(cmd, "reconcile_settings", lambda conf: ReconcileSettings())
+    monkeypatch.setattr(commands, "make_store", lambda conf: made)
+    monkeypatch.setattr(commands, "conductor_settings", lambda conf: ConductorSettings())
+    monkeypatch.setattr(commands, "reconcile_settings", lambda conf: ReconcileSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
     return made
 
@@ -65,7 +65,7 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
     )
-    return cmd._boot(conf)  # type: ignore[arg-type]
+    return commands.boot(conf)  # type: ignore[arg-type]
 
 
 def member(store: MemoryStore, group: ServerGroup | None) -> str:

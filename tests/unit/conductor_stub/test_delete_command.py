@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conductor_stub import cmd
+from conductor_stub import cmd, commands
 from conductor_stub.records import ConductorSettings
 from scheduler import rpc
 from scheduler.objects import ACTIVE, DELETED, DELETING, ERROR, InstanceRecord
@@ -23,8 +23,8 @@ from tests.unit.factories import Recorded
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     made = MemoryStore()
-    monkeypatch.setattr(cmd, "make_store", lambda conf: made)
-    monkeypatch.setattr(cmd, "conductor_settings", lambda conf: ConductorSettings())
+    monkeypatch.setattr(commands, "make_store", lambda conf: made)
+    monkeypatch.setattr(commands, "conductor_settings", lambda conf: ConductorSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
     monkeypatch.setattr(
         rpc, "ComputeClient", lambda transport, resolve, topic, retry=None: Recorded()
@@ -38,7 +38,7 @@ def run(*args: str) -> int:
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(["delete", *args])
     conf = SimpleNamespace(command=command, compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC))
-    return cmd._delete(conf)  # type: ignore[arg-type]
+    return commands.delete(conf)  # type: ignore[arg-type]
 
 
 def record(store: MemoryStore, state: str, project: str = "p", host: str | None = None) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conductor_stub import cmd
+from conductor_stub import cmd, commands
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
 from scheduler.store import MemoryStore
@@ -22,7 +22,7 @@ from tests.unit.factories import host, populate, uuid_of
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     made = MemoryStore()
-    monkeypatch.setattr(cmd, "make_store", lambda conf: made)
+    monkeypatch.setattr(commands, "make_store", lambda conf: made)
     return made
 
 
@@ -31,7 +31,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     parser = argparse.ArgumentParser()
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(list(args))
-    handler = cmd._list if command.name == "list" else cmd._show
+    handler = commands.list_instances if command.name == "list" else commands.show
     assert handler(SimpleNamespace(command=command)) == 0  # type: ignore[arg-type]
     return capsys.readouterr().out
 
@@ -123,7 +123,7 @@ def test_show_of_an_unknown_uuid_is_not_found(store: MemoryStore) -> None:
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(["show", str(uuidlib.uuid4())])
     with pytest.raises(InstanceNotFound):
-        cmd._show(SimpleNamespace(command=command))  # type: ignore[arg-type]
+        commands.show(SimpleNamespace(command=command))  # type: ignore[arg-type]
 
 
 def test_show_names_the_host_a_building_instance_holds_its_claim_on(

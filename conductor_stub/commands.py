@@ -1,0 +1,618 @@
+"""What each ``conductor-stub`` command does (the parser and the entry point are
+:mod:`conductor_stub.cmd`'s): ``serve`` runs the conductor's endpoint, its
+sweeper and its reconciler; the others drive one operation each (boot,
+resize, migrate, live-migrate, evacuate, delete, shelve and unshelve) or
+read the records (list, show), and return the command's exit status."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import oslo_messaging
+from oslo_config import cfg
+
+from conductor_stub.flavors import load_catalog
+from conductor_stub.manager import ConductorEndpoint
+from conductor_stub.reconcile import Reconciler, ReconcileSettings
+from conductor_stub.records import ConductorSettings, server_group
+from conductor_stub.redrive import Sweeper
+from conductor_stub.report import format_booted, format_report
+from conductor_stub.tasks.base import wait_until
+from conductor_stub.tasks.build import Booter, BootReport, boot_spec
+from conductor_stub.tasks.delete import Deleter
+from conductor_stub.tasks.evacuate import Evacuator, compute_is_up
+from conductor_stub.tasks.evacuate import summary as evacuate_summary
+from conductor_stub.tasks.live_migrate import LiveMigrator
+from conductor_stub.tasks.live_migrate import summary as live_summary
+from conductor_stub.tasks.resize import Resizer, finished, settled, summary
+from conductor_stub.tasks.shelve import Shelver
+from scheduler import health, log, rpc, steps
+from scheduler.cmd import _cli
+from scheduler.cmd._daemon import wait_for_signal
+from scheduler.cmd.admin import (
+    flavor_name,
+    flavor_with,
+    render_instance,
+    table,
+)
+from scheduler.exceptions import InvalidRequest, SchedulerError
+from scheduler.filters.different_host import HINT as DIFFERENT_HOST
+from scheduler.filters.same_host import HINT as SAME_HOST
+from scheduler.objects import (
+    ACTIVE,
+    FINAL_STATES,
+    MAX_INSTANCES_PER_REQUEST,
+    RESIZED,
+    RESIZING,
+    SHELVED_OFFLOADED,
+    Image,
+    InstanceRecord,
+    validate_uuid,
+)
+from scheduler.service import ServiceResolver, make_store
+
+LOG = log.get_logger("conductor_stub")
+
+#: Reconnections a command's send tries (about a second apart, then more) when
+#: the broker goes away after it answered, before the command gives up (a boot's
+#: unsent instances go to ERROR).
+SEND_RETRIES = 2
+
+
+def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
+    c = conf.conductor
+    return ConductorSettings(
+        build_timeout=float(c.build_timeout),
+        resize_timeout=float(c.resize_timeout),
+        live_migration_timeout=float(c.live_migration_timeout),
+        delete_timeout=float(c.delete_timeout),
+        deleted_retention=float(c.deleted_retention),
+        max_redrives=c.max_redrives,
+        sweep_interval=c.sweep_interval,
+        return_alternates=c.return_alternates,
+        max_attempts=conf.scheduler.max_attempts,
+        allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
+    )
+
+
+def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
+    c = conf.conductor
+    return ReconcileSettings(
+        interval=float(c.reconcile_interval),
+        orphan_grace=float(c.orphan_grace),
+        report_max_age=float(c.report_max_age),
+    )
+
+
+def _health(conf: cfg.ConfigOpts, store: Any) -> Any:
+    """The conductor's /healthz (broker, store) and /metrics (the reconciler's
+    actions per kind), as a worker serves its own."""
+    monitor = health.HealthMonitor(
+        {
+            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+            "store": store.ping,
+        }
+    )
+    monitor.start()
+    return health.serve(monitor, conf.scheduler.health_listen, conf.conductor.health_port)
+
+
+def serve(conf: cfg.ConfigOpts) -> int:
+    transport = rpc.get_transport(conf)
+    store = make_store(conf)
+    settings = conductor_settings(conf)
+    compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+    scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
+    endpoint = ConductorEndpoint(store, compute, scheduler, settings)
+    server = rpc.get_server(
+        transport, conf.conductor.topic, conf.host, [endpoint], access_policy=steps.ACCESS_POLICY
+    )
+    sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
+    stop = threading.Event()
+    sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
+    reconciler = Reconciler(store, compute, reconcile_settings(conf))
+    reconciling = threading.Thread(
+        target=reconciler.run, args=(stop,), name="reconciler", daemon=True
+    )
+    endpoint_http = _health(conf, store) if conf.conductor.health_port else None
+    server.start()
+    sweeping.start()
+    reconciling.start()
+    LOG.info(
+        "conductor_started",
+        build_timeout=settings.build_timeout,
+        max_redrives=settings.max_redrives,
+        return_alternates=settings.return_alternates,
+        reconcile_interval=conf.conductor.reconcile_interval,
+    )
+
+    def _stop() -> None:
+        stop.set()
+        server.stop()
+        server.wait()
+        sweeping.join(timeout=5)
+        reconciling.join(timeout=5)
+        if endpoint_http is not None:
+            endpoint_http.shutdown()
+        transport.cleanup()
+        LOG.info(
+            "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)
+        )
+
+    return _cli.exit_status(wait_for_signal(_stop))
+
+
+#: The scheduler hints ``boot --hint`` takes: each names instances by uuid.
+BOOT_HINTS = {SAME_HOST: "SameHostFilter", DIFFERENT_HOST: "DifferentHostFilter"}
+
+
+def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """``--hint`` pairs as scheduler hints (:class:`InvalidRequest` for an unknown
+    hint or a value that is no uuid). A hint whose filter this config does not
+    enable is warned about: the worker's config may differ, so it is sent."""
+    hints: dict[str, list[str]] = {}
+    for key, value in pairs:
+        if key not in BOOT_HINTS:
+            raise InvalidRequest(
+                reason=f"unknown hint {key!r}; known: {', '.join(sorted(BOOT_HINTS))}"
+            )
+        hints.setdefault(key, []).append(validate_uuid(value, f"hint {key}"))
+    enabled = set(conf.filter_scheduler.enabled_filters)
+    for key in hints:
+        if BOOT_HINTS[key] not in enabled:
+            print(
+                f"conductor-stub boot: warning: hint {key} needs {BOOT_HINTS[key]} in "
+                "[filter_scheduler] enabled_filters (not in this config's)",
+                file=sys.stderr,
+            )
+    return hints
+
+
+def boot(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    if args.count < 1 or args.per_request < 1:
+        print("conductor-stub boot: --count and --per-request must be at least 1", file=sys.stderr)
+        return 2
+    if args.per_request > MAX_INSTANCES_PER_REQUEST:
+        print(
+            f"conductor-stub boot: --per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
+            "(the scheduler refuses a larger request whole)",
+            file=sys.stderr,
+        )
+        return 2
+    flavor = flavor_with(load_catalog(conf.conductor.flavors_file), args.flavor, args.extra_spec)
+    hints = _hints(conf, args.hint)
+    image = (
+        Image(id=args.image_id, properties=dict(args.image_property))
+        if args.image_property or args.image_id
+        else None
+    )
+    # Checked before the store or the broker is reached; Booter.boot checks again.
+    boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
+    store = make_store(conf)
+    group = (
+        server_group(store, validate_uuid(args.group, "--group"))
+        if args.group is not None
+        else None
+    )
+    transport = rpc.get_transport(conf)
+    settings = conductor_settings(conf)
+    booter = Booter(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        build_timeout=settings.build_timeout,
+        return_alternates=settings.return_alternates,
+        lost_after=reconcile_settings(conf).lost_after,
+    )
+    started = time.monotonic()
+    ctxt = rpc.RequestContext(user_id=args.user, project_id=args.project)
+    try:
+        uuids = booter.boot(
+            ctxt,
+            flavor,
+            args.count,
+            per_request=args.per_request,
+            mode=args.mode,
+            group_policy=args.group_policy,
+            group=group,
+            availability_zone=args.availability_zone,
+            project_id=args.project,
+            user_id=args.user,
+            image=image,
+            scheduler_hints=hints,
+        )
+        if not args.wait:
+            print(
+                json.dumps(
+                    {"instances": uuids, "group_uuid": booter.group.uuid if booter.group else None}
+                )
+                if args.json
+                else format_booted(uuids, booter.group)
+            )
+            return 0
+        report = booter.wait(uuids, args.timeout, started)
+    finally:
+        transport.cleanup()
+    print(json.dumps(report.to_primitive()) if args.json else format_report(report, each=True))
+    return boot_status(report, len(uuids), args.timeout)
+
+
+def boot_status(report: BootReport, asked: int, timeout: float) -> int:
+    """``boot --wait``'s exit status: 0 when every instance is ACTIVE; else 1,
+    and one line on stderr saying how many are not, and in which states."""
+    active = report.by_state.get(ACTIVE, 0)
+    if active == asked and not report.timed_out:
+        return 0
+    others = ", ".join(
+        f"{n} {state}" for state, n in sorted(report.by_state.items()) if state != ACTIVE
+    )
+    missing = asked - sum(report.by_state.values())
+    if missing:
+        others = ", ".join(filter(None, [others, f"{missing} not found"]))
+    print(
+        f"conductor-stub boot: {asked - active} of {asked} instance(s) did not become ACTIVE"
+        f" ({others})" + (f"; timed out after {timeout:g} s" if report.timed_out else ""),
+        file=sys.stderr,
+    )
+    return 1
+
+
+def resize(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    catalog = load_catalog(conf.conductor.flavors_file)
+    if args.flavor is not None and args.flavor not in catalog:
+        print(
+            f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
+            f"{', '.join(sorted(catalog))}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.flavor is None and not (args.confirm or args.revert):
+        print(
+            "conductor-stub resize: give --flavor to resize, or --confirm / --revert",
+            file=sys.stderr,
+        )
+        return 2
+    flavor = catalog[args.flavor] if args.flavor is not None else None
+    return _move(
+        conf,
+        None if flavor is None else lambda resizer: resizer.resize(args.uuid, flavor),
+    )
+
+
+def migrate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    if args.destination is not None and not args.destination:
+        print("conductor-stub migrate: --host needs a host name", file=sys.stderr)
+        return 2
+    finishing = (args.confirm or args.revert) and _is_resized(conf, args.uuid)
+    return _move(
+        conf,
+        None
+        if finishing  # already migrated: only confirm or revert it
+        else lambda resizer: resizer.migrate(args.uuid, host=args.destination, admin=args.admin),
+    )
+
+
+def _is_resized(conf: cfg.ConfigOpts, uuid: str) -> bool:
+    store = make_store(conf)
+    try:
+        return store.get_instance(uuid).state == RESIZED
+    finally:
+        store.close()
+
+
+def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | None) -> int:
+    """Start a resize or cold migration (``start``; None: only confirm or
+    revert one), wait as asked and print the instance."""
+    args = conf.command
+    transport = rpc.get_transport(conf)
+    store = make_store(conf)
+    resizer = Resizer(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        conductor_settings(conf),
+    )
+    try:
+        record, timed_out = _run_move(resizer, args, start)
+    finally:
+        transport.cleanup()
+    print(
+        json.dumps(summary(record))
+        if args.json
+        else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, []))
+    )
+    failed = record.state == RESIZING or (start is not None and record.fault is not None)
+    return 1 if timed_out or failed else 0
+
+
+def _run_move(
+    resizer: Resizer,
+    args: Any,  # the resize or migrate sub-command's parsed arguments
+    start: Callable[[Resizer], InstanceRecord] | None,
+) -> tuple[InstanceRecord, bool]:
+    started = time.monotonic()
+
+    def left() -> float:
+        return max(args.timeout - (time.monotonic() - started), 0.0)
+
+    if start is not None:
+        record = start(resizer)
+        if not (args.wait or args.confirm or args.revert):
+            return record, False
+        record, timed_out = resizer.wait(args.uuid, settled, left())
+        if timed_out or record.state != RESIZED or not (args.confirm or args.revert):
+            return record, timed_out
+    if args.confirm:
+        resizer.confirm(args.uuid)
+    else:
+        resizer.revert(args.uuid)
+    return resizer.wait(args.uuid, finished, left())
+
+
+def live_migrate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    transport = rpc.get_transport(conf)
+    store = make_store(conf)
+    migrator = LiveMigrator(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        conductor_settings(conf),
+    )
+    try:
+        record = migrator.start(
+            args.uuid,
+            host=args.dest_host,
+            admin=args.admin,
+            block_migration=args.block_migration,
+        )
+        timed_out = False
+        if args.wait:
+            record, timed_out = migrator.wait(args.uuid, args.timeout)
+    finally:
+        transport.cleanup()
+    shown = live_summary(record)
+    print(
+        json.dumps(shown)
+        if args.json
+        else " ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, []))
+    )
+    # The start clears the fault: one now is this migration's (e.g. no valid host).
+    failed = record.fault is not None or (args.wait and record.state != ACTIVE)
+    return 1 if timed_out or failed else 0
+
+
+def delete(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+
+    def refuse(message: str) -> int:
+        print(f"conductor-stub delete: {message}", file=sys.stderr)
+        return 2
+
+    if args.all == bool(args.uuids):
+        return refuse("give instance uuids, or --all")
+    if (args.state or args.project) and not args.all:
+        return refuse("--state and --project narrow --all only")
+    store = make_store(conf)
+    if args.all:
+        uuids = [r.uuid for r in store.scan_instances() if selected(r, args.state, args.project)]
+    else:
+        uuids = list(dict.fromkeys(args.uuids))
+        known = {r.uuid for r in store.list_instances(uuids)}
+        missing = [u for u in uuids if u not in known]
+        if missing:  # nothing is deleted
+            return refuse(f"no such instance: {', '.join(missing)}")
+    transport = rpc.get_transport(conf)
+    deleter = Deleter(
+        store,
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        conductor_settings(conf),
+    )
+    try:
+        records = [deleter.delete(uuid) for uuid in uuids]
+        if args.wait:
+            left, timed_out = deleter.wait(uuids, args.timeout)
+            if timed_out:
+                print(
+                    f"conductor-stub delete: timed out after {args.timeout:g} s; not yet "
+                    "DELETED: "
+                    + ", ".join(
+                        f"{r.uuid} ({r.state}, waiting on {', '.join(r.pending_hosts) or '-'})"
+                        for r in left
+                    ),
+                    file=sys.stderr,
+                )
+                return 1
+            records = store.list_instances(uuids)
+    finally:
+        transport.cleanup()
+    shown = [{"uuid": r.uuid, "state": r.state, "host": r.host} for r in records]
+    print(
+        json.dumps({"instances": shown})
+        if args.json
+        else "\n".join(f"{r['uuid']} {r['state']}" for r in shown)
+    )
+    return 0
+
+
+def evacuate(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+
+    def refuse(message: str) -> int:
+        print(f"conductor-stub evacuate: {message}", file=sys.stderr)
+        return 2
+
+    if bool(args.from_host) == bool(args.uuids):
+        return refuse("give instance uuids, or --from-host HOST")
+    store = make_store(conf)
+    transport = rpc.get_transport(conf)
+    evacuator = Evacuator(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        conductor_settings(conf),
+        service_down_time=float(conf.scheduler.service_down_time),
+    )
+    try:
+        if args.from_host:
+            if compute_is_up(store, args.from_host, evacuator.service_down_time, time.time()):
+                return refuse(
+                    f"compute {args.from_host} is up: evacuate only instances of a down host"
+                )
+            uuids = [r.uuid for r in evacuator.on_host(args.from_host)]
+        else:
+            uuids = list(dict.fromkeys(args.uuids))
+        try:  # every one checked before any is moved
+            for uuid in uuids:
+                evacuator.check(uuid, args.to_host, args.admin)
+        except SchedulerError as exc:
+            return refuse(str(exc.kwargs.get("reason") or exc.message))
+        found = [evacuator.start(uuid, args.to_host, args.admin) for uuid in uuids]
+        timed_out = False
+        if args.wait:
+            found, timed_out = evacuator.wait(uuids, args.timeout)
+    finally:
+        transport.cleanup()
+    shown = [evacuate_summary(r) for r in found]
+    print(
+        json.dumps({"instances": shown})
+        if args.json
+        else "\n".join(" ".join(f"{k}={v}" for k, v in r.items() if v is not None) for r in shown)
+        or "no instances"
+    )
+    if timed_out:
+        return 1
+    return 1 if args.wait and any(r.fault for r in found) else 0
+
+
+def shelve(conf: cfg.ConfigOpts) -> int:
+    """``shelve`` / ``unshelve``: check every instance first (nothing is done if
+    one is unknown or in the wrong state), then start each, then wait."""
+    args = conf.command
+    shelving = args.name == "shelve"
+    uuids = list(dict.fromkeys(args.uuids))
+    store = make_store(conf)
+    found = {r.uuid: r for r in store.list_instances(uuids)}
+    wanted, done = (ACTIVE, SHELVED_OFFLOADED) if shelving else (SHELVED_OFFLOADED, None)
+    for uuid in uuids:
+        record = found.get(uuid)
+        if record is None:
+            print(f"conductor-stub {args.name}: no such instance: {uuid}", file=sys.stderr)
+            return 2
+        if record.state != wanted:
+            print(
+                f"conductor-stub {args.name}: instance {uuid} is {record.state}, not {wanted}",
+                file=sys.stderr,
+            )
+            return 2
+    transport = rpc.get_transport(conf)
+    shelver = Shelver(
+        store,
+        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
+        rpc.ComputeClient(
+            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        ),
+        conductor_settings(conf),
+    )
+    try:
+        for uuid in uuids:
+            (shelver.shelve if shelving else shelver.unshelve)(uuid)
+        timed_out = False
+        if args.wait:
+            _, timed_out = wait_until(
+                store,
+                uuids,
+                (lambda r: r.state == done) if shelving else (lambda r: r.state in FINAL_STATES),
+                args.timeout,
+            )
+        records = store.list_instances(uuids)
+    finally:
+        transport.cleanup()
+    rows = [list_row(r) for r in records]
+    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
+    if timed_out:
+        print(f"conductor-stub {args.name}: timed out after {args.timeout:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def selected(
+    record: InstanceRecord, states: Sequence[str], project: str | None, host: str | None = None
+) -> bool:
+    """Whether ``delete --all`` and ``list`` take the record: in one of
+    ``states`` (any, if none), of ``project`` and on ``host`` (any, if None)."""
+    if states and record.state not in {s.upper() for s in states}:
+        return False
+    if host is not None and record.host != host:
+        return False
+    return project is None or (record.request_spec or {}).get("project_id") == project
+
+
+def list_row(record: InstanceRecord) -> dict[str, Any]:
+    """One instance as ``list`` prints it."""
+    spec = record.request_spec or {}
+    return {
+        "uuid": record.uuid,
+        "state": record.state,
+        "task_state": record.task_state,
+        "host": record.host,
+        "availability_zone": record.availability_zone,
+        "flavor": flavor_name(record),
+        "project_id": spec.get("project_id"),
+    }
+
+
+def format_list(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "no instances"
+    keys = ("uuid", "state", "task_state", "host", "availability_zone", "flavor", "project_id")
+    headers = ("uuid", "state", "task", "host", "zone", "flavor", "project")
+    cells = [[("-" if r[k] is None else str(r[k])) for k in keys] for r in rows]
+    return "\n".join(table(headers, cells, left=len(headers)) + [f"{len(rows)} instance(s)"])
+
+
+def list_instances(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    store = make_store(conf)
+    try:
+        rows = [
+            list_row(r)
+            for r in store.scan_instances()
+            if selected(r, args.state, args.project, args.on_host)
+        ]
+    finally:
+        store.close()
+    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
+    return 0
+
+
+def show(conf: cfg.ConfigOpts) -> int:
+    args = conf.command
+    store = make_store(conf)
+    try:
+        print(render_instance(store, args.uuid, admin=args.admin, as_json=args.json))
+    finally:
+        store.close()
+    return 0
+
+
+#: The commands that send over the broker: each asks it first (:func:`broker.reach`),
+#: so one that cannot be reached is said in one line, before anything is recorded.
