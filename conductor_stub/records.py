@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.exceptions import InstanceNotFound, InvalidRequest, ProviderNotFound
+from scheduler.exceptions import InstanceNotFound, InvalidRequest
 from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import (
     ACTIVE,
@@ -56,6 +56,7 @@ from scheduler.objects import (
     ServerGroup,
     migration_uuid_for,
 )
+from scheduler.steps import holds_on
 from scheduler.store import InstanceStore, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
@@ -92,23 +93,6 @@ class ConductorStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
     """What the conductor uses: the instance records it owns, placement (it
     claims alternates, releases and hands allocations back), and the service
     records (an evacuation needs its source's compute down)."""
-
-
-def holds_on(store: PlacementStore, consumer_uuid: str, host: str) -> bool:
-    """True if the consumer's allocation is on ``host``'s provider.
-
-    A result from a host that does not hold the instance's claim comes from a
-    stale attempt (a duplicate of a re-driven request): the live attempt is
-    elsewhere and will report for itself.
-    """
-    held = store.get_consumer(consumer_uuid)
-    if held is None:
-        return False
-    try:
-        provider = store.get_provider_by_name(host)
-    except ProviderNotFound:
-        return False
-    return provider.uuid in held.allocations
 
 
 def placed_on(
