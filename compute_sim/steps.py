@@ -90,33 +90,51 @@ def rebuild(_: Any, a: Args) -> Step:
     return rebuild_step(a["instance_uuid"], a["migration_uuid"], selected_host(a["selection"]))
 
 
+def prep_resize_step(instance_uuid: str, migration_uuid: str, host: str | None) -> Step:
+    return _on_destination("prep_resize", RESIZING, instance_uuid, migration_uuid, host)
+
+
 def prep_resize(_: Any, a: Args) -> Step:
-    return _on_destination("prep_resize", RESIZING, a, selected_host(a["selection"]))
+    return prep_resize_step(a["instance_uuid"], a["migration_uuid"], selected_host(a["selection"]))
 
 
 def finish_resize(_: Any, a: Args) -> Step:
-    return _on_destination("finish_resize", RESIZING, a, a["dest_host"])
+    return _on_destination(
+        "finish_resize", RESIZING, a["instance_uuid"], a["migration_uuid"], a["dest_host"]
+    )
+
+
+def check_destination_step(instance_uuid: str, migration_uuid: str, host: str | None) -> Step:
+    return _on_destination(
+        "check_can_live_migrate_destination", MIGRATING, instance_uuid, migration_uuid, host
+    )
 
 
 def check_destination(_: Any, a: Args) -> Step:
-    return _on_destination(
-        "check_can_live_migrate_destination", MIGRATING, a, selected_host(a["selection"])
+    return check_destination_step(
+        a["instance_uuid"], a["migration_uuid"], selected_host(a["selection"])
     )
 
 
 def post_live_migration(_: Any, a: Args) -> Step:
     return _on_destination(
-        "post_live_migration_at_destination", MIGRATING, a, selected_host(a["selection"])
+        "post_live_migration_at_destination",
+        MIGRATING,
+        a["instance_uuid"],
+        a["migration_uuid"],
+        selected_host(a["selection"]),
     )
 
 
-def _on_destination(name: str, state: str, a: Args, host: str | None) -> Step:
+def _on_destination(
+    name: str, state: str, instance_uuid: str, migration_uuid: str, host: str | None
+) -> Step:
     """A move's step on its destination: the instance's claim is there."""
     return Step(
         name,
-        a["instance_uuid"],
+        instance_uuid,
         (state,),
-        migration_uuid=a["migration_uuid"],
+        migration_uuid=migration_uuid,
         host=host,
         claim_on=host,
     )
@@ -145,26 +163,34 @@ def check_source(_: Any, a: Args) -> Step:
     )
 
 
-def confirm_resize(_: Any, a: Args) -> Step:
+def confirm_resize_step(instance_uuid: str, migration_uuid: str) -> Step:
     return Step(
         "confirm_resize",
-        a["instance_uuid"],
+        instance_uuid,
         (RESIZED,),
         (RESIZE_CONFIRMING,),
-        migration_uuid=a["migration_uuid"],
+        migration_uuid=migration_uuid,
         on_host="source_host",
     )
 
 
-def revert_resize(_: Any, a: Args) -> Step:
+def confirm_resize(_: Any, a: Args) -> Step:
+    return confirm_resize_step(a["instance_uuid"], a["migration_uuid"])
+
+
+def revert_resize_step(instance_uuid: str, migration_uuid: str) -> Step:
     return Step(
         "revert_resize",
-        a["instance_uuid"],
+        instance_uuid,
         (RESIZED,),
         (RESIZE_REVERTING,),
-        migration_uuid=a["migration_uuid"],
+        migration_uuid=migration_uuid,
         on_host="host",
     )
+
+
+def revert_resize(_: Any, a: Args) -> Step:
+    return revert_resize_step(a["instance_uuid"], a["migration_uuid"])
 
 
 def finish_revert_resize(_: Any, a: Args) -> Step:

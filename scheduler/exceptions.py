@@ -162,6 +162,17 @@ class InstanceNotFound(NotFound):
         self.ident = ident
 
 
+class RecordChanged(StoreError):
+    """A write guarded by a step's record (:class:`scheduler.store.RecordCheck`)
+    found the record no longer at that step: nothing was written."""
+
+    msg = "instance %(uuid)s is no longer at that step: %(why)s"
+
+    def __init__(self, uuid: str, why: str) -> None:
+        super().__init__(uuid=uuid, why=why)
+        self.why = why
+
+
 class ProviderExists(StoreError):
     msg = "resource provider %(ident)s already exists"
 

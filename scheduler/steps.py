@@ -18,9 +18,13 @@ was not declared, so a helper that happens to be public is not an RPC
 method. A test enumerates the compute's and the conductor's endpoints and
 fails on an exposed method that is not guarded.
 
-Where a step writes a record, the write is a compare-and-set on the states
-its step expects (:meth:`~scheduler.store.InstanceStore.update_instance`),
-so a record that moved on between the check and the write is not written.
+Where a step writes, the store checks the record again inside that write:
+a record write is a compare-and-set on the states (and the migration) its
+step expects (:meth:`~scheduler.store.InstanceStore.update_instance` with
+``expected_states`` and ``expect``), and a compute's allocation write
+(release, hand back) carries the step's :meth:`Step.record_check`, so a
+record that moved on between the guard's read and the write is not written
+to (``step_refused``, "at its write").
 """
 
 from __future__ import annotations
@@ -34,10 +38,10 @@ from typing import Any, TypeVar
 import oslo_messaging
 from oslo_messaging.rpc.dispatcher import ExplicitRPCAccessPolicy
 
-from scheduler.exceptions import InstanceNotFound, ProviderNotFound, StoreError
+from scheduler.exceptions import InstanceNotFound, ProviderNotFound, RecordChanged, StoreError
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord, migration_uuid_for
-from scheduler.store import InstanceStore, PlacementStore
+from scheduler.store import InstanceStore, PlacementStore, RecordCheck
 
 LOG = get_logger(__name__)
 
@@ -107,6 +111,19 @@ class Step:
     check: Callable[[InstanceRecord], str | None] | None = None
     absent_ok: bool = False
 
+    def record_check(self) -> RecordCheck:
+        """What of this step's rule the store checks again inside the step's
+        own write (:class:`~scheduler.store.RecordCheck`): the state, the
+        migration and, when the step names one, the task. A record that moved
+        on between the guard's read and the write is not written to."""
+        assert self.states is not None, "a step that writes names its states"
+        expect: dict[str, str | None] = {}
+        if self.migration_uuid is not None:
+            expect["migration_uuid"] = self.migration_uuid
+        if self.task_states is not None and len(self.task_states) == 1:
+            [expect["task_state"]] = self.task_states
+        return RecordCheck(self.instance_uuid, tuple(self.states), expect)
+
 
 class StepGuard:
     """Checks steps against the store. ``hosts``: the hosts a compute serves
@@ -173,6 +190,18 @@ class StepGuard:
                 why="; ".join(unmatched),
             )
         return bool(unmatched)
+
+    def refused_at_write(self, step: Step, exc: RecordChanged) -> None:
+        """Log a step the store refused inside its write (the record moved on
+        after the guard read it), as :meth:`refused` logs one."""
+        LOG.warning(
+            "step_refused",
+            step=step.name,
+            instance_uuid=step.instance_uuid,
+            migration_uuid=step.migration_uuid,
+            host=step.host,
+            why=f"at its write: {exc.why}",
+        )
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])

@@ -11,10 +11,11 @@ from compute_sim.driver import ComputeDriver
 from compute_sim.ledger import StepLedger
 from compute_sim.stats import HostStats
 from compute_sim.vms import RunningVMs, running_vm
+from scheduler.exceptions import RecordChanged
 from scheduler.log import bind_request
 from scheduler.objects import RequestSpec, Selection
 from scheduler.rpc import ComputeClient, ConductorClient
-from scheduler.steps import StepGuard, holds_on
+from scheduler.steps import Step, StepGuard, holds_on
 from scheduler.store import RunningInstance
 
 if TYPE_CHECKING:
@@ -115,15 +116,22 @@ class Operation:
             migration_uuid=attempt.migration_uuid,
         )
 
-    def release_if_here(self, consumer_uuid: str, chosen: Selection) -> bool:
-        """Release the consumer's claim if it is the one on this host.
+    def release_if_here(self, consumer_uuid: str, chosen: Selection, step: Step) -> bool | None:
+        """Release the consumer's claim if it is the one on this host, while
+        ``step`` is still due (checked inside the release): whether it was
+        released; None when the step is no longer due (the record moved on
+        since the guard read it: logged, and the caller hands nothing back).
 
         A stale attempt (a re-driven request's duplicate) must not drop the
         claim of the attempt that is live on another host.
         """
         if not holds_on(self.store, consumer_uuid, chosen.host):
             return False
-        return self.store.release(consumer_uuid)
+        try:
+            return self.store.release(consumer_uuid, check=step.record_check())
+        except RecordChanged as exc:
+            self.guard.refused_at_write(step, exc)
+            return None
 
     def vm(
         self, ctxt: Any, instance_uuid: str, chosen: Selection, migration_uuid: str | None = None

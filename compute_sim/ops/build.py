@@ -139,7 +139,10 @@ class Build(Operation):
         # resources its own failed attempt still holds; and while this build
         # still counts as under way, so a duplicate cast arriving meanwhile
         # is not taken for a new attempt.
-        self.release_if_here(attempt.instance_uuid, attempt.chosen)
+        step = steps.build_step(attempt.instance_uuid, attempt.host)
+        if self.release_if_here(attempt.instance_uuid, attempt.chosen, step) is None:
+            self.ledger.record(attempt.instance_uuid, key, FAILED)
+            return
         with self.ledger.lock:
             self.ledger.record(attempt.instance_uuid, key, FAILED)
             self.failed += 1

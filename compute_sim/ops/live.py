@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from compute_sim import steps
 from compute_sim.driver import VirtError
 from compute_sim.ledger import DELETED, DONE, FAILED, HANDED_ON, LIVE, UNDER_WAY, Key
 from compute_sim.ops.base import Operation
@@ -238,7 +239,10 @@ class LiveMigration(Operation):
         """Release the destination's claim, then hand the migration back to the
         conductor for the next alternate."""
         assert move.spec is not None, "a pre-check carries its request"
-        released = self.release_if_here(move.instance_uuid, move.chosen)
+        step = steps.check_destination_step(move.instance_uuid, move.migration_uuid, move.dest)
+        released = self.release_if_here(move.instance_uuid, move.chosen, step)
+        if released is None:
+            return
         LOG.info(
             "live_migration_precheck_failed",
             side="destination" if side == "dest" else "source",

@@ -77,8 +77,11 @@ class Rebuild(Operation):
                 LOG.info("rebuild_succeeded")
                 self._report_rebuilt(ctxt, attempt)
                 return
-            released = self.release_if_here(uuid, attempt.chosen)
+            step = steps.rebuild_step(uuid, migration_uuid, attempt.host)
+            released = self.release_if_here(uuid, attempt.chosen, step)
             self.ledger.record(uuid, key, FAILED)
+            if released is None:
+                return
             LOG.info("rebuild_failed", released=released, alternates=len(attempt.alternates))
             self.conductor.rebuild_result(
                 ctxt,

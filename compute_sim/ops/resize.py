@@ -25,9 +25,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from compute_sim import steps
 from compute_sim.driver import VirtError
 from compute_sim.ledger import DELETED, DONE, FAILED, HANDED_ON, RESIZE, UNDER_WAY
 from compute_sim.ops.base import Attempt, Operation
+from scheduler.exceptions import RecordChanged
 from scheduler.log import get_logger
 from scheduler.objects import Selection
 from scheduler.store import RunningInstance
@@ -112,8 +114,11 @@ class Resize(Operation):
             if error is not None:
                 # Nova's bug 1741125 was a retry refused for the resources its
                 # own failed attempt still held: release first, then hand back.
-                released = self.release_if_here(uuid, chosen)
+                step = steps.prep_resize_step(uuid, migration_uuid, chosen.host)
+                released = self.release_if_here(uuid, chosen, step)
                 self.ledger.record(uuid, key, FAILED)
+                if released is None:
+                    return
                 LOG.info(
                     "prep_resize_failed", released=released, alternates=len(attempt.alternates)
                 )
@@ -200,7 +205,12 @@ class Resize(Operation):
     def confirm(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
         """On the source: drop the source's allocation (the migration's)."""
         with self.bound(ctxt, instance_uuid=instance_uuid, migration_uuid=migration_uuid):
-            released = self.store.release(migration_uuid)
+            step = steps.confirm_resize_step(instance_uuid, migration_uuid)
+            try:
+                released = self.store.release(migration_uuid, check=step.record_check())
+            except RecordChanged as exc:
+                self.guard.refused_at_write(step, exc)
+                return
             with self.ledger.lock:
                 away = self.resized_away.pop(migration_uuid, None)
             if away is not None:
@@ -219,7 +229,14 @@ class Resize(Operation):
         """
         with self.bound(ctxt, instance_uuid=instance_uuid, migration_uuid=migration_uuid):
             source = self.source_host(migration_uuid)
-            moved = self.store.move_allocations(migration_uuid, instance_uuid, replace=True)
+            step = steps.revert_resize_step(instance_uuid, migration_uuid)
+            try:
+                moved = self.store.move_allocations(
+                    migration_uuid, instance_uuid, replace=True, check=step.record_check()
+                )
+            except RecordChanged as exc:
+                self.guard.refused_at_write(step, exc)
+                return
             if source is None:
                 source = self.source_host(instance_uuid)
             with self.ledger.lock:

@@ -72,6 +72,7 @@ from scheduler.store.records import (
     InstanceReport,
     Inventory,
     Provider,
+    RecordCheck,
     RunningInstance,
     Service,
     ServiceReport,
@@ -88,6 +89,7 @@ __all__ = [
     "Consumer",
     "GroupClaim",
     "InstanceReport",
+    "RecordCheck",
     "InstanceStore",
     "Inventory",
     "PlacementReader",
@@ -164,12 +166,24 @@ class PlacementStore(PlacementReader, Protocol):
         """
 
     @abc.abstractmethod
-    def release(self, consumer_uuid: str) -> bool:
-        """Drop all of a consumer's allocations; True if it held any."""
+    def release(self, consumer_uuid: str, check: RecordCheck | None = None) -> bool:
+        """Drop all of a consumer's allocations; True if it held any.
+
+        With ``check``, only while that instance record is as it says, checked
+        in the same atomic step: else :class:`RecordChanged` and nothing is
+        written (a compute's step releases only while its step is due).
+        """
 
     @abc.abstractmethod
-    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
+    def move_allocations(
+        self,
+        source_uuid: str,
+        target_uuid: str,
+        replace: bool = False,
+        check: RecordCheck | None = None,
+    ) -> bool:
         """Atomically hand ``source``'s allocations to ``target``; True if moved.
+        ``check`` as for :meth:`release`.
 
         The amounts stay on the same providers (usage does not change); only
         the consumer holding them does, with its project, user and server-group

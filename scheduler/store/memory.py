@@ -39,6 +39,7 @@ from scheduler.exceptions import (
     NotFound,
     ProviderExists,
     ProviderNotFound,
+    RecordChanged,
     StreamTruncated,
 )
 from scheduler.objects import DELETED, DELETING, AllocationRequest, InstanceRecord
@@ -51,6 +52,7 @@ from scheduler.store.base import (
     InstanceReport,
     Inventory,
     Provider,
+    RecordCheck,
     Service,
     ServiceReport,
     Store,
@@ -289,8 +291,9 @@ class MemoryStore(Store):
             },
         )
 
-    def release(self, consumer_uuid: str) -> bool:
+    def release(self, consumer_uuid: str, check: RecordCheck | None = None) -> bool:
         with self._lock:
+            self._check_record(check)
             consumer = self._consumers.pop(consumer_uuid, None)
             if consumer is None:
                 return False
@@ -308,9 +311,16 @@ class MemoryStore(Store):
                 self._leave_group(consumer.group_uuid, consumer.host)
             return True
 
-    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
+    def move_allocations(
+        self,
+        source_uuid: str,
+        target_uuid: str,
+        replace: bool = False,
+        check: RecordCheck | None = None,
+    ) -> bool:
         check_move(source_uuid, target_uuid)
         with self._lock:
+            self._check_record(check)
             source = self._consumers.get(source_uuid)
             if source is None:
                 return False
@@ -570,6 +580,15 @@ class MemoryStore(Store):
             if record is None:
                 raise InstanceNotFound(uuid)
             return record
+
+    def _check_record(self, check: RecordCheck | None) -> None:
+        """(Under the lock.) Raise RecordChanged unless ``check`` passes."""
+        if check is None:
+            return
+        record = self._instances.get(check.uuid) or self._tomb(check.uuid)
+        why = check.unmatched(record)
+        if why is not None:
+            raise RecordChanged(uuid=check.uuid, why=why)
 
     def update_instance(
         self,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler import rules
-from scheduler.objects import RequestSpec
+from scheduler.objects import InstanceRecord, RequestSpec
 
 # --- records ------------------------------------------------------------------------
 
@@ -257,3 +257,27 @@ class Change:
     cursor: str
     kind: str
     data: Any
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """What an instance record must say for a write to go on, checked in the
+    write's own atomic step: its state one of ``states`` and each field of
+    ``expect`` (text fields such as ``migration_uuid`` or ``task_state``) that
+    value (None: none). The step guard's record rules, made atomic with the
+    step's write (:meth:`scheduler.steps.Step.record_check`)."""
+
+    uuid: str
+    states: tuple[str, ...]
+    expect: Mapping[str, str | None] = field(default_factory=dict)
+
+    def unmatched(self, record: InstanceRecord | None) -> str | None:
+        """Why ``record`` does not pass (None: it does); the in-memory store's
+        reading of the rule the Lua scripts apply."""
+        if record is None:
+            return "no instance record"
+        if record.state not in self.states:
+            return f"instance is {record.state}"
+        if any(getattr(record, f) != v for f, v in self.expect.items()):
+            return "the record moved on"
+        return None

@@ -90,6 +90,7 @@ from scheduler.exceptions import (
     NotFound,
     ProviderExists,
     ProviderNotFound,
+    RecordChanged,
     StoreError,
     StoreUnavailable,
     StreamTruncated,
@@ -106,6 +107,7 @@ from scheduler.store.base import (
     InstanceReport,
     Inventory,
     Provider,
+    RecordCheck,
     Service,
     ServiceReport,
     Store,
@@ -154,6 +156,7 @@ _SCRIPT_ERRORS: dict[str, Callable[..., StoreError]] = {
             UnitRuleViolation,
             ConsumerConflict,
             ConsumerDeleted,
+            RecordChanged,
             GroupPolicyViolation,
             StreamTruncated,
         )
@@ -845,22 +848,41 @@ class RedisStore(Store):
         return keys, args
 
     @_translated
-    def release(self, consumer_uuid: str) -> bool:
+    def release(self, consumer_uuid: str, check: RecordCheck | None = None) -> bool:
+        keys, checked = self._checked(check)
         return bool(
             self._write(
-                self._scripts.release, keys=self._alloc_keys, args=(self._maxlen, consumer_uuid)
+                self._scripts.release,
+                keys=(*self._alloc_keys, *keys),
+                args=(self._maxlen, consumer_uuid, *checked),
             )
         )
 
     @_translated
-    def move_allocations(self, source_uuid: str, target_uuid: str, replace: bool = False) -> bool:
+    def move_allocations(
+        self,
+        source_uuid: str,
+        target_uuid: str,
+        replace: bool = False,
+        check: RecordCheck | None = None,
+    ) -> bool:
         check_move(source_uuid, target_uuid)
+        keys, checked = self._checked(check)
         return bool(
             self._write(
                 self._scripts.move_allocations,
-                keys=self._alloc_keys,
-                args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0"),
+                keys=(*self._alloc_keys, *keys),
+                args=(self._maxlen, source_uuid, target_uuid, "1" if replace else "0", *checked),
             )
+        )
+
+    def _checked(self, check: RecordCheck | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The extra KEYS and ARGV of an allocation write's record check."""
+        if check is None:
+            return (), ()
+        return (
+            (self.keys.instances, self.keys.deleted_record(check.uuid)),
+            (check.uuid, json.dumps(list(check.states)), json.dumps(dict(check.expect))),
         )
 
     @_translated

@@ -214,6 +214,86 @@ local function leave_group(groups_key, group_uuid, host)
 end
 """
 
+#: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
+DELETING_MARKER = "deleting"
+
+# An instance's record: (its live JSON, nil), or (nil, its DELETED JSON), or
+# an InstanceNotFound error reply to return when it has neither.
+_FIND_RECORD = (
+    """
+local function find_record(instances_key, deleted_key, uuid)
+  local raw = redis.call('HGET', instances_key, uuid)
+  if raw then return raw, nil end
+  local tomb = redis.call('GET', deleted_key)
+  if tomb and tomb ~= '"""
+    + DELETING_MARKER
+    + """' then return nil, tomb end
+  return nil, nil, fail('InstanceNotFound', {ident = uuid})
+end
+"""
+)
+
+# Whether a record's fields differ from ``expect`` (field -> value, JSON null
+# for none; a field absent from the record is none).
+_FIELDS_DIFFER = """
+local function fields_differ(record, expect)
+  for field, want in pairs(expect) do
+    local have = record[field]
+    if want == cjson.null then
+      if have ~= nil and have ~= cjson.null then return true end
+    elseif have ~= want then
+      return true
+    end
+  end
+  return false
+end
+"""
+
+# A write's record check (:class:`scheduler.store.RecordCheck`): the error to
+# return (RecordChanged) when the instance's record (live, or DELETED within
+# its retention) is not in one of ``states`` with ``expect``'s fields; nil
+# when it is. Needs _FAIL, _FIND_RECORD and _FIELDS_DIFFER.
+_CHECK_RECORD = """
+local function check_record(instances_key, deleted_key, uuid, states, expect)
+  local raw, tomb = find_record(instances_key, deleted_key, uuid)
+  if not (raw or tomb) then
+    return fail('RecordChanged', {uuid = uuid, why = 'no instance record'})
+  end
+  local record = cjson.decode(raw or tomb)
+  local due = false
+  for _, state in ipairs(cjson.decode(states)) do
+    if record.state == state then due = true end
+  end
+  if not due then
+    return fail('RecordChanged', {uuid = uuid, why = 'instance is ' .. tostring(record.state)})
+  end
+  if fields_differ(record, cjson.decode(expect)) then
+    return fail('RecordChanged', {uuid = uuid, why = 'the record moved on'})
+  end
+  return nil
+end
+"""
+
+
+# The optional record check of a write whose KEYS[1..4] are the allocation
+# keys: KEYS[5], KEYS[6] the instances hash and the instance's deleted key,
+# ARGV[first..first+2] its uuid, states and expected fields (absent: none).
+def _checked(first: int) -> str:
+    return (
+        _FIND_RECORD
+        + _FIELDS_DIFFER
+        + _CHECK_RECORD
+        + f"""
+if ARGV[{first}] then
+  local refused = check_record(
+    KEYS[5], KEYS[6], ARGV[{first}], ARGV[{first + 1}], ARGV[{first + 2}]
+  )
+  if refused then return refused end
+end
+"""
+    )
+
+
 # Drop a consumer's allocations and its group membership (KEYS[2..4]:
 # providers, consumers, groups); 1 if it held any, else 0.
 _RELEASE_CONSUMER = (
@@ -242,22 +322,27 @@ end
 """
 )
 
-#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, consumer uuid.
-#: Returns 1 if the consumer held allocations, else 0.
-RELEASE = _FEED + _RELEASE_CONSUMER + "return release_consumer(ARGV[2])\n"
+#: KEYS: changes, providers, consumers, groups [, instances, the instance's
+#: deleted key]. ARGV: maxlen, consumer uuid [, the record check's uuid, states,
+#: expected fields]. Returns 1 if the consumer held allocations, else 0; with a
+#: check the record fails, RecordChanged (nothing written).
+RELEASE = _FAIL + _FEED + _RELEASE_CONSUMER + _checked(3) + "return release_consumer(ARGV[2])\n"
 
 #: Hand one consumer's allocations to another (a resize parks the instance's
 #: allocation on its migration consumer; a revert hands it back).
-#: KEYS: changes, providers, consumers, groups. ARGV: maxlen, source uuid,
-#: target uuid, '1' to drop what the target holds first (else a target that
-#: holds anything is a ConsumerConflict). Returns 1 when moved, 0 when the
-#: source held nothing (nothing written: a repeated move is a no-op).
+#: KEYS: changes, providers, consumers, groups [, instances, the instance's
+#: deleted key]. ARGV: maxlen, source uuid, target uuid, '1' to drop what the
+#: target holds first (else a target that holds anything is a
+#: ConsumerConflict) [, the record check's uuid, states, expected fields].
+#: Returns 1 when moved, 0 when the source held nothing (nothing written: a
+#: repeated move is a no-op); with a check the record fails, RecordChanged.
 MOVE_ALLOCATIONS = (
     _FAIL
     + _FEED
     + _SORTED_KEYS
     + _SAVE_USAGE
     + _LEAVE_GROUP
+    + _checked(5)
     + """
 local source_raw = redis.call('HGET', KEYS[3], ARGV[2])
 if not source_raw then return 0 end
@@ -680,25 +765,6 @@ local function index_deadline(deadlines_key, uuid, record)
 end
 """
 
-#: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
-DELETING_MARKER = "deleting"
-
-# An instance's record: (its live JSON, nil), or (nil, its DELETED JSON), or
-# an InstanceNotFound error reply to return when it has neither.
-_FIND_RECORD = (
-    """
-local function find_record(instances_key, deleted_key, uuid)
-  local raw = redis.call('HGET', instances_key, uuid)
-  if raw then return raw, nil end
-  local tomb = redis.call('GET', deleted_key)
-  if tomb and tomb ~= '"""
-    + DELETING_MARKER
-    + """' then return nil, tomb end
-  return nil, nil, fail('InstanceNotFound', {ident = uuid})
-end
-"""
-)
-
 #: A new record, unless its uuid has one already, and its deadline indexed.
 #: KEYS: instances, deadlines. ARGV: uuid, the record's JSON, its deadline
 #: (as text; '' for none). Returns 1 when created, 0 when it existed
@@ -720,6 +786,7 @@ return 1
 UPDATE_INSTANCE = (
     _FAIL
     + _FIND_RECORD
+    + _FIELDS_DIFFER
     + _ENCODE_RECORD
     + _INDEX_DEADLINE
     + """
@@ -734,16 +801,7 @@ if ARGV[2] ~= '' then
   end
   if not expected then return false end
 end
-if ARGV[4] ~= '' then
-  for field, want in pairs(cjson.decode(ARGV[4])) do
-    local have = record[field]
-    if want == cjson.null then
-      if have ~= nil and have ~= cjson.null then return false end
-    elseif have ~= want then
-      return false
-    end
-  end
-end
+if ARGV[4] ~= '' and fields_differ(record, cjson.decode(ARGV[4])) then return false end
 for field, value in pairs(cjson.decode(ARGV[3])) do record[field] = value end
 local data = encode_record(record)
 redis.call('HSET', KEYS[1], ARGV[1], data)

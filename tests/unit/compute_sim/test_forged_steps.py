@@ -148,3 +148,23 @@ def test_a_live_migration_check_of_a_move_the_record_is_not_under_is_refused(
     assert sim.sim.ledger.get(INSTANCE, (LIVE, OTHER_MIGRATION, "h2", "dest")) is None, (
         "refused before its ledger"
     )
+
+
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirm", "revert"])
+def test_a_record_that_moves_on_after_the_guard_is_not_written_to(
+    make: Any, caplog: Any, confirm: bool
+) -> None:
+    """The guard reads the record, then the step writes: the write itself
+    checks the record again (state, migration, task) in the same atomic step,
+    so a confirm (revert) whose record moved on in between drops (hands back)
+    nothing. Here the step's body runs as if the guard had let it through
+    just before the conductor gave the resize up."""
+    sim = make(build_time=0.0)
+    before = resizing_both(sim, RESIZE_CONFIRMING if confirm else RESIZE_REVERTING)
+    sim.record(state=ACTIVE, task_state=None)  # given up after the guard's read
+    op = sim.sim.resize.confirm if confirm else sim.sim.resize.revert
+    op(CTXT, INSTANCE, MIGRATION)
+    assert holdings(sim) == before, "nothing dropped or handed back"
+    assert sim.conductor.names == [] and sim.compute.names == []
+    [refused] = [r for r in caplog.records if "step_refused" in r.getMessage()]
+    assert "at its write: instance is ACTIVE" in refused.getMessage()

@@ -34,6 +34,7 @@ from scheduler.exceptions import (
     NotFound,
     ProviderExists,
     ProviderNotFound,
+    RecordChanged,
     StreamTruncated,
     UnitRuleViolation,
 )
@@ -54,6 +55,7 @@ from scheduler.store import (
     Inventory,
     MemoryStore,
     Provider,
+    RecordCheck,
     RedisStore,
     RunningInstance,
     Service,
@@ -554,6 +556,54 @@ def test_release_restores_usage_group_members_and_consumers(store: Store) -> Non
 
 def test_release_of_an_unknown_consumer(store: Store) -> None:
     assert store.release(new_uuid()) is False
+
+
+@pytest.mark.parametrize(
+    "check, written",
+    [
+        pytest.param(("m-1", RESIZING), True, id="at-that-step"),
+        pytest.param(("m-2", RESIZING), False, id="another-migration"),
+        pytest.param(("m-1", ACTIVE), False, id="another-state"),
+        pytest.param(None, True, id="unchecked"),
+    ],
+)
+@pytest.mark.parametrize("write", ["release", "move"])
+def test_an_allocation_write_checked_against_a_record_is_all_or_nothing(
+    store: Store, check: tuple[str, str] | None, written: bool, write: str
+) -> None:
+    """A compute's step writes allocations only while its step is due, checked
+    in the write's own atomic step (issue 28: the guard atomic with the write)."""
+    p = make_host(store, "h1")
+    instance, migration = new_uuid(), new_uuid()
+    store.create_instances([InstanceRecord(uuid=instance, state=RESIZING, migration_uuid="m-1")])
+    store.claim(migration, ask({p.uuid: {"VCPU": 1}}))
+    record_check = (
+        None if check is None else RecordCheck(instance, (check[1],), {"migration_uuid": check[0]})
+    )
+
+    def act() -> bool:
+        if write == "release":
+            return store.release(migration, check=record_check)
+        return store.move_allocations(migration, instance, replace=True, check=record_check)
+
+    if written:
+        assert act() is True
+    else:
+        with pytest.raises(RecordChanged):
+            act()
+    held = {c.uuid for c in store.list_consumers()}
+    expected = {migration} if not written else (set() if write == "release" else {instance})
+    assert held == expected
+    assert dict(store.get_provider(p.uuid).usages) == ({} if held == set() else {"VCPU": 1})
+
+
+def test_an_allocation_write_checked_against_no_record_is_refused(store: Store) -> None:
+    p = make_host(store, "h1")
+    consumer = new_uuid()
+    store.claim(consumer, ask({p.uuid: {"VCPU": 1}}))
+    with pytest.raises(RecordChanged, match="no instance record"):
+        store.release(consumer, check=RecordCheck(new_uuid(), (ACTIVE,)))
+    assert store.get_consumer(consumer) is not None
 
 
 # --- what the reconciler reads and writes ----------------------------------------------
