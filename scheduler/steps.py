@@ -180,28 +180,25 @@ class StepGuard:
         except StoreError as exc:
             unmatched = [f"the store cannot be read: {exc.message}"]
         if unmatched:
-            LOG.warning(
-                "step_refused",
-                step=step.name,
-                instance_uuid=step.instance_uuid,
-                migration_uuid=step.migration_uuid,
-                host=step.host,
-                request_id=request_id,
-                why="; ".join(unmatched),
-            )
+            _log_refused(step, "; ".join(unmatched), request_id)
         return bool(unmatched)
 
     def refused_at_write(self, step: Step, exc: RecordChanged) -> None:
         """Log a step the store refused inside its write (the record moved on
         after the guard read it), as :meth:`refused` logs one."""
-        LOG.warning(
-            "step_refused",
-            step=step.name,
-            instance_uuid=step.instance_uuid,
-            migration_uuid=step.migration_uuid,
-            host=step.host,
-            why=f"at its write: {exc.why}",
-        )
+        _log_refused(step, f"at its write: {exc.why}")
+
+
+def _log_refused(step: Step, why: str, request_id: str | None = None) -> None:
+    LOG.warning(
+        "step_refused",
+        step=step.name,
+        instance_uuid=step.instance_uuid,
+        migration_uuid=step.migration_uuid,
+        host=step.host,
+        request_id=request_id,
+        why=why,
+    )
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
