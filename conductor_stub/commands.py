@@ -86,6 +86,7 @@ def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
         interval=float(c.reconcile_interval),
         orphan_grace=float(c.orphan_grace),
         report_max_age=float(c.report_max_age),
+        lost_vm_action=str(c.lost_vm_action),
     )
 
 

@@ -28,6 +28,13 @@ kind                      what was found                              action
 ``lost_boot``             a record the boot client saw vanish with    ``none``: counted
                           nothing running it (``conductor-stub boot   (the record is
                           --wait`` wrote it back in ERROR)            ERROR, with a fault)
+``lost_vm``               an ACTIVE record whose host's fresh report  ``error``: the
+                          does not show its VM, nor any other host's  record ERROR with
+                          (a VM lost by its host, or a delete or      a fault, its claim
+                          shelve the store forgot)                    released
+                                                                      (``[conductor]
+                                                                      lost_vm_action``;
+                                                                      ``log``: none)
 ========================  ==========================================  ==============
 
 Every action is logged at warning (``reconcile_action``: kind, action,
@@ -119,8 +126,9 @@ LOST_RECORD = "lost_record"
 MISSING_ALLOCATION = "missing_allocation"
 ORPHAN_ALLOCATION = "orphan_allocation"
 LOST_BOOT = "lost_boot"
+LOST_VM = "lost_vm"
 #: Every kind, in the order the audit prints them.
-KINDS = (STRAY_VM, LOST_RECORD, MISSING_ALLOCATION, ORPHAN_ALLOCATION, LOST_BOOT)
+KINDS = (STRAY_VM, LOST_RECORD, MISSING_ALLOCATION, ORPHAN_ALLOCATION, LOST_BOOT, LOST_VM)
 #: What is done about each kind.
 ACTIONS = {
     STRAY_VM: "reap",
@@ -128,7 +136,13 @@ ACTIONS = {
     MISSING_ALLOCATION: "heal",
     ORPHAN_ALLOCATION: "release",
     LOST_BOOT: "none",
+    LOST_VM: "error",  # [conductor] lost_vm_action = log: "none"
 }
+#: ``[conductor] lost_vm_action``'s choices.
+LOST_VM_ERROR = "error"
+LOST_VM_LOG = "log"
+#: The user-facing fault of an instance whose VM was lost (``lost_vm``).
+LOST_VM_FAULT = "The instance's VM was lost."
 #: The outcome of a finding that no longer held when it was to be acted on.
 SKIPPED = "skipped"
 #: How the outcome of an action that raised begins.
@@ -177,12 +191,14 @@ class ReconcileSettings:
     """``interval``: seconds between passes; ``orphan_grace``: seconds a finding
     must persist before it is acted on; ``report_max_age``: a report older
     than this is stale (its host is down) and not compared; ``batch``: what
-    one paginated read fetches."""
+    one paginated read fetches; ``lost_vm_action``: what a lost VM leads to
+    (``error``: the instance ERROR, its claim released; ``log``: nothing)."""
 
     interval: float = 60.0
     orphan_grace: float = 120.0
     report_max_age: float = 60.0
     batch: int = 500
+    lost_vm_action: str = LOST_VM_ERROR
 
     @property
     def lost_after(self) -> float:
@@ -345,6 +361,10 @@ class Reconciler:
         records.update(self._lookup(sorted((reported | set(consumers)) - set(records))))
         findings = [
             *self._compare_reports(reports, records, consumers),
+            *(
+                self._found(LOST_VM, uuid, host, reason, now, reported_at=at)
+                for uuid, host, reason, at in lost_vms(reports, records.values(), reported)
+            ),
             *self._compare_allocations(consumers, records, reports),
             *(
                 self._found(LOST_BOOT, r.uuid, None, "its record vanished; nothing ran it", now)
@@ -528,6 +548,8 @@ class Reconciler:
         elif finding.kind == ORPHAN_ALLOCATION:
             released = self.store.release(finding.uuid)
             finding = replace(finding, outcome="released" if released else SKIPPED)
+        elif finding.kind == LOST_VM:
+            finding = lost_vm_acted(self.store, finding, self.settings.lost_vm_action, self._clock)
         if finding.outcome == SKIPPED:
             return finding
         self.counts[finding.kind] += 1
@@ -552,6 +574,9 @@ class Reconciler:
         """The finding as the store is now (None: it no longer holds)."""
         listed = self.store.list_instances([finding.uuid])
         record = listed[0] if listed else None
+        if finding.kind == LOST_VM:
+            lost = record is not None and record.state == ACTIVE and record.host == finding.host
+            return finding if lost else None
         consumer = self.store.get_consumer(finding.uuid)
         if finding.kind == ORPHAN_ALLOCATION:
             if consumer is None:
@@ -662,6 +687,57 @@ class Reconciler:
     @staticmethod
     def _over(overcommit: bool | None) -> str:
         return " (overcommits the host)" if overcommit else ""
+
+
+def lost_vms(
+    reports: Sequence[InstanceReport], records: Iterable[InstanceRecord], reported: set[str]
+) -> Iterator[tuple[str, str, str, float]]:
+    """The lost VMs (instance, host, why, the report's time): ACTIVE instances
+    whose host's fresh report (``reports``) does not show them, and that no
+    other host runs either (``reported``: that is a move the record forgot,
+    not a loss). A record changed since the report is not judged, nor a host
+    with no fresh report (down: evacuation's business)."""
+    latest = {r.host: r for r in reports}
+    for record in records:
+        report = latest.get(record.host or "")
+        if (
+            record.state != ACTIVE
+            or report is None
+            or record.uuid in reported
+            or record.updated_at >= report.reported_at
+        ):
+            continue
+        why = f"its record places it on {record.host}, whose report does not show it"
+        yield record.uuid, report.host, why, report.reported_at
+
+
+def lost_vm_acted(
+    store: ReconcilerStore, finding: Finding, action: str, clock: Callable[[], float]
+) -> Finding:
+    """A lost VM, as ``action`` (``[conductor] lost_vm_action``) says: the record
+    ERROR (if it is still ACTIVE on that host: a compare-and-set) with a fault
+    naming what was lost, then its allocation released; or only logged."""
+    if action == LOST_VM_LOG:
+        return replace(finding, outcome="logged (lost_vm_action = log)")
+    reported = f"{finding.reported_at:.3f}" if finding.reported_at else "?"
+    done = store.update_instance(
+        finding.uuid,
+        expected_states=[ACTIVE],
+        expect={"host": finding.host},
+        state=ERROR,
+        task_state=None,
+        fault=LOST_VM_FAULT,
+        fault_details=(
+            f"lost by the reconciler: {finding.host}'s report of {reported} does not "
+            "show the VM its record placed there, and no other host runs it"
+        ),
+        updated_at=clock(),
+        deadline=None,
+    )
+    if done is None:
+        return replace(finding, outcome=SKIPPED)
+    released = store.release(finding.uuid)
+    return replace(finding, outcome="ERROR" + (", released" if released else ""))
 
 
 def format_counts(findings: Sequence[Finding]) -> str:

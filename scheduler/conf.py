@@ -609,6 +609,22 @@ conductor_opts = [
         "conductor's memory: a restarted conductor starts every grace again.\n\n"
         "Related options: reconcile_interval.",
     ),
+    cfg.StrOpt(
+        "lost_vm_action",
+        default="error",
+        choices=[
+            (
+                "error",
+                "The instance goes ERROR with a fault naming the host that lost it, "
+                "and its allocation is released (delete it, or rebuild it elsewhere).",
+            ),
+            ("log", "Only find it: logged, counted and shown by scheduler-admin audit."),
+        ],
+        help="What the reconciler does with a lost VM: an ACTIVE instance whose host's "
+        "fresh report does not show it (and no other host runs it), seen for "
+        "orphan_grace. A host that stopped reporting is down and not judged.\n\n"
+        "Related options: orphan_grace, report_max_age.",
+    ),
     cfg.FloatOpt(
         "report_max_age",
         default=60.0,

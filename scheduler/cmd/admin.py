@@ -487,7 +487,9 @@ def _add_commands(subparsers: Any) -> None:
         "host, action, reason) and the counts per kind: stray_vm (runs where no live "
         "record keeps it: reap), lost_record (runs with no record: re-create it), "
         "missing_allocation (heal), orphan_allocation (no one's: release), lost_boot "
-        "(a record the boot client saw vanish, kept in ERROR: counted only). --fix "
+        "(a record the boot client saw vanish, kept in ERROR: counted only), lost_vm "
+        "(ACTIVE, but its host's fresh report does not show it: ERROR, its claim "
+        "released, as [conductor] lost_vm_action says). --fix "
         "compares, waits the grace, compares again and repairs what was found both "
         "times (a healed allocation that overcommits its host says so).",
         epilog="exit status: 0 nothing found (with --fix: nothing left unrepaired), 1 "

@@ -993,7 +993,9 @@ def audit_conf(*argv: str) -> SimpleNamespace:
     command = explain_parser().parse_args(["audit", *argv])
     return SimpleNamespace(
         command=command,
-        conductor=SimpleNamespace(reconcile_interval=1.0, orphan_grace=0.0, report_max_age=60.0),
+        conductor=SimpleNamespace(
+            reconcile_interval=1.0, orphan_grace=0.0, report_max_age=60.0, lost_vm_action="error"
+        ),
         compute=SimpleNamespace(topic="compute"),
     )
 
@@ -1033,7 +1035,8 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     assert lines[0].split()[:3] == ["orphan_allocation", orphan, "host=cmp-a"]
     assert "action=release (due)" in lines[0] and "no record holds it" in lines[0]
     assert lines[-1] == (
-        "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0"
+        "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0 "
+        "lost_vm=0"
     )
     assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
 
