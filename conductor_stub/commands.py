@@ -64,6 +64,18 @@ LOG = log.get_logger("conductor_stub")
 SEND_RETRIES = 2
 
 
+def _scheduler(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
+    """The scheduler client a command sends with (its sends retried)."""
+    return rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
+
+
+def _compute(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
+    """The compute client a command sends with (its sends retried)."""
+    return rpc.ComputeClient(
+        transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+    )
+
+
 def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     c = conf.conductor
     return ConductorSettings(
@@ -205,10 +217,8 @@ def boot(conf: cfg.ConfigOpts) -> int:
     settings = conductor_settings(conf)
     booter = Booter(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _scheduler(conf, transport),
+        _compute(conf, transport, store),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -319,10 +329,8 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     store = make_store(conf)
     resizer = Resizer(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _scheduler(conf, transport),
+        _compute(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -368,10 +376,8 @@ def live_migrate(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     migrator = LiveMigrator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _scheduler(conf, transport),
+        _compute(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -420,9 +426,7 @@ def delete(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     deleter = Deleter(
         store,
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _compute(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -465,10 +469,8 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     evacuator = Evacuator(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _scheduler(conf, transport),
+        _compute(conf, transport, store),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -527,10 +529,8 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     shelver = Shelver(
         store,
-        rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES),
-        rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        ),
+        _scheduler(conf, transport),
+        _compute(conf, transport, store),
         conductor_settings(conf),
     )
     try:
