@@ -25,12 +25,19 @@ reached: nothing (or a failure), and a new attempt is :data:`UNDER_WAY`;
 a re-drive that walks on again (a later step may have been lost);
 :data:`DONE`, reported again (the first report may have been lost).
 
+A revert undoes what its resize did on the destination (:meth:`StepLedger.undo`):
+a re-drive of that resize (a store gone back in time to before the revert)
+starts it again there, never reports it finished where no VM runs.
+
 A delete ends what the process knows of an instance (:meth:`StepLedger.delete`):
 its steps are forgotten and it is remembered as deleted for ``retention``
 seconds (as long as the store fences its claims), so that no step of it
 starts here again (a step under way ends as failed); the memory follows the
 deletes of the retention, not every delete ever. A shelve forgets the
 instance's steps (:meth:`StepLedger.forget`): an unshelve is a new build.
+Each host also keeps, for the same retention, a tombstone of every VM it
+destroyed for a delete or a shelve (:meth:`StepLedger.ended`), reported with
+what it runs: the reconciler finishes a delete or a shelve the store forgot.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+
+from scheduler.store import EndedInstance
 
 #: The operations, each the first item of its keys.
 BUILD = "build"
@@ -70,6 +79,10 @@ class StepLedger:
         self._steps: dict[str, dict[Key, str]] = {}
         self._deleted: set[str] = set()
         self._deleted_at: deque[tuple[float, str]] = deque()
+        # host -> instance -> its tombstone and when it was written (monotonic);
+        # and the writes in order, to forget them after the retention
+        self._ended: dict[str, dict[str, tuple[float, EndedInstance]]] = {}
+        self._ended_at: deque[tuple[float, str, str]] = deque()
 
     def check_in(self, instance_uuid: str, key: Key) -> str | None:
         """Begin the step ``key`` of the instance: None when a new attempt
@@ -100,6 +113,35 @@ class StepLedger:
         """Every step of the instance this process knows, by key."""
         with self.lock:
             return dict(self._steps.get(instance_uuid, {}))
+
+    def undo(self, instance_uuid: str, operation: str, migration_uuid: str) -> None:
+        """The operation's steps under ``migration_uuid`` were undone here (a
+        revert): each is :data:`FAILED`, so a re-drive begins it anew."""
+        with self.lock:
+            steps = self._steps.get(instance_uuid, {})
+            for key in steps:
+                if key[:2] == (operation, migration_uuid):
+                    steps[key] = FAILED
+
+    def ended(self, instance_uuid: str, host: str, what: str) -> None:
+        """The instance's VM on ``host`` was destroyed for a delete or a shelve
+        (``what``, :data:`~scheduler.store.records.ENDED_DELETE` or
+        ``ENDED_OFFLOAD``) now: its tombstone, kept for the retention."""
+        now = time.monotonic()
+        with self.lock:
+            tomb = EndedInstance(instance_uuid, what, time.time())
+            self._ended.setdefault(host, {})[instance_uuid] = (now, tomb)
+            self._ended_at.append((now, host, instance_uuid))
+            while self._ended_at and now - self._ended_at[0][0] > self.retention:
+                written, old_host, old_uuid = self._ended_at.popleft()
+                tombs = self._ended.get(old_host, {})
+                if old_uuid in tombs and tombs[old_uuid][0] == written:  # not written since
+                    del tombs[old_uuid]
+
+    def ended_on(self, host: str) -> tuple[EndedInstance, ...]:
+        """The tombstones of ``host`` within the retention."""
+        with self.lock:
+            return tuple(tomb for _, tomb in self._ended.get(host, {}).values())
 
     def forget(self, instance_uuid: str) -> None:
         """Forget the instance's steps (a shelve: an unshelve is a new build)."""

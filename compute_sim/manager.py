@@ -40,6 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import oslo_messaging
@@ -208,8 +209,12 @@ class ComputeManager:
         return self.destroy.evacuated()
 
     def running_instances(self) -> list[InstanceReport]:
-        """What each host of this process runs now, one report per host."""
-        return self.vms.reports(self.hosts, self.store)
+        """What each host of this process runs now, one report per host, with
+        the tombstones of what it destroyed for deletes and shelves."""
+        return [
+            replace(report, ended=self.ledger.ended_on(report.host))
+            for report in self.vms.reports(self.hosts, self.store)
+        ]
 
     def report_instances(self) -> None:
         """Write what every host runs (:meth:`running_instances`), in one store

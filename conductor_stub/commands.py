@@ -99,6 +99,7 @@ def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
         orphan_grace=float(c.orphan_grace),
         report_max_age=float(c.report_max_age),
         lost_vm_action=str(c.lost_vm_action),
+        deleted_retention=float(c.deleted_retention),
     )
 
 

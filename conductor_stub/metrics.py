@@ -16,11 +16,14 @@ stable. Counters are exposed with Prometheus' ``_total`` suffix.
 * ``conductor_requests_timed_out_total{kind}``: requests given up after
   ``max_redrives`` re-drives.
 * ``conductor_reconcile_actions_total{kind}``: repairs the reconciler made.
+* ``conductor_reconcile_findings{kind}``: what the reconciler's last pass
+  found, by kind (:mod:`conductor_stub.findings`), acted on or not: an
+  ``overcommit`` stays here until it is resolved.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 RESCHEDULES = Counter(
     "conductor_reschedules",
@@ -46,7 +49,12 @@ TIMED_OUT = Counter(
 )
 ACTIONS_TAKEN = Counter(
     "conductor_reconcile_actions",
-    "Repairs the reconciler made, by finding kind (overcommit: healed "
-    "allocations that took a host past its capacity).",
+    "Repairs the reconciler made, by finding kind.",
+    ["kind"],
+)
+FINDINGS = Gauge(
+    "conductor_reconcile_findings",
+    "What the reconciler's last pass found, by kind, acted on or not (an "
+    "overcommit stays until an operator or a move resolves it).",
     ["kind"],
 )

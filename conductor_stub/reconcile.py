@@ -7,44 +7,18 @@ the VMs each of its hosts runs (:class:`~scheduler.store.InstanceReport`).
 allocations, and repairs what disagrees, as Nova's periodic tasks and audits
 do:
 
-========================  ==========================================  ==============
-kind                      what was found                              action
-========================  ==========================================  ==============
-``stray_vm``              a VM a host runs that no live record keeps  ``reap``: cast
-                          there (DELETED, ERROR, SHELVED_OFFLOADED,   ``reap_instance``
-                          or placed elsewhere:                        to the host
-                          :func:`scheduler.objects.evacuated_from`)   (Nova's
-                                                                      ``running_deleted_
-                                                                      instance_action``)
-``lost_record``           a VM a host runs whose record the store     ``recreate``: the
-                          lost (no record, no delete fence)           record, ACTIVE
-                                                                      there, and its
-                                                                      allocation healed
-``missing_allocation``    a VM with a live record on that host but    ``heal``
-                          no allocation there                         (``heal_allocations``)
-``orphan_allocation``     an allocation with no record, or whose      ``release``
-                          record is elsewhere or final and holds      (``placement audit
-                          nothing, and no move involves it            --delete``)
-``lost_boot``             a record the boot client saw vanish with    ``none``: counted
-                          nothing running it (``conductor-stub boot   (the record is
-                          --wait`` wrote it back in ERROR)            ERROR, with a fault)
-``lost_vm``               an ACTIVE record whose host's fresh report  ``error``: the
-                          does not show its VM, nor any other host's  record ERROR with
-                          (a VM lost by its host, or a delete or      a fault, its claim
-                          shelve the store forgot)                    released
-                                                                      (``[conductor]
-                                                                      lost_vm_action``;
-                                                                      ``log``: none)
-========================  ==========================================  ==============
+What it finds, and what it does about each kind, is
+:mod:`conductor_stub.findings`' table.
 
 Every action is logged at warning (``reconcile_action``: kind, action,
 instance_uuid, host, reason, outcome) and counted, per kind, in
 :attr:`Reconciler.counts` and on the conductor's ``/metrics``
 (``conductor_reconcile_actions_total``, with ``[conductor] health_port``).
 
-A healed allocation is written without the capacity check (the VM runs,
-whether it fits or not); when it takes a host past its capacity the finding,
-the log line (``reconcile_overcommit``) and the counts say so.
+A healed allocation is written only where it fits: where it would take a
+host past its capacity it is refused, and the VM is an ``overcommit`` finding
+on every pass (``conductor_reconcile_findings{kind="overcommit"}``, the
+audit, the dashboard) until an operator or a move resolves it.
 
 What keeps it from racing the conductor's own work:
 
@@ -93,21 +67,48 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from conductor_stub.metrics import ACTIONS_TAKEN
-from scheduler.exceptions import ConsumerConflict, ConsumerDeleted, ProviderNotFound
+from conductor_stub import repairs
+from conductor_stub.findings import (
+    FAILED,
+    KEPT_IN_VIEW,
+    KINDS,
+    LOST_BOOT,
+    LOST_DELETE,
+    LOST_FAULT,
+    LOST_RECORD,
+    LOST_SHELVE,
+    LOST_VM,
+    LOST_VM_ERROR,
+    MISPLACED_VM,
+    MISSING_ALLOCATION,
+    ORPHAN_ALLOCATION,
+    OVERCOMMIT,
+    SKIPPED,
+    STRAY_VM,
+    Finding,
+    Seen,
+    adopted_elsewhere,
+    misplacements,
+    moves_in_flight,
+    orphaned,
+)
+from conductor_stub.metrics import ACTIONS_TAKEN, FINDINGS
+from scheduler.exceptions import (
+    CapacityExceeded,
+    ConsumerConflict,
+    ConsumerDeleted,
+    ProviderNotFound,
+)
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
     ACTIVE,
     DELETED,
+    DELETING,
     ERROR,
     FINAL_STATES,
-    MIGRATING,
-    REBUILDING,
-    RESIZED,
-    RESIZING,
     SHELVED_OFFLOADED,
     AllocationRequest,
     Flavor,
@@ -120,57 +121,6 @@ from scheduler.store import Consumer, GroupClaim, InstanceReport, RunningInstanc
 from scheduler.store.base import InstanceStore, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
-
-STRAY_VM = "stray_vm"
-LOST_RECORD = "lost_record"
-MISSING_ALLOCATION = "missing_allocation"
-ORPHAN_ALLOCATION = "orphan_allocation"
-LOST_BOOT = "lost_boot"
-LOST_VM = "lost_vm"
-#: Every kind, in the order the audit prints them.
-KINDS = (STRAY_VM, LOST_RECORD, MISSING_ALLOCATION, ORPHAN_ALLOCATION, LOST_BOOT, LOST_VM)
-#: What is done about each kind.
-ACTIONS = {
-    STRAY_VM: "reap",
-    LOST_RECORD: "recreate",
-    MISSING_ALLOCATION: "heal",
-    ORPHAN_ALLOCATION: "release",
-    LOST_BOOT: "none",
-    LOST_VM: "error",  # [conductor] lost_vm_action = log: "none"
-}
-#: ``[conductor] lost_vm_action``'s choices.
-LOST_VM_ERROR = "error"
-LOST_VM_LOG = "log"
-#: The user-facing fault of an instance whose VM was lost (``lost_vm``).
-LOST_VM_FAULT = "The instance's VM was lost."
-#: The outcome of a finding that no longer held when it was to be acted on.
-SKIPPED = "skipped"
-#: How the outcome of an action that raised begins.
-FAILED = "failed"
-#: The count of healed allocations that took a host past its capacity.
-OVERCOMMIT = "overcommit"
-
-
-#: The user-facing fault of a record the boot client saw vanish (``lost_boot``).
-LOST_FAULT = "The instance was lost."
-#: The user-facing fault of a record re-created from a compute's report.
-RECOVERED_FAULT = "The instance's record was recovered from its host."
-
-#: The states in which an instance's migration may hold an allocation (the
-#: source's, parked while the instance moves).
-MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
-
-
-def moves_in_flight(records: Iterable[InstanceRecord]) -> dict[str, InstanceRecord]:
-    """The records that name a migration, by migration uuid, while they are not
-    settled: a move under way, and also a record being deleted (an evacuated
-    instance deleted while its source is down keeps its migration's
-    allocation until the delete finishes; a record in flight is never a
-    finding)."""
-    return {
-        r.migration_uuid: r for r in records if r.migration_uuid and r.state not in FINAL_STATES
-    }
-
 
 #: How many uuids one read of records names.
 LOOKUP_BATCH = 500
@@ -192,13 +142,15 @@ class ReconcileSettings:
     must persist before it is acted on; ``report_max_age``: a report older
     than this is stale (its host is down) and not compared; ``batch``: what
     one paginated read fetches; ``lost_vm_action``: what a lost VM leads to
-    (``error``: the instance ERROR, its claim released; ``log``: nothing)."""
+    (``error``: the instance ERROR, its claim released; ``log``: nothing);
+    ``deleted_retention``: how long a delete it finishes keeps its record."""
 
     interval: float = 60.0
     orphan_grace: float = 120.0
     report_max_age: float = 60.0
     batch: int = 500
     lost_vm_action: str = LOST_VM_ERROR
+    deleted_retention: float = 86400.0
 
     @property
     def lost_after(self) -> float:
@@ -206,67 +158,6 @@ class ReconcileSettings:
         (a VM runs it: one report, a pass to see it, the grace, a pass to act)
         before it calls the record lost."""
         return self.report_max_age + self.orphan_grace + 2 * self.interval
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One disagreement between the hosts and the store.
-
-    ``uuid`` is the instance's (or, for an allocation, the consumer's);
-    ``host`` where it was found; ``due`` whether it has persisted past the
-    grace (it is acted on); ``outcome`` what the repair did (None: nothing
-    yet); ``overcommit`` a healed allocation took the host past its capacity.
-    """
-
-    kind: str
-    uuid: str
-    host: str | None
-    reason: str
-    first_seen: float
-    due: bool = False
-    outcome: str | None = None
-    overcommit: bool = False
-    #: What the repair needs (the report's entry, its time, the record's time).
-    running: RunningInstance | None = field(default=None, compare=False, repr=False)
-    reported_at: float | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def action(self) -> str:
-        return ACTIONS[self.kind]
-
-    @property
-    def repaired(self) -> bool:
-        """Acted on (not skipped as settled meanwhile, not failed)."""
-        return (
-            self.outcome is not None
-            and self.outcome != SKIPPED
-            and not (self.outcome.startswith(FAILED))
-        )
-
-    @property
-    def key(self) -> tuple[str, str, str | None]:
-        return (self.kind, self.uuid, self.host)
-
-    def to_primitive(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "uuid": self.uuid,
-            "host": self.host,
-            "reason": self.reason,
-            "action": self.action,
-            "first_seen": self.first_seen,
-            "due": self.due,
-            "outcome": self.outcome,
-            "overcommit": self.overcommit,
-        }
-
-    def line(self) -> str:
-        """The finding in one line, for the audit."""
-        state = self.outcome or ("due" if self.due else "in grace")
-        return (
-            f"{self.kind:<18} {self.uuid}  host={self.host or '-'}  action={self.action} "
-            f"({state})  {self.reason}"
-        )
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -359,11 +250,21 @@ class Reconciler:
         records = {r.uuid: r for r in self.store.scan_instances(batch)}
         reported = {vm.uuid for report in reports for vm in report.instances}
         records.update(self._lookup(sorted((reported | set(consumers)) - set(records))))
+        placements = list(misplacements(Seen.of(reports), records.values()))
+        adopted = adopted_elsewhere(placements)
         findings = [
-            *self._compare_reports(reports, records, consumers),
+            *self._compare_reports(reports, records, consumers, adopted),
             *(
-                self._found(LOST_VM, uuid, host, reason, now, reported_at=at)
-                for uuid, host, reason, at in lost_vms(reports, records.values(), reported)
+                self._found(
+                    p.kind,
+                    p.uuid,
+                    p.host,
+                    p.reason,
+                    now,
+                    reported_at=p.reported_at,
+                    placed=p.placed,
+                )
+                for p in placements
             ),
             *self._compare_allocations(consumers, records, reports),
             *(
@@ -372,9 +273,12 @@ class Reconciler:
                 if r.state == ERROR and r.fault == LOST_FAULT
             ),
         ]
-        seen = {f.key for f in findings}
-        for key in [k for k in self._first_seen if k not in seen]:
+        keys = {f.key for f in findings}
+        for key in [k for k in self._first_seen if k not in keys]:
             del self._first_seen[key]  # gone: its grace starts again if it comes back
+        counts = Counter(f.kind for f in findings)
+        for kind in KINDS:
+            FINDINGS.labels(kind).set(counts.get(kind, 0))
         return findings
 
     def _lookup(self, uuids: Sequence[str]) -> dict[str, InstanceRecord]:
@@ -395,7 +299,7 @@ class Reconciler:
         **extra: Any,
     ) -> Finding:
         first = self._first_seen.setdefault((kind, uuid, host), now)
-        due = kind != LOST_BOOT and now - first >= self.settings.orphan_grace
+        due = kind not in KEPT_IN_VIEW and now - first >= self.settings.orphan_grace
         return Finding(kind, uuid, host, reason, first, due, **extra)
 
     def _compare_reports(
@@ -403,10 +307,13 @@ class Reconciler:
         reports: Iterable[InstanceReport],
         records: Mapping[str, InstanceRecord],
         consumers: Mapping[str, Consumer],
+        adopted: set[tuple[str, str]],
     ) -> Iterator[Finding]:
         now = self._clock()
         for report in reports:
             for vm in report.instances:
+                if (vm.uuid, report.host) in adopted:
+                    continue  # the only copy: its record is moved to it (misplaced_vm)
                 record = records.get(vm.uuid)
                 found = self._compare_vm(report, vm, record, consumers.get(vm.uuid))
                 if found is not None:
@@ -445,8 +352,22 @@ class Reconciler:
         if evacuated_from(record, host):
             return STRAY_VM, f"its record places it on {record.host}"
         if consumer is None or host not in self._hosts(consumer):
+            if consumer is None and not self._fits(host, record, vm):
+                return OVERCOMMIT, "ACTIVE here with no allocation: it would overcommit the host"
             return MISSING_ALLOCATION, "ACTIVE here with no allocation here"
         return None
+
+    def _fits(self, host: str, record: InstanceRecord, vm: RunningInstance) -> bool:
+        """Whether the instance's allocation fits on ``host``'s root provider now."""
+        try:
+            provider = self.store.get_provider(self._root(host))
+        except ProviderNotFound:
+            return True  # the heal says what is wrong
+        for rc, amount in _resources(record, vm).items():
+            inventory = provider.inventories.get(rc)
+            if inventory is not None and provider.usages.get(rc, 0) + amount > inventory.capacity:
+                return False
+        return True
 
     def _compare_allocations(
         self,
@@ -461,33 +382,11 @@ class Reconciler:
             hosts = self._hosts(consumer)
             if any((consumer.uuid, h) in running for h in hosts):
                 continue  # a VM runs on it: the report's finding (if any) says what to do
-            reason = self._orphaned(consumer, hosts, records.get(consumer.uuid), migrations)
+            reason = orphaned(consumer, hosts, records.get(consumer.uuid), migrations)
             if reason is not None:
                 yield self._found(
                     ORPHAN_ALLOCATION, consumer.uuid, ",".join(sorted(hosts)) or None, reason, now
                 )
-
-    @staticmethod
-    def _orphaned(
-        consumer: Consumer,
-        hosts: set[str],
-        record: InstanceRecord | None,
-        migrations: Mapping[str, InstanceRecord],
-    ) -> str | None:
-        """Why an allocation is no one's (None: it is someone's)."""
-        if consumer.uuid in migrations:
-            return None  # a move in flight holds it
-        if record is None:
-            return "no record holds it (nor a move)"
-        if record.state == DELETED:
-            return "its instance is DELETED"
-        if record.state not in FINAL_STATES:
-            return None  # a build, move, delete or shelve in flight
-        if record.state != ACTIVE:
-            return f"its instance is {record.state}"
-        if record.host not in hosts:
-            return f"its record places it on {record.host}"
-        return None
 
     def _hosts(self, consumer: Consumer) -> set[str]:
         """The hosts (provider tree roots) a consumer's allocation is on."""
@@ -549,14 +448,21 @@ class Reconciler:
             released = self.store.release(finding.uuid)
             finding = replace(finding, outcome="released" if released else SKIPPED)
         elif finding.kind == LOST_VM:
-            finding = lost_vm_acted(self.store, finding, self.settings.lost_vm_action, self._clock)
+            finding = repairs.lost_vm(
+                self.store, finding, self.settings.lost_vm_action, self._clock
+            )
+        elif finding.kind == LOST_DELETE:
+            finding = repairs.lost_delete(
+                self.store, finding, self.settings.deleted_retention, self._clock
+            )
+        elif finding.kind == LOST_SHELVE:
+            finding = repairs.lost_shelve(self.store, finding, self._clock)
+        elif finding.kind == MISPLACED_VM:
+            finding = self._adopt(finding)
         if finding.outcome == SKIPPED:
             return finding
         self.counts[finding.kind] += 1
         ACTIONS_TAKEN.labels(finding.kind).inc()
-        if finding.overcommit:
-            self.counts[OVERCOMMIT] += 1
-            ACTIONS_TAKEN.labels(OVERCOMMIT).inc()
         self._first_seen.pop(finding.key, None)
         LOG.warning(
             "reconcile_action",
@@ -566,7 +472,6 @@ class Reconciler:
             host=finding.host,
             reason=finding.reason,
             outcome=finding.outcome,
-            overcommit=finding.overcommit,
         )
         return finding
 
@@ -574,16 +479,22 @@ class Reconciler:
         """The finding as the store is now (None: it no longer holds)."""
         listed = self.store.list_instances([finding.uuid])
         record = listed[0] if listed else None
-        if finding.kind == LOST_VM:
-            lost = record is not None and record.state == ACTIVE and record.host == finding.host
-            return finding if lost else None
+        if finding.kind in (LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE):
+            # The record has not changed since the report that judged it.
+            assert finding.reported_at is not None
+            if record is None or record.updated_at >= finding.reported_at:
+                return None
+            if finding.kind == LOST_DELETE:
+                return finding if record.state not in (DELETED, DELETING) else None
+            placed = finding.placed if finding.kind == MISPLACED_VM else finding.host
+            return finding if record.state == ACTIVE and record.host == placed else None
         consumer = self.store.get_consumer(finding.uuid)
         if finding.kind == ORPHAN_ALLOCATION:
             if consumer is None:
                 return None
             migrations = self._migrations() if record is None else {}
             hosts = self._hosts(consumer)
-            reason = self._orphaned(consumer, hosts, record, migrations)
+            reason = orphaned(consumer, hosts, record, migrations)
             return None if reason is None else replace(finding, reason=reason)
         assert finding.running is not None and finding.host is not None
         assert finding.reported_at is not None
@@ -609,142 +520,80 @@ class Reconciler:
 
     def _recreate(self, finding: Finding) -> Finding:
         """The record back from the report (ACTIVE there), its allocation healed
-        first: a fenced uuid (being deleted) is refused there and reaped instead."""
+        first: a fenced uuid (being deleted) is refused there and reaped instead.
+        An allocation that would overcommit the host is not written (the
+        record is: the VM runs; it is an ``overcommit`` finding from then on)."""
         assert finding.running is not None and finding.host is not None
         vm, host = finding.running, finding.host
         spec = recovered_spec(vm)
         try:
-            overcommit = self._heal_for(vm.uuid, host, dict(vm.resources), vm, spec)
+            healed = self._heal_for(vm.uuid, host, dict(vm.resources), vm, spec)
         except ConsumerDeleted:
             return self._reap(replace(finding, kind=STRAY_VM, reason="its instance is deleted"))
-        now = self._clock()
-        self.store.create_instances(
-            [
-                InstanceRecord(
-                    uuid=vm.uuid,
-                    state=ACTIVE,
-                    task_state=None,
-                    host=host,
-                    node=host,
-                    attempts=1,
-                    fault=RECOVERED_FAULT,
-                    fault_details=(
-                        f"re-created by the reconciler from {host}'s report of "
-                        f"{finding.reported_at:.3f} (the store had no record of a VM "
-                        "that runs there)"
-                    ),
-                    request_spec=spec,
-                    created_at=now,
-                    updated_at=now,
-                    request_id=vm.request_id,
-                )
-            ]
-        )
-        return replace(
-            finding, outcome="recreated" + self._over(overcommit), overcommit=bool(overcommit)
-        )
+        self.store.create_instances([repairs.recovered_record(finding, spec, self._clock())])
+        return replace(finding, outcome="recreated" + ("" if healed == HEALED else f"; {healed}"))
 
     def _heal(self, finding: Finding) -> Finding:
         assert finding.running is not None and finding.host is not None
         [record] = self.store.list_instances([finding.uuid])
-        spec = (
-            RequestSpec.from_primitive(dict(record.request_spec)) if record.request_spec else None
-        )
-        resources = spec.resources if spec is not None else dict(finding.running.resources)
-        overcommit = self._heal_for(
+        outcome = self._heal_for(
             finding.uuid,
             finding.host,
-            resources,
+            _resources(record, finding.running),
             finding.running,
             record.request_spec,
         )
-        if overcommit is None:
+        return replace(finding, outcome=outcome)
+
+    def _adopt(self, finding: Finding) -> Finding:
+        """The record moved to where its only VM runs, then its claim: released
+        where it was, healed there (if it fits: else an ``overcommit`` finding
+        from the next pass on)."""
+        assert finding.host is not None
+        if not repairs.adopt_record(self.store, finding, self._clock):
             return replace(finding, outcome=SKIPPED)
-        return replace(finding, outcome="healed" + self._over(overcommit), overcommit=overcommit)
+        [record] = self.store.list_instances([finding.uuid])
+        self.store.release(finding.uuid)
+        healed = self._heal_for(
+            finding.uuid, finding.host, _resources(record, None), None, record.request_spec
+        )
+        return replace(finding, outcome=f"adopted on {finding.host}; {healed}")
 
     def _heal_for(
         self,
         uuid: str,
         host: str,
         resources: dict[str, int],
-        vm: RunningInstance,
+        vm: RunningInstance | None,
         spec: Mapping[str, Any] | None,
-    ) -> bool | None:
-        """Write ``resources`` for ``uuid`` on ``host``'s root provider; whether
-        that overcommits it (None: the consumer holds something already)."""
+    ) -> str:
+        """Write ``resources`` for ``uuid`` on ``host``'s root provider, if they
+        fit: :data:`HEALED`; :data:`SKIPPED` when the consumer holds something
+        already; else why it was refused (nothing written)."""
         parsed = RequestSpec.from_primitive(dict(spec)) if spec else None
         request = AllocationRequest(
             allocations={self._root(host): resources},
-            project_id=(parsed.project_id if parsed else vm.project_id) or "unknown",
-            user_id=(parsed.user_id if parsed else vm.user_id) or "unknown",
+            project_id=(parsed.project_id if parsed else vm.project_id if vm else None)
+            or "unknown",
+            user_id=(parsed.user_id if parsed else vm.user_id if vm else None) or "unknown",
         )
         group = GroupClaim.for_spec(parsed, host) if parsed else None
         try:
-            return self.store.heal_allocation(uuid, request, group)
+            self.store.heal_allocation(uuid, request, group, overcommit=False)
         except ConsumerConflict:
-            return None
-
-    @staticmethod
-    def _over(overcommit: bool | None) -> str:
-        return " (overcommits the host)" if overcommit else ""
-
-
-def lost_vms(
-    reports: Sequence[InstanceReport], records: Iterable[InstanceRecord], reported: set[str]
-) -> Iterator[tuple[str, str, str, float]]:
-    """The lost VMs (instance, host, why, the report's time): ACTIVE instances
-    whose host's fresh report (``reports``) does not show them, and that no
-    other host runs either (``reported``: that is a move the record forgot,
-    not a loss). A record changed since the report is not judged, nor a host
-    with no fresh report (down: evacuation's business)."""
-    latest = {r.host: r for r in reports}
-    for record in records:
-        report = latest.get(record.host or "")
-        if (
-            record.state != ACTIVE
-            or report is None
-            or record.uuid in reported
-            or record.updated_at >= report.reported_at
-        ):
-            continue
-        why = f"its record places it on {record.host}, whose report does not show it"
-        yield record.uuid, report.host, why, report.reported_at
+            return SKIPPED
+        except CapacityExceeded as exc:
+            return f"claim refused ({OVERCOMMIT}): {exc}"
+        return HEALED
 
 
-def lost_vm_acted(
-    store: ReconcilerStore, finding: Finding, action: str, clock: Callable[[], float]
-) -> Finding:
-    """A lost VM, as ``action`` (``[conductor] lost_vm_action``) says: the record
-    ERROR (if it is still ACTIVE on that host: a compare-and-set) with a fault
-    naming what was lost, then its allocation released; or only logged."""
-    if action == LOST_VM_LOG:
-        return replace(finding, outcome="logged (lost_vm_action = log)")
-    reported = f"{finding.reported_at:.3f}" if finding.reported_at else "?"
-    done = store.update_instance(
-        finding.uuid,
-        expected_states=[ACTIVE],
-        expect={"host": finding.host},
-        state=ERROR,
-        task_state=None,
-        fault=LOST_VM_FAULT,
-        fault_details=(
-            f"lost by the reconciler: {finding.host}'s report of {reported} does not "
-            "show the VM its record placed there, and no other host runs it"
-        ),
-        updated_at=clock(),
-        deadline=None,
-    )
-    if done is None:
-        return replace(finding, outcome=SKIPPED)
-    released = store.release(finding.uuid)
-    return replace(finding, outcome="ERROR" + (", released" if released else ""))
+#: The outcome of a heal that was written.
+HEALED = "healed"
 
 
-def format_counts(findings: Sequence[Finding]) -> str:
-    """The counts per kind, in one line (the audit's last)."""
-    counts = Counter(f.kind for f in findings)
-    over = sum(1 for f in findings if f.overcommit)
-    parts = [f"{kind}={counts.get(kind, 0)}" for kind in KINDS]
-    if over:
-        parts.append(f"{OVERCOMMIT}={over}")
-    return "findings: " + " ".join(parts)
+def _resources(record: InstanceRecord, vm: RunningInstance | None) -> dict[str, int]:
+    """What the instance's allocation takes: its request spec's amounts, else
+    what its host reports it takes."""
+    if record.request_spec:
+        return RequestSpec.from_primitive(dict(record.request_spec)).resources
+    return dict(vm.resources) if vm is not None else {}

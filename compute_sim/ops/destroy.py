@@ -12,8 +12,13 @@ conductor (``instance_terminated``), which releases the claims.
 
 A shelve reaches the host the instance runs on (``shelve_offload_instance``):
 the host destroys the VM and tells the conductor (``instance_shelved``),
-which releases the allocation; its steps are forgotten and nothing is
-remembered, so an unshelve may build the instance on the same host again.
+which releases the allocation; its steps are forgotten, so an unshelve may
+build the instance on the same host again.
+
+Each host reports, with what it runs, a tombstone of every VM it destroyed for
+a delete or a shelve within the retention
+(:class:`~scheduler.store.EndedInstance`): a store that went back in time to
+before the delete or the shelve is set right by the reconciler.
 
 For a VM no live record places on its host the reconciler casts
 ``reap_instance`` (RPC 1.8), and the host destroys it (``orphan_vm_reaped``
@@ -34,6 +39,7 @@ from typing import Any
 from compute_sim.ops.base import Operation
 from scheduler.log import get_logger
 from scheduler.objects import evacuated_from
+from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
 
 LOG = get_logger(__name__)
 
@@ -57,6 +63,7 @@ class Destroy(Operation):
             with self.ledger.lock:
                 self.ledger.delete(instance_uuid)
                 destroyed = self.vms.stop(instance_uuid, host) is not None
+                self.ledger.ended(instance_uuid, host, ENDED_DELETE)
             LOG.info("instance_terminated", destroyed=destroyed)
             self.conductor.instance_terminated(ctxt, instance_uuid, host)
 
@@ -71,6 +78,7 @@ class Destroy(Operation):
             with self.ledger.lock:
                 destroyed = self.vms.stop(instance_uuid, host) is not None
                 self.ledger.forget(instance_uuid)  # an unshelve is a new request
+                self.ledger.ended(instance_uuid, host, ENDED_OFFLOAD)
             LOG.info("instance_offloaded", destroyed=destroyed)
             self.conductor.instance_shelved(ctxt, instance_uuid, host)
 

@@ -243,6 +243,8 @@ class Resize(Operation):
                 for host in self.vms.hosts_of(instance_uuid):
                     if host != source:
                         self.vms.stop(instance_uuid, host)
+                # A re-drive of this resize starts it again, never reports it done.
+                self.ledger.undo(instance_uuid, RESIZE, migration_uuid)
             LOG.info("resize_reverted_here", moved=moved, source=source)
             if source is None:  # nothing held any more: deleted meanwhile
                 self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)

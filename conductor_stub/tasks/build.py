@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_stub import records
-from conductor_stub.reconcile import LOST_FAULT
+from conductor_stub.findings import LOST_FAULT
 from conductor_stub.records import ConductorStore
 from conductor_stub.tasks.base import (
     NO_ANSWER,

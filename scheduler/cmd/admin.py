@@ -1289,7 +1289,8 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
     the grace apart, repairing what the second found that the first did too.
     (Imported here, as for the drain: conductor_stub imports this module.)"""
     from conductor_stub.commands import reconcile_settings
-    from conductor_stub.reconcile import SKIPPED, Reconciler, format_counts
+    from conductor_stub.findings import SKIPPED, format_counts
+    from conductor_stub.reconcile import Reconciler
 
     args = conf.command
     settings = reconcile_settings(conf)
@@ -1338,6 +1339,13 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
                     or "nothing"
                 )
             )
+            if left:
+                counts = Counter(f.kind for f in left)
+                print(
+                    "not fixed: "
+                    + ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
+                    + " (each finding above says why: kept in view, failed, or in grace)"
+                )
     return 1 if left else 0
 
 

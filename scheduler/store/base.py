@@ -68,6 +68,7 @@ from scheduler.store.records import (
     Aggregate,
     Change,
     Consumer,
+    EndedInstance,
     GroupClaim,
     InstanceReport,
     Inventory,
@@ -87,6 +88,7 @@ __all__ = [
     "ChangeFeed",
     "CompactSnapshot",
     "Consumer",
+    "EndedInstance",
     "GroupClaim",
     "InstanceReport",
     "RecordCheck",
@@ -215,11 +217,18 @@ class PlacementStore(PlacementReader, Protocol):
 
     @abc.abstractmethod
     def heal_allocation(
-        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        group: GroupClaim | None = None,
+        overcommit: bool = True,
     ) -> bool:
         """Write the allocation of a consumer that holds none, WITHOUT the
-        capacity and unit checks of :meth:`claim`: what a compute really runs is
-        accounted for even where it does not fit (``heal_allocations``). Usage,
+        unit checks of :meth:`claim` and, unless ``overcommit`` is False, its
+        capacity check: what a compute really runs is accounted for even where
+        it does not fit (``heal_allocations``). With ``overcommit=False`` an
+        allocation past some provider's capacity is refused instead
+        (:class:`CapacityExceeded`, nothing written). Usage,
         generations and the feed change as for a claim; with ``group`` the
         consumer becomes a member on ``group.host`` (no policy check: it runs
         there already).

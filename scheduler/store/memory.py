@@ -30,6 +30,7 @@ from typing import Any
 
 from scheduler import rules
 from scheduler.exceptions import (
+    CapacityExceeded,
     ConsumerConflict,
     ConsumerDeleted,
     GenerationConflict,
@@ -370,7 +371,11 @@ class MemoryStore(Store):
         yield from consumers
 
     def heal_allocation(
-        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        group: GroupClaim | None = None,
+        overcommit: bool = True,
     ) -> bool:
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
@@ -379,18 +384,24 @@ class MemoryStore(Store):
                 raise ConsumerDeleted(consumer=consumer_uuid)
             if consumer_uuid in self._consumers:
                 raise ConsumerConflict(consumer=consumer_uuid)
+            over = False
             for rp in sorted(allocations):
                 provider = self._get(rp)
                 for rc in sorted(allocations[rp]):
-                    if rc not in provider.inventories:
+                    inventory = provider.inventories.get(rc)
+                    if inventory is None:
                         raise NoSuchInventory(uuid=rp, rc=rc)
-            over = False
+                    amount = allocations[rp][rc]
+                    free = inventory.capacity - provider.usages.get(rc, 0)
+                    if amount > free:
+                        if not overcommit:
+                            raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=free)
+                        over = True
             for rp in sorted(allocations):
                 provider = self._providers[rp]
                 usages = dict(provider.usages)
                 for rc, amount in allocations[rp].items():
                     usages[rc] = usages.get(rc, 0) + amount
-                    over = over or usages[rc] > provider.inventories[rc].capacity
                 self._set_usage(provider, usages, provider.consumers + 1)
             if group is not None:
                 members = self._groups.setdefault(group.group_uuid, {})

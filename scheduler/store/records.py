@@ -10,7 +10,7 @@ imports neither, and the dependency goes one way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,20 +154,53 @@ class RunningInstance:
         )
 
 
+#: What an :class:`EndedInstance` says ended on its host: a user's delete
+#: (``terminate_instance``) or a shelve's offload (``shelve_offload_instance``).
+ENDED_DELETE = "deleted"
+ENDED_OFFLOAD = "offloaded"
+
+
+@dataclass(frozen=True)
+class EndedInstance:
+    """A tombstone: the instance's VM was destroyed on the reporting host at
+    ``at`` (seconds since the epoch) by a step of a delete or of a shelve
+    (``what``: :data:`ENDED_DELETE`, :data:`ENDED_OFFLOAD`), each acted on
+    only while the record said so. What lets the reconciler finish a delete
+    or a shelve that a store gone back in time forgot."""
+
+    uuid: str
+    what: str
+    at: float
+
+    def to_primitive(self) -> list[Any]:
+        return [self.uuid, self.what, self.at]
+
+    @classmethod
+    def from_primitive(cls, d: Sequence[Any]) -> EndedInstance:
+        uuid, what, at = d
+        return cls(uuid=str(uuid), what=str(what), at=float(at))
+
+
 @dataclass(frozen=True)
 class InstanceReport:
     """Every VM one host runs, as its compute saw them at ``reported_at``
-    (seconds since the epoch). A report replaces the host's previous one."""
+    (seconds since the epoch), and the VMs it destroyed for a delete or a
+    shelve within the retention (``ended``). A report replaces the host's
+    previous one."""
 
     host: str
     reported_at: float
     instances: tuple[RunningInstance, ...] = ()
+    ended: tuple[EndedInstance, ...] = ()
 
     def to_primitive(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "reported_at": self.reported_at,
             "instances": [i.to_primitive() for i in self.instances],
         }
+        if self.ended:
+            out["ended"] = [e.to_primitive() for e in self.ended]
+        return out
 
     @classmethod
     def from_primitive(cls, host: str, d: Mapping[str, Any]) -> InstanceReport:
@@ -175,6 +208,7 @@ class InstanceReport:
             host=host,
             reported_at=float(d["reported_at"]),
             instances=tuple(RunningInstance.from_primitive(i) for i in d.get("instances") or ()),
+            ended=tuple(EndedInstance.from_primitive(e) for e in d.get("ended") or ()),
         )
 
 

@@ -952,9 +952,14 @@ class RedisStore(Store):
 
     @_translated
     def heal_allocation(
-        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        group: GroupClaim | None = None,
+        overcommit: bool = True,
     ) -> bool:
         keys, args = self._allocation_call(consumer_uuid, request, group)
+        args = (*args, "1" if overcommit else "0")
         return bool(self._write(self._scripts.heal_allocation, keys=keys, args=args))
 
     # change feed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor_stub.reconcile import MOVE_STATES
+from conductor_stub.findings import MOVE_STATES
 from scheduler.objects import (
     ACTIVE,
     DELETED,

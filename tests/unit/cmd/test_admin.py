@@ -994,7 +994,11 @@ def audit_conf(*argv: str) -> SimpleNamespace:
     return SimpleNamespace(
         command=command,
         conductor=SimpleNamespace(
-            reconcile_interval=1.0, orphan_grace=0.0, report_max_age=60.0, lost_vm_action="error"
+            reconcile_interval=1.0,
+            orphan_grace=0.0,
+            report_max_age=60.0,
+            lost_vm_action="error",
+            deleted_retention=60.0,
         ),
         compute=SimpleNamespace(topic="compute"),
     )
@@ -1037,6 +1041,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     assert lines[-1] == (
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0 "
         "lost_vm=0"
+        " misplaced_vm=0 lost_delete=0 lost_shelve=0 overcommit=0"
     )
     assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
 

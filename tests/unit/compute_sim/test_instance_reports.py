@@ -5,6 +5,7 @@ and what it does when the reconciler asks it to reap a VM."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -22,11 +23,13 @@ from scheduler.objects import (
     RESIZE_REVERTING,
     RESIZED,
     RESIZING,
+    SHELVING,
     AllocationRequest,
     Selection,
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
+from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
 from tests.unit.compute_sim import test_simulator
 from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim
 from tests.unit.factories import Recorded
@@ -138,6 +141,58 @@ def test_a_delete_leaves_the_host_reporting_nothing(make: Any) -> None:
     sim.record(state=DELETING, task_state=DELETING_TASK, pending_hosts=("h1",))
     sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
     assert reported(sim) == {"h1": (), "h2": (), "h3": ()}
+
+
+def test_a_delete_and_a_shelve_leave_a_tombstone_in_their_hosts_report(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    before = time.time()
+    sim.record(state=SHELVING, task_state=None, host="h1")
+    sim.sim.shelve_offload_instance(CTXT, INSTANCE, "h1")
+    sim.sim.report_instances()
+    ended = {r.host: r.ended for r in sim.store.instance_reports()}
+    assert [(e.uuid, e.what) for e in ended["h1"]] == [(INSTANCE, ENDED_OFFLOAD)]
+    assert ended["h1"][0].at >= before and ended["h2"] == ()
+    # A delete reaching the same host later replaces the tombstone.
+    sim.record(state=DELETING, task_state=DELETING_TASK, pending_hosts=("h1",))
+    sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
+    sim.sim.report_instances()
+    [report] = [r for r in sim.store.instance_reports() if r.host == "h1"]
+    assert [(e.uuid, e.what) for e in report.ended] == [(INSTANCE, ENDED_DELETE)]
+    assert report.instances == ()
+
+
+def test_a_resize_re_driven_after_its_revert_starts_again_never_reports_done(
+    make: Any,
+) -> None:
+    """A store gone back to before the revert re-drives the prep: the VM does
+    not run on the destination any more, so the prep must not answer
+    "finished" (the record would go RESIZED where nothing runs)."""
+    sim = make(build_time=0.0)
+    resized(sim)
+    sim.record(task_state="resize_reverting")
+    revert = RequestContext(request_id="req-revert")
+    sim.sim.revert_resize(revert, INSTANCE, MIGRATION)
+    (_, source, *_), _ = sim.compute.last("finish_revert_resize")
+    sim.sim.finish_revert_resize(revert, INSTANCE, MIGRATION, str(source))
+    # The store went back: RESIZING again, its claims as they were.
+    sim.store.move_allocations(INSTANCE, MIGRATION, replace=True)
+    sim.store.claim(INSTANCE, bigger("h2").allocation_request)
+    sim.record(state=RESIZING, task_state=None, host="h1", migration_uuid=MIGRATION)
+    results = sim.conductor.names.count("resize_result")
+    sim.sim.prep_resize(
+        RequestContext(request_id="req-resize"),
+        INSTANCE,
+        MIGRATION,
+        SPEC.flavor.to_primitive(),
+        SPEC.to_primitive(),
+        bigger("h2").to_primitive(),
+        [],
+    )
+    sim.wait("resize_instance", count=2)
+    assert sim.conductor.names.count("resize_result") == results, "no 'already finished'"
 
 
 def test_a_confirm_is_reported_by_the_record_not_by_the_source(make: Any) -> None:

@@ -10,8 +10,8 @@ import kombu.exceptions
 import oslo_messaging
 import pytest
 
+from conductor_stub.findings import LOST_FAULT
 from conductor_stub.manager import ConductorEndpoint
-from conductor_stub.reconcile import LOST_FAULT
 from conductor_stub.tasks.build import UNSENT_FAULT, Booter
 from scheduler.exceptions import (
     BrokerUnreachable,

@@ -9,21 +9,25 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from conductor_stub.reconcile import (
+from conductor_stub.findings import (
     LOST_BOOT,
+    LOST_DELETE,
     LOST_FAULT,
     LOST_RECORD,
+    LOST_SHELVE,
     LOST_VM,
     LOST_VM_FAULT,
+    MISPLACED_VM,
     MISSING_ALLOCATION,
     ORPHAN_ALLOCATION,
+    OVERCOMMIT,
     RECOVERED_FAULT,
     STRAY_VM,
     Finding,
-    Reconciler,
-    ReconcileSettings,
     format_counts,
 )
+from conductor_stub.reconcile import Reconciler, ReconcileSettings
+from scheduler.exceptions import ConsumerDeleted
 from scheduler.objects import (
     ACTIVE,
     BUILDING,
@@ -38,7 +42,14 @@ from scheduler.objects import (
     RequestSpec,
     ServerGroup,
 )
-from scheduler.store import GroupClaim, InstanceReport, MemoryStore, RunningInstance
+from scheduler.store import (
+    EndedInstance,
+    GroupClaim,
+    InstanceReport,
+    MemoryStore,
+    RunningInstance,
+)
+from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
 from tests.unit.factories import host, populate
 
 TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
@@ -93,10 +104,16 @@ class World:
     def claim(self, uuid: str, name: str = "h1") -> None:
         self.store.claim(uuid, AllocationRequest({self.root(name): AMOUNTS}, "p", "u"))
 
-    def report(self, name: str, *uuids: str, at: float | None = None) -> None:
+    def report(
+        self,
+        name: str,
+        *uuids: str,
+        at: float | None = None,
+        ended: tuple[EndedInstance, ...] = (),
+    ) -> None:
         vms = tuple(RunningInstance(u, AMOUNTS, "p", "u", "req-1") for u in uuids)
         self.store.report_instances(
-            [InstanceReport(name, self.clock.now - 1 if at is None else at, vms)]
+            [InstanceReport(name, self.clock.now - 1 if at is None else at, vms, ended)]
         )
 
     def passes(self, n: int = 1, step: float = GRACE) -> list[Finding]:
@@ -216,7 +233,9 @@ def test_a_fenced_vm_with_no_record_is_reaped_not_recreated(world: World) -> Non
     assert world.store.list_instances([uuid]) == []
 
 
-def test_a_missing_allocation_is_healed_and_an_overcommit_told(world: World) -> None:
+def test_a_missing_allocation_is_healed_where_it_fits_and_an_overcommit_kept_in_view(
+    world: World,
+) -> None:
     group = ServerGroup(uuid=str(uuidlib.uuid4()), policy="anti-affinity")
     fits = world.record(group=group)
     big = world.record()  # h1 (8 VCPU) full but for one
@@ -225,15 +244,41 @@ def test_a_missing_allocation_is_healed_and_an_overcommit_told(world: World) -> 
     world.passes(2)
     assert world.store.get_consumer(fits) is not None
     assert world.store.group_hosts(group.uuid) == {"h1": 1}
+    # A third VM would take h1 past its 8 VCPU: never healed, never silent.
     over = world.record()
     world.report("h1", big, fits, over)
+    for _ in range(3):
+        [kept] = [f for f in world.passes(1) if f.uuid == over]
+        assert (kept.kind, kept.due, kept.outcome) == (OVERCOMMIT, False, None)
+    assert "(kept in view)" in kept.line() and "overcommit=1" in format_counts([kept])
+    assert REGISTRY.get_sample_value("conductor_reconcile_findings", {"kind": OVERCOMMIT}) == 1
+    assert world.store.get_provider(world.root("h1")).usages["VCPU"] == 8
+    assert world.store.get_consumer(over) is None
+    assert world.reconciler.counts == {MISSING_ALLOCATION: 1}
+    # Room made (an operator moved ``big`` away): the heal is written.
+    world.store.release(big)
+    world.report("h1", fits, over)
+    [healed] = [f for f in world.passes(2) if f.uuid == over]
+    assert (healed.kind, healed.outcome) == (MISSING_ALLOCATION, "healed")
+    assert world.store.get_provider(world.root("h1")).usages["VCPU"] == 2
+    assert REGISTRY.get_sample_value("conductor_reconcile_findings", {"kind": OVERCOMMIT}) == 0
+
+
+def test_a_lost_record_that_would_overcommit_is_recreated_without_its_claim(
+    world: World,
+) -> None:
+    big = world.record()
+    world.store.claim(big, AllocationRequest({world.root("h1"): {"VCPU": 8}}, "p", "u"))
+    lost = str(uuidlib.uuid4())
+    world.report("h1", big, lost)
     world.passes(1)
-    [healed] = [f for f in world.passes(1) if f.uuid == over]
-    assert healed.kind == MISSING_ALLOCATION and healed.overcommit
-    assert healed.outcome == "healed (overcommits the host)"
-    assert world.store.get_provider(world.root("h1")).usages["VCPU"] == 9
-    assert world.reconciler.counts[MISSING_ALLOCATION] == 2
-    assert world.reconciler.counts["overcommit"] == 1
+    [recreated] = [f for f in world.passes(1) if f.uuid == lost]
+    assert recreated.kind == LOST_RECORD
+    assert recreated.outcome and recreated.outcome.startswith("recreated; claim refused")
+    assert world.store.get_instance(lost).state == ACTIVE
+    assert world.store.get_consumer(lost) is None
+    world.report("h1", big, lost)
+    assert [f.kind for f in world.passes(1) if f.uuid == lost] == [OVERCOMMIT]
 
 
 def test_orphan_allocations_are_released_after_the_grace(world: World) -> None:
@@ -396,5 +441,86 @@ def test_no_vm_is_called_lost_without_a_fresh_report_that_should_show_it(world: 
     world.report("h2")
     world.report("h1", elsewhere)
     found = world.passes(1)
-    assert [f.kind for f in found if f.uuid == elsewhere] == [STRAY_VM], found
+    assert [f.kind for f in found if f.uuid == elsewhere] == [MISPLACED_VM], found
     assert {world.store.get_instance(u).state for u in (down, landed, elsewhere)} == {ACTIVE}
+
+
+def test_the_only_vm_of_an_instance_placed_elsewhere_is_adopted_not_reaped(
+    world: World,
+) -> None:
+    # A revert the store forgot: the record says h2 (and its claim is there),
+    # h2 runs nothing, the VM runs on h1.
+    uuid = world.record(ACTIVE, "h2")
+    world.claim(uuid, "h2")
+    world.report("h2")
+    world.report("h1", uuid)
+    [first] = world.passes(1)
+    assert (first.kind, first.host, first.due) == (MISPLACED_VM, "h1", False)
+    assert "runs on h1" in first.reason
+    world.report("h2")
+    world.report("h1", uuid)
+    [adopted] = world.passes(1)
+    assert adopted.outcome == "adopted on h1; healed"
+    record = world.store.get_instance(uuid)
+    assert (record.state, record.host, record.node) == (ACTIVE, "h1", "h1")
+    assert record.fault_details and "adopted by the reconciler" in record.fault_details
+    held = world.store.get_consumer(uuid)
+    assert held is not None and list(held.allocations) == [world.root("h1")]
+    assert world.compute.reaped == []
+    # Settled: the next reports and pass find nothing.
+    world.report("h2")
+    world.report("h1", uuid)
+    assert world.passes(1) == []
+
+
+def test_a_vm_on_two_hosts_while_its_record_places_it_on_one_that_runs_it_is_a_stray(
+    world: World,
+) -> None:
+    uuid = world.record(ACTIVE, "h2")
+    world.claim(uuid, "h2")
+    world.report("h2", uuid)
+    world.report("h1", uuid)
+    assert [(f.kind, f.host) for f in world.passes(1)] == [(STRAY_VM, "h1")]
+
+
+def test_a_delete_the_store_forgot_is_finished_from_the_hosts_tombstone(world: World) -> None:
+    uuid = world.record(ACTIVE, "h1")
+    world.claim(uuid, "h1")
+    tomb = EndedInstance(uuid, ENDED_DELETE, world.clock.now - 2)
+    world.report("h1", ended=(tomb,))
+    [first] = world.passes(1)
+    assert (first.kind, first.host) == (LOST_DELETE, "h1")
+    world.report("h1", ended=(tomb,))
+    [done] = world.passes(1)
+    assert done.outcome == "DELETED"
+    assert world.store.list_instances([uuid])[0].state == DELETED
+    assert world.store.get_consumer(uuid) is None
+    with pytest.raises(ConsumerDeleted):  # fenced, as any delete leaves it
+        world.claim(uuid, "h1")
+
+
+def test_a_shelve_the_store_forgot_is_finished_from_the_hosts_tombstone(world: World) -> None:
+    uuid = world.record(ACTIVE, "h1")
+    world.claim(uuid, "h1")
+    tomb = EndedInstance(uuid, ENDED_OFFLOAD, world.clock.now - 2)
+    world.report("h1", ended=(tomb,))
+    world.passes(1)
+    world.report("h1", ended=(tomb,))
+    [done] = world.passes(1)
+    assert (done.kind, done.outcome) == (LOST_SHELVE, "SHELVED_OFFLOADED, released")
+    record = world.store.get_instance(uuid)
+    assert (record.state, record.host) == (SHELVED_OFFLOADED, None)
+    assert world.store.get_consumer(uuid) is None
+
+
+def test_a_tombstone_older_than_the_record_explains_nothing(world: World) -> None:
+    # Offloaded from h1 long ago, unshelved onto h1 since (the record is newer):
+    # the VM is lost, not shelved; a delete tombstone just as old is ignored too.
+    uuid = world.record(ACTIVE, "h1", updated_at=world.clock.now - 10)
+    world.claim(uuid, "h1")
+    old = world.clock.now - 50
+    world.report("h1", ended=(EndedInstance(uuid, ENDED_OFFLOAD, old),))
+    other = world.record(ACTIVE, "h2", updated_at=world.clock.now - 10)
+    world.claim(other, "h2")
+    world.report("h2", other, ended=(EndedInstance(other, ENDED_DELETE, old),))
+    assert [(f.kind, f.uuid) for f in world.passes(1)] == [(LOST_VM, uuid)]

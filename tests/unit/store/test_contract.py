@@ -646,6 +646,20 @@ def test_heal_writes_an_allocation_past_capacity_and_says_so(store: Store) -> No
     assert store.group_hosts(group) == {}
 
 
+def test_heal_without_overcommit_refuses_past_capacity_and_writes_nothing(store: Store) -> None:
+    p = make_host(store, "h1", inventories={"VCPU": Inventory(total=2, allocation_ratio=1.5)})
+    fits, over = new_uuid(), new_uuid()
+    # Capacity 3 (2 x 1.5): a heal up to it is written as any heal is.
+    assert store.heal_allocation(fits, ask({p.uuid: {"VCPU": 3}}), overcommit=False) is False
+    with pytest.raises(CapacityExceeded) as refused:
+        store.heal_allocation(over, ask({p.uuid: {"VCPU": 1}}), overcommit=False)
+    assert "free capacity 0" in str(refused.value)
+    assert dict(store.get_provider(p.uuid).usages) == {"VCPU": 3}
+    assert store.get_consumer(over) is None
+    # The default still writes it, and says it overcommits.
+    assert store.heal_allocation(over, ask({p.uuid: {"VCPU": 1}})) is True
+
+
 def test_heal_refuses_a_holder_a_fenced_uuid_and_unknown_inventory(store: Store) -> None:
     p = make_host(store, inventories={"VCPU": Inventory(total=2)})
     held, fenced = new_uuid(), new_uuid()

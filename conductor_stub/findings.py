@@ -1,0 +1,350 @@
+"""What the reconciler finds: the kinds of disagreement between the hosts and the store.
+
+Each kind, what it is and what is done about it (:mod:`conductor_stub.reconcile`
+finds and repairs them, :mod:`conductor_stub.repairs` writes the record side):
+
+========================  ==========================================  ==============
+kind                      what was found                              action
+========================  ==========================================  ==============
+``stray_vm``              a VM a host runs that no live record keeps  ``reap``: cast
+                          there (DELETED, ERROR, SHELVED_OFFLOADED,   ``reap_instance``
+                          or placed elsewhere, where it runs:         to the host
+                          :func:`scheduler.objects.evacuated_from`)   (Nova's
+                                                                      ``running_deleted_
+                                                                      instance_action``)
+``lost_record``           a VM a host runs whose record the store     ``recreate``: the
+                          lost (no record, no delete fence)           record, ACTIVE
+                                                                      there, and its
+                                                                      allocation healed
+``missing_allocation``    a VM with a live record on that host but    ``heal``
+                          no allocation there                         (``heal_allocations``)
+``orphan_allocation``     an allocation with no record, or whose      ``release``
+                          record is elsewhere or final and holds      (``placement audit
+                          nothing, and no move involves it            --delete``)
+``lost_boot``             a record the boot client saw vanish with    ``none``: counted
+                          nothing running it (``conductor-stub boot   (the record is
+                          --wait`` wrote it back in ERROR)            ERROR, with a fault)
+``lost_vm``               an ACTIVE record whose host's fresh report  ``error``: the
+                          does not show its VM, nor any other host's, record ERROR with
+                          and no tombstone there explains it          a fault, its claim
+                                                                      released
+                                                                      (``[conductor]
+                                                                      lost_vm_action``;
+                                                                      ``log``: none)
+``misplaced_vm``          an ACTIVE record whose host's fresh report  ``adopt``: the
+                          does not show its VM while one other host   record moved to
+                          runs it (a move the store forgot: a revert  where it runs,
+                          or a migration gone back in time)           its claim with it
+``lost_delete``           a record not DELETED whose instance a host  ``delete``: the
+                          destroyed for a delete since the record     delete finished
+                          last changed (its tombstone): a delete the  (DELETED, claims
+                          store forgot                                released)
+``lost_shelve``           an ACTIVE record whose host destroyed its   ``offload``:
+                          VM for a shelve since the record last       SHELVED_OFFLOADED,
+                          changed, and no host runs it: a shelve the  its claim
+                          store forgot                                released
+``overcommit``            a VM whose allocation (a heal, a re-created ``none``: kept
+                          record's, an adoption's) would take its     in view until an
+                          host past its capacity                      operator or a
+                                                                      move resolves it
+========================  ==========================================  ==============
+
+A heal is written only where it fits: a VM that runs where its allocation
+would overcommit the host is an ``overcommit`` finding on every pass, counted
+and shown, never a silent overcommit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.objects import (
+    ACTIVE,
+    DELETED,
+    FINAL_STATES,
+    MIGRATING,
+    REBUILDING,
+    RESIZED,
+    RESIZING,
+    InstanceRecord,
+)
+from scheduler.store import Consumer, EndedInstance, InstanceReport, RunningInstance
+from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
+
+STRAY_VM = "stray_vm"
+LOST_RECORD = "lost_record"
+MISSING_ALLOCATION = "missing_allocation"
+ORPHAN_ALLOCATION = "orphan_allocation"
+LOST_BOOT = "lost_boot"
+LOST_VM = "lost_vm"
+MISPLACED_VM = "misplaced_vm"
+LOST_DELETE = "lost_delete"
+LOST_SHELVE = "lost_shelve"
+OVERCOMMIT = "overcommit"
+#: Every kind, in the order the audit prints them.
+KINDS = (
+    STRAY_VM,
+    LOST_RECORD,
+    MISSING_ALLOCATION,
+    ORPHAN_ALLOCATION,
+    LOST_BOOT,
+    LOST_VM,
+    MISPLACED_VM,
+    LOST_DELETE,
+    LOST_SHELVE,
+    OVERCOMMIT,
+)
+#: What is done about each kind.
+ACTIONS = {
+    STRAY_VM: "reap",
+    LOST_RECORD: "recreate",
+    MISSING_ALLOCATION: "heal",
+    ORPHAN_ALLOCATION: "release",
+    LOST_BOOT: "none",
+    LOST_VM: "error",  # [conductor] lost_vm_action = log: "none"
+    MISPLACED_VM: "adopt",
+    LOST_DELETE: "delete",
+    LOST_SHELVE: "offload",
+    OVERCOMMIT: "none",
+}
+#: The kinds that are never acted on: counted and shown while they last.
+KEPT_IN_VIEW = frozenset({LOST_BOOT, OVERCOMMIT})
+
+#: ``[conductor] lost_vm_action``'s choices.
+LOST_VM_ERROR = "error"
+LOST_VM_LOG = "log"
+#: The user-facing fault of an instance whose VM was lost (``lost_vm``).
+LOST_VM_FAULT = "The instance's VM was lost."
+#: The user-facing fault of a record the boot client saw vanish (``lost_boot``).
+LOST_FAULT = "The instance was lost."
+#: The user-facing fault of a record re-created from a compute's report.
+RECOVERED_FAULT = "The instance's record was recovered from its host."
+#: The outcome of a finding that no longer held when it was to be acted on.
+SKIPPED = "skipped"
+#: How the outcome of an action that raised begins.
+FAILED = "failed"
+
+#: The states in which an instance's migration may hold an allocation (the
+#: source's, parked while the instance moves).
+MOVE_STATES = frozenset({RESIZING, RESIZED, REBUILDING, MIGRATING})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One disagreement between the hosts and the store.
+
+    ``uuid`` is the instance's (or, for an allocation, the consumer's);
+    ``host`` where it was found (for ``misplaced_vm``, where the VM runs;
+    ``placed`` is where the record said); ``due`` whether it has persisted
+    past the grace (it is acted on); ``outcome`` what the repair did (None:
+    nothing yet).
+    """
+
+    kind: str
+    uuid: str
+    host: str | None
+    reason: str
+    first_seen: float
+    due: bool = False
+    outcome: str | None = None
+    #: What the repair needs (the report's entry, its time, the record's host).
+    running: RunningInstance | None = field(default=None, compare=False, repr=False)
+    reported_at: float | None = field(default=None, compare=False, repr=False)
+    placed: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def action(self) -> str:
+        return ACTIONS[self.kind]
+
+    @property
+    def repaired(self) -> bool:
+        """Acted on (not skipped as settled meanwhile, not failed)."""
+        return (
+            self.outcome is not None
+            and self.outcome != SKIPPED
+            and not (self.outcome.startswith(FAILED))
+        )
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        return (self.kind, self.uuid, self.host)
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "uuid": self.uuid,
+            "host": self.host,
+            "reason": self.reason,
+            "action": self.action,
+            "first_seen": self.first_seen,
+            "due": self.due,
+            "outcome": self.outcome,
+        }
+
+    def line(self) -> str:
+        """The finding in one line, for the audit."""
+        if self.kind in KEPT_IN_VIEW:
+            state = self.outcome or "kept in view"
+        else:
+            state = self.outcome or ("due" if self.due else "in grace")
+        return (
+            f"{self.kind:<18} {self.uuid}  host={self.host or '-'}  action={self.action} "
+            f"({state})  {self.reason}"
+        )
+
+
+def format_counts(findings: Sequence[Finding]) -> str:
+    """The counts per kind, in one line (the audit's last)."""
+    counts = Counter(f.kind for f in findings)
+    return "findings: " + " ".join(f"{kind}={counts.get(kind, 0)}" for kind in KINDS)
+
+
+def moves_in_flight(records: Iterable[InstanceRecord]) -> dict[str, InstanceRecord]:
+    """The records that name a migration, by migration uuid, while they are not
+    settled: a move under way, and also a record being deleted (an evacuated
+    instance deleted while its source is down keeps its migration's
+    allocation until the delete finishes; a record in flight is never a
+    finding)."""
+    return {
+        r.migration_uuid: r for r in records if r.migration_uuid and r.state not in FINAL_STATES
+    }
+
+
+def orphaned(
+    consumer: Consumer,
+    hosts: set[str],
+    record: InstanceRecord | None,
+    migrations: Mapping[str, InstanceRecord],
+) -> str | None:
+    """Why an allocation is no one's (None: it is someone's)."""
+    if consumer.uuid in migrations:
+        return None  # a move in flight holds it
+    if record is None:
+        return "no record holds it (nor a move)"
+    if record.state == DELETED:
+        return "its instance is DELETED"
+    if record.state not in FINAL_STATES:
+        return None  # a build, move, delete or shelve in flight
+    if record.state != ACTIVE:
+        return f"its instance is {record.state}"
+    if record.host not in hosts:
+        return f"its record places it on {record.host}"
+    return None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the fresh reports say: each host's report, the reports that show
+    each instance running, and the tombstones of each instance."""
+
+    latest: Mapping[str, InstanceReport]
+    runs_on: Mapping[str, Sequence[InstanceReport]]
+    ended: Mapping[str, Sequence[tuple[InstanceReport, EndedInstance]]]
+
+    @classmethod
+    def of(cls, reports: Iterable[InstanceReport]) -> Seen:
+        latest: dict[str, InstanceReport] = {}
+        runs_on: dict[str, list[InstanceReport]] = {}
+        ended: dict[str, list[tuple[InstanceReport, EndedInstance]]] = {}
+        for report in reports:
+            latest[report.host] = report
+            for vm in report.instances:
+                runs_on.setdefault(vm.uuid, []).append(report)
+            for tomb in report.ended:
+                ended.setdefault(tomb.uuid, []).append((report, tomb))
+        return cls(latest, runs_on, ended)
+
+    def tombstone(
+        self, record: InstanceRecord, what: str, host: str | None = None
+    ) -> tuple[InstanceReport, EndedInstance] | None:
+        """A tombstone of ``what`` for the instance written after its record last
+        changed (on ``host`` only, if given): the record is behind it."""
+        for report, tomb in self.ended.get(record.uuid, ()):
+            if tomb.what == what and tomb.at > record.updated_at and host in (None, report.host):
+                return report, tomb
+        return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A settled record the reports disagree with (:func:`misplacements`)."""
+
+    kind: str
+    uuid: str
+    host: str  # where the finding is: the record's host, or where the VM runs
+    reason: str
+    reported_at: float
+    placed: str | None = None  # the record's host, for an adoption
+
+
+def misplacements(seen: Seen, records: Iterable[InstanceRecord]) -> Iterator[Placement]:
+    """The settled records that the fresh reports contradict: a delete or a
+    shelve the store forgot (a tombstone newer than the record), an ACTIVE
+    instance running elsewhere than its record says, or nowhere. A record
+    changed since the report that would judge it is not judged, nor one
+    whose host has no fresh report (down: evacuation's business)."""
+    for record in records:
+        if record.state not in FINAL_STATES or record.state == DELETED:
+            continue  # in flight (its own deadline settles it), or gone
+        deleted = seen.tombstone(record, ENDED_DELETE)
+        if deleted is not None:
+            report, tomb = deleted
+            yield Placement(
+                LOST_DELETE,
+                record.uuid,
+                report.host,
+                f"{report.host} destroyed it for a delete at {tomb.at:.3f}, after its "
+                f"record last changed ({record.state})",
+                report.reported_at,
+            )
+            continue
+        if record.state != ACTIVE:
+            continue
+        placement = _active(seen, record)
+        if placement is not None:
+            yield placement
+
+
+def _active(seen: Seen, record: InstanceRecord) -> Placement | None:
+    """What the reports say of an ACTIVE record, when its host's report does
+    not show it (None: it runs there, or it cannot be judged)."""
+    report = seen.latest.get(record.host or "")
+    if report is None or record.updated_at >= report.reported_at:
+        return None
+    running = [r for r in seen.runs_on.get(record.uuid, ()) if r.reported_at > record.updated_at]
+    if any(r.host == record.host for r in running):
+        return None
+    elsewhere = sorted(r.host for r in running)
+    if elsewhere:
+        return Placement(
+            MISPLACED_VM,
+            record.uuid,
+            elsewhere[0],
+            f"its record places it on {record.host}, whose report does not show it; "
+            f"it runs on {elsewhere[0]}",
+            report.reported_at,
+            placed=record.host,
+        )
+    if seen.tombstone(record, ENDED_OFFLOAD, record.host) is not None:
+        return Placement(
+            LOST_SHELVE,
+            record.uuid,
+            report.host,
+            f"{report.host} destroyed it for a shelve after its record last changed",
+            report.reported_at,
+        )
+    return Placement(
+        LOST_VM,
+        record.uuid,
+        report.host,
+        f"its record places it on {record.host}, whose report does not show it",
+        report.reported_at,
+    )
+
+
+def adopted_elsewhere(placements: Iterable[Placement]) -> set[tuple[str, str]]:
+    """The (instance, host) pairs an adoption takes: their VMs are not strays."""
+    return {(p.uuid, p.host) for p in placements if p.kind == MISPLACED_VM}
