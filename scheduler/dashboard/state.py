@@ -7,7 +7,8 @@ the totals, the groups for the heat map and how many of each catalog flavor
 still fit are worked out from those rows. The rates (decisions per second,
 recent NoValidHost reasons, reschedules, re-drives) come from the workers' and
 the conductor's Prometheus ``/metrics``, scraped on each refresh; a window of
-samples turns their counters into rates.
+samples turns their counters into rates. The reconciler's findings of its
+last pass (a gauge) and its repairs are shown by kind.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     "retries_exhausted": ("conductor_retries_exhausted", "kind"),
     "redrives": ("conductor_redrives", "kind"),
     "timed_out": ("conductor_requests_timed_out", "kind"),
+    "reconcile_actions": ("conductor_reconcile_actions", "kind"),
+}
+#: The gauges the page reads, by key: (metric family name, the label that
+#: splits it). Several endpoints reporting one are merged by their largest
+#: value, not summed: two conductors' reconcilers find the same findings.
+GAUGES: dict[str, tuple[str, str]] = {
+    "reconcile_findings": ("conductor_reconcile_findings", "kind"),
 }
 #: The histograms the page reads (their sums and counts), by key.
 HISTOGRAMS = {
@@ -151,6 +159,10 @@ def read_counters(text: str) -> dict[str, Any]:
             out[key] = sum(s.value for s in samples)
         else:
             out[key] = {s.labels[label]: s.value for s in samples if label in s.labels}
+    for key, (name, label) in GAUGES.items():
+        family = by_family.get(name)
+        samples = [s for s in family.samples if s.name == name] if family else []
+        out[key] = {s.labels[label]: s.value for s in samples if label in s.labels}
     for key, name in HISTOGRAMS.items():
         family = by_family.get(name)
         values = {s.name: s.value for s in family.samples} if family else {}
@@ -162,12 +174,13 @@ def read_counters(text: str) -> dict[str, Any]:
 
 
 def add_counters(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """``a`` with ``b``'s counts added, key by key (nested one level)."""
+    """``a`` with ``b``'s counts added, key by key (nested one level); a
+    gauge's (:data:`GAUGES`) largest value kept instead."""
     for key, value in b.items():
         if isinstance(value, Mapping):
             into = a.setdefault(key, {})
             for k, v in value.items():
-                into[k] = into.get(k, 0.0) + v
+                into[k] = max(into.get(k, v), v) if key in GAUGES else into.get(k, 0.0) + v
         else:
             a[key] = a.get(key, 0.0) + value
     return a

@@ -175,6 +175,27 @@ def test_the_counters_of_two_endpoints_are_summed_and_made_rates() -> None:
     assert second["recent"]["seconds"] == 5.0
 
 
+RECONCILER = """\
+# TYPE conductor_reconcile_actions_total counter
+conductor_reconcile_actions_total{kind="lost_vm"} %(acted)s
+# TYPE conductor_reconcile_findings gauge
+conductor_reconcile_findings{kind="overcommit"} %(over)s
+conductor_reconcile_findings{kind="lost_vm"} 0.0
+"""
+
+
+def test_the_reconcilers_findings_are_merged_by_their_largest_and_repairs_summed() -> None:
+    texts = {
+        "c1": RECONCILER % {"acted": 2, "over": 1},
+        "c2": RECONCILER % {"acted": 1, "over": 1},
+    }
+    scraper = Scraper(["c1", "c2"], fetch=lambda url, t: texts[url])
+    totals = scraper.scrape()["totals"]
+    # Two conductors see the same overcommit: one finding, not two.
+    assert totals["reconcile_findings"] == {"overcommit": 1, "lost_vm": 0}
+    assert totals["reconcile_actions"] == {"lost_vm": 3}
+
+
 def test_a_worker_restart_counts_from_zero_not_negative() -> None:
     now = [0.0]
     text = [WORKER % {"placed": 100, "vcpu": 0, "count": 101, "spent": 0.1}]
