@@ -210,7 +210,10 @@ class ComputeManager:
 
     def running_instances(self) -> list[InstanceReport]:
         """What each host of this process runs now, one report per host, with
-        the tombstones of what it destroyed for deletes and shelves."""
+        the tombstones of what it destroyed for deletes and shelves (a VM a
+        resize took off its source and whose move is gone runs there again
+        first: :meth:`Resize.restore_abandoned`)."""
+        self.resize.restore_abandoned()
         return [
             replace(report, ended=self.ledger.ended_on(report.host))
             for report in self.vms.reports(self.hosts, self.store)

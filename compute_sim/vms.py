@@ -84,6 +84,10 @@ class RunningVMs:
             started = not self.runs(vm.uuid, host)
             if started:
                 (via or self.driver.spawn)(host, vm.uuid)
+                vm = replace(vm, started_at=time.time())
+            else:
+                known = self._vms.get((vm.uuid, host))
+                vm = replace(vm, started_at=known.started_at if known else None)
             self._vms[(vm.uuid, host)] = vm
         if started:
             LOG.info("vm_started", instance_uuid=vm.uuid, host=host)

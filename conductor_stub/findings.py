@@ -34,7 +34,10 @@ kind                      what was found                              action
 ``misplaced_vm``          an ACTIVE record whose host's fresh report  ``adopt``: the
                           does not show its VM while one other host   record moved to
                           runs it (a move the store forgot: a revert  where it runs,
-                          or a migration gone back in time)           its claim with it
+                          or a migration gone back in time); or a     ACTIVE there,
+                          SHELVED_OFFLOADED one a host runs, since    its claim with it
+                          the record last changed (an unshelve the
+                          store forgot)
 ``lost_delete``           a record not DELETED whose instance a host  ``delete``: the
                           destroyed for a delete since the record     delete finished
                           last changed (its tombstone): a delete the  (DELETED, claims
@@ -69,6 +72,7 @@ from scheduler.objects import (
     REBUILDING,
     RESIZED,
     RESIZING,
+    SHELVED_OFFLOADED,
     InstanceRecord,
 )
 from scheduler.store import Consumer, EndedInstance, InstanceReport, RunningInstance
@@ -257,6 +261,14 @@ class Seen:
                 ended.setdefault(tomb.uuid, []).append((report, tomb))
         return cls(latest, runs_on, ended)
 
+    def started(self, uuid: str, host: str) -> float | None:
+        """When ``host``'s report says the instance's VM started (None: unknown)."""
+        report = self.latest.get(host)
+        for vm in report.instances if report else ():
+            if vm.uuid == uuid:
+                return vm.started_at
+        return None
+
     def tombstone(
         self, record: InstanceRecord, what: str, host: str | None = None
     ) -> tuple[InstanceReport, EndedInstance] | None:
@@ -301,11 +313,39 @@ def misplacements(seen: Seen, records: Iterable[InstanceRecord]) -> Iterator[Pla
                 report.reported_at,
             )
             continue
-        if record.state != ACTIVE:
+        if record.state == SHELVED_OFFLOADED:
+            placement = _unshelved(seen, record)
+        elif record.state == ACTIVE:
+            placement = _active(seen, record)
+        else:
             continue
-        placement = _active(seen, record)
         if placement is not None:
             yield placement
+
+
+def _unshelved(seen: Seen, record: InstanceRecord) -> Placement | None:
+    """A SHELVED_OFFLOADED record whose VM a host started after the record last
+    changed: an unshelve the store forgot (a shelved instance is built only
+    by an unshelve's guarded build). A VM that started before (a shelve given
+    up on a host that never answered) is a stray."""
+    running = sorted(
+        r.host
+        for r in seen.runs_on.get(record.uuid, ())
+        if (started := seen.started(record.uuid, r.host)) is not None
+        and started > record.updated_at
+    )
+    if not running:
+        return None  # started before the record was shelved: a stray (reaped)
+    report = seen.latest[running[0]]
+    return Placement(
+        MISPLACED_VM,
+        record.uuid,
+        running[0],
+        f"its record is {SHELVED_OFFLOADED} (on no host), and it runs on {running[0]}: "
+        "an unshelve the store forgot",
+        report.reported_at,
+        placed=None,
+    )
 
 
 def _active(seen: Seen, record: InstanceRecord) -> Placement | None:

@@ -486,6 +486,8 @@ class Reconciler:
                 return None
             if finding.kind == LOST_DELETE:
                 return finding if record.state not in (DELETED, DELETING) else None
+            if finding.kind == MISPLACED_VM and finding.placed is None:
+                return finding if record.state == SHELVED_OFFLOADED else None
             placed = finding.placed if finding.kind == MISPLACED_VM else finding.host
             return finding if record.state == ACTIVE and record.host == placed else None
         consumer = self.store.get_consumer(finding.uuid)

@@ -123,23 +123,31 @@ def adopt_record(store: RepairStore, finding: Finding, clock: Callable[[], float
     """The record of a VM that runs elsewhere than it says moved to where it
     runs (``finding.host``), if it still places it where it did
     (``finding.placed``); whether it was. Its claim is the caller's to move."""
-    assert finding.host is not None and finding.placed is not None
+    assert finding.host is not None
     listed = store.list_instances([finding.uuid])
     if not listed:
         return False
     zone = _zone_of(store, finding.host)
-    if zone is None and _zone_of(store, finding.placed) is None:
+    if zone is None and finding.placed and _zone_of(store, finding.placed) is None:
         zone = listed[0].availability_zone  # both in the default zone
+    if finding.placed is None:  # an unshelve the store forgot
+        expected, why = SHELVED_OFFLOADED, f"{SHELVED_OFFLOADED}, it runs on {finding.host}"
+    else:
+        expected = ACTIVE
+        why = (
+            f"{finding.placed}'s report of {_reported(finding)} does not show the VM its "
+            f"record placed there; it runs on {finding.host}"
+        )
     done = store.update_instance(
         finding.uuid,
-        expected_states=[ACTIVE],
+        expected_states=[expected],
         expect={"host": finding.placed},
+        state=ACTIVE,
+        task_state=None,
         **records.placed_on(finding.host, finding.host, zone),
-        fault_details=(
-            f"adopted by the reconciler: {finding.placed}'s report of {_reported(finding)} "
-            f"does not show the VM its record placed there; it runs on {finding.host}"
-        ),
+        fault_details=f"adopted by the reconciler: {why}",
         updated_at=clock(),
+        deadline=None,
     )
     return done is not None
 

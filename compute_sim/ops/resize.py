@@ -31,7 +31,7 @@ from compute_sim.ledger import DELETED, DONE, FAILED, HANDED_ON, RESIZE, UNDER_W
 from compute_sim.ops.base import Attempt, Operation
 from scheduler.exceptions import RecordChanged
 from scheduler.log import get_logger
-from scheduler.objects import Selection
+from scheduler.objects import ACTIVE, Selection
 from scheduler.store import RunningInstance
 
 if TYPE_CHECKING:
@@ -250,6 +250,47 @@ class Resize(Operation):
                 self.conductor.resize_reverted(ctxt, instance_uuid, migration_uuid)
                 return
             self.casts.finish_revert_resize(ctxt, source, instance_uuid, migration_uuid)
+
+    def restore_abandoned(self) -> list[tuple[str, str]]:
+        """Run again, on its source, each VM a resize took off a host of this
+        process whose instance's record is ACTIVE there with that move gone
+        (a resize given up after its source stopped the VM, or one a store
+        gone back in time forgot): the VM is still on its source, as its disk
+        is until a confirm. Called before each report; the (instance, host)
+        pairs run again."""
+        with self.ledger.lock:
+            away = dict(self.resized_away)
+        if not away:
+            return []
+        uuids = sorted({vm.uuid for _, vm in away.values()})
+        found = {r.uuid: r for r in self.store.list_instances(uuids)}
+        restored = []
+        for migration_uuid, (source, vm) in away.items():
+            record = found.get(vm.uuid)
+            if (
+                record is None
+                or record.state != ACTIVE
+                or record.task_state is not None
+                or record.host != source
+                or record.migration_uuid == migration_uuid
+            ):
+                continue
+            with self.ledger.lock:
+                if self.resized_away.pop(migration_uuid, None) is None:
+                    continue  # confirmed or reverted meanwhile
+                if self.ledger.deleted(vm.uuid) or self.vms.hosts_of(vm.uuid):
+                    continue
+                self.vms.start(
+                    replace(vm, migration_uuid=None), source, self.driver.finish_revert_migration
+                )
+            LOG.warning(
+                "resize_abandoned_vm_restarted",
+                instance_uuid=vm.uuid,
+                host=source,
+                migration_uuid=migration_uuid,
+            )
+            restored.append((vm.uuid, source))
+        return restored
 
     def finish_revert(
         self, ctxt: Any, instance_uuid: str, migration_uuid: str, source_host: str

@@ -131,9 +131,12 @@ class RunningInstance:
     user_id: str | None = None
     request_id: str | None = None
     migration_uuid: str | None = None
+    #: When the VM last started on its host (seconds since the epoch; None:
+    #: not known). Not part of what the VM is (equality).
+    started_at: float | None = field(default=None, compare=False)
 
     def to_primitive(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "uuid": self.uuid,
             "resources": dict(self.resources),
             "project_id": self.project_id,
@@ -141,6 +144,9 @@ class RunningInstance:
             "request_id": self.request_id,
             "migration_uuid": self.migration_uuid,
         }
+        if self.started_at is not None:
+            out["started_at"] = self.started_at
+        return out
 
     @classmethod
     def from_primitive(cls, d: Mapping[str, Any]) -> RunningInstance:
@@ -151,6 +157,7 @@ class RunningInstance:
             user_id=d.get("user_id"),
             request_id=d.get("request_id"),
             migration_uuid=d.get("migration_uuid"),
+            started_at=float(d["started_at"]) if d.get("started_at") is not None else None,
         )
 
 

@@ -195,6 +195,28 @@ def test_a_resize_re_driven_after_its_revert_starts_again_never_reports_done(
     assert sim.conductor.names.count("resize_result") == results, "no 'already finished'"
 
 
+def test_a_vm_a_resize_took_off_its_source_runs_there_again_once_the_move_is_gone(
+    make: Any,
+) -> None:
+    """The source stopped the VM (``resize_instance``), then the move was given
+    up or forgotten (the record ACTIVE on the source, no migration): the VM
+    runs on the source again before the next report; not while it moves."""
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    sim.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
+    sim.store.move_allocations(INSTANCE, MIGRATION)
+    sim.store.claim(INSTANCE, bigger("h2").allocation_request)
+    sim.sim.resize_instance(CTXT, INSTANCE, MIGRATION, "h2", "h2")
+    assert reported(sim)["h1"] == ()  # moving: it stays off
+    sim.store.move_allocations(MIGRATION, INSTANCE, replace=True)
+    sim.record(state="ACTIVE", task_state=None, migration_uuid=None, source_host=None)
+    [again] = reported(sim)["h1"]
+    assert (again.uuid, again.migration_uuid) == (INSTANCE, None)
+    assert reported(sim)["h2"] == ()
+
+
 def test_a_confirm_is_reported_by_the_record_not_by_the_source(make: Any) -> None:
     """The destination's process hears of no confirm (it goes to the source):
     its report drops the migration once the record does."""

@@ -473,6 +473,30 @@ def test_the_only_vm_of_an_instance_placed_elsewhere_is_adopted_not_reaped(
     assert world.passes(1) == []
 
 
+def test_an_unshelve_the_store_forgot_is_adopted_a_shelve_given_up_is_reaped(
+    world: World,
+) -> None:
+    unshelved = world.record(SHELVED_OFFLOADED, None)
+    given_up = world.record(SHELVED_OFFLOADED, None)
+    shelved_at = world.clock.now - 100  # both records' last change
+    vms = (
+        RunningInstance(unshelved, AMOUNTS, "p", "u", "req-2", started_at=shelved_at + 50),
+        RunningInstance(given_up, AMOUNTS, "p", "u", "req-1", started_at=shelved_at - 50),
+    )
+    for _ in range(2):
+        world.store.report_instances([InstanceReport("h1", world.clock.now - 1, vms)])
+        found = {f.uuid: f for f in world.passes(1)}
+    assert (found[unshelved].kind, found[unshelved].outcome) == (
+        MISPLACED_VM,
+        "adopted on h1; healed",
+    )
+    assert (found[given_up].kind, found[given_up].outcome) == (STRAY_VM, "reap cast")
+    record = world.store.get_instance(unshelved)
+    assert (record.state, record.host, record.task_state) == (ACTIVE, "h1", None)
+    assert world.store.get_consumer(unshelved) is not None
+    assert [uuid for _, uuid, _ in world.compute.reaped] == [given_up]
+
+
 def test_a_vm_on_two_hosts_while_its_record_places_it_on_one_that_runs_it_is_a_stray(
     world: World,
 ) -> None:
