@@ -100,6 +100,7 @@ def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
         report_max_age=float(c.report_max_age),
         lost_vm_action=str(c.lost_vm_action),
         deleted_retention=float(c.deleted_retention),
+        resize_timeout=float(c.resize_timeout),
     )
 
 

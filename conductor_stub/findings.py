@@ -46,6 +46,11 @@ kind                      what was found                              action
                           VM for a shelve since the record last       SHELVED_OFFLOADED,
                           changed, and no host runs it: a shelve the  its claim
                           store forgot                                released
+``lost_resize``           a RESIZED record (nothing in flight) whose  ``revert``: the
+                          destination's fresh report does not show    conductor's revert
+                          its VM (a revert the store forgot, or one   (the source keeps
+                          cut short)                                  the VM until a
+                                                                      confirm)
 ``overcommit``            a VM whose allocation (a heal, a re-created ``none``: kept
                           record's, an adoption's) would take its     in view until an
                           host past its capacity                      operator or a
@@ -87,6 +92,7 @@ LOST_VM = "lost_vm"
 MISPLACED_VM = "misplaced_vm"
 LOST_DELETE = "lost_delete"
 LOST_SHELVE = "lost_shelve"
+LOST_RESIZE = "lost_resize"
 OVERCOMMIT = "overcommit"
 #: Every kind, in the order the audit prints them.
 KINDS = (
@@ -99,6 +105,7 @@ KINDS = (
     MISPLACED_VM,
     LOST_DELETE,
     LOST_SHELVE,
+    LOST_RESIZE,
     OVERCOMMIT,
 )
 #: What is done about each kind.
@@ -112,6 +119,7 @@ ACTIONS = {
     MISPLACED_VM: "adopt",
     LOST_DELETE: "delete",
     LOST_SHELVE: "offload",
+    LOST_RESIZE: "revert",
     OVERCOMMIT: "none",
 }
 #: The kinds that are never acted on: counted and shown while they last.
@@ -299,7 +307,10 @@ def misplacements(seen: Seen, records: Iterable[InstanceRecord]) -> Iterator[Pla
     changed since the report that would judge it is not judged, nor one
     whose host has no fresh report (down: evacuation's business)."""
     for record in records:
-        if record.state not in FINAL_STATES or record.state == DELETED:
+        settled = record.state in FINAL_STATES or (
+            record.state == RESIZED and record.task_state is None
+        )
+        if not settled or record.state == DELETED:
             continue  # in flight (its own deadline settles it), or gone
         deleted = seen.tombstone(record, ENDED_DELETE)
         if deleted is not None:
@@ -317,10 +328,31 @@ def misplacements(seen: Seen, records: Iterable[InstanceRecord]) -> Iterator[Pla
             placement = _unshelved(seen, record)
         elif record.state == ACTIVE:
             placement = _active(seen, record)
+        elif record.state == RESIZED:
+            placement = _resized(seen, record)
         else:
             continue
         if placement is not None:
             yield placement
+
+
+def _resized(seen: Seen, record: InstanceRecord) -> Placement | None:
+    """A RESIZED record whose destination's report, made since the record last
+    changed, does not show its VM: whatever ran it there was undone (a revert
+    cut short, or one the store forgot); the source still has it."""
+    report = seen.latest.get(record.host or "")
+    if report is None or record.updated_at >= report.reported_at:
+        return None
+    if any(r.host == record.host for r in seen.runs_on.get(record.uuid, ())):
+        return None
+    return Placement(
+        LOST_RESIZE,
+        record.uuid,
+        report.host,
+        f"RESIZED on {record.host}, whose report does not show it (its source "
+        f"{record.source_host} keeps it)",
+        report.reported_at,
+    )
 
 
 def _unshelved(seen: Seen, record: InstanceRecord) -> Placement | None:

@@ -79,6 +79,7 @@ from conductor_stub.findings import (
     LOST_DELETE,
     LOST_FAULT,
     LOST_RECORD,
+    LOST_RESIZE,
     LOST_SHELVE,
     LOST_VM,
     LOST_VM_ERROR,
@@ -109,6 +110,7 @@ from scheduler.objects import (
     DELETING,
     ERROR,
     FINAL_STATES,
+    RESIZED,
     SHELVED_OFFLOADED,
     AllocationRequest,
     Flavor,
@@ -130,8 +132,8 @@ class ReconcilerStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
     """What the reconciler reads and repairs: reports, records, allocations."""
 
 
-class Reaper(Protocol):
-    """The one compute call the reconciler makes (``ComputeClient`` has it)."""
+class Reaper(repairs.Reverter, Protocol):
+    """The compute calls the reconciler makes (``ComputeClient`` has them)."""
 
     def reap_instance(self, ctxt: Any, host: str, instance_uuid: str, reason: str) -> None: ...
 
@@ -143,7 +145,8 @@ class ReconcileSettings:
     than this is stale (its host is down) and not compared; ``batch``: what
     one paginated read fetches; ``lost_vm_action``: what a lost VM leads to
     (``error``: the instance ERROR, its claim released; ``log``: nothing);
-    ``deleted_retention``: how long a delete it finishes keeps its record."""
+    ``deleted_retention``: how long a delete it finishes keeps its record;
+    ``resize_timeout``: the deadline of a revert it begins."""
 
     interval: float = 60.0
     orphan_grace: float = 120.0
@@ -151,6 +154,7 @@ class ReconcileSettings:
     batch: int = 500
     lost_vm_action: str = LOST_VM_ERROR
     deleted_retention: float = 86400.0
+    resize_timeout: float = 300.0
 
     @property
     def lost_after(self) -> float:
@@ -459,6 +463,10 @@ class Reconciler:
             finding = repairs.lost_shelve(self.store, finding, self._clock)
         elif finding.kind == MISPLACED_VM:
             finding = self._adopt(finding)
+        elif finding.kind == LOST_RESIZE:
+            assert self.compute is not None
+            timeout = self.settings.resize_timeout
+            finding = repairs.lost_resize(self.store, self.compute, finding, timeout, self._clock)
         if finding.outcome == SKIPPED:
             return finding
         self.counts[finding.kind] += 1
@@ -479,13 +487,16 @@ class Reconciler:
         """The finding as the store is now (None: it no longer holds)."""
         listed = self.store.list_instances([finding.uuid])
         record = listed[0] if listed else None
-        if finding.kind in (LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE):
+        if finding.kind in (LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE, LOST_RESIZE):
             # The record has not changed since the report that judged it.
             assert finding.reported_at is not None
             if record is None or record.updated_at >= finding.reported_at:
                 return None
             if finding.kind == LOST_DELETE:
                 return finding if record.state not in (DELETED, DELETING) else None
+            if finding.kind == LOST_RESIZE:
+                resized = record.state == RESIZED and record.task_state is None
+                return finding if resized and record.host == finding.host else None
             if finding.kind == MISPLACED_VM and finding.placed is None:
                 return finding if record.state == SHELVED_OFFLOADED else None
             placed = finding.placed if finding.kind == MISPLACED_VM else finding.host

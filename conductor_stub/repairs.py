@@ -17,7 +17,16 @@ from typing import Any, Protocol
 
 from conductor_stub import records
 from conductor_stub.findings import LOST_VM_FAULT, LOST_VM_LOG, RECOVERED_FAULT, SKIPPED, Finding
-from scheduler.objects import ACTIVE, DELETED, ERROR, SHELVED_OFFLOADED, InstanceRecord
+from conductor_stub.tasks.base import request_context
+from scheduler.objects import (
+    ACTIVE,
+    DELETED,
+    ERROR,
+    RESIZE_REVERTING,
+    RESIZED,
+    SHELVED_OFFLOADED,
+    InstanceRecord,
+)
 from scheduler.store.base import InstanceStore, PlacementStore
 
 #: The availability-zone key of an aggregate's metadata (as Nova has it).
@@ -26,6 +35,14 @@ ZONE_KEY = "availability_zone"
 
 class RepairStore(PlacementStore, InstanceStore, Protocol):
     """What these repairs write: records and claims."""
+
+
+class Reverter(Protocol):
+    """The compute call a revert begins with (``ComputeClient`` has it)."""
+
+    def revert_resize(
+        self, ctxt: Any, dest_host: str, instance_uuid: str, migration_uuid: str
+    ) -> None: ...
 
 
 def _reported(finding: Finding) -> str:
@@ -72,6 +89,36 @@ def lost_delete(
         return replace(finding, outcome=SKIPPED)
     done = store.finish_delete(finding.uuid, None, retention, now, force=True)
     return replace(finding, outcome="DELETED" if done and done.state == DELETED else SKIPPED)
+
+
+def lost_resize(
+    store: RepairStore,
+    compute: Reverter,
+    finding: Finding,
+    timeout: float,
+    clock: Callable[[], float],
+) -> Finding:
+    """A RESIZED instance whose destination no longer runs it, reverted as the
+    conductor reverts one (RESIZE_REVERTING with the resize deadline, so the
+    sweeper re-drives it; then ``revert_resize`` to the destination, which
+    hands the source's claim back and has the source run its VM again), if
+    it is still RESIZED there with nothing in flight."""
+    now = clock()
+    updated = store.update_instance(
+        finding.uuid,
+        expected_states=[RESIZED],
+        expect={"host": finding.host, "task_state": None},
+        task_state=RESIZE_REVERTING,
+        redrives=0,
+        updated_at=now,
+        deadline=now + timeout,
+    )
+    if updated is None or updated.migration_uuid is None or finding.host is None:
+        return replace(finding, outcome=SKIPPED)
+    compute.revert_resize(
+        request_context(updated), finding.host, finding.uuid, updated.migration_uuid
+    )
+    return replace(finding, outcome="revert cast")
 
 
 def lost_shelve(store: RepairStore, finding: Finding, clock: Callable[[], float]) -> Finding:

@@ -999,6 +999,7 @@ def audit_conf(*argv: str) -> SimpleNamespace:
             report_max_age=60.0,
             lost_vm_action="error",
             deleted_retention=60.0,
+            resize_timeout=60.0,
         ),
         compute=SimpleNamespace(topic="compute"),
     )
@@ -1041,7 +1042,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     assert lines[-1] == (
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0 "
         "lost_vm=0"
-        " misplaced_vm=0 lost_delete=0 lost_shelve=0 overcommit=0"
+        " misplaced_vm=0 lost_delete=0 lost_shelve=0 lost_resize=0 overcommit=0"
     )
     assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
 

@@ -14,6 +14,7 @@ from conductor_stub.findings import (
     LOST_DELETE,
     LOST_FAULT,
     LOST_RECORD,
+    LOST_RESIZE,
     LOST_SHELVE,
     LOST_VM,
     LOST_VM_FAULT,
@@ -34,6 +35,8 @@ from scheduler.objects import (
     DELETED,
     DELETING,
     ERROR,
+    RESIZE_REVERTING,
+    RESIZED,
     RESIZING,
     SHELVED_OFFLOADED,
     AllocationRequest,
@@ -60,9 +63,15 @@ GRACE = 10.0
 @dataclass
 class FakeCompute:
     reaped: list[tuple[str, str, str]] = field(default_factory=list)
+    reverted: list[tuple[str, str, str]] = field(default_factory=list)
 
     def reap_instance(self, ctxt: Any, host: str, instance_uuid: str, reason: str) -> None:
         self.reaped.append((host, instance_uuid, reason))
+
+    def revert_resize(
+        self, ctxt: Any, dest_host: str, instance_uuid: str, migration_uuid: str
+    ) -> None:
+        self.reverted.append((dest_host, instance_uuid, migration_uuid))
 
 
 @dataclass
@@ -495,6 +504,30 @@ def test_an_unshelve_the_store_forgot_is_adopted_a_shelve_given_up_is_reaped(
     assert (record.state, record.host, record.task_state) == (ACTIVE, "h1", None)
     assert world.store.get_consumer(unshelved) is not None
     assert [uuid for _, uuid, _ in world.compute.reaped] == [given_up]
+
+
+def test_a_resized_instance_its_destination_does_not_run_is_reverted(world: World) -> None:
+    # A revert cut short (the destination stopped its VM, the source never
+    # heard) or forgotten: the record RESIZED on h2, its migration holding h1.
+    migration = str(uuidlib.uuid4())
+    uuid = world.record(RESIZED, "h2", source_host="h1", migration_uuid=migration)
+    world.claim(uuid, "h2")
+    world.claim(migration, "h1")
+    settled = world.record(RESIZED, "h2", source_host="h1", migration_uuid=str(uuidlib.uuid4()))
+    world.report("h2", settled)
+    world.report("h1")
+    [first] = world.passes(1)
+    assert (first.kind, first.uuid, first.host) == (LOST_RESIZE, uuid, "h2")
+    world.report("h2", settled)
+    [done] = world.passes(1)
+    assert done.outcome == "revert cast"
+    assert world.compute.reverted == [("h2", uuid, migration)]
+    record = world.store.get_instance(uuid)
+    assert (record.state, record.task_state) == (RESIZED, RESIZE_REVERTING)
+    assert record.deadline is not None  # the sweeper re-drives it from here
+    # In flight now: no finding, no second revert.
+    world.report("h2", settled)
+    assert world.passes(2) == [] and len(world.compute.reverted) == 1
 
 
 def test_a_vm_on_two_hosts_while_its_record_places_it_on_one_that_runs_it_is_a_stray(
