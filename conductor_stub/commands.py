@@ -16,7 +16,6 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
-from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
@@ -34,15 +33,10 @@ from conductor_stub.tasks.shelve import Shelver
 from scheduler import health, log, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
-from scheduler.cmd.admin import (
-    flavor_name,
-    flavor_with,
-    render_instance,
-    table,
-)
 from scheduler.exceptions import InvalidRequest, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
+from scheduler.flavors import flavor_with, load_catalog
 from scheduler.objects import (
     ACTIVE,
     FINAL_STATES,
@@ -54,6 +48,7 @@ from scheduler.objects import (
     InstanceRecord,
     validate_uuid,
 )
+from scheduler.render import flavor_name, render_instance, table
 from scheduler.service import ServiceResolver, make_store
 
 LOG = log.get_logger("conductor_stub")

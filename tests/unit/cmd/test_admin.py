@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
-from scheduler import usage
-from scheduler.cmd import admin
+from scheduler import render, usage
+from scheduler.cmd import _cli, admin
 from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
     CANDIDATE_STEP,
@@ -29,6 +28,7 @@ from scheduler.explain import (
     WeighedHostReport,
     WeigherShare,
 )
+from scheduler.flavors import load_catalog
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.base import Aggregate, Inventory, Provider, Service
@@ -372,7 +372,7 @@ def test_format_filter_run(given: StageHosts, expected: str) -> None:
     ],
 )
 def test_key_value(text: str, expected: tuple[str, str]) -> None:
-    assert admin.key_value(text) == expected
+    assert _cli.key_value(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -384,7 +384,7 @@ def test_key_value(text: str, expected: tuple[str, str]) -> None:
 )
 def test_key_value_refuses(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        admin.key_value(text)
+        _cli.key_value(text)
 
 
 def args(**overrides: Any) -> SimpleNamespace:
@@ -812,7 +812,9 @@ RESIZED = InstanceRecord(
 def test_format_instance(
     record: InstanceRecord, allocations: dict[str, dict[str, int]], expected: list[str]
 ) -> None:
-    text = admin.format_instance(admin.instance_view(record, allocations, {"cmp-a": {"VCPU": 1}}))
+    text = render.format_instance(
+        render.instance_view(record, allocations, {"cmp-a": {"VCPU": 1}})
+    )
     lines = text.splitlines()
     assert lines[0] == f"instance {record.uuid}"
     for line in expected:
@@ -820,7 +822,7 @@ def test_format_instance(
 
 
 def test_instance_view_is_json_and_leaves_out_the_request_spec() -> None:
-    view = json.loads(json.dumps(admin.instance_view(ERRORED, {})))
+    view = json.loads(json.dumps(render.instance_view(ERRORED, {})))
     assert view["fault"] == "No valid host was found."
     assert view["fault_details"] == "0/4 hosts available: 4 insufficient MEMORY_MB"
     assert "request_spec" not in view and view["flavor"] == "m1.xlarge"
@@ -974,15 +976,17 @@ def test_host_help_says_what_each_does(
 
 def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
     record = replace(RESIZED, availability_zone="az1", request_id="req-9")
-    view = admin.instance_view(record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False)
-    assert not set(admin.ADMIN_FIELDS) & set(view)
+    view = render.instance_view(
+        record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False
+    )
+    assert not set(render.ADMIN_FIELDS) & set(view)
     assert "allocations" not in view["resize"]
-    lines = admin.format_instance(view).splitlines()
+    lines = render.format_instance(view).splitlines()
     assert "  host        cmp-b" in lines
     assert "  zone        az1" in lines and "  request id  req-9" in lines
     assert f"  resize      to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
     assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
-    full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
+    full = render.format_instance(render.instance_view(record, {}, {})).splitlines()
     assert "  zone           az1" in full and "  request id     req-9" in full
 
 
