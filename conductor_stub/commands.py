@@ -59,12 +59,12 @@ LOG = log.get_logger("conductor_stub")
 SEND_RETRIES = 2
 
 
-def _scheduler(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
+def scheduler_client(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
     """The scheduler client a command sends with (its sends retried)."""
     return rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
 
 
-def _compute(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
+def compute_client(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
     """The compute client a command sends with (its sends retried)."""
     return rpc.ComputeClient(
         transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
@@ -213,8 +213,8 @@ def boot(conf: cfg.ConfigOpts) -> int:
     settings = conductor_settings(conf)
     booter = Booter(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -325,8 +325,8 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     store = make_store(conf)
     resizer = Resizer(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -372,8 +372,8 @@ def live_migrate(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     migrator = LiveMigrator(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -422,7 +422,7 @@ def delete(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     deleter = Deleter(
         store,
-        _compute(conf, transport, store),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -465,8 +465,8 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     evacuator = Evacuator(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -525,8 +525,8 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     shelver = Shelver(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:

@@ -42,13 +42,12 @@ Every command but ``dashboard`` takes ``--json`` for one JSON document instead o
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 import time
 import uuid as uuidlib
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,7 +69,7 @@ from scheduler.objects import (
     validate_instance_uuids,
 )
 from scheduler.render import render_instance, resources_line, table
-from scheduler.service import ServiceResolver, make_store
+from scheduler.service import make_store
 from scheduler.store import Store
 from scheduler.store.services import set_host_disabled
 
@@ -92,8 +91,6 @@ EXIT_ERROR = 2
 #: Seconds a command without a --timeout of its own (or a longer one) waits at
 #: most for the broker to answer before it says so.
 BROKER_TIMEOUT = 10.0
-#: Reconnections a send tries when the broker goes away after it answered.
-SEND_RETRIES = 2
 
 _EXPLAIN_EPILOG = """\
 exit status: 0 the request would be placed (--only-filter: some host kept),
@@ -960,108 +957,31 @@ def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
     return 0
 
 
-def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
-    """Disable a host and move its instances off (:mod:`conductor_stub.drain`)."""
-    # Imported here: the drain drives the conductor's move API (migrate,
-    # confirm, live-migrate).
-    from conductor_stub.commands import conductor_settings
-    from conductor_stub.drain import Drainer, format_outcome, format_summary
-    from conductor_stub.tasks.live_migrate import LiveMigrator
-    from conductor_stub.tasks.resize import Resizer
+# --- the conductor's commands: host drain, audit -------------------------------------
 
-    args = conf.command
-    transport = rpc.get_transport(conf)
-    try:
-        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
-        compute = rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        )
-        settings = conductor_settings(conf)
-        drainer = Drainer(
-            store,
-            Resizer(store, scheduler, compute, settings),
-            LiveMigrator(store, scheduler, compute, settings),
-            parallel=args.parallel,
-        )
-        report = drainer.drain(
-            args.hostname,
-            live=args.live,
-            wait=args.wait,
-            timeout=args.timeout,
-            progress=None if args.json else lambda o: print(format_outcome(o), flush=True),
-        )
-    finally:
-        transport.cleanup()
-    print(json.dumps(report.to_primitive()) if args.json else format_summary(report))
-    return report.exit_code
+#: The entry point group of the commands another package runs for
+#: ``scheduler-admin`` (parsed here with the others): ``host-drain`` and
+#: ``audit``, the conductor's (:mod:`conductor_stub.admin`), so that nothing
+#: here imports the conductor.
+EXTENSIONS_GROUP = "scheduler.admin"
+
+#: A command run through :data:`EXTENSIONS_GROUP`: the configuration (its
+#: arguments in ``conf.command``) and the open store in, the exit status out.
+Extension = Callable[[cfg.ConfigOpts, Store], int]
 
 
-# --- audit --------------------------------------------------------------------------
+class CommandNotInstalled(SchedulerError):
+    """No package registers the command ``scheduler-admin`` was asked to run."""
+
+    msg = "%(name)s: no such command installed (entry point group %(group)s)"
 
 
-def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
-    """The reconciliation once (:mod:`conductor_stub.reconcile`); with --fix, twice,
-    the grace apart, repairing what the second found that the first did too.
-    (Imported here, as for the drain.)"""
-    from conductor_stub.commands import reconcile_settings
-    from conductor_stub.findings import SKIPPED, format_counts
-    from conductor_stub.reconcile import Reconciler
-
-    args = conf.command
-    settings = reconcile_settings(conf)
-    if args.grace is not None:
-        settings = replace(settings, orphan_grace=args.grace)
-    transport = rpc.get_transport(conf) if args.fix else None
-    try:
-        compute = (
-            rpc.ComputeClient(
-                transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-            )
-            if transport
-            else None
-        )
-        reconciler = Reconciler(store, compute, settings)
-        findings = reconciler.audit()
-        if args.fix:
-            if findings and settings.orphan_grace > 0:
-                time.sleep(settings.orphan_grace)
-                findings = reconciler.audit()
-            findings = reconciler.repair(findings)
-    finally:
-        if transport is not None:
-            transport.cleanup()
-    # What is left: every finding, but those repaired or found settled by --fix.
-    left = [f for f in findings if not f.repaired and f.outcome != SKIPPED]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "findings": [f.to_primitive() for f in findings],
-                    "counts": dict(Counter(f.kind for f in findings)),
-                    "repaired": dict(reconciler.counts),
-                }
-            )
-        )
-    else:
-        for finding in findings:
-            print(finding.line())
-        print(format_counts(findings))
-        if args.fix:
-            print(
-                "repaired: "
-                + (
-                    ", ".join(f"{k}={n}" for k, n in sorted(reconciler.counts.items()))
-                    or "nothing"
-                )
-            )
-            if left:
-                counts = Counter(f.kind for f in left)
-                print(
-                    "not fixed: "
-                    + ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
-                    + " (each finding above says why: kept in view, failed, or in grace)"
-                )
-    return 1 if left else 0
+def extension(name: str) -> Extension:
+    """The command registered as ``name`` in :data:`EXTENSIONS_GROUP`."""
+    for ep in importlib.metadata.entry_points(group=EXTENSIONS_GROUP, name=name):
+        command: Extension = ep.load()
+        return command
+    raise CommandNotInstalled(name=name, group=EXTENSIONS_GROUP)
 
 
 # --- main ---------------------------------------------------------------------------
@@ -1079,13 +999,13 @@ def run(conf: cfg.ConfigOpts) -> int:
             return _usage(conf, store)
         if command == "host" and conf.command.action == "drain":
             broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
-            return _host_drain(conf, store)
+            return extension("host-drain")(conf, store)
         if command == "host":
             return _host_set(conf, store)
         if command == "audit":
             if conf.command.fix:
                 broker.reach(conf, BROKER_TIMEOUT)
-            return _audit(conf, store)
+            return extension("audit")(conf, store)
         if command == "dashboard":
             # Imported here: only this command serves a page.
             from scheduler.dashboard import command as dashboard

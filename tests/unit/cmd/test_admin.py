@@ -1038,7 +1038,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     orphan = uuid_of("orphan")
     root = one_host.get_provider_by_name("cmp-a").uuid
     one_host.claim(orphan, AllocationRequest({root: {"VCPU": 1}}, "p", "u"))
-    assert admin._audit(audit_conf(), one_host) == 1  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf(), one_host) == 1  # type: ignore[arg-type]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["orphan_allocation", orphan, "host=cmp-a"]
     assert "action=release (due)" in lines[0] and "no record holds it" in lines[0]
@@ -1060,7 +1060,7 @@ def test_audit_fix_repairs_then_finds_nothing(
     one_host.report_instances(
         [InstanceReport("cmp-a", time.time() + 1, (RunningInstance(stray, {"VCPU": 1}),))]
     )
-    assert admin._audit(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
     out = json.loads(capsys.readouterr().out)
     assert out["repaired"] == {"orphan_allocation": 1, "stray_vm": 1}
     assert {(f["kind"], f["outcome"]) for f in out["findings"]} == {
@@ -1070,8 +1070,17 @@ def test_audit_fix_repairs_then_finds_nothing(
     assert fixable == [("cmp-a", stray)]
     assert one_host.get_consumer(orphan) is None
     one_host.report_instances([InstanceReport("cmp-a", time.time() + 1, ())])  # reaped
-    assert admin._audit(audit_conf(), one_host) == 0  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf(), one_host) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out.strip().startswith("findings: stray_vm=0")
+
+
+def test_the_conductors_commands_are_found_by_entry_point() -> None:
+    from conductor_stub import admin as conductor_admin
+
+    assert admin.extension("host-drain") is conductor_admin.host_drain
+    assert admin.extension("audit") is conductor_admin.audit
+    with pytest.raises(admin.CommandNotInstalled, match="nope: no such command installed"):
+        admin.extension("nope")
 
 
 def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
