@@ -37,8 +37,9 @@ from scheduler import log, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.flavors import load_catalog
 from scheduler.log import mask_secrets
-from scheduler.service import SchedulerService, ServiceResolver
+from scheduler.service import SchedulerService
 from scheduler.store import open_store
+from scheduler.store.services import ServiceResolver
 
 #: Where the URLs come from when not on the command line (the environment is
 #: not shown by ``ps``; a command line is).

@@ -49,7 +49,8 @@ from scheduler.objects import (
     validate_uuid,
 )
 from scheduler.render import flavor_name, render_instance, table
-from scheduler.service import ServiceResolver, make_store
+from scheduler.store import make_store
+from scheduler.store.services import ServiceResolver
 
 LOG = log.get_logger("conductor_stub")
 

@@ -69,8 +69,7 @@ from scheduler.objects import (
     validate_instance_uuids,
 )
 from scheduler.render import render_instance, resources_line, table
-from scheduler.service import make_store
-from scheduler.store import Store
+from scheduler.store import Store, make_store
 from scheduler.store.services import set_host_disabled
 
 DESCRIPTION = (

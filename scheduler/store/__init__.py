@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from scheduler import lazy
 
 if TYPE_CHECKING:
+    from oslo_config import cfg
+
     from scheduler.store.base import (
         Aggregate,
         Change,
@@ -68,6 +70,7 @@ __all__ = [
     "ServiceStore",
     "Store",
     "check_store_url",
+    "make_store",
     "open_store",
 ]
 
@@ -124,6 +127,18 @@ def open_store(url: str, key_prefix: str, **options: Any) -> Store:
     from scheduler.store.redis_store import RedisStore
 
     return RedisStore(url, key_prefix, **options)
+
+
+def make_store(conf: cfg.ConfigOpts) -> Store:
+    """The store the ``[redis]`` options name (what every command and daemon opens)."""
+    r = conf.redis
+    return open_store(
+        r.url,
+        r.key_prefix,
+        min_replicas=r.min_replicas,
+        min_replicas_timeout=r.min_replicas_timeout,
+        socket_timeout=r.socket_timeout,
+    )
 
 
 def check_store_url(url: str) -> str:
