@@ -27,8 +27,8 @@ import numpy as np
 
 from bench import cloud
 from bench.cases.engine import STREAM_SEED
-from conductor_stub.flavors import load_catalog
 from scheduler.engine import Engine, EngineSettings
+from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
 from scheduler.store.memory import MemoryStore
 

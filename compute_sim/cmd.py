@@ -51,7 +51,8 @@ from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.image_meta import version_to_int
-from scheduler.service import ServiceResolver, make_store
+from scheduler.store import make_store
+from scheduler.store.services import ServiceResolver
 
 LOG = log.get_logger("compute_sim")
 

@@ -35,10 +35,7 @@ from conductor_stub import commands
 from scheduler import broker, log
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
-from scheduler.cmd.admin import (
-    add_spec_options,
-    key_value,
-)
+from scheduler.cmd._cli import add_spec_options, key_value
 from scheduler.exceptions import SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST

@@ -16,7 +16,6 @@ from typing import Any
 import oslo_messaging
 from oslo_config import cfg
 
-from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
@@ -34,15 +33,10 @@ from conductor_stub.tasks.shelve import Shelver
 from scheduler import health, log, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
-from scheduler.cmd.admin import (
-    flavor_name,
-    flavor_with,
-    render_instance,
-    table,
-)
 from scheduler.exceptions import InvalidRequest, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
+from scheduler.flavors import flavor_with, load_catalog
 from scheduler.objects import (
     ACTIVE,
     FINAL_STATES,
@@ -54,7 +48,9 @@ from scheduler.objects import (
     InstanceRecord,
     validate_uuid,
 )
-from scheduler.service import ServiceResolver, make_store
+from scheduler.render import flavor_name, render_instance, table
+from scheduler.store import make_store
+from scheduler.store.services import ServiceResolver
 
 LOG = log.get_logger("conductor_stub")
 
@@ -64,12 +60,12 @@ LOG = log.get_logger("conductor_stub")
 SEND_RETRIES = 2
 
 
-def _scheduler(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
+def scheduler_client(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
     """The scheduler client a command sends with (its sends retried)."""
     return rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
 
 
-def _compute(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
+def compute_client(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
     """The compute client a command sends with (its sends retried)."""
     return rpc.ComputeClient(
         transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
@@ -219,8 +215,8 @@ def boot(conf: cfg.ConfigOpts) -> int:
     settings = conductor_settings(conf)
     booter = Booter(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
@@ -331,8 +327,8 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
     store = make_store(conf)
     resizer = Resizer(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -378,8 +374,8 @@ def live_migrate(conf: cfg.ConfigOpts) -> int:
     store = make_store(conf)
     migrator = LiveMigrator(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -428,7 +424,7 @@ def delete(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     deleter = Deleter(
         store,
-        _compute(conf, transport, store),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:
@@ -471,8 +467,8 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     evacuator = Evacuator(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
@@ -531,8 +527,8 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     shelver = Shelver(
         store,
-        _scheduler(conf, transport),
-        _compute(conf, transport, store),
+        scheduler_client(conf, transport),
+        compute_client(conf, transport, store),
         conductor_settings(conf),
     )
     try:

@@ -3,7 +3,7 @@
 :meth:`Drainer.drain` first disables the host exactly as ``scheduler-admin
 host disable HOST --reason draining`` does (the service flag and the
 ``COMPUTE_STATUS_DISABLED`` trait in one atomic store write,
-:func:`scheduler.cmd.admin.set_host_disabled`), so no new boot or move lands
+:func:`scheduler.store.services.set_host_disabled`), so no new boot or move lands
 there. Then it moves each instance ACTIVE on the host through the
 conductor's move API: a cold migration (:meth:`Resizer.migrate`), confirmed
 once RESIZED since the operator wants the host empty, or with ``live`` a
@@ -31,7 +31,6 @@ from conductor_stub.records import ConductorStore
 from conductor_stub.tasks.base import wait_for
 from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.resize import Resizer
-from scheduler.cmd.admin import set_host_disabled
 from scheduler.exceptions import SchedulerError
 from scheduler.log import get_logger
 from scheduler.objects import (
@@ -43,6 +42,7 @@ from scheduler.objects import (
     RESIZING,
     InstanceRecord,
 )
+from scheduler.store.services import set_host_disabled
 
 LOG = get_logger(__name__)
 

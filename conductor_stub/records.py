@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.exceptions import InstanceNotFound, InvalidRequest
+from scheduler.build_results import placed_on
+from scheduler.exceptions import InvalidRequest
 from scheduler.log import get_logger, mask_secrets
 from scheduler.objects import (
     ACTIVE,
@@ -56,7 +57,6 @@ from scheduler.objects import (
     ServerGroup,
     migration_uuid_for,
 )
-from scheduler.steps import holds_on
 from scheduler.store import InstanceStore, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
@@ -95,15 +95,6 @@ class ConductorStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
     records (an evacuation needs its source's compute down)."""
 
 
-def placed_on(
-    host: str | None = None, node: str | None = None, availability_zone: str | None = None
-) -> dict[str, Any]:
-    """The record's fields of where a build is: host, node and zone, always
-    written together, so that no zone outlives the host it was the zone of
-    (nothing given: nowhere)."""
-    return {"host": host, "node": node, "availability_zone": availability_zone}
-
-
 def fail_build(
     store: ConductorStore,
     uuid: str,
@@ -139,56 +130,6 @@ def fail_build(
     released = store.release(uuid)
     LOG.info("instance_error", instance_uuid=uuid, fault=fault, released=released)
     return True
-
-
-def record_built(
-    store: ConductorStore,
-    instance_uuid: str,
-    host: str,
-    node: str,
-    availability_zone: str | None = None,
-    clock: Callable[[], float] = time.time,
-) -> None:
-    """Built on ``host`` (``node``, ``availability_zone``): the instance's record
-    goes ACTIVE there, if it is BUILDING and its claim is on that very host (a
-    result from a stale attempt is ignored; the live one reports for itself);
-    an instance already in ERROR (given up, built by a late attempt) has what
-    it holds released. The one rule for a build's result, whether it reaches
-    the conductor as a cast
-    (:meth:`conductor_stub.manager.ConductorEndpoint.build_succeeded`) or the
-    compute writes it to the store itself (``compute-sim --build-results
-    store``); the caller binds the request's logging context."""
-    try:
-        record = store.get_instance(instance_uuid)
-    except InstanceNotFound:
-        # Never recorded, or lost by the store: the reconciler decides
-        # from the host's report (re-creates the record or reaps the VM).
-        LOG.warning("build_result_for_unknown_instance")
-        return
-    if record.state == BUILDING:
-        if not holds_on(store, instance_uuid, host):
-            LOG.info("stale_build_result_ignored")
-            return
-        done = store.update_instance(
-            instance_uuid,
-            expected_states=[BUILDING],
-            state=ACTIVE,
-            task_state=None,
-            **placed_on(host, node, availability_zone),
-            attempts=record.attempts + 1,
-            deadline=None,
-            updated_at=clock(),
-        )
-        if done is not None:
-            LOG.info("instance_active", attempts=done.attempts)
-            return
-        record = store.get_instance(instance_uuid)
-    if record.state == ERROR:
-        # Given up, then built by a late attempt: what it holds is no one's.
-        released = store.release(instance_uuid)
-        LOG.info("late_build_result_released", released=released)
-        return
-    LOG.info("late_build_result_ignored", state=record.state)
 
 
 #: The states of a move with a source to go back to, and what its failure logs.

@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from conductor_stub.tasks.build import BootReport
-from scheduler.cmd.admin import table
 from scheduler.objects import ServerGroup
+from scheduler.render import table
 from scheduler.store import Provider
 
 

@@ -1,5 +1,10 @@
 """The answer to "why no host?": what ``explain`` returns.
 
+Each decision of the engine leaves an :class:`InstanceTrace` per instance
+(survivors per stage, rejections per reason, the top weighed hosts with each
+weigher's share), for its logs and for this answer; the traces are kept here,
+below the engine, so that what reads them never imports the pipeline.
+
 An :class:`ExplainReport` is built from the engine's decision traces of a dry
 run (:meth:`scheduler.engine.pipeline.Engine.explain`, nothing claimed) and
 crosses the RPC boundary as primitives. Per instance it holds each stage's
@@ -32,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from scheduler.exceptions import InvalidRequest
 
 if TYPE_CHECKING:
-    from scheduler.engine.pipeline import InstanceTrace
     from scheduler.objects import RequestSpec
 
 
@@ -227,6 +231,76 @@ class InstanceHosts:
             stages=tuple(StageHosts.from_primitive(s) for s in data["stages"]),
             weighed=tuple(WeighedHostDetail.from_primitive(w) for w in data["weighed"]),
         )
+
+
+# --- the engine's trace of a decision ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageCount:
+    """How many hosts were left after a stage."""
+
+    stage: str
+    survivors: int
+
+
+@dataclass(frozen=True)
+class WeighedHost:
+    """A weighed host, its total weight and each weigher's share of it."""
+
+    host: str
+    weight: float
+    contributions: Mapping[str, float]
+
+
+@dataclass
+class InstanceTrace:
+    """How one instance's decision was made.
+
+    ``reasons`` counts the hosts each reason removed; a host is counted once,
+    by the first stage that removed it, so when no host is left the counts
+    add up to ``hosts``.
+    """
+
+    instance_uuid: str
+    hosts: int
+    position: int = 0
+    instances: int = 1
+    stages: list[StageCount] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=dict)
+    top: list[WeighedHost] = field(default_factory=list)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    host: str | None = None
+    reused: bool = False
+    #: Each stage's hosts by name, recorded only when a dry run asks for all
+    #: hosts (None otherwise: nothing is listed), and the whole weighed list.
+    by_name: list[StageHosts] | None = None
+    weighed: list[WeighedHostDetail] = field(default_factory=list)
+
+    @property
+    def detail(self) -> InstanceHosts | None:
+        """The host-by-host account, when it was recorded."""
+        if self.by_name is None:
+            return None
+        return InstanceHosts(tuple(self.by_name), tuple(self.weighed))
+
+    def survived(self, stage: str, survivors: int) -> None:
+        self.stages.append(StageCount(stage, survivors))
+
+    def reject(self, reason: str, count: int) -> None:
+        if count:
+            self.reasons[reason] = self.reasons.get(reason, 0) + count
+
+    def details(self) -> str:
+        """The admin-facing summary, e.g. ``0/20 hosts available: 15 insufficient MEMORY_MB``."""
+        counts = ", ".join(f"{n} {reason}" for reason, n in self.reasons.items())
+        details = f"0/{self.hosts} hosts available" + (f": {counts}" if counts else "")
+        if self.instances > 1:
+            details += f" (instance {self.position + 1} of {self.instances})"
+        return details
+
+
+# --- the report --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ all-in-one demo, so both run exactly the same code.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -22,7 +21,8 @@ from scheduler.exceptions import StoreUnavailable
 from scheduler.log import get_logger
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
-from scheduler.store import ServiceStore, Store, open_store
+from scheduler.store import Store
+from scheduler.store.services import ServiceResolver
 from scheduler.weighers import profiles
 
 LOG = get_logger(__name__)
@@ -73,43 +73,6 @@ def _is_set(conf: cfg.ConfigOpts, name: str, group: str) -> bool:
         cfg.Locations.opt_default,
         cfg.Locations.set_default,
     )
-
-
-def make_store(conf: cfg.ConfigOpts) -> Store:
-    r = conf.redis
-    return open_store(
-        r.url,
-        r.key_prefix,
-        min_replicas=r.min_replicas,
-        min_replicas_timeout=r.min_replicas_timeout,
-        socket_timeout=r.socket_timeout,
-    )
-
-
-class ServiceResolver:
-    """host name -> the oslo.messaging server name its compute service listens on.
-
-    Cached; a miss re-reads the service record. A host with no record is
-    addressed by its own name (one host per compute process, as in Nova).
-    """
-
-    def __init__(self, store: ServiceStore, ttl: float = 30.0) -> None:
-        self._store = store
-        self._ttl = ttl
-        self._cache: dict[str, tuple[str, float]] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, host: str) -> str:
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(host)
-        if hit and now - hit[1] < self._ttl:
-            return hit[0]
-        service = self._store.get_service(host)
-        server = service.rpc_server if service else host
-        with self._lock:
-            self._cache[host] = (server, now)
-        return server
 
 
 class SchedulerService:

@@ -53,12 +53,12 @@ import redis
 from bench.cases.memory import proc_status_mb
 from bench.runner import Bench
 from bench.stats import summary
-from conductor_stub.flavors import load_catalog
 from conductor_stub.records import ConductorSettings
 from conductor_stub.tasks.build import Booter
 from conductor_stub.tasks.delete import Deleter
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
+from scheduler.flavors import load_catalog
 from scheduler.objects import ACTIVE, ERROR, FINAL_STATES, RequestSpec
 from scheduler.service import ServiceResolver
 from scheduler.store.keys import Keys

@@ -17,7 +17,7 @@ On the in-memory store two more rows: at ``uncapped_hosts`` one instance
 with no ``max_placement_results`` cut (an engine whose cut is the whole
 cloud: every host that fits is filtered, weighed and ranked), and at
 ``stream_hosts`` a stream of one-instance requests each drawn (seeded) from
-the five flavors of the built-in catalog (``conductor_stub.flavors``), as a
+the five flavors of the built-in catalog (``scheduler.flavors``), as a
 real request stream repeats a handful of shapes.
 """
 
@@ -37,8 +37,8 @@ import numpy as np
 from bench import cloud, naive
 from bench.runner import Bench
 from bench.stats import summary, timed_loop
-from conductor_stub.flavors import load_catalog
 from scheduler.engine import Engine, EngineSettings
+from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec, ServerGroup
 from scheduler.store import Store
 

@@ -33,7 +33,7 @@ from compute_sim import steps
 from compute_sim.driver import VirtError
 from compute_sim.ledger import BUILD, DELETED, DONE, FAILED, UNDER_WAY, Key
 from compute_sim.ops.base import Attempt, Operation
-from conductor_stub.records import record_built
+from scheduler.build_results import record_built
 from scheduler.exceptions import StoreError
 from scheduler.log import get_logger
 from scheduler.objects import Selection
@@ -162,7 +162,7 @@ class Build(Operation):
     def report_built(self, ctxt: Any, instance_uuid: str, chosen: Selection) -> None:
         """Say where the instance runs (the host, node and zone of the Selection
         it was built from): in the store itself, by the conductor's rule
-        (:func:`conductor_stub.records.record_built`), or in a cast to the
+        (:func:`scheduler.build_results.record_built`), or in a cast to the
         conductor (``build_results``). A store that cannot be written loses
         nothing: the record stays BUILDING, the conductor re-drives the request
         once its deadline passes, and the repeated build reports again."""

@@ -10,7 +10,7 @@ flow, ``select_destinations`` and the builds cast here
 
 :class:`Builder` is the conductor's side of the builds: a build that
 succeeded makes the instance ACTIVE where it was built
-(:func:`~conductor_stub.records.record_built`, the one rule, which a compute
+(:func:`~scheduler.build_results.record_built`, the one rule, which a compute
 may also apply itself); one the scheduler could not place puts it in ERROR,
 the fault for the user, the reasons for the admin; one that failed on its
 host is rescheduled (:class:`~conductor_stub.tasks.base.ReschedulingTask`):
@@ -46,6 +46,7 @@ from conductor_stub.tasks.base import (
     wait_for,
 )
 from scheduler import policy
+from scheduler.build_results import record_built
 from scheduler.exceptions import (
     BrokerUnreachable,
     InvalidRequest,
@@ -428,8 +429,8 @@ class Builder(ReschedulingTask):
     def build_succeeded(
         self, uuid: str, host: str, node: str, availability_zone: str | None
     ) -> None:
-        """Built on ``host``: see :func:`~conductor_stub.records.record_built`."""
-        records.record_built(self.store, uuid, host, node, availability_zone, self._clock)
+        """Built on ``host``: see :func:`~scheduler.build_results.record_built`."""
+        record_built(self.store, uuid, host, node, availability_zone, self._clock)
 
     def schedule_failed(self, uuid: str, reason: str, details: str) -> None:
         """The scheduler found no host for the instance, or refused it: ERROR,

@@ -77,6 +77,7 @@ from scheduler.objects import (
     Selection,
 )
 from scheduler.rpc import ComputeClient, RequestContext, SchedulerClient
+from scheduler.steps import holds_on
 from scheduler.store import ServiceStore
 
 LOG = get_logger(__name__)
@@ -239,7 +240,7 @@ class Evacuator(ReschedulingTask):
             alternates = [Selection.from_primitive(s) for s in host_list or []]
             self._rebuild_failed(ctxt, record, spec, host, reason or "", alternates)
             return
-        if not records.holds_on(self.store, uuid, host):
+        if not holds_on(self.store, uuid, host):
             LOG.info("stale_rebuild_result_ignored")
             return
         done = records.finish_evacuate(
@@ -297,7 +298,7 @@ class Evacuator(ReschedulingTask):
         """Move the instance's allocation on the source to the migration, if it
         is still there (a re-drive finds it moved, or a destination claimed)."""
         assert record.migration_uuid is not None and record.source_host is not None
-        if not records.holds_on(self.store, record.uuid, record.source_host):
+        if not holds_on(self.store, record.uuid, record.source_host):
             return
         try:
             self.store.move_allocations(record.uuid, record.migration_uuid)

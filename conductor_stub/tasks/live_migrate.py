@@ -56,6 +56,7 @@ from scheduler.objects import (
     Selection,
 )
 from scheduler.rpc import RequestContext
+from scheduler.steps import holds_on
 
 LOG = get_logger(__name__)
 
@@ -205,7 +206,7 @@ class LiveMigrator(ReschedulingTask):
         if record.migration_uuid != migration_uuid or record.state != MIGRATING:
             LOG.info("live_migrated_duplicate", state=record.state)
             return
-        if not records.holds_on(self.store, uuid, host):
+        if not holds_on(self.store, uuid, host):
             LOG.info("stale_live_migration_result_ignored")
             return
         if not records.finish_live_migration(

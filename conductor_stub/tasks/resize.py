@@ -55,6 +55,7 @@ from scheduler.objects import (
     Selection,
 )
 from scheduler.rpc import RequestContext
+from scheduler.steps import holds_on
 
 LOG = get_logger(__name__)
 
@@ -233,7 +234,7 @@ class Resizer(ReschedulingTask):
             )
             return
         assert host is not None
-        if not records.holds_on(self.store, uuid, host):
+        if not holds_on(self.store, uuid, host):
             LOG.info("stale_resize_result_ignored")
             return
         done = self.store.update_instance(

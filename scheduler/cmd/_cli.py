@@ -88,6 +88,41 @@ def seconds(least: float = 0.0, inclusive: bool = False) -> Callable[[str], floa
     return parse
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as a pair (the value may itself hold ``=``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_spec_options(parser: Any) -> None:
+    """``--extra-spec`` and ``--image-property``: what ``explain`` and
+    ``conductor-stub boot`` add to a request (pairs, in ``extra_spec`` and
+    ``image_property``)."""
+    for option, what in (
+        (
+            "--extra-spec",
+            "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
+            "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
+        ),
+        (
+            "--image-property",
+            "Image properties, e.g. hw_architecture=x86_64 or "
+            "trait:CUSTOM_X=required (repeatable).",
+        ),
+    ):
+        parser.add_argument(
+            option,
+            metavar="KEY=VALUE",
+            type=key_value,
+            nargs="+",
+            action="extend",
+            default=[],
+            help=what,
+        )
+
+
 def with_defaults(opts: list[cfg.Opt]) -> list[cfg.Opt]:
     """Command-line options whose --help says their default (oslo.config's
     help shows only the text): ``(default: X)`` appended to each that has one."""

@@ -42,37 +42,35 @@ Every command but ``dashboard`` takes ``--json`` for one JSON document instead o
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 import time
 import uuid as uuidlib
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import oslo_messaging
 from oslo_config import cfg
 
-from conductor_stub.flavors import load_catalog
 from scheduler import broker, log, rpc, usage
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
+from scheduler.cmd._cli import add_spec_options, key_value
 from scheduler.exceptions import InvalidRequest, NotFound, SchedulerError
 from scheduler.explain import ExplainReport, InstanceExplanation, StageHosts
+from scheduler.flavors import flavor_with, load_catalog
 from scheduler.objects import (
     GROUP_POLICIES,
-    MIGRATING,
-    Flavor,
     Image,
-    InstanceRecord,
     RequestSpec,
     ServerGroup,
     validate_instance_uuids,
 )
-from scheduler.service import ServiceResolver, make_store
-from scheduler.store import PlacementReader, Service, ServiceStore, Store
+from scheduler.render import render_instance, resources_line, table
+from scheduler.store import Store, make_store
+from scheduler.store.services import set_host_disabled
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
@@ -92,8 +90,6 @@ EXIT_ERROR = 2
 #: Seconds a command without a --timeout of its own (or a longer one) waits at
 #: most for the broker to answer before it says so.
 BROKER_TIMEOUT = 10.0
-#: Reconnections a send tries when the broker goes away after it answered.
-SEND_RETRIES = 2
 
 _EXPLAIN_EPILOG = """\
 exit status: 0 the request would be placed (--only-filter: some host kept),
@@ -113,61 +109,8 @@ examples:
 """
 
 
-def key_value(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` as a pair (the value may itself hold ``=``)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
 _positive = _cli.whole(1)
 _seconds = _cli.seconds()
-
-
-def add_spec_options(parser: Any) -> None:
-    """``--extra-spec`` and ``--image-property``: what ``explain`` and
-    ``conductor-stub boot`` add to a request (pairs, in ``extra_spec`` and
-    ``image_property``)."""
-    for option, what in (
-        (
-            "--extra-spec",
-            "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
-            "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
-        ),
-        (
-            "--image-property",
-            "Image properties, e.g. hw_architecture=x86_64 or "
-            "trait:CUSTOM_X=required (repeatable).",
-        ),
-    ):
-        parser.add_argument(
-            option,
-            metavar="KEY=VALUE",
-            type=key_value,
-            nargs="+",
-            action="extend",
-            default=[],
-            help=what,
-        )
-
-
-def flavor_with(
-    catalog: Mapping[str, Flavor], name: str, extra_specs: Iterable[tuple[str, str]] = ()
-) -> Flavor:
-    """The catalog's flavor ``name`` with ``extra_specs`` added (checked with
-    the request they go in). :class:`InvalidRequest` for an unknown name."""
-    if name not in catalog:
-        raise InvalidRequest(
-            reason=f"unknown flavor {name!r}; known: {', '.join(sorted(catalog))}"
-        )
-    flavor = catalog[name]
-    added = dict(extra_specs)
-    if not added:
-        return flavor
-    return Flavor.from_primitive(
-        {**flavor.to_primitive(), "extra_specs": {**flavor.extra_specs, **added}}
-    )
 
 
 def _add_commands(subparsers: Any) -> None:
@@ -557,26 +500,6 @@ def build_spec(args: Any, catalog: Mapping[str, Any]) -> RequestSpec:
     return RequestSpec.from_primitive(spec.to_primitive())  # validated as a worker would
 
 
-def table(
-    headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "", left: int = 1
-) -> list[str]:
-    """Aligned columns: the first ``left`` left-aligned, the others right-aligned."""
-    cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    out = []
-    for row in cells:
-        parts = [
-            c.ljust(w) if i < left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        out.append((indent + "  ".join(parts)).rstrip())
-    return out
-
-
-def _resources(resources: Mapping[str, int]) -> str:
-    return ", ".join(f"{rc}={amount}" for rc, amount in resources.items()) or "nothing"
-
-
 def _explain_instance(
     report: ExplainReport, inst: InstanceExplanation, detailed: bool
 ) -> list[str]:
@@ -689,7 +612,7 @@ def format_explain(report: ExplainReport) -> str:
     n = report.num_instances
     lines = [
         f"explain {report.request_id}: flavor {report.flavor} x {n} "
-        f"({_resources(report.resources)})",
+        f"({resources_line(report.resources)})",
         "dry run: nothing was claimed",
     ]
     if report.placeable:
@@ -999,223 +922,12 @@ def _usage(conf: cfg.ConfigOpts, store: Store) -> int:
 # --- instance show ------------------------------------------------------------------
 
 
-#: What only an admin sees of an instance (``conductor-stub show`` without
-#: ``--admin`` leaves them out; ``scheduler-admin`` is an admin's tool).
-ADMIN_FIELDS = (
-    "node",
-    "tried_hosts",
-    "fault_details",
-    "allocations",
-    "claimed_host",
-    "redrives",
-)
-
-
-def flavor_name(record: InstanceRecord) -> str | None:
-    """The name of the flavor an instance was booted (or last resized) with."""
-    spec = record.request_spec or {}
-    flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
-    return flavor.get("name") if isinstance(flavor, Mapping) else None
-
-
-def instance_view(
-    record: InstanceRecord,
-    allocations: Mapping[str, Mapping[str, int]],
-    migration_allocations: Mapping[str, Mapping[str, int]] | None = None,
-    admin: bool = True,
-    claimed_host: str | None = None,
-) -> dict[str, Any]:
-    """What ``instance show`` (and ``conductor-stub show``) prints: the record
-    without its request spec, plus the allocations it holds (by provider name)
-    and its flavor; during a resize or a live migration, the migration too (the
-    source's allocation is parked on it; an admin sees where the live
-    migration's destination is claimed). Without ``admin``, the
-    :data:`ADMIN_FIELDS` are left out. ``claimed_host`` is the host whose
-    provider tree holds the instance's claim (None: it holds none): shown
-    while the record names no host yet (a build cast, not yet reported)."""
-    resize: dict[str, Any] | None = None
-    live: dict[str, Any] | None = None
-    parked = {name: dict(amounts) for name, amounts in (migration_allocations or {}).items()}
-    if record.migration_uuid and record.state == MIGRATING:
-        live = {
-            "migration_uuid": record.migration_uuid,
-            "source_host": record.source_host,
-            "requested_host": (record.requested_destination or {}).get("host"),
-            "block_migration": record.block_migration,
-        }
-        if admin:
-            live["destination"] = next(iter(allocations), None)
-            live["allocations"] = parked
-    elif record.migration_uuid:
-        resize = {
-            "migration_uuid": record.migration_uuid,
-            "source_host": record.source_host,
-            "new_flavor": (record.new_flavor or {}).get("name"),
-        }
-        if admin:
-            resize["allocations"] = parked
-    view = {
-        "uuid": record.uuid,
-        "state": record.state,
-        "task_state": record.task_state,
-        "host": record.host,
-        "node": record.node,
-        "availability_zone": record.availability_zone,
-        "request_id": record.request_id,
-        "attempts": record.attempts,
-        "tried_hosts": list(record.tried_hosts),
-        "fault": record.fault,
-        "fault_details": record.fault_details,
-        "flavor": flavor_name(record),
-        "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
-        "claimed_host": claimed_host,
-        "redrives": record.redrives,
-        "resize": resize,
-        "live_migration": live,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-    }
-    return view if admin else {k: v for k, v in view.items() if k not in ADMIN_FIELDS}
-
-
-def format_instance(view: Mapping[str, Any]) -> str:
-    def show(value: Any) -> str:
-        if value is None or value == "" or value == []:
-            return "-"
-        return ", ".join(value) if isinstance(value, list) else str(value)
-
-    def held(allocations: Mapping[str, Mapping[str, int]]) -> str:
-        return (
-            "; ".join(f"{name}: {_resources(amounts)}" for name, amounts in allocations.items())
-            or "-"
-        )
-
-    resize = view.get("resize")
-    admin = "fault_details" in view
-    migration = ""
-    if resize:
-        migration = (
-            f"to {show(resize['new_flavor'])} from {show(resize['source_host'])}; "
-            f"migration {resize['migration_uuid']}"
-        )
-        if admin:
-            migration += f" holds {held(resize['allocations'])}"
-    live = view.get("live_migration")
-    moving = ""
-    if live:
-        moving = (
-            f"from {show(live['source_host'])}"
-            + (f" to {live['requested_host']} (requested)" if live["requested_host"] else "")
-            + (", block migration" if live["block_migration"] else "")
-            + f"; migration {live['migration_uuid']}"
-        )
-        if admin:
-            moving += (
-                f"; destination claimed: {show(live['destination'])}; migration holds "
-                f"{held(live['allocations'])}"
-            )
-    node = f" (node {show(view['node'])})" if admin and view["node"] else ""
-    claimed = view.get("claimed_host")
-    if view["host"] is None and claimed:
-        node = f" (its claim is held on {claimed}; no build reported yet)"
-    rows = [
-        ("state", f"{view['state']} (task: {show(view['task_state'])})"),
-        ("flavor", show(view["flavor"])),
-        ("host", f"{show(view['host'])}{node}"),
-        ("zone", show(view.get("availability_zone"))),
-        ("request id", show(view.get("request_id"))),
-        ("attempts", show(view["attempts"])),
-        *([("resize", migration)] if resize else []),
-        *([("live migration", moving)] if live else []),
-        ("fault", show(view["fault"])),
-    ]
-    if admin:
-        rows += [
-            ("tried hosts", show(view["tried_hosts"])),
-            ("allocations", held(view["allocations"])),
-            ("re-drives", show(view.get("redrives", 0))),
-            (
-                "fault details",
-                show(view["fault_details"]) + "   [admin only]" if view["fault_details"] else "-",
-            ),
-        ]
-    rows.append(
-        (
-            "updated",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
-            if view["updated_at"]
-            else "-",
-        )
-    )
-    width = max(len(k) for k, _ in rows)
-    return "\n".join([f"instance {view['uuid']}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
-
-
-def held_by(store: PlacementReader, consumer_uuid: str) -> dict[str, Mapping[str, int]]:
-    """A consumer's allocations by provider name."""
-    consumer = store.get_consumer(consumer_uuid)
-    allocations: dict[str, Mapping[str, int]] = {}
-    for rp, amounts in consumer.allocations.items() if consumer else ():
-        try:
-            name = store.get_provider(rp).name
-        except NotFound:
-            name = rp
-        allocations[name] = amounts
-    return allocations
-
-
-def claimed_host(store: PlacementReader, consumer_uuid: str) -> str | None:
-    """The host (root provider) whose tree holds the consumer's allocations
-    (None: it holds none). A claim is on one host's tree."""
-    consumer = store.get_consumer(consumer_uuid)
-    for rp in consumer.allocations if consumer else ():
-        try:
-            provider = store.get_provider(rp)
-            root = provider.root_uuid or provider.uuid
-            return provider.name if root == provider.uuid else store.get_provider(root).name
-        except NotFound:
-            continue
-    return None
-
-
-def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
-    """One instance as ``instance show`` and ``conductor-stub show`` print it
-    (:class:`InstanceNotFound` if there is no such record)."""
-    record = store.get_instance(uuid)
-    view = instance_view(
-        record,
-        held_by(store, record.uuid),
-        held_by(store, record.migration_uuid) if record.migration_uuid else None,
-        admin=admin,
-        claimed_host=claimed_host(store, record.uuid) if record.host is None else None,
-    )
-    return json.dumps(view, indent=2) if as_json else format_instance(view)
-
-
 def _instance_show(conf: cfg.ConfigOpts, store: Store) -> int:
     print(render_instance(store, conf.command.uuid, as_json=conf.command.json))
     return 0
 
 
 # --- host disable / enable ---------------------------------------------------------
-
-
-def set_host_disabled(
-    store: ServiceStore, hostname: str, disable: bool, reason: str | None = None
-) -> tuple[Service, Service]:
-    """Disable (with ``reason``) or enable one host's service: its flag and its
-    root provider's status trait in one atomic store step. The service before
-    and after; :class:`NotFound` (nothing changed) for an unknown host.
-    Disabling a disabled host without a reason keeps the one it has."""
-    before = store.get_service(hostname)
-    if before is None:
-        raise NotFound(kind="host", ident=hostname)
-    if not disable:
-        reason = None
-    elif before.disabled and reason is None:
-        reason = before.disabled_reason  # no new reason: disabling again changes nothing
-    store.set_service_disabled(hostname, disable, reason)
-    return before, store.get_service(hostname) or before
 
 
 def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
@@ -1244,109 +956,31 @@ def _host_set(conf: cfg.ConfigOpts, store: Store) -> int:
     return 0
 
 
-def _host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
-    """Disable a host and move its instances off (:mod:`conductor_stub.drain`)."""
-    # Imported here: the drain drives the conductor's move API (migrate,
-    # confirm, live-migrate), and conductor_stub imports this module for its
-    # renderers.
-    from conductor_stub.commands import conductor_settings
-    from conductor_stub.drain import Drainer, format_outcome, format_summary
-    from conductor_stub.tasks.live_migrate import LiveMigrator
-    from conductor_stub.tasks.resize import Resizer
+# --- the conductor's commands: host drain, audit -------------------------------------
 
-    args = conf.command
-    transport = rpc.get_transport(conf)
-    try:
-        scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic, retry=SEND_RETRIES)
-        compute = rpc.ComputeClient(
-            transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-        )
-        settings = conductor_settings(conf)
-        drainer = Drainer(
-            store,
-            Resizer(store, scheduler, compute, settings),
-            LiveMigrator(store, scheduler, compute, settings),
-            parallel=args.parallel,
-        )
-        report = drainer.drain(
-            args.hostname,
-            live=args.live,
-            wait=args.wait,
-            timeout=args.timeout,
-            progress=None if args.json else lambda o: print(format_outcome(o), flush=True),
-        )
-    finally:
-        transport.cleanup()
-    print(json.dumps(report.to_primitive()) if args.json else format_summary(report))
-    return report.exit_code
+#: The entry point group of the commands another package runs for
+#: ``scheduler-admin`` (parsed here with the others): ``host-drain`` and
+#: ``audit``, the conductor's (:mod:`conductor_stub.admin`), so that nothing
+#: here imports the conductor.
+EXTENSIONS_GROUP = "scheduler.admin"
+
+#: A command run through :data:`EXTENSIONS_GROUP`: the configuration (its
+#: arguments in ``conf.command``) and the open store in, the exit status out.
+Extension = Callable[[cfg.ConfigOpts, Store], int]
 
 
-# --- audit --------------------------------------------------------------------------
+class CommandNotInstalled(SchedulerError):
+    """No package registers the command ``scheduler-admin`` was asked to run."""
+
+    msg = "%(name)s: no such command installed (entry point group %(group)s)"
 
 
-def _audit(conf: cfg.ConfigOpts, store: Store) -> int:
-    """The reconciliation once (:mod:`conductor_stub.reconcile`); with --fix, twice,
-    the grace apart, repairing what the second found that the first did too.
-    (Imported here, as for the drain: conductor_stub imports this module.)"""
-    from conductor_stub.commands import reconcile_settings
-    from conductor_stub.findings import SKIPPED, format_counts
-    from conductor_stub.reconcile import Reconciler
-
-    args = conf.command
-    settings = reconcile_settings(conf)
-    if args.grace is not None:
-        settings = replace(settings, orphan_grace=args.grace)
-    transport = rpc.get_transport(conf) if args.fix else None
-    try:
-        compute = (
-            rpc.ComputeClient(
-                transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
-            )
-            if transport
-            else None
-        )
-        reconciler = Reconciler(store, compute, settings)
-        findings = reconciler.audit()
-        if args.fix:
-            if findings and settings.orphan_grace > 0:
-                time.sleep(settings.orphan_grace)
-                findings = reconciler.audit()
-            findings = reconciler.repair(findings)
-    finally:
-        if transport is not None:
-            transport.cleanup()
-    # What is left: every finding, but those repaired or found settled by --fix.
-    left = [f for f in findings if not f.repaired and f.outcome != SKIPPED]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "findings": [f.to_primitive() for f in findings],
-                    "counts": dict(Counter(f.kind for f in findings)),
-                    "repaired": dict(reconciler.counts),
-                }
-            )
-        )
-    else:
-        for finding in findings:
-            print(finding.line())
-        print(format_counts(findings))
-        if args.fix:
-            print(
-                "repaired: "
-                + (
-                    ", ".join(f"{k}={n}" for k, n in sorted(reconciler.counts.items()))
-                    or "nothing"
-                )
-            )
-            if left:
-                counts = Counter(f.kind for f in left)
-                print(
-                    "not fixed: "
-                    + ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
-                    + " (each finding above says why: kept in view, failed, or in grace)"
-                )
-    return 1 if left else 0
+def extension(name: str) -> Extension:
+    """The command registered as ``name`` in :data:`EXTENSIONS_GROUP`."""
+    for ep in importlib.metadata.entry_points(group=EXTENSIONS_GROUP, name=name):
+        command: Extension = ep.load()
+        return command
+    raise CommandNotInstalled(name=name, group=EXTENSIONS_GROUP)
 
 
 # --- main ---------------------------------------------------------------------------
@@ -1364,15 +998,16 @@ def run(conf: cfg.ConfigOpts) -> int:
             return _usage(conf, store)
         if command == "host" and conf.command.action == "drain":
             broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
-            return _host_drain(conf, store)
+            return extension("host-drain")(conf, store)
         if command == "host":
             return _host_set(conf, store)
         if command == "audit":
             if conf.command.fix:
                 broker.reach(conf, BROKER_TIMEOUT)
-            return _audit(conf, store)
+            return extension("audit")(conf, store)
         if command == "dashboard":
-            from scheduler import dashboard  # the page's reader imports this module
+            # Imported here: only this command serves a page.
+            from scheduler.dashboard import command as dashboard
 
             return dashboard.serve(conf, store, conf.command, sys.stdout)
         return _instance_show(conf, store)

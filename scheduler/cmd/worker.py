@@ -61,7 +61,8 @@ from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
 from scheduler.engine.pipeline import build_plugins
 from scheduler.exceptions import SchedulerError
-from scheduler.service import SchedulerService, describe, engine_settings, make_store
+from scheduler.service import SchedulerService, describe, engine_settings
+from scheduler.store import make_store
 
 LOG = log.get_logger("scheduler.worker")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -82,3 +82,31 @@ class PlacementContext:
         hit = rows[at] == candidates
         members[hit] = counts[at[hit]]
         return members
+
+
+class Prepares(Protocol):
+    """A filter or weigher, as :class:`CycleState` sees it: what it parses of a
+    request once (its per-request state)."""
+
+    def prepare(self, ctx: PlacementContext) -> Any: ...
+
+
+class CycleState:
+    """The per-request state of each filter and weigher (kube-scheduler's cycle
+    state): what its ``prepare`` parsed of the request, asked once per request,
+    when the plugin is first reached (a filter only once candidates reach it,
+    so a later filter never parses a request that earlier ones left no host
+    for), and shared by all the request's instances. What changes between
+    the instances (``ctx.group_members``) is never in it: plugins read that
+    from the context as they filter or weigh.
+    """
+
+    def __init__(self, ctx: PlacementContext) -> None:
+        self._ctx = ctx
+        self._states: dict[int, Any] = {}
+
+    def of(self, plugin: Prepares) -> Any:
+        key = id(plugin)  # plugins live as long as the engine, longer than this
+        if key not in self._states:
+            self._states[key] = plugin.prepare(self._ctx)
+        return self._states[key]

@@ -29,8 +29,9 @@ build went down with the host, and nothing else would ever move it).
 Every decision is reproducible: the random draws for one instance come from
 a generator seeded with the request id and the instance uuid, so replaying
 the same request on the same view gives the same hosts. Each instance leaves
-an :class:`InstanceTrace` (survivors per stage, rejections per reason, the
-top weighed hosts with each weigher's share) for logs and ``explain``.
+an :class:`~scheduler.explain.InstanceTrace` (survivors per stage, rejections
+per reason, the top weighed hosts with each weigher's share) for logs and
+``explain``.
 
 :meth:`Engine.explain` is the dry run of one request (nothing claimed): the
 same stages, the same random draws for the same request id and instance
@@ -50,17 +51,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
 
 from scheduler import health, rules
 from scheduler.engine import reasons
-from scheduler.engine.context import PlacementContext
+from scheduler.engine.context import CycleState, PlacementContext
 from scheduler.engine.hostview import HostView
-from scheduler.engine.placement import Placement, host_constraint_mask, place
+from scheduler.engine.placement import (
+    CANDIDATES,
+    HOSTS_UP,
+    Placement,
+    host_constraint_mask,
+    place,
+    sees_every_candidate,
+    spans,
+)
 from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
+from scheduler.engine.ranking import Ranking
 from scheduler.engine.settings import EngineSettings
 from scheduler.engine.shapecache import ShapeCache
 from scheduler.exceptions import (
@@ -76,34 +86,25 @@ from scheduler.explain import (
     HOST_FILTER,
     REQUEST_FILTER,
     ExplainReport,
-    InstanceHosts,
+    InstanceTrace,
     StageHosts,
+    WeighedHost,
     WeighedHostDetail,
     WeigherShare,
 )
-
-# The plugin bases (here and below) as modules, not names: a plugin module
-# imported before this package imports it through scheduler.engine.plugins
-# while its own base is still loading; the names are looked up at Engine().
-from scheduler.filters import base as filters_base
+from scheduler.filters.base import BaseFilter
 from scheduler.objects import AllocationRequest, RequestSpec, Selection
-from scheduler.request_filters import (
-    AvailabilityZoneRequestFilter,
-    DestinationRequestFilter,
-    DisabledComputesRequestFilter,
-    ImageTypeRequestFilter,
-    IsolatedAggregatesRequestFilter,
-    RequestFilter,
-    TenantAggregatesRequestFilter,
-)
+from scheduler.request_filters.availability_zone import AvailabilityZoneRequestFilter
+from scheduler.request_filters.base import RequestFilter
+from scheduler.request_filters.destination import DestinationRequestFilter
+from scheduler.request_filters.disabled_computes import DisabledComputesRequestFilter
+from scheduler.request_filters.image_type import ImageTypeRequestFilter
+from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
+from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
 from scheduler.resource_request import ResourceRequest
 from scheduler.store.base import ChangeFeed, Consumer, GroupClaim, PlacementStore
-from scheduler.weighers import base as weighers_base
 from scheduler.weighers import profiles
-
-if TYPE_CHECKING:
-    from scheduler.filters.base import BaseFilter
-    from scheduler.weighers.base import BaseWeigher
+from scheduler.weighers.base import BaseWeigher
 
 LOG = structlog.get_logger(__name__)
 
@@ -128,10 +129,6 @@ insufficient = reasons.insufficient
 #: count as refused, as before.
 GROUP_REREADS = 3
 
-#: Trace stage names of the candidate step (request filters add their own).
-HOSTS_UP = "hosts up"
-CANDIDATES = "candidates"
-
 #: (request-filter switch, host filter) pairs that enforce one policy: with
 #: the switch off, only that host filter keeps it (disabled hosts, zones).
 _POLICY_FILTERS = (
@@ -146,70 +143,6 @@ Consumed = tuple[int, Mapping[str, Mapping[str, int]]]
 class SchedulerStore(PlacementStore, ChangeFeed, Protocol):
     """What the engine asks of the store: claims and their reads, and the change
     feed its host view is kept by."""
-
-
-@dataclass(frozen=True)
-class StageCount:
-    """How many hosts were left after a stage."""
-
-    stage: str
-    survivors: int
-
-
-@dataclass(frozen=True)
-class WeighedHost:
-    """A weighed host, its total weight and each weigher's share of it."""
-
-    host: str
-    weight: float
-    contributions: Mapping[str, float]
-
-
-@dataclass
-class InstanceTrace:
-    """How one instance's decision was made.
-
-    ``reasons`` counts the hosts each reason removed; a host is counted once,
-    by the first stage that removed it, so when no host is left the counts
-    add up to ``hosts``.
-    """
-
-    instance_uuid: str
-    hosts: int
-    position: int = 0
-    instances: int = 1
-    stages: list[StageCount] = field(default_factory=list)
-    reasons: dict[str, int] = field(default_factory=dict)
-    top: list[WeighedHost] = field(default_factory=list)
-    conflicts: list[tuple[str, str]] = field(default_factory=list)
-    host: str | None = None
-    reused: bool = False
-    #: Each stage's hosts by name, recorded only when a dry run asks for all
-    #: hosts (None otherwise: nothing is listed), and the whole weighed list.
-    by_name: list[StageHosts] | None = None
-    weighed: list[WeighedHostDetail] = field(default_factory=list)
-
-    @property
-    def detail(self) -> InstanceHosts | None:
-        """The host-by-host account, when it was recorded."""
-        if self.by_name is None:
-            return None
-        return InstanceHosts(tuple(self.by_name), tuple(self.weighed))
-
-    def survived(self, stage: str, survivors: int) -> None:
-        self.stages.append(StageCount(stage, survivors))
-
-    def reject(self, reason: str, count: int) -> None:
-        if count:
-            self.reasons[reason] = self.reasons.get(reason, 0) + count
-
-    def details(self) -> str:
-        """The admin-facing summary, e.g. ``0/20 hosts available: 15 insufficient MEMORY_MB``."""
-        counts = ", ".join(f"{n} {reason}" for reason, n in self.reasons.items())
-        details = f"0/{self.hosts} hosts available" + (f": {counts}" if counts else "")
-        if self.instances > 1:
-            details += f" (instance {self.position + 1} of {self.instances})"
-        return details
 
 
 @dataclass(frozen=True)
@@ -583,9 +516,10 @@ class Engine:
         """Hosts whose provider trees can take the request, at most
         ``max_placement_results``, with where each request group lands.
 
-        The hosts are examined a range of rows at a time (see :func:`_spans`)
-        and the scan stops once the cut is reached, so a decision's cost
-        follows ``max_placement_results``, not the size of the cloud. The
+        The hosts are examined a range of rows at a time (see
+        :func:`~scheduler.engine.placement.spans`) and the scan stops once
+        the cut is reached, so a decision's cost follows
+        ``max_placement_results``, not the size of the cloud. The
         hosts kept are those the whole scan would keep: the first that can
         take the request in store order, or, randomised, in store order from
         a host drawn with the decision's seed, going round (kube-scheduler's
@@ -614,7 +548,7 @@ class Engine:
         parts: list[Placement] = []
         found = examined = 0
         down_time = self.settings.service_down_time
-        for rows in _spans(size, start, None if by_name else limit):
+        for rows in spans(size, start, None if by_name else limit):
             alive = np.ones(rows.stop - rows.start, dtype=bool)
             masks = [host_constraint_mask(view, c, rows) for c in request.host_constraints]
             masks.append(rules.is_up(ctx.now, view.last_seen[rows], down_time))
@@ -1070,27 +1004,6 @@ class _Call:
     traces: list[InstanceTrace] = field(default_factory=list)
 
 
-class CycleState:
-    """The per-request state of each filter and weigher (kube-scheduler's cycle
-    state): what its ``prepare`` parsed of the request, asked once per request,
-    when the plugin is first reached (a filter only once candidates reach it,
-    so a later filter never parses a request that earlier ones left no host
-    for), and shared by all the request's instances. What changes between
-    the instances (``ctx.group_members``) is never in it: plugins read that
-    from the context as they filter or weigh.
-    """
-
-    def __init__(self, ctx: PlacementContext) -> None:
-        self._ctx = ctx
-        self._states: dict[int, Any] = {}
-
-    def of(self, plugin: BaseFilter[Any] | BaseWeigher[Any]) -> Any:
-        key = id(plugin)  # plugins live as long as the engine, longer than this
-        if key not in self._states:
-            self._states[key] = plugin.prepare(self._ctx)
-        return self._states[key]
-
-
 def build_plugins(
     settings: EngineSettings,
 ) -> tuple[list[tuple[str, BaseFilter[Any]]], list[tuple[str, BaseWeigher[Any]]]]:
@@ -1109,7 +1022,7 @@ def build_plugins(
         for name, cls in load_plugins(
             WEIGHERS_GROUP,
             names,
-            weighers_base.BaseWeigher,  # type: ignore[type-abstract]
+            BaseWeigher,  # type: ignore[type-abstract]
         )
     ]
     return filters, weighers
@@ -1127,160 +1040,9 @@ def build_filters(
         for name, cls in load_plugins(
             FILTERS_GROUP,
             names,
-            filters_base.BaseFilter,  # type: ignore[type-abstract]
+            BaseFilter,  # type: ignore[type-abstract]
         )
     ]
-
-
-#: Scheduler hints whose filters must see every candidate (see sees_every_candidate).
-_HOST_HINTS = ("group", "same_host", "different_host")
-
-
-def sees_every_candidate(spec: RequestSpec) -> bool:
-    """Whether a request is exempt from the ``max_placement_results`` cut, as in
-    Nova: one in a server group or with a ``same_host`` / ``different_host``
-    hint. Its filters keep only a few hosts of the cloud (the group's, or those
-    away from it), and a cut made before them could keep none of those."""
-    return spec.group is not None or any(hint in spec.scheduler_hints for hint in _HOST_HINTS)
-
-
-#: How many hosts the candidate step examines first when the cut may stop it
-#: early (at least, and at least 4x ``max_placement_results``); each further
-#: range of rows is 4 times the last, so a request few hosts can take costs a
-#: handful of ranges, and one most hosts can take a single one, whatever the
-#: size of the cloud.
-FIRST_SPAN = 4096
-
-
-def _spans(size: int, start: int, limit: int | None) -> Iterator[slice]:
-    """Ranges of rows that cover every host once: with a ``limit`` (the scan may
-    stop once it has that many candidates), from row ``start`` to the end and
-    then from the first row, in growing ranges; without, all rows at once."""
-    if limit is None or not size:
-        yield slice(0, size)
-        return
-    span = max(FIRST_SPAN, 4 * limit)
-    for lo, hi in ((start, size), (0, start)):
-        while lo < hi:
-            yield slice(lo, min(lo + span, hi))
-            lo += span
-            span *= 4
-
-
-class Ranking:
-    """Weighed candidates, best first.
-
-    Ties are broken at random where a decision looks: equal totals within the
-    first ``head`` positions come in random order, and so does the pick of
-    which members of a tie straddling position ``head`` get in. Further down,
-    equal totals keep their given order (reached only when the best hosts
-    were refused, or by explain).
-
-    Only the head is ordered when the ranking is made (a partition of the
-    few totals near the top, bounded from a sample, then a sort of the hosts
-    at the top); the rest is sorted the first time a
-    position past the head is asked for, so a decision among 100,000
-    candidates does not sort them all.
-    """
-
-    def __init__(
-        self, candidates: np.ndarray, total: np.ndarray, rng: np.random.Generator, head: int
-    ) -> None:
-        self.candidates = candidates
-        self.total = total
-        # the positions after the head, unsorted, found when first asked for
-        self._rest: Callable[[], np.ndarray] | None = None
-        self._order = self._head(rng, head)
-
-    def __len__(self) -> int:
-        return len(self.candidates)
-
-    def _head(self, rng: np.random.Generator, head: int) -> np.ndarray:
-        key = -self.total  # ascending: best first
-        n = len(key)
-        if n < 2:
-            return np.arange(n)
-        head = min(head, n)
-        near = _near_head(key, head)
-        edge = np.partition(key[near], head - 1)[head - 1]
-        if np.isnan(edge):  # fewer numbers than the head: sort them all, NaN last
-            order = np.argsort(key, kind="stable")
-            numbers = int(np.count_nonzero(~np.isnan(key)))
-            better, tied = order[:numbers], order[:0]
-            self._rest = lambda: order[numbers:]
-        else:
-            # The stable order of the whole (by total, then position), in three
-            # parts: above the head's last total, equal to it (both among the
-            # positions near the head), below it.
-            better = near[key[near] < edge]
-            better = better[np.argsort(key[better], kind="stable")]
-            tied = near[key[near] == edge]
-            self._rest = lambda: np.flatnonzero(~(key <= edge))  # NaN too, as argsort
-        start = len(better)
-        if start > 1:  # runs of equal totals wholly inside the head
-            ranked = key[better]
-            cuts = [0, *(np.flatnonzero(np.diff(ranked)) + 1).tolist(), start]
-            for lo, hi in itertools.pairwise(cuts):
-                if hi - lo > 1:
-                    better[lo:hi] = better[lo:hi][rng.permutation(hi - lo)]
-        if len(tied) > 1:  # the run at the edge: which of it get in, and in which order
-            chosen = rng.choice(len(tied), size=head - start, replace=False)
-            rest = np.ones(len(tied), dtype=bool)
-            rest[chosen] = False
-            tied = np.concatenate([tied[chosen], tied[rest]])
-        return np.concatenate([better, tied])
-
-    def order(self, upto: int | None = None) -> np.ndarray:
-        """Positions of the candidates, best first: the first ``upto`` (None: all)."""
-        if self._rest is not None and (upto is None or upto > len(self._order)):
-            positions = self._rest()
-            rest = positions[np.argsort(-self.total[positions], kind="stable")]
-            self._order = np.concatenate([self._order, rest])
-            self._rest = None
-        return self._order if upto is None else self._order[:upto]
-
-    def host(self, position: int) -> int:
-        """The view index of the host at ``position``."""
-        return int(self.candidates[self.order(position + 1)[position]])
-
-    def weight(self, position: int) -> float:
-        return float(self.total[self.order(position + 1)[position]])
-
-    def hosts(self, upto: int | None = None) -> np.ndarray:
-        """View indices, best first: the first ``upto`` (None: all)."""
-        return self.candidates[self.order(upto)]
-
-    def weight_of(self, index: int) -> float | None:
-        """The weight of the host at view index ``index``, if it is a candidate."""
-        at = np.flatnonzero(self.candidates == index)
-        return float(self.total[at[0]]) if len(at) else None
-
-
-#: How many keys, at least, the ranking samples to bound the head (see _near_head).
-HEAD_SAMPLE = 1024
-
-
-def _near_head(key: np.ndarray, head: int) -> np.ndarray:
-    """Positions (ascending) of the keys no larger than a bound taken from a
-    sample, every ``stride``-th key: the ``head``-th smallest of the sample.
-    At least ``head`` keys are no larger than it, so the ``head``-th smallest key
-    and every key up to it are among them, and a partition of those few finds
-    what a partition of all of them would. Every position when the sample has
-    fewer numbers than the head (its bound is NaN), or fewer keys than two
-    samples (a sample would save little)."""
-    stride = len(key) // max(HEAD_SAMPLE, head)
-    if stride < 2:
-        return np.arange(len(key))
-    sample = key[::stride]  # at least max(HEAD_SAMPLE, head) keys
-    bound = np.partition(sample, head - 1)[head - 1]
-    if np.isnan(bound):
-        return np.arange(len(key))
-    return np.flatnonzero(key <= bound)
-
-
-def _rank(total: np.ndarray, rng: np.random.Generator, head: int) -> np.ndarray:
-    """Positions of ``total``, best first (see :class:`Ranking`)."""
-    return Ranking(np.arange(len(total)), total, rng, head).order()
 
 
 def _rng(request_id: str, instance_uuid: str) -> np.random.Generator:

@@ -45,13 +45,14 @@ class, then the groups together.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from scheduler.engine import reasons
 from scheduler.engine.hostview import HostView
+from scheduler.objects import RequestSpec
 from scheduler.resource_request import HostConstraint, RequestGroup, ResourceRequest
 
 #: ``reject(reason, count)``: where the step counts the hosts it removes.
@@ -63,6 +64,10 @@ Removed = Callable[[tuple[str, np.ndarray]], None]
 #: A question asked of providers: (rows, kid) -> mask (e.g. ``HostView.has_trait`` bound
 #: to one trait).
 _ProviderTest = Callable[[np.ndarray | slice, bool], np.ndarray]
+
+#: Trace stage names of the candidate step (request filters add their own).
+HOSTS_UP = "hosts up"
+CANDIDATES = "candidates"
 
 ROOT = -1  # a slot's provider: the host's root
 NONE = -2  # no provider (the host is out)
@@ -460,3 +465,41 @@ def _most_particular_first(group: RequestGroup) -> tuple[int, str]:
         + len(group.forbidden_aggregates)
     )
     return -conditions, group.suffix
+
+
+# --- the scan: which hosts, in which ranges of rows -----------------------------------
+
+
+#: Scheduler hints whose filters must see every candidate (see sees_every_candidate).
+_HOST_HINTS = ("group", "same_host", "different_host")
+
+
+def sees_every_candidate(spec: RequestSpec) -> bool:
+    """Whether a request is exempt from the ``max_placement_results`` cut, as in
+    Nova: one in a server group or with a ``same_host`` / ``different_host``
+    hint. Its filters keep only a few hosts of the cloud (the group's, or those
+    away from it), and a cut made before them could keep none of those."""
+    return spec.group is not None or any(hint in spec.scheduler_hints for hint in _HOST_HINTS)
+
+
+#: How many hosts the candidate step examines first when the cut may stop it
+#: early (at least, and at least 4x ``max_placement_results``); each further
+#: range of rows is 4 times the last, so a request few hosts can take costs a
+#: handful of ranges, and one most hosts can take a single one, whatever the
+#: size of the cloud.
+FIRST_SPAN = 4096
+
+
+def spans(size: int, start: int, limit: int | None) -> Iterator[slice]:
+    """Ranges of rows that cover every host once: with a ``limit`` (the scan may
+    stop once it has that many candidates), from row ``start`` to the end and
+    then from the first row, in growing ranges; without, all rows at once."""
+    if limit is None or not size:
+        yield slice(0, size)
+        return
+    span = max(FIRST_SPAN, 4 * limit)
+    for lo, hi in ((start, size), (0, start)):
+        while lo < hi:
+            yield slice(lo, min(lo + span, hi))
+            lo += span
+            span *= 4

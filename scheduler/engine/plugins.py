@@ -35,14 +35,12 @@ import importlib.metadata
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from scheduler.exceptions import SchedulerError
 
 if TYPE_CHECKING:
     from scheduler.engine.settings import EngineSettings
-    from scheduler.filters.base import BaseFilter
-    from scheduler.weighers.base import BaseWeigher
 
 FILTERS_GROUP = "scheduler.filters"
 WEIGHERS_GROUP = "scheduler.weighers"
@@ -50,7 +48,6 @@ WEIGHERS_GROUP = "scheduler.weighers"
 OPTIONS_GROUP = "filter_scheduler"
 
 T = TypeVar("T")
-P = TypeVar("P", bound="BaseFilter[Any] | BaseWeigher[Any]")
 
 #: What an option is in the config: the oslo.config type it is generated as.
 Kind = Literal["bool", "int", "float", "str", "list"]
@@ -62,6 +59,21 @@ class UnknownPlugin(SchedulerError):
     """A configured filter or weigher name is not a registered plugin of its kind."""
 
     msg = "%(group)s plugin %(name)r: %(problem)s"
+
+
+class Plugin(Protocol):
+    """A filter or weigher class as :func:`build` makes one: its ``Args``, and
+    built with the engine's settings and those arguments (the bases,
+    :class:`~scheduler.filters.base.BaseFilter` and
+    :class:`~scheduler.weighers.base.BaseWeigher`, import this module: it
+    never imports them)."""
+
+    Args: ClassVar[type[PluginArgs]]
+
+    def __init__(self, settings: EngineSettings, args: PluginArgs | None = None) -> None: ...
+
+
+P = TypeVar("P", bound=Plugin)
 
 
 # --- declaring arguments ---------------------------------------------------------------

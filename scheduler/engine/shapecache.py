@@ -57,30 +57,35 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from scheduler import rules
 from scheduler.engine import reasons
+from scheduler.engine.context import CycleState, PlacementContext
 from scheduler.engine.placement import (
+    CANDIDATES,
+    HOSTS_UP,
     ROOT,
     Placement,
     Slot,
     host_constraint_mask,
     place,
+    sees_every_candidate,
     slot_resources,
+    spans,
 )
-
-# as a module, not a name: a weigher plugin imported first loads this through
-# the engine while its own base is still loading
+from scheduler.engine.ranking import Ranking
+from scheduler.explain import InstanceTrace, StageCount
 from scheduler.weighers import base as weighers_base
 
 if TYPE_CHECKING:
-    from scheduler.engine.context import PlacementContext
-    from scheduler.engine.pipeline import CycleState, Engine, InstanceTrace, Ranking
+    from scheduler.engine.hostview import HostView
+    from scheduler.engine.settings import EngineSettings
+    from scheduler.filters.base import BaseFilter
     from scheduler.objects import RequestSpec
     from scheduler.weighers.base import BaseWeigher
 
@@ -222,12 +227,34 @@ class _Shape:
     fresh: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
 
 
+class EngineParts(Protocol):
+    """What the shape cache reads of its :class:`~scheduler.engine.pipeline.Engine`:
+    the view it decides on, the settings, the configured filters and weighers,
+    and the engine's own ranking of weighed candidates (so that ties fall as
+    they fall uncached)."""
+
+    settings: EngineSettings
+    view: HostView
+    filters: list[tuple[str, BaseFilter[Any]]]
+    weighers: list[tuple[str, BaseWeigher[Any]]]
+
+    def _ranked(
+        self,
+        candidates: np.ndarray,
+        total: np.ndarray,
+        shares: Sequence[tuple[str, np.ndarray]],
+        parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
+        rng: np.random.Generator,
+        trace: InstanceTrace,
+    ) -> Ranking: ...
+
+
 class ShapeCache:
     """Per request shape, the engine's answers for the hosts it examined (see the
     module doc). One per :class:`~scheduler.engine.pipeline.Engine`, used under
     its lock."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineParts) -> None:
         self._engine = engine
         self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
         settings = engine.settings
@@ -244,8 +271,6 @@ class ShapeCache:
     @staticmethod
     def cacheable(spec: RequestSpec, randomized: bool, all_hosts: bool) -> bool:
         """Whether a request may be decided from the cache (see the module doc)."""
-        from scheduler.engine.pipeline import sees_every_candidate
-
         return not (
             randomized
             or all_hosts
@@ -330,9 +355,7 @@ class ShapeCache:
         return shape
 
     def _ends(self, size: int) -> list[int]:
-        from scheduler.engine.pipeline import _spans
-
-        return [rows.stop for rows in _spans(size, 0, self._limit)]
+        return [rows.stop for rows in spans(size, 0, self._limit)]
 
     def _extend(self, shape: _Shape, ctx: PlacementContext) -> None:
         """Examine further ranges of rows until the scan would stop there."""
@@ -511,8 +534,6 @@ class ShapeCache:
 
     def _outline(self, shape: _Shape, ctx: PlacementContext) -> _Outline:
         """The cut, the candidates and the trace's counts, from the shape's codes."""
-        from scheduler.engine.pipeline import CANDIDATES, HOSTS_UP, OVER_LIMIT, StageCount
-
         view = self._engine.view
         limit = self._limit
         passed = np.flatnonzero(shape.code == PASSED)
@@ -539,7 +560,7 @@ class ShapeCache:
             stages.append(StageCount(constraint.stage or constraint.reason, left))
         left -= int(removed_by_stage[len(constraints)])
         stages.append(StageCount(HOSTS_UP, left))
-        reject(OVER_LIMIT, max(len(passed) - limit, 0) + view.size - shape.stop)
+        reject(reasons.OVER_LIMIT, max(len(passed) - limit, 0) + view.size - shape.stop)
         stages.append(StageCount(CANDIDATES, len(cut)))
         out = np.bincount(verdict[verdict >= 0], minlength=len(self._engine.filters))
         left = len(cut)

@@ -10,17 +10,24 @@ reads only the request's own fields and is always on; the pipeline
 (:meth:`scheduler.engine.pipeline.Engine.__init__`) wires the enabled ones in
 one fixed order, so the hosts they remove are counted before any capacity
 question, and before the ``max_placement_results`` cut.
+
+The names below are imported when first used (:mod:`scheduler.lazy`).
 """
 
 from __future__ import annotations
 
-from scheduler.request_filters.availability_zone import AvailabilityZoneRequestFilter
-from scheduler.request_filters.base import RequestFilter
-from scheduler.request_filters.destination import DestinationRequestFilter
-from scheduler.request_filters.disabled_computes import DisabledComputesRequestFilter
-from scheduler.request_filters.image_type import ImageTypeRequestFilter
-from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
-from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
+from typing import TYPE_CHECKING
+
+from scheduler import lazy
+
+if TYPE_CHECKING:
+    from scheduler.request_filters.availability_zone import AvailabilityZoneRequestFilter
+    from scheduler.request_filters.base import RequestFilter
+    from scheduler.request_filters.destination import DestinationRequestFilter
+    from scheduler.request_filters.disabled_computes import DisabledComputesRequestFilter
+    from scheduler.request_filters.image_type import ImageTypeRequestFilter
+    from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
+    from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
 
 __all__ = [
     "AvailabilityZoneRequestFilter",
@@ -31,3 +38,17 @@ __all__ = [
     "RequestFilter",
     "TenantAggregatesRequestFilter",
 ]
+
+if not TYPE_CHECKING:  # the type checker reads the imports above, and knows no other name
+    __getattr__, __dir__ = lazy.exports(
+        __name__,
+        {
+            "AvailabilityZoneRequestFilter": "scheduler.request_filters.availability_zone",
+            "DestinationRequestFilter": "scheduler.request_filters.destination",
+            "DisabledComputesRequestFilter": "scheduler.request_filters.disabled_computes",
+            "ImageTypeRequestFilter": "scheduler.request_filters.image_type",
+            "IsolatedAggregatesRequestFilter": "scheduler.request_filters.isolated_aggregates",
+            "RequestFilter": "scheduler.request_filters.base",
+            "TenantAggregatesRequestFilter": "scheduler.request_filters.tenant_aggregates",
+        },
+    )

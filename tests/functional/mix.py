@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_stub.flavors import load_catalog
 from conductor_stub.records import ConductorSettings
 from conductor_stub.tasks.build import Booter
 from conductor_stub.tasks.delete import Deleter
@@ -30,6 +29,7 @@ from conductor_stub.tasks.resize import Resizer, own_flavor
 from conductor_stub.tasks.shelve import Shelver
 from scheduler import rpc
 from scheduler.exceptions import SchedulerError
+from scheduler.flavors import load_catalog
 from scheduler.objects import (
     ACTIVE,
     BUILDING,

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
 from scheduler import rpc
 from scheduler.engine import Engine
 from scheduler.exceptions import Forbidden, NoValidHost
 from scheduler.explain import ExplainReport
+from scheduler.flavors import load_catalog
 from scheduler.objects import Flavor, RequestSpec, ServerGroup
 from scheduler.service import engine_settings
 from scheduler.store import Service

@@ -13,8 +13,8 @@ from typing import Any
 
 from compute_sim.hosts import provider_uuid
 from conductor_stub.tasks.delete import Deleter
-from scheduler.cmd.admin import render_instance
 from scheduler.exceptions import MaxRetriesExceeded
+from scheduler.render import render_instance
 from scheduler.rpc import ComputeClient
 from scheduler.service import ServiceResolver
 from tests.functional.conftest import Cluster

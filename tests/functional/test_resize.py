@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from compute_sim.hosts import provider_uuid
-from conductor_stub.flavors import BUILTIN
 from scheduler.exceptions import NoValidHost
+from scheduler.flavors import BUILTIN
 from scheduler.objects import migration_uuid_for
 from tests.functional.conftest import Cluster
 from tests.functional.test_boot import wait_until

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
 from scheduler import rpc
+from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
 from tests.functional.cluster import alive
 from tests.functional.conftest import REDIS_URL, Cluster, Process

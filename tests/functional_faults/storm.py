@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compute_sim.hosts import provider_uuid
-from conductor_stub.flavors import load_catalog
+from scheduler.flavors import load_catalog
 from scheduler.objects import FINAL_STATES, InstanceRecord
 from tests.functional_faults.conftest import FaultCluster, wait_until
 

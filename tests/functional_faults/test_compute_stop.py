@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
 from scheduler import rpc, rules
+from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
 from tests.functional_faults.conftest import FaultCluster, wait_until
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
 from scheduler import rpc
+from scheduler.flavors import load_catalog
 from scheduler.log import RepeatLimiter
 from scheduler.objects import ERROR, MAX_INSTANCES_PER_REQUEST, InstanceRecord, RequestSpec
 from tests.functional_faults.conftest import FaultCluster, PrivateRabbit, wait_until

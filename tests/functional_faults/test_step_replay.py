@@ -46,7 +46,6 @@ import pytest
 
 from compute_sim.hosts import provider_uuid
 from compute_sim.manager import ComputeManager
-from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.records import ConductorSettings, move_spec, resize_spec
 from conductor_stub.tasks.build import Booter
@@ -55,6 +54,7 @@ from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.resize import Resizer
 from conductor_stub.tasks.shelve import Shelver
 from scheduler import rpc
+from scheduler.flavors import load_catalog
 from scheduler.objects import (
     ACTIVE,
     MIGRATING,

@@ -35,9 +35,9 @@ from typing import Any
 import pytest
 import redis
 
-from conductor_stub.flavors import load_catalog
 from scheduler import rpc
 from scheduler.exceptions import SchedulerUnavailable
+from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
 from tests.functional_faults.conftest import FaultCluster, SentinelGroup, wait_until
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm

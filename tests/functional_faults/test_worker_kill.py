@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
 from conductor_stub.records import ConductorSettings
 from conductor_stub.tasks.resize import Resizer, own_flavor
 from scheduler import rpc
+from scheduler.flavors import load_catalog
 from scheduler.objects import InstanceRecord, RequestSpec
 from scheduler.service import ServiceResolver
 from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until

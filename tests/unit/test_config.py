@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conductor_stub.flavors import BUILTIN, load_catalog
+from scheduler.flavors import BUILTIN, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "etc" / "scheduler" / "scheduler.conf.sample"

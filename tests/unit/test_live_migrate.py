@@ -17,7 +17,6 @@ from conductor_stub.redrive import TIMED_OUT, Sweeper
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.resize import Resizer
-from scheduler.cmd.admin import render_instance
 from scheduler.exceptions import (
     Forbidden,
     InstanceNotFound,
@@ -35,6 +34,7 @@ from scheduler.objects import (
     ServerGroup,
     migration_uuid_for,
 )
+from scheduler.render import render_instance
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import (

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from conductor_stub.flavors import load_catalog
-from scheduler import usage
-from scheduler.cmd import admin
+from scheduler import render, usage
+from scheduler.cmd import _cli, admin
 from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
     CANDIDATE_STEP,
@@ -29,6 +28,7 @@ from scheduler.explain import (
     WeighedHostReport,
     WeigherShare,
 )
+from scheduler.flavors import load_catalog
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.base import Aggregate, Inventory, Provider, Service
@@ -372,7 +372,7 @@ def test_format_filter_run(given: StageHosts, expected: str) -> None:
     ],
 )
 def test_key_value(text: str, expected: tuple[str, str]) -> None:
-    assert admin.key_value(text) == expected
+    assert _cli.key_value(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -384,7 +384,7 @@ def test_key_value(text: str, expected: tuple[str, str]) -> None:
 )
 def test_key_value_refuses(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        admin.key_value(text)
+        _cli.key_value(text)
 
 
 def args(**overrides: Any) -> SimpleNamespace:
@@ -812,7 +812,9 @@ RESIZED = InstanceRecord(
 def test_format_instance(
     record: InstanceRecord, allocations: dict[str, dict[str, int]], expected: list[str]
 ) -> None:
-    text = admin.format_instance(admin.instance_view(record, allocations, {"cmp-a": {"VCPU": 1}}))
+    text = render.format_instance(
+        render.instance_view(record, allocations, {"cmp-a": {"VCPU": 1}})
+    )
     lines = text.splitlines()
     assert lines[0] == f"instance {record.uuid}"
     for line in expected:
@@ -820,7 +822,7 @@ def test_format_instance(
 
 
 def test_instance_view_is_json_and_leaves_out_the_request_spec() -> None:
-    view = json.loads(json.dumps(admin.instance_view(ERRORED, {})))
+    view = json.loads(json.dumps(render.instance_view(ERRORED, {})))
     assert view["fault"] == "No valid host was found."
     assert view["fault_details"] == "0/4 hosts available: 4 insufficient MEMORY_MB"
     assert "request_spec" not in view and view["flavor"] == "m1.xlarge"
@@ -974,15 +976,17 @@ def test_host_help_says_what_each_does(
 
 def test_instance_view_without_admin_leaves_the_admin_details_out() -> None:
     record = replace(RESIZED, availability_zone="az1", request_id="req-9")
-    view = admin.instance_view(record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False)
-    assert not set(admin.ADMIN_FIELDS) & set(view)
+    view = render.instance_view(
+        record, {"cmp-b": {"VCPU": 4}}, {"cmp-a": {"VCPU": 1}}, admin=False
+    )
+    assert not set(render.ADMIN_FIELDS) & set(view)
     assert "allocations" not in view["resize"]
-    lines = admin.format_instance(view).splitlines()
+    lines = render.format_instance(view).splitlines()
     assert "  host        cmp-b" in lines
     assert "  zone        az1" in lines and "  request id  req-9" in lines
     assert f"  resize      to m1.large from cmp-a; migration {uuid_of('migration')}" in lines
     assert not any(word in line for line in lines for word in ("allocations", "tried", "node"))
-    full = admin.format_instance(admin.instance_view(record, {}, {})).splitlines()
+    full = render.format_instance(render.instance_view(record, {}, {})).splitlines()
     assert "  zone           az1" in full and "  request id     req-9" in full
 
 
@@ -1035,7 +1039,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     orphan = uuid_of("orphan")
     root = one_host.get_provider_by_name("cmp-a").uuid
     one_host.claim(orphan, AllocationRequest({root: {"VCPU": 1}}, "p", "u"))
-    assert admin._audit(audit_conf(), one_host) == 1  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf(), one_host) == 1  # type: ignore[arg-type]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["orphan_allocation", orphan, "host=cmp-a"]
     assert "action=release (due)" in lines[0] and "no record holds it" in lines[0]
@@ -1057,7 +1061,7 @@ def test_audit_fix_repairs_then_finds_nothing(
     one_host.report_instances(
         [InstanceReport("cmp-a", time.time() + 1, (RunningInstance(stray, {"VCPU": 1}),))]
     )
-    assert admin._audit(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
     out = json.loads(capsys.readouterr().out)
     assert out["repaired"] == {"orphan_allocation": 1, "stray_vm": 1}
     assert {(f["kind"], f["outcome"]) for f in out["findings"]} == {
@@ -1067,8 +1071,17 @@ def test_audit_fix_repairs_then_finds_nothing(
     assert fixable == [("cmp-a", stray)]
     assert one_host.get_consumer(orphan) is None
     one_host.report_instances([InstanceReport("cmp-a", time.time() + 1, ())])  # reaped
-    assert admin._audit(audit_conf(), one_host) == 0  # type: ignore[arg-type]
+    assert admin.extension("audit")(audit_conf(), one_host) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out.strip().startswith("findings: stray_vm=0")
+
+
+def test_the_conductors_commands_are_found_by_entry_point() -> None:
+    from conductor_stub import admin as conductor_admin
+
+    assert admin.extension("host-drain") is conductor_admin.host_drain
+    assert admin.extension("audit") is conductor_admin.audit
+    with pytest.raises(admin.CommandNotInstalled, match="nope: no such command installed"):
+        admin.extension("nope")
 
 
 def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:

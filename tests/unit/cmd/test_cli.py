@@ -33,8 +33,7 @@ def test_every_command_has_version() -> None:
     version = conf_mod.version()
     assert version != "unknown"
     runs = run_commands(
-        [[module, "--version"] for module, _, _ in COMMANDS]
-        + [["scheduler.cmd.demo", "--version"]]
+        [[module, "--version"] for module, _, _ in COMMANDS] + [["allinone.demo", "--version"]]
     )
     for run in runs:
         assert (run.returncode, run.stdout.strip()) == (0, version), (run.args, run.stderr)

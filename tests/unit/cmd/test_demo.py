@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.cmd import demo
+from allinone import demo
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -77,7 +77,7 @@ def test_urls_come_from_the_environment_then_the_config_file(
 #: loggers it uses), which the other tests of this worker must not inherit.
 _PLAY = """
 import json, sys
-from scheduler.cmd import demo
+from allinone import demo
 args = demo._parser().parse_args(sys.argv[1:])
 report = demo.play(args)
 assert not report.timed_out

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from scheduler import dashboard
-from scheduler.dashboard.server import make_server
+from scheduler.dashboard import command
+from scheduler.dashboard.server import make_server, serve_in_background
 from scheduler.dashboard.state import (
     NO_AGGREGATE,
     HostRow,
@@ -215,7 +215,7 @@ def test_read_counters_of_an_empty_exposition() -> None:
 def server() -> Iterator[str]:
     source = StateSource(lambda: {"hosts": []}, Scraper([]))
     srv = make_server(source, "s3cret", "127.0.0.1", 0)
-    dashboard.server.serve_in_background(srv)
+    serve_in_background(srv)
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
     srv.server_close()
@@ -254,12 +254,12 @@ def test_the_metrics_are_read_where_the_configuration_serves_them(tmp_path: Path
         "[conductor]\nhealth_port = 9100\n"
     )
     conf = private_conf([str(conf_file)])
-    assert dashboard.metrics_urls(conf) == [
+    assert command.metrics_urls(conf) == [
         "http://127.0.0.1:9000/metrics",
         "http://127.0.0.1:9001/metrics",
         "http://127.0.0.1:9100/metrics",
     ]
-    assert dashboard.metrics_urls(private_conf()) == []
+    assert command.metrics_urls(private_conf()) == []
 
 
 def test_a_store_away_is_a_503_the_page_can_show() -> None:
@@ -267,7 +267,7 @@ def test_a_store_away_is_a_503_the_page_can_show() -> None:
         raise StoreUnavailable(reason="Error 111 connecting to 127.0.0.1:6390")
 
     srv = make_server(StateSource(away, Scraper([])), "t", "127.0.0.1", 0)
-    dashboard.server.serve_in_background(srv)
+    serve_in_background(srv)
     try:
         status, body = get(f"http://127.0.0.1:{srv.server_address[1]}/api/state", "t")
     finally:

@@ -63,7 +63,7 @@ def test_an_early_stop_decides_as_a_whole_scan(
     # Ranges of 4 x the cut (4 to 32 rows) over up to 90 hosts: the scan often
     # stops early, and the dry run for all hosts examines every host.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+        patch.setattr("scheduler.engine.placement.FIRST_SPAN", 1)
         store = HookedStore(_cloud(kinds))
         options = {"max_placement_results": limit, "randomize_candidates": randomize}
         worker, other = engine(store, **options), engine(store, **options)

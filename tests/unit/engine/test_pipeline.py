@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import structlog.testing
 
-from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine, _rank
+from scheduler.engine.pipeline import CLAIM_CONFLICT, NOT_TRIED, OVER_LIMIT, Engine
 from scheduler.engine.plugins import UnknownPlugin
+from scheduler.engine.ranking import _rank
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import MEMORY_MB, VCPU, AllocationRequest
 from scheduler.store.base import GroupClaim
@@ -661,7 +662,7 @@ def test_ranking_from_a_sample_is_the_ranking_of_every_total(
     }[kind]
     head = 9
     sampled = [_rank(values, np.random.default_rng(seed), head) for seed in range(3)]
-    monkeypatch.setattr("scheduler.engine.pipeline.HEAD_SAMPLE", len(values))
+    monkeypatch.setattr("scheduler.engine.ranking.HEAD_SAMPLE", len(values))
     whole = [_rank(values, np.random.default_rng(seed), head) for seed in range(3)]
     for a, b in zip(sampled, whole, strict=True):
         assert a.tolist() == b.tolist()
@@ -739,7 +740,7 @@ def test_a_scan_stopped_at_the_cut_keeps_what_a_whole_scan_keeps(
 ) -> None:
     # Ranges of 12 rows (4 x the cut) over 120 hosts: the scan stops early,
     # and a dry run for all hosts (which examines every host) must agree.
-    monkeypatch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+    monkeypatch.setattr("scheduler.engine.placement.FIRST_SPAN", 1)
     store = HookedStore(_mixed_hosts(120))
     eng = engine(store, max_placement_results=3, randomize_candidates=randomize)
     for n in range(12):

@@ -385,7 +385,7 @@ def test_a_scan_stopped_at_the_cut_places_on_children_as_a_whole_scan(
 ) -> None:
     # Ranges of 8 rows over 40 hosts, GPUs (used up on some) on every other
     # host: the trees' allocations, kid rows included, are those of a whole scan.
-    monkeypatch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+    monkeypatch.setattr("scheduler.engine.placement.FIRST_SPAN", 1)
     hosts = [
         host(f"h{i:02d}", children=gpus(f"h{i:02d}", "CUSTOM_T4", "CUSTOM_A100", used=i % 3))
         if i % 2

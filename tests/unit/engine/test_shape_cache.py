@@ -98,7 +98,7 @@ def test_a_cached_shape_decides_as_the_engine(
     # Ranges of 4 x the cut (4 to 32 rows): the scan often stops early, and
     # the cache has to extend and shorten it as hosts fill and free.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.engine.pipeline.FIRST_SPAN", 1)
+        patch.setattr("scheduler.engine.placement.FIRST_SPAN", 1)
         store = HookedStore(_cloud(kinds))
         clock = [NOW]
         names = [f"h{i:03d}" for i in range(len(kinds))]

@@ -29,16 +29,17 @@ from oslo_config import cfg
 from compute_sim.hosts import HostShape
 from compute_sim.manager import DEFAULT_BUILD_RESULTS, DEFAULT_STATS_INTERVAL
 from compute_sim.simulator import ComputeSimulator
-from conductor_stub.flavors import load_catalog
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.report import format_fill, format_report
 from conductor_stub.tasks.build import Booter, BootReport
 from scheduler import conf as conf_mod
 from scheduler import log, rpc, steps
 from scheduler.cmd import _cli
+from scheduler.flavors import load_catalog
 from scheduler.log import mask_secrets
-from scheduler.service import SchedulerService, ServiceResolver
+from scheduler.service import SchedulerService
 from scheduler.store import open_store
+from scheduler.store.services import ServiceResolver
 
 #: Where the URLs come from when not on the command line (the environment is
 #: not shown by ``ps``; a command line is).

@@ -1,5 +1,9 @@
 """The flavor catalog: the classic m1.* sizes, extended by an operator's file.
 
+Read by the conductor (its boots and resizes name flavors), by
+``scheduler-admin explain`` and the dashboard (how many of each still fit),
+and by the demo.
+
 The built-in catalog is the same as etc/scheduler/flavors.json (a unit test
 keeps them equal). ``[conductor] flavors_file`` names a JSON file of the same
 form whose flavors are added to (or replace) the built-in ones, e.g.
@@ -10,6 +14,7 @@ form whose flavors are added to (or replace) the built-in ones, e.g.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from scheduler.exceptions import InvalidRequest
@@ -35,3 +40,21 @@ def load_catalog(extra_file: str = "") -> dict[str, Flavor]:
             raise InvalidRequest(reason=f"flavors file {extra_file} must hold a JSON object")
         raw.update(extra)
     return {name: Flavor.from_primitive({"name": name, **spec}) for name, spec in raw.items()}
+
+
+def flavor_with(
+    catalog: Mapping[str, Flavor], name: str, extra_specs: Iterable[tuple[str, str]] = ()
+) -> Flavor:
+    """The catalog's flavor ``name`` with ``extra_specs`` added (checked with
+    the request they go in). :class:`InvalidRequest` for an unknown name."""
+    if name not in catalog:
+        raise InvalidRequest(
+            reason=f"unknown flavor {name!r}; known: {', '.join(sorted(catalog))}"
+        )
+    flavor = catalog[name]
+    added = dict(extra_specs)
+    if not added:
+        return flavor
+    return Flavor.from_primitive(
+        {**flavor.to_primitive(), "extra_specs": {**flavor.extra_specs, **added}}
+    )
