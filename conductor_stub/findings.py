@@ -72,6 +72,7 @@ from typing import Any
 from scheduler.objects import (
     ACTIVE,
     DELETED,
+    DELETING,
     FINAL_STATES,
     MIGRATING,
     REBUILDING,
@@ -415,6 +416,27 @@ def _active(seen: Seen, record: InstanceRecord) -> Placement | None:
         f"its record places it on {record.host}, whose report does not show it",
         report.reported_at,
     )
+
+
+#: The kinds :func:`misplacements` finds: a settled record the reports contradict.
+RECORD_JUDGED = frozenset({LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE, LOST_RESIZE})
+
+
+def still_contradicted(finding: Finding, record: InstanceRecord | None) -> bool:
+    """Whether a :data:`RECORD_JUDGED` finding still holds of the record as it
+    is now: not changed since the report that judged it, and as it was."""
+    assert finding.reported_at is not None
+    if record is None or record.updated_at >= finding.reported_at:
+        return False
+    if finding.kind == LOST_DELETE:
+        return record.state not in (DELETED, DELETING)
+    if finding.kind == LOST_RESIZE:
+        resized = record.state == RESIZED and record.task_state is None
+        return resized and record.host == finding.host
+    if finding.kind == MISPLACED_VM and finding.placed is None:
+        return record.state == SHELVED_OFFLOADED
+    placed = finding.placed if finding.kind == MISPLACED_VM else finding.host
+    return record.state == ACTIVE and record.host == placed
 
 
 def adopted_elsewhere(placements: Iterable[Placement]) -> set[tuple[str, str]]:

@@ -87,6 +87,7 @@ from conductor_stub.findings import (
     MISSING_ALLOCATION,
     ORPHAN_ALLOCATION,
     OVERCOMMIT,
+    RECORD_JUDGED,
     SKIPPED,
     STRAY_VM,
     Finding,
@@ -95,6 +96,7 @@ from conductor_stub.findings import (
     misplacements,
     moves_in_flight,
     orphaned,
+    still_contradicted,
 )
 from conductor_stub.metrics import ACTIONS_TAKEN, FINDINGS
 from scheduler.exceptions import (
@@ -105,12 +107,9 @@ from scheduler.exceptions import (
 )
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import (
-    ACTIVE,
     DELETED,
-    DELETING,
     ERROR,
     FINAL_STATES,
-    RESIZED,
     SHELVED_OFFLOADED,
     AllocationRequest,
     Flavor,
@@ -487,20 +486,8 @@ class Reconciler:
         """The finding as the store is now (None: it no longer holds)."""
         listed = self.store.list_instances([finding.uuid])
         record = listed[0] if listed else None
-        if finding.kind in (LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE, LOST_RESIZE):
-            # The record has not changed since the report that judged it.
-            assert finding.reported_at is not None
-            if record is None or record.updated_at >= finding.reported_at:
-                return None
-            if finding.kind == LOST_DELETE:
-                return finding if record.state not in (DELETED, DELETING) else None
-            if finding.kind == LOST_RESIZE:
-                resized = record.state == RESIZED and record.task_state is None
-                return finding if resized and record.host == finding.host else None
-            if finding.kind == MISPLACED_VM and finding.placed is None:
-                return finding if record.state == SHELVED_OFFLOADED else None
-            placed = finding.placed if finding.kind == MISPLACED_VM else finding.host
-            return finding if record.state == ACTIVE and record.host == placed else None
+        if finding.kind in RECORD_JUDGED:
+            return finding if still_contradicted(finding, record) else None
         consumer = self.store.get_consumer(finding.uuid)
         if finding.kind == ORPHAN_ALLOCATION:
             if consumer is None:

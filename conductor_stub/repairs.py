@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from conductor_stub import records
 from conductor_stub.findings import LOST_VM_FAULT, LOST_VM_LOG, RECOVERED_FAULT, SKIPPED, Finding
 from conductor_stub.tasks.base import request_context
+from scheduler.build_results import placed_on
 from scheduler.objects import (
     ACTIVE,
     DELETED,
@@ -130,7 +130,7 @@ def lost_shelve(store: RepairStore, finding: Finding, clock: Callable[[], float]
         expect={"host": finding.host},
         state=SHELVED_OFFLOADED,
         task_state=None,
-        **records.placed_on(),
+        **placed_on(),
         updated_at=clock(),
         deadline=None,
     )
@@ -191,7 +191,7 @@ def adopt_record(store: RepairStore, finding: Finding, clock: Callable[[], float
         expect={"host": finding.placed},
         state=ACTIVE,
         task_state=None,
-        **records.placed_on(finding.host, finding.host, zone),
+        **placed_on(finding.host, finding.host, zone),
         fault_details=f"adopted by the reconciler: {why}",
         updated_at=clock(),
         deadline=None,

@@ -414,7 +414,9 @@ class Cluster:
           non-final state, is in flight and not judged);
         * no allocation without a record (or a move in flight holding it as its
           migration);
-        * nothing reported on two hosts outside a move.
+        * nothing reported on two hosts outside a move;
+        * nothing ACTIVE runs nowhere: an ACTIVE record with nothing in flight,
+          not changed since its host's last report, is in that report.
         """
         live_sims = {p.name for p in self.processes if p.popen.poll() is None and not p.paused}
         migrations = {r.migration_uuid for r in records.values() if r.state in MOVE_STATES}
@@ -426,6 +428,17 @@ class Cluster:
         for report in self.store.instance_reports():
             if report.host.rsplit("-", 1)[0] not in live_sims:
                 continue
+            shown = {vm.uuid for vm in report.instances}
+            nowhere = [
+                r.uuid
+                for r in records.values()
+                if r.state == ACTIVE
+                and r.task_state is None
+                and r.host == report.host
+                and r.updated_at < report.reported_at
+                and r.uuid not in shown
+            ]
+            assert not nowhere, f"ACTIVE on {report.host}, which does not run them: {nowhere}"
             for vm in report.instances:
                 if report.host not in running.get(vm.uuid, set()):
                     continue  # gone since the report
