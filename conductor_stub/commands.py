@@ -30,13 +30,14 @@ from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.live_migrate import summary as live_summary
 from conductor_stub.tasks.resize import Resizer, finished, settled, summary
 from conductor_stub.tasks.shelve import Shelver
-from scheduler import health, log, rpc, steps
+from scheduler import health, log, notify_transport, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.exceptions import InvalidRequest, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
 from scheduler.flavors import flavor_with, load_catalog
+from scheduler.notifier import Notifier
 from scheduler.objects import (
     ACTIVE,
     FINAL_STATES,
@@ -113,6 +114,23 @@ def _health(conf: cfg.ConfigOpts, store: Any) -> Any:
     return health.serve(monitor, conf.scheduler.health_listen, conf.conductor.health_port)
 
 
+def _notifier(conf: cfg.ConfigOpts, transport: Any) -> Notifier | None:
+    """The reconciler's notifier (``scheduler.reconcile.action``), publishing
+    as ``scheduler-conductor:<host>`` where ``[notifications]`` says, as a
+    worker does; None when notifications are off."""
+    if transport is None:
+        return None
+    return Notifier(
+        transport,
+        conf.host,
+        topic=conf.notifications.topic,
+        notification_format=conf.notifications.format,
+        versioned_topic=conf.notifications.versioned_topic,
+        channel=notify_transport.channel_for(conf, transport),
+        service="scheduler-conductor",
+    )
+
+
 def serve(conf: cfg.ConfigOpts) -> int:
     transport = rpc.get_transport(conf)
     store = make_store(conf)
@@ -126,7 +144,9 @@ def serve(conf: cfg.ConfigOpts) -> int:
     sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
     stop = threading.Event()
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
-    reconciler = Reconciler(store, compute, reconcile_settings(conf))
+    notifying = rpc.get_notification_transport(conf) if conf.notifications.enabled else None
+    notifier = _notifier(conf, notifying)
+    reconciler = Reconciler(store, compute, reconcile_settings(conf), notifier=notifier)
     reconciling = threading.Thread(
         target=reconciler.run, args=(stop,), name="reconciler", daemon=True
     )
@@ -150,6 +170,9 @@ def serve(conf: cfg.ConfigOpts) -> int:
         reconciling.join(timeout=5)
         if endpoint_http is not None:
             endpoint_http.shutdown()
+        if notifier is not None and notifying is not None:
+            notifier.stop()
+            notifying.cleanup()
         transport.cleanup()
         LOG.info(
             "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)

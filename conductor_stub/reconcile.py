@@ -11,9 +11,12 @@ What it finds, and what it does about each kind, is
 :mod:`conductor_stub.findings`' table.
 
 Every action is logged at warning (``reconcile_action``: kind, action,
-instance_uuid, host, reason, outcome) and counted, per kind, in
-:attr:`Reconciler.counts` and on the conductor's ``/metrics``
-(``conductor_reconcile_actions_total``, with ``[conductor] health_port``).
+instance_uuid, host, reason, outcome), notified (``scheduler.reconcile.action``,
+:class:`~scheduler.notifications.ReconcileActionPayload`, when the conductor
+has notifications on) and counted, per kind, in :attr:`Reconciler.counts`
+and on the conductor's ``/metrics`` (``conductor_reconcile_actions_total``;
+``conductor_reconcile_findings`` for what the last pass found, with
+``[conductor] health_port``).
 
 A healed allocation is written only where it fits: where it would take a
 host past its capacity it is refused, and the VM is an ``overcommit`` finding
@@ -106,6 +109,8 @@ from scheduler.exceptions import (
     ProviderNotFound,
 )
 from scheduler.log import bind_request, get_logger
+from scheduler.notifications import ReconcileActionPayload
+from scheduler.notifier import Notifier
 from scheduler.objects import (
     DELETED,
     ERROR,
@@ -203,11 +208,13 @@ class Reconciler:
         compute: Reaper | None,
         settings: ReconcileSettings | None = None,
         clock: Callable[[], float] = time.time,
+        notifier: Notifier | None = None,
     ) -> None:
         self.store = store
         self.compute = compute
         self.settings = settings or ReconcileSettings()
         self._clock = clock
+        self.notifier = notifier
         self._first_seen: dict[tuple[str, str, str | None], float] = {}
         self._host_of: dict[str, str] = {}  # provider uuid -> host (its root's name)
         self._root_of: dict[str, str] = {}  # host -> its root provider's uuid
@@ -471,15 +478,7 @@ class Reconciler:
         self.counts[finding.kind] += 1
         ACTIONS_TAKEN.labels(finding.kind).inc()
         self._first_seen.pop(finding.key, None)
-        LOG.warning(
-            "reconcile_action",
-            kind=finding.kind,
-            action=finding.action,
-            instance_uuid=finding.uuid,
-            host=finding.host,
-            reason=finding.reason,
-            outcome=finding.outcome,
-        )
+        told(finding, self.notifier)
         return finding
 
     def _still(self, finding: Finding) -> Finding | None:
@@ -597,3 +596,36 @@ def _resources(record: InstanceRecord, vm: RunningInstance | None) -> dict[str, 
     if record.request_spec:
         return RequestSpec.from_primitive(dict(record.request_spec)).resources
     return dict(vm.resources) if vm is not None else {}
+
+
+def told(finding: Finding, notifier: Notifier | None) -> None:
+    """An action taken, logged at warning (``reconcile_action``) and notified
+    (``scheduler.reconcile.action``) if there is a notifier; a notification
+    that cannot be queued is logged, never raised (the repair is done)."""
+    LOG.warning(
+        "reconcile_action",
+        kind=finding.kind,
+        action=finding.action,
+        instance_uuid=finding.uuid,
+        host=finding.host,
+        reason=finding.reason,
+        outcome=finding.outcome,
+    )
+    if notifier is None:
+        return
+    payload = ReconcileActionPayload(
+        kind=finding.kind,
+        action=finding.action,
+        instance_uuid=finding.uuid,
+        host=finding.host,
+        reason=finding.reason,
+        outcome=finding.outcome or "",
+    )
+    try:
+        notifier.info(RequestContext.admin(), RECONCILE_ACTION, payload)
+    except Exception as exc:  # noqa: BLE001 - a notification never undoes a repair
+        LOG.warning("reconcile_notify_failed", kind=finding.kind, error=repr(exc))
+
+
+#: The event of an action the reconciler took.
+RECONCILE_ACTION = "scheduler.reconcile.action"

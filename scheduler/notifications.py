@@ -651,6 +651,31 @@ class SchedulingErrorPayload(EventPayload):
         }
 
 
+@dataclass(frozen=True)
+class ReconcileActionPayload(EventPayload):
+    """``scheduler.reconcile.action``: the conductor's reconciler acted on a
+    finding (a lost VM, a forgotten delete or shelve, a VM adopted where it
+    runs, a stray reaped ...): what it found, why, and what it did."""
+
+    # Version 1.0: initial version
+    VERSION = "1.0"
+
+    #: The finding's kind (``lost_vm``, ``misplaced_vm``, ``stray_vm`` ...).
+    kind: str
+    #: What was done about it (``error``, ``adopt``, ``reap`` ...).
+    action: str
+    #: The instance's uuid (for an orphan allocation, its consumer's).
+    instance_uuid: str
+    #: Where it was found (None: no host, e.g. an allocation on none).
+    host: str | None
+    reason: str
+    #: What the action did (``ERROR, released``, ``adopted on ...`` ...).
+    outcome: str
+
+    def legacy(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _field_names(type(self))}
+
+
 #: Per versioned event type: its priority and its payload's class. Every event
 #: the scheduler publishes is here (and has its sample in doc/notification_samples).
 EVENTS: dict[str, tuple[str, type[EventPayload]]] = {
@@ -664,6 +689,7 @@ EVENTS: dict[str, tuple[str, type[EventPayload]]] = {
     "scheduler.resize.start": ("INFO", ResizePayload),
     "scheduler.resize.end": ("INFO", ResizePayload),
     "scheduler.resize.error": ("ERROR", SchedulingErrorPayload),
+    "scheduler.reconcile.action": ("INFO", ReconcileActionPayload),
 }
 
 

@@ -127,7 +127,11 @@ class Notifier:
         notification_format: str = "both",
         versioned_topic: str = "versioned_notifications",
         channel: NotificationChannel | None = None,
+        service: str = "scheduler-worker",
     ) -> None:
+        """``service`` names the publisher of the versioned notifications
+        (``<service>:<host>``): ``scheduler-worker``, or ``scheduler-conductor``
+        for the conductor's reconciler."""
         if notification_format not in FORMATS:
             raise ValueError(f"notification format must be one of {', '.join(FORMATS)}")
         wanted = enabled and transport is not None
@@ -145,7 +149,7 @@ class Notifier:
         # notification channel publishes it.
         self._legacy: Any = publisher(f"scheduler.{host}", topic, ("unversioned", "both"))
         self._versioned: Any = publisher(
-            f"scheduler-worker:{host}", versioned_topic, ("versioned", "both")
+            f"{service}:{host}", versioned_topic, ("versioned", "both")
         )
         self._channel = channel if wanted else None
         self._channel_lock = threading.Lock()  # the publisher thread's, then a caller's after stop

@@ -25,6 +25,7 @@ from scheduler.notifications import (
     DestinationPayload,
     EventPayload,
     InstanceScheduledPayload,
+    ReconcileActionPayload,
     ResizePayload,
     SchedulingErrorPayload,
     SchedulingPayload,
@@ -110,6 +111,14 @@ def payloads() -> dict[str, EventPayload]:
             resize, state="scheduled", migration_uuid=MIGRATION, selection=SELECTION
         ),
         "scheduler.resize.error": error,
+        "scheduler.reconcile.action": ReconcileActionPayload(
+            kind="lost_vm",
+            action="error",
+            instance_uuid=INSTANCE,
+            host="compute-0001",
+            reason="its record places it on compute-0001, whose report does not show it",
+            outcome="ERROR, released",
+        ),
     }
 
 

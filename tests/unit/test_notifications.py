@@ -42,6 +42,7 @@ FINGERPRINTS = {
     "InstancePCIRequestPayload": "1.0-60deb64a32db217565473ab1130ef8f5",
     "InstancePCIRequestsPayload": "1.0-73e63b48d6d4251d551137b5e24508de",
     "InstanceScheduledPayload": "1.0-b0ca816f3a505e9709591d2534b70ee2",
+    "ReconcileActionPayload": "1.0-5a8238bb8601ce6358e11daa985930e4",
     "RequestSpecPayload": "1.0-33f030a5d97dce3d9b2dc15cf2b14c69",
     "ResizePayload": "1.0-d178c5bdc245f4ad369b55976d54e198",
     "SchedulingErrorPayload": "1.0-2c5c56973ac483331a2ab9f0d3b92d0a",

@@ -54,6 +54,7 @@ from scheduler.store import (
 )
 from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
 from tests.unit.factories import host, populate
+from tests.unit.notifying import legacy_checked
 
 TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
 AMOUNTS = {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
@@ -422,6 +423,46 @@ def test_an_active_instance_its_host_does_not_run_is_lost_then_errored_and_relea
     assert world.store.get_consumer(uuid) is None
     assert world.reconciler.counts == {LOST_VM: 1}
     assert "lost_vm=1" in format_counts([due])
+
+
+@dataclass
+class RecordingNotifier:
+    sent: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def info(self, ctxt: Any, event_type: str, payload: Any) -> None:
+        self.sent.append((event_type, legacy_checked("info", event_type, payload)))
+
+
+def test_every_action_is_notified_as_its_sample_shows(world: World) -> None:
+    notifier = RecordingNotifier()
+    world.reconciler.notifier = notifier  # type: ignore[assignment]
+    lost = world.record(ACTIVE, "h1")
+    world.claim(lost, "h1")
+    in_grace = world.record(ACTIVE, "h2")
+    world.claim(in_grace, "h2")
+    world.report("h1")
+    world.passes(1)
+    world.report("h1")
+    world.report("h2")
+    world.passes(1)
+    # Only what was acted on: the one past its grace, not the one in it.
+    assert [(e, n["kind"], n["instance_uuid"], n["outcome"]) for e, n in notifier.sent] == [
+        ("scheduler.reconcile.action", LOST_VM, lost, "ERROR, released")
+    ]
+
+
+def test_a_notifier_that_fails_does_not_undo_the_repair(world: World) -> None:
+    class Broken:
+        def info(self, *args: Any) -> None:
+            raise RuntimeError("the broker is away")
+
+    world.reconciler.notifier = Broken()  # type: ignore[assignment]
+    uuid = world.record(ACTIVE, "h1")
+    world.report("h1")
+    world.passes(1)
+    world.report("h1")
+    [done] = world.passes(1)
+    assert done.outcome == "ERROR" and world.store.get_instance(uuid).state == ERROR
 
 
 def test_lost_vm_action_log_only_finds_it(world: World) -> None:
