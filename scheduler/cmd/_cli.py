@@ -8,12 +8,17 @@
   broker or store that cannot be reached, a topic nothing consumes. The
   traceback only with ``--debug``.
 * Ctrl-C (SIGINT) exits quietly with status 130, whatever the command was doing.
+* Output to a pipe whose reader has gone (``scheduler-admin hosts | head``)
+  exits quietly with status 141 (128 + SIGPIPE, what a shell reports for a
+  command killed by SIGPIPE, so ``set -o pipefail`` still tells it from
+  success): the rest of the output is dropped, nothing is said.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import sys
 import traceback
@@ -28,6 +33,9 @@ from scheduler.exceptions import BrokerUnreachable, ConfigInvalid, NoConsumer, S
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: The exit status of a command whose standard output was closed under it
+#: (128 + SIGPIPE): see :func:`run`.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 #: The exit status of a configuration that cannot be used, or a service that
 #: cannot be reached.
 EXIT_FAILED = 1
@@ -146,6 +154,31 @@ def interrupted() -> int:
     os._exit(EXIT_INTERRUPTED)
 
 
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (and not a
+    socket of the command's that broke, which is a failure to show)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def stdout_gone() -> int:
+    """Standard output was closed under the command: point it at ``/dev/null``
+    (what is left in its buffer goes nowhere) and return :data:`EXIT_BROKEN_PIPE`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind it (a test's capture)
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def run(
     prog: str,
     body: Callable[[], int | None],
@@ -153,12 +186,26 @@ def run(
     failed: int = EXIT_FAILED,
 ) -> int:
     """Run a command's ``body`` and return its exit status, saying a known
-    failure in one line (``prog: message``) and leaving quietly on Ctrl-C."""
+    failure in one line (``prog: message``) and leaving quietly on Ctrl-C.
+
+    Every console script's ``main`` is this. When standard output is closed
+    under the command (``| head`` has read enough), it stops there and returns
+    :data:`EXIT_BROKEN_PIPE` (141) without a word: Python's recipe
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe), standard
+    output pointed at ``/dev/null`` so that the interpreter's last flush of
+    what is left in its buffer fails no more.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return body() or 0
+        status = body() or 0
+        sys.stdout.flush()  # the end of the output, written while we can still say so
+        return status
     except KeyboardInterrupt:
         return interrupted()
+    except BrokenPipeError:
+        if not stdout_closed():  # some other pipe or socket: not ours to hide
+            raise
+        return stdout_gone()
     except rpc.SEND_FAILURES as exc:  # a client given retries, whose broker went away
         if "--debug" in args or _debug():
             traceback.print_exc()
