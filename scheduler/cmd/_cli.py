@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import signal
@@ -80,14 +81,18 @@ def whole(least: int) -> Callable[[str], int]:
 
 
 def seconds(least: float = 0.0, inclusive: bool = False) -> Callable[[str], float]:
-    """An argparse type: seconds, more than ``least`` (or ``least`` itself too
-    when ``inclusive``)."""
+    """An argparse type: a finite number of seconds, more than ``least`` (or
+    ``least`` itself too when ``inclusive``). Every timeout, wait and interval a
+    command takes is read with it: ``nan``, ``inf`` and a negative number are
+    refused while parsing (exit status 2), never handed to a wait."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
         if not (value >= least if inclusive else value > least):
             bound = "at least" if inclusive else "more than"
             raise argparse.ArgumentTypeError(f"must be {bound} {least:g}, got {text}")

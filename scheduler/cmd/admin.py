@@ -446,22 +446,12 @@ def _add_commands(subparsers: Any) -> None:
     )
     audit.add_argument(
         "--grace",
-        type=_non_negative_seconds,
+        type=_cli.seconds(0.0, inclusive=True),
         metavar="S",
         help="Seconds a finding must persist before --fix acts on it (default: "
         "[conductor] orphan_grace; 0 acts on the first comparison).",
     )
     audit.add_argument("--json", action="store_true", help="Print the findings as JSON.")
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 command_opt = cfg.SubCommandOpt(
