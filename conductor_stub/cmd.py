@@ -397,7 +397,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:
-        print(f"conductor-stub: {exc.message}", file=sys.stderr)
+        _cli.say("conductor-stub", exc.message)
         return 2
 
 

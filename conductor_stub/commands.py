@@ -7,7 +7,6 @@ read the records (list, show), and return the command's exit status."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -199,10 +198,10 @@ def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, 
     enabled = set(conf.filter_scheduler.enabled_filters)
     for key in hints:
         if BOOT_HINTS[key] not in enabled:
-            print(
-                f"conductor-stub boot: warning: hint {key} needs {BOOT_HINTS[key]} in "
+            _cli.say(
+                "conductor-stub boot",
+                f"warning: hint {key} needs {BOOT_HINTS[key]} in "
                 "[filter_scheduler] enabled_filters (not in this config's)",
-                file=sys.stderr,
             )
     return hints
 
@@ -210,13 +209,13 @@ def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, 
 def boot(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
-        print("conductor-stub boot: --count and --per-request must be at least 1", file=sys.stderr)
+        _cli.say("conductor-stub boot", "--count and --per-request must be at least 1")
         return 2
     if args.per_request > MAX_INSTANCES_PER_REQUEST:
-        print(
-            f"conductor-stub boot: --per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
+        _cli.say(
+            "conductor-stub boot",
+            f"--per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
             "(the scheduler refuses a larger request whole)",
-            file=sys.stderr,
         )
         return 2
     flavor = flavor_with(load_catalog(conf.conductor.flavors_file), args.flavor, args.extra_spec)
@@ -289,10 +288,10 @@ def boot_status(report: BootReport, asked: int, timeout: float) -> int:
     missing = asked - sum(report.by_state.values())
     if missing:
         others = ", ".join(filter(None, [others, f"{missing} not found"]))
-    print(
-        f"conductor-stub boot: {asked - active} of {asked} instance(s) did not become ACTIVE"
+    _cli.say(
+        "conductor-stub boot",
+        f"{asked - active} of {asked} instance(s) did not become ACTIVE"
         f" ({others})" + (f"; timed out after {timeout:g} s" if report.timed_out else ""),
-        file=sys.stderr,
     )
     return 1
 
@@ -301,17 +300,13 @@ def resize(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor is not None and args.flavor not in catalog:
-        print(
-            f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
-            f"{', '.join(sorted(catalog))}",
-            file=sys.stderr,
+        _cli.say(
+            "conductor-stub resize",
+            f"unknown flavor {args.flavor!r}; known: {', '.join(sorted(catalog))}",
         )
         return 2
     if args.flavor is None and not (args.confirm or args.revert):
-        print(
-            "conductor-stub resize: give --flavor to resize, or --confirm / --revert",
-            file=sys.stderr,
-        )
+        _cli.say("conductor-stub resize", "give --flavor to resize, or --confirm / --revert")
         return 2
     flavor = catalog[args.flavor] if args.flavor is not None else None
     return _move(
@@ -323,7 +318,7 @@ def resize(conf: cfg.ConfigOpts) -> int:
 def migrate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.destination is not None and not args.destination:
-        print("conductor-stub migrate: --host needs a host name", file=sys.stderr)
+        _cli.say("conductor-stub migrate", "--host needs a host name")
         return 2
     finishing = (args.confirm or args.revert) and _is_resized(conf, args.uuid)
     return _move(
@@ -428,7 +423,7 @@ def delete(conf: cfg.ConfigOpts) -> int:
     args = conf.command
 
     def refuse(message: str) -> int:
-        print(f"conductor-stub delete: {message}", file=sys.stderr)
+        _cli.say("conductor-stub delete", message)
         return 2
 
     if args.all == bool(args.uuids):
@@ -455,14 +450,13 @@ def delete(conf: cfg.ConfigOpts) -> int:
         if args.wait:
             left, timed_out = deleter.wait(uuids, args.timeout)
             if timed_out:
-                print(
-                    f"conductor-stub delete: timed out after {args.timeout:g} s; not yet "
-                    "DELETED: "
+                _cli.say(
+                    "conductor-stub delete",
+                    f"timed out after {args.timeout:g} s; not yet DELETED: "
                     + ", ".join(
                         f"{r.uuid} ({r.state}, waiting on {', '.join(r.pending_hosts) or '-'})"
                         for r in left
                     ),
-                    file=sys.stderr,
                 )
                 return 1
             records = store.list_instances(uuids)
@@ -481,7 +475,7 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
 
     def refuse(message: str) -> int:
-        print(f"conductor-stub evacuate: {message}", file=sys.stderr)
+        _cli.say("conductor-stub evacuate", message)
         return 2
 
     if bool(args.from_host) == bool(args.uuids):
@@ -539,12 +533,11 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     for uuid in uuids:
         record = found.get(uuid)
         if record is None:
-            print(f"conductor-stub {args.name}: no such instance: {uuid}", file=sys.stderr)
+            _cli.say(f"conductor-stub {args.name}", f"no such instance: {uuid}")
             return 2
         if record.state != wanted:
-            print(
-                f"conductor-stub {args.name}: instance {uuid} is {record.state}, not {wanted}",
-                file=sys.stderr,
+            _cli.say(
+                f"conductor-stub {args.name}", f"instance {uuid} is {record.state}, not {wanted}"
             )
             return 2
     transport = rpc.get_transport(conf)
@@ -571,7 +564,7 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     rows = [list_row(r) for r in records]
     print(json.dumps({"instances": rows}) if args.json else format_list(rows))
     if timed_out:
-        print(f"conductor-stub {args.name}: timed out after {args.timeout:g} s", file=sys.stderr)
+        _cli.say(f"conductor-stub {args.name}", f"timed out after {args.timeout:g} s")
         return 1
     return 0
 

@@ -6,7 +6,9 @@
 * A mistake is one line, ``<prog>: <what>``, and a non-zero exit status: a
   configuration that cannot be used (the option, its value and its file), a
   broker or store that cannot be reached, a topic nothing consumes. The
-  traceback only with ``--debug``.
+  traceback only with ``--debug``. Every such line is printed by :func:`say`,
+  which escapes control characters (``\\n``, ``\\x1b``): what the user
+  typed is quoted, never replayed to the terminal.
 * Ctrl-C (SIGINT) exits quietly with status 130, whatever the command was doing.
 * Output to a pipe whose reader has gone (``scheduler-admin hosts | head``)
   exits quietly with status 141 (128 + SIGPIPE, what a shell reports for a
@@ -49,6 +51,22 @@ ONE_LINE_ERRORS: tuple[type[BaseException], ...] = (
     NoConsumer,
     StoreUnavailable,
 )
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (newlines, tabs,
+    escape sequences, bidirectional overrides, ...) written as ``repr`` writes
+    it (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def say(prog: str, message: str) -> None:
+    """Print ``prog: message`` on standard error: the one place a command's
+    errors (and warnings) are printed, in one line, control characters
+    escaped (:func:`printable`)."""
+    print(f"{prog}: {printable(message)}", file=sys.stderr)
 
 
 def apply_log_options(debug: bool, log_file: str | None) -> None:
@@ -215,13 +233,13 @@ def run(
         if "--debug" in args or _debug():
             traceback.print_exc()
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{prog}: the message broker stopped answering: {reason}", file=sys.stderr)
+        say(prog, f"the message broker stopped answering: {reason}")
         return failed
     except ONE_LINE_ERRORS as exc:
         if "--debug" in args or _debug():
             traceback.print_exc()
         message = getattr(exc, "message", None) or str(exc)
-        print(f"{prog}: {message.strip().splitlines()[0]}", file=sys.stderr)
+        say(prog, message.strip().splitlines()[0])
         return failed
 
 

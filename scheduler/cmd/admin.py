@@ -666,18 +666,18 @@ def _explain(conf: cfg.ConfigOpts) -> int:
             else:
                 report = client.explain(ctxt, spec, instance_uuids=uuids, all_hosts=args.all_hosts)
         except oslo_messaging.MessagingTimeout:
-            print(
-                f"scheduler-admin: no scheduler worker answered on topic "
+            _cli.say(
+                "scheduler-admin",
+                f"no scheduler worker answered on topic "
                 f"{conf.scheduler.topic!r} within {args.timeout:g} s (is one running, at RPC "
                 "version 1.1 or later?)",
-                file=sys.stderr,
             )
             return EXIT_ERROR
         except oslo_messaging.UnsupportedVersion as exc:
-            print(
-                f"scheduler-admin: the worker that answered does not serve RPC version "
+            _cli.say(
+                "scheduler-admin",
+                f"the worker that answered does not serve RPC version "
                 f"{exc.version}, which --instance-uuid, --all-hosts and --only-filter need",
-                file=sys.stderr,
             )
             return EXIT_ERROR
     finally:
@@ -1014,7 +1014,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:  # Forbidden, InvalidRequest, InstanceNotFound, ...
-        print(f"scheduler-admin: {exc.message}", file=sys.stderr)
+        _cli.say("scheduler-admin", exc.message)
         return EXIT_ERROR
 
 

@@ -6,11 +6,13 @@ command's own parser, in process."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from conductor_stub import cmd
-from scheduler.cmd import admin
+from scheduler.cmd import _cli, admin
+from tests.cli import run_commands
 
 
 def parser(add_commands: object, prog: str) -> argparse.ArgumentParser:
@@ -76,3 +78,50 @@ def test_other_durations_are_finite_too(
 ) -> None:
     line = refusal(capsys, command_parser("scheduler-admin"), argv)
     assert line.endswith(f"expected a finite number of seconds, got '{argv[-1]}'"), line
+
+
+# --- control characters -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message, said",
+    [
+        pytest.param("host cmp-1 not found", "host cmp-1 not found", id="plain"),
+        pytest.param("instance abc\ndef not found", "instance abc\\ndef not found", id="newline"),
+        pytest.param("no such instance: a\x1b[31mb", "no such instance: a\\x1b[31mb", id="escape"),
+        pytest.param("tab\there\r", "tab\\there\\r", id="tab-cr"),
+        pytest.param("bidi \u202egnp.exe", "bidi \\u202egnp.exe", id="bidi-override"),
+        pytest.param("ünïcödé and 'quotes'", "ünïcödé and 'quotes'", id="printable-kept"),
+    ],
+)
+def test_an_error_never_echoes_a_control_character(
+    capsys: pytest.CaptureFixture[str], message: str, said: str
+) -> None:
+    _cli.say("conductor-stub delete", message)
+    assert capsys.readouterr().err == f"conductor-stub delete: {said}\n"
+
+
+def test_a_control_character_in_an_argument_is_escaped_in_the_one_line_error(
+    tmp_path: Path,
+) -> None:
+    """A uuid or a host name holding a newline or an escape sequence, as each
+    command says it is unknown: one line, the characters escaped."""
+    memory = tmp_path / "memory.conf"
+    memory.write_text("[redis]\nurl = memory://\n")
+    base = ["--config-file", str(memory)]
+    runs = run_commands(
+        [
+            ["conductor_stub.cmd", *base, "show", "abc\ndef"],
+            ["scheduler.cmd.admin", *base, "instance", "show", "abc\ndef"],
+            ["scheduler.cmd.admin", *base, "host", "disable", "cmp\x1b[2J-1"],
+            ["scheduler.cmd.admin", *base, "usage", "provider", "p\r\n1"],
+        ]
+    )
+    said = [
+        "conductor-stub: instance abc\\ndef not found",
+        "scheduler-admin: instance abc\\ndef not found",
+        "scheduler-admin: host cmp\\x1b[2J-1 not found",
+        "scheduler-admin: resource provider p\\r\\n1 not found",
+    ]
+    for run, line in zip(runs, said, strict=True):
+        assert (run.returncode, run.stderr) == (2, line + "\n"), run.args
