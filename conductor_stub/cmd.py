@@ -392,8 +392,17 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     if conf.command.name in BROKER_COMMANDS:
         broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
+    return run(conf)
+
+
+def run(conf: cfg.ConfigOpts) -> int:
+    """Run the parsed command; a refusal (:class:`SchedulerError`) is one
+    line and exit status 2. The store and the transports it opened are closed
+    when it ends, however it ends (:func:`_cli.closing`; the commands open
+    them with :func:`commands.open_store` and :func:`commands.open_transport`)."""
     try:
-        return COMMANDS[conf.command.name](conf)
+        with _cli.closing():
+            return COMMANDS[conf.command.name](conf)
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:

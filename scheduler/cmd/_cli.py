@@ -9,6 +9,9 @@
   traceback only with ``--debug``. Every such line is printed by :func:`say`,
   which escapes control characters (``\\n``, ``\\x1b``): what the user
   typed is quoted, never replayed to the terminal.
+* What a command opens (its store, its transports) is closed when it ends,
+  however it ends: its dispatcher runs it in :func:`closing`, and it opens
+  them with :func:`opened`.
 * Ctrl-C (SIGINT) exits quietly with status 130, whatever the command was doing.
 * Output to a pipe whose reader has gone (``scheduler-admin hosts | head``)
   exits quietly with status 141 (128 + SIGPIPE, what a shell reports for a
@@ -19,14 +22,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import math
 import os
 import select
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from oslo_config import cfg
 
@@ -51,6 +56,56 @@ ONE_LINE_ERRORS: tuple[type[BaseException], ...] = (
     NoConsumer,
     StoreUnavailable,
 )
+
+
+_T = TypeVar("_T")
+
+
+class Opened:
+    """What one command opened, each once (by key), closed when it ends: the
+    last opened first."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._kept: dict[str, Any] = {}
+
+    def keep(self, key: str, open_: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+        if key not in self._kept:
+            thing = open_()
+            self._stack.callback(close, thing)
+            self._kept[key] = thing
+        found: _T = self._kept[key]
+        return found
+
+    def close(self) -> None:
+        self._kept.clear()
+        self._stack.close()
+
+
+_OPENED: contextvars.ContextVar[Opened | None] = contextvars.ContextVar("opened", default=None)
+
+
+@contextlib.contextmanager
+def closing() -> Iterator[Opened]:
+    """The run of one command, in its dispatcher: what the command opens
+    with :func:`opened` meanwhile is closed when the run ends, however it
+    ends (done, refused, failed, interrupted)."""
+    scope = Opened()
+    token = _OPENED.set(scope)
+    try:
+        yield scope
+    finally:
+        _OPENED.reset(token)
+        scope.close()
+
+
+def opened(key: str, open_: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+    """``open_()``: what the command runs on (``key``: its store, a transport),
+    opened once per run and closed (``close``) when the run of
+    :func:`closing` ends. Outside such a run (a test calling a command
+    itself) it is opened each time and left to the caller."""
+    scope = _OPENED.get()
+    return open_() if scope is None else scope.keep(key, open_, close)
 
 
 def printable(text: str) -> str:

@@ -251,3 +251,16 @@ def test_a_broken_pipe_that_is_not_stdout_is_not_hidden() -> None:
 
     with pytest.raises(BrokenPipeError):
         _cli.run("conductor-stub", body, [])
+
+
+def test_what_a_command_opened_is_closed_once_last_first_however_it_ends() -> None:
+    closed: list[str] = []
+    with pytest.raises(RuntimeError), _cli.closing():
+        store = _cli.opened("store", lambda: "store", closed.append)
+        assert _cli.opened("store", lambda: "another", closed.append) is store  # once
+        _cli.opened("transport", lambda: "transport", closed.append)
+        raise RuntimeError("the command failed")
+    assert closed == ["transport", "store"]
+    # Outside a command's run: opened each time, left to the caller.
+    assert _cli.opened("store", lambda: "mine", closed.append) == "mine"
+    assert closed == ["transport", "store"]
