@@ -44,6 +44,7 @@ from scheduler.objects import (
     GROUP_POLICIES,
     MAX_INSTANCES_PER_REQUEST,
 )
+from scheduler.store.services import known_host
 
 LOG = log.get_logger("conductor_stub")
 
@@ -390,19 +391,29 @@ def _main(argv: Sequence[str] | None) -> int:
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",
     )
-    if conf.command.name in BROKER_COMMANDS:
-        broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
     return run(conf)
+
+
+#: The arguments that name a host (``dest`` of each): checked by :func:`run`.
+HOST_ARGUMENTS = ("from_host", "to_host", "destination", "dest_host", "on_host")
 
 
 def run(conf: cfg.ConfigOpts) -> int:
     """Run the parsed command; a refusal (:class:`SchedulerError`) is one
-    line and exit status 2. The store and the transports it opened are closed
-    when it ends, however it ends (:func:`_cli.closing`; the commands open
-    them with :func:`commands.open_store` and :func:`commands.open_transport`)."""
+    line and exit status 2. Each host it was given must be a service's
+    (:func:`known_host`), before the broker is asked or anything is done. The
+    store and the transports it opened are closed when it ends, however it
+    ends (:func:`_cli.closing`; the commands open them with
+    :func:`commands.open_store` and :func:`commands.open_transport`)."""
+    args = conf.command
     try:
         with _cli.closing():
-            return COMMANDS[conf.command.name](conf)
+            hosts = [getattr(args, dest, None) for dest in HOST_ARGUMENTS]
+            for hostname in filter(None, hosts):
+                known_host(commands.open_store(conf), hostname)
+            if args.name in BROKER_COMMANDS:
+                broker.reach(conf, min(args.timeout, BROKER_TIMEOUT))
+            return COMMANDS[args.name](conf)
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from conductor_stub import cmd
 from scheduler.cmd import _cli, admin
+from scheduler.exceptions import InvalidRequest
+from scheduler.store import MemoryStore
 from tests.cli import run_commands
+from tests.unit.factories import host, populate
 
 
 def parser(add_commands: object, prog: str) -> argparse.ArgumentParser:
@@ -125,3 +129,20 @@ def test_a_control_character_in_an_argument_is_escaped_in_the_one_line_error(
     ]
     for run, line in zip(runs, said, strict=True):
         assert (run.returncode, run.stderr) == (2, line + "\n"), run.args
+
+
+# --- host names ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["disable", "enable"])
+def test_scheduler_admin_refuses_a_host_name_no_host_has_as_conductor_stub_does(
+    action: str,
+) -> None:
+    """(``host drain`` disables the host first, with the same function.)"""
+    store = MemoryStore()
+    populate(store, [host("cmp-a")])
+    cursor = store.compact_snapshot().cursor
+    command = command_parser("scheduler-admin").parse_args(["host", action, "h" * 10240])
+    with pytest.raises(InvalidRequest, match=r"a host name of 10240 characters \(no host's"):
+        admin._host_set(SimpleNamespace(command=command), store)  # type: ignore[arg-type]
+    assert store.changes(cursor) == []

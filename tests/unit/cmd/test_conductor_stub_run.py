@@ -20,7 +20,7 @@ from conductor_stub.records import ConductorSettings
 from scheduler import rpc
 from scheduler.engine.settings import DEFAULT_FILTERS
 from scheduler.store import MemoryStore
-from tests.unit.factories import Recorded
+from tests.unit.factories import Recorded, host, populate
 
 UNKNOWN = str(uuidlib.UUID(int=404))
 
@@ -46,6 +46,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
 
     def store(conf: Any) -> CountedStore:
         made.stores.append(CountedStore())
+        populate(made.stores[-1], [host("cmp-a")])
         return made.stores[-1]
 
     def transport(conf: Any, url: str | None = None) -> CountedTransport:
@@ -55,6 +56,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     monkeypatch.setattr(commands, "make_store", store)
     monkeypatch.setattr(rpc, "get_transport", transport)
     monkeypatch.setattr(rpc, "get_notification_transport", transport)
+    monkeypatch.setattr(cmd.broker, "reach", lambda *args, **kwargs: None)
     monkeypatch.setattr(rpc, "get_server", lambda *args, **kwargs: Recorded())
     monkeypatch.setattr(rpc, "SchedulerClient", lambda *args, **kwargs: Recorded())
     monkeypatch.setattr(rpc, "ComputeClient", lambda *args, **kwargs: Recorded())
@@ -128,3 +130,55 @@ def test_serve_closes_its_notification_transport_too(
     assert [t.cleaned for t in opened.transports] == [1, 1]
     assert notifier.names == ["stop"]  # (stopped before its transport went)
     assert [s.closed for s in opened.stores] == [1]
+
+
+# --- host names ---------------------------------------------------------------------
+
+#: Each command that takes a host name, with the name in place of ``{}``.
+HOST_ARGUMENTS = [
+    ("evacuate", "--from-host", "{}"),
+    ("evacuate", UNKNOWN, "--host", "{}", "--admin"),
+    ("migrate", UNKNOWN, "--host", "{}", "--admin"),
+    ("live-migrate", UNKNOWN, "--host", "{}", "--admin"),
+    ("list", "--host", "{}"),
+]
+LONG = "h" * 10240
+
+
+@pytest.mark.parametrize("argv", HOST_ARGUMENTS, ids=[" ".join(a[:2]) for a in HOST_ARGUMENTS])
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        pytest.param("cmp-zz", "host cmp-zz not found", id="unknown"),
+        pytest.param("*", "host * not found", id="star"),
+        pytest.param(
+            LONG,
+            "invalid request: a host name of 10240 characters (no host's is over 255)",
+            id="10KB",
+        ),
+    ],
+)
+def test_a_host_no_service_has_is_refused_in_one_line(
+    opened: SimpleNamespace,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    name: str,
+    said: str,
+) -> None:
+    """``evacuate --from-host '*'`` said "no instances" and exited 0 where
+    ``scheduler-admin host disable`` refuses the name: every host name a
+    command takes is checked against the services, before anything is done."""
+    assert cmd.run(conf(*(a.format(name) for a in argv))) == 2
+    assert capsys.readouterr().err == f"conductor-stub: {said}\n"
+    assert [s.closed for s in opened.stores] == [1]
+    assert not opened.transports  # refused before the command opened one
+
+
+@pytest.mark.parametrize(
+    "argv", HOST_ARGUMENTS[:1] + HOST_ARGUMENTS[-1:], ids=["evacuate", "list"]
+)
+def test_a_known_host_is_taken(
+    opened: SimpleNamespace, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    assert cmd.run(conf(*(a.format("cmp-a") for a in argv))) == 0
+    assert capsys.readouterr().out == "no instances\n"
