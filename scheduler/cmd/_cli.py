@@ -174,6 +174,20 @@ def seconds(least: float = 0.0, inclusive: bool = False) -> Callable[[str], floa
     return parse
 
 
+def text(most: int) -> Callable[[str], str]:
+    """An argparse type: free text (a reason, a note) of at most ``most``
+    characters, on one line (no control characters): what a table prints."""
+
+    def parse(given: str) -> str:
+        if len(given) > most:
+            raise argparse.ArgumentTypeError(f"at most {most} characters, got {len(given)}")
+        if not given.isprintable():
+            raise argparse.ArgumentTypeError(f"no control characters, got {given!r}")
+        return given
+
+    return parse
+
+
 def key_value(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` as a pair (the value may itself hold ``=``)."""
     key, sep, value = text.partition("=")

@@ -70,7 +70,7 @@ from scheduler.objects import (
 )
 from scheduler.render import render_instance, resources_line, table
 from scheduler.store import Store, make_store
-from scheduler.store.services import set_host_disabled
+from scheduler.store.services import DISABLED_REASON_MAX, set_host_disabled
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
@@ -360,7 +360,10 @@ def _add_commands(subparsers: Any) -> None:
     )
     disable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
     disable.add_argument(
-        "--reason", help="Why, kept with the service and shown by scheduler-admin hosts."
+        "--reason",
+        type=_cli.text(DISABLED_REASON_MAX),
+        help=f"Why, kept with the service and shown by scheduler-admin hosts (at most "
+        f"{DISABLED_REASON_MAX} characters, on one line).",
     )
     disable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
     enable = host_actions.add_parser(

@@ -26,6 +26,8 @@ from scheduler.store.records import Service
 
 #: The longest host name a service may have (Nova's ``services.host`` column).
 HOST_NAME_MAX = 255
+#: The longest reason a disabled service keeps (Nova's ``disabled_reason``).
+DISABLED_REASON_MAX = 255
 
 
 def known_host(store: ServiceStore, hostname: str) -> Service:

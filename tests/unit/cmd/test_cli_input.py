@@ -146,3 +146,33 @@ def test_scheduler_admin_refuses_a_host_name_no_host_has_as_conductor_stub_does(
     with pytest.raises(InvalidRequest, match=r"a host name of 10240 characters \(no host's"):
         admin._host_set(SimpleNamespace(command=command), store)  # type: ignore[arg-type]
     assert store.changes(cursor) == []
+
+
+# --- free text ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reason, said",
+    [
+        pytest.param("r" * 256, "at most 255 characters, got 256", id="256"),
+        pytest.param("r" * 102400, "at most 255 characters, got 102400", id="100KB"),
+        pytest.param("rack 4\nDOWN", "no control characters, got 'rack 4\\nDOWN'", id="newline"),
+    ],
+)
+def test_a_disabled_reason_is_bounded(
+    capsys: pytest.CaptureFixture[str], reason: str, said: str
+) -> None:
+    """As Nova's disabled_reason: 255 characters at most (100 KB used to be
+    stored, and printed by every ``hosts`` after), on one line of the table."""
+    line = refusal(
+        capsys, command_parser("scheduler-admin"), ["host", "disable", "h", "--reason", reason]
+    )
+    assert line == f"scheduler-admin host disable: error: argument --reason: {said}"
+
+
+def test_a_disabled_reason_of_255_characters_is_taken() -> None:
+    reason = "ü" * 255
+    parsed = command_parser("scheduler-admin").parse_args(
+        ["host", "disable", "h", "--reason", reason]
+    )
+    assert parsed.reason == reason
