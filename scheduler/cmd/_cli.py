@@ -30,6 +30,7 @@ import select
 import signal
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -186,6 +187,22 @@ def text(most: int) -> Callable[[str], str]:
         return given
 
     return parse
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an ``http://`` or ``https://`` URL naming a host
+    (what a ``/metrics`` is read from); ``file://`` and any other scheme, or
+    none, refused (said with its password masked)."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        web = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # (an IPv6 address's [ left open, a port that is no number)
+        web = False
+    if not web:
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL, got {log.mask_secrets(text)!r}"
+        )
+    return text
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -312,8 +312,10 @@ def _add_commands(subparsers: Any) -> None:
     dashboard.add_argument(
         "--metrics-url",
         action="append",
+        type=_cli.http_url,
         metavar="URL",
-        help="A /metrics to read rates from (repeat for each worker and the conductor); by "
+        help="A /metrics to read rates from, http:// or https:// (repeat for each worker and "
+        "the conductor; shown with its password masked); by "
         "default those [scheduler] health_port (one per worker) and [conductor] health_port "
         "name on [scheduler] health_listen.",
     )

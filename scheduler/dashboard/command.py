@@ -16,6 +16,7 @@ from scheduler.dashboard.server import make_server
 from scheduler.dashboard.state import Scraper, StateSource, cloud
 from scheduler.exceptions import SchedulerError
 from scheduler.flavors import load_catalog
+from scheduler.log import mask_secrets
 from scheduler.store import Store
 
 #: The environment variable a fixed token is read from (never the command line,
@@ -68,7 +69,8 @@ def serve(conf: cfg.ConfigOpts, store: Store, args: Any, out: Any) -> int:
         ) from exc
     port = server.server_address[1]
     print(f"dashboard: http://{args.listen}:{port}/#token={token}", file=out, flush=True)
-    print(f"metrics from: {', '.join(urls) or 'none (no health ports configured)'}", file=out)
+    shown = ", ".join(mask_secrets(url) for url in urls)
+    print(f"metrics from: {shown or 'none (no health ports configured)'}", file=out)
     out.flush()
     try:
         server.serve_forever()

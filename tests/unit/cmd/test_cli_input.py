@@ -6,8 +6,11 @@ command's own parser, in process."""
 from __future__ import annotations
 
 import argparse
+import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -16,7 +19,7 @@ from scheduler.cmd import _cli, admin
 from scheduler.exceptions import InvalidRequest
 from scheduler.store import MemoryStore
 from tests.cli import run_commands
-from tests.unit.factories import host, populate
+from tests.unit.factories import host, populate, private_conf
 
 
 def parser(add_commands: object, prog: str) -> argparse.ArgumentParser:
@@ -176,3 +179,88 @@ def test_a_disabled_reason_of_255_characters_is_taken() -> None:
         ["host", "disable", "h", "--reason", reason]
     )
     assert parsed.reason == reason
+
+
+# --- dashboard --metrics-url --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("file:///etc/passwd", id="file"),
+        pytest.param("ftp://h/metrics", id="ftp"),
+        pytest.param("cmp-1:9100/metrics", id="no-scheme"),
+        pytest.param("http:///metrics", id="no-host"),
+        pytest.param("http://[::1/metrics", id="unparsable"),
+    ],
+)
+def test_a_metrics_url_is_a_web_address(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """A file:// URL used to be read (its first line shown as the endpoint's
+    error); only http(s) is scraped."""
+    line = refusal(capsys, command_parser("scheduler-admin"), ["dashboard", "--metrics-url", url])
+    assert line.endswith(
+        f"argument --metrics-url: expected an http:// or https:// URL, got {url!r}"
+    )
+
+
+def test_a_refused_metrics_url_is_said_with_its_password_masked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = refusal(
+        capsys,
+        command_parser("scheduler-admin"),
+        ["dashboard", "--metrics-url", "ftp://admin:hunter2@h/metrics"],
+    )
+    assert "hunter2" not in line and "ftp://admin:***@h/metrics" in line
+
+
+class Served:
+    """A dashboard server that stops at once (as on Ctrl-C)."""
+
+    server_address = ("127.0.0.1", 8090)
+
+    def serve_forever(self) -> None:
+        raise KeyboardInterrupt
+
+    def server_close(self) -> None:
+        pass
+
+
+def test_the_dashboard_shows_the_metrics_urls_with_their_passwords_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In its start line, and in /api/state (each endpoint's url, and the
+    error of one that does not answer)."""
+    from scheduler.dashboard import command, state
+
+    urls = ["http://admin:hunter2@cmp-1:9100/metrics", "https://u:s3cret@cmp-2/metrics"]
+    args = command_parser("scheduler-admin").parse_args(
+        ["dashboard", *(a for u in urls for a in ("--metrics-url", u))]
+    )
+    assert args.metrics_url == urls
+    made: list[state.StateSource] = []
+
+    def server(source: state.StateSource, *rest: Any) -> Served:
+        made.append(source)
+        return Served()
+
+    monkeypatch.setattr(command, "make_server", server)
+    out = io.StringIO()
+    conf = private_conf()
+    assert command.serve(conf, MemoryStore(), args, out) == 0
+    shown = out.getvalue()
+    assert "hunter2" not in shown and "s3cret" not in shown
+    assert (
+        "metrics from: http://admin:***@cmp-1:9100/metrics, https://u:***@cmp-2/metrics" in shown
+    )
+
+    def refused(url: str, timeout: float) -> str:
+        raise OSError(f"cannot reach {url}")
+
+    (source,) = made
+    scraped = state.Scraper(source.scraper.urls, fetch=refused).scrape()
+    assert [e["url"] for e in scraped["endpoints"]] == [
+        "http://admin:***@cmp-1:9100/metrics",
+        "https://u:***@cmp-2/metrics",
+    ]
+    assert "hunter2" not in json.dumps(scraped) and "s3cret" not in json.dumps(scraped)
