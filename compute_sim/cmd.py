@@ -364,7 +364,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         sim = build_compute(conf, store, transport, server_name)
     except ValueError as exc:  # an option value it cannot read, named by the error
-        print(f"compute-sim: {exc}", file=sys.stderr)
+        _cli.say("compute-sim", str(exc))
         return 2
     sim.register()
     server = rpc.get_server(

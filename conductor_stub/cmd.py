@@ -26,6 +26,7 @@ cold-migrates one;
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
 
@@ -43,8 +44,11 @@ from scheduler.objects import (
     GROUP_POLICIES,
     MAX_INSTANCES_PER_REQUEST,
 )
+from scheduler.store.services import known_host
 
 LOG = log.get_logger("conductor_stub")
+
+_TIMEOUT = _cli.seconds()
 
 
 def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -108,9 +112,7 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         "Exit status 1 when any instance did not end ACTIVE (how many, and their "
         "states, on stderr).",
     )
-    boot.add_argument(
-        "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
-    )
+    _add_timeout(boot, 300.0)
     boot.add_argument(
         "--json",
         action="store_true",
@@ -184,9 +186,7 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     delete.add_argument(
         "--wait", action="store_true", help="Wait until every instance is DELETED."
     )
-    delete.add_argument(
-        "--timeout", type=float, default=120.0, help="Seconds --wait waits at most (default 120)."
-    )
+    _add_timeout(delete, 120.0)
     delete.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
     live = subparsers.add_parser(
@@ -225,9 +225,7 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
         help="Wait until the instance is ACTIVE again, on the destination or (failed) "
         "on its source.",
     )
-    live.add_argument(
-        "--timeout", type=float, default=300.0, help="Seconds --wait waits at most (default 300)."
-    )
+    _add_timeout(live, 300.0)
     live.add_argument("--json", action="store_true", help="Print the instance as JSON.")
 
     evacuate = subparsers.add_parser(
@@ -260,9 +258,7 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     evacuate.add_argument(
         "--wait", action="store_true", help="Wait until no instance is REBUILDING."
     )
-    evacuate.add_argument(
-        "--timeout", type=float, default=120.0, help="Seconds --wait waits at most (default 120)."
-    )
+    _add_timeout(evacuate, 120.0)
     evacuate.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
     for name, what in (
@@ -292,12 +288,7 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
             help="Wait until every instance is SHELVED_OFFLOADED (shelve) or ACTIVE or "
             "ERROR (unshelve).",
         )
-        shelving.add_argument(
-            "--timeout",
-            type=float,
-            default=120.0,
-            help="Seconds --wait waits at most (default 120).",
-        )
+        _add_timeout(shelving, 120.0)
         shelving.add_argument("--json", action="store_true", help="Print the instances as JSON.")
 
     listing = subparsers.add_parser(
@@ -329,6 +320,15 @@ def _add_commands(subparsers) -> None:  # type: ignore[no-untyped-def]
     show.add_argument("--json", action="store_true", help="Print the record as JSON.")
 
 
+def _add_timeout(
+    parser: argparse.ArgumentParser, default: float, what: str = "Seconds --wait waits at most"
+) -> None:
+    """``--timeout``: positive, finite seconds (:func:`_cli.seconds`)."""
+    parser.add_argument(
+        "--timeout", type=_TIMEOUT, default=default, help=f"{what} (default {default:g})."
+    )
+
+
 def _add_finish_options(parser, what: str) -> None:  # type: ignore[no-untyped-def]
     """--confirm / --revert / --wait / --timeout / --json, shared by resize and migrate."""
     finish = parser.add_mutually_exclusive_group()
@@ -348,9 +348,7 @@ def _add_finish_options(parser, what: str) -> None:  # type: ignore[no-untyped-d
         help=f"Wait until the {what} is RESIZED or has failed (--confirm and "
         "--revert always wait, then wait for the instance to be ACTIVE).",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=300.0, help="Seconds to wait at most (default 300)."
-    )
+    _add_timeout(parser, 300.0, "Seconds to wait at most")
     parser.add_argument("--json", action="store_true", help="Print the instance as JSON.")
 
 
@@ -393,14 +391,33 @@ def _main(argv: Sequence[str] | None) -> int:
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",
     )
-    if conf.command.name in BROKER_COMMANDS:
-        broker.reach(conf, min(conf.command.timeout, BROKER_TIMEOUT))
+    return run(conf)
+
+
+#: The arguments that name a host (``dest`` of each): checked by :func:`run`.
+HOST_ARGUMENTS = ("from_host", "to_host", "destination", "dest_host", "on_host")
+
+
+def run(conf: cfg.ConfigOpts) -> int:
+    """Run the parsed command; a refusal (:class:`SchedulerError`) is one
+    line and exit status 2. Each host it was given must be a service's
+    (:func:`known_host`), before the broker is asked or anything is done. The
+    store and the transports it opened are closed when it ends, however it
+    ends (:func:`_cli.closing`; the commands open them with
+    :func:`commands.open_store` and :func:`commands.open_transport`)."""
+    args = conf.command
     try:
-        return COMMANDS[conf.command.name](conf)
+        with _cli.closing():
+            hosts = [getattr(args, dest, None) for dest in HOST_ARGUMENTS]
+            for hostname in filter(None, hosts):
+                known_host(commands.open_store(conf), hostname)
+            if args.name in BROKER_COMMANDS:
+                broker.reach(conf, min(args.timeout, BROKER_TIMEOUT))
+            return COMMANDS[args.name](conf)
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:
-        print(f"conductor-stub: {exc.message}", file=sys.stderr)
+        _cli.say("conductor-stub", exc.message)
         return 2
 
 

@@ -7,7 +7,6 @@ read the records (list, show), and return the command's exit status."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,7 +49,7 @@ from scheduler.objects import (
     validate_uuid,
 )
 from scheduler.render import flavor_name, render_instance, table
-from scheduler.store import make_store
+from scheduler.store import Store, make_store
 from scheduler.store.services import ServiceResolver
 
 LOG = log.get_logger("conductor_stub")
@@ -59,6 +58,30 @@ LOG = log.get_logger("conductor_stub")
 #: the broker goes away after it answered, before the command gives up (a boot's
 #: unsent instances go to ERROR).
 SEND_RETRIES = 2
+
+
+def open_store(conf: cfg.ConfigOpts) -> Store:
+    """The command's store: opened once per run, closed when the command ends
+    (its dispatcher, :func:`conductor_stub.cmd.run`, runs it in
+    :func:`_cli.closing`)."""
+    return _cli.opened("store", lambda: make_store(conf), lambda store: store.close())
+
+
+def open_transport(conf: cfg.ConfigOpts) -> Any:
+    """The command's RPC transport: opened once per run, cleaned up when the
+    command ends (as :func:`open_store`)."""
+    return _cli.opened("transport", lambda: rpc.get_transport(conf), _cleanup)
+
+
+def open_notification_transport(conf: cfg.ConfigOpts) -> Any:
+    """The command's notification transport (``serve``'s), as :func:`open_transport`."""
+    return _cli.opened(
+        "notification transport", lambda: rpc.get_notification_transport(conf), _cleanup
+    )
+
+
+def _cleanup(transport: Any) -> None:
+    transport.cleanup()
 
 
 def scheduler_client(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClient:
@@ -132,8 +155,8 @@ def _notifier(conf: cfg.ConfigOpts, transport: Any) -> Notifier | None:
 
 
 def serve(conf: cfg.ConfigOpts) -> int:
-    transport = rpc.get_transport(conf)
-    store = make_store(conf)
+    transport = open_transport(conf)
+    store = open_store(conf)
     settings = conductor_settings(conf)
     compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
     scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
@@ -144,7 +167,7 @@ def serve(conf: cfg.ConfigOpts) -> int:
     sweeper = Sweeper(store, scheduler, Resizer(store, scheduler, compute, settings), settings)
     stop = threading.Event()
     sweeping = threading.Thread(target=sweeper.run, args=(stop,), name="sweeper", daemon=True)
-    notifying = rpc.get_notification_transport(conf) if conf.notifications.enabled else None
+    notifying = open_notification_transport(conf) if conf.notifications.enabled else None
     notifier = _notifier(conf, notifying)
     reconciler = Reconciler(store, compute, reconcile_settings(conf), notifier=notifier)
     reconciling = threading.Thread(
@@ -162,7 +185,7 @@ def serve(conf: cfg.ConfigOpts) -> int:
         reconcile_interval=conf.conductor.reconcile_interval,
     )
 
-    def _stop() -> None:
+    def _stop() -> None:  # (the transports and the store: closed by the dispatcher)
         stop.set()
         server.stop()
         server.wait()
@@ -170,10 +193,8 @@ def serve(conf: cfg.ConfigOpts) -> int:
         reconciling.join(timeout=5)
         if endpoint_http is not None:
             endpoint_http.shutdown()
-        if notifier is not None and notifying is not None:
+        if notifier is not None:
             notifier.stop()
-            notifying.cleanup()
-        transport.cleanup()
         LOG.info(
             "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)
         )
@@ -199,10 +220,10 @@ def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, 
     enabled = set(conf.filter_scheduler.enabled_filters)
     for key in hints:
         if BOOT_HINTS[key] not in enabled:
-            print(
-                f"conductor-stub boot: warning: hint {key} needs {BOOT_HINTS[key]} in "
+            _cli.say(
+                "conductor-stub boot",
+                f"warning: hint {key} needs {BOOT_HINTS[key]} in "
                 "[filter_scheduler] enabled_filters (not in this config's)",
-                file=sys.stderr,
             )
     return hints
 
@@ -210,13 +231,13 @@ def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, 
 def boot(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
-        print("conductor-stub boot: --count and --per-request must be at least 1", file=sys.stderr)
+        _cli.say("conductor-stub boot", "--count and --per-request must be at least 1")
         return 2
     if args.per_request > MAX_INSTANCES_PER_REQUEST:
-        print(
-            f"conductor-stub boot: --per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
+        _cli.say(
+            "conductor-stub boot",
+            f"--per-request must be at most {MAX_INSTANCES_PER_REQUEST} "
             "(the scheduler refuses a larger request whole)",
-            file=sys.stderr,
         )
         return 2
     flavor = flavor_with(load_catalog(conf.conductor.flavors_file), args.flavor, args.extra_spec)
@@ -228,13 +249,13 @@ def boot(conf: cfg.ConfigOpts) -> int:
     )
     # Checked before the store or the broker is reached; Booter.boot checks again.
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
-    store = make_store(conf)
+    store = open_store(conf)
     group = (
         server_group(store, validate_uuid(args.group, "--group"))
         if args.group is not None
         else None
     )
-    transport = rpc.get_transport(conf)
+    transport = open_transport(conf)
     settings = conductor_settings(conf)
     booter = Booter(
         store,
@@ -246,33 +267,30 @@ def boot(conf: cfg.ConfigOpts) -> int:
     )
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id=args.user, project_id=args.project)
-    try:
-        uuids = booter.boot(
-            ctxt,
-            flavor,
-            args.count,
-            per_request=args.per_request,
-            mode=args.mode,
-            group_policy=args.group_policy,
-            group=group,
-            availability_zone=args.availability_zone,
-            project_id=args.project,
-            user_id=args.user,
-            image=image,
-            scheduler_hints=hints,
-        )
-        if not args.wait:
-            print(
-                json.dumps(
-                    {"instances": uuids, "group_uuid": booter.group.uuid if booter.group else None}
-                )
-                if args.json
-                else format_booted(uuids, booter.group)
+    uuids = booter.boot(
+        ctxt,
+        flavor,
+        args.count,
+        per_request=args.per_request,
+        mode=args.mode,
+        group_policy=args.group_policy,
+        group=group,
+        availability_zone=args.availability_zone,
+        project_id=args.project,
+        user_id=args.user,
+        image=image,
+        scheduler_hints=hints,
+    )
+    if not args.wait:
+        print(
+            json.dumps(
+                {"instances": uuids, "group_uuid": booter.group.uuid if booter.group else None}
             )
-            return 0
-        report = booter.wait(uuids, args.timeout, started)
-    finally:
-        transport.cleanup()
+            if args.json
+            else format_booted(uuids, booter.group)
+        )
+        return 0
+    report = booter.wait(uuids, args.timeout, started)
     print(json.dumps(report.to_primitive()) if args.json else format_report(report, each=True))
     return boot_status(report, len(uuids), args.timeout)
 
@@ -289,10 +307,10 @@ def boot_status(report: BootReport, asked: int, timeout: float) -> int:
     missing = asked - sum(report.by_state.values())
     if missing:
         others = ", ".join(filter(None, [others, f"{missing} not found"]))
-    print(
-        f"conductor-stub boot: {asked - active} of {asked} instance(s) did not become ACTIVE"
+    _cli.say(
+        "conductor-stub boot",
+        f"{asked - active} of {asked} instance(s) did not become ACTIVE"
         f" ({others})" + (f"; timed out after {timeout:g} s" if report.timed_out else ""),
-        file=sys.stderr,
     )
     return 1
 
@@ -301,17 +319,13 @@ def resize(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor is not None and args.flavor not in catalog:
-        print(
-            f"conductor-stub resize: unknown flavor {args.flavor!r}; known: "
-            f"{', '.join(sorted(catalog))}",
-            file=sys.stderr,
+        _cli.say(
+            "conductor-stub resize",
+            f"unknown flavor {args.flavor!r}; known: {', '.join(sorted(catalog))}",
         )
         return 2
     if args.flavor is None and not (args.confirm or args.revert):
-        print(
-            "conductor-stub resize: give --flavor to resize, or --confirm / --revert",
-            file=sys.stderr,
-        )
+        _cli.say("conductor-stub resize", "give --flavor to resize, or --confirm / --revert")
         return 2
     flavor = catalog[args.flavor] if args.flavor is not None else None
     return _move(
@@ -323,7 +337,7 @@ def resize(conf: cfg.ConfigOpts) -> int:
 def migrate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if args.destination is not None and not args.destination:
-        print("conductor-stub migrate: --host needs a host name", file=sys.stderr)
+        _cli.say("conductor-stub migrate", "--host needs a host name")
         return 2
     finishing = (args.confirm or args.revert) and _is_resized(conf, args.uuid)
     return _move(
@@ -335,29 +349,22 @@ def migrate(conf: cfg.ConfigOpts) -> int:
 
 
 def _is_resized(conf: cfg.ConfigOpts, uuid: str) -> bool:
-    store = make_store(conf)
-    try:
-        return store.get_instance(uuid).state == RESIZED
-    finally:
-        store.close()
+    return open_store(conf).get_instance(uuid).state == RESIZED
 
 
 def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | None) -> int:
     """Start a resize or cold migration (``start``; None: only confirm or
     revert one), wait as asked and print the instance."""
     args = conf.command
-    transport = rpc.get_transport(conf)
-    store = make_store(conf)
+    transport = open_transport(conf)
+    store = open_store(conf)
     resizer = Resizer(
         store,
         scheduler_client(conf, transport),
         compute_client(conf, transport, store),
         conductor_settings(conf),
     )
-    try:
-        record, timed_out = _run_move(resizer, args, start)
-    finally:
-        transport.cleanup()
+    record, timed_out = _run_move(resizer, args, start)
     print(
         json.dumps(summary(record))
         if args.json
@@ -393,26 +400,23 @@ def _run_move(
 
 def live_migrate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
-    transport = rpc.get_transport(conf)
-    store = make_store(conf)
+    transport = open_transport(conf)
+    store = open_store(conf)
     migrator = LiveMigrator(
         store,
         scheduler_client(conf, transport),
         compute_client(conf, transport, store),
         conductor_settings(conf),
     )
-    try:
-        record = migrator.start(
-            args.uuid,
-            host=args.dest_host,
-            admin=args.admin,
-            block_migration=args.block_migration,
-        )
-        timed_out = False
-        if args.wait:
-            record, timed_out = migrator.wait(args.uuid, args.timeout)
-    finally:
-        transport.cleanup()
+    record = migrator.start(
+        args.uuid,
+        host=args.dest_host,
+        admin=args.admin,
+        block_migration=args.block_migration,
+    )
+    timed_out = False
+    if args.wait:
+        record, timed_out = migrator.wait(args.uuid, args.timeout)
     shown = live_summary(record)
     print(
         json.dumps(shown)
@@ -428,14 +432,14 @@ def delete(conf: cfg.ConfigOpts) -> int:
     args = conf.command
 
     def refuse(message: str) -> int:
-        print(f"conductor-stub delete: {message}", file=sys.stderr)
+        _cli.say("conductor-stub delete", message)
         return 2
 
     if args.all == bool(args.uuids):
         return refuse("give instance uuids, or --all")
     if (args.state or args.project) and not args.all:
         return refuse("--state and --project narrow --all only")
-    store = make_store(conf)
+    store = open_store(conf)
     if args.all:
         uuids = [r.uuid for r in store.scan_instances() if selected(r, args.state, args.project)]
     else:
@@ -444,30 +448,26 @@ def delete(conf: cfg.ConfigOpts) -> int:
         missing = [u for u in uuids if u not in known]
         if missing:  # nothing is deleted
             return refuse(f"no such instance: {', '.join(missing)}")
-    transport = rpc.get_transport(conf)
+    transport = open_transport(conf)
     deleter = Deleter(
         store,
         compute_client(conf, transport, store),
         conductor_settings(conf),
     )
-    try:
-        records = [deleter.delete(uuid) for uuid in uuids]
-        if args.wait:
-            left, timed_out = deleter.wait(uuids, args.timeout)
-            if timed_out:
-                print(
-                    f"conductor-stub delete: timed out after {args.timeout:g} s; not yet "
-                    "DELETED: "
-                    + ", ".join(
-                        f"{r.uuid} ({r.state}, waiting on {', '.join(r.pending_hosts) or '-'})"
-                        for r in left
-                    ),
-                    file=sys.stderr,
-                )
-                return 1
-            records = store.list_instances(uuids)
-    finally:
-        transport.cleanup()
+    records = [deleter.delete(uuid) for uuid in uuids]
+    if args.wait:
+        left, timed_out = deleter.wait(uuids, args.timeout)
+        if timed_out:
+            _cli.say(
+                "conductor-stub delete",
+                f"timed out after {args.timeout:g} s; not yet DELETED: "
+                + ", ".join(
+                    f"{r.uuid} ({r.state}, waiting on {', '.join(r.pending_hosts) or '-'})"
+                    for r in left
+                ),
+            )
+            return 1
+        records = store.list_instances(uuids)
     shown = [{"uuid": r.uuid, "state": r.state, "host": r.host} for r in records]
     print(
         json.dumps({"instances": shown})
@@ -481,13 +481,13 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
 
     def refuse(message: str) -> int:
-        print(f"conductor-stub evacuate: {message}", file=sys.stderr)
+        _cli.say("conductor-stub evacuate", message)
         return 2
 
     if bool(args.from_host) == bool(args.uuids):
         return refuse("give instance uuids, or --from-host HOST")
-    store = make_store(conf)
-    transport = rpc.get_transport(conf)
+    store = open_store(conf)
+    transport = open_transport(conf)
     evacuator = Evacuator(
         store,
         scheduler_client(conf, transport),
@@ -495,26 +495,23 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
         conductor_settings(conf),
         service_down_time=float(conf.scheduler.service_down_time),
     )
-    try:
-        if args.from_host:
-            if compute_is_up(store, args.from_host, evacuator.service_down_time, time.time()):
-                return refuse(
-                    f"compute {args.from_host} is up: evacuate only instances of a down host"
-                )
-            uuids = [r.uuid for r in evacuator.on_host(args.from_host)]
-        else:
-            uuids = list(dict.fromkeys(args.uuids))
-        try:  # every one checked before any is moved
-            for uuid in uuids:
-                evacuator.check(uuid, args.to_host, args.admin)
-        except SchedulerError as exc:
-            return refuse(str(exc.kwargs.get("reason") or exc.message))
-        found = [evacuator.start(uuid, args.to_host, args.admin) for uuid in uuids]
-        timed_out = False
-        if args.wait:
-            found, timed_out = evacuator.wait(uuids, args.timeout)
-    finally:
-        transport.cleanup()
+    if args.from_host:
+        if compute_is_up(store, args.from_host, evacuator.service_down_time, time.time()):
+            return refuse(
+                f"compute {args.from_host} is up: evacuate only instances of a down host"
+            )
+        uuids = [r.uuid for r in evacuator.on_host(args.from_host)]
+    else:
+        uuids = list(dict.fromkeys(args.uuids))
+    try:  # every one checked before any is moved
+        for uuid in uuids:
+            evacuator.check(uuid, args.to_host, args.admin)
+    except SchedulerError as exc:
+        return refuse(str(exc.kwargs.get("reason") or exc.message))
+    found = [evacuator.start(uuid, args.to_host, args.admin) for uuid in uuids]
+    timed_out = False
+    if args.wait:
+        found, timed_out = evacuator.wait(uuids, args.timeout)
     shown = [evacuate_summary(r) for r in found]
     print(
         json.dumps({"instances": shown})
@@ -533,45 +530,41 @@ def shelve(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     shelving = args.name == "shelve"
     uuids = list(dict.fromkeys(args.uuids))
-    store = make_store(conf)
+    store = open_store(conf)
     found = {r.uuid: r for r in store.list_instances(uuids)}
     wanted, done = (ACTIVE, SHELVED_OFFLOADED) if shelving else (SHELVED_OFFLOADED, None)
     for uuid in uuids:
         record = found.get(uuid)
         if record is None:
-            print(f"conductor-stub {args.name}: no such instance: {uuid}", file=sys.stderr)
+            _cli.say(f"conductor-stub {args.name}", f"no such instance: {uuid}")
             return 2
         if record.state != wanted:
-            print(
-                f"conductor-stub {args.name}: instance {uuid} is {record.state}, not {wanted}",
-                file=sys.stderr,
+            _cli.say(
+                f"conductor-stub {args.name}", f"instance {uuid} is {record.state}, not {wanted}"
             )
             return 2
-    transport = rpc.get_transport(conf)
+    transport = open_transport(conf)
     shelver = Shelver(
         store,
         scheduler_client(conf, transport),
         compute_client(conf, transport, store),
         conductor_settings(conf),
     )
-    try:
-        for uuid in uuids:
-            (shelver.shelve if shelving else shelver.unshelve)(uuid)
-        timed_out = False
-        if args.wait:
-            _, timed_out = wait_until(
-                store,
-                uuids,
-                (lambda r: r.state == done) if shelving else (lambda r: r.state in FINAL_STATES),
-                args.timeout,
-            )
-        records = store.list_instances(uuids)
-    finally:
-        transport.cleanup()
+    for uuid in uuids:
+        (shelver.shelve if shelving else shelver.unshelve)(uuid)
+    timed_out = False
+    if args.wait:
+        _, timed_out = wait_until(
+            store,
+            uuids,
+            (lambda r: r.state == done) if shelving else (lambda r: r.state in FINAL_STATES),
+            args.timeout,
+        )
+    records = store.list_instances(uuids)
     rows = [list_row(r) for r in records]
     print(json.dumps({"instances": rows}) if args.json else format_list(rows))
     if timed_out:
-        print(f"conductor-stub {args.name}: timed out after {args.timeout:g} s", file=sys.stderr)
+        _cli.say(f"conductor-stub {args.name}", f"timed out after {args.timeout:g} s")
         return 1
     return 0
 
@@ -613,26 +606,18 @@ def format_list(rows: Sequence[dict[str, Any]]) -> str:
 
 def list_instances(conf: cfg.ConfigOpts) -> int:
     args = conf.command
-    store = make_store(conf)
-    try:
-        rows = [
-            list_row(r)
-            for r in store.scan_instances()
-            if selected(r, args.state, args.project, args.on_host)
-        ]
-    finally:
-        store.close()
+    rows = [
+        list_row(r)
+        for r in open_store(conf).scan_instances()
+        if selected(r, args.state, args.project, args.on_host)
+    ]
     print(json.dumps({"instances": rows}) if args.json else format_list(rows))
     return 0
 
 
 def show(conf: cfg.ConfigOpts) -> int:
     args = conf.command
-    store = make_store(conf)
-    try:
-        print(render_instance(store, args.uuid, admin=args.admin, as_json=args.json))
-    finally:
-        store.close()
+    print(render_instance(open_store(conf), args.uuid, admin=args.admin, as_json=args.json))
     return 0
 
 

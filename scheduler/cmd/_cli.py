@@ -6,19 +6,33 @@
 * A mistake is one line, ``<prog>: <what>``, and a non-zero exit status: a
   configuration that cannot be used (the option, its value and its file), a
   broker or store that cannot be reached, a topic nothing consumes. The
-  traceback only with ``--debug``.
+  traceback only with ``--debug``. Every such line is printed by :func:`say`,
+  which escapes control characters (``\\n``, ``\\x1b``): what the user
+  typed is quoted, never replayed to the terminal.
+* What a command opens (its store, its transports) is closed when it ends,
+  however it ends: its dispatcher runs it in :func:`closing`, and it opens
+  them with :func:`opened`.
 * Ctrl-C (SIGINT) exits quietly with status 130, whatever the command was doing.
+* Output to a pipe whose reader has gone (``scheduler-admin hosts | head``)
+  exits quietly with status 141 (128 + SIGPIPE, what a shell reports for a
+  command killed by SIGPIPE, so ``set -o pipefail`` still tells it from
+  success): the rest of the output is dropped, nothing is said.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
+import math
 import os
+import select
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from oslo_config import cfg
 
@@ -28,6 +42,9 @@ from scheduler.exceptions import BrokerUnreachable, ConfigInvalid, NoConsumer, S
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: The exit status of a command whose standard output was closed under it
+#: (128 + SIGPIPE): see :func:`run`.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 #: The exit status of a configuration that cannot be used, or a service that
 #: cannot be reached.
 EXIT_FAILED = 1
@@ -40,6 +57,72 @@ ONE_LINE_ERRORS: tuple[type[BaseException], ...] = (
     NoConsumer,
     StoreUnavailable,
 )
+
+
+_T = TypeVar("_T")
+
+
+class Opened:
+    """What one command opened, each once (by key), closed when it ends: the
+    last opened first."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._kept: dict[str, Any] = {}
+
+    def keep(self, key: str, open_: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+        if key not in self._kept:
+            thing = open_()
+            self._stack.callback(close, thing)
+            self._kept[key] = thing
+        found: _T = self._kept[key]
+        return found
+
+    def close(self) -> None:
+        self._kept.clear()
+        self._stack.close()
+
+
+_OPENED: contextvars.ContextVar[Opened | None] = contextvars.ContextVar("opened", default=None)
+
+
+@contextlib.contextmanager
+def closing() -> Iterator[Opened]:
+    """The run of one command, in its dispatcher: what the command opens
+    with :func:`opened` meanwhile is closed when the run ends, however it
+    ends (done, refused, failed, interrupted)."""
+    scope = Opened()
+    token = _OPENED.set(scope)
+    try:
+        yield scope
+    finally:
+        _OPENED.reset(token)
+        scope.close()
+
+
+def opened(key: str, open_: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+    """``open_()``: what the command runs on (``key``: its store, a transport),
+    opened once per run and closed (``close``) when the run of
+    :func:`closing` ends. Outside such a run (a test calling a command
+    itself) it is opened each time and left to the caller."""
+    scope = _OPENED.get()
+    return open_() if scope is None else scope.keep(key, open_, close)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (newlines, tabs,
+    escape sequences, bidirectional overrides, ...) written as ``repr`` writes
+    it (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def say(prog: str, message: str) -> None:
+    """Print ``prog: message`` on standard error: the one place a command's
+    errors (and warnings) are printed, in one line, control characters
+    escaped (:func:`printable`)."""
+    print(f"{prog}: {printable(message)}", file=sys.stderr)
 
 
 def apply_log_options(debug: bool, log_file: str | None) -> None:
@@ -72,20 +155,54 @@ def whole(least: int) -> Callable[[str], int]:
 
 
 def seconds(least: float = 0.0, inclusive: bool = False) -> Callable[[str], float]:
-    """An argparse type: seconds, more than ``least`` (or ``least`` itself too
-    when ``inclusive``)."""
+    """An argparse type: a finite number of seconds, more than ``least`` (or
+    ``least`` itself too when ``inclusive``). Every timeout, wait and interval a
+    command takes is read with it: ``nan``, ``inf`` and a negative number are
+    refused while parsing (exit status 2), never handed to a wait."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
         if not (value >= least if inclusive else value > least):
             bound = "at least" if inclusive else "more than"
             raise argparse.ArgumentTypeError(f"must be {bound} {least:g}, got {text}")
         return value
 
     return parse
+
+
+def text(most: int) -> Callable[[str], str]:
+    """An argparse type: free text (a reason, a note) of at most ``most``
+    characters, on one line (no control characters): what a table prints."""
+
+    def parse(given: str) -> str:
+        if len(given) > most:
+            raise argparse.ArgumentTypeError(f"at most {most} characters, got {len(given)}")
+        if not given.isprintable():
+            raise argparse.ArgumentTypeError(f"no control characters, got {given!r}")
+        return given
+
+    return parse
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an ``http://`` or ``https://`` URL naming a host
+    (what a ``/metrics`` is read from); ``file://`` and any other scheme, or
+    none, refused (said with its password masked)."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        web = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # (an IPv6 address's [ left open, a port that is no number)
+        web = False
+    if not web:
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL, got {log.mask_secrets(text)!r}"
+        )
+    return text
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -146,6 +263,31 @@ def interrupted() -> int:
     os._exit(EXIT_INTERRUPTED)
 
 
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (and not a
+    socket of the command's that broke, which is a failure to show)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def stdout_gone() -> int:
+    """Standard output was closed under the command: point it at ``/dev/null``
+    (what is left in its buffer goes nowhere) and return :data:`EXIT_BROKEN_PIPE`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind it (a test's capture)
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def run(
     prog: str,
     body: Callable[[], int | None],
@@ -153,23 +295,37 @@ def run(
     failed: int = EXIT_FAILED,
 ) -> int:
     """Run a command's ``body`` and return its exit status, saying a known
-    failure in one line (``prog: message``) and leaving quietly on Ctrl-C."""
+    failure in one line (``prog: message``) and leaving quietly on Ctrl-C.
+
+    Every console script's ``main`` is this. When standard output is closed
+    under the command (``| head`` has read enough), it stops there and returns
+    :data:`EXIT_BROKEN_PIPE` (141) without a word: Python's recipe
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe), standard
+    output pointed at ``/dev/null`` so that the interpreter's last flush of
+    what is left in its buffer fails no more.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return body() or 0
+        status = body() or 0
+        sys.stdout.flush()  # the end of the output, written while we can still say so
+        return status
     except KeyboardInterrupt:
         return interrupted()
+    except BrokenPipeError:
+        if not stdout_closed():  # some other pipe or socket: not ours to hide
+            raise
+        return stdout_gone()
     except rpc.SEND_FAILURES as exc:  # a client given retries, whose broker went away
         if "--debug" in args or _debug():
             traceback.print_exc()
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{prog}: the message broker stopped answering: {reason}", file=sys.stderr)
+        say(prog, f"the message broker stopped answering: {reason}")
         return failed
     except ONE_LINE_ERRORS as exc:
         if "--debug" in args or _debug():
             traceback.print_exc()
         message = getattr(exc, "message", None) or str(exc)
-        print(f"{prog}: {message.strip().splitlines()[0]}", file=sys.stderr)
+        say(prog, message.strip().splitlines()[0])
         return failed
 
 

@@ -7,10 +7,12 @@ import threading
 from collections.abc import Callable
 
 
-def wait_for_signal(on_stop: Callable[[], None]) -> int:
-    """Block until SIGTERM or SIGINT, then call ``on_stop`` once; return the
-    signal (a second one while stopping is ignored: the stop finishes)."""
-    stop = threading.Event()
+def wait_for_signal(on_stop: Callable[[], None], stop: threading.Event | None = None) -> int:
+    """Block until SIGTERM or SIGINT (or until the process sets ``stop``
+    itself; a signal sets it too), then call ``on_stop`` once; return the
+    signal, 0 when the process set ``stop`` (a second signal while stopping is
+    ignored: the stop finishes)."""
+    stop = stop or threading.Event()
     received: list[int] = []
 
     def _handler(signum: int, _frame: object) -> None:
@@ -22,4 +24,4 @@ def wait_for_signal(on_stop: Callable[[], None]) -> int:
     while not stop.wait(1.0):
         pass
     on_stop()
-    return received[0]
+    return received[0] if received else 0

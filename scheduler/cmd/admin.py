@@ -70,7 +70,7 @@ from scheduler.objects import (
 )
 from scheduler.render import render_instance, resources_line, table
 from scheduler.store import Store, make_store
-from scheduler.store.services import set_host_disabled
+from scheduler.store.services import DISABLED_REASON_MAX, set_host_disabled
 
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
@@ -312,8 +312,10 @@ def _add_commands(subparsers: Any) -> None:
     dashboard.add_argument(
         "--metrics-url",
         action="append",
+        type=_cli.http_url,
         metavar="URL",
-        help="A /metrics to read rates from (repeat for each worker and the conductor); by "
+        help="A /metrics to read rates from, http:// or https:// (repeat for each worker and "
+        "the conductor; shown with its password masked); by "
         "default those [scheduler] health_port (one per worker) and [conductor] health_port "
         "name on [scheduler] health_listen.",
     )
@@ -360,7 +362,10 @@ def _add_commands(subparsers: Any) -> None:
     )
     disable.add_argument("hostname", metavar="HOST", help="The host (its service's name).")
     disable.add_argument(
-        "--reason", help="Why, kept with the service and shown by scheduler-admin hosts."
+        "--reason",
+        type=_cli.text(DISABLED_REASON_MAX),
+        help=f"Why, kept with the service and shown by scheduler-admin hosts (at most "
+        f"{DISABLED_REASON_MAX} characters, on one line).",
     )
     disable.add_argument("--json", action="store_true", help="Print the service state as JSON.")
     enable = host_actions.add_parser(
@@ -446,22 +451,12 @@ def _add_commands(subparsers: Any) -> None:
     )
     audit.add_argument(
         "--grace",
-        type=_non_negative_seconds,
+        type=_cli.seconds(0.0, inclusive=True),
         metavar="S",
         help="Seconds a finding must persist before --fix acts on it (default: "
         "[conductor] orphan_grace; 0 acts on the first comparison).",
     )
     audit.add_argument("--json", action="store_true", help="Print the findings as JSON.")
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 command_opt = cfg.SubCommandOpt(
@@ -676,18 +671,18 @@ def _explain(conf: cfg.ConfigOpts) -> int:
             else:
                 report = client.explain(ctxt, spec, instance_uuids=uuids, all_hosts=args.all_hosts)
         except oslo_messaging.MessagingTimeout:
-            print(
-                f"scheduler-admin: no scheduler worker answered on topic "
+            _cli.say(
+                "scheduler-admin",
+                f"no scheduler worker answered on topic "
                 f"{conf.scheduler.topic!r} within {args.timeout:g} s (is one running, at RPC "
                 "version 1.1 or later?)",
-                file=sys.stderr,
             )
             return EXIT_ERROR
         except oslo_messaging.UnsupportedVersion as exc:
-            print(
-                f"scheduler-admin: the worker that answered does not serve RPC version "
+            _cli.say(
+                "scheduler-admin",
+                f"the worker that answered does not serve RPC version "
                 f"{exc.version}, which --instance-uuid, --all-hosts and --only-filter need",
-                file=sys.stderr,
             )
             return EXIT_ERROR
     finally:
@@ -1024,7 +1019,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except _cli.ONE_LINE_ERRORS:
         raise
     except SchedulerError as exc:  # Forbidden, InvalidRequest, InstanceNotFound, ...
-        print(f"scheduler-admin: {exc.message}", file=sys.stderr)
+        _cli.say("scheduler-admin", exc.message)
         return EXIT_ERROR
 
 

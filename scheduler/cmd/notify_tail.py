@@ -8,7 +8,9 @@ versioned payloads, in Nova's envelope) instead of the legacy topic; by
 default the tail reads the versioned ones when those are all the scheduler
 publishes (``[notifications] format = versioned``), else the legacy ones.
 ``--event PATTERN`` (repeatable; shell-style, e.g. ``'scheduler.resize.*'``)
-prints only the event types it matches.
+prints only the event types it matches. Once its output is closed under it
+(``| head -1`` has its line) the tail stops listening, deletes its pool's
+queue and exits with status 141, as every command does (:func:`_cli.run`).
 """
 
 from __future__ import annotations
@@ -112,6 +114,23 @@ class NotificationCollector:
         self._record("ERROR", ctxt, publisher_id, event_type, payload, metadata)
 
 
+def stdout_sink(closed: threading.Event) -> Callable[[dict[str, Any]], None]:
+    """What the tail hands each notification to: one JSON line on standard
+    output, flushed; once that output is closed under it, nothing more, and
+    ``closed`` set so that the tail stops listening (a notification that
+    could not be printed is dropped, not handed back to be redelivered)."""
+
+    def _print(note: dict[str, Any]) -> None:
+        if closed.is_set():
+            return
+        try:
+            print(json.dumps(note, default=str), flush=True)
+        except BrokenPipeError:
+            closed.set()
+
+    return _print
+
+
 def listen(
     transport: oslo_messaging.Transport,
     topic: str,
@@ -169,12 +188,10 @@ def _main(argv: Sequence[str] | None) -> int:
     url = conf.oslo_messaging_notifications.transport_url  # None: transport_url's
     broker.reach(conf, BROKER_TIMEOUT, url=url)
 
-    def _print(note: dict[str, Any]) -> None:
-        print(json.dumps(note, default=str), flush=True)
-
     pool = conf.pool or fresh_pool()
     topic = tail_topic(conf, conf.format)
-    listener = listen(transport, topic, _print, pool, conf.event)
+    closed = threading.Event()
+    listener = listen(transport, topic, stdout_sink(closed), pool, conf.event)
 
     def _stop() -> None:
         listener.stop()
@@ -183,7 +200,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if not conf.pool:  # its own queue: nobody else reads it
             broker.delete_queues(conf, [pool], url=url)
 
-    return _cli.exit_status(wait_for_signal(_stop))
+    signum = wait_for_signal(_stop, closed)
+    return _cli.exit_status(signum) if signum else _cli.stdout_gone()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

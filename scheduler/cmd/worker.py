@@ -337,7 +337,7 @@ def _main(argv: Sequence[str] | None) -> int:
     conf = _cli.parse(argv, prog="scheduler-worker", description=__doc__.split("\n")[0])
     error = config_error(conf)
     if error is not None:
-        print(f"scheduler-worker: {error}", file=sys.stderr)
+        _cli.say("scheduler-worker", error)
         return 1
     log.setup(process="scheduler-worker.master")
     Supervisor(conf).run()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,12 +14,20 @@ from oslo_config import cfg
 
 from scheduler.dashboard.server import make_server
 from scheduler.dashboard.state import Scraper, StateSource, cloud
+from scheduler.exceptions import SchedulerError
 from scheduler.flavors import load_catalog
+from scheduler.log import mask_secrets
 from scheduler.store import Store
 
 #: The environment variable a fixed token is read from (never the command line,
 #: where ``ps`` shows it).
 TOKEN_ENV = "SCHEDULER_DASHBOARD_TOKEN"
+
+
+class CannotListen(SchedulerError):
+    """The page's address cannot be listened on (said by the command, exit status 2)."""
+
+    msg = "cannot listen on %(address)s: %(reason)s"
 
 
 def metrics_urls(conf: cfg.ConfigOpts) -> list[str]:
@@ -57,14 +64,13 @@ def serve(conf: cfg.ConfigOpts, store: Store, args: Any, out: Any) -> int:
     try:
         server = make_server(source, token, args.listen, args.port)
     except OSError as exc:
-        print(
-            f"scheduler-admin: cannot listen on {args.listen}:{args.port}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
-        return 2
+        raise CannotListen(
+            address=f"{args.listen}:{args.port}", reason=exc.strerror or exc
+        ) from exc
     port = server.server_address[1]
     print(f"dashboard: http://{args.listen}:{port}/#token={token}", file=out, flush=True)
-    print(f"metrics from: {', '.join(urls) or 'none (no health ports configured)'}", file=out)
+    shown = ", ".join(mask_secrets(url) for url in urls)
+    print(f"metrics from: {shown or 'none (no health ports configured)'}", file=out)
     out.flush()
     try:
         server.serve_forever()

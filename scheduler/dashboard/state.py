@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from scheduler.log import mask_secrets
 from scheduler.objects import Flavor, RequestSpec
 from scheduler.store import Store
 from scheduler.usage import HostTable
@@ -225,11 +226,13 @@ class Scraper:
         endpoints = []
         totals: dict[str, Any] = {}
         for url in self.urls:
+            shown = mask_secrets(url)  # what the page shows of it
             try:
                 add_counters(totals, read_counters(self._get(url)))
-                endpoints.append({"url": url, "up": True})
+                endpoints.append({"url": shown, "up": True})
             except (OSError, ValueError) as exc:
-                endpoints.append({"url": url, "up": False, "error": str(exc)[:200]})
+                error = mask_secrets(str(exc))[:200]
+                endpoints.append({"url": shown, "up": False, "error": error})
         now = self.clock()
         self._samples.append((now, totals))
         while self._samples and self._samples[0][0] < now - self.history:

@@ -10,6 +10,9 @@ back: its service's disabled flag and reason, and its root provider's
 ``scheduler-admin host disable|enable`` and by the conductor's drain
 (:mod:`conductor_stub.drain`), which disables the host before it moves
 anything off it.
+
+:func:`known_host`: the service of a host name a command was given, or a
+refusal; every command that takes a host name checks it there.
 """
 
 from __future__ import annotations
@@ -17,9 +20,28 @@ from __future__ import annotations
 import threading
 import time
 
-from scheduler.exceptions import NotFound
+from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.store.base import ServiceStore
 from scheduler.store.records import Service
+
+#: The longest host name a service may have (Nova's ``services.host`` column).
+HOST_NAME_MAX = 255
+#: The longest reason a disabled service keeps (Nova's ``disabled_reason``).
+DISABLED_REASON_MAX = 255
+
+
+def known_host(store: ServiceStore, hostname: str) -> Service:
+    """The service of ``hostname``: :class:`NotFound` when no service has that
+    name (``*``, a typo, a host never started), :class:`InvalidRequest` for a
+    name longer than any host's (not looked up, nor echoed whole)."""
+    if len(hostname) > HOST_NAME_MAX:
+        raise InvalidRequest(
+            reason=f"a host name of {len(hostname)} characters (no host's is over {HOST_NAME_MAX})"
+        )
+    service = store.get_service(hostname)
+    if service is None:
+        raise NotFound(kind="host", ident=hostname)
+    return service
 
 
 def set_host_disabled(
@@ -27,11 +49,9 @@ def set_host_disabled(
 ) -> tuple[Service, Service]:
     """Disable (with ``reason``) or enable one host's service: its flag and its
     root provider's status trait in one atomic store step. The service before
-    and after; :class:`NotFound` (nothing changed) for an unknown host.
+    and after; for an unknown host, :func:`known_host`'s refusal (nothing changed).
     Disabling a disabled host without a reason keeps the one it has."""
-    before = store.get_service(hostname)
-    if before is None:
-        raise NotFound(kind="host", ident=hostname)
+    before = known_host(store, hostname)
     if not disable:
         reason = None
     elif before.disabled and reason is None:

@@ -3,6 +3,7 @@ topic no worker consumes, Ctrl-C, and the queues a process leaves behind."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -12,9 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import oslo_messaging
 import pytest
 
-from scheduler import broker
+from scheduler import broker, rpc
 from scheduler import conf as conf_mod
 from scheduler.cmd import notify_tail
 from scheduler.exceptions import BrokerUnreachable
@@ -208,3 +210,47 @@ def test_the_queues_a_process_owns_go_away_with_it(cluster: Cluster) -> None:
         30,
         "the killed tail's queue to expire",
     )
+
+
+def test_the_tail_stops_once_its_output_is_closed(cluster: Cluster) -> None:
+    """``scheduler-notify-tail | head -1``: once head has gone, the next
+    notification stops the tail (exit status 141, as any command whose output
+    is closed under it), with nothing said and its pool's queue deleted; it
+    used to listen on, a traceback logged per notification."""
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cmd.notify_tail", "--config-file",
+         str(cluster.config_file), "--format", "unversioned"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert tail.stdout is not None
+    tail.stdout.close()  # head has read its line
+    try:
+        wait_until(
+            lambda: any(q.startswith("tail-") for q in queues(cluster)), 60, "the tail's pool"
+        )
+        conf_mod.set_defaults()
+        conf_mod.CONF([], project="scheduler", default_config_files=[])
+        notifying = rpc.get_notification_transport(conf_mod.CONF, url=cluster.transport_url)
+        try:
+            notifier = oslo_messaging.Notifier(
+                notifying, "test", driver="messagingv2", topics=["notifications"]
+            )
+            for n in range(3):
+                notifier.info({}, "test.closed_output", {"n": n})
+            status = tail.wait(timeout=30)
+        finally:
+            notifying.cleanup()
+        _, err = tail.communicate(timeout=30)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait()
+    assert status == 141
+    # Nothing of its own to say; the broker's deliveries cut short by the stop
+    # may draw a warning from amqp (kept, as the project keeps the library's
+    # warnings), never an error or a traceback.
+    assert "Traceback" not in err, err
+    assert {json.loads(line)["level"] for line in err.splitlines()} <= {"warning"}, err
+    assert not [q for q in queues(cluster) if q.startswith("tail-")]

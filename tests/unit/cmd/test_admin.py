@@ -1087,7 +1087,7 @@ def test_the_conductors_commands_are_found_by_entry_point() -> None:
 def test_audit_grace_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         audit_conf("--fix", "--grace", "-1")
-    assert "--grace: must be 0 or more, got -1" in capsys.readouterr().err
+    assert "--grace: must be at least 0, got -1" in capsys.readouterr().err
 
 
 # --- hosts and usage, as commands ---------------------------------------------------

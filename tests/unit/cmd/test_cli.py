@@ -219,3 +219,48 @@ def test_without_config_file_the_project_files_are_read(
         f"scheduler-admin: [scheduler] workers = 'many' in {found}: "
         "invalid literal for int() with base 10: 'many'\n",
     )
+
+
+def test_output_to_a_closed_pipe_exits_quietly_141(tmp_path: Path) -> None:
+    """``conductor-stub list | head`` and ``scheduler-admin hosts | head``: once
+    the reader has gone, the command leaves with 128 + SIGPIPE, as a command
+    killed by SIGPIPE does, and says nothing (no BrokenPipeError traceback)."""
+    memory = tmp_path / "memory.conf"
+    memory.write_text("[redis]\nurl = memory://\n")
+    base = ["--config-file", str(memory)]
+    runs = run_commands(
+        [
+            ["conductor_stub.cmd", *base, "list"],
+            ["conductor_stub.cmd", *base, "list", "--json"],
+            ["scheduler.cmd.admin", *base, "hosts"],
+            ["scheduler.cmd.admin", *base, "usage", "project"],
+        ],
+        stdout_closed=True,
+    )
+    for run in runs:
+        assert (run.returncode, run.stderr) == (141, ""), run.args
+    assert _cli.EXIT_BROKEN_PIPE == 141  # (the status the command says it gives)
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_hidden() -> None:
+    """A socket of the command's own that broke is a failure: it is raised, not
+    taken for ``| head`` (standard output here is a file, still open)."""
+
+    def body() -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        _cli.run("conductor-stub", body, [])
+
+
+def test_what_a_command_opened_is_closed_once_last_first_however_it_ends() -> None:
+    closed: list[str] = []
+    with pytest.raises(RuntimeError), _cli.closing():
+        store = _cli.opened("store", lambda: "store", closed.append)
+        assert _cli.opened("store", lambda: "another", closed.append) is store  # once
+        _cli.opened("transport", lambda: "transport", closed.append)
+        raise RuntimeError("the command failed")
+    assert closed == ["transport", "store"]
+    # Outside a command's run: opened each time, left to the caller.
+    assert _cli.opened("store", lambda: "mine", closed.append) == "mine"
+    assert closed == ["transport", "store"]

@@ -116,3 +116,39 @@ def test_the_pool_policy_expires_a_fresh_pool_s_queue_only() -> None:
         assert not pattern.search(name), name
     with pytest.raises(ValueError, match="above 0"):
         notify_tail.pool_policy(0)
+
+
+class ClosedOutput:
+    """A standard output whose reader has gone."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_stops_the_tail_and_is_not_written_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = ClosedOutput()
+    monkeypatch.setattr("sys.stdout", out)
+    closed = threading.Event()
+    sink = notify_tail.stdout_sink(closed)
+    sink({"event_type": "scheduler.run_instance.end"})  # no BrokenPipeError out of it
+    assert closed.is_set() and out.writes == 1
+    sink({"event_type": "scheduler.run_instance.end"})
+    assert out.writes == 1  # the next one is dropped, not tried again
+
+
+def test_the_wait_ends_when_the_process_sets_its_stop() -> None:
+    from scheduler.cmd._daemon import wait_for_signal
+
+    stop = threading.Event()
+    stopped: list[bool] = []
+    stop.set()
+    assert wait_for_signal(lambda: stopped.append(True), stop) == 0
+    assert stopped == [True]

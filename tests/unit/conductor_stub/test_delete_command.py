@@ -76,6 +76,15 @@ def test_an_unknown_uuid_deletes_nothing(
     assert store.get_instance(known).state == ERROR
 
 
+def test_an_unknown_uuid_is_said_with_its_control_characters_escaped(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("abc\x1b[31m\ndef") == 2
+    assert capsys.readouterr().err == (
+        "conductor-stub delete: no such instance: abc\\x1b[31m\\ndef\n"
+    )
+
+
 def test_all_takes_the_states_and_project_asked(
     store: MemoryStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
