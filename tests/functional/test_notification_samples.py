@@ -18,11 +18,19 @@ from typing import Any
 
 import pytest
 
+from conductor_stub.reconcile import RECONCILE_ACTION
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
 from scheduler.notifications import EVENTS
 from scheduler.notifier import versioned_event_type
-from scheduler.objects import Flavor, Image, InstanceRecord, RequestSpec, ServerGroup
+from scheduler.objects import (
+    AllocationRequest,
+    Flavor,
+    Image,
+    InstanceRecord,
+    RequestSpec,
+    ServerGroup,
+)
 from tests import notification_samples
 from tests.functional.conftest import Cluster
 from tests.functional.test_boot import wait_until
@@ -51,6 +59,11 @@ def test_every_notification_of_a_run_parses_against_its_sample(
     versioned_notifications: Any,
     transport: Any,
 ) -> None:
+    # Short reconcile deadlines: the orphan claimed below is released (and
+    # notified) within seconds.
+    cluster.write_config(
+        conductor={"reconcile_interval": 1.0, "orphan_grace": 2.0, "report_max_age": 5.0}
+    )
     cluster.start_conductor()
     cluster.start_compute(3, "--memory-mb", "16384")  # m1.xlarge fits nowhere
     worker = cluster.start_worker()
@@ -90,6 +103,11 @@ def test_every_notification_of_a_run_parses_against_its_sample(
     with pytest.raises(NoValidHost):
         client.select_destinations(rpc.RequestContext(), huge, [str(uuidlib.uuid4())])
     assert cluster.store.release(placed)  # as a conductor that gave up would
+    # An allocation no record holds: the conductor's reconciler releases it and
+    # notifies scheduler.reconcile.action.
+    orphan = str(uuidlib.uuid4())
+    root = next(p for p in cluster.store.list_providers() if p.parent_uuid is None)
+    cluster.store.claim(orphan, AllocationRequest({root.uuid: {"VCPU": 1}}, "p", "u"))
 
     def settled() -> bool:
         legacy, versioned = notifications(), versioned_notifications()
@@ -113,7 +131,11 @@ def test_every_notification_of_a_run_parses_against_its_sample(
     assert set(samples) == set(EVENTS)
     for note in versioned:
         notification_samples.check_against_sample(note, samples[note["event_type"]])
-    assert {n["publisher_id"] for n in versioned} == {f"scheduler-worker:node-{cluster.ident}"}
+    # The worker publishes the scheduling events, the conductor its reconciler's.
+    assert {(n["publisher_id"], n["event_type"] == RECONCILE_ACTION) for n in versioned} == {
+        (f"scheduler-worker:node-{cluster.ident}", False),
+        (f"scheduler-conductor:node-{cluster.ident}", True),
+    }
     assert {n["publisher_id"] for n in legacy} == {f"scheduler.node-{cluster.ident}"}
     assert all(n["message_id"] and n["timestamp"] and n["request_id"] for n in versioned)
 
