@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import amqp, pyspy
+from bench.cluster import Cluster
 from bench.procstat import CpuMeter, family
 from bench.runner import Bench
 from bench.stats import ratio, summary
 from compute_sim.ops.build import RESULTS_BY_CAST, RESULTS_IN_STORE
 from scheduler.objects import ACTIVE, FINAL_STATES
-from tests.functional.cluster import Cluster
 
 FLAVOR = "m1.small"
 

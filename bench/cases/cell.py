@@ -58,6 +58,7 @@ import redis
 from bench import cloud
 from bench.cases.engine import SINGLE, request
 from bench.cases.memory import proc_status_mb
+from bench.nodes import PrivateRedis, wait_until
 from bench.runner import POPULATE_PROCESSES, Bench
 from bench.stats import summary
 from conductor_stub.redrive import SWEEP_BATCH
@@ -65,7 +66,6 @@ from scheduler import rpc
 from scheduler.exceptions import SchedulerUnavailable
 from scheduler.objects import ACTIVE, BUILDING, DISK_GB, MEMORY_MB, VCPU, Flavor
 from scheduler.store import InstanceReport, RedisStore, RunningInstance
-from tests.functional_faults.conftest import PrivateRedis, wait_until
 
 #: Records written per pipeline while populating.
 RECORD_CHUNK = 2000

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from tests.functional.cluster import REDIS_URL
+from bench.cluster import REDIS_URL
 from tests.functional.conftest import Cluster
 from tests.functional.test_boot import wait_until
 

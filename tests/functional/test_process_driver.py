@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bench.cluster import alive
 from compute_sim.process import TAG
 from scheduler.objects import ERROR
-from tests.functional.cluster import alive
 from tests.functional.conftest import Cluster
 from tests.functional.test_boot import wait_until
 
