@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
 from scheduler.notifications import EVENTS
@@ -25,7 +26,6 @@ from scheduler.notifier import versioned_event_type
 from scheduler.objects import Flavor, Image, InstanceRecord, RequestSpec, ServerGroup
 from tests import notification_samples
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, extra_specs={"k": "v"})
 

@@ -20,7 +20,7 @@ from compute_sim.manager import ComputeManager
 from compute_sim.process import TAG, ProcessDriver
 from scheduler.objects import ERROR, InstanceRecord
 from scheduler.store import MemoryStore
-from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, SPEC, selection
+from tests.fixtures.simulator import CTXT, INSTANCE, SPEC, selection
 from tests.unit.factories import Recorded
 
 
