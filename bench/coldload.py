@@ -119,9 +119,9 @@ def _worker(tree: Path, url: str, names: list[str]) -> dict[str, float]:
     decision with its claim, released after), and its VmRSS then."""
     from bench.cases.engine import SINGLE, request
     from bench.cases.memory import proc_status_mb
+    from bench.cluster import Cluster
     from scheduler import rpc
     from scheduler.store import RedisStore
-    from tests.functional.cluster import Cluster
 
     store = RedisStore(url, PREFIX, socket_timeout=60.0)
     store.heartbeat(names, time.time())  # every host up, as in a live cell

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import cloud
+from bench.cluster import REDIS_URL, Cluster
 from scheduler.store import MemoryStore, Store
-from tests.functional.cluster import REDIS_URL, Cluster
 
 #: Processes that write a large cloud into Redis side by side.
 POPULATE_PROCESSES = 3

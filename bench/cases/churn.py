@@ -51,6 +51,7 @@ from typing import Any
 import redis
 
 from bench.cases.memory import proc_status_mb
+from bench.cluster import Cluster
 from bench.runner import Bench
 from bench.stats import summary
 from conductor_stub.records import ConductorSettings
@@ -62,7 +63,6 @@ from scheduler.flavors import load_catalog
 from scheduler.objects import ACTIVE, ERROR, FINAL_STATES, RequestSpec
 from scheduler.service import ServiceResolver
 from scheduler.store.keys import Keys
-from tests.functional.cluster import Cluster
 
 FLAVOR = "m1.small"  # 1 VCPU, 2048 MB, 20 GB
 #: Host memory: 512 MB reserved plus room for this many FLAVOR instances.

@@ -17,7 +17,13 @@ from typing import Any
 
 from bench.cases.engine import SINGLE, request
 from bench.runner import Bench
+from bench.targets import Target
 from scheduler import rpc
+
+#: What this case is held to (bench.report reads each value measured against them).
+TARGETS: tuple[Target, ...] = (
+    Target("rss_100k", "worker resident size <= 300 MB at 100k hosts", 300.0, "max"),
+)
 
 
 def proc_status_mb(pid: int) -> dict[str, float]:

@@ -23,11 +23,11 @@ from typing import Any
 import redis
 
 from bench import cloud
+from bench.nodes import PrivateRedis, wait_until
 from bench.runner import Bench
 from bench.stats import summary
 from scheduler.objects import AllocationRequest
 from scheduler.store import RedisStore
-from tests.functional_faults.conftest import PrivateRedis, wait_until
 
 PREFIX = "bench-replicas"
 AMOUNTS = {"VCPU": 1, "MEMORY_MB": 256}

@@ -38,12 +38,12 @@ from typing import Any
 import redis
 
 from bench import cloud
+from bench.nodes import PrivateRedis
 from bench.runner import Bench
 from bench.stats import summary
 from scheduler.objects import ACTIVE, BUILDING, InstanceRecord
 from scheduler.store import RedisStore
 from scheduler.store.scripts import DUE_INSTANCES
-from tests.functional_faults.conftest import PrivateRedis
 
 #: The sweep the store ran before the deadline index: reads every record.
 #: Kept here only, as the baseline.

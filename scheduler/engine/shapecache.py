@@ -267,6 +267,12 @@ class ShapeCache:
         self._keys: dict[int, tuple[RequestSpec, Hashable]] = {}
         # Shapes seen once: kept from their second request on.
         self._seen: dict[Hashable, None] = {}
+        #: Decisions :meth:`rank` answered from the cache (the uncached stages
+        #: did not run).
+        self.hits = 0
+        #: Decisions :meth:`rank` left to the uncached stages (a shape's first
+        #: sight, or no candidate left after the filters).
+        self.misses = 0
 
     @staticmethod
     def cacheable(spec: RequestSpec, randomized: bool, all_hosts: bool) -> bool:
@@ -322,12 +328,23 @@ class ShapeCache:
                 self._seen[key] = None
                 if len(self._seen) > MAX_SPECS:
                     del self._seen[next(iter(self._seen))]
+                self.misses += 1
                 return None
             shape = self._build(ctx)
             self._shapes[key] = shape
             if len(self._shapes) > MAX_SHAPES:
                 self._shapes.popitem(last=False)
-        return self._decide(shape, ctx, states, rng, trace)
+        decided = self._decide(shape, ctx, states, rng, trace)
+        if decided is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return decided
+
+    def stats(self) -> dict[str, int]:
+        """Decisions answered from the cache (``hits``), left to the uncached
+        stages (``misses``), and the shapes kept."""
+        return {"hits": self.hits, "misses": self.misses, "shapes": len(self._shapes)}
 
     # --- the candidate step, host by host ---------------------------------------------
 

@@ -25,7 +25,7 @@ import pytest
 
 # The harness lives in its own module so the benchmark suite can use it too;
 # re-exported here for the tests that import it from conftest.
-from tests.functional.cluster import (  # noqa: F401
+from bench.cluster import (  # noqa: F401
     RABBIT_HOST,
     RABBIT_PORT,
     REDIS_URL,

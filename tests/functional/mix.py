@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.cluster import Cluster, Process
 from conductor_stub.records import ConductorSettings
 from conductor_stub.tasks.build import Booter
 from conductor_stub.tasks.delete import Deleter
@@ -44,7 +45,6 @@ from scheduler.objects import (
     InstanceRecord,
 )
 from scheduler.service import ServiceResolver
-from tests.functional.cluster import Cluster, Process
 
 #: States an operation is under way in; a round ends when none is left.
 IN_FLIGHT = frozenset({BUILDING, RESIZING, DELETING, SHELVING, REBUILDING, MIGRATING})

@@ -3,28 +3,19 @@ notifications, bad input."""
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from scheduler import rpc
 from scheduler.exceptions import InvalidRequest, NoValidHost
 from scheduler.objects import Flavor, InstanceRecord, RequestSpec
 from tests.functional.conftest import Cluster
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
-
-
-def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_boot_100_with_build_failures_all_end_active(cluster: Cluster, notifications: Any) -> None:

@@ -16,13 +16,13 @@ from pathlib import Path
 import oslo_messaging
 import pytest
 
+from bench.nodes import wait_until
 from scheduler import broker, rpc
 from scheduler import conf as conf_mod
 from scheduler.cmd import notify_tail
 from scheduler.exceptions import BrokerUnreachable
 from tests.cli import run_commands
 from tests.functional.conftest import Cluster, Process
-from tests.functional.test_boot import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

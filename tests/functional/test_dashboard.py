@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
 from tests.functional.test_admin import admin_cli
-from tests.functional.test_boot import wait_until
 from tests.functional.test_metrics import metered
 from tests.functional.test_reschedule import boot_nowait
 

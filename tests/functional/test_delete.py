@@ -12,9 +12,9 @@ from typing import Any
 
 import redis
 
-from tests.functional.cluster import REDIS_URL
+from bench.cluster import REDIS_URL
+from bench.nodes import wait_until
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 #: Room for exactly two m1.small (2048 MB each) once 512 MB are reserved.
 TWO_SMALL = ("--memory-mb", "4608")

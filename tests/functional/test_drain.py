@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.resize import amounts, boot_one, holdings
 from tests.functional.conftest import Cluster
 from tests.functional.test_admin import admin_cli
-from tests.functional.test_resize import amounts, boot_one, holdings
 
 
 def drain(cluster: Cluster, host: str, *args: str) -> tuple[int, dict[str, Any]]:

@@ -10,11 +10,11 @@ import time
 from collections import Counter
 from typing import Any
 
+from bench.nodes import wait_until
 from conductor_stub.tasks.evacuate import compute_is_up
 from scheduler.engine.settings import EngineSettings
+from tests.fixtures.resize import amounts, holdings
 from tests.functional.conftest import Cluster, Process
-from tests.functional.test_boot import wait_until
-from tests.functional.test_resize import amounts, holdings
 
 #: Seconds without a heartbeat before a host is down, kept small for speed.
 DOWN_TIME = 3

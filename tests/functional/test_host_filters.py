@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from compute_sim.hosts import aggregate_uuid, provider_uuid
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import Flavor, Image, RequestSpec, Selection
 from scheduler.store import Aggregate
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
 PACKING = {

@@ -11,15 +11,15 @@ import json
 from collections import Counter
 from typing import Any
 
+from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from conductor_stub.tasks.delete import Deleter
 from scheduler.exceptions import MaxRetriesExceeded
 from scheduler.render import render_instance
 from scheduler.rpc import ComputeClient
 from scheduler.service import ServiceResolver
+from tests.fixtures.resize import amounts, boot_one, holdings
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
-from tests.functional.test_resize import amounts, boot_one, holdings
 
 
 def live_migrate(cluster: Cluster, uuid: str, *args: str) -> dict[str, Any]:

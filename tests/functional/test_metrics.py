@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.nodes import wait_until
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 from tests.functional.test_health import free_port
 from tests.functional.test_reschedule import boot_nowait
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
+from tests.fixtures.resize import amounts, boot_one, holdings
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
-from tests.functional.test_resize import amounts, boot_one, holdings
 
 
 def migrate(cluster: Cluster, uuid: str, *args: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import kombu
 import oslo_messaging
 import pytest
 
+from bench.cluster import Cluster, rabbitmqctl
 from scheduler import conf as conf_mod
 from scheduler import notifier, rpc
 from scheduler.cmd.notify_tail import NotificationCollector
-from tests.functional.cluster import Cluster, rabbitmqctl
 
 BOUND = 20
 #: Instances per batch: a batch publishes more notifications than BOUND (three each).

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from conductor_stub.reconcile import RECONCILE_ACTION
 from scheduler import rpc
 from scheduler.exceptions import NoValidHost
@@ -33,7 +34,6 @@ from scheduler.objects import (
 )
 from tests import notification_samples
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20, extra_specs={"k": "v"})
 

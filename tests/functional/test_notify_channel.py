@@ -20,11 +20,11 @@ import pytest
 import structlog
 from oslo_config import cfg
 
+from bench.cluster import RABBIT_HOST, RABBIT_PORT
 from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.cmd.notify_tail import listen
 from scheduler.notify_transport import NotificationChannel, Outgoing, context, message
-from tests.functional.cluster import RABBIT_HOST, RABBIT_PORT
 from tests.functional.conftest import Cluster
 
 CTXT = rpc.RequestContext(user_id="u1", project_id="p1", auth_token="a-secret-token")

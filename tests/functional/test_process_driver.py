@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bench.cluster import alive
+from bench.nodes import wait_until
 from compute_sim.process import TAG
 from scheduler.objects import ERROR
-from tests.functional.cluster import alive
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 #: Short deadlines, so that the reap comes within seconds.
 RECONCILE = {"reconcile_interval": 1.0, "orphan_grace": 2.0, "report_max_age": 5.0}

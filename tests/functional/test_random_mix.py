@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bench.nodes import wait_until
 from scheduler.objects import ACTIVE, ERROR
 from tests.functional.conftest import Cluster
 from tests.functional.mix import MIX_CONDUCTOR, WEIGHTS, LifecycleMix, in_flight
-from tests.functional.test_boot import wait_until
 
 #: Seconds without a heartbeat before a host is down (small, for speed).
 DOWN_TIME = 4

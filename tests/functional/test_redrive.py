@@ -14,12 +14,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import RequestTimedOut
 from scheduler.objects import FINAL_STATES, InstanceRecord
+from tests.fixtures.resize import amounts
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
-from tests.functional.test_resize import amounts
 
 #: Short deadlines, so a lost request is re-driven within seconds.
 FAST = {"build_timeout": 2, "sweep_interval": 0.5, "max_redrives": 3}

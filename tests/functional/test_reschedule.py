@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import MaxRetriesExceeded, NoValidHost
 from scheduler.objects import AllocationRequest
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
 
 
 def boot_nowait(cluster: Cluster, *args: str) -> list[str]:

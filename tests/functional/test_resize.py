@@ -11,33 +11,12 @@ from typing import Any
 
 import pytest
 
+from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import NoValidHost
-from scheduler.flavors import BUILTIN
 from scheduler.objects import migration_uuid_for
+from tests.fixtures.resize import amounts, boot_one, holdings
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
-
-
-def amounts(flavor: str) -> dict[str, int]:
-    f = BUILTIN[flavor]
-    return {"VCPU": f["vcpus"], "MEMORY_MB": f["memory_mb"], "DISK_GB": f["root_gb"]}
-
-
-def holdings(cluster: Cluster) -> dict[str, dict[str, dict[str, int]]]:
-    """consumer uuid -> {host: amounts}, for every live allocation."""
-    names = {p.uuid: p.name for p in cluster.store.list_providers()}
-    return {
-        c.uuid: {names[rp]: dict(res) for rp, res in c.allocations.items()}
-        for c in cluster.store.list_consumers()
-    }
-
-
-def boot_one(cluster: Cluster, flavor: str) -> dict[str, Any]:
-    result = cluster.boot("--count", "1", "--flavor", flavor)
-    (instance,) = result["instances"]
-    assert instance["state"] == "ACTIVE", result
-    return instance
 
 
 @dataclass(frozen=True)

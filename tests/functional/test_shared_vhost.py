@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.functional.cluster import Cluster
+from bench.cluster import Cluster
 
 COUNT = 30
 

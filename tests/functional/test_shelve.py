@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bench.nodes import wait_until
+from tests.fixtures.resize import amounts, holdings
 from tests.functional.conftest import Cluster
-from tests.functional.test_boot import wait_until
-from tests.functional.test_resize import amounts, holdings
 
 
 def shelving(cluster: Cluster, command: str, *uuids: str) -> dict[str, dict[str, Any]]:

@@ -22,12 +22,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from bench.cluster import alive
+from bench.nodes import wait_until
 from scheduler import rpc
 from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
-from tests.functional.cluster import alive
 from tests.functional.conftest import REDIS_URL, Cluster, Process
-from tests.functional.test_boot import wait_until
 
 
 def tiny_spec() -> RequestSpec:

@@ -17,8 +17,8 @@ from scheduler.objects import (
     InstanceRecord,
     evacuated_from,
 )
-from tests.unit.compute_sim import test_simulator
-from tests.unit.compute_sim.test_simulator import (
+from tests.fixtures import simulator
+from tests.fixtures.simulator import (
     CTXT,
     INSTANCE,
     MIGRATION,
@@ -28,7 +28,7 @@ from tests.unit.compute_sim.test_simulator import (
 )
 
 #: The simulator suite's fixture.
-make = test_simulator.make
+make = simulator.make
 
 
 def rebuild(sim: Sim, host: str, alternates: tuple[str, ...] = (), **record: Any) -> None:

@@ -158,3 +158,34 @@ def test_the_graph_sees_a_cycle_and_the_parent_packages() -> None:
     assert len(graph) > 100
     assert {"scheduler", "scheduler.engine"} <= graph["scheduler.engine.pipeline"]
     assert "scheduler.engine.hostview" in graph["scheduler.engine.pipeline"]
+
+
+def imports_of_tests(source: str) -> list[str]:
+    """The imports of ``tests`` (or a module under it) anywhere in ``source``,
+    inside functions and ``if TYPE_CHECKING:`` included."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [name for name in names if name == "tests" or name.startswith("tests.")]
+    return found
+
+
+def test_the_benchmarks_import_nothing_of_the_tests() -> None:
+    """``bench/`` stands on its own: what it shares with the tests lives in it."""
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in sorted((ROOT / "bench").rglob("*.py"))
+        if (names := imports_of_tests(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_an_import_of_the_tests_is_seen() -> None:
+    source = "import tests\ndef f():\n    from tests.functional.cluster import Cluster\n"
+    assert imports_of_tests(source) == ["tests", "tests.functional.cluster"]
+    assert imports_of_tests("from testsuite import x\nfrom . import tests\n") == []

@@ -24,7 +24,7 @@ from scheduler.objects import (
     RequestSpec,
     Selection,
 )
-from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
 from tests.unit.factories import Recorded
 from tests.unit.test_rpc import _spied
 from tests.unit.test_rpc import transport as transport  # noqa: F401 - the fake transport fixture

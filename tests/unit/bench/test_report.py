@@ -231,3 +231,15 @@ def test_targets(cases: dict[str, Any], target: str, measured_on: str, status: s
         t for t in report.targets(cases) if t["id"] == target and measured_on in t["measured_on"]
     ]
     assert [t["status"] for t in found] == [status]
+
+
+def test_each_target_is_declared_once_beside_its_case() -> None:
+    from bench.cases import bootstorm, cell, engine, fill, hostview, lifetimes, memory, rabbit
+
+    declared = [
+        t.id
+        for case in (engine, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell)
+        for t in case.TARGETS
+    ]
+    assert sorted(declared) == sorted(report.TARGETS)  # no id twice
+    assert {t.kind for t in report.TARGETS.values()} <= {"max", "min"}

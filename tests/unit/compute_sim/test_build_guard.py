@@ -13,12 +13,12 @@ import pytest
 from compute_sim.ledger import BUILD, FAILED, REBUILD
 from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import BUILDING, DELETING, ERROR
-from tests.unit.compute_sim import test_simulator
-from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, selection
+from tests.fixtures import simulator
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, selection
 from tests.unit.test_evacuate_compute import rebuild
 
 #: The simulator suite's fixture.
-make = test_simulator.make
+make = simulator.make
 
 
 def until(predicate: Any, what: str) -> None:

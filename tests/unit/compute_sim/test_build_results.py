@@ -21,7 +21,7 @@ from scheduler.exceptions import StoreError
 from scheduler.objects import ACTIVE, BUILDING, InstanceRecord
 from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore
-from tests.unit.compute_sim.test_simulator import selection
+from tests.fixtures.simulator import selection
 from tests.unit.factories import Recorded, settings, spec, uuid_of
 
 SPEC = spec(vcpus=1, ram=1024, disk=10)

@@ -14,8 +14,8 @@ import pytest
 from compute_sim.ledger import LIVE, RESIZE
 from scheduler.objects import ACTIVE, RESIZE_CONFIRMING, RESIZE_REVERTING, RESIZED
 from scheduler.store import RunningInstance
-from tests.unit.compute_sim import test_simulator
-from tests.unit.compute_sim.test_simulator import (
+from tests.fixtures import simulator
+from tests.fixtures.simulator import (
     CTXT,
     INSTANCE,
     MIGRATION,
@@ -27,7 +27,7 @@ from tests.unit.compute_sim.test_simulator import (
 from tests.unit.factories import uuid_of
 
 #: The simulator suite's fixture.
-make = test_simulator.make
+make = simulator.make
 
 OTHER = uuid_of("another-instance")
 OTHER_MIGRATION = uuid_of("another-migration")

@@ -30,12 +30,12 @@ from scheduler.objects import (
 from scheduler.rpc import RequestContext
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
-from tests.unit.compute_sim import test_simulator
-from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim
+from tests.fixtures import simulator
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim
 from tests.unit.factories import Recorded
 
 #: The simulator suite's fixture.
-make = test_simulator.make
+make = simulator.make
 
 BIGGER = {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 20}
 BUILT = RunningInstance(INSTANCE, SPEC.resources, "p", "u", "req-sim", None)

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
+from bench.cluster import alive
 from compute_sim.driver import PowerState, VirtError
 from compute_sim.hosts import HostShape
 from compute_sim.manager import ComputeManager
 from compute_sim.process import TAG, ProcessDriver
 from scheduler.objects import ERROR, InstanceRecord
 from scheduler.store import MemoryStore
-from tests.functional.cluster import alive
-from tests.unit.compute_sim.test_simulator import CTXT, INSTANCE, SPEC, selection
+from tests.fixtures.simulator import CTXT, INSTANCE, SPEC, selection
 from tests.unit.factories import Recorded
 
 

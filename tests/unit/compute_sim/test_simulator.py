@@ -5,133 +5,26 @@ hosts with child providers too, and counted in the hosts' stats)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from compute_sim.hosts import HostShape, Topology, gpu_name, provider_uuid
 from compute_sim.simulator import ComputeSimulator
-from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.objects import (
     DELETING,
     DELETING_TASK,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
-    RESIZED,
-    RESIZING,
     AllocationRequest,
     InstanceRecord,
-    Selection,
 )
-from scheduler.rpc import RequestContext
 from scheduler.store import MemoryStore, RunningInstance
-from tests.unit.factories import Recorded, spec, uuid_of
+from tests.fixtures import simulator
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, resized, selection
+from tests.unit.factories import Recorded
 
-SPEC = spec(vcpus=1, ram=1024, disk=10)
-CTXT = RequestContext(request_id="req-sim")
-INSTANCE = uuid_of("instance")
-MIGRATION = uuid_of("migration")
-
-
-class Sim:
-    """A simulator of hosts h1..h3 and what it sent."""
-
-    def __init__(
-        self,
-        build_time: float,
-        fail_hosts: tuple[str, ...] = (),
-        fail_resize_hosts: tuple[str, ...] = (),
-        topology: Topology = Topology(),
-    ) -> None:
-        self.store = MemoryStore()
-        self.seen: list[tuple[str, bool]] = []  # (call, instance held?) at reschedule time
-        self.conductor = Recorded(reschedule=self._note)
-        self.compute = Recorded()
-        self.sim = ComputeSimulator(
-            self.store,
-            self.conductor,
-            ["h1", "h2", "h3"],
-            "sim",  # type: ignore[arg-type]
-            HostShape(),
-            build_time=build_time,
-            fail_hosts=fail_hosts,
-            compute=self.compute,
-            fail_resize_hosts=fail_resize_hosts,  # type: ignore[arg-type]
-            topology=topology,
-        )
-        self.sim.register()
-
-    def _note(self, ctxt: Any, uuid: str, *args: Any, **kwargs: Any) -> None:
-        self.seen.append(("reschedule", self.store.get_consumer(uuid) is not None))
-
-    def claim(self, consumer: str, host: str) -> None:
-        self.store.claim(
-            consumer, AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u")
-        )
-
-    def record(self, **changes: Any) -> None:
-        """Write INSTANCE's record (BUILDING, with SPEC, if there is none), with
-        ``changes``: the conductor's part in a walk."""
-        self.store.create_instances(
-            [InstanceRecord(INSTANCE, request_spec=SPEC.to_primitive(), request_id="req-sim")]
-        )
-        if changes:
-            self.store.update_instance(INSTANCE, **changes)
-
-    def build(self, host: str) -> None:
-        self.record()
-        self.sim.build_and_run_instance(
-            CTXT, INSTANCE, SPEC.to_primitive(), selection(host).to_primitive(), []
-        )
-
-    def prep(self, host: str, zone: str | None = None) -> None:
-        """Resize INSTANCE off h1 onto ``host`` (the record RESIZING under
-        MIGRATION, as the conductor leaves it)."""
-        self.record(state=RESIZING, host="h1", source_host="h1", migration_uuid=MIGRATION)
-        self.sim.prep_resize(
-            CTXT,
-            INSTANCE,
-            MIGRATION,
-            SPEC.flavor.to_primitive(),
-            SPEC.to_primitive(),
-            selection(host, availability_zone=zone).to_primitive(),
-            [selection("h3").to_primitive()],
-        )
-
-    def io_ops(self, host: str) -> int:
-        (service,) = [s for s in self.store.list_services() if s.host == host]
-        return int(service.stats.get(IO_OPS_STAT, 0))
-
-    def wait(self, name: str, count: int = 1) -> None:
-        deadline = time.monotonic() + 5
-        while self.conductor.names.count(name) + self.compute.names.count(name) < count:
-            assert time.monotonic() < deadline, f"no {name}: {self.conductor.names}"
-            time.sleep(0.01)
-
-
-def selection(host: str, availability_zone: str | None = None) -> Selection:
-    return Selection(
-        host=host,
-        node=host,
-        provider_uuid=provider_uuid(host),
-        allocation_request=AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u"),
-        weight=0.0,
-        availability_zone=availability_zone,
-    )
-
-
-@pytest.fixture
-def make() -> Iterator[Any]:
-    made: list[Sim] = []
-
-    def build(*args: Any, **kwargs: Any) -> Sim:
-        made.append(Sim(*args, **kwargs))
-        return made[-1]
-
-    yield build
-    for sim in made:
-        sim.sim.stop()
+make = simulator.make
 
 
 # --- builds -----------------------------------------------------------------------------
@@ -254,18 +147,6 @@ def test_a_prep_for_an_abandoned_migration_walks_no_further(make: Any) -> None:
     sim.prep("h2")
     time.sleep(0.1)
     assert sim.compute.calls == [] and sim.conductor.calls == []
-
-
-def resized(sim: Sim, task_state: str | None = None) -> None:
-    """INSTANCE's record RESIZED from h1 onto h2 under MIGRATION (``task_state``:
-    the confirm or revert the conductor has begun)."""
-    sim.record(
-        state=RESIZED,
-        task_state=task_state,
-        host="h2",
-        source_host="h1",
-        migration_uuid=MIGRATION,
-    )
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from scheduler.objects import (
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import GroupClaim, MemoryStore
-from tests.unit.compute_sim.test_simulator import SPEC, selection
+from tests.fixtures.simulator import SPEC, selection
 from tests.unit.factories import NOW, Recorded, uuid_of
 
 CTXT = RequestContext(request_id="req-build")

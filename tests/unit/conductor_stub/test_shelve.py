@@ -23,7 +23,7 @@ from scheduler.objects import (
     RequestSpec,
 )
 from scheduler.rpc import RequestContext
-from tests.unit.compute_sim.test_simulator import SPEC, selection
+from tests.fixtures.simulator import SPEC, selection
 from tests.unit.conductor_stub.test_delete import GROUP, SETTINGS, Cloud
 from tests.unit.factories import NOW, Recorded
 

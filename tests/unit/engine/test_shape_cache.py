@@ -167,3 +167,26 @@ def test_a_cached_shape_decides_as_the_engine(
                 assert [_decision(t) for t in result.traces] == [
                     _decision(t) for t in expected.traces
                 ]
+
+
+def test_a_repeated_shape_is_decided_from_the_cache() -> None:
+    """The cache serves decisions: from a shape's second request on, the
+    decision comes from it (its hit count grows) and is the uncached one."""
+    store = HookedStore(_cloud([0, 1, 0, 4, 2, 0, 3, 5, 0, 1]))
+    options = {"max_placement_results": 4, "headroom_window": 3}
+    cached = Engine(store, settings(shape_cache=True, **options), clock=lambda: NOW)
+    uncached = Engine(store, settings(shape_cache=False, **options), clock=lambda: NOW)
+    assert cached.shapes is not None
+    assert uncached.shapes is None
+    vcpus, ram, extra = FLAVORS[2]
+    for n in range(4):
+        request, uuids = f"req-{n}", [uuid_of(f"i{n}")]
+        asked = spec(vcpus=vcpus, ram=ram, extra_specs=extra)
+        hits = cached.shapes.hits
+        expected = uncached.schedule(request, asked, uuids, claim=False)
+        result = cached.schedule(request, asked, uuids)
+        # the first sight of a shape is decided uncached; every later one from the cache
+        assert cached.shapes.hits == hits + (n > 0)
+        assert result.selections == expected.selections
+        assert [_decision(t) for t in result.traces] == [_decision(t) for t in expected.traces]
+    assert cached.shapes.stats() == {"hits": 3, "misses": 1, "shapes": 1}

@@ -1,9 +1,12 @@
-"""The functional tier's process harness: one isolated deployment per Cluster.
+"""The process harness of the benchmark suite and the functional tiers: one
+isolated deployment per Cluster.
 
 A :class:`Cluster` is a RabbitMQ virtual host, a Redis key prefix and a config
 file; :meth:`Cluster.start` runs a daemon as a real process whose JSON log
-lines :class:`Process` reads. Used by the functional tests (through the
-fixtures in ``conftest.py``) and by the benchmark suite (``bench/``).
+lines :class:`Process` reads. Used by the benchmark suite and by the
+functional tests (through the fixtures in their ``conftest.py``); it lives
+here, not under ``tests/``, so that the benchmarks import nothing of the
+tests.
 """
 
 from __future__ import annotations
