@@ -102,6 +102,7 @@ from conductor_stub.findings import (
     still_contradicted,
 )
 from conductor_stub.metrics import ACTIONS_TAKEN, FINDINGS
+from scheduler import rules
 from scheduler.exceptions import (
     CapacityExceeded,
     ConsumerConflict,
@@ -375,7 +376,9 @@ class Reconciler:
             return True  # the heal says what is wrong
         for rc, amount in _resources(record, vm).items():
             inventory = provider.inventories.get(rc)
-            if inventory is not None and provider.usages.get(rc, 0) + amount > inventory.capacity:
+            if inventory is not None and amount > rules.free(
+                inventory, provider.usages.get(rc, 0)
+            ):
                 return False
         return True
 

@@ -57,24 +57,38 @@ def lost_vm(
     lost, then its allocation released; or only logged."""
     if action == LOST_VM_LOG:
         return replace(finding, outcome="logged (lost_vm_action = log)")
-    done = store.update_instance(
-        finding.uuid,
-        expected_states=[ACTIVE],
-        expect={"host": finding.host},
+    return _settled(
+        store,
+        finding,
+        clock,
         state=ERROR,
-        task_state=None,
         fault=LOST_VM_FAULT,
         fault_details=(
             f"lost by the reconciler: {finding.host}'s report of {_reported(finding)} does "
             "not show the VM its record placed there, and no other host runs it"
         ),
+    )
+
+
+def _settled(
+    store: RepairStore, finding: Finding, clock: Callable[[], float], **changes: Any
+) -> Finding:
+    """The record, if it is still ACTIVE on the finding's host, settled as
+    ``changes`` say (nothing in flight, no deadline), then its claim
+    released; the outcome names the new state."""
+    done = store.update_instance(
+        finding.uuid,
+        expected_states=[ACTIVE],
+        expect={"host": finding.host},
+        task_state=None,
         updated_at=clock(),
         deadline=None,
+        **changes,
     )
     if done is None:
         return replace(finding, outcome=SKIPPED)
     released = store.release(finding.uuid)
-    return replace(finding, outcome="ERROR" + (", released" if released else ""))
+    return replace(finding, outcome=done.state + (", released" if released else ""))
 
 
 def lost_delete(
@@ -124,20 +138,7 @@ def lost_resize(
 def lost_shelve(store: RepairStore, finding: Finding, clock: Callable[[], float]) -> Finding:
     """A shelve the store forgot, finished: the record SHELVED_OFFLOADED (if it
     is still ACTIVE on the host that offloaded it), then its claim released."""
-    done = store.update_instance(
-        finding.uuid,
-        expected_states=[ACTIVE],
-        expect={"host": finding.host},
-        state=SHELVED_OFFLOADED,
-        task_state=None,
-        **placed_on(),
-        updated_at=clock(),
-        deadline=None,
-    )
-    if done is None:
-        return replace(finding, outcome=SKIPPED)
-    released = store.release(finding.uuid)
-    return replace(finding, outcome="SHELVED_OFFLOADED" + (", released" if released else ""))
+    return _settled(store, finding, clock, state=SHELVED_OFFLOADED, **placed_on())
 
 
 def recovered_record(

@@ -85,6 +85,11 @@ class InventoryRules(Protocol):
     def capacity(self) -> int: ...
 
 
+def free(inventory: InventoryRules, used: int) -> int:
+    """What of an inventory is left to allocate, with ``used`` taken."""
+    return inventory.capacity - used
+
+
 def check_allocation(
     uuid: str, rc: str, amount: int, inventory: InventoryRules | None, used: int
 ) -> None:
@@ -103,9 +108,9 @@ def check_allocation(
         raise UnitRuleViolation(
             uuid=uuid, rc=rc, requested=amount, rule=broken[0], limit=broken[1]
         )
-    free = inventory.capacity - used
-    if amount > free:
-        raise CapacityExceeded(uuid=uuid, rc=rc, requested=amount, free=free)
+    left = free(inventory, used)
+    if amount > left:
+        raise CapacityExceeded(uuid=uuid, rc=rc, requested=amount, free=left)
 
 
 # --- server groups -------------------------------------------------------------------

@@ -392,10 +392,10 @@ class MemoryStore(Store):
                     if inventory is None:
                         raise NoSuchInventory(uuid=rp, rc=rc)
                     amount = allocations[rp][rc]
-                    free = inventory.capacity - provider.usages.get(rc, 0)
-                    if amount > free:
+                    left = rules.free(inventory, provider.usages.get(rc, 0))
+                    if amount > left:
                         if not overcommit:
-                            raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=free)
+                            raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=left)
                         over = True
             for rp in sorted(allocations):
                 provider = self._providers[rp]
