@@ -12,7 +12,7 @@ error naming the masked URL.
 server queue, a listener pool of its own) when it stops: the driver declares
 them without an expiry, and a queue declared again with other arguments is
 refused by RabbitMQ (``PRECONDITION_FAILED``), so the process that owns one
-deletes it.
+deletes it, unless another process still consumes it.
 """
 
 from __future__ import annotations
@@ -174,20 +174,34 @@ def reach(
 def delete_queues(
     conf: cfg.ConfigOpts, names: Sequence[str], timeout: float = 5.0, url: str | None = None
 ) -> None:
-    """Delete the queues ``names`` (those a stopping process owned alone); one
-    already gone is fine, a broker that does not answer leaves them (logged)."""
+    """Delete the queues ``names`` (those a stopping process owned alone) unless
+    something still consumes one: a second process started with the same
+    ``[DEFAULT] host`` by mistake serves the same server queue, and deleting it
+    under that process would cut it off. One already gone is fine; a broker
+    that does not answer leaves them (logged)."""
     if _url(conf, url).transport in _NO_BROKER or not names:
         return
+    deleted, kept = [], []
     try:
         with _connected(conf, timeout, url) as conn:
             for name in names:
                 channel = conn.channel()
                 try:
-                    channel.queue_delete(queue=name)
+                    channel.queue_delete(queue=name, if_unused=True)
                     channel.close()
+                    deleted.append(name)
                 except amqp.exceptions.NotFound:  # already gone (the channel closed with it)
                     pass
+                except amqp.exceptions.PreconditionFailed:  # consumed by another process
+                    kept.append(name)
     except BrokerUnreachable as exc:
         LOG.warning("queues_not_deleted", queues=list(names), error=exc.message)
         return
-    LOG.info("queues_deleted", queues=list(names))
+    if kept:
+        LOG.warning(
+            "queues_kept",
+            queues=kept,
+            reason="another process consumes them: is [DEFAULT] host set to the same "
+            "name for two processes?",
+        )
+    LOG.info("queues_deleted", queues=deleted)
