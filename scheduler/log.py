@@ -302,12 +302,31 @@ def setup(
     quiet = max(logging.getLevelNamesMapping().get(level.upper(), logging.INFO), logging.INFO)
     for name in ("oslo_messaging", "kombu", "amqp", "stevedore"):
         logging.getLogger(name).setLevel(quiet)
+    amqp_logger = logging.getLogger("amqp")
+    if _benign_close_notice not in amqp_logger.filters:
+        amqp_logger.addFilter(_benign_close_notice)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+
+
+#: What py-amqp says, at WARNING, when the broker tells a consumer of its
+#: cancel (basic.cancel, method (60, 30)) while the channel is closing: the
+#: rabbit driver closes its channel on every clean stop, so every daemon said
+#: it each time it stopped. It is ignored, rightly, so it is DEBUG here.
+_CLOSING_CHANNEL_NOTICE = "Received method %s during closing channel %s."
+
+
+def _benign_close_notice(record: logging.LogRecord) -> bool:
+    """Lower py-amqp's "method received during closing channel" to DEBUG (kept
+    only where the amqp logger shows DEBUG); every other record passes unchanged."""
+    if not (isinstance(record.msg, str) and record.msg.startswith(_CLOSING_CHANNEL_NOTICE)):
+        return True
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
 def _library_defaults() -> None:

@@ -54,6 +54,29 @@ def test_json_lines_are_masked_and_carry_request_keys(monkeypatch: pytest.Monkey
     assert "topsecret" not in stream.getvalue()
 
 
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_the_close_notice_of_every_clean_stop_is_debug_not_a_warning(
+    monkeypatch: pytest.MonkeyPatch, level: str
+) -> None:
+    """py-amqp warns "Received method (60, 30) during closing channel" on every
+    daemon's clean stop (the broker's consumer cancel meeting the channel's
+    close): nothing is wrong, so it is a DEBUG line, which py-amqp's logger
+    never shows (its per-message debug is cut, --debug or not); py-amqp's other
+    warnings stay warnings."""
+    from amqp.abstract_channel import AMQP_LOGGER, IGNORED_METHOD_DURING_CHANNEL_CLOSE
+
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log.setup(json_lines=True, level=level)
+    try:
+        AMQP_LOGGER.warning(IGNORED_METHOD_DURING_CHANNEL_CLOSE, (60, 30), 1)
+        AMQP_LOGGER.warning("heartbeat missed")
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        log.setup(json_lines=True, level="INFO")
+    assert [(line["level"], line["event"]) for line in lines] == [("warning", "heartbeat missed")]
+
+
 def test_secrets_inside_lists_and_mappings_are_masked_too(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
