@@ -7,7 +7,9 @@ injected build failures and prints what happened. With a rabbit transport URL
 and a redis store URL (``$SCHEDULER_DEMO_TRANSPORT_URL`` and
 ``$SCHEDULER_DEMO_REDIS_URL``, or ``--config-file``; a URL with a password is
 not taken on the command line) the same runs over the real services (still
-one process; run the daemons separately for a real deployment). ``--seed N``
+one process; run the daemons separately for a real deployment), on topics and
+under a key prefix of its own (within the configured one), removed when it
+ends. ``--seed N``
 repeats a run exactly: the same placements.
 """
 
@@ -32,8 +34,8 @@ from compute_sim.simulator import ComputeSimulator
 from conductor_stub.manager import ConductorEndpoint
 from conductor_stub.report import format_fill, format_report
 from conductor_stub.tasks.build import Booter, BootReport
+from scheduler import broker, log, rpc, steps
 from scheduler import conf as conf_mod
-from scheduler import log, rpc, steps
 from scheduler.cmd import _cli
 from scheduler.flavors import load_catalog
 from scheduler.log import mask_secrets
@@ -218,8 +220,8 @@ def play(args: argparse.Namespace) -> BootReport:
     _cli.apply_log_options(args.debug, args.log_file)
     log.setup(level="INFO" if args.verbose else "WARNING", process="scheduler-demo")
     conf, transport_url, redis_url = _urls(args)
-    prefix = f"demo-{uuidlib.uuid4().hex[:8]}"
-    conf.set_override("key_prefix", prefix, group="redis")
+    run_id = f"demo-{uuidlib.uuid4().hex[:8]}"
+    prefix = _private(conf, run_id)
     conf.set_override("host", "demo")
     catalog = load_catalog()
     flavors = [catalog[name] for name in args.flavors]
@@ -270,6 +272,11 @@ def play(args: argparse.Namespace) -> BootReport:
         f"transport {mask_secrets(transport_url)}, store {mask_secrets(redis_url)}"
         + ("" if args.seed is None else f", seed {args.seed}")
     )
+    if transport_url != "fake://" or redis_url != "memory://":
+        print(
+            f"scheduler-demo: its own topics ({conf.scheduler.topic}, ...) and key prefix "
+            f"{prefix}, removed at the end"
+        )
     booter = Booter(
         store,
         rpc.SchedulerClient(transport, conf.scheduler.topic),
@@ -301,7 +308,34 @@ def play(args: argparse.Namespace) -> BootReport:
     transport.cleanup()
     store.wipe()
     store.close()
+    broker.delete_queues(conf, _queues(conf), url=transport_url)
     return report
+
+
+#: The RPC server name of each of the demo's servers, by topic option group.
+_SERVERS = {"scheduler": "demo", "compute": "demo-sim", "conductor": "demo"}
+
+
+def _private(conf: cfg.ConfigOpts, run_id: str) -> str:
+    """Give this run topics and a key prefix of its own (returned), under the
+    configured ones: nothing of a deployment sharing the vhost or the Redis
+    (a worker on the ``scheduler`` topic, its keys) is touched, a prefix an ACL
+    confines the demo to is kept, and what the run made can all be removed."""
+    for group in _SERVERS:
+        conf.set_override("topic", f"{conf[group].topic}-{run_id}", group=group)
+    prefix = f"{conf.redis.key_prefix}-{run_id}"
+    conf.set_override("key_prefix", prefix, group="redis")
+    return prefix
+
+
+def _queues(conf: cfg.ConfigOpts) -> list[str]:
+    """The queues the run's servers declared and nothing else consumes: each
+    topic's, and each server's own (the fanout and reply queues go by themselves)."""
+    return [
+        name
+        for group, server in _SERVERS.items()
+        for name in (conf[group].topic, f"{conf[group].topic}.{server}")
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -194,6 +194,18 @@ class Cluster:
     def config_file(self) -> Path:
         return self.tmp / "scheduler.conf"
 
+    def queues(self) -> dict[str, int]:
+        """The queues of this deployment's vhost, each with its consumer count."""
+        listed = subprocess.run(
+            ["rabbitmqctl", "-q", "list_queues", "-p", self.vhost, "name", "consumers"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        rows = (line.split() for line in listed.splitlines()[1:])
+        return {name: int(consumers) for name, consumers in rows}
+
     def write_config(self, **groups: dict[str, Any]) -> None:
         for group, values in groups.items():
             self.extra_conf.setdefault(group, {}).update(values)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 import urllib.request
@@ -274,19 +273,6 @@ def stamp(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-def consumers_of(cluster: Cluster, queue: str) -> int | None:
-    """How many consumers ``queue`` has in the cluster's vhost (None: no such queue)."""
-    listed = subprocess.run(
-        ["rabbitmqctl", "-q", "list_queues", "-p", cluster.vhost, "name", "consumers"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    counts = {name: int(n) for name, n in (line.split() for line in listed.splitlines()[1:])}
-    return counts.get(queue)
-
-
 def test_a_second_worker_with_the_same_host_leaves_the_first_ones_queue_when_it_stops(
     cluster: Cluster, transport: Any
 ) -> None:
@@ -297,13 +283,13 @@ def test_a_second_worker_with_the_same_host_leaves_the_first_ones_queue_when_it_
     first = cluster.start_worker("first")
     second = cluster.start_worker("second")
     queue = f"scheduler.{server_name(f'node-{cluster.ident}', 0)}"
-    wait_until(lambda: consumers_of(cluster, queue) == 2, 30, "both workers consuming")
+    wait_until(lambda: cluster.queues().get(queue) == 2, 30, "both workers consuming")
 
     second.stop()
-    assert consumers_of(cluster, queue) == 1
+    assert cluster.queues().get(queue) == 1
     assert second.count("queues_kept") == 1
     assert placed(cluster, transport)
     first.assert_kept_serving()
 
     first.stop()
-    assert consumers_of(cluster, queue) is None  # the last one out deletes it
+    assert cluster.queues().get(queue) is None  # the last one out deletes it
