@@ -15,7 +15,7 @@ from oslo_config import cfg
 
 from scheduler import notify_transport, rpc
 from scheduler.engine import plugins
-from scheduler.engine.pipeline import Engine
+from scheduler.engine.pipeline import Engine, build_plugins
 from scheduler.engine.settings import EngineSettings, PciAlias
 from scheduler.exceptions import StoreUnavailable
 from scheduler.log import get_logger
@@ -139,12 +139,17 @@ class SchedulerService:
 
 
 def describe(conf: cfg.ConfigOpts) -> dict[str, Any]:
-    """What the worker logs at start: its settings, with no secret in them."""
+    """What the worker logs at start: its settings, with no secret in them.
+
+    ``weighers`` are those in effect, each with its multiplier, after the
+    weigher profile added its own and gave its defaults (the ``weighers``
+    option alone would show Nova's, most of them off under ``spread``)."""
+    _, weighers = build_plugins(engine_settings(conf))
     return {
         "topic": conf.scheduler.topic,
         "host": conf.host,
         "filters": list(conf.filter_scheduler.enabled_filters),
-        "weighers": list(conf.filter_scheduler.weighers),
         "weigher_profile": conf.filter_scheduler.weigher_profile,
+        "weighers": {name: weigher.multiplier for name, weigher in weighers},
         "key_prefix": conf.redis.key_prefix,
     }

@@ -30,7 +30,7 @@ from scheduler.filters.aggregate_image_properties_isolation import (
 from scheduler.filters.base import BaseFilter
 from scheduler.filters.io_ops import IoOpsFilter
 from scheduler.filters.num_instances import NumInstancesFilter
-from scheduler.service import engine_settings
+from scheduler.service import describe, engine_settings
 from scheduler.store.memory import MemoryStore
 from scheduler.weighers.ram import RAMWeigher
 from tests.unit.factories import private_conf
@@ -47,6 +47,22 @@ def test_defaults_mirror_the_engines(conf: cfg.ConfigOpts) -> None:
     assert options["hypervisor_version_weight_multiplier"] == 1.0
     assert (options["max_instances_per_host"], options["max_io_ops_per_host"]) == (50, 8)
     assert options["restrict_isolated_hosts_to_isolated_images"]
+
+
+def test_the_start_line_shows_the_weighers_in_effect_not_the_option(conf: cfg.ConfigOpts) -> None:
+    """Under the default profile (spread) Nova's weighers listed in the
+    ``weighers`` option are off and the profile's own weigh: the worker's start
+    line says which, with their multipliers; a multiplier set in the file wins."""
+    spread = describe(conf)["weighers"]
+    assert spread["LeastAllocatedWeigher"] == 1.0
+    assert spread["HeadroomWeigher"] == 2.0
+    assert spread["RAMWeigher"] == 0.0
+    conf.set_override("ram_weight_multiplier", 3.0, "filter_scheduler")
+    assert describe(conf)["weighers"]["RAMWeigher"] == 3.0
+    conf.set_override("weigher_profile", "nova", "filter_scheduler")
+    nova = describe(conf)["weighers"]
+    assert "LeastAllocatedWeigher" not in nova
+    assert list(nova) == list(DEFAULT_WEIGHERS)
 
 
 def test_options_reach_the_settings(conf: cfg.ConfigOpts) -> None:
