@@ -18,7 +18,7 @@ from scheduler.engine import plugins
 from scheduler.engine.pipeline import Engine, build_plugins
 from scheduler.engine.settings import EngineSettings, PciAlias
 from scheduler.exceptions import StoreUnavailable
-from scheduler.log import get_logger
+from scheduler.log import get_logger, mask_secrets
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
 from scheduler.store import Store
@@ -87,6 +87,8 @@ class SchedulerService:
         server_name: str | None = None,
     ) -> None:
         self.store = store
+        #: The store's address as a log line may show it (no password).
+        self.store_shown = mask_secrets(conf.redis.url)
         self.engine = Engine(store, engine_settings(conf))
         self.notifier = Notifier(
             notification_transport,
@@ -133,7 +135,7 @@ class SchedulerService:
                     return
             except StoreUnavailable as exc:
                 error = exc.message
-            LOG.warning("store_unreachable", error=error, retry_in=delay)
+            LOG.warning("store_unreachable", store=self.store_shown, error=error, retry_in=delay)
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
 

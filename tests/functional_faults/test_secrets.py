@@ -31,6 +31,7 @@ from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.cmd.notify_tail import listen
 from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
+from scheduler.log import mask_secrets
 from scheduler.objects import Flavor, RequestSpec
 from tests.functional_faults.conftest import (
     Certs,
@@ -173,6 +174,10 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
             "worker-wrong-password", "scheduler.cmd.worker", "--config-file", str(wrong)
         )
         bad_worker.wait_for("store_unreachable", timeout=30)
+        (unreachable, *_) = [
+            e for e in bad_worker.log_events() if e.get("event") == "store_unreachable"
+        ]
+        assert unreachable["store"] == mask_secrets(wrong_url)  # where, without the password
         bad_worker.stop()
         admin_out = [
             subprocess.run(
