@@ -13,7 +13,7 @@ from typing import Any
 from oslo_config import cfg
 
 from scheduler.dashboard.server import make_server
-from scheduler.dashboard.state import Scraper, StateSource, cloud
+from scheduler.dashboard.state import NO_ENDPOINT, Scraper, StateSource, cloud
 from scheduler.exceptions import SchedulerError
 from scheduler.flavors import load_catalog
 from scheduler.log import mask_secrets
@@ -70,7 +70,9 @@ def serve(conf: cfg.ConfigOpts, store: Store, args: Any, out: Any) -> int:
     port = server.server_address[1]
     print(f"dashboard: http://{args.listen}:{port}/#token={token}", file=out, flush=True)
     shown = ", ".join(mask_secrets(url) for url in urls)
-    print(f"metrics from: {shown or 'none (no health ports configured)'}", file=out)
+    print(f"metrics from: {shown or 'none'}", file=out)
+    if not urls:
+        print(f"dashboard: {NO_ENDPOINT}", file=out)
     out.flush()
     try:
         server.serve_forever()

@@ -201,6 +201,28 @@ def _delta(new: Any, old: Any) -> Any:
     return new - old if new >= old else new
 
 
+#: How the page says its figures of decisions, NoValidHosts and reschedules
+#: are not measured: no /metrics endpoint is configured, or none answers.
+NO_ENDPOINT = (
+    "no metrics endpoint is configured, so decisions, NoValidHosts and reschedules "
+    "are not shown: set [scheduler] health_port and [conductor] health_port (each "
+    "daemon then serves /metrics there), or pass --metrics-url"
+)
+NONE_ANSWERS = (
+    "no metrics endpoint answers ({count} configured), so decisions, NoValidHosts and "
+    "reschedules are not shown: are the workers and the conductor running?"
+)
+
+
+def unmeasured(endpoints: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the counters are not measured (None: at least one endpoint answered)."""
+    if not endpoints:
+        return NO_ENDPOINT
+    if not any(e["up"] for e in endpoints):
+        return NONE_ANSWERS.format(count=len(endpoints))
+    return None
+
+
 @dataclass
 class Scraper:
     """Scrapes the ``/metrics`` of ``urls``, keeping ``history`` seconds of
@@ -239,6 +261,7 @@ class Scraper:
             self._samples.popleft()
         return {
             "endpoints": endpoints,
+            "unmeasured": unmeasured(endpoints),
             "totals": totals,
             "rates": self._rates(now, totals, window=10.0),
             "recent": self._growth(now, totals, window=60.0),

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from bench.nodes import wait_until
+from scheduler.dashboard.state import NO_ENDPOINT
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
 from tests.functional.test_admin import admin_cli
@@ -251,6 +252,37 @@ def test_the_page_shows_the_cloud_as_hosts_json_does_and_follows_it_live(
         assert screenshot.startswith(b"\x89PNG") and len(screenshot) > 20_000
         if os.environ.get("SCHEDULER_DASHBOARD_SCREENSHOT"):
             shutil.copy(tmp_path / "dashboard.png", os.environ["SCHEDULER_DASHBOARD_SCREENSHOT"])
+    finally:
+        dashboard.terminate()
+        dashboard.wait(10)
+
+
+def test_the_page_says_its_decisions_are_not_measured_when_no_endpoint_is_set(
+    cluster: Cluster, browser: Browser
+) -> None:
+    """Without health ports the page showed "0/0, all answering" and 0
+    decisions; it now says nothing measures them, and how to set one."""
+    cluster.start_compute(1)
+    dashboard, url = start_dashboard(cluster)
+    try:
+        assert dashboard.stdout is not None
+        assert dashboard.stdout.readline().strip() == "metrics from: none"
+        assert dashboard.stdout.readline().strip() == f"dashboard: {NO_ENDPOINT}"
+        browser.open(url)
+        browser.wait_for("document.body && Number(document.body.dataset.polls) >= 1")
+        shown = browser.evaluate(
+            """(() => {
+              const notice = document.getElementById('unmeasured');
+              const card = (name) =>
+                document.querySelector(`[data-card="${name}"] .value`).textContent;
+              return {
+                notice: notice.hidden ? null : notice.textContent,
+                decisions: card('decisions / s'),
+                endpoints: card('metrics endpoints'),
+              };
+            })()"""
+        )
+        assert shown == {"notice": NO_ENDPOINT, "decisions": "not measured", "endpoints": "none"}
     finally:
         dashboard.terminate()
         dashboard.wait(10)

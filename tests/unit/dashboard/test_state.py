@@ -17,6 +17,7 @@ from scheduler.dashboard import command
 from scheduler.dashboard.server import make_server, serve_in_background
 from scheduler.dashboard.state import (
     NO_AGGREGATE,
+    NO_ENDPOINT,
     HostRow,
     Scraper,
     StateSource,
@@ -173,6 +174,19 @@ def test_the_counters_of_two_endpoints_are_summed_and_made_rates() -> None:
     assert second["rates"]["decision_ms"] == 2.0  # 0.1 s over 50 decisions
     assert second["recent"]["no_valid_host_reasons"] == {"insufficient VCPU": 2}
     assert second["recent"]["seconds"] == 5.0
+
+
+def test_the_page_says_when_no_endpoint_measures_the_decisions() -> None:
+    """With no endpoint configured the page said "0/0, all answering" and 0
+    decisions; now it says the figures are not measured and how to set one."""
+    assert Scraper([]).scrape()["unmeasured"] == NO_ENDPOINT
+    assert "[scheduler] health_port" in NO_ENDPOINT
+
+    def refused(url: str, timeout: float) -> str:
+        raise OSError("connection refused")
+
+    assert "2 configured" in Scraper(["a", "b"], fetch=refused).scrape()["unmeasured"]
+    assert Scraper(["w"], fetch=lambda url, timeout: CONDUCTOR).scrape()["unmeasured"] is None
 
 
 RECONCILER = """\
