@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 
 from bench.nodes import wait_until
+from tests.fixtures.cli import admin_cli, boot_nowait
+from tests.fixtures.metrics import metered
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
-from tests.functional.test_admin import admin_cli
-from tests.functional.test_metrics import metered
-from tests.functional.test_reschedule import boot_nowait
 
 TOKEN = "test-token-0123456789"
 
