@@ -7,8 +7,6 @@ instance's fault."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid as uuidlib
 from typing import Any
 
@@ -22,26 +20,11 @@ from scheduler.flavors import load_catalog
 from scheduler.objects import Flavor, RequestSpec, ServerGroup
 from scheduler.service import engine_settings
 from scheduler.store import Service
+from tests.fixtures.cli import admin_cli
 from tests.functional.conftest import Cluster, Process
 from tests.unit.factories import private_conf
 
 SMALL = Flavor(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
-
-
-def admin_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scheduler.cmd.admin",
-            "--config-file",
-            str(cluster.config_file),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def usage_of(cluster: Cluster) -> dict[str, Any]:

@@ -23,11 +23,10 @@ import pytest
 
 from bench.nodes import wait_until
 from scheduler.dashboard.state import NO_ENDPOINT
+from tests.fixtures.cli import admin_cli, boot_nowait
+from tests.fixtures.metrics import metered
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
-from tests.functional.test_admin import admin_cli
-from tests.functional.test_metrics import metered
-from tests.functional.test_reschedule import boot_nowait
 
 TOKEN = "test-token-0123456789"
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.cli import admin_cli
 from tests.fixtures.resize import amounts, boot_one, holdings
 from tests.functional.conftest import Cluster
-from tests.functional.test_admin import admin_cli
 
 
 def drain(cluster: Cluster, host: str, *args: str) -> tuple[int, dict[str, Any]]:

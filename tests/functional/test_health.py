@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 
+from bench.nodes import free_port
 from tests.functional.conftest import Cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_worker_reports_healthy_and_exposes_metrics(cluster: Cluster) -> None:

@@ -3,16 +3,15 @@ rescheduled off a failing host, one that finds no valid host."""
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from collections.abc import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.nodes import wait_until
+from tests.fixtures.cli import boot_nowait
+from tests.fixtures.metrics import metered
 from tests.functional.conftest import Cluster
-from tests.functional.test_health import free_port
-from tests.functional.test_reschedule import boot_nowait
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -43,22 +42,6 @@ def store_totals(cluster: Cluster) -> Mapping[str, tuple[int, int]]:
             used, cap = totals.get(rc, (0, 0))
             totals[rc] = (used + p.usages.get(rc, 0), cap + inv.capacity)
     return totals
-
-
-def metered(cluster: Cluster) -> tuple[int, int]:
-    """Health ports for the worker and the conductor (returned), and ``m1.giant``
-    in the catalog (no host has its memory), then the conductor and a roomy
-    host, ``bad-0000``, every boot's first choice, whose builds fail."""
-    worker_port, conductor_port = free_port(), free_port()
-    giant = cluster.tmp / "flavors.json"
-    giant.write_text(json.dumps({"m1.giant": {"vcpus": 1, "memory_mb": 900000}}))
-    cluster.write_config(
-        scheduler={"health_port": worker_port},
-        conductor={"health_port": conductor_port, "flavors_file": str(giant)},
-    )
-    cluster.start_conductor()
-    cluster.start_compute(1, "--memory-mb", "262144", "--fail-hosts", "bad-0000", name="bad")
-    return worker_port, conductor_port
 
 
 def test_the_counters_move_with_a_reschedule_and_a_no_valid_host(cluster: Cluster) -> None:

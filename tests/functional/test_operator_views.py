@@ -11,8 +11,8 @@ import json
 from collections import Counter
 from typing import Any
 
+from tests.fixtures.cli import admin_cli
 from tests.functional.conftest import Cluster
-from tests.functional.test_admin import admin_cli
 
 
 def admin_json(cluster: Cluster, *args: str) -> Any:

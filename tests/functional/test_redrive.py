@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +16,7 @@ from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import RequestTimedOut
 from scheduler.objects import FINAL_STATES, InstanceRecord
+from tests.fixtures.cli import boot_in_background
 from tests.fixtures.resize import amounts
 from tests.functional.conftest import Cluster
 
@@ -132,26 +131,7 @@ def test_a_worker_killed_with_500_boots_in_flight(cluster: Cluster) -> None:
     survivor = cluster.start_worker("worker-b")
     # Five API clients boot 100 each at once: casts arrive faster than the
     # workers decide, so each worker pulls a backlog.
-    boots = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "conductor_stub.cmd",
-                "--config-file",
-                str(cluster.config_file),
-                "boot",
-                "--count",
-                "100",
-                "--flavor",
-                "m1.tiny",
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(5)
-    ]
+    boots = [boot_in_background(cluster, 100) for _ in range(5)]
 
     # Kill one worker process while the boots pour in: every cast it has pulled
     # and not yet handled is gone (oslo.messaging acknowledged it on receipt).

@@ -3,7 +3,6 @@ alternates off (the conductor asks the scheduler again)."""
 
 from __future__ import annotations
 
-import json
 import uuid as uuidlib
 from collections import Counter
 from typing import Any
@@ -14,13 +13,8 @@ from bench.nodes import wait_until
 from compute_sim.hosts import provider_uuid
 from scheduler.exceptions import MaxRetriesExceeded, NoValidHost
 from scheduler.objects import AllocationRequest
+from tests.fixtures.cli import boot_nowait
 from tests.functional.conftest import Cluster
-
-
-def boot_nowait(cluster: Cluster, *args: str) -> list[str]:
-    code, stdout, stderr = cluster.conductor_stub("boot", "--json", *args)
-    assert code == 0, stderr[-4000:]
-    return json.loads(stdout)["instances"]
 
 
 def test_an_alternate_taken_meanwhile_is_skipped_for_the_next(cluster: Cluster) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 from compute_sim.hosts import provider_uuid
 from scheduler.flavors import load_catalog
 from scheduler.objects import FINAL_STATES, InstanceRecord
+from tests.fixtures.cli import boot_in_background
 from tests.functional_faults.conftest import FaultCluster, wait_until
 
 #: Conductor deadlines short enough that lost requests are re-driven within
@@ -102,23 +102,7 @@ def start_storm(
     storm = Storm(cluster, flavor)
     each = count // senders
     storm.boots = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "conductor_stub.cmd",
-                "--config-file",
-                str(cluster.config_file),
-                "boot",
-                "--count",
-                str(each if i else count - each * (senders - 1)),
-                "--flavor",
-                flavor,
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        boot_in_background(cluster, each if i else count - each * (senders - 1), flavor=flavor)
         for i in range(senders)
     ]
     if wait:

@@ -29,8 +29,8 @@ from scheduler.exceptions import (
     SchedulerUnavailable,
 )
 from scheduler.objects import Flavor, RequestSpec
+from tests.fixtures.amqp import SPEC, amqp_url, envelope
 from tests.functional_faults.conftest import FaultCluster, PrivateRabbit, PrivateRedis
-from tests.functional_faults.test_raw_amqp import SPEC, amqp_url, envelope
 
 #: What a formatted traceback holds and an error's type and message do not.
 TRACEBACK_TEXT = ("Traceback", ".py", "line ")

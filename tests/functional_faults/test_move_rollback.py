@@ -83,14 +83,14 @@ from scheduler.objects import (
     SHELVING,
     InstanceRecord,
 )
-from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
-from tests.functional_faults.test_reconcile import (
+from tests.fixtures.reconcile import (
     BUILD_TIMEOUT,
     CONDUCTOR,
     RECONCILE,
     REPORT_INTERVAL,
     redis_files,
 )
+from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -21,47 +21,11 @@ import kombu
 import pytest
 
 from scheduler import rpc
-from scheduler.objects import Flavor, RequestSpec
+from scheduler.objects import RequestSpec
+from tests.fixtures.amqp import SPEC, amqp_url, envelope, publish
 from tests.functional_faults.conftest import FaultCluster, PrivateRabbit
 
-TINY = Flavor(name="m1.tiny", vcpus=1, memory_mb=512, root_gb=1)
-SPEC = RequestSpec(flavor=TINY, project_id="p", user_id="u").to_primitive()
 MB = 1024 * 1024
-
-
-def envelope(
-    method: str,
-    args: Any,
-    version: str = "1.0",
-    *,
-    context: dict[str, Any] | None = None,
-    reply_q: str | None = None,
-    msg_id: str | None = None,
-    envelope_version: str = "2.0",
-) -> bytes:
-    """An oslo.messaging 2.0 envelope, as the rabbit driver writes it."""
-    inner: dict[str, Any] = {
-        "method": method,
-        "args": args,
-        "version": version,
-        "_unique_id": uuidlib.uuid4().hex,
-    }
-    for key, value in (
-        context
-        or {
-            "request_id": f"req-{uuidlib.uuid4()}",
-            "user_id": "u",
-            "project_id": "p",
-            "roles": ["member"],
-            "is_admin": False,
-        }
-    ).items():
-        inner[f"_context_{key}"] = value
-    if reply_q is not None:
-        inner.update({"_reply_q": reply_q, "_msg_id": msg_id, "_timeout": None})
-    return json.dumps(
-        {"oslo.version": envelope_version, "oslo.message": json.dumps(inner)}
-    ).encode()
 
 
 #: (id, body, content type): casts the worker must log and drop.
@@ -211,22 +175,6 @@ def transport(deployment: tuple[FaultCluster, Any]) -> Iterator[Any]:
     t = rpc.get_transport(conf_mod.CONF, url=deployment[0].transport_url)
     yield t
     t.cleanup()
-
-
-def amqp_url(cluster: FaultCluster) -> str:
-    return cluster.transport_url.replace("rabbit://", "amqp://", 1)
-
-
-def publish(cluster: FaultCluster, body: bytes, content_type: str) -> None:
-    with kombu.Connection(amqp_url(cluster)) as conn:
-        # The exchange oslo.messaging declared for the topic (not re-declared here).
-        conn.Producer().publish(
-            body,
-            exchange="scheduler",
-            routing_key="scheduler",
-            content_type=content_type,
-            content_encoding="utf-8" if content_type == "application/json" else "binary",
-        )
 
 
 def serves(cluster: FaultCluster, transport: Any) -> bool:

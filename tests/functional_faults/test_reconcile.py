@@ -27,24 +27,25 @@ import time
 import urllib.request
 import uuid as uuidlib
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from conductor_stub.findings import LOST_FAULT
 from scheduler.objects import ERROR, FINAL_STATES, AllocationRequest
+from tests.fixtures.amqp import SPEC, envelope, publish
+from tests.fixtures.cli import boot_in_background
+from tests.fixtures.reconcile import (
+    BUILD_TIMEOUT,
+    CONDUCTOR,
+    RECONCILE,
+    REPORT_INTERVAL,
+    redis_files,
+)
 from tests.functional_faults.conftest import FaultCluster, PrivateRedis, free_port, wait_until
 from tests.functional_faults.storm import start_storm
-from tests.functional_faults.test_raw_amqp import SPEC, envelope, publish
-from tests.functional_faults.test_storm import boot_in_background
 
 pytestmark = pytest.mark.timeout(120)
 
-#: Short deadlines, so that the whole repair fits in seconds.
-RECONCILE = {"reconcile_interval": 1.0, "orphan_grace": 2.0, "report_max_age": 5.0}
-BUILD_TIMEOUT = 4
-CONDUCTOR = {"build_timeout": BUILD_TIMEOUT, "sweep_interval": 0.5, "max_redrives": 5, **RECONCILE}
-REPORT_INTERVAL = 1.0
 #: One reconcile interval plus one build timeout, plus the grace and a report:
 #: the longest the invariants may take to hold again after a fault.
 REPAIR_WITHIN = BUILD_TIMEOUT + sum(RECONCILE[k] for k in ("reconcile_interval", "orphan_grace"))
@@ -71,11 +72,6 @@ def admin(cluster: FaultCluster, *args: str) -> tuple[int, str]:
     )
     assert out.returncode in (0, 1), out.stderr.decode()[-4000:]
     return out.returncode, out.stdout.decode()
-
-
-def redis_files(server: PrivateRedis) -> Path:
-    """The private Redis's append-only directory (Redis 7: base and increments)."""
-    return server.dir / "appendonlydir"
 
 
 def test_the_store_went_back_a_second_in_time_mid_storm(

@@ -18,8 +18,6 @@ prints — and no password appears in any of it.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
@@ -33,6 +31,7 @@ from scheduler.cmd.notify_tail import listen
 from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost
 from scheduler.log import mask_secrets
 from scheduler.objects import Flavor, RequestSpec
+from tests.fixtures.cli import admin_cli
 from tests.functional_faults.conftest import (
     Certs,
     FaultCluster,
@@ -180,19 +179,7 @@ def test_no_password_reaches_a_log_a_notification_an_error_or_a_fault(
         assert unreachable["store"] == mask_secrets(wrong_url)  # where, without the password
         bad_worker.stop()
         admin_out = [
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "scheduler.cmd.admin",
-                    "--config-file",
-                    str(cluster.config_file),
-                    *args,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            admin_cli(cluster, *args)
             for args in (
                 ("hosts", "--json"),
                 ("instance", "show", failed["instances"][0]["uuid"], "--json"),

@@ -42,6 +42,7 @@ import redis
 from scheduler.exceptions import GenerationConflict, StoreUnavailable
 from scheduler.objects import AllocationRequest
 from scheduler.store import Inventory, RedisStore
+from tests.fixtures.replication import link_role, link_up
 from tests.functional_faults.conftest import (
     FaultCluster,
     PrivateRedis,
@@ -52,11 +53,6 @@ from tests.functional_faults.conftest import (
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def link_up(replica: PrivateRedis) -> bool:
-    with redis.Redis(port=replica.port, decode_responses=True) as client:
-        return bool(client.info("replication").get("master_link_status") == "up")
 
 
 @pytest.fixture
@@ -199,11 +195,6 @@ def test_a_failover_mid_storm_loses_no_acknowledged_boot(
     assert in_flight > 0
     assert figures["acknowledged_active_lost"] == 0, figures
     assert conductor.popen.poll() is None
-
-
-def link_role(server: PrivateRedis) -> str:
-    with redis.Redis(port=server.port, decode_responses=True, socket_timeout=2) as client:
-        return str(client.info("replication")["role"])
 
 
 def settled(group: SentinelGroup) -> bool:

@@ -18,39 +18,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 
 from scheduler.exceptions import NoValidHost
 from scheduler.objects import FINAL_STATES
+from tests.fixtures.cli import boot_in_background
 from tests.functional_faults.conftest import FaultCluster, wait_until
 
 HOSTS, SLOTS = 150, 10
 PLAIN_SENDERS, PLAIN_EACH = 3, 600
 MEMBERS = 200
-
-
-def boot_in_background(cluster: FaultCluster, count: int, *args: str) -> subprocess.Popen[bytes]:
-    """``conductor-stub boot`` without waiting: it creates the records and casts."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "conductor_stub.cmd",
-            "--config-file",
-            str(cluster.config_file),
-            "boot",
-            "--count",
-            str(count),
-            "--flavor",
-            "m1.tiny",
-            "--json",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
 
 
 def collect(boot: subprocess.Popen[bytes]) -> list[str]:

@@ -39,9 +39,9 @@ from scheduler import rpc
 from scheduler.exceptions import SchedulerUnavailable
 from scheduler.flavors import load_catalog
 from scheduler.objects import RequestSpec
+from tests.fixtures.replication import link_role, link_up
 from tests.functional_faults.conftest import FaultCluster, SentinelGroup, wait_until
 from tests.functional_faults.storm import FAST_CONDUCTOR, assert_settled_cleanly, start_storm
-from tests.functional_faults.test_sentinel_failover import link_role, link_up
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -22,30 +22,11 @@ from tests.fixtures.simulator import (
     CTXT,
     INSTANCE,
     MIGRATION,
-    SPEC,
-    Sim,
-    selection,
+    rebuild,
 )
 
 #: The simulator suite's fixture.
 make = simulator.make
-
-
-def rebuild(sim: Sim, host: str, alternates: tuple[str, ...] = (), **record: Any) -> None:
-    """Evacuate INSTANCE off h1 onto ``host`` (the record REBUILDING, as the
-    conductor leaves it, with ``record``'s changes)."""
-    sim.record(
-        **{"state": REBUILDING, "host": "h1", "source_host": "h1", "migration_uuid": MIGRATION}
-        | record
-    )
-    sim.sim.rebuild_instance(
-        CTXT,
-        INSTANCE,
-        MIGRATION,
-        SPEC.to_primitive(),
-        selection(host, availability_zone="z").to_primitive(),
-        [selection(h).to_primitive() for h in alternates],
-    )
 
 
 def test_a_rebuild_runs_the_vm_and_reports_it_once_then_again_on_a_repeat(make: Any) -> None:

@@ -24,10 +24,13 @@ from scheduler.objects import (
     RequestSpec,
     Selection,
 )
+from tests.fixtures import rpc as rpc_fixtures
+from tests.fixtures.rpc import spied
 from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, selection
 from tests.unit.factories import Recorded
-from tests.unit.test_rpc import _spied
-from tests.unit.test_rpc import transport as transport  # noqa: F401 - the fake transport fixture
+
+#: The fake:// transport fixture, one per module.
+transport = rpc_fixtures.transport
 
 
 class Hosts:
@@ -234,7 +237,7 @@ def test_the_live_migration_casts_are_sent_at_1_5_alone(transport: Any) -> None:
     """So an older compute or conductor refuses them by their version, and still
     serves every other cast as before."""
     compute = rpc.ComputeClient(transport, lambda host: "sim-1")
-    spy = _spied(compute)
+    spy = spied(compute)
     spec, chosen = SPEC, selection("h2")
     compute.check_can_live_migrate_destination(
         CTXT, INSTANCE, MIGRATION, spec, chosen, [], "h1", False
@@ -243,7 +246,7 @@ def test_the_live_migration_casts_are_sent_at_1_5_alone(transport: Any) -> None:
     compute.post_live_migration_at_destination(CTXT, chosen, INSTANCE, MIGRATION)
     compute.terminate_instance(CTXT, "h1", INSTANCE)
     conductor = rpc.ConductorClient(transport)
-    conductor_spy = _spied(conductor)
+    conductor_spy = spied(conductor)
     conductor.live_migration_precheck_failed(CTXT, INSTANCE, MIGRATION, spec, "h2", "r", [])
     conductor.live_migrated(CTXT, INSTANCE, MIGRATION, "h2", "h2", "east")
     conductor.instance_terminated(CTXT, INSTANCE, "h1")

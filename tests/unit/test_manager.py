@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,6 @@ from scheduler.exceptions import (
     StoreUnavailable,
 )
 from scheduler.explain import ExplainReport
-from scheduler.manager import SchedulerEndpoint
-from scheduler.notifications import EventPayload
-from scheduler.notifier import Notifier
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
     MEMORY_MB,
@@ -46,7 +43,8 @@ from scheduler.objects import (
 )
 from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
 from scheduler.rpc import RequestContext
-from scheduler.store.base import Aggregate, GroupClaim, Inventory
+from scheduler.store.base import GroupClaim, Inventory
+from tests.fixtures.manager import ADMIN, HOSTS, USER, Rig, rig
 from tests.unit.factories import (
     GROUP_UUID,
     NOW,
@@ -58,56 +56,10 @@ from tests.unit.factories import (
     spec,
     uuid_of,
 )
-from tests.unit.notifying import legacy_checked
 
-ADMIN = RequestContext.admin(request_id="req-admin", user_id="ops", project_id="admin")
-USER = RequestContext(request_id="req-user", user_id="alice", project_id="p", roles=["member"])
 #: A role called admin is not an admin context: only is_admin counts.
 ROLE_ONLY = RequestContext(request_id="req-role", user_id="bob", project_id="p", roles=["admin"])
 TRAIT = "HW_CPU_X86_AVX512F"
-HOSTS = ("compute-secret-000", "compute-secret-001", "compute-secret-002", "compute-secret-003")
-
-
-class RecordingNotifier(Notifier):
-    def __init__(self) -> None:
-        super().__init__(None, "test")
-        self.sent: list[tuple[str, str, dict[str, Any]]] = []
-
-    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
-        self.sent.append((priority, event_type, legacy_checked(priority, event_type, payload)))
-
-
-class Recorder:
-    """Any method call is recorded as (name, kwargs-ish args)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda ctxt, *args: self.calls.append((name, args))
-
-
-@dataclasses.dataclass
-class Rig:
-    store: HookedStore
-    endpoint: SchedulerEndpoint
-    notifier: RecordingNotifier
-    conductor: Recorder
-    compute: Recorder
-
-
-def rig(*hosts: Any, aggregates: Sequence[Aggregate] = (), **overrides: Any) -> Rig:
-    store = HookedStore(hosts or [host(name) for name in HOSTS], aggregates)
-    notifier, conductor, compute = RecordingNotifier(), Recorder(), Recorder()
-    endpoint = SchedulerEndpoint(
-        engine(store, **overrides),
-        compute,  # type: ignore[arg-type]
-        conductor,
-        notifier,
-    )  # type: ignore[arg-type]
-    return Rig(store, endpoint, notifier, conductor, compute)
 
 
 def unwrapped(call: Callable[..., Any]) -> Callable[..., Any]:

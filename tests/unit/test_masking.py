@@ -444,7 +444,7 @@ def test_notification_payloads_are_masked_request_spec_fields_too(
     image property or a scheduler hint under a secret key is masked, the others
     published as they are."""
     from scheduler import notifier as notifier_module
-    from tests.unit.test_manager import USER, rig
+    from tests.fixtures.manager import USER, rig
 
     published = _Published()
     monkeypatch.setattr(notifier_module.oslo_messaging, "Notifier", lambda *a, **k: published)

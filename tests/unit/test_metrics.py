@@ -17,9 +17,9 @@ from scheduler import health
 from scheduler.engine import reasons
 from scheduler.exceptions import NoValidHost, StoreUnavailable
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
+from tests.fixtures.manager import USER, rig
 from tests.unit.factories import NOW, HookedStore, child, engine, host, spec, uuid_of
 from tests.unit.metering import Growth
-from tests.unit.test_manager import USER, rig
 
 
 def histogram(name: str) -> tuple[float, float]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import uuid as uuidlib
 from collections.abc import Iterator
 from typing import Any
 
 import oslo_messaging
 import pytest
 
-from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.exceptions import Forbidden, InvalidRequest, NoValidHost, SchedulerUnavailable
 from scheduler.explain import (
@@ -28,6 +26,11 @@ from scheduler.explain import (
     WeighedHostReport,
 )
 from scheduler.objects import AllocationRequest, Flavor, RequestSpec, Selection
+from tests.fixtures import rpc as rpc_fixtures
+from tests.fixtures.rpc import spied
+
+#: The fake:// transport fixture, one per module.
+transport = rpc_fixtures.transport
 
 RP = "7f1c9a52-0b7e-4d0a-8d7c-3e2b1a0c9d88"
 SPEC = RequestSpec(
@@ -93,15 +96,6 @@ class Recorder:
             return [[zoned.to_primitive()]]
 
         return method
-
-
-@pytest.fixture(scope="module")
-def transport() -> Iterator[Any]:
-    conf_mod.set_defaults()
-    conf_mod.CONF([], project="scheduler", default_config_files=[])
-    t = rpc.get_transport(conf_mod.CONF, url=f"fake://{uuidlib.uuid4().hex}")
-    yield t
-    t.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -539,27 +533,6 @@ def test_forbidden_crosses_the_boundary_typed(transport: Any, recorder: Recorder
         rpc.SchedulerClient(transport).explain(CTXT, SPEC)
 
 
-class PrepareSpy:
-    """Stands for a client's oslo.messaging client: records the version each
-    message is prepared at, and the cast."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, dict[str, Any]]] = []
-        self._version = ""
-
-    def prepare(self, version: str, **_: Any) -> PrepareSpy:
-        self._version = version
-        return self
-
-    def cast(self, ctxt: Any, method: str, **kwargs: Any) -> None:
-        self.sent.append((self._version, method, kwargs))
-
-
-def _spied(client: Any) -> PrepareSpy:
-    client._client = spy = PrepareSpy()
-    return spy
-
-
 @pytest.mark.parametrize(
     "make, send, version, zones",
     [
@@ -641,7 +614,7 @@ def test_a_cast_carrying_a_zone_is_sent_at_1_2_else_as_before(
     """So a compute or conductor older than 1.2 refuses it by its version
     rather than by the field; a message with no zone reads as it always did."""
     client = make(transport)
-    spy = _spied(client)
+    spy = spied(client)
     send(client)
     [(sent_at, _, kwargs)] = spy.sent
     assert sent_at == version
@@ -659,10 +632,10 @@ def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
     """So an older compute or conductor still serves every other cast (and
     refuses a delete's, by its version, rather than taking it for another)."""
     client = compute(transport)
-    spy = _spied(client)
+    spy = spied(client)
     client.terminate_instance(CTXT, "h0", "i-1")
     conductor = rpc.ConductorClient(transport)
-    conductor_spy = _spied(conductor)
+    conductor_spy = spied(conductor)
     conductor.instance_terminated(CTXT, "i-1", "h0")
     assert [(v, m) for v, m, _ in spy.sent] == [("1.3", "terminate_instance")]
     assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.3", "instance_terminated")]
@@ -671,10 +644,10 @@ def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
 def test_the_shelve_casts_are_sent_at_1_4_alone(transport: Any) -> None:
     """Likewise: an older compute or conductor refuses them by their version."""
     client = compute(transport)
-    spy = _spied(client)
+    spy = spied(client)
     client.shelve_offload_instance(CTXT, "h0", "i-1")
     conductor = rpc.ConductorClient(transport)
-    conductor_spy = _spied(conductor)
+    conductor_spy = spied(conductor)
     conductor.instance_shelved(CTXT, "i-1", "h0")
     assert [(v, m) for v, m, _ in spy.sent] == [("1.4", "shelve_offload_instance")]
     assert [(v, m) for v, m, _ in conductor_spy.sent] == [("1.4", "instance_shelved")]
@@ -682,7 +655,7 @@ def test_the_shelve_casts_are_sent_at_1_4_alone(transport: Any) -> None:
 
 def test_finish_revert_resize_is_sent_at_1_7_alone_to_the_source(transport: Any) -> None:
     client = compute(transport)
-    spy = _spied(client)
+    spy = spied(client)
     client.finish_revert_resize(CTXT, "h0", "i-1", "m-1")
     assert [(v, m, kw) for v, m, kw in spy.sent] == [
         (

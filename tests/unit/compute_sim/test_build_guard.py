@@ -14,8 +14,7 @@ from compute_sim.ledger import BUILD, FAILED, REBUILD
 from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import BUILDING, DELETING, ERROR
 from tests.fixtures import simulator
-from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, selection
-from tests.unit.test_evacuate_compute import rebuild
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, rebuild, selection
 
 #: The simulator suite's fixture.
 make = simulator.make

@@ -6,20 +6,13 @@ an unknown uuid; a host that never answers)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from compute_sim.hosts import HostShape, provider_uuid
-from compute_sim.simulator import ComputeSimulator
-from conductor_stub.manager import ConductorEndpoint
-from conductor_stub.records import ConductorSettings
 from conductor_stub.redrive import Sweeper
 from conductor_stub.tasks.delete import Deleter
 from conductor_stub.tasks.resize import Resizer
-from scheduler.engine.capabilities import IO_OPS_STAT
 from scheduler.exceptions import ConsumerDeleted, InstanceNotFound
 from scheduler.objects import (
     ACTIVE,
@@ -28,131 +21,11 @@ from scheduler.objects import (
     DELETING,
     RESIZE_PREP,
     RESIZING,
-    AllocationRequest,
-    InstanceRecord,
     migration_uuid_for,
 )
-from scheduler.rpc import RequestContext
-from scheduler.store import GroupClaim, MemoryStore
+from tests.fixtures.cloud import CTXT, SETTINGS, Cloud
 from tests.fixtures.simulator import SPEC, selection
 from tests.unit.factories import NOW, Recorded, uuid_of
-
-CTXT = RequestContext(request_id="req-build")
-SETTINGS = ConductorSettings(delete_timeout=30, deleted_retention=600, max_redrives=2)
-GROUP = uuid_of("group")
-
-
-class Wire:
-    """Holds every cast; :meth:`deliver` hands the first one of a method to its
-    receiver (a test decides the order)."""
-
-    def __init__(self) -> None:
-        self.held: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-        self.receivers: dict[str, Any] = {}
-
-    def client(self) -> Any:
-        wire = self
-
-        class Client:
-            def __getattr__(self, method: str) -> Any:
-                return lambda *args, **kwargs: wire.held.append((method, args, kwargs))
-
-        return Client()
-
-    def pending(self) -> list[str]:
-        return [method for method, _, _ in self.held]
-
-    def deliver(self, method: str) -> None:
-        index = self.pending().index(method)
-        _, args, kwargs = self.held.pop(index)
-        self.receivers[method](*args, **kwargs)
-
-    def deliver_all(self, method: str) -> None:
-        while method in self.pending():
-            self.deliver(method)
-
-
-class Cloud:
-    """Hosts h1..h3 of one simulator, a conductor, and the wire between them."""
-
-    def __init__(self, build_time: float = 0.05) -> None:
-        self.store = MemoryStore(clock=lambda: NOW)
-        self.wire = Wire()
-        self.sim = ComputeSimulator(
-            self.store,
-            self.wire.client(),
-            ["h1", "h2", "h3"],
-            "sim",
-            HostShape(),
-            build_time=build_time,
-            compute=self.wire.client(),
-        )
-        self.sim.register()
-        compute = self.wire.client()
-        self.endpoint = ConductorEndpoint(self.store, compute, None, SETTINGS, clock=lambda: NOW)
-        self.deleter = Deleter(self.store, compute, SETTINGS, clock=lambda: NOW)
-        self.wire.receivers = {
-            # compute -> conductor
-            "build_succeeded": self.endpoint.build_succeeded,
-            "instance_terminated": self.endpoint.instance_terminated,
-            "resize_result": self.endpoint.resize_result,
-            "reschedule": self.endpoint.reschedule,
-            # conductor or compute -> a compute (host first, as the client takes it)
-            "terminate_instance": lambda ctxt, host, uuid: self.sim.terminate_instance(
-                ctxt, uuid, host
-            ),
-            "resize_instance": lambda ctxt, source, *args: self.sim.resize_instance(ctxt, *args),
-            "finish_resize": lambda ctxt, dest, node, uuid, migration: self.sim.finish_resize(
-                ctxt, uuid, migration, dest, node
-            ),
-        }
-
-    def booting(self, name: str = "i1") -> str:
-        uuid = uuid_of(name)
-        self.store.create_instances(
-            [InstanceRecord(uuid=uuid, request_spec=SPEC.to_primitive(), deadline=NOW + 60)]
-        )
-        return uuid
-
-    def claim(self, consumer: str, host: str) -> None:
-        self.store.claim(
-            consumer,
-            AllocationRequest({provider_uuid(host): SPEC.resources}, "p", "u"),
-            GroupClaim(GROUP, "anti-affinity", host),
-        )
-
-    def build(self, uuid: str, host: str) -> None:
-        """The scheduler's cast reaches the compute."""
-        self.sim.build_and_run_instance(
-            CTXT, uuid, SPEC.to_primitive(), selection(host).to_primitive(), []
-        )
-
-    def io_ops(self, host: str) -> int:
-        (service,) = [s for s in self.store.list_services() if s.host == host]
-        return int(service.stats.get(IO_OPS_STAT, 0))
-
-    def settle(self, host: str) -> None:
-        """Wait until nothing is in progress on ``host`` (a build or prep finished)."""
-        deadline = time.monotonic() + 5
-        while self.io_ops(host):
-            assert time.monotonic() < deadline, f"{host} still busy"
-            time.sleep(0.01)
-
-    def wait_for(self, method: str) -> None:
-        deadline = time.monotonic() + 5
-        while method not in self.wire.pending():
-            assert time.monotonic() < deadline, f"no {method}: {self.wire.pending()}"
-            time.sleep(0.01)
-
-    def assert_gone(self, uuid: str) -> None:
-        """DELETED, no claim for it or its migration, in no group, running nowhere."""
-        record = self.store.get_instance(uuid)
-        assert record.state == DELETED, record
-        assert self.store.list_consumers() == []
-        assert self.store.group_hosts(GROUP) == {}
-        assert self.sim.hosts_running(uuid) == []
-        for host in ("h1", "h2", "h3"):
-            assert self.store.get_provider(provider_uuid(host)).usages == {}
 
 
 @pytest.fixture

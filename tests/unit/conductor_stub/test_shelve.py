@@ -23,13 +23,13 @@ from scheduler.objects import (
     RequestSpec,
 )
 from scheduler.rpc import RequestContext
+from tests.fixtures.cloud import GROUP, SETTINGS, Cloud
 from tests.fixtures.simulator import SPEC, selection
-from tests.unit.conductor_stub.test_delete import GROUP, SETTINGS, Cloud
 from tests.unit.factories import NOW, Recorded
 
 
 class ShelveCloud(Cloud):
-    """The delete tests' cloud, with a shelver and its two casts wired."""
+    """The delete tests' cloud (:class:`Cloud`), with a shelver and its two casts wired."""
 
     def __init__(self, clock: list[float]) -> None:
         super().__init__()

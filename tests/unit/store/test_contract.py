@@ -9,7 +9,6 @@ the Redis half fails: it is never skipped.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -45,7 +44,6 @@ from scheduler.objects import (
     DELETING,
     ERROR,
     RESIZING,
-    AllocationRequest,
     InstanceRecord,
 )
 from scheduler.store import (
@@ -63,8 +61,7 @@ from scheduler.store import (
     Store,
 )
 from scheduler.store.redis_store import redis_client
-
-REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+from tests.fixtures.store import REDIS_URL, ask
 
 MakeStore = Callable[..., Store]
 
@@ -130,10 +127,6 @@ def make_host(
         DEFAULT_INVENTORY if inventories is None else inventories,
     )
     return store.get_provider(provider.uuid)
-
-
-def ask(allocations: dict[str, dict[str, int]]) -> AllocationRequest:
-    return AllocationRequest(allocations=allocations, project_id="project", user_id="user")
 
 
 # --- providers ------------------------------------------------------------------------

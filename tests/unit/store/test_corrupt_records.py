@@ -12,7 +12,6 @@ engine over such a store goes on placing requests. Runs on the real Redis
 from __future__ import annotations
 
 import json
-import os
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,9 +25,9 @@ from scheduler.objects import InstanceRecord
 from scheduler.store import RedisStore
 from scheduler.store.base import CORRUPT_CHANGE
 from scheduler.store.columns import CompactSnapshot
+from tests.fixtures.store import REDIS_URL
 from tests.unit.factories import engine, host, populate, spec, uuid_of
 
-REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 GARBAGE = "{not json"
 FIELD = "00000000-0000-4000-8000-00000000dead"
 

@@ -7,7 +7,6 @@ real Redis too (and fail, never skip, when it is not there).
 from __future__ import annotations
 
 import json
-import os
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,9 +38,8 @@ from scheduler.store.columns import CompactSnapshot
 from scheduler.store.keys import Keys
 from scheduler.store.redis_store import redis_client
 from scheduler.store.scripts import INDEX_COMPLETE
+from tests.fixtures.store import REDIS_URL
 from tests.unit.factories import NOW, child, host, populate, settings
-
-REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 from scheduler.exceptions import ClaimFailed, ConsumerDeleted, ProviderNotFound
 from scheduler.objects import RESIZING, AllocationRequest, InstanceRecord
 from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store
-from tests.unit.store.test_contract import REDIS_URL, ask
+from tests.fixtures.store import REDIS_URL, ask
 
 #: Examples per run of each property: every CI run draws this many fresh ones.
 EXAMPLES = 2000
