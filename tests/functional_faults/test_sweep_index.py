@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from scheduler.objects import ACTIVE, ERROR, Flavor, InstanceRecord, RequestSpec
-from scheduler.store.redis_store import _instance_json
+from scheduler.store.redis_codec import instance_json
 from scheduler.store.scripts import DUE_INSTANCES
 from tests.functional_faults.conftest import FaultCluster, PrivateRedis, wait_until
 
@@ -59,7 +59,7 @@ def _write_directly(raw: redis.Redis, key: str, records: list[InstanceRecord]) -
     """Records in the instances hash only, as a store from before the index holds them."""
     pipe = raw.pipeline(transaction=False)
     for start in range(0, len(records), 5000):
-        pipe.hset(key, mapping={r.uuid: _instance_json(r) for r in records[start : start + 5000]})
+        pipe.hset(key, mapping={r.uuid: instance_json(r) for r in records[start : start + 5000]})
     pipe.execute()
 
 

@@ -32,7 +32,7 @@ from scheduler.store import (
     Service,
     ServiceReport,
     open_store,
-    redis_store,
+    redis_feed,
 )
 from scheduler.store.columns import CompactSnapshot
 from scheduler.store.keys import Keys
@@ -483,16 +483,16 @@ def test_pages_read_in_bulk_give_what_reading_a_record_at_a_time_gives(
         store.claim(f"c-{n}", AllocationRequest({rp: amounts}, project_id="p", user_id="u"))
     store.heartbeat([f"h{n:02d}" for n in range(0, 40, 2)], NOW)
     bulk_pages = []
-    real_add_hosts = redis_store._add_hosts
+    real_add_hosts = redis_feed._add_hosts
     monkeypatch.setattr(
-        redis_store,
+        redis_feed,
         "_add_hosts",
         lambda records, hosts: bulk_pages.append(len(records)) or real_add_hosts(records, hosts),
     )
     in_bulk = store.compact_snapshot(batch=7)
     assert sum(bulk_pages) == 40 and len(bulk_pages) > 3  # every root, in bulk, in pages
-    monkeypatch.setattr(redis_store, "_add_hosts", lambda records, hosts: False)
-    monkeypatch.setattr(redis_store, "_add_services", lambda records, seen, table: False)
+    monkeypatch.setattr(redis_feed, "_add_hosts", lambda records, hosts: False)
+    monkeypatch.setattr(redis_feed, "_add_services", lambda records, seen, table: False)
     one_by_one = store.compact_snapshot(batch=7)
     assert _snapshot_rows(in_bulk) == _snapshot_rows(one_by_one)
     rows = _snapshot_rows(in_bulk)

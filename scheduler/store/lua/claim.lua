@@ -1,0 +1,100 @@
+-- KEYS: changes, providers, consumers, groups, the consumer's delete fence
+-- (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid).
+-- ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
+-- user, group uuid ('' for none), policy, host, max_server_per_host, the
+-- consumer holding the claimant's own membership ('' for none: see
+-- ``GroupClaim.own_consumer``). Returns 1 when claimed, 0 when the consumer
+-- already holds exactly this.
+
+local consumer = ARGV[2]
+local allocations = cjson.decode(ARGV[3])
+
+local function covers(a, b)
+  for rp, amounts in pairs(a) do
+    local other = b[rp]
+    if type(other) ~= 'table' then return false end
+    for rc, amount in pairs(amounts) do
+      if other[rc] ~= amount then return false end
+    end
+  end
+  return true
+end
+
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return fail('ConsumerDeleted', {consumer = consumer})
+end
+
+local held = redis.call('HGET', KEYS[3], consumer)
+if held then
+  local old = cjson.decode(held).allocations
+  if covers(old, allocations) and covers(allocations, old) then return 0 end
+  return fail('ConsumerConflict', {consumer = consumer})
+end
+
+local rps = sorted_keys(allocations)
+local providers = {}
+for _, rp in ipairs(rps) do
+  local raw = redis.call('HGET', KEYS[2], rp)
+  if not raw then return fail('ProviderNotFound', {ident = rp}) end
+  local p = cjson.decode(raw)
+  local inventories = cjson.decode(p.inventories)
+  for _, rc in ipairs(sorted_keys(allocations[rp])) do
+    local amount = allocations[rp][rc]
+    local inv = inventories[rc]
+    if not inv then return fail('NoSuchInventory', {uuid = rp, rc = rc}) end
+    local max_unit = inv.max_unit  -- null: the total
+    if type(max_unit) ~= 'number' or max_unit > inv.total then max_unit = inv.total end
+    local rule, limit
+    if amount < inv.min_unit then
+      rule, limit = 'min_unit', inv.min_unit
+    elseif amount > max_unit then
+      rule, limit = 'max_unit', max_unit
+    elseif amount % inv.step_size ~= 0 then
+      rule, limit = 'step_size', inv.step_size
+    end
+    if rule then
+      return fail('UnitRuleViolation',
+                  {uuid = rp, rc = rc, requested = amount, rule = rule, limit = limit})
+    end
+    -- int() in Python truncates toward zero; so does this.
+    local capacity = (inv.total - inv.reserved) * inv.allocation_ratio
+    capacity = capacity >= 0 and math.floor(capacity) or math.ceil(capacity)
+    local free = capacity - (p.usages[rc] or 0)
+    if amount > free then
+      return fail('CapacityExceeded', {uuid = rp, rc = rc, requested = amount, free = free})
+    end
+  end
+  providers[rp] = p
+end
+
+local group, policy, host = ARGV[6], ARGV[7], ARGV[8]
+if group ~= '' then
+  local raw = redis.call('HGET', KEYS[4], group)
+  local members = raw and cjson.decode(raw) or {}
+  local here = members[host] or 0
+  -- The claimant's own membership on this host is not held against it.
+  local own = 0
+  local own_raw = ARGV[10] ~= '' and redis.call('HGET', KEYS[3], ARGV[10])
+  if own_raw then
+    local c = cjson.decode(own_raw)
+    if c.group_uuid == group and c.host == host then own = 1 end
+  end
+  if (policy == 'anti-affinity' and here - own >= tonumber(ARGV[9]))
+      or (policy == 'affinity' and here == 0 and next(members) ~= nil) then
+    return fail('GroupPolicyViolation', {group = group, policy = policy, host = host})
+  end
+  members[host] = here + 1
+  redis.call('HSET', KEYS[4], group, cjson.encode(members))
+end
+
+for _, rp in ipairs(rps) do
+  local p = providers[rp]
+  for rc, amount in pairs(allocations[rp]) do
+    p.usages[rc] = (p.usages[rc] or 0) + amount
+  end
+  p.consumers = p.consumers + 1
+  p.generation = p.generation + 1
+  save_usage(KEYS[2], rp, p)
+end
+save_consumer(consumer, allocations, group, host)
+return 1

@@ -1,0 +1,328 @@
+"""The in-process store's providers, aggregates and allocations (the
+contract: :class:`scheduler.store.base.PlacementStore`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+from scheduler import rules
+from scheduler.exceptions import (
+    CapacityExceeded,
+    ConsumerConflict,
+    ConsumerDeleted,
+    GenerationConflict,
+    InventoryInUse,
+    NoSuchInventory,
+    ProviderExists,
+    ProviderNotFound,
+)
+from scheduler.objects import AllocationRequest
+from scheduler.store.base import (
+    Aggregate,
+    Consumer,
+    GroupClaim,
+    Inventory,
+    Provider,
+    RecordCheck,
+    check_allocation_request,
+    check_inventories,
+    check_move,
+)
+from scheduler.store.memory_base import MemoryBase
+
+
+class MemoryPlacement(MemoryBase):
+    """Providers and aggregates; claims, releases, moves and heals; consumers and groups."""
+
+    # providers
+
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        with self._lock:
+            if uuid in self._providers:
+                raise ProviderExists(ident=uuid)
+            if name in self._names:
+                raise ProviderExists(ident=name)
+            root = uuid
+            if parent_uuid is not None:
+                root = self._get(parent_uuid).root_uuid or parent_uuid
+            provider = Provider(
+                uuid=uuid,
+                name=name,
+                parent_uuid=parent_uuid,
+                root_uuid=root,
+                inventories=MappingProxyType({}),
+                usages=MappingProxyType({}),
+            )
+            self._providers[uuid] = provider
+            self._names[name] = uuid
+            self._append("provider", provider)
+            return provider
+
+    def get_provider(self, uuid: str) -> Provider:
+        with self._lock:
+            return self._get(uuid)
+
+    def get_provider_by_name(self, name: str) -> Provider:
+        with self._lock:
+            uuid = self._names.get(name)
+            if uuid is None:
+                raise ProviderNotFound(name)
+            return self._providers[uuid]
+
+    def list_providers(self) -> list[Provider]:
+        with self._lock:
+            return sorted(self._providers.values(), key=lambda p: p.uuid)
+
+    def _at_generation(self, uuid: str, generation: int) -> Provider:
+        provider = self._get(uuid)
+        if provider.generation != generation:
+            raise GenerationConflict(uuid=uuid, expected=generation, actual=provider.generation)
+        return provider
+
+    def set_inventory(
+        self, uuid: str, generation: int, inventories: Mapping[str, Inventory]
+    ) -> int:
+        check_inventories(inventories)
+        new = dict(inventories)
+        with self._lock:
+            provider = self._at_generation(uuid, generation)
+            for rc in sorted(provider.usages):  # usages hold only positive amounts
+                if rc not in new:
+                    raise InventoryInUse(uuid=uuid, rc=rc, used=provider.usages[rc])
+            return self._rewrite(provider, inventories=MappingProxyType(new))
+
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
+        with self._lock:
+            return self._rewrite(self._at_generation(uuid, generation), traits=frozenset(traits))
+
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
+        with self._lock:
+            return self._rewrite(
+                self._at_generation(uuid, generation), aggregates=frozenset(aggregates)
+            )
+
+    def put_aggregate(self, aggregate: Aggregate) -> None:
+        stored = replace(aggregate, metadata=MappingProxyType(dict(aggregate.metadata)))
+        with self._lock:
+            self._aggregates[aggregate.uuid] = stored
+            self._append("aggregate", stored)
+
+    def list_aggregates(self) -> list[Aggregate]:
+        with self._lock:
+            return sorted(self._aggregates.values(), key=lambda a: a.uuid)
+
+    # allocations
+
+    def claim(
+        self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
+    ) -> bool:
+        check_allocation_request(request)
+        allocations = {rp: dict(res) for rp, res in request.allocations.items()}
+        with self._lock:
+            if self._fenced(consumer_uuid) is not None:
+                raise ConsumerDeleted(consumer=consumer_uuid)
+            held = self._consumers.get(consumer_uuid)
+            if held is not None:
+                if held.allocations == allocations:
+                    return False
+                raise ConsumerConflict(consumer=consumer_uuid)
+            for rp in sorted(allocations):
+                provider = self._get(rp)
+                for rc in sorted(allocations[rp]):
+                    rules.check_allocation(
+                        rp,
+                        rc,
+                        allocations[rp][rc],
+                        provider.inventories.get(rc),
+                        provider.usages.get(rc, 0),
+                    )
+            if group is not None:
+                self._join_group(group)
+            for rp in sorted(allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in allocations[rp].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+                self._set_usage(provider, usages, provider.consumers + 1)
+            self._hold(consumer_uuid, allocations, request, group)
+            return True
+
+    def _hold(
+        self,
+        consumer_uuid: str,
+        allocations: dict[str, dict[str, int]],
+        request: AllocationRequest,
+        group: GroupClaim | None,
+    ) -> None:
+        """Record what a consumer now holds (its usage is written by the caller)."""
+        self._consumers[consumer_uuid] = Consumer(
+            uuid=consumer_uuid,
+            allocations=MappingProxyType(
+                {rp: MappingProxyType(res) for rp, res in allocations.items()}
+            ),
+            project_id=request.project_id,
+            user_id=request.user_id,
+            group_uuid=group.group_uuid if group else None,
+            host=group.host if group else None,
+        )
+
+    def _join_group(self, group: GroupClaim) -> None:
+        """Check the strict policies, then count the new member."""
+        members = self._groups.get(group.group_uuid, {})
+        own = self._consumers.get(group.own_consumer) if group.own_consumer else None
+        rules.check_group(
+            group.group_uuid,
+            group.policy,
+            group.host,
+            members,
+            group.max_server_per_host,
+            own.member_host(group.group_uuid) if own is not None else None,
+        )
+        members[group.host] = members.get(group.host, 0) + 1
+        self._groups[group.group_uuid] = members
+
+    def _leave_group(self, group_uuid: str, host: str) -> None:
+        members = self._groups.get(group_uuid, {})
+        left = members.pop(host, 0) - 1
+        if left > 0:
+            members[host] = left
+        if not members:
+            self._groups.pop(group_uuid, None)
+
+    def _set_usage(self, provider: Provider, usages: dict[str, int], consumers: int) -> None:
+        provider = replace(
+            provider,
+            generation=provider.generation + 1,
+            usages=MappingProxyType(usages),
+            consumers=consumers,
+        )
+        self._providers[provider.uuid] = provider
+        self._append(
+            "usage",
+            {
+                "uuid": provider.uuid,
+                "generation": provider.generation,
+                "usages": dict(usages),
+                "consumers": consumers,
+            },
+        )
+
+    def release(self, consumer_uuid: str, check: RecordCheck | None = None) -> bool:
+        with self._lock:
+            self._check_record(check)
+            consumer = self._consumers.pop(consumer_uuid, None)
+            if consumer is None:
+                return False
+            for rp in sorted(consumer.allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in consumer.allocations[rp].items():
+                    left = usages.get(rc, 0) - amount
+                    if left > 0:
+                        usages[rc] = left
+                    else:
+                        usages.pop(rc, None)
+                self._set_usage(provider, usages, max(provider.consumers - 1, 0))
+            if consumer.group_uuid is not None and consumer.host is not None:
+                self._leave_group(consumer.group_uuid, consumer.host)
+            return True
+
+    def move_allocations(
+        self,
+        source_uuid: str,
+        target_uuid: str,
+        replace: bool = False,
+        check: RecordCheck | None = None,
+    ) -> bool:
+        check_move(source_uuid, target_uuid)
+        with self._lock:
+            self._check_record(check)
+            source = self._consumers.get(source_uuid)
+            if source is None:
+                return False
+            target = self._consumers.get(target_uuid)
+            if target is not None and not replace:
+                raise ConsumerConflict(consumer=target_uuid)
+            touched = {
+                rp: (dict(self._providers[rp].usages), self._providers[rp].consumers)
+                for rp in (*source.allocations, *(target.allocations if target else ()))
+            }
+            if target is not None:
+                for rp, amounts in target.allocations.items():
+                    usages, consumers = touched[rp]
+                    for rc, amount in amounts.items():
+                        left = usages.get(rc, 0) - amount
+                        if left > 0:
+                            usages[rc] = left
+                        else:
+                            usages.pop(rc, None)
+                    touched[rp] = (usages, max(consumers - 1, 0))
+                if target.group_uuid is not None and target.host is not None:
+                    self._leave_group(target.group_uuid, target.host)
+            for rp in sorted(touched):
+                usages, consumers = touched[rp]
+                self._set_usage(self._providers[rp], usages, consumers)
+            del self._consumers[source_uuid]
+            self._consumers[target_uuid] = dataclasses.replace(
+                source, uuid=target_uuid, generation=1
+            )
+            return True
+
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None:
+        with self._lock:
+            return self._consumers.get(consumer_uuid)
+
+    def list_consumers(self) -> list[Consumer]:
+        with self._lock:
+            return sorted(self._consumers.values(), key=lambda c: c.uuid)
+
+    def group_hosts(self, group_uuid: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self._groups.get(group_uuid, {}))
+
+    def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
+        with self._lock:  # immutable records: a copy of the references
+            consumers = list(self._consumers.values())
+        yield from consumers
+
+    def heal_allocation(
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        group: GroupClaim | None = None,
+        overcommit: bool = True,
+    ) -> bool:
+        check_allocation_request(request)
+        allocations = {rp: dict(res) for rp, res in request.allocations.items()}
+        with self._lock:
+            if self._fenced(consumer_uuid) is not None:
+                raise ConsumerDeleted(consumer=consumer_uuid)
+            if consumer_uuid in self._consumers:
+                raise ConsumerConflict(consumer=consumer_uuid)
+            over = False
+            for rp in sorted(allocations):
+                provider = self._get(rp)
+                for rc in sorted(allocations[rp]):
+                    inventory = provider.inventories.get(rc)
+                    if inventory is None:
+                        raise NoSuchInventory(uuid=rp, rc=rc)
+                    amount = allocations[rp][rc]
+                    left = rules.free(inventory, provider.usages.get(rc, 0))
+                    if amount > left:
+                        if not overcommit:
+                            raise CapacityExceeded(uuid=rp, rc=rc, requested=amount, free=left)
+                        over = True
+            for rp in sorted(allocations):
+                provider = self._providers[rp]
+                usages = dict(provider.usages)
+                for rc, amount in allocations[rp].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+                self._set_usage(provider, usages, provider.consumers + 1)
+            if group is not None:
+                members = self._groups.setdefault(group.group_uuid, {})
+                members[group.host] = members.get(group.host, 0) + 1
+            self._hold(consumer_uuid, allocations, request, group)
+            return over
