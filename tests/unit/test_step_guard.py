@@ -19,6 +19,7 @@ from scheduler import conf as conf_mod
 from scheduler import rpc
 from scheduler.objects import ACTIVE, RESIZING, migration_uuid_for
 from scheduler.rpc import RequestContext
+from scheduler.rpc.transport import make_client
 from scheduler.steps import ACCESS_POLICY, GUARDED_ATTR, exposed_methods, owns_migration
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import active_on, cloud, resizing
@@ -75,7 +76,7 @@ def test_a_server_with_the_policy_refuses_an_undeclared_method(transport: Any) -
     server = rpc.get_server(transport, "compute-policy", "sim", [sim], access_policy=ACCESS_POLICY)
     server.start()
     try:
-        client = rpc._client(transport, "compute-policy", "1.0", 5, server="sim")
+        client = make_client(transport, "compute-policy", "1.0", 5, server="sim")
         with pytest.raises(Exception, match="stop"):  # NoSuchMethod, rebuilt on the caller
             client.call(RequestContext(), "stop")
     finally:

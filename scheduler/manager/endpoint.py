@@ -1,72 +1,36 @@
-"""The scheduler worker's RPC endpoint: validate, select, claim, cast, notify.
-
-Each method is cut by stage; the decision itself lives in
-:class:`scheduler.engine.pipeline.Engine`. Bad input is refused with
-:class:`InvalidRequest` on a call, and on a cast becomes an ERROR
-notification plus a ``schedule_failed`` to the conductor (which puts the
-instances in ERROR). Nothing is claimed for a request that fails, and the
-worker keeps serving: every failure of a cast goes through one policy,
-:meth:`SchedulerEndpoint._cast_failed`, as every failure of a call goes
-through :func:`call_errors`. A request spec is validated whole as soon as it is
-read (:meth:`SchedulerEndpoint._read_spec`): its fields and resource extra
-specs by :meth:`RequestSpec.from_primitive`, then what the host filters will
-read (operator extra specs, image properties, NUMA, PCI aliases) by
-:func:`~scheduler.filters.validation.validate_request`.
-
-What a user may read about a failure is decided in one place,
-:func:`scheduler.policy.user_reason`: for no valid host it is always the generic
-``NoValidHost.USER_MESSAGE``, never a host, filter, aggregate or trait name;
-the count of hosts per reason goes to the admin-only fault details and the
-logs. Invalid input and refusals say what is wrong with the request itself
-(built from its field names and values only, never from the cloud's state).
-
-``explain`` (admin only) runs the pipeline as a dry run and returns the
-:class:`~scheduler.explain.ExplainReport` (with every host by name when asked);
-``run_filter`` (admin only) runs one host filter alone on every host and
-returns its :class:`~scheduler.explain.StageHosts`; forcing a host or
-requesting a destination is admin-only too (:mod:`scheduler.policy`).
-"""
+"""The scheduler worker's RPC endpoint: one method per remote call (see
+:mod:`scheduler.manager`)."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 import oslo_messaging
 
-from scheduler import health, policy
-from scheduler.engine.pipeline import Engine, InstanceTrace
+from scheduler import policy
 from scheduler.engine.plugins import UnknownPlugin
 from scheduler.exceptions import (
     ConsumerConflict,
-    ConsumerDeleted,
     Forbidden,
     InternalError,
     InvalidRequest,
     NoValidHost,
     SchedulerUnavailable,
-    StoreUnavailable,
 )
-from scheduler.filters.validation import validate_request
-from scheduler.log import RepeatLimiter, bind_request, get_logger
+from scheduler.log import bind_request
+from scheduler.manager.stages import LOG, RESIZE, RUN_INSTANCE, Stages, call_errors
 from scheduler.notifications import (
     InstanceScheduledPayload,
     ResizePayload,
-    SchedulingErrorPayload,
     SchedulingPayload,
     SelectionPayload,
     legacy_uuids,
     listed,
 )
-from scheduler.notifier import Notifier
 from scheduler.objects import (
-    MAX_INSTANCES_PER_REQUEST,
     Flavor,
     RequestSpec,
     Selection,
@@ -74,35 +38,11 @@ from scheduler.objects import (
     validate_instance_uuids,
     validate_uuid,
 )
-from scheduler.policy import admin_details, user_reason
-from scheduler.rpc import ComputeClient, ConductorClient, expected_exceptions
+from scheduler.rpc import expected_exceptions
 from scheduler.store import PlacementStore
-
-LOG = get_logger(__name__)
-#: The warnings a stream of requests can repeat without end (the same refusal,
-#: a store that is down): identical ones a few times a minute at most.
-REPEATS = RepeatLimiter()
 
 #: Namespace of the instance uuids ``explain`` makes up for its dry run.
 _EXPLAIN_NAMESPACE = uuidlib.UUID("0c2f6d7e-95a4-4e47-8a61-3b5c1e0f7d20")
-
-
-@contextmanager
-def call_errors(method: str) -> Iterator[None]:
-    """What a call raises to its caller: its own typed refusals as they are; a
-    store that cannot be reached as :class:`SchedulerUnavailable`; anything
-    else as :class:`InternalError`. Neither says more than its generic
-    message (no address, no traceback); the worker logs the error itself."""
-    try:
-        yield
-    except (InvalidRequest, Forbidden, NoValidHost):
-        raise
-    except StoreUnavailable as exc:
-        REPEATS.log(LOG, "warning", "store_unavailable", method=method, error=exc.message)
-        raise SchedulerUnavailable() from None
-    except Exception:
-        LOG.exception("call_failed", method=method)
-        raise InternalError() from None
 
 
 def park(store: PlacementStore, instance_uuid: str, migration_uuid: str, move: str) -> None:
@@ -118,31 +58,6 @@ def park(store: PlacementStore, instance_uuid: str, migration_uuid: str, move: s
         return  # the migration holds the source already: this is a re-drive
     if store.get_consumer(migration_uuid) is None:
         raise InvalidRequest(reason=f"instance {instance_uuid} holds no allocation to {move}")
-
-
-@dataclass(frozen=True)
-class CastEvents:
-    """The log events of one cast's failures, by kind (stable names: operators
-    search the logs for them)."""
-
-    method: str
-    refused: str
-    no_valid_host: str
-    failed: str
-
-
-RUN_INSTANCE = CastEvents(
-    "run_instance",
-    refused="run_instance_refused",
-    no_valid_host="no_valid_host",
-    failed="run_instance_failed",
-)
-RESIZE = CastEvents(
-    "resize",
-    refused="resize_refused",
-    no_valid_host="resize_no_valid_host",
-    failed="resize_failed",
-)
 
 
 #: The longest request id taken from a caller (it is bound to every log line).
@@ -183,163 +98,12 @@ def _selected(selections: dict[str, list[Selection]]) -> tuple[SelectionPayload,
     return tuple(SelectionPayload.of(uuid, per) for uuid, per in selections.items())
 
 
-class DecisionStats:
-    """Counts of decisions and the time spent making them (for demo and metrics)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.decisions = 0
-        self.no_valid_host = 0
-        self.seconds = 0.0  # summed per decision, waits for the engine included
-        self.waited = 0.0  # of which waiting for the engine
-        self.first_start: float | None = None
-        self.last_end = 0.0
-
-    @property
-    def per_second(self) -> float:
-        """Decisions per second of wall time, from the first one's start to the last one's end."""
-        if self.first_start is None or self.last_end <= self.first_start:
-            return 0.0
-        return self.decisions / (self.last_end - self.first_start)
-
-    @contextmanager
-    def timed(self) -> Iterator[None]:
-        """Times one decision: its outcome counted, the wait for the engine
-        (``scheduler_engine_wait_seconds``) kept apart from the deciding
-        (``scheduler_decision_seconds``)."""
-        health.take_engine_wait()  # this thread's earlier waits are not this decision's
-        start = time.perf_counter()
-        failed = False
-        outcome = "error"
-        try:
-            yield
-            outcome = "placed"
-        except NoValidHost:
-            failed = True
-            outcome = "no_valid_host"
-            raise
-        except InvalidRequest:
-            outcome = "invalid"
-            raise
-        finally:
-            end = time.perf_counter()
-            waited = min(health.take_engine_wait(), end - start)
-            health.DECISIONS.labels(outcome).inc()
-            health.DECISION_SECONDS.observe(end - start - waited)
-            with self._lock:
-                if self.first_start is None:
-                    self.first_start = start
-                self.last_end = max(self.last_end, end)
-                self.decisions += 1
-                self.no_valid_host += failed
-                self.seconds += end - start
-                self.waited += waited
-
-
-def count_rejections(traces: Sequence[InstanceTrace], no_valid_host: bool) -> None:
-    """The hosts each reason removed in a request's decisions
-    (``scheduler_hosts_rejected_total``) and, when it found no valid host, the
-    reasons of the failed decision, the last (``scheduler_no_valid_host_reasons_total``)."""
-    for trace in traces:
-        for reason, hosts in trace.reasons.items():
-            health.HOSTS_REJECTED.labels(reason).inc(hosts)
-    if no_valid_host and traces:
-        for reason in traces[-1].reasons:
-            health.NO_VALID_HOST_REASONS.labels(reason).inc()
-
-
-class SchedulerEndpoint:
+class SchedulerEndpoint(Stages):
     """topic ``scheduler``: select_destinations, explain and run_filter (calls),
     run_instance and resize (casts). Serves every version up to 1.4 (see
     SchedulerClient)."""
 
     target = oslo_messaging.Target(version="1.4")
-
-    def __init__(
-        self,
-        engine: Engine,
-        compute: ComputeClient,
-        conductor: ConductorClient,
-        notifier: Notifier,
-        allow_resize_to_same_host: bool = False,
-    ) -> None:
-        self.engine = engine
-        self.compute = compute
-        self.conductor = conductor
-        self.notifier = notifier
-        self.stats = DecisionStats()
-        self.allow_resize_to_same_host = allow_resize_to_same_host
-
-    def _read_spec(self, request_spec: Any, new_flavor: Flavor | None = None) -> RequestSpec:
-        """The typed request spec (with ``new_flavor`` for a resize), validated
-        whole before anything is selected or claimed.
-
-        :raises InvalidRequest: naming the field, extra spec or image property.
-        """
-        spec = RequestSpec.from_primitive(request_spec)
-        if new_flavor is not None:
-            spec = spec.replace(flavor=new_flavor, num_instances=1)
-            spec.resource_request  # noqa: B018 - the new flavor's resource extra specs
-        validate_request(spec, self.engine.settings)
-        return spec
-
-    def _select(
-        self,
-        request_id: str,
-        spec: RequestSpec,
-        uuids: Sequence[str],
-        return_alternates: bool = True,
-        migration_uuid: str | None = None,
-    ) -> dict[str, list[Selection]]:
-        """Selections per instance uuid, in request order (a resize names its
-        ``migration_uuid``: see :meth:`Engine.select`). An instance being
-        deleted (its claim refused with :class:`ConsumerDeleted`) is dropped
-        and the rest are placed without it (what it would have claimed is
-        released by the all-or-nothing step): it gets no Selection."""
-        live = list(uuids)
-        while True:
-            try:
-                with self.stats.timed():
-                    try:
-                        result = self.engine.schedule(
-                            request_id,
-                            spec.replace(num_instances=len(live)),
-                            live,
-                            return_alternates=return_alternates,
-                            migration_uuid=migration_uuid,
-                        )
-                    except NoValidHost as exc:
-                        count_rejections(exc.traces, no_valid_host=True)
-                        raise
-                count_rejections(result.traces, no_valid_host=False)
-                return dict(zip(live, result.selections, strict=True))
-            except ConsumerDeleted as exc:
-                LOG.info("instance_deleted_meanwhile", instance_uuid=exc.consumer)
-                live.remove(exc.consumer)
-                if not live:
-                    return {}
-
-    @contextmanager
-    def _selecting(
-        self,
-        ctxt: Any,
-        spec: RequestSpec,
-        uuids: Sequence[str],
-        migration_uuid: str | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """``scheduler.select_destinations.start`` / ``.end`` around one decision,
-        a call's or a move's (a resize or cold migration names its
-        ``migration_uuid``), as Nova's scheduler publishes for every move;
-        ``.end`` says ``state: error`` if it raised, and no valid host is
-        published at ERROR too. The yielded dict is the ``.end``'s outcome
-        (:meth:`Notifier.action`)."""
-        payload = SchedulingPayload.starting(spec, uuids, migration_uuid, summary=True)
-        with self.notifier.action(ctxt, "select_destinations", payload) as end:
-            try:
-                yield end
-            except NoValidHost as exc:
-                self._notify_failure(ctxt, "select_destinations", uuids, exc)
-                raise
 
     # --- calls ----------------------------------------------------------------------
 
@@ -647,85 +411,3 @@ class SchedulerEndpoint:
             # The instance holds a claim again: a racing copy of this request
             # placed it, and that copy owns the migration now.
             LOG.warning("resize_unpark_superseded", migration_uuid=migration_uuid)
-
-    # --- failures -------------------------------------------------------------------
-
-    def _notify_failure(
-        self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException
-    ) -> None:
-        # The notification carries the user-safe reason only; admin details
-        # stay in the logs and the instance's admin-only fault details.
-        self.notifier.error(ctxt, f"scheduler.{action}", SchedulingErrorPayload.of(uuids, exc))
-
-    def _cast_failed(
-        self,
-        ctxt: Any,
-        events: CastEvents,
-        end: dict[str, Any],
-        uuids: Sequence[str],
-        exc: Exception,
-        tell: Callable[[Exception], None],
-        give_back: Callable[[], None] | None = None,
-        **log: Any,
-    ) -> None:
-        """The one error policy of a cast, called from the ``except`` that caught
-        ``exc``: a cast has no caller to raise to, so nothing is raised and the
-        worker keeps serving.
-
-        The ``.end`` (``end``) is marked ``error`` whatever failed. A store that
-        cannot be reached fails nothing: it is logged and the request dropped,
-        and what it moved stays moved, for the conductor's re-drive (same
-        request id, same uuids) to carry on from. Any other failure is logged by
-        its kind (refused, no valid host, internal error with its traceback),
-        ``give_back`` hands back what the request moved, the ERROR notification
-        carries ``uuids`` (at most MAX_INSTANCES_PER_REQUEST of them, and how
-        many more) and the user-safe reason, and ``tell`` tells the conductor
-        (of every one of ``uuids``). ``log`` is bound to the log line. The
-        warnings a stream of requests can repeat (the store down, the same
-        refusal) pass :data:`REPEATS`.
-        """
-        end["state"] = "error"
-        if isinstance(exc, StoreUnavailable):
-            REPEATS.log(
-                LOG,
-                "warning",
-                "store_unavailable",
-                key=(events.method, exc.message),
-                method=events.method,
-                error=exc.message,
-                **log,
-            )
-            return
-        if isinstance(exc, InvalidRequest | Forbidden):
-            REPEATS.log(LOG, "warning", events.refused, key=exc.message, reason=exc.message, **log)
-        elif isinstance(exc, NoValidHost):
-            LOG.info(events.no_valid_host, details=exc.details, **log)
-        else:
-            LOG.exception(events.failed, **log)
-        if give_back is not None:
-            give_back()
-        self._notify_failure(ctxt, events.method, uuids, exc)
-        tell(exc)
-
-    def _resize_failed(
-        self, ctxt: Any, instance_uuid: Any, migration_uuid: str, exc: Exception
-    ) -> None:
-        """The resize's failure to the conductor (the instance stays ACTIVE on its
-        source): user-safe fault, admin details."""
-        self.conductor.resize_result(
-            ctxt,
-            str(instance_uuid)[:64],
-            migration_uuid,
-            None,
-            False,
-            user_reason(exc),
-            admin_details(exc),
-        )
-
-    def _schedule_failed(self, ctxt: Any, uuids: Sequence[str], exc: Exception) -> None:
-        """Every one of the instances to ERROR through the conductor (user-safe
-        fault, admin details), MAX_INSTANCES_PER_REQUEST per cast at most."""
-        reason, details = user_reason(exc), admin_details(exc)
-        for start in range(0, len(uuids), MAX_INSTANCES_PER_REQUEST):
-            chunk = list(uuids[start : start + MAX_INSTANCES_PER_REQUEST])
-            self.conductor.schedule_failed(ctxt, chunk, reason, details)
