@@ -227,18 +227,18 @@ class _Shape:
     fresh: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
 
 
-class EngineParts(Protocol):
-    """What the shape cache reads of its :class:`~scheduler.engine.pipeline.Engine`:
-    the view it decides on, the settings, the configured filters and weighers,
-    and the engine's own ranking of weighed candidates (so that ties fall as
-    they fall uncached)."""
+class StageParts(Protocol):
+    """What the shape cache reads of its engine's stages
+    (:class:`~scheduler.engine.stages.Stages`): the view it decides on, the
+    settings, the configured filters and weighers, and the engine's own
+    ranking of weighed candidates (so that ties fall as they fall uncached)."""
 
     settings: EngineSettings
     view: HostView
     filters: list[tuple[str, BaseFilter[Any]]]
     weighers: list[tuple[str, BaseWeigher[Any]]]
 
-    def _ranked(
+    def ranked(
         self,
         candidates: np.ndarray,
         total: np.ndarray,
@@ -254,15 +254,15 @@ class ShapeCache:
     module doc). One per :class:`~scheduler.engine.pipeline.Engine`, used under
     its lock."""
 
-    def __init__(self, engine: EngineParts) -> None:
-        self._engine = engine
+    def __init__(self, stages: StageParts) -> None:
+        self._stages = stages
         self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
-        settings = engine.settings
+        settings = stages.settings
         self._limit = settings.max_placement_results
         self._down_time = settings.service_down_time
         #: The weighers that run (a multiplier of 0 turns one off), in order.
         self._weighers: list[tuple[str, BaseWeigher[Any]]] = [
-            (name, w) for name, w in engine.weighers if w.multiplier
+            (name, w) for name, w in stages.weighers if w.multiplier
         ]
         self._keys: dict[int, tuple[RequestSpec, Hashable]] = {}
         # Shapes seen once: kept from their second request on.
@@ -311,7 +311,7 @@ class ShapeCache:
         filters, or the shape is seen for the first time (a shape is kept
         from its second request on, so a shape never repeated costs what it
         did without the cache): the uncached stages decide those."""
-        view = self._engine.view
+        view = self._stages.view
         key = self.key(spec)
         shape = self._shapes.get(key)
         if shape is not None and shape.epoch == view.epoch:
@@ -349,10 +349,10 @@ class ShapeCache:
     # --- the candidate step, host by host ---------------------------------------------
 
     def _build(self, ctx: PlacementContext) -> _Shape:
-        view = self._engine.view
+        view = self._stages.view
         assert ctx.request is not None
         slots = slot_resources(ctx.request)
-        filters = self._engine.filters
+        filters = self._stages.filters
         shape = _Shape(
             epoch=view.epoch,
             version=view.version,
@@ -376,7 +376,7 @@ class ShapeCache:
 
     def _extend(self, shape: _Shape, ctx: PlacementContext) -> None:
         """Examine further ranges of rows until the scan would stop there."""
-        view = self._engine.view
+        view = self._stages.view
         size = view.size
         for end in self._ends(size):
             if end <= shape.stop:
@@ -403,7 +403,7 @@ class ShapeCache:
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Per host of ``rows`` (ascending): its code, whether it is up, and its
         provider per slot, as the candidate step finds them."""
-        view, request = self._engine.view, ctx.request
+        view, request = self._stages.view, ctx.request
         assert request is not None
         causes = shape.causes
 
@@ -440,7 +440,7 @@ class ShapeCache:
         """The earliest moment the liveness of a host of ``rows`` could turn."""
         if not len(rows):
             return np.inf
-        seen = self._engine.view.last_seen[rows]
+        seen = self._stages.view.last_seen[rows]
         d = self._down_time
         up = rules.is_up(now, seen, d)
         turn = np.where(up, seen + d, np.where(seen - d > now, seen - d, np.inf))
@@ -448,7 +448,7 @@ class ShapeCache:
 
     def _update(self, shape: _Shape, changed: np.ndarray, ctx: PlacementContext) -> None:
         """Re-ask the hosts whose rows changed, or whose liveness turned."""
-        view = self._engine.view
+        view = self._stages.view
         changed = changed[changed < shape.stop]
         if ctx.now >= shape.recheck_at:
             everyone = np.arange(shape.stop)
@@ -537,8 +537,8 @@ class ShapeCache:
 
     def _filter(self, shape: _Shape, todo: np.ndarray, ctx: PlacementContext) -> None:
         """The host filters, in order, on hosts ``todo`` (their verdicts into the shape)."""
-        view = self._engine.view
-        for f, (_name, host_filter) in enumerate(self._engine.filters):
+        view = self._stages.view
+        for f, (_name, host_filter) in enumerate(self._stages.filters):
             state = shape.filter_states[f]
             if not len(todo):
                 break
@@ -551,7 +551,7 @@ class ShapeCache:
 
     def _outline(self, shape: _Shape, ctx: PlacementContext) -> _Outline:
         """The cut, the candidates and the trace's counts, from the shape's codes."""
-        view = self._engine.view
+        view = self._stages.view
         limit = self._limit
         passed = np.flatnonzero(shape.code == PASSED)
         cut = passed[:limit]
@@ -579,9 +579,9 @@ class ShapeCache:
         stages.append(StageCount(HOSTS_UP, left))
         reject(reasons.OVER_LIMIT, max(len(passed) - limit, 0) + view.size - shape.stop)
         stages.append(StageCount(CANDIDATES, len(cut)))
-        out = np.bincount(verdict[verdict >= 0], minlength=len(self._engine.filters))
+        out = np.bincount(verdict[verdict >= 0], minlength=len(self._stages.filters))
         left = len(cut)
-        for f, (name, host_filter) in enumerate(self._engine.filters):
+        for f, (name, host_filter) in enumerate(self._stages.filters):
             if out[f]:
                 reject(host_filter.REASON, int(out[f]))
                 left -= int(out[f])
@@ -600,16 +600,16 @@ class ShapeCache:
         rng: Any,
         trace: InstanceTrace,
     ) -> Ranking:
-        """The candidates ranked as :meth:`Engine._weigh` ranks them: each
-        weigher's share is its multiplier times its raw values scaled across
-        the candidates. While the candidates stay the same (the shape's
-        :class:`_Weights`), only the hosts whose rows changed are weighed
-        again, and a weigher's shares are scaled afresh only when its bounds
-        across the candidates moved."""
-        view = self._engine.view
+        """The candidates ranked as :meth:`~scheduler.engine.stages.Stages.weigh`
+        ranks them: each weigher's share is its multiplier times its raw values
+        scaled across the candidates. While the candidates stay the same (the
+        shape's :class:`_Weights`), only the hosts whose rows changed are
+        weighed again, and a weigher's shares are scaled afresh only when its
+        bounds across the candidates moved."""
+        view = self._stages.view
         n = len(candidates)
         if n < 2:  # one host left: nothing to weigh
-            return self._engine._ranked(candidates, np.zeros(n), [], None, rng, trace)
+            return self._stages.ranked(candidates, np.zeros(n), [], None, rng, trace)
         weights = shape.weights
         if weights is None or weights.candidates is not candidates:
             weights = shape.weights = _Weights(candidates, len(self._weighers))
@@ -656,7 +656,7 @@ class ShapeCache:
             for _name, share in shares:
                 part += share[at]
             weights.total[at] = part
-        return self._engine._ranked(candidates, weights.total, shares, None, rng, trace)
+        return self._stages.ranked(candidates, weights.total, shares, None, rng, trace)
 
     @staticmethod
     def _share(
@@ -673,7 +673,7 @@ class ShapeCache:
         them were worked out again."""
         n = len(weights.candidates)
         sign_mult = weigher.SIGN * weights.mult[w]
-        if state is None:  # nothing to weigh: 0 everywhere, as Engine._weigh has it
+        if state is None:  # nothing to weigh: 0 everywhere, as Stages.weigh has it
             if weights.share[w] is None:
                 weights.share[w] = sign_mult * np.zeros(n)
                 return True

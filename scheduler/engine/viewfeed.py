@@ -28,7 +28,8 @@ from scheduler.exceptions import StreamTruncated
 from scheduler.store.base import CORRUPT_CHANGE, Change, ChangeFeed, Provider, Service
 from scheduler.store.columns import ServiceColumns
 
-LOG = structlog.get_logger(__name__)
+# The view's events keep the logger of the host view, of which this is a part.
+LOG = structlog.get_logger("scheduler.engine.hostview")
 
 #: Changes read per call to :meth:`Store.changes` while catching up.
 CHANGES_BATCH = 1000
