@@ -189,6 +189,41 @@ class _Weights:
         self.mult = [None] * self.count
         self.share = [None] * self.count
 
+    def rescale(
+        self,
+        w: int,
+        weigher: BaseWeigher[Any],
+        state: Any,
+        raw: np.ndarray,
+        new: np.ndarray,
+        at: np.ndarray,
+    ) -> bool:
+        """Weigher ``w``'s shares of the candidates (``weigher``, prepared as
+        ``state``) brought up to date with the raw values of hosts ``new`` (at
+        positions ``at``); True when all of them were worked out again."""
+        n = len(self.candidates)
+        sign_mult = weigher.SIGN * self.mult[w]
+        if state is None:  # nothing to weigh: 0 everywhere, as Stages.weigh has it
+            if self.share[w] is None:
+                self.share[w] = sign_mult * np.zeros(n)
+                return True
+            return False
+        scaling = weigher.SCALING
+        values = self.values[w]
+        if self.share[w] is not None and values is not None:
+            before = values[at]
+            values[at] = raw[new]
+            bounds = self.bounds[w]
+            if bounds is None or _within(bounds, before, values[at]):
+                scaled = weighers_base.scale(values[at], scaling, bounds)
+                self.share[w][at] = sign_mult * scaled  # type: ignore[index]
+                return False
+        else:
+            values = self.values[w] = raw[self.candidates]
+        bounds = self.bounds[w] = weighers_base.scale_bounds(values, scaling)
+        self.share[w] = sign_mult * weighers_base.scale(values, scaling, bounds)
+        return True
+
 
 @dataclass
 class _Shape:
@@ -225,6 +260,32 @@ class _Shape:
     weights: _Weights | None = None
     #: Hosts whose rows changed since they were weighed.
     fresh: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
+
+    def append(self, code: np.ndarray, up: np.ndarray, who: list[np.ndarray]) -> None:
+        """The answers of the hosts examined next (rows from :attr:`stop` on):
+        their codes, liveness and providers; their filters and weighers unasked."""
+        self.code = np.concatenate([self.code, code])
+        self.up = np.concatenate([self.up, up])
+        self.who = [np.concatenate([old, new]) for old, new in zip(self.who, who, strict=True)]
+        grow = len(code)
+        self.filtered = np.concatenate([self.filtered, np.full(grow, UNKNOWN, np.int32)])
+        self.raw = [np.concatenate([r, np.zeros(grow)]) for r in self.raw]
+        self.weighed = np.concatenate([self.weighed, np.zeros(grow, dtype=bool)])
+        self.stop += grow
+        self.outline = None
+
+    def truncate(self, stop: int) -> None:
+        """Forget the hosts from row ``stop`` on (the scan stops sooner now)."""
+        self.stop = stop
+        self.outline = None
+        self.stale = self.stale[self.stale < stop]
+        self.fresh = self.fresh[self.fresh < stop]
+        self.code = self.code[:stop]
+        self.up = self.up[:stop]
+        self.who = [w[:stop] for w in self.who]
+        self.filtered = self.filtered[:stop]
+        self.raw = [r[:stop] for r in self.raw]
+        self.weighed = self.weighed[:stop]
 
 
 class StageParts(Protocol):
@@ -384,18 +445,7 @@ class ShapeCache:
             if np.count_nonzero(shape.code == PASSED) >= self._limit:
                 break
             rows = np.arange(shape.stop, end)
-            code, up, who = self._examine(shape, rows, ctx)
-            shape.code = np.concatenate([shape.code, code])
-            shape.up = np.concatenate([shape.up, up])
-            shape.who = [
-                np.concatenate([old, new]) for old, new in zip(shape.who, who, strict=True)
-            ]
-            grow = len(rows)
-            shape.filtered = np.concatenate([shape.filtered, np.full(grow, UNKNOWN, np.int32)])
-            shape.raw = [np.concatenate([r, np.zeros(grow)]) for r in shape.raw]
-            shape.weighed = np.concatenate([shape.weighed, np.zeros(grow, dtype=bool)])
-            shape.stop = end
-            shape.outline = None
+            shape.append(*self._examine(shape, rows, ctx))
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, rows))
 
     def _examine(
@@ -483,22 +533,9 @@ class ShapeCache:
             last = int(passed[self._limit - 1])
             stop = next(end for end in self._ends(view.size) if end > last)
             if stop < shape.stop:
-                self._truncate(shape, stop)
+                shape.truncate(stop)
         elif shape.stop < view.size:
             self._extend(shape, ctx)
-
-    @staticmethod
-    def _truncate(shape: _Shape, stop: int) -> None:
-        shape.stop = stop
-        shape.outline = None
-        shape.stale = shape.stale[shape.stale < stop]
-        shape.fresh = shape.fresh[shape.fresh < stop]
-        shape.code = shape.code[:stop]
-        shape.up = shape.up[:stop]
-        shape.who = [w[:stop] for w in shape.who]
-        shape.filtered = shape.filtered[:stop]
-        shape.raw = [r[:stop] for r in shape.raw]
-        shape.weighed = shape.weighed[:stop]
 
     # --- the decision -----------------------------------------------------------------
 
@@ -639,7 +676,7 @@ class ShapeCache:
             elif mult != weights.mult[w]:
                 weights.share[w] = None
             weights.mult[w] = mult
-            whole |= self._share(weights, w, weigher, state, raw, new, at)
+            whole |= weights.rescale(w, weigher, state, raw, new, at)
         shape.weighed[new] = True
         shares: list[tuple[str, np.ndarray]] = []
         for w, (name, _weigher) in enumerate(self._weighers):
@@ -657,42 +694,6 @@ class ShapeCache:
                 part += share[at]
             weights.total[at] = part
         return self._stages.ranked(candidates, weights.total, shares, None, rng, trace)
-
-    @staticmethod
-    def _share(
-        weights: _Weights,
-        w: int,
-        weigher: BaseWeigher[Any],
-        state: Any,
-        raw: np.ndarray,
-        new: np.ndarray,
-        at: np.ndarray,
-    ) -> bool:
-        """Weigher ``w``'s shares of the candidates brought up to date with the
-        raw values of hosts ``new`` (at positions ``at``); True when all of
-        them were worked out again."""
-        n = len(weights.candidates)
-        sign_mult = weigher.SIGN * weights.mult[w]
-        if state is None:  # nothing to weigh: 0 everywhere, as Stages.weigh has it
-            if weights.share[w] is None:
-                weights.share[w] = sign_mult * np.zeros(n)
-                return True
-            return False
-        scaling = weigher.SCALING
-        values = weights.values[w]
-        if weights.share[w] is not None and values is not None:
-            before = values[at]
-            values[at] = raw[new]
-            bounds = weights.bounds[w]
-            if bounds is None or _within(bounds, before, values[at]):
-                scaled = weighers_base.scale(values[at], scaling, bounds)
-                weights.share[w][at] = sign_mult * scaled  # type: ignore[index]
-                return False
-        else:
-            values = weights.values[w] = raw[weights.candidates]
-        bounds = weights.bounds[w] = weighers_base.scale_bounds(values, scaling)
-        weights.share[w] = sign_mult * weighers_base.scale(values, scaling, bounds)
-        return True
 
     def clear(self) -> None:
         self._shapes.clear()
