@@ -57,9 +57,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -83,9 +83,7 @@ from scheduler.explain import InstanceTrace, StageCount
 from scheduler.weighers import base as weighers_base
 
 if TYPE_CHECKING:
-    from scheduler.engine.hostview import HostView
-    from scheduler.engine.settings import EngineSettings
-    from scheduler.filters.base import BaseFilter
+    from scheduler.engine.stages import Stages
     from scheduler.objects import RequestSpec
     from scheduler.weighers.base import BaseWeigher
 
@@ -288,34 +286,12 @@ class _Shape:
         self.weighed = self.weighed[:stop]
 
 
-class StageParts(Protocol):
-    """What the shape cache reads of its engine's stages
-    (:class:`~scheduler.engine.stages.Stages`): the view it decides on, the
-    settings, the configured filters and weighers, and the engine's own
-    ranking of weighed candidates (so that ties fall as they fall uncached)."""
-
-    settings: EngineSettings
-    view: HostView
-    filters: list[tuple[str, BaseFilter[Any]]]
-    weighers: list[tuple[str, BaseWeigher[Any]]]
-
-    def ranked(
-        self,
-        candidates: np.ndarray,
-        total: np.ndarray,
-        shares: Sequence[tuple[str, np.ndarray]],
-        parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
-        rng: np.random.Generator,
-        trace: InstanceTrace,
-    ) -> Ranking: ...
-
-
 class ShapeCache:
     """Per request shape, the engine's answers for the hosts it examined (see the
     module doc). One per :class:`~scheduler.engine.pipeline.Engine`, used under
     its lock."""
 
-    def __init__(self, stages: StageParts) -> None:
+    def __init__(self, stages: Stages) -> None:
         self._stages = stages
         self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
         settings = stages.settings
