@@ -57,9 +57,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -83,9 +83,7 @@ from scheduler.explain import InstanceTrace, StageCount
 from scheduler.weighers import base as weighers_base
 
 if TYPE_CHECKING:
-    from scheduler.engine.hostview import HostView
-    from scheduler.engine.settings import EngineSettings
-    from scheduler.filters.base import BaseFilter
+    from scheduler.engine.stages import Stages
     from scheduler.objects import RequestSpec
     from scheduler.weighers.base import BaseWeigher
 
@@ -189,6 +187,41 @@ class _Weights:
         self.mult = [None] * self.count
         self.share = [None] * self.count
 
+    def rescale(
+        self,
+        w: int,
+        weigher: BaseWeigher[Any],
+        state: Any,
+        raw: np.ndarray,
+        new: np.ndarray,
+        at: np.ndarray,
+    ) -> bool:
+        """Weigher ``w``'s shares of the candidates (``weigher``, prepared as
+        ``state``) brought up to date with the raw values of hosts ``new`` (at
+        positions ``at``); True when all of them were worked out again."""
+        n = len(self.candidates)
+        sign_mult = weigher.SIGN * self.mult[w]
+        if state is None:  # nothing to weigh: 0 everywhere, as Stages.weigh has it
+            if self.share[w] is None:
+                self.share[w] = sign_mult * np.zeros(n)
+                return True
+            return False
+        scaling = weigher.SCALING
+        values = self.values[w]
+        if self.share[w] is not None and values is not None:
+            before = values[at]
+            values[at] = raw[new]
+            bounds = self.bounds[w]
+            if bounds is None or _within(bounds, before, values[at]):
+                scaled = weighers_base.scale(values[at], scaling, bounds)
+                self.share[w][at] = sign_mult * scaled  # type: ignore[index]
+                return False
+        else:
+            values = self.values[w] = raw[self.candidates]
+        bounds = self.bounds[w] = weighers_base.scale_bounds(values, scaling)
+        self.share[w] = sign_mult * weighers_base.scale(values, scaling, bounds)
+        return True
+
 
 @dataclass
 class _Shape:
@@ -226,27 +259,31 @@ class _Shape:
     #: Hosts whose rows changed since they were weighed.
     fresh: np.ndarray = dataclasses.field(default_factory=lambda: _NONE)
 
+    def append(self, code: np.ndarray, up: np.ndarray, who: list[np.ndarray]) -> None:
+        """The answers of the hosts examined next (rows from :attr:`stop` on):
+        their codes, liveness and providers; their filters and weighers unasked."""
+        self.code = np.concatenate([self.code, code])
+        self.up = np.concatenate([self.up, up])
+        self.who = [np.concatenate([old, new]) for old, new in zip(self.who, who, strict=True)]
+        grow = len(code)
+        self.filtered = np.concatenate([self.filtered, np.full(grow, UNKNOWN, np.int32)])
+        self.raw = [np.concatenate([r, np.zeros(grow)]) for r in self.raw]
+        self.weighed = np.concatenate([self.weighed, np.zeros(grow, dtype=bool)])
+        self.stop += grow
+        self.outline = None
 
-class EngineParts(Protocol):
-    """What the shape cache reads of its :class:`~scheduler.engine.pipeline.Engine`:
-    the view it decides on, the settings, the configured filters and weighers,
-    and the engine's own ranking of weighed candidates (so that ties fall as
-    they fall uncached)."""
-
-    settings: EngineSettings
-    view: HostView
-    filters: list[tuple[str, BaseFilter[Any]]]
-    weighers: list[tuple[str, BaseWeigher[Any]]]
-
-    def _ranked(
-        self,
-        candidates: np.ndarray,
-        total: np.ndarray,
-        shares: Sequence[tuple[str, np.ndarray]],
-        parts: Sequence[tuple[np.ndarray, np.ndarray]] | None,
-        rng: np.random.Generator,
-        trace: InstanceTrace,
-    ) -> Ranking: ...
+    def truncate(self, stop: int) -> None:
+        """Forget the hosts from row ``stop`` on (the scan stops sooner now)."""
+        self.stop = stop
+        self.outline = None
+        self.stale = self.stale[self.stale < stop]
+        self.fresh = self.fresh[self.fresh < stop]
+        self.code = self.code[:stop]
+        self.up = self.up[:stop]
+        self.who = [w[:stop] for w in self.who]
+        self.filtered = self.filtered[:stop]
+        self.raw = [r[:stop] for r in self.raw]
+        self.weighed = self.weighed[:stop]
 
 
 class ShapeCache:
@@ -254,15 +291,15 @@ class ShapeCache:
     module doc). One per :class:`~scheduler.engine.pipeline.Engine`, used under
     its lock."""
 
-    def __init__(self, engine: EngineParts) -> None:
-        self._engine = engine
+    def __init__(self, stages: Stages) -> None:
+        self._stages = stages
         self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
-        settings = engine.settings
+        settings = stages.settings
         self._limit = settings.max_placement_results
         self._down_time = settings.service_down_time
         #: The weighers that run (a multiplier of 0 turns one off), in order.
         self._weighers: list[tuple[str, BaseWeigher[Any]]] = [
-            (name, w) for name, w in engine.weighers if w.multiplier
+            (name, w) for name, w in stages.weighers if w.multiplier
         ]
         self._keys: dict[int, tuple[RequestSpec, Hashable]] = {}
         # Shapes seen once: kept from their second request on.
@@ -311,7 +348,7 @@ class ShapeCache:
         filters, or the shape is seen for the first time (a shape is kept
         from its second request on, so a shape never repeated costs what it
         did without the cache): the uncached stages decide those."""
-        view = self._engine.view
+        view = self._stages.view
         key = self.key(spec)
         shape = self._shapes.get(key)
         if shape is not None and shape.epoch == view.epoch:
@@ -349,10 +386,10 @@ class ShapeCache:
     # --- the candidate step, host by host ---------------------------------------------
 
     def _build(self, ctx: PlacementContext) -> _Shape:
-        view = self._engine.view
+        view = self._stages.view
         assert ctx.request is not None
         slots = slot_resources(ctx.request)
-        filters = self._engine.filters
+        filters = self._stages.filters
         shape = _Shape(
             epoch=view.epoch,
             version=view.version,
@@ -376,7 +413,7 @@ class ShapeCache:
 
     def _extend(self, shape: _Shape, ctx: PlacementContext) -> None:
         """Examine further ranges of rows until the scan would stop there."""
-        view = self._engine.view
+        view = self._stages.view
         size = view.size
         for end in self._ends(size):
             if end <= shape.stop:
@@ -384,18 +421,7 @@ class ShapeCache:
             if np.count_nonzero(shape.code == PASSED) >= self._limit:
                 break
             rows = np.arange(shape.stop, end)
-            code, up, who = self._examine(shape, rows, ctx)
-            shape.code = np.concatenate([shape.code, code])
-            shape.up = np.concatenate([shape.up, up])
-            shape.who = [
-                np.concatenate([old, new]) for old, new in zip(shape.who, who, strict=True)
-            ]
-            grow = len(rows)
-            shape.filtered = np.concatenate([shape.filtered, np.full(grow, UNKNOWN, np.int32)])
-            shape.raw = [np.concatenate([r, np.zeros(grow)]) for r in shape.raw]
-            shape.weighed = np.concatenate([shape.weighed, np.zeros(grow, dtype=bool)])
-            shape.stop = end
-            shape.outline = None
+            shape.append(*self._examine(shape, rows, ctx))
             shape.recheck_at = min(shape.recheck_at, self._turn(ctx.now, rows))
 
     def _examine(
@@ -403,7 +429,7 @@ class ShapeCache:
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Per host of ``rows`` (ascending): its code, whether it is up, and its
         provider per slot, as the candidate step finds them."""
-        view, request = self._engine.view, ctx.request
+        view, request = self._stages.view, ctx.request
         assert request is not None
         causes = shape.causes
 
@@ -440,7 +466,7 @@ class ShapeCache:
         """The earliest moment the liveness of a host of ``rows`` could turn."""
         if not len(rows):
             return np.inf
-        seen = self._engine.view.last_seen[rows]
+        seen = self._stages.view.last_seen[rows]
         d = self._down_time
         up = rules.is_up(now, seen, d)
         turn = np.where(up, seen + d, np.where(seen - d > now, seen - d, np.inf))
@@ -448,7 +474,7 @@ class ShapeCache:
 
     def _update(self, shape: _Shape, changed: np.ndarray, ctx: PlacementContext) -> None:
         """Re-ask the hosts whose rows changed, or whose liveness turned."""
-        view = self._engine.view
+        view = self._stages.view
         changed = changed[changed < shape.stop]
         if ctx.now >= shape.recheck_at:
             everyone = np.arange(shape.stop)
@@ -483,22 +509,9 @@ class ShapeCache:
             last = int(passed[self._limit - 1])
             stop = next(end for end in self._ends(view.size) if end > last)
             if stop < shape.stop:
-                self._truncate(shape, stop)
+                shape.truncate(stop)
         elif shape.stop < view.size:
             self._extend(shape, ctx)
-
-    @staticmethod
-    def _truncate(shape: _Shape, stop: int) -> None:
-        shape.stop = stop
-        shape.outline = None
-        shape.stale = shape.stale[shape.stale < stop]
-        shape.fresh = shape.fresh[shape.fresh < stop]
-        shape.code = shape.code[:stop]
-        shape.up = shape.up[:stop]
-        shape.who = [w[:stop] for w in shape.who]
-        shape.filtered = shape.filtered[:stop]
-        shape.raw = [r[:stop] for r in shape.raw]
-        shape.weighed = shape.weighed[:stop]
 
     # --- the decision -----------------------------------------------------------------
 
@@ -537,8 +550,8 @@ class ShapeCache:
 
     def _filter(self, shape: _Shape, todo: np.ndarray, ctx: PlacementContext) -> None:
         """The host filters, in order, on hosts ``todo`` (their verdicts into the shape)."""
-        view = self._engine.view
-        for f, (_name, host_filter) in enumerate(self._engine.filters):
+        view = self._stages.view
+        for f, (_name, host_filter) in enumerate(self._stages.filters):
             state = shape.filter_states[f]
             if not len(todo):
                 break
@@ -551,7 +564,7 @@ class ShapeCache:
 
     def _outline(self, shape: _Shape, ctx: PlacementContext) -> _Outline:
         """The cut, the candidates and the trace's counts, from the shape's codes."""
-        view = self._engine.view
+        view = self._stages.view
         limit = self._limit
         passed = np.flatnonzero(shape.code == PASSED)
         cut = passed[:limit]
@@ -579,9 +592,9 @@ class ShapeCache:
         stages.append(StageCount(HOSTS_UP, left))
         reject(reasons.OVER_LIMIT, max(len(passed) - limit, 0) + view.size - shape.stop)
         stages.append(StageCount(CANDIDATES, len(cut)))
-        out = np.bincount(verdict[verdict >= 0], minlength=len(self._engine.filters))
+        out = np.bincount(verdict[verdict >= 0], minlength=len(self._stages.filters))
         left = len(cut)
-        for f, (name, host_filter) in enumerate(self._engine.filters):
+        for f, (name, host_filter) in enumerate(self._stages.filters):
             if out[f]:
                 reject(host_filter.REASON, int(out[f]))
                 left -= int(out[f])
@@ -600,16 +613,16 @@ class ShapeCache:
         rng: Any,
         trace: InstanceTrace,
     ) -> Ranking:
-        """The candidates ranked as :meth:`Engine._weigh` ranks them: each
-        weigher's share is its multiplier times its raw values scaled across
-        the candidates. While the candidates stay the same (the shape's
-        :class:`_Weights`), only the hosts whose rows changed are weighed
-        again, and a weigher's shares are scaled afresh only when its bounds
-        across the candidates moved."""
-        view = self._engine.view
+        """The candidates ranked as :meth:`~scheduler.engine.stages.Stages.weigh`
+        ranks them: each weigher's share is its multiplier times its raw values
+        scaled across the candidates. While the candidates stay the same (the
+        shape's :class:`_Weights`), only the hosts whose rows changed are
+        weighed again, and a weigher's shares are scaled afresh only when its
+        bounds across the candidates moved."""
+        view = self._stages.view
         n = len(candidates)
         if n < 2:  # one host left: nothing to weigh
-            return self._engine._ranked(candidates, np.zeros(n), [], None, rng, trace)
+            return self._stages.ranked(candidates, np.zeros(n), [], None, rng, trace)
         weights = shape.weights
         if weights is None or weights.candidates is not candidates:
             weights = shape.weights = _Weights(candidates, len(self._weighers))
@@ -639,7 +652,7 @@ class ShapeCache:
             elif mult != weights.mult[w]:
                 weights.share[w] = None
             weights.mult[w] = mult
-            whole |= self._share(weights, w, weigher, state, raw, new, at)
+            whole |= weights.rescale(w, weigher, state, raw, new, at)
         shape.weighed[new] = True
         shares: list[tuple[str, np.ndarray]] = []
         for w, (name, _weigher) in enumerate(self._weighers):
@@ -656,43 +669,7 @@ class ShapeCache:
             for _name, share in shares:
                 part += share[at]
             weights.total[at] = part
-        return self._engine._ranked(candidates, weights.total, shares, None, rng, trace)
-
-    @staticmethod
-    def _share(
-        weights: _Weights,
-        w: int,
-        weigher: BaseWeigher[Any],
-        state: Any,
-        raw: np.ndarray,
-        new: np.ndarray,
-        at: np.ndarray,
-    ) -> bool:
-        """Weigher ``w``'s shares of the candidates brought up to date with the
-        raw values of hosts ``new`` (at positions ``at``); True when all of
-        them were worked out again."""
-        n = len(weights.candidates)
-        sign_mult = weigher.SIGN * weights.mult[w]
-        if state is None:  # nothing to weigh: 0 everywhere, as Engine._weigh has it
-            if weights.share[w] is None:
-                weights.share[w] = sign_mult * np.zeros(n)
-                return True
-            return False
-        scaling = weigher.SCALING
-        values = weights.values[w]
-        if weights.share[w] is not None and values is not None:
-            before = values[at]
-            values[at] = raw[new]
-            bounds = weights.bounds[w]
-            if bounds is None or _within(bounds, before, values[at]):
-                scaled = weighers_base.scale(values[at], scaling, bounds)
-                weights.share[w][at] = sign_mult * scaled  # type: ignore[index]
-                return False
-        else:
-            values = weights.values[w] = raw[weights.candidates]
-        bounds = weights.bounds[w] = weighers_base.scale_bounds(values, scaling)
-        weights.share[w] = sign_mult * weighers_base.scale(values, scaling, bounds)
-        return True
+        return self._stages.ranked(candidates, weights.total, shares, None, rng, trace)
 
     def clear(self) -> None:
         self._shapes.clear()
