@@ -288,7 +288,7 @@ class Engine:
                 name,
                 HOST_FILTER,
                 self.stages.names(hosts[keep]),
-                self.stages.removed([(host_filter.REASON, hosts[~keep])]),
+                self.stages.removed(host_filter.reasons(self.view, hosts[~keep], ctx)),
             )
 
     def schedule(

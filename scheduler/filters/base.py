@@ -72,3 +72,12 @@ class BaseFilter(abc.ABC, Generic[S]):
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: S
     ) -> np.ndarray:
         """A boolean mask aligned with ``candidates``: True keeps the host."""
+
+    def reasons(
+        self, view: HostView, removed: np.ndarray, ctx: PlacementContext
+    ) -> list[tuple[str, np.ndarray]]:
+        """Why each host of ``removed`` (those :meth:`passes` did not keep) was
+        removed, as (reason, hosts) pairs, for a report host by host
+        (``explain --only-filter``, where the filter meets every host): all
+        under :attr:`REASON` unless the filter asks several questions."""
+        return [(self.REASON, removed)]

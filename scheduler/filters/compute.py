@@ -16,7 +16,9 @@ In the engine a down host never reaches this filter (the candidate step
 removes it first, with the same clock and window, as "host down"), so what
 it removes there is disabled hosts, counted as "disabled": the same reason
 the disabled-computes request filter counts them under, so NoValidHost and
-``explain`` read the same whichever stage removed them.
+``explain`` read the same whichever stage removed them. Run alone on every
+host (``explain --only-filter``) it meets down hosts too, and says so:
+"host down".
 """
 
 from __future__ import annotations
@@ -42,5 +44,14 @@ class ComputeFilter(BaseFilter[bool]):
     def passes(
         self, view: HostView, candidates: np.ndarray, ctx: PlacementContext, state: bool
     ) -> np.ndarray:
-        up = rules.is_up(ctx.now, view.last_seen.take(candidates), self.settings.service_down_time)
-        return up & ~view.disabled.take(candidates)
+        return self._up(view, candidates, ctx) & ~view.disabled.take(candidates)
+
+    def reasons(
+        self, view: HostView, removed: np.ndarray, ctx: PlacementContext
+    ) -> list[tuple[str, np.ndarray]]:
+        """A host down is "host down" (as the candidate step says), not "disabled"."""
+        up = self._up(view, removed, ctx)
+        return [(reasons.HOST_DOWN, removed[~up]), (reasons.DISABLED, removed[up])]
+
+    def _up(self, view: HostView, hosts: np.ndarray, ctx: PlacementContext) -> np.ndarray:
+        return rules.is_up(ctx.now, view.last_seen.take(hosts), self.settings.service_down_time)

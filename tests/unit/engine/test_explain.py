@@ -123,7 +123,9 @@ def test_explain_chooses_the_host_select_chooses_for_the_same_ids(count: int) ->
 def test_run_filter_runs_one_filter_on_every_host() -> None:
     eng = engine(HookedStore(HOSTS))
     run = eng.run_filter("ComputeFilter", spec(ram=100000))
-    assert dict(run.removed) == {"down": "disabled", "off": "disabled"}
+    # A down host is said to be down, as the candidate step says it, not
+    # "disabled" (which it said before, though the host was enabled).
+    assert dict(run.removed) == {"down": "host down", "off": "disabled"}
     # Every other host is asked, also those earlier stages would remove.
     assert run.survivors == ("big1", "big2", "mid", "small")
     assert run.hosts == len(HOSTS) and not run.skipped
