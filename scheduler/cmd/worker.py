@@ -59,6 +59,7 @@ from oslo_config import cfg
 from scheduler import broker, health, log, rpc
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
+from scheduler.conf.unread import warn_unread
 from scheduler.engine.pipeline import build_plugins
 from scheduler.exceptions import SchedulerError
 from scheduler.service import SchedulerService, describe, engine_settings
@@ -340,6 +341,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _cli.say("scheduler-worker", error)
         return 1
     log.setup(process="scheduler-worker.master")
+    warn_unread(conf)
     Supervisor(conf).run()
     return 0
 

@@ -57,7 +57,8 @@ compute_opts = [
         help="Seconds between a compute simulator's reports of the instances its "
         "hosts really run (one store write for all its hosts; also once right "
         "after registration). The reconciler compares them with the instance "
-        "records and allocations.",
+        "records and allocations. Not Nova's [DEFAULT] report_interval (the "
+        "service heartbeat): that is heartbeat_interval here.",
     ),
     cfg.StrOpt(
         "running_deleted_instance_action",

@@ -36,7 +36,10 @@ filter_scheduler_opts = [
         "weighers",
         default=DEFAULT_WEIGHERS,
         help="Weighers to apply. Each name is an entry point in the "
-        "scheduler.weighers group; an unknown name stops start-up.",
+        "scheduler.weighers group; an unknown name stops start-up. The weigher "
+        "profile adds its own to these and, unless pinned here, turns RAM, CPU "
+        "and disk off (see weigher_profile); the worker's start line "
+        "(worker_starting) lists the weighers in effect with their multipliers.",
     ),
     cfg.StrOpt(
         "weigher_profile",

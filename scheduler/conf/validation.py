@@ -32,7 +32,7 @@ def _options(conf: cfg.ConfigOpts) -> Iterator[tuple[str | None, str]]:
 _BAD_VALUE = re.compile(r"is not valid: (?P<reason>.*)$", re.S)
 
 
-def _config_files(conf: cfg.ConfigOpts) -> list[str]:
+def config_files(conf: cfg.ConfigOpts) -> list[str]:
     """The files ``conf`` read, in the order read (a later one wins)."""
     files = list(conf.config_file or [])
     for directory in conf.config_dir or []:
@@ -49,7 +49,7 @@ def _raw(conf: cfg.ConfigOpts, group: str | None, name: str) -> tuple[str, str]:
     """The text an option was given in a config file, and that file (the last
     file that sets it wins, as oslo.config reads them)."""
     found = ("?", "the configuration")
-    for path in _config_files(conf):
+    for path in config_files(conf):
         sections: dict[str, dict[str, list[str]]] = {}
         try:
             cfg.ConfigParser(path, sections).parse()
