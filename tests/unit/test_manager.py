@@ -255,7 +255,7 @@ def test_run_filter_names_the_hosts_one_filter_removes() -> None:
     r = rig(host("h1"), host("h2", disabled=True), host("h3", up=False))
     raw = r.endpoint.run_filter(ADMIN, spec().to_primitive(), "ComputeFilter")
     assert raw["survivors"] == ["h1"]
-    assert raw["removed"] == {"h2": "disabled", "h3": "disabled"}
+    assert raw["removed"] == {"h2": "disabled", "h3": "host down"}
     assert r.store.claims == []
 
 
@@ -556,6 +556,15 @@ def test_a_failure_tells_the_user_only_the_generic_reason(
     assert errors and all(p["reason"] == user_sees for p in errors)
     if admin_sees is not None:
         assert any(admin_sees in d for d in _admin_details(r, raised))
+    # A NoValidHost is kept among the last ones, with its reasons counted
+    # (scheduler-admin refusals); no other failure is.
+    refusals = r.store.recent_refusals()
+    if user_sees == NoValidHost.USER_MESSAGE:
+        (kept,) = refusals
+        assert kept.request_id == USER.request_id and kept.instance_uuids
+        assert kept.reasons and all(n > 0 for n in kept.reasons.values())
+    else:
+        assert refusals == []
     members = {uuid_of(f"member-{name}") for name in HOSTS}  # see _fill_group
     left = {u: c.allocations for u, c in r.store.consumers.items() if u not in members}
     if RESIZED in left:  # a failed resize hands the source's allocation back whole
