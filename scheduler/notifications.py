@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from scheduler import policy
-from scheduler.exceptions import SchedulerError
+from scheduler.exceptions import NoValidHost, SchedulerError
 from scheduler.filters.numa_topology import requested_cells
 from scheduler.filters.pci_passthrough import requested_aliases
 from scheduler.objects import (
@@ -626,21 +626,28 @@ class SchedulingErrorPayload(EventPayload):
     the instances a request failed and why, as a user may read it."""
 
     # Version 1.0: initial version
-    VERSION = "1.0"
+    # Version 1.1: no_valid_host_reasons
+    VERSION = "1.1"
 
     instance_uuids: tuple[str, ...]
     instance_uuids_omitted: int
     state: Literal["error"]
     reason: ExceptionPayload
+    #: For a NoValidHost, how many hosts each reason removed (``{"insufficient
+    #: MEMORY_MB": 800, "disabled": 100}``), for a machine to read; empty for
+    #: any other failure.
+    no_valid_host_reasons: Mapping[str, int]
 
     @classmethod
     def of(cls, instance_uuids: Sequence[str], exc: BaseException) -> SchedulingErrorPayload:
         uuids, omitted = listed(instance_uuids)
+        reasons = exc.reasons if isinstance(exc, NoValidHost) else {}
         return cls(
             instance_uuids=uuids,
             instance_uuids_omitted=omitted,
             state="error",
             reason=ExceptionPayload.of(exc),
+            no_valid_host_reasons=types.MappingProxyType(dict(reasons)),
         )
 
     def legacy(self) -> dict[str, Any]:

@@ -107,6 +107,7 @@ class SchedulerService:
             rpc.ConductorClient(transport, conf.conductor.topic),
             self.notifier,
             allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,
+            refusals=store,
         )
         self.server = rpc.get_server(
             transport, conf.scheduler.topic, server_name or conf.host, [self.endpoint]

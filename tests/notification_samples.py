@@ -96,7 +96,13 @@ def payloads() -> dict[str, EventPayload]:
     run = SchedulingPayload.starting(SPEC, [INSTANCE])
     select = SchedulingPayload.starting(SPEC, [INSTANCE], MIGRATION, summary=True)
     resize = _resize_start()
-    error = SchedulingErrorPayload.of([INSTANCE], NoValidHost())
+    error = SchedulingErrorPayload.of(
+        [INSTANCE],
+        NoValidHost(
+            details="0/3 hosts available: 2 insufficient MEMORY_MB, 1 disabled",
+            reasons={"insufficient MEMORY_MB": 2, "disabled": 1},
+        ),
+    )
     ends: dict[str, Any] = {"state": "scheduled", "selections": (SELECTION,)}
     return {
         "scheduler.run_instance.start": run,

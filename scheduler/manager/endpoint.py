@@ -137,7 +137,11 @@ class SchedulerEndpoint(Stages):
                     raise InvalidRequest(reason=f"{name} must be a boolean")
             with self._selecting(ctxt, spec, uuids) as end:
                 selections = self._select(
-                    request_id, spec, uuids, return_alternates=return_alternates
+                    "select_destinations",
+                    request_id,
+                    spec,
+                    uuids,
+                    return_alternates=return_alternates,
                 )
                 end["selections"] = _selected(selections)
             # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
@@ -252,7 +256,7 @@ class SchedulerEndpoint(Stages):
                     if refused is not None:
                         raise refused
                     assert spec is not None
-                    selections = self._select(request_id, spec, uuids)
+                    selections = self._select("run_instance", request_id, spec, uuids)
                 except Exception as exc:
                     self._cast_failed(
                         ctxt,
@@ -350,7 +354,7 @@ class SchedulerEndpoint(Stages):
                     with self._selecting(ctxt, spec, [uuid], migration_uuid) as chosen:
                         selections = list(
                             self._select(
-                                request_id, spec, [uuid], migration_uuid=migration_uuid
+                                "resize", request_id, spec, [uuid], migration_uuid=migration_uuid
                             ).values()
                         )
                         chosen["selections"] = tuple(

@@ -5,6 +5,7 @@ of a cast (:meth:`Stages._cast_failed`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from scheduler.exceptions import (
     InvalidRequest,
     NoValidHost,
     SchedulerUnavailable,
+    StoreError,
     StoreUnavailable,
 )
 from scheduler.filters.validation import validate_request
@@ -28,6 +30,8 @@ from scheduler.notifier import Notifier
 from scheduler.objects import MAX_INSTANCES_PER_REQUEST, Flavor, RequestSpec, Selection
 from scheduler.policy import admin_details, user_reason
 from scheduler.rpc import ComputeClient, ConductorClient
+from scheduler.store.base import RefusalLog
+from scheduler.store.records import Refusal
 
 #: One logger for the whole endpoint (its lines say ``scheduler.manager``).
 LOG = get_logger("scheduler.manager")
@@ -91,8 +95,11 @@ class Stages:
         conductor: ConductorClient,
         notifier: Notifier,
         allow_resize_to_same_host: bool = False,
+        refusals: RefusalLog | None = None,
     ) -> None:
         self.engine = engine
+        #: Where NoValidHosts are kept for operators (None: nowhere).
+        self.refusals = refusals
         self.compute = compute
         self.conductor = conductor
         self.notifier = notifier
@@ -114,6 +121,7 @@ class Stages:
 
     def _select(
         self,
+        action: str,
         request_id: str,
         spec: RequestSpec,
         uuids: Sequence[str],
@@ -121,7 +129,8 @@ class Stages:
         migration_uuid: str | None = None,
     ) -> dict[str, list[Selection]]:
         """Selections per instance uuid, in request order (a resize names its
-        ``migration_uuid``: see :meth:`Engine.select`). An instance being
+        ``migration_uuid``: see :meth:`Engine.select`); a NoValidHost is kept
+        among the last ones, under ``action``. An instance being
         deleted (its claim refused with :class:`ConsumerDeleted`) is dropped
         and the rest are placed without it (what it would have claimed is
         released by the all-or-nothing step): it gets no Selection."""
@@ -139,6 +148,7 @@ class Stages:
                         )
                     except NoValidHost as exc:
                         count_rejections(exc.traces, no_valid_host=True)
+                        self._remember_refusal(action, request_id, live, exc)
                         raise
                 count_rejections(result.traces, no_valid_host=False)
                 return dict(zip(live, result.selections, strict=True))
@@ -175,9 +185,29 @@ class Stages:
     def _notify_failure(
         self, ctxt: Any, action: str, uuids: Sequence[str], exc: BaseException
     ) -> None:
-        # The notification carries the user-safe reason only; admin details
+        # The notification carries the user-safe reason and, for a NoValidHost,
+        # how many hosts each reason removed; the admin details (in words)
         # stay in the logs and the instance's admin-only fault details.
         self.notifier.error(ctxt, f"scheduler.{action}", SchedulingErrorPayload.of(uuids, exc))
+
+    def _remember_refusal(
+        self, action: str, request_id: str, uuids: Sequence[str], exc: NoValidHost
+    ) -> None:
+        """Keep the NoValidHost among the store's last ones (``scheduler-admin
+        refusals``, the dashboard); a store that cannot take it loses only that."""
+        refusal = Refusal(
+            at=time.time(),
+            request_id=request_id,
+            action=action,
+            instance_uuids=tuple(uuids[:MAX_INSTANCES_PER_REQUEST]),
+            reasons=dict(exc.reasons),
+        )
+        if self.refusals is None:
+            return
+        try:
+            self.refusals.record_refusal(refusal)
+        except StoreError as error:
+            REPEATS.log(LOG, "warning", "refusal_not_kept", key=error.message, error=error.message)
 
     def _cast_failed(
         self,

@@ -74,6 +74,7 @@ from scheduler.store.records import (
     Inventory,
     Provider,
     RecordCheck,
+    Refusal,
     RunningInstance,
     Service,
     ServiceReport,
@@ -92,6 +93,8 @@ __all__ = [
     "GroupClaim",
     "InstanceReport",
     "RecordCheck",
+    "Refusal",
+    "RefusalLog",
     "InstanceStore",
     "Inventory",
     "PlacementReader",
@@ -444,7 +447,20 @@ class InstanceStore(Protocol):
         """
 
 
-class Store(PlacementStore, ChangeFeed, ServiceStore, InstanceStore, Protocol):
+class RefusalLog(Protocol):
+    """The last NoValidHosts, for "why did the last requests fail?"."""
+
+    @abc.abstractmethod
+    def record_refusal(self, refusal: Refusal) -> None:
+        """Keep ``refusal`` (a NoValidHost) as the newest of the last
+        ``REFUSALS_KEPT``; the oldest beyond them go."""
+
+    @abc.abstractmethod
+    def recent_refusals(self, limit: int = 20) -> list[Refusal]:
+        """The last ``limit`` refusals, newest first."""
+
+
+class Store(PlacementStore, ChangeFeed, ServiceStore, InstanceStore, RefusalLog, Protocol):
     """Every part, and the housekeeping: what both implementations provide."""
 
     @abc.abstractmethod

@@ -35,6 +35,8 @@ key                 type    content
                             indexed
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
+``refusals``        list    the last NoValidHosts, newest first, at most
+                            ``REFUSALS_KEPT`` (``Refusal``)
 ``deleted:<uuid>``  string  the instance's delete fence: ``deleting`` while it
                             is DELETING (its record still in ``instances``),
                             then the DELETED record, expiring after the
@@ -63,6 +65,7 @@ class Keys:
     instances: str
     deadlines: str
     changes: str
+    refusals: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys
 
     def deleted_record(self, instance_uuid: str) -> str:

@@ -91,6 +91,7 @@ class MemoryStore(MemoryPlacement, MemoryServices, MemoryInstances):
                 self._instances,
                 self._due_key,
                 self._deleted,
+                self._refusals,
             ):
                 table.clear()
             self._due.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -26,9 +27,11 @@ from scheduler.store.base import (
     InstanceReport,
     Provider,
     RecordCheck,
+    Refusal,
     Service,
     Store,
 )
+from scheduler.store.records import REFUSALS_KEPT
 
 
 class MemoryBase(Store):
@@ -56,6 +59,7 @@ class MemoryBase(Store):
         self._services: dict[str, Service] = {}  # last_seen lives in _heartbeats
         self._heartbeats: dict[str, float] = {}
         self._reports: dict[str, InstanceReport] = {}
+        self._refusals: deque[Refusal] = deque(maxlen=REFUSALS_KEPT)  # newest first
         self._instances: dict[str, InstanceRecord] = {}
         # The deadline index: (deadline, uuid) of every live record that has a
         # deadline, sorted (as Redis's sorted set orders them), and each one's key.

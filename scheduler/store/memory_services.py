@@ -3,6 +3,7 @@ instance reports (:class:`scheduler.store.base.ServiceStore`)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from types import MappingProxyType
@@ -10,7 +11,14 @@ from typing import Any
 
 from scheduler.exceptions import NotFound
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
-from scheduler.store.base import InstanceReport, Service, ServiceReport, check_reports, freeze_json
+from scheduler.store.base import (
+    InstanceReport,
+    Refusal,
+    Service,
+    ServiceReport,
+    check_reports,
+    freeze_json,
+)
 from scheduler.store.memory_base import MemoryBase
 
 
@@ -101,6 +109,14 @@ class MemoryServices(MemoryBase):
         with self._lock:
             known = self._known_service(host)
             self._change_service(known, failed_builds=0 if success else known.failed_builds + 1)
+
+    def record_refusal(self, refusal: Refusal) -> None:
+        with self._lock:
+            self._refusals.appendleft(refusal)
+
+    def recent_refusals(self, limit: int = 20) -> list[Refusal]:
+        with self._lock:
+            return list(itertools.islice(self._refusals, max(limit, 0)))
 
     def report_instances(self, reports: Iterable[InstanceReport]) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from scheduler import rules
@@ -186,6 +187,44 @@ class EndedInstance:
     def from_primitive(cls, d: Sequence[Any]) -> EndedInstance:
         uuid, what, at = d
         return cls(uuid=str(uuid), what=str(what), at=float(at))
+
+
+#: How many of the last NoValidHosts the store keeps (a bounded list: the
+#: newest push out the oldest).
+REFUSALS_KEPT = 200
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One request no host could take (a NoValidHost), as an operator asks
+    "why did the last requests fail?": when (``at``, seconds since the
+    epoch), which request and instances, and how many hosts each reason
+    removed."""
+
+    at: float
+    request_id: str
+    action: str  # run_instance, select_destinations, resize ...
+    instance_uuids: tuple[str, ...]
+    reasons: Mapping[str, int]
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "request_id": self.request_id,
+            "action": self.action,
+            "instance_uuids": list(self.instance_uuids),
+            "reasons": dict(self.reasons),
+        }
+
+    @classmethod
+    def from_primitive(cls, d: Mapping[str, Any]) -> Refusal:
+        return cls(
+            at=float(d["at"]),
+            request_id=str(d["request_id"]),
+            action=str(d["action"]),
+            instance_uuids=tuple(str(u) for u in d["instance_uuids"]),
+            reasons=MappingProxyType({str(k): int(v) for k, v in d["reasons"].items()}),
+        )
 
 
 @dataclass(frozen=True)

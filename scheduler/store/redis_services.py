@@ -10,7 +10,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from scheduler.exceptions import CorruptRecord
-from scheduler.store.base import InstanceReport, Service, ServiceReport, check_reports
+from scheduler.store.base import (
+    InstanceReport,
+    Refusal,
+    Service,
+    ServiceReport,
+    check_reports,
+)
+from scheduler.store.records import REFUSALS_KEPT
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import each, parse, read_service, report_text
 from scheduler.store.redis_connect import translated
@@ -116,6 +123,20 @@ class RedisServices(RedisBase):
             keys=self._service_keys,
             args=(self._maxlen, host, "1" if success else "0"),
         )
+
+    @translated
+    def record_refusal(self, refusal: Refusal) -> None:
+        pipe = self._pipeline(transaction=True)
+        pipe.lpush(self.keys.refusals, json.dumps(refusal.to_primitive()))
+        pipe.ltrim(self.keys.refusals, 0, REFUSALS_KEPT - 1)
+        pipe.execute()
+
+    @translated
+    def recent_refusals(self, limit: int = 20) -> list[Refusal]:
+        if limit < 1:
+            return []
+        raw = self._client.lrange(self.keys.refusals, 0, limit - 1)
+        return [parse(Refusal.from_primitive, text, self.keys.refusals) for text in raw]
 
     @translated
     def report_instances(self, reports: Iterable[InstanceReport]) -> None:

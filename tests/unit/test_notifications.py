@@ -45,7 +45,7 @@ FINGERPRINTS = {
     "ReconcileActionPayload": "1.0-5a8238bb8601ce6358e11daa985930e4",
     "RequestSpecPayload": "1.0-33f030a5d97dce3d9b2dc15cf2b14c69",
     "ResizePayload": "1.0-d178c5bdc245f4ad369b55976d54e198",
-    "SchedulingErrorPayload": "1.0-2c5c56973ac483331a2ab9f0d3b92d0a",
+    "SchedulingErrorPayload": "1.1-007ccc9f4d6abe39a484809a84ccc825",
     "SchedulingPayload": "1.0-c64b29527f1826cb24001fe5d13c07a8",
     "SelectionPayload": "1.0-c13481170c819b2316fc4886458a3419",
     "ServerGroupPayload": "1.0-a70c08279850e67fc30cf1f38913dcb5",

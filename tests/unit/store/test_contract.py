@@ -60,6 +60,7 @@ from scheduler.store import (
     ServiceReport,
     Store,
 )
+from scheduler.store.records import REFUSALS_KEPT, Refusal
 from scheduler.store.redis_store import redis_client
 from tests.fixtures.store import REDIS_URL, ask
 
@@ -1824,3 +1825,26 @@ def test_mark_down_forgets_heartbeats_and_feeds_each_record(store: Store) -> Non
     assert store.heartbeats() == {"h1": 1300.5, "h2": 1234.25}
     store.mark_down([])
     assert len(store.changes(cursor)) == 1
+
+
+def test_the_last_refusals_are_kept_newest_first_and_bounded(store: Store) -> None:
+    def refusal(n: int) -> Refusal:
+        return Refusal(
+            at=1000.0 + n,
+            request_id=f"req-{n}",
+            action="run_instance",
+            instance_uuids=(f"i-{n}",),
+            reasons={"insufficient MEMORY_MB": n, "host down": 1},
+        )
+
+    assert store.recent_refusals() == []
+    for n in range(REFUSALS_KEPT + 5):
+        store.record_refusal(refusal(n))
+    last = store.recent_refusals(3)
+    assert [r.request_id for r in last] == [f"req-{REFUSALS_KEPT + 4 - i}" for i in range(3)]
+    assert last[0] == refusal(REFUSALS_KEPT + 4)
+    kept = store.recent_refusals(REFUSALS_KEPT * 2)
+    assert len(kept) == REFUSALS_KEPT and kept[-1].request_id == "req-5"
+    assert store.recent_refusals(0) == []
+    store.wipe()
+    assert store.recent_refusals() == []
