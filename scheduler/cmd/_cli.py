@@ -234,24 +234,32 @@ def port(given: str) -> int:
     return value
 
 
-class Seconds(types.Float):
-    """An oslo.config option type (a daemon's command-line option): seconds
-    as :func:`seconds` reads them, finite (``nan`` and ``inf`` refused, which
-    oslo.config's bounds let through), at least ``least``."""
+class Finite(types.Float):
+    """An oslo.config option type (a daemon's command-line option): a number
+    between ``least`` and ``most``, finite (``nan`` and ``inf``, which
+    oslo.config's bounds let through, refused while parsing: exit status 2)."""
 
-    def __init__(self, least: float = 0.0) -> None:
-        super().__init__(min=least, type_name="seconds")
+    def __init__(self, least: float, most: float | None = None, type_name: str = "number"):
+        super().__init__(min=least, max=most, type_name=type_name)
 
     def __call__(self, value: Any) -> float:
         number = super().__call__(value)
         if number is None or not math.isfinite(number):
-            raise ValueError(f"expected a finite number of seconds, got {value!r}")
-        return number
+            raise ValueError(f"expected a finite number, got {value!r}")
+        return float(number)
 
 
 def seconds_opt(name: str, default: float, help: str, least: float = 0.0) -> cfg.Opt:
-    """A daemon's option of seconds (a build time, an interval): :class:`Seconds`."""
-    return cfg.Opt(name, type=Seconds(least), default=default, help=help)
+    """A daemon's option of seconds (a build time, an interval), at least
+    ``least``: read as :func:`seconds` reads a command's."""
+    return cfg.Opt(name, type=Finite(least, type_name="seconds"), default=default, help=help)
+
+
+def fraction_opt(name: str, default: float, help: str) -> cfg.Opt:
+    """A daemon's option of a probability, 0 to 1."""
+    return cfg.Opt(
+        name, type=Finite(0.0, 1.0, type_name="probability"), default=default, help=help
+    )
 
 
 def key_value(text: str) -> tuple[str, str]:

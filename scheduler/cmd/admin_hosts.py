@@ -323,7 +323,7 @@ USAGE = Command(
         Command(
             "provider",
             help="One provider: used, capacity, total, reserved, ratio per resource class.",
-            description="One provider's inventory and usage per resource class; --json: "
+            description="One provider's inventory and usage per resource class; -f json: "
             "{uuid, name, root_uuid, generation, consumers, usage: {RC: {used, capacity, "
             "total, reserved, allocation_ratio, min_unit, max_unit, step_size}}}. An "
             "unknown provider is an error (exit status 2).",
@@ -335,7 +335,7 @@ USAGE = Command(
             "aggregate",
             help="Per aggregate: its hosts' used and capacity per resource class.",
             description="Per aggregate, its hosts (child providers with them) summed per "
-            "resource class; --json: {aggregates: [{uuid, name, hosts, usage: {RC: {used, "
+            "resource class; -f json: {aggregates: [{uuid, name, hosts, usage: {RC: {used, "
             "capacity}}}], no_aggregate: {hosts, usage}} (no no_aggregate when one is named).",
             run=aggregate_run,
             values="one line per aggregate and resource class: the aggregate's name (- for "
@@ -354,7 +354,7 @@ USAGE = Command(
             "project",
             help="Per project: consumers and what they hold per resource class.",
             description="Per project, the consumers holding allocations and their sum per "
-            "resource class; --json: {projects: [{project_id, consumers, usage: {RC: "
+            "resource class; -f json: {projects: [{project_id, consumers, usage: {RC: "
             "{used}}}]}.",
             run=project_run,
             values="one line per project and resource class: the project, the class and used",
