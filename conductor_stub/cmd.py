@@ -48,6 +48,15 @@ from scheduler.store.services import known_host
 
 LOG = log.get_logger("conductor_stub")
 
+#: What ``conductor-stub --help`` says it does.
+DESCRIPTION = (
+    "The API and conductor role, cut to what drives the scheduler: serve the conductor "
+    "(a daemon: records, build and move results, re-drives, reconciliation); boot, "
+    "resize, migrate, live-migrate, evacuate, delete, shelve and unshelve instances; "
+    "list and show them. Each command's --help says what it does; each but serve "
+    "prints -f table (default), json or value."
+)
+
 _TIMEOUT = _cli.seconds()
 _count = _cli.whole(1)
 #: What ``-f value`` prints of the commands that show instances.
@@ -422,12 +431,7 @@ def _add_commands(subparsers: Any) -> None:
     _commands.add_commands(subparsers, COMMANDS)
 
 
-command_opt = cfg.SubCommandOpt(
-    "command",
-    title="Commands",
-    handler=_add_commands,
-    help=" | ".join(_commands.names(COMMANDS)),
-)
+command_opt = _commands.command_opt(COMMANDS)
 
 
 BROKER_COMMANDS = frozenset(
@@ -439,7 +443,7 @@ BROKER_TIMEOUT = 10.0
 
 def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opt(command_opt)
-    conf = _cli.parse(argv, prog="conductor-stub", description=__doc__.split("\n")[0])
+    conf = _cli.parse(argv, prog="conductor-stub", description=DESCRIPTION)
     log.setup(
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",

@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from oslo_config import cfg
 
 from scheduler import render
 
@@ -107,7 +109,6 @@ class Command:
     subcommands: Sequence[Command] = ()
     dest: str = "action"
     title: str = "actions"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def formatted(self) -> bool:
@@ -161,7 +162,6 @@ def add_commands(subparsers: Any, commands: Sequence[Command]) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter
             if command.raw
             else argparse.HelpFormatter,
-            **command.extra,
         )
         _add_arguments(parser, command.arguments)
         if command.values is not None:
@@ -172,6 +172,16 @@ def add_commands(subparsers: Any, commands: Sequence[Command]) -> None:
             )
             inner.required = True
             add_commands(inner, command.subcommands)
+
+
+def command_opt(commands: Sequence[Command]) -> cfg.SubCommandOpt:
+    """The oslo.config option of a CLI's ``commands`` (its ``conf.command``)."""
+    return cfg.SubCommandOpt(
+        "command",
+        title="Commands",
+        handler=lambda subparsers: add_commands(subparsers, commands),
+        help=" | ".join(names(commands)),
+    )
 
 
 def find(commands: Sequence[Command], args: Any) -> Command:

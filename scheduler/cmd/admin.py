@@ -361,12 +361,7 @@ def _add_commands(subparsers: Any) -> None:
     _commands.add_commands(subparsers, COMMANDS)
 
 
-command_opt = cfg.SubCommandOpt(
-    "command",
-    title="Commands",
-    handler=_add_commands,
-    help=" | ".join(_commands.names(COMMANDS)),
-)
+command_opt = _commands.command_opt(COMMANDS)
 
 
 # --- main ---------------------------------------------------------------------------

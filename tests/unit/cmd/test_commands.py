@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
+from compute_sim import cmd as compute_cmd
 from conductor_stub import cmd
 from scheduler.cmd import _commands, admin
 from scheduler.store import MemoryStore
@@ -270,6 +271,13 @@ def test_an_argument_is_checked_while_parsing(
     assert f": error: argument {says}" in capsys.readouterr().err.splitlines()[-1]
 
 
+def sim_conf() -> cfg.ConfigOpts:
+    """A configuration with compute-sim's command-line options."""
+    conf = cfg.ConfigOpts()
+    conf.register_cli_opts(compute_cmd.cli_opts)
+    return conf
+
+
 @pytest.mark.parametrize(
     "option, value",
     [
@@ -285,10 +293,7 @@ def test_an_argument_is_checked_while_parsing(
 def test_compute_sim_refuses_seconds_and_rates_that_are_no_number(
     capsys: pytest.CaptureFixture[str], option: str, value: str
 ) -> None:
-    from compute_sim import cmd as compute_cmd
-
-    conf = cfg.ConfigOpts()
-    conf.register_cli_opts(compute_cmd.cli_opts)
+    conf = sim_conf()
     with pytest.raises(SystemExit) as exited:
         conf([option, value], prog="compute-sim")
     # (oslo.config's exit status for a value out of bounds, as for --hosts 0)
@@ -299,19 +304,13 @@ def test_compute_sim_refuses_seconds_and_rates_that_are_no_number(
 
 
 def test_compute_sim_takes_its_defaults_and_finite_values() -> None:
-    from compute_sim import cmd as compute_cmd
-
-    conf = cfg.ConfigOpts()
-    conf.register_cli_opts(compute_cmd.cli_opts)
+    conf = sim_conf()
     conf(["--build-time", "0.5", "--fail-rate", "0.25"], prog="compute-sim")
     assert (conf.build_time, conf.fail_rate, conf.live_migration_fail_rate) == (0.5, 0.25, 0.0)
 
 
 def test_compute_sim_help_says_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
-    from compute_sim import cmd as compute_cmd
-
-    conf = cfg.ConfigOpts()
-    conf.register_cli_opts(compute_cmd.cli_opts)
+    conf = sim_conf()
     with pytest.raises(SystemExit) as exited:
         conf(["--help"], prog="compute-sim", description=compute_cmd.DESCRIPTION)
     assert exited.value.code == 0
