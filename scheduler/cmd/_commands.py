@@ -20,6 +20,13 @@ the format asked for, as the OpenStack client does:
 
 A command whose arguments already tell it how to print (``explain
 --all-hosts`` needs JSON) reads the format from ``args.format``.
+
+Why not cliff, which does all this: its import costs little (about 0.1 s of
+CPU against about 1.0-1.4 s for ``scheduler-admin --help`` today), but it
+brings its own application, command loader (stevedore) and shell (cmd2),
+five more dependencies, while the commands here already ride oslo.config's
+``SubCommandOpt`` (``--config-file``, every option group) and need only
+this much of it.
 """
 
 from __future__ import annotations
