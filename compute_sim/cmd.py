@@ -56,6 +56,15 @@ from scheduler.store.services import ServiceResolver
 
 LOG = log.get_logger("compute_sim")
 
+#: What ``compute-sim --help`` says it does.
+DESCRIPTION = (
+    "Simulate compute hosts in one process (a daemon): each host registers its service "
+    "and resource providers, heartbeats, and builds, resizes, live-migrates, shelves and "
+    "deletes the instances the scheduler and the conductor send it, with VMs run by "
+    "--driver (sim: in memory, --build-time and the --fail-* options; process: one OS "
+    "process each). SIGTERM or Ctrl-C stops it, its hosts marked down first."
+)
+
 #: The drivers ``--driver`` chooses from.
 SIM, PROCESS = "sim", "process"
 
@@ -82,11 +91,9 @@ cli_opts = _cli.with_defaults(
         cfg.IntOpt("vcpus", default=16, min=1, help="Physical CPUs per host."),
         cfg.IntOpt("memory-mb", default=65536, min=1, help="Memory per host, MB."),
         cfg.IntOpt("disk-gb", default=1000, min=1, help="Disk per host, GB."),
-        cfg.FloatOpt(
+        _cli.fraction_opt(
             "fail-rate",
             default=0.0,
-            min=0.0,
-            max=1.0,
             help="Probability that a build fails (then it is rescheduled).",
         ),
         cfg.ListOpt(
@@ -100,11 +107,9 @@ cli_opts = _cli.with_defaults(
             help="Hosts on which every prep_resize fails (the resize is then retried "
             "on its alternates).",
         ),
-        cfg.FloatOpt(
+        _cli.fraction_opt(
             "live-migration-fail-rate",
             default=0.0,
-            min=0.0,
-            max=1.0,
             help="Probability that a live migration's pre-check fails, drawn on the "
             "destination and again on the source (the next alternate is then tried).",
         ),
@@ -114,11 +119,10 @@ cli_opts = _cli.with_defaults(
             help="Hosts on which every live migration pre-check fails, as destination "
             "or as source (for tests and demos).",
         ),
-        cfg.FloatOpt("build-time", default=0.05, min=0.0, help="Seconds a build takes."),
-        cfg.FloatOpt(
+        _cli.seconds_opt("build-time", default=0.05, help="Seconds a build takes."),
+        _cli.seconds_opt(
             "stats-interval",
             default=DEFAULT_STATS_INTERVAL,
-            min=0.0,
             help="Seconds the hosts' stats (builds in progress, image counts) may wait to "
             "be reported, every host's changes in that time in one store write; 0 reports "
             "each change at once.",
@@ -354,7 +358,7 @@ def _report_loop(sim: ComputeManager, interval: float, stop: threading.Event) ->
 
 def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opts(cli_opts)
-    conf = _cli.parse(argv, prog="compute-sim", description=__doc__.split("\n")[0])
+    conf = _cli.parse(argv, prog="compute-sim", description=DESCRIPTION)
     log.setup(process="compute-sim")
     transport = rpc.get_transport(conf)
     store = make_store(conf)

@@ -6,14 +6,15 @@ its commands, and runs these through the entry points of group
 API (migrate, confirm, live-migrate) and the audit runs its reconciler, and
 the scheduler package imports nothing of the conductor's. Each takes the
 parsed configuration (its arguments in ``conf.command``) and the open store,
-prints what it did and returns the command's exit status.
+and returns what it did (:class:`scheduler.cmd._commands.Output`, its exit
+status with it), which ``scheduler-admin`` prints in the format asked for.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
 from oslo_config import cfg
@@ -25,18 +26,21 @@ from conductor_stub.commands import (
     scheduler_client,
 )
 from conductor_stub.drain import Drainer, format_outcome, format_summary
-from conductor_stub.findings import SKIPPED, format_counts
+from conductor_stub.findings import SKIPPED, Finding, format_counts
 from conductor_stub.reconcile import Reconciler
 from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.resize import Resizer
 from scheduler import rpc
+from scheduler.cmd import _commands
+from scheduler.cmd._commands import Output
 from scheduler.store import Store
 
 
-def host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
+def host_drain(conf: cfg.ConfigOpts, store: Store) -> Output:
     """``scheduler-admin host drain HOST``: disable a host and move its instances
     off (:mod:`conductor_stub.drain`)."""
     args = conf.command
+    table = _commands.fmt_of(args) == _commands.TABLE
     transport = rpc.get_transport(conf)
     try:
         scheduler = scheduler_client(conf, transport)
@@ -53,15 +57,20 @@ def host_drain(conf: cfg.ConfigOpts, store: Store) -> int:
             live=args.live,
             wait=args.wait,
             timeout=args.timeout,
-            progress=None if args.json else lambda o: print(format_outcome(o), flush=True),
+            # The table's lines as each move ends; the other formats at the end.
+            progress=(lambda o: print(format_outcome(o), flush=True)) if table else None,
         )
     finally:
         transport.cleanup()
-    print(json.dumps(report.to_primitive()) if args.json else format_summary(report))
-    return report.exit_code
+    return Output(
+        document=report.to_primitive(),
+        table=format_summary(report),
+        values=[(o.uuid, o.outcome, o.state, o.host) for o in report.instances],
+        status=report.exit_code,
+    )
 
 
-def audit(conf: cfg.ConfigOpts, store: Store) -> int:
+def audit(conf: cfg.ConfigOpts, store: Store) -> Output:
     """``scheduler-admin audit``: the reconciliation once
     (:mod:`conductor_stub.reconcile`); with --fix, twice, the grace apart,
     repairing what the second found that the first did too."""
@@ -84,33 +93,35 @@ def audit(conf: cfg.ConfigOpts, store: Store) -> int:
             transport.cleanup()
     # What is left: every finding, but those repaired or found settled by --fix.
     left = [f for f in findings if not f.repaired and f.outcome != SKIPPED]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "findings": [f.to_primitive() for f in findings],
-                    "counts": dict(Counter(f.kind for f in findings)),
-                    "repaired": dict(reconciler.counts),
-                }
-            )
+    return Output(
+        document={
+            "findings": [f.to_primitive() for f in findings],
+            "counts": dict(Counter(f.kind for f in findings)),
+            "repaired": dict(reconciler.counts),
+        },
+        table=_audit_lines(findings, left, reconciler.counts if args.fix else None),
+        values=[(f.kind, f.uuid, f.host, f.action) for f in findings],
+        status=1 if left else 0,
+    )
+
+
+def _audit_lines(
+    findings: list[Finding], left: list[Finding], repaired: Mapping[str, int] | None
+) -> list[str]:
+    """The audit as text: a line per finding, the counts, and with --fix
+    (``repaired``) what was repaired and what was not."""
+    lines = [finding.line() for finding in findings]
+    lines.append(format_counts(findings))
+    if repaired is not None:
+        lines.append(
+            "repaired: "
+            + (", ".join(f"{k}={n}" for k, n in sorted(repaired.items())) or "nothing")
         )
-    else:
-        for finding in findings:
-            print(finding.line())
-        print(format_counts(findings))
-        if args.fix:
-            print(
-                "repaired: "
-                + (
-                    ", ".join(f"{k}={n}" for k, n in sorted(reconciler.counts.items()))
-                    or "nothing"
-                )
+        if left:
+            counts = Counter(f.kind for f in left)
+            lines.append(
+                "not fixed: "
+                + ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
+                + " (each finding above says why: kept in view, failed, or in grace)"
             )
-            if left:
-                counts = Counter(f.kind for f in left)
-                print(
-                    "not fixed: "
-                    + ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
-                    + " (each finding above says why: kept in view, failed, or in grace)"
-                )
-    return 1 if left else 0
+    return lines

@@ -2,11 +2,16 @@
 :mod:`conductor_stub.cmd`'s): ``serve`` runs the conductor's endpoint, its
 sweeper and its reconciler; the others drive one operation each (boot,
 resize, migrate, live-migrate, evacuate, delete, shelve and unshelve) or
-read the records (list, show), and return the command's exit status."""
+read the records (list, show). Each returns what it did as an
+:class:`~scheduler.cmd._commands.Output` (its exit status with it), which the
+dispatcher prints as ``-f table``, ``json`` or ``value``; or only an exit
+status when it has nothing to show (``serve``; a refusal, said in one line).
+
+What ``-f value`` prints, one line per instance: its uuid and state (and,
+for the moves, list and show, its host)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +35,8 @@ from conductor_stub.tasks.live_migrate import summary as live_summary
 from conductor_stub.tasks.resize import Resizer, finished, settled, summary
 from conductor_stub.tasks.shelve import Shelver
 from scheduler import health, log, notify_transport, rpc, steps
-from scheduler.cmd import _cli
+from scheduler.cmd import _cli, _commands
+from scheduler.cmd._commands import Output, Result
 from scheduler.cmd._daemon import wait_for_signal
 from scheduler.exceptions import InvalidRequest, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
@@ -48,7 +54,7 @@ from scheduler.objects import (
     InstanceRecord,
     validate_uuid,
 )
-from scheduler.render import flavor_name, render_instance, table
+from scheduler.render import flavor_name, table
 from scheduler.store import Store, make_store
 from scheduler.store.services import ServiceResolver
 
@@ -228,7 +234,7 @@ def _hints(conf: cfg.ConfigOpts, pairs: Sequence[tuple[str, str]]) -> dict[str, 
     return hints
 
 
-def boot(conf: cfg.ConfigOpts) -> int:
+def boot(conf: cfg.ConfigOpts) -> Result:
     args = conf.command
     if args.count < 1 or args.per_request < 1:
         _cli.say("conductor-stub boot", "--count and --per-request must be at least 1")
@@ -282,17 +288,21 @@ def boot(conf: cfg.ConfigOpts) -> int:
         scheduler_hints=hints,
     )
     if not args.wait:
-        print(
-            json.dumps(
-                {"instances": uuids, "group_uuid": booter.group.uuid if booter.group else None}
-            )
-            if args.json
-            else format_booted(uuids, booter.group)
+        return Output(
+            document={
+                "instances": uuids,
+                "group_uuid": booter.group.uuid if booter.group else None,
+            },
+            table=format_booted(uuids, booter.group),
+            values=[(uuid,) for uuid in uuids],
         )
-        return 0
     report = booter.wait(uuids, args.timeout, started)
-    print(json.dumps(report.to_primitive()) if args.json else format_report(report, each=True))
-    return boot_status(report, len(uuids), args.timeout)
+    return Output(
+        document=report.to_primitive(),
+        table=format_report(report, each=True),
+        values=[(r.uuid, r.state) for r in report.instances],
+        status=boot_status(report, len(uuids), args.timeout),
+    )
 
 
 def boot_status(report: BootReport, asked: int, timeout: float) -> int:
@@ -315,7 +325,7 @@ def boot_status(report: BootReport, asked: int, timeout: float) -> int:
     return 1
 
 
-def resize(conf: cfg.ConfigOpts) -> int:
+def resize(conf: cfg.ConfigOpts) -> Result:
     args = conf.command
     catalog = load_catalog(conf.conductor.flavors_file)
     if args.flavor is not None and args.flavor not in catalog:
@@ -334,7 +344,7 @@ def resize(conf: cfg.ConfigOpts) -> int:
     )
 
 
-def migrate(conf: cfg.ConfigOpts) -> int:
+def migrate(conf: cfg.ConfigOpts) -> Result:
     args = conf.command
     if args.destination is not None and not args.destination:
         _cli.say("conductor-stub migrate", "--host needs a host name")
@@ -352,7 +362,7 @@ def _is_resized(conf: cfg.ConfigOpts, uuid: str) -> bool:
     return open_store(conf).get_instance(uuid).state == RESIZED
 
 
-def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | None) -> int:
+def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | None) -> Output:
     """Start a resize or cold migration (``start``; None: only confirm or
     revert one), wait as asked and print the instance."""
     args = conf.command
@@ -365,13 +375,19 @@ def _move(conf: cfg.ConfigOpts, start: Callable[[Resizer], InstanceRecord] | Non
         conductor_settings(conf),
     )
     record, timed_out = _run_move(resizer, args, start)
-    print(
-        json.dumps(summary(record))
-        if args.json
-        else " ".join(f"{k}={v}" for k, v in summary(record).items() if v not in (None, []))
-    )
     failed = record.state == RESIZING or (start is not None and record.fault is not None)
-    return 1 if timed_out or failed else 0
+    return _one_instance(summary(record), record, 1 if timed_out or failed else 0)
+
+
+def _one_instance(shown: dict[str, Any], record: InstanceRecord, status: int) -> Output:
+    """A move's instance: ``key=value`` of what is set, its JSON object, or its
+    uuid, state and host."""
+    return Output(
+        document=shown,
+        table=" ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, [])),
+        values=[(record.uuid, record.state, record.host)],
+        status=status,
+    )
 
 
 def _run_move(
@@ -398,7 +414,7 @@ def _run_move(
     return resizer.wait(args.uuid, finished, left())
 
 
-def live_migrate(conf: cfg.ConfigOpts) -> int:
+def live_migrate(conf: cfg.ConfigOpts) -> Output:
     args = conf.command
     transport = open_transport(conf)
     store = open_store(conf)
@@ -417,18 +433,12 @@ def live_migrate(conf: cfg.ConfigOpts) -> int:
     timed_out = False
     if args.wait:
         record, timed_out = migrator.wait(args.uuid, args.timeout)
-    shown = live_summary(record)
-    print(
-        json.dumps(shown)
-        if args.json
-        else " ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, []))
-    )
     # The start clears the fault: one now is this migration's (e.g. no valid host).
     failed = record.fault is not None or (args.wait and record.state != ACTIVE)
-    return 1 if timed_out or failed else 0
+    return _one_instance(live_summary(record), record, 1 if timed_out or failed else 0)
 
 
-def delete(conf: cfg.ConfigOpts) -> int:
+def delete(conf: cfg.ConfigOpts) -> Result:
     args = conf.command
 
     def refuse(message: str) -> int:
@@ -469,15 +479,14 @@ def delete(conf: cfg.ConfigOpts) -> int:
             return 1
         records = store.list_instances(uuids)
     shown = [{"uuid": r.uuid, "state": r.state, "host": r.host} for r in records]
-    print(
-        json.dumps({"instances": shown})
-        if args.json
-        else "\n".join(f"{r['uuid']} {r['state']}" for r in shown)
+    return Output(
+        document={"instances": shown},
+        table="\n".join(f"{r['uuid']} {r['state']}" for r in shown),
+        values=[(r.uuid, r.state) for r in records],
     )
-    return 0
 
 
-def evacuate(conf: cfg.ConfigOpts) -> int:
+def evacuate(conf: cfg.ConfigOpts) -> Result:
     args = conf.command
 
     def refuse(message: str) -> int:
@@ -513,18 +522,16 @@ def evacuate(conf: cfg.ConfigOpts) -> int:
     if args.wait:
         found, timed_out = evacuator.wait(uuids, args.timeout)
     shown = [evacuate_summary(r) for r in found]
-    print(
-        json.dumps({"instances": shown})
-        if args.json
-        else "\n".join(" ".join(f"{k}={v}" for k, v in r.items() if v is not None) for r in shown)
-        or "no instances"
+    return Output(
+        document={"instances": shown},
+        table="\n".join(" ".join(f"{k}={v}" for k, v in r.items() if v is not None) for r in shown)
+        or "no instances",
+        values=[(r.uuid, r.state, r.host) for r in found],
+        status=1 if timed_out or (args.wait and any(r.fault for r in found)) else 0,
     )
-    if timed_out:
-        return 1
-    return 1 if args.wait and any(r.fault for r in found) else 0
 
 
-def shelve(conf: cfg.ConfigOpts) -> int:
+def shelve(conf: cfg.ConfigOpts) -> Result:
     """``shelve`` / ``unshelve``: check every instance first (nothing is done if
     one is unknown or in the wrong state), then start each, then wait."""
     args = conf.command
@@ -561,12 +568,9 @@ def shelve(conf: cfg.ConfigOpts) -> int:
             args.timeout,
         )
     records = store.list_instances(uuids)
-    rows = [list_row(r) for r in records]
-    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
     if timed_out:
         _cli.say(f"conductor-stub {args.name}", f"timed out after {args.timeout:g} s")
-        return 1
-    return 0
+    return _listed([list_row(r) for r in records], 1 if timed_out else 0)
 
 
 def selected(
@@ -604,21 +608,31 @@ def format_list(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(table(headers, cells, left=len(headers)) + [f"{len(rows)} instance(s)"])
 
 
-def list_instances(conf: cfg.ConfigOpts) -> int:
-    args = conf.command
-    rows = [
-        list_row(r)
-        for r in open_store(conf).scan_instances()
-        if selected(r, args.state, args.project, args.on_host)
-    ]
-    print(json.dumps({"instances": rows}) if args.json else format_list(rows))
-    return 0
+def _listed(rows: list[dict[str, Any]], status: int = 0) -> Output:
+    """Instances as ``list`` shows them: the table, ``{instances: [...]}``, or
+    each one's uuid, state and host."""
+    return Output(
+        document={"instances": rows},
+        table=format_list(rows),
+        values=[(r["uuid"], r["state"], r["host"]) for r in rows],
+        status=status,
+    )
 
 
-def show(conf: cfg.ConfigOpts) -> int:
+def list_instances(conf: cfg.ConfigOpts) -> Output:
     args = conf.command
-    print(render_instance(open_store(conf), args.uuid, admin=args.admin, as_json=args.json))
-    return 0
+    return _listed(
+        [
+            list_row(r)
+            for r in open_store(conf).scan_instances()
+            if selected(r, args.state, args.project, args.on_host)
+        ]
+    )
+
+
+def show(conf: cfg.ConfigOpts) -> Output:
+    args = conf.command
+    return _commands.instance_output(open_store(conf), args.uuid, admin=args.admin)
 
 
 #: The commands that send over the broker: each asks it first (:func:`broker.reach`),

@@ -221,15 +221,21 @@ def claimed_host(store: PlacementReader, consumer_uuid: str) -> str | None:
     return None
 
 
-def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
-    """One instance as ``instance show`` and ``conductor-stub show`` print it
-    (:class:`InstanceNotFound` if there is no such record)."""
+def instance_of(store: Store, uuid: str, admin: bool = True) -> dict[str, Any]:
+    """One instance as ``instance show`` and ``conductor-stub show`` show it
+    (:func:`instance_view`, read from the store; :class:`InstanceNotFound` if
+    there is no such record)."""
     record = store.get_instance(uuid)
-    view = instance_view(
+    return instance_view(
         record,
         held_by(store, record.uuid),
         held_by(store, record.migration_uuid) if record.migration_uuid else None,
         admin=admin,
         claimed_host=claimed_host(store, record.uuid) if record.host is None else None,
     )
+
+
+def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool = False) -> str:
+    """:func:`instance_of` as text (or JSON)."""
+    view = instance_of(store, uuid, admin=admin)
     return json.dumps(view, indent=2) if as_json else format_instance(view)

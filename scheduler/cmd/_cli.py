@@ -31,13 +31,15 @@ import signal
 import sys
 import traceback
 import urllib.parse
+import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 from scheduler import conf as conf_mod
 from scheduler import log, rpc
+from scheduler.cmd._commands import Arg, arg
 from scheduler.exceptions import BrokerUnreachable, ConfigInvalid, NoConsumer, StoreUnavailable
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
@@ -205,6 +207,61 @@ def http_url(text: str) -> str:
     return text
 
 
+#: The most characters a name a command is given may have (a project, a user,
+#: a zone, a request id, a flavor, a provider): as long as a host's.
+NAME_MAX = 255
+
+#: An argparse type: a name (a project, a zone, a request id, ...) of at most
+#: :data:`NAME_MAX` characters, no control characters.
+name = text(NAME_MAX)
+
+
+def uuid(given: str) -> str:
+    """An argparse type: a UUID (an instance's, a group's), in its canonical
+    form; anything else refused while parsing (exit status 2), quoted."""
+    try:
+        return str(uuidlib.UUID(given))
+    except ValueError:
+        shown = given if len(given) <= 64 else given[:64] + "..."
+        raise argparse.ArgumentTypeError(f"expected a UUID, got {shown!r}") from None
+
+
+def port(given: str) -> int:
+    """An argparse type: a TCP port to listen on, 0 (any free one) to 65535."""
+    value = whole(0)(given)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be at most 65535, got {value}")
+    return value
+
+
+class Finite(types.Float):
+    """An oslo.config option type (a daemon's command-line option): a number
+    between ``least`` and ``most``, finite (``nan`` and ``inf``, which
+    oslo.config's bounds let through, refused while parsing: exit status 2)."""
+
+    def __init__(self, least: float, most: float | None = None, type_name: str = "number"):
+        super().__init__(min=least, max=most, type_name=type_name)
+
+    def __call__(self, value: Any) -> float:
+        number = super().__call__(value)
+        if number is None or not math.isfinite(number):
+            raise ValueError(f"expected a finite number, got {value!r}")
+        return float(number)
+
+
+def seconds_opt(name: str, default: float, help: str, least: float = 0.0) -> cfg.Opt:
+    """A daemon's option of seconds (a build time, an interval), at least
+    ``least``: read as :func:`seconds` reads a command's."""
+    return cfg.Opt(name, type=Finite(least, type_name="seconds"), default=default, help=help)
+
+
+def fraction_opt(name: str, default: float, help: str) -> cfg.Opt:
+    """A daemon's option of a probability, 0 to 1."""
+    return cfg.Opt(
+        name, type=Finite(0.0, 1.0, type_name="probability"), default=default, help=help
+    )
+
+
 def key_value(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` as a pair (the value may itself hold ``=``)."""
     key, sep, value = text.partition("=")
@@ -213,23 +270,12 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def add_spec_options(parser: Any) -> None:
+def spec_arguments() -> list[Arg]:
     """``--extra-spec`` and ``--image-property``: what ``explain`` and
     ``conductor-stub boot`` add to a request (pairs, in ``extra_spec`` and
     ``image_property``)."""
-    for option, what in (
-        (
-            "--extra-spec",
-            "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
-            "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
-        ),
-        (
-            "--image-property",
-            "Image properties, e.g. hw_architecture=x86_64 or "
-            "trait:CUSTOM_X=required (repeatable).",
-        ),
-    ):
-        parser.add_argument(
+    return [
+        arg(
             option,
             metavar="KEY=VALUE",
             type=key_value,
@@ -238,6 +284,19 @@ def add_spec_options(parser: Any) -> None:
             default=[],
             help=what,
         )
+        for option, what in (
+            (
+                "--extra-spec",
+                "Add flavor extra specs, e.g. trait:HW_CPU_X86_AVX512F=required, "
+                "resources:VCPU=4 or aggregate_instance_extra_specs:ssd=true (repeatable).",
+            ),
+            (
+                "--image-property",
+                "Image properties, e.g. hw_architecture=x86_64 or "
+                "trait:CUSTOM_X=required (repeatable).",
+            ),
+        )
+    ]
 
 
 def with_defaults(opts: list[cfg.Opt]) -> list[cfg.Opt]:

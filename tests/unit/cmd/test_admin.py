@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from scheduler import render, usage
-from scheduler.cmd import _cli, admin
+from scheduler import render, rpc, usage
+from scheduler.cmd import _cli, _commands, admin, admin_explain, admin_hosts
 from scheduler.exceptions import InvalidRequest, NotFound
 from scheduler.explain import (
     CANDIDATE_STEP,
@@ -157,7 +157,7 @@ MANY = report(
     ],
 )
 def test_format_explain_in_full(given: ExplainReport, expected: str) -> None:
-    assert admin.format_explain(given) == expected
+    assert admin_explain.format_explain(given) == expected
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_format_explain_in_full(given: ExplainReport, expected: str) -> None:
     ],
 )
 def test_format_explain_lines(given: ExplainReport, present: list[str], absent: list[str]) -> None:
-    text = admin.format_explain(given)
+    text = admin_explain.format_explain(given)
     for part in present:
         assert part in text
     for part in absent:
@@ -240,8 +240,8 @@ def test_the_weighed_table_fits_100_columns_with_every_weigher() -> None:
     given = report(
         explanation(0, 10, (8, 8, 8), {}, top[0].host, top), placeable=True, weighers=EVERY_WEIGHER
     )
-    lines = admin.format_explain(given).splitlines()
-    assert max(map(len, lines)) <= admin.WIDTH, max(lines, key=len)
+    lines = admin_explain.format_explain(given).splitlines()
+    assert max(map(len, lines)) <= admin_explain.WIDTH, max(lines, key=len)
     # Cut into several tables, each repeating the host and weight; every weigher
     # has its column, named once in the legend with its multiplier.
     assert sum(line.split() == ["host", "weight"] + line.split()[2:] for line in lines) > 1
@@ -252,7 +252,7 @@ def test_the_weighed_table_fits_100_columns_with_every_weigher() -> None:
 
 def test_wrap_words_breaks_at_spaces_within_the_width() -> None:
     text = "  " + " ".join(f"word{n}" for n in range(60))
-    lines = admin.wrap_words(text, indent="    ", width=40)
+    lines = admin_explain.wrap_words(text, indent="    ", width=40)
     assert all(len(line) <= 40 for line in lines) and len(lines) > 1
     assert lines[0].startswith("  word0 ") and lines[1].startswith("    word")
     assert " ".join(" ".join(lines).split()) == " ".join(text.split())
@@ -348,7 +348,7 @@ def test_a_report_from_a_worker_without_uuids_or_detail_still_reads() -> None:
     ],
 )
 def test_format_filter_run(given: StageHosts, expected: str) -> None:
-    assert admin.format_filter_run(given) == expected
+    assert admin_explain.format_filter_run(given) == expected
     assert StageHosts.from_primitive(json.loads(json.dumps(given.to_primitive()))) == given
 
 
@@ -447,7 +447,7 @@ GROUP = "5d4c1e4e-1d2b-4b0e-9f7b-0a1b2c3d4e5f"
     ],
 )
 def test_build_spec(given: SimpleNamespace, check: Any) -> None:
-    assert check(admin.build_spec(given, load_catalog()))
+    assert check(admin_explain.build_spec(given, load_catalog()))
 
 
 @pytest.mark.parametrize(
@@ -468,7 +468,7 @@ def test_build_spec(given: SimpleNamespace, check: Any) -> None:
 )
 def test_build_spec_refuses(given: SimpleNamespace, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
-        admin.build_spec(given, load_catalog())
+        admin_explain.build_spec(given, load_catalog())
 
 
 def explain_conf(**overrides: Any) -> SimpleNamespace:
@@ -502,7 +502,7 @@ def explain_conf(**overrides: Any) -> SimpleNamespace:
 def test_explain_refuses_before_asking_a_worker(given: SimpleNamespace, message: str) -> None:
     # No transport is configured: reaching the RPC would fail otherwise.
     with pytest.raises(InvalidRequest, match=message):
-        admin._explain(given)  # type: ignore[arg-type]
+        admin_explain.run(given)  # type: ignore[arg-type]
 
 
 def explain_parser() -> argparse.ArgumentParser:
@@ -711,7 +711,7 @@ DISK_GB 0/2000 (0.0%)"""
     ],
 )
 def test_format_hosts(hosts: usage.HostTable, expected: str) -> None:
-    assert "\n".join(admin.format_hosts(hosts, hosts.select([]))) == expected
+    assert "\n".join(admin_hosts.format_hosts(hosts, hosts.select([]))) == expected
 
 
 # --- instance show ------------------------------------------------------------------
@@ -837,7 +837,8 @@ def host_command(
     """Run ``scheduler-admin host ARGV`` on ``store``; what it printed and the
     service after."""
     command = explain_parser().parse_args(["host", *argv])
-    assert admin._host_set(SimpleNamespace(command=command), store) == 0  # type: ignore[arg-type]
+    result = admin._host_set(SimpleNamespace(command=command), store)  # type: ignore[arg-type]
+    assert _commands.emit(result, _commands.fmt_of(command)) == 0
     service = store.get_service(command.hostname)
     assert service is not None
     return capsys.readouterr().out.strip(), service
@@ -1028,9 +1029,15 @@ def fixable(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         def reap_instance(self, ctxt: Any, host: str, uuid: str, reason: str) -> None:
             reaped.append((host, uuid))
 
-    monkeypatch.setattr(admin.rpc, "get_transport", lambda conf: Transport())
-    monkeypatch.setattr(admin.rpc, "ComputeClient", Compute)
+    monkeypatch.setattr(rpc, "get_transport", lambda conf: Transport())
+    monkeypatch.setattr(rpc, "ComputeClient", Compute)
     return reaped
+
+
+def audited(conf: SimpleNamespace, store: MemoryStore) -> int:
+    """``scheduler-admin audit`` on ``store``: printed as asked, its exit status."""
+    result = admin.extension("audit")(conf, store)  # type: ignore[arg-type]
+    return _commands.emit(result, _commands.fmt_of(conf.command))
 
 
 def test_audit_prints_each_finding_and_the_counts_and_exits_1(
@@ -1039,7 +1046,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
     orphan = uuid_of("orphan")
     root = one_host.get_provider_by_name("cmp-a").uuid
     one_host.claim(orphan, AllocationRequest({root: {"VCPU": 1}}, "p", "u"))
-    assert admin.extension("audit")(audit_conf(), one_host) == 1  # type: ignore[arg-type]
+    assert audited(audit_conf(), one_host) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["orphan_allocation", orphan, "host=cmp-a"]
     assert "action=release (due)" in lines[0] and "no record holds it" in lines[0]
@@ -1061,7 +1068,7 @@ def test_audit_fix_repairs_then_finds_nothing(
     one_host.report_instances(
         [InstanceReport("cmp-a", time.time() + 1, (RunningInstance(stray, {"VCPU": 1}),))]
     )
-    assert admin.extension("audit")(audit_conf("--fix", "--json"), one_host) == 0  # type: ignore[arg-type]
+    assert audited(audit_conf("--fix", "--json"), one_host) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["repaired"] == {"orphan_allocation": 1, "stray_vm": 1}
     assert {(f["kind"], f["outcome"]) for f in out["findings"]} == {
@@ -1071,7 +1078,7 @@ def test_audit_fix_repairs_then_finds_nothing(
     assert fixable == [("cmp-a", stray)]
     assert one_host.get_consumer(orphan) is None
     one_host.report_instances([InstanceReport("cmp-a", time.time() + 1, ())])  # reaped
-    assert admin.extension("audit")(audit_conf(), one_host) == 0  # type: ignore[arg-type]
+    assert audited(audit_conf(), one_host) == 0
     assert capsys.readouterr().out.strip().startswith("findings: stray_vm=0")
 
 

@@ -18,6 +18,7 @@ from conductor_stub import cmd, commands
 from conductor_stub.reconcile import ReconcileSettings
 from conductor_stub.records import ConductorSettings
 from scheduler import rpc
+from scheduler.cmd import _commands
 from scheduler.engine.settings import DEFAULT_FILTERS
 from scheduler.store import MemoryStore
 from tests.unit.factories import Recorded, host, populate
@@ -117,7 +118,9 @@ def test_every_command_closes_its_store_and_transports(
     assert opened.stores, "the command opened no store"
     assert [s.closed for s in opened.stores] == [1] * len(opened.stores)
     assert [t.cleaned for t in opened.transports] == [1] * len(opened.transports)
-    assert set(cmd.COMMANDS) <= {a[0] for a, _ in RUNS}  # (every command is run here)
+    assert set(_commands.names(cmd.COMMANDS)) <= {
+        a[0] for a, _ in RUNS
+    }  # (every command is run here)
 
 
 def test_serve_closes_its_notification_transport_too(

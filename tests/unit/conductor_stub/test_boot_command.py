@@ -21,6 +21,7 @@ from conductor_stub import cmd, commands
 from conductor_stub.reconcile import ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
 from scheduler import rpc
+from scheduler.cmd import _commands
 from scheduler.engine.settings import DEFAULT_FILTERS
 from scheduler.exceptions import InvalidRequest
 from scheduler.objects import InstanceRecord, RequestSpec, ServerGroup
@@ -65,7 +66,7 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
     )
-    return commands.boot(conf)  # type: ignore[arg-type]
+    return _commands.emit(commands.boot(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
 
 
 def member(store: MemoryStore, group: ServerGroup | None) -> str:

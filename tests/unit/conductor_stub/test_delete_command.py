@@ -14,6 +14,7 @@ import pytest
 from conductor_stub import cmd, commands
 from conductor_stub.records import ConductorSettings
 from scheduler import rpc
+from scheduler.cmd import _commands
 from scheduler.objects import ACTIVE, DELETED, DELETING, ERROR, InstanceRecord
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import SPEC
@@ -38,7 +39,7 @@ def run(*args: str) -> int:
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(["delete", *args])
     conf = SimpleNamespace(command=command, compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC))
-    return commands.delete(conf)  # type: ignore[arg-type]
+    return _commands.emit(commands.delete(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
 
 
 def record(store: MemoryStore, state: str, project: str = "p", host: str | None = None) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from conductor_stub import cmd, commands
+from scheduler.cmd import _commands
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
 from scheduler.store import MemoryStore
@@ -32,7 +33,8 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(list(args))
     handler = commands.list_instances if command.name == "list" else commands.show
-    assert handler(SimpleNamespace(command=command)) == 0  # type: ignore[arg-type]
+    result = handler(SimpleNamespace(command=command))  # type: ignore[arg-type]
+    assert _commands.emit(result, _commands.fmt_of(command)) == 0
     return capsys.readouterr().out
 
 
