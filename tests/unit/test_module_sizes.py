@@ -1,7 +1,8 @@
-"""The conductor's and the compute's code stays in pieces a reader can hold:
-no module over 800 lines and no class over 400 (issue 28: the conductor's
-endpoint and the compute simulator had grown to 800 and 1,400 lines, with
-each operation's bookkeeping written several times over)."""
+"""The product's code stays in pieces a reader can hold: no module over 800
+lines and no class over 400 (issue 28: the conductor's endpoint and the
+compute simulator had grown to 800 and 1,400 lines, with each operation's
+bookkeeping written several times over; issue 30: the scheduler's engine,
+store, RPC clients, options and admin command had grown to 1,000-1,400)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("conductor_stub", "compute_sim")
+PACKAGES = ("scheduler", "conductor_stub", "compute_sim", "allinone")
 MAX_MODULE = 800
 MAX_CLASS = 400
 
@@ -29,4 +30,4 @@ def test_no_module_or_class_grows_past_its_bound(path: Path) -> None:
 
 
 def test_the_packages_are_found() -> None:
-    assert len(MODULES) > 20
+    assert len(MODULES) > 150
