@@ -43,6 +43,7 @@ from scheduler.filters.same_host import HINT as SAME_HOST
 from scheduler.objects import (
     GROUP_POLICIES,
     MAX_INSTANCES_PER_REQUEST,
+    STATES,
 )
 from scheduler.store.services import known_host
 
@@ -402,8 +403,8 @@ COMMANDS: tuple[Command, ...] = (
                 "--state",
                 action="append",
                 default=[],
-                type=_cli.name,
-                help="Only this state (repeatable; e.g. ERROR).",
+                type=_cli.choice(STATES),
+                help=f"Only this state (repeatable; one of {', '.join(STATES)}).",
             ),
             _host("--host", dest="on_host", help="Only those on HOST."),
             arg("--project", type=_cli.name, help="Only this project's instances."),

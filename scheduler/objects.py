@@ -621,6 +621,20 @@ DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a re
 SHELVING = "SHELVING"  # its host is destroying the VM; the allocation is still held
 SHELVED_OFFLOADED = "SHELVED_OFFLOADED"  # on no host, holding nothing; unshelve places it
 MIGRATING = "MIGRATING"  # a live migration is under way; the instance runs on its source
+#: Every state a record can be in (what ``conductor-stub list --state`` takes).
+STATES = (
+    BUILDING,
+    ACTIVE,
+    ERROR,
+    RESIZING,
+    RESIZED,
+    REBUILDING,
+    MIGRATING,
+    SHELVING,
+    SHELVED_OFFLOADED,
+    DELETING,
+    DELETED,
+)
 FINAL_STATES = frozenset({ACTIVE, ERROR, DELETED, SHELVED_OFFLOADED})
 
 # Task states: what the conductor is waiting for (None: nothing).

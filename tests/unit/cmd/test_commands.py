@@ -233,8 +233,16 @@ def test_a_command_with_nothing_to_format_takes_no_format(
         pytest.param(
             "conductor-stub",
             ["list", "--state", "x" * 10240],
-            "--state: at most 255 characters, got 10240",
+            "--state: expected one of BUILDING, ACTIVE, ERROR, RESIZING, RESIZED, REBUILDING, "
+            f"MIGRATING, SHELVING, SHELVED_OFFLOADED, DELETING, DELETED, got '{'x' * 64}...'",
             id="state-10KB",
+        ),
+        pytest.param(  # D12: said "no instances" and exit 0
+            "conductor-stub",
+            ["list", "--state", "FOO"],
+            "--state: expected one of BUILDING, ACTIVE, ERROR, RESIZING, RESIZED, REBUILDING, "
+            "MIGRATING, SHELVING, SHELVED_OFFLOADED, DELETING, DELETED, got 'FOO'",
+            id="state-unknown",
         ),
         pytest.param(
             "scheduler-admin",
@@ -269,6 +277,13 @@ def test_an_argument_is_checked_while_parsing(
         cli_parser(prog).parse_args(argv)
     assert exited.value.code == 2
     assert f": error: argument {says}" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_state_is_taken_in_any_case_as_the_state_is_spelled() -> None:
+    args = cli_parser("conductor-stub").parse_args(
+        ["list", "--state", "error", "--state", "Active"]
+    )
+    assert args.state == ["ERROR", "ACTIVE"]
 
 
 def sim_conf() -> cfg.ConfigOpts:
