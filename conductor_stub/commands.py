@@ -34,11 +34,11 @@ from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.live_migrate import summary as live_summary
 from conductor_stub.tasks.resize import Resizer, finished, settled, summary
 from conductor_stub.tasks.shelve import Shelver
-from scheduler import health, log, notify_transport, rpc, steps
+from scheduler import broker, health, log, notify_transport, rpc, steps
 from scheduler.cmd import _cli, _commands
 from scheduler.cmd._commands import Output, Result
 from scheduler.cmd._daemon import wait_for_signal
-from scheduler.exceptions import InvalidRequest, SchedulerError
+from scheduler.exceptions import InvalidRequest, NoConsumer, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
 from scheduler.flavors import flavor_with, load_catalog
@@ -255,6 +255,12 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     )
     # Checked before the store or the broker is reached; Booter.boot checks again.
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
+    for missing in missing_consumers(conf):
+        _cli.say(
+            "conductor-stub boot",
+            f"warning: {missing}; the instances stay BUILDING until one does "
+            "(the conductor re-drives them past [conductor] build_timeout)",
+        )
     store = open_store(conf)
     group = (
         server_group(store, validate_uuid(args.group, "--group"))
@@ -303,6 +309,27 @@ def boot(conf: cfg.ConfigOpts) -> Result:
         values=[(r.uuid, r.state) for r in report.instances],
         status=boot_status(report, len(uuids), args.timeout),
     )
+
+
+#: What must consume its topic for a boot to go anywhere: the option group
+#: naming the topic, and the daemon that consumes it.
+BOOT_CONSUMERS = (("scheduler", "scheduler-worker"), ("conductor", "conductor-stub serve"))
+#: How long a boot asks the broker whether they consume (it was just reached).
+CONSUMER_CHECK_TIMEOUT = 5.0
+
+
+def missing_consumers(conf: cfg.ConfigOpts) -> list[str]:
+    """Which of :data:`BOOT_CONSUMERS` nothing consumes now, each said in one
+    line. The boot is still recorded and sent (the conductor's sweep re-drives
+    what no worker took), but ``--wait`` would otherwise wait its whole
+    timeout without a word."""
+    said = []
+    for group, what in BOOT_CONSUMERS:
+        try:
+            broker.reach(conf, CONSUMER_CHECK_TIMEOUT, topic=conf[group].topic, what=what)
+        except NoConsumer as exc:
+            said.append(exc.message)
+    return said
 
 
 def boot_status(report: BootReport, asked: int, timeout: float) -> int:

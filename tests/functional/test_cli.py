@@ -123,6 +123,34 @@ def test_explain_with_no_worker_says_so_at_once(cluster: Cluster) -> None:
     assert took < 30
 
 
+def test_a_boot_with_no_worker_or_conductor_says_so_and_is_not_lost(cluster: Cluster) -> None:
+    """``boot --wait`` waited its whole timeout without a word when nothing
+    consumed the scheduler topic; it now says so at once, for the worker and
+    the conductor. The instance is not lost: once they run, the conductor
+    re-drives it past its build timeout and it is placed."""
+    url = f"rabbit://guest:***@127.0.0.1:5672/{cluster.vhost}"
+    cluster.write_config(conductor={"build_timeout": 2, "sweep_interval": 0.5})
+    code, _, stderr = cluster.conductor_stub("boot", "--count", "1", "--wait", "--timeout", "3")
+    assert code == 1
+    assert stderr.splitlines()[:2] == [
+        f"conductor-stub boot: warning: no {what} consumes topic '{topic}' on {url} "
+        "(is one running?); the instances stay BUILDING until one does (the conductor "
+        "re-drives them past [conductor] build_timeout)"
+        for what, topic in (
+            ("scheduler-worker", "scheduler"),
+            ("conductor-stub serve", "conductor"),
+        )
+    ]
+    cluster.start_compute(1)
+    cluster.start_conductor()
+    cluster.start_worker()
+    wait_until(
+        lambda: {i.state for i in cluster.store.list_instances()} == {"ACTIVE"},
+        60,
+        "the boot re-driven and placed",
+    )
+
+
 def interrupt(proc: Process) -> int:
     proc.popen.send_signal(signal.SIGINT)
     return proc.popen.wait(timeout=60)
