@@ -17,6 +17,7 @@ extensions = [
     "oslo_config.sphinxext",
     "cli_help",
     "walkthrough",
+    "module_map",
 ]
 
 # openstackdocstheme: the repository the "report a bug" and source links name.

@@ -27,9 +27,13 @@ RUN = """import runpy, sys
 sys.argv = sys.argv[1:]
 runpy.run_module({module!r}, run_name="__main__")
 """
-#: The subcommands a usage offers: argparse writes them ``{a,b,...} ...`` (an
-#: option's choices are never followed by ``...``).
-CHOICES = re.compile(r"\{([\w-]+(?:,[\w-]+)+)\} \.\.\.")
+#: The subcommands a usage offers: argparse writes them ``{a,b,...} ...``, or
+#: ``METAVAR ...`` when the subparsers have a metavar, at the end of the usage
+#: (an option's repeated arguments are inside its brackets).
+CHOICES = re.compile(r" \{([\w-]+(?:,[\w-]+)+)\} \.\.\.$")
+METAVAR = re.compile(r" ([A-Z][A-Z_]*) \.\.\.$")
+#: A subcommand's line under its metavar in the help: its name, indented.
+SUBCOMMAND = re.compile(r"^    ([a-z][\w-]*)(?:\s{2,}|$)")
 
 
 def help_text(module: str, argv: list[str]) -> str:
@@ -51,7 +55,21 @@ def help_text(module: str, argv: list[str]) -> str:
 def subcommands(text: str) -> list[str]:
     usage = " ".join(text.split("\n\n", 1)[0].split())
     found = CHOICES.search(usage)
-    return found.group(1).split(",") if found else []
+    if found:
+        return found.group(1).split(",")
+    metavar = METAVAR.search(usage)
+    if not metavar:
+        return []
+    lines = text.splitlines()
+    start = lines.index(f"  {metavar.group(1)}") + 1
+    names = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        name = SUBCOMMAND.match(line)
+        if name:
+            names.append(name.group(1))
+    return names
 
 
 def walk(module: str, argv: list[str]) -> list[tuple[list[str], str]]:
