@@ -60,6 +60,8 @@ CASES = {
     "replicas": replicas.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
+#: The file doc/source/performance.rst includes: what --update-docs is given.
+DOCS_PAGE = "doc/source/performance-latest.inc"
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -88,17 +90,18 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help=f"where to write results (default {DEFAULT_OUT})",
     )
     parser.add_argument(
-        "--update-readme",
+        "--update-docs",
         type=Path,
-        metavar="README",
-        help="also put the summary between the bench markers of README "
-        "(refused with --quick or --case: the README shows full runs)",
+        metavar="PAGE",
+        help="also write the summary (targets, headline tables, plots) to PAGE, the "
+        "reStructuredText the documentation's performance page includes, "
+        f"{DOCS_PAGE} (refused with --quick or --case: the documentation shows full runs)",
     )
     parser.add_argument(
         "--rebuild-report",
         action="store_true",
-        help="run nothing: rewrite results.md, the plots (and README with "
-        "--update-readme) from OUT/results.json",
+        help="run nothing: rewrite results.md, the plots (and PAGE with "
+        "--update-docs) from OUT/results.json",
     )
     parser.add_argument(
         "--churn-hosts",
@@ -132,8 +135,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     if args.merge and args.quick:
         parser.error("--merge keeps full runs' results: not with --quick")
     full = not args.quick and (not args.case or args.merge)
-    if args.update_readme and not full and not args.rebuild_report:
-        parser.error("--update-readme needs a full run (no --quick, no --case without --merge)")
+    if args.update_docs and not full and not args.rebuild_report:
+        parser.error("--update-docs needs a full run (no --quick, no --case without --merge)")
     return args
 
 
@@ -157,9 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     if args.rebuild_report:
         results = json.loads((out / "results.json").read_text())
-        if args.update_readme and results["quick"]:
-            raise SystemExit("--update-readme: the README shows full runs, not --quick ones")
-        report.write(results, out, readme=args.update_readme)
+        if args.update_docs and results["quick"]:
+            raise SystemExit("--update-docs: the documentation shows full runs, not --quick ones")
+        report.write(results, out, docs=args.update_docs)
         return 0
     chosen = [name for name in CASES if not args.case or name in args.case]
     out.mkdir(parents=True, exist_ok=True)
@@ -197,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["seconds"] = time.perf_counter() - started
     if args.merge:
         results = _merged(out / "results.json", results)
-    report.write(results, out, log=bench.log, readme=args.update_readme)
+    report.write(results, out, log=bench.log, docs=args.update_docs)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -747,10 +748,11 @@ def _churn_md(case: dict[str, Any]) -> str:
     )
 
 
-# --- README -------------------------------------------------------------------------
+# --- the documentation's performance page ------------------------------------------
 
-README_START = "<!-- bench:start (written by python -m bench --update-readme) -->"
-README_END = "<!-- bench:end -->"
+#: The first line of the file --update-docs writes (doc/source/performance.rst
+#: includes it).
+DOCS_HEADER = ".. This file is written by python -m bench --update-docs: do not edit it."
 
 
 def _sweep_md(case: dict[str, Any]) -> str:
@@ -837,40 +839,72 @@ def _cell_md(case: dict[str, Any]) -> str:
     )
 
 
-def _replicas_md(case: dict[str, Any]) -> str:
-    rows = [
+#: The min_replicas table's columns.
+REPLICAS_HEADERS = ["min_replicas", "claims", "claims/s", "median (ms)", "p99 (ms)"]
+
+
+def _replicas_rows(case: dict[str, Any]) -> list[list[Any]]:
+    return [
         [r["min_replicas"], r["claims"], r["claims_per_s"], r["median_ms"], r["p99_ms"]]
         for r in case["rows"]
     ]
+
+
+def _replicas_text(case: dict[str, Any]) -> str:
+    return (
+        f"Claims back to back on a private master with one replica "
+        f"({case['hosts']:,} hosts), {case['rounds']} alternating rounds per setting: "
+        f"min_replicas = 1 makes {case['rate_ratio']:.2f}x the claims/s of 0 "
+        f"(median latency {case['median_ratio']:.2f}x)."
+    )
+
+
+def _replicas_md(case: dict[str, Any]) -> str:
     return "\n".join(
         [
             "## 9. min_replicas",
             "",
-            f"Claims back to back on a private master with one replica "
-            f"({case['hosts']:,} hosts), {case['rounds']} alternating rounds per setting: "
-            f"min_replicas = 1 makes {case['rate_ratio']:.2f}x the claims/s of 0 "
-            f"(median latency {case['median_ratio']:.2f}x).",
+            _replicas_text(case),
             "",
-            _table(["min_replicas", "claims", "claims/s", "median (ms)", "p99 (ms)"], rows),
+            _table(REPLICAS_HEADERS, _replicas_rows(case)),
         ]
     )
 
 
-def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) -> str:
-    """The README's summary of a full run: machine, targets, headline rows, plots."""
+def _rst_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A reStructuredText list-table (each cell as :func:`_fmt` writes it)."""
+    out = [".. list-table::", "   :header-rows: 1", ""]
+    for row in [list(headers), *([_fmt(v) for v in row] for row in rows)]:
+        out += [("   * - " if i == 0 else "     - ") + _rst_cell(v) for i, v in enumerate(row)]
+    return "\n".join(out)
+
+
+def _rst_cell(value: str) -> str:
+    """A cell's text in reStructuredText: a ``**missed**`` stays bold, and a
+    ``|`` or ``*`` elsewhere is literal."""
+    if value == "**missed**":
+        return value
+    return value.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*") or "—"
+
+
+def docs_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) -> str:
+    """The documentation's summary of a full run: machine, targets, headline rows,
+    plots; ``results_dir`` is the results' directory as the including page
+    names it."""
     m = results["machine"]
     cases = results["cases"]
     parts = [
-        README_START,
+        DOCS_HEADER,
+        "",
         f"Latest full run: {results['started_at']}, {m['cpu']}, {m['cores']} cores, "
         f"{m['memory_gb']} GB, Python {m['python']}, oslo.messaging "
         f"{m['packages'].get('oslo.messaging')}, Redis {m.get('redis_server')}, RabbitMQ "
         f"{m.get('rabbitmq_server')}; load average {_load(m['load_average_at_start'])} at the "
         f"start and {_load(m.get('load_average_at_end'))} at the end (the machine was shared "
         f"with other work). Every table, the profiles and the method: "
-        f"[{results_dir}/results.md]({results_dir}/results.md).",
+        f"``bench/results/results.md``.",
         "",
-        _table(
+        _rst_table(
             ["target", "measured on", "value", "status"],
             [[t["target"], t["measured_on"], t["value"], t["status"]] for t in results["targets"]],
         ),
@@ -901,9 +935,9 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
             "",
             "Engine in-process, 1 instance with 2 alternates, claim included (ms); with no "
             "max_placement_results cut, and each request of a flavor drawn from the catalog, "
-            "with `[scheduler] shape_cache` off (the default) and on:",
+            "with ``[scheduler] shape_cache`` off (the default) and on:",
             "",
-            _table(["store", "hosts", "request", "median", "p99", "decisions/s"], rows),
+            _rst_table(["store", "hosts", "request", "median", "p99", "decisions/s"], rows),
         ]
         naive = [
             [r["hosts"], r["median_ms"], r["engine_median_ms"], f"{r['speedup']:.0f}x"]
@@ -914,7 +948,7 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
                 "",
                 "Against the naive Nova-style loop in the same run (ms):",
                 "",
-                _table(["hosts", "naive", "engine", "ratio"], naive),
+                _rst_table(["hosts", "naive", "engine", "ratio"], naive),
             ]
     churn = cases.get("churn", {})
     if churn.get("rows"):
@@ -925,26 +959,28 @@ def readme_block(results: dict[str, Any], plots: Sequence[str], results_dir: str
             "request → ACTIVE (ms), RSS and store (without the change stream) at the start "
             "and after the operations:",
             "",
-            _table(CHURN_HEADERS, _churn_rows(churn)),
+            _rst_table(CHURN_HEADERS, _churn_rows(churn)),
         ]
     if "replicas" in cases:
-        parts += ["", _replicas_md(cases["replicas"]).split("\n", 2)[2]]
-    parts += ["", " ".join(f"![{p}]({results_dir}/{p})" for p in plots), README_END]
-    return "\n".join(parts)
+        replicas = cases["replicas"]
+        parts += [
+            "",
+            _replicas_text(replicas),
+            "",
+            _rst_table(REPLICAS_HEADERS, _replicas_rows(replicas)),
+        ]
+    for plot in plots:
+        parts += ["", f".. image:: {results_dir}/{plot}", f"   :alt: {plot}"]
+    return "\n".join(parts) + "\n"
 
 
 def _load(averages: Sequence[float] | None) -> str:
     return " / ".join(f"{a:g}" for a in averages) if averages else "?"
 
 
-def update_readme(readme: Path, block: str) -> None:
-    """Replace the text between the bench markers of ``readme`` with ``block``."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme} has no {README_START!r} ... {README_END!r} markers")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(head + block + tail)
+def update_docs(page: Path, block: str) -> None:
+    """Write ``block`` to ``page``, the file the performance page includes."""
+    page.write_text(block)
 
 
 # --- plots --------------------------------------------------------------------------
@@ -1106,7 +1142,7 @@ def write(
     results: dict[str, Any],
     out: Path,
     log: Callable[[str], None] = print,
-    readme: Path | None = None,
+    docs: Path | None = None,
 ) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     results["targets"] = targets(results["cases"])
@@ -1114,10 +1150,10 @@ def write(
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     (out / "results.md").write_text(markdown(results, made))
     paths = [out / "results.json", out / "results.md", *(out / p for p in made)]
-    if readme is not None:
-        where = out.resolve().relative_to(readme.resolve().parent).as_posix()
-        update_readme(readme, readme_block(results, made, where))
-        paths.append(readme)
+    if docs is not None:
+        where = os.path.relpath(out.resolve(), docs.resolve().parent)
+        update_docs(docs, docs_block(results, made, Path(where).as_posix()))
+        paths.append(docs)
     log("wrote " + ", ".join(str(p) for p in paths))
     return paths
 

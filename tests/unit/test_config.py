@@ -75,32 +75,39 @@ def test_two_configurations_in_one_process_do_not_share_option_state() -> None:
     assert first.scheduler.workers == 4 and first.scheduler.topic == "elsewhere"
 
 
-def _readme_paragraph(starts: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def _doc_paragraph(page: str, starts: str) -> str:
+    """The paragraph of doc/source/``page`` that starts with ``starts``, on one line."""
+    text = (ROOT / "doc" / "source" / page).read_text()
     at = text.index(starts)
     return " ".join(text[at : text.index("\n\n", at)].split())
 
 
-def test_readme_lists_the_default_filters_of_the_code() -> None:
-    """The README's list of default host filters is DEFAULT_FILTERS, in order."""
+def test_the_docs_list_the_default_filters_of_the_code() -> None:
+    """The request reference's list of default host filters is DEFAULT_FILTERS,
+    in order."""
     import re
 
     from scheduler.engine.settings import DEFAULT_FILTERS
 
-    paragraph = _readme_paragraph("Host filters then run on the candidates; the defaults")
+    paragraph = _doc_paragraph(
+        "reference/requests.rst", "Host filters then run on the candidates; the defaults"
+    )
     listed = paragraph.split("NUMA filters:", 1)[1].split(".", 1)[0]
-    assert tuple(re.findall(r"`(\w+)`", listed)) == DEFAULT_FILTERS
+    assert tuple(re.findall(r"``(\w+)``", listed)) == DEFAULT_FILTERS
 
 
-def test_readme_gives_the_key_pattern_the_store_writes() -> None:
-    """The README's redis-cli pattern matches the keys of the default prefix."""
+def test_the_docs_give_the_key_pattern_the_store_writes() -> None:
+    """The architecture page's redis-cli pattern matches the keys of the default
+    prefix."""
     import fnmatch
 
     from scheduler.conf import CONF
     from scheduler.store.keys import Keys
 
     prefix = CONF.redis.key_prefix
-    paragraph = _readme_paragraph("State lives in Redis under one key prefix")
+    paragraph = _doc_paragraph(
+        "reference/architecture.rst", "State lives in Redis under one key prefix"
+    )
     pattern = paragraph.split("--scan --pattern '", 1)[1].split("'", 1)[0]
     keys = Keys.for_prefix(prefix).all()
     assert all(fnmatch.fnmatchcase(k, pattern) for k in keys)

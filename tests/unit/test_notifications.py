@@ -5,7 +5,8 @@ Nova's object hash test does. When a test here fails because you changed an
 object: bump its ``VERSION`` (minor for an added field, major for a removed
 or changed one, see :mod:`scheduler.notifications`), put the new
 fingerprint here, write the samples again (``python -m
-tests.notification_samples``) and update the README's table of events.
+tests.notification_samples``) and update the tables of events and objects
+in doc/source/reference/notifications.rst.
 """
 
 from __future__ import annotations
@@ -227,16 +228,31 @@ def test_the_envelope_is_novas_with_our_namespace() -> None:
     assert primitive["nova_object.namespace"] == notifications.NAMESPACE == "vm_scheduler"
 
 
-def test_the_readme_documents_every_event_and_every_objects_version_and_fields() -> None:
-    readme = (samples.DIRECTORY.parents[1] / "README.md").read_text()
-    section = readme.split("\n## Notifications\n", 1)[1].split("\n## ", 1)[0]
-    lines = section.splitlines()
+def _list_table_rows(text: str) -> list[list[str]]:
+    """The rows of every list-table of a reStructuredText page, each cell on
+    one line."""
+    rows: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("   * - "):
+            rows.append([line[len("   * - ") :]])
+        elif line.startswith("     - ") and rows:
+            rows[-1].append(line[len("     - ") :])
+        elif line.startswith("       ") and rows:
+            rows[-1][-1] += " " + line.strip()
+    return rows
+
+
+def test_the_docs_document_every_event_and_every_objects_version_and_fields() -> None:
+    page = (samples.DIRECTORY.parent / "source" / "reference" / "notifications.rst").read_text()
+    rows = _list_table_rows(page)
     for event_type, (priority, cls) in EVENTS.items():
-        rows = [line for line in lines if line.startswith(f"| `{event_type}` ({priority}) |")]
-        assert rows and f"| {cls.__name__} |" in rows[0], event_type
+        found = [row for row in rows if row[0] == f"``{event_type}`` ({priority})"]
+        assert found and found[0][2] == cls.__name__, event_type
     for name, cls in registry().items():
-        rows = [line for line in section.splitlines() if line.startswith(f"| {name} ")]
-        assert rows, f"no row for {name}"
-        assert rows[0].startswith(f"| {name} {cls.VERSION} |"), rows[0]
+        found = [row for row in rows if row[0].startswith(f"{name} ")]
+        assert found, f"no row for {name}"
+        assert found[0][0] == f"{name} {cls.VERSION}", found[0]
         for field, tp in field_types(cls).items():
-            assert f"`{field}`: {type_name(tp)}" in rows[0], (name, field, type_name(tp))
+            assert f"``{field}``: {type_name(tp)}" in found[0][1], (name, field, type_name(tp))
+    for sample in sorted(samples.DIRECTORY.glob("*.json")):
+        assert f"notification_samples/{sample.name}" in page, f"{sample.name} is not rendered"
