@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scheduler.exceptions import NotFound
-from scheduler.objects import MIGRATING, InstanceRecord
+from scheduler.objects import MIGRATING, RESIZED, InstanceRecord
 from scheduler.store.base import PlacementReader, Store
 
 
@@ -53,7 +53,13 @@ ADMIN_FIELDS = (
 
 
 def flavor_name(record: InstanceRecord) -> str | None:
-    """The name of the flavor an instance was booted (or last resized) with."""
+    """The name of the flavor the instance runs with: the new one once RESIZED
+    (it runs on the destination with it, waiting for a confirm or a revert,
+    as Nova shows it in VERIFY_RESIZE), else the one it was booted (or last
+    resized) with."""
+    if record.state == RESIZED and record.new_flavor:
+        name = record.new_flavor.get("name")
+        return name if isinstance(name, str) else None
     spec = record.request_spec or {}
     flavor = spec.get("flavor") if isinstance(spec, Mapping) else None
     return flavor.get("name") if isinstance(flavor, Mapping) else None

@@ -754,6 +754,7 @@ RESIZED = InstanceRecord(
     migration_uuid=uuid_of("migration"),
     source_host="cmp-a",
     new_flavor={"name": "m1.large"},
+    request_spec={"flavor": {"name": "m1.small"}},
 )
 
 
@@ -800,6 +801,9 @@ RESIZED = InstanceRecord(
             RESIZED,
             {"cmp-b": {"VCPU": 4}},
             [
+                # It runs on cmp-b with the new flavor (Nova's VERIFY_RESIZE shows
+                # it so); the old flavor was shown with the new host before.
+                "  flavor         m1.large",
                 "  allocations    cmp-b: VCPU=4",
                 f"  resize         to m1.large from cmp-a; migration {uuid_of('migration')} holds "
                 "cmp-a: VCPU=1",
