@@ -7,6 +7,7 @@ the store and formats, nothing more.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 from scheduler.exceptions import NotFound
 from scheduler.objects import MIGRATING, RESIZED, InstanceRecord
-from scheduler.store.base import PlacementReader, Store
+from scheduler.store.base import PlacementReader, Refusal, Store
 
 
 def table(
@@ -245,3 +246,41 @@ def render_instance(store: Store, uuid: str, admin: bool = True, as_json: bool =
     """:func:`instance_of` as text (or JSON)."""
     view = instance_of(store, uuid, admin=admin)
     return json.dumps(view, indent=2) if as_json else format_instance(view)
+
+
+# --- the last NoValidHosts ---------------------------------------------------------
+
+
+def when(at: float) -> str:
+    """A time as the commands print it: UTC, to the second."""
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def reasons_line(reasons: Mapping[str, int]) -> str:
+    """``800 insufficient MEMORY_MB, 100 disabled``: the most hosts first."""
+    ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n} {reason}" for reason, n in ranked) or "-"
+
+
+def format_refusals(refusals: Sequence[Refusal]) -> str:
+    """The last NoValidHosts as ``scheduler-admin refusals`` prints them."""
+    if not refusals:
+        return "no NoValidHost kept"
+    rows = [
+        (
+            when(r.at),
+            r.request_id or "-",
+            r.action,
+            (r.instance_uuids[0] if r.instance_uuids else "-")
+            + (f" (+{len(r.instance_uuids) - 1})" if len(r.instance_uuids) > 1 else ""),
+            reasons_line(r.reasons),
+        )
+        for r in refusals
+    ]
+    return "\n".join(
+        table(
+            ("time (UTC)", "request", "action", "instance", "hosts removed, by reason"),
+            rows,
+            left=5,
+        )
+    )

@@ -47,7 +47,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from scheduler import broker, log
+from scheduler import broker, log, render
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli, _commands, admin_explain, admin_hosts
 from scheduler.cmd._commands import Command, Output, Result, arg
@@ -144,6 +144,19 @@ def _audit(conf: cfg.ConfigOpts, store: Store) -> Result:
     if conf.command.fix:
         broker.reach(conf, BROKER_TIMEOUT)
     return extension("audit")(conf, store)
+
+
+def _refusals(conf: cfg.ConfigOpts, store: Store) -> Output:
+    refusals = store.recent_refusals(conf.command.limit)
+    return Output(
+        document={"refusals": [r.to_primitive() for r in refusals]},
+        table=render.format_refusals(refusals),
+        values=[
+            (render.when(r.at), r.request_id or None, r.action, ",".join(r.instance_uuids))
+            for r in refusals
+        ],
+        indent=2,
+    )
 
 
 def _dashboard(conf: cfg.ConfigOpts, store: Store) -> int:
@@ -345,6 +358,27 @@ AUDIT = Command(
     ),
 )
 
+REFUSALS = Command(
+    "refusals",
+    help="The last NoValidHosts: when, request id, instances, hosts removed per reason.",
+    description="Print the last NoValidHosts the workers kept in the store (newest "
+    "first, at most 200 kept): when (UTC), the request id, the request (run_instance, "
+    "select_destinations, resize), its instances and how many hosts each reason "
+    "removed: what 'why did the last requests fail?' asks. explain --instance-uuid "
+    "replays one of them host by host.",
+    run=_refusals,
+    values="one line per NoValidHost: its time, request id, action and instance uuids",
+    arguments=(
+        arg(
+            "--limit",
+            type=_positive,
+            default=20,
+            metavar="N",
+            help="How many to print, newest first (default 20).",
+        ),
+    ),
+)
+
 #: Every command of ``scheduler-admin``, in the order --help lists them.
 COMMANDS: tuple[Command, ...] = (
     admin_explain.COMMAND,
@@ -353,6 +387,7 @@ COMMANDS: tuple[Command, ...] = (
     DASHBOARD,
     INSTANCE,
     HOST,
+    REFUSALS,
     AUDIT,
 )
 

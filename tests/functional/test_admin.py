@@ -304,3 +304,23 @@ def test_host_disable_is_seen_by_every_worker_at_once_and_enable_undoes_it(
     assert service is not None and service.rpc_server == held_rpc_server
     assert (service.disabled, service.disabled_reason) == (True, "psu")
     assert "COMPUTE_STATUS_DISABLED" in cluster.store.get_provider_by_name(busy).traits
+
+
+def test_refusals_lists_the_boots_no_host_could_take(cluster: Cluster) -> None:
+    """``scheduler-admin refusals``: a worker keeps each NoValidHost it decides
+    (time, request id, instances, hosts removed per reason) in the store."""
+    cluster.start_conductor()
+    cluster.start_compute(2)
+    cluster.start_worker()
+    code, stdout, stderr = cluster.conductor_stub(
+        "boot", "--extra-spec", "trait:CUSTOM_NOWHERE=required", "--wait", "--json"
+    )
+    assert code == 1, stderr
+    (refused,) = json.loads(stdout)["instances"]
+    out = admin_cli(cluster, "refusals", "--json")
+    assert out.returncode == 0, out.stderr
+    (kept,) = json.loads(out.stdout)["refusals"]
+    assert kept["instance_uuids"] == [refused["uuid"]]
+    assert kept["action"] == "run_instance"
+    assert kept["reasons"] == {"missing trait CUSTOM_NOWHERE": 2}
+    assert kept["request_id"] == cluster.store.get_instance(refused["uuid"]).request_id

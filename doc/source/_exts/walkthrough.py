@@ -1,28 +1,14 @@
 """``.. readme-walkthrough::``: the README's walkthrough, as a shell block.
 
-The walkthrough lives once, in README.md, between ``<!-- walkthrough -->``
-and ``<!-- /walkthrough -->``, as one fenced ``sh`` block; :func:`extract` is
-how anything (this page, a test that runs it) reads it from there.
+The walkthrough lives once, in README.md; :mod:`readme_block` reads it (for
+this page and for the test that runs it).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from docutils import nodes
 from docutils.parsers.rst import Directive
-
-README = Path(__file__).resolve().parents[3] / "README.md"
-START, END = "<!-- walkthrough -->", "<!-- /walkthrough -->"
-
-
-def extract(text: str) -> str:
-    """The shell text of the README's walkthrough block."""
-    block = text.split(START, 1)[1].split(END, 1)[0].strip()
-    first, _, rest = block.partition("\n")
-    if first != "```sh" or not rest.endswith("```"):
-        raise ValueError(f"the walkthrough between {START} and {END} is not one ```sh block")
-    return rest[: -len("```")].rstrip("\n")
+from readme_block import README, extract
 
 
 class ReadmeWalkthrough(Directive):

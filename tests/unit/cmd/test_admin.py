@@ -31,7 +31,7 @@ from scheduler.explain import (
 from scheduler.flavors import load_catalog
 from scheduler.objects import AllocationRequest, InstanceRecord
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
-from scheduler.store.base import Aggregate, Inventory, Provider, Service
+from scheduler.store.base import Aggregate, Inventory, Provider, Refusal, Service
 from scheduler.store.columns import (
     CompactSnapshot,
     HostColumnsBuilder,
@@ -1173,3 +1173,43 @@ def test_usage_views_as_commands(
     ]
     with pytest.raises(NotFound, match="aggregate gold not found"):
         admin_command(three_hosts, monkeypatch, "usage", "aggregate", "gold")
+
+
+# --- refusals -----------------------------------------------------------------------
+
+
+def refusals_command(store: MemoryStore, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    command = explain_parser().parse_args(["refusals", *argv])
+    result = admin._refusals(SimpleNamespace(command=command), store)  # type: ignore[arg-type]
+    assert _commands.emit(result, _commands.fmt_of(command)) == 0
+    return capsys.readouterr().out
+
+
+def test_refusals_shows_the_last_no_valid_hosts_newest_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = MemoryStore()
+    assert refusals_command(store, capsys).strip() == "no NoValidHost kept"
+    for n, uuids in enumerate([("i-1",), ("i-2", "i-3", "i-4")]):
+        store.record_refusal(
+            Refusal(
+                at=1_700_000_000.0 + n,
+                request_id=f"req-{n}",
+                action="run_instance",
+                instance_uuids=uuids,
+                reasons={"disabled": 1, "insufficient MEMORY_MB": 3 + n},
+            )
+        )
+    lines = refusals_command(store, capsys).splitlines()
+    assert lines[0].split()[:4] == ["time", "(UTC)", "request", "action"]
+    assert lines[1].split() == [
+        "2023-11-14", "22:13:21", "req-1", "run_instance", "i-2", "(+2)",
+        "4", "insufficient", "MEMORY_MB,", "1", "disabled",
+    ]  # fmt: skip
+    assert lines[2].split()[2] == "req-0" and len(lines) == 3
+    assert refusals_command(store, capsys, "--limit", "1", "-f", "value").splitlines() == [
+        "2023-11-14 22:13:21 req-1 run_instance i-2,i-3,i-4"
+    ]
+    document = json.loads(refusals_command(store, capsys, "-f", "json"))
+    assert [r["request_id"] for r in document["refusals"]] == ["req-1", "req-0"]
+    assert document["refusals"][0]["reasons"] == {"disabled": 1, "insufficient MEMORY_MB": 4}
