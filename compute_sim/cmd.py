@@ -49,6 +49,7 @@ from scheduler import broker, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
+from scheduler.conf.unread import warn_unread
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.image_meta import version_to_int
 from scheduler.store import make_store
@@ -360,6 +361,7 @@ def _main(argv: Sequence[str] | None) -> int:
     conf_mod.CONF.register_cli_opts(cli_opts)
     conf = _cli.parse(argv, prog="compute-sim", description=DESCRIPTION)
     log.setup(process="compute-sim")
+    warn_unread(conf)
     transport = rpc.get_transport(conf)
     store = make_store(conf)
     # One name per simulator (its hosts are its prefix's): a restarted one takes

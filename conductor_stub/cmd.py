@@ -37,6 +37,7 @@ from scheduler import broker, log
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli, _commands
 from scheduler.cmd._commands import Arg, Command, OneOf, arg, one_of
+from scheduler.conf.unread import warn_unread
 from scheduler.exceptions import SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
@@ -449,6 +450,8 @@ def _main(argv: Sequence[str] | None) -> int:
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",
     )
+    if conf.command.name == "serve":
+        warn_unread(conf)
     return run(conf)
 
 

@@ -282,3 +282,20 @@ def test_the_tail_stops_once_its_output_is_closed(cluster: Cluster) -> None:
     assert "Traceback" not in err, err
     assert {json.loads(line)["level"] for line in err.splitlines()} <= {"warning"}, err
     assert not [q for q in queues(cluster) if q.startswith("tail-")]
+
+
+def test_every_daemon_says_a_misspelled_or_nova_only_option_at_start(cluster: Cluster) -> None:
+    """oslo.config ignores options it does not know: each daemon (the worker,
+    a compute-sim, the conductor) says so, one line each, naming the option
+    it meant or where Nova's equivalent lives."""
+    cluster.write_config(DEFAULT={"cpu_allocation_ratio": 16.0}, scheduler={"max_atempts": 5})
+    daemons = [cluster.start_worker(), cluster.start_compute(1), cluster.start_conductor()]
+    for daemon in daemons:
+        wait_until(
+            lambda d=daemon: d.count("option_not_read") == 2, 30, f"{daemon.name}'s warnings"
+        )
+        said = sorted(
+            e["detail"] for e in daemon.log_events() if e.get("event") == "option_not_read"
+        )
+        assert said[0].startswith("[DEFAULT] cpu_allocation_ratio") and "[compute]" in said[0]
+        assert said[1].endswith("did you mean [scheduler] max_attempts?")

@@ -293,14 +293,3 @@ def test_a_second_worker_with_the_same_host_leaves_the_first_ones_queue_when_it_
 
     first.stop()
     assert cluster.queues().get(queue) is None  # the last one out deletes it
-
-
-def test_a_misspelled_or_nova_only_option_is_said_at_start(cluster: Cluster) -> None:
-    """oslo.config ignores options it does not know: the worker says so, one
-    line each, naming the option it meant or where Nova's equivalent lives."""
-    cluster.write_config(DEFAULT={"cpu_allocation_ratio": 16.0}, scheduler={"max_atempts": 5})
-    worker = cluster.start_worker()
-    said = sorted(e["detail"] for e in worker.log_events() if e.get("event") == "option_not_read")
-    assert len(said) == 2, said
-    assert said[0].startswith("[DEFAULT] cpu_allocation_ratio") and "[compute]" in said[0]
-    assert said[1].endswith("did you mean [scheduler] max_attempts?")
