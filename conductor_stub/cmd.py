@@ -394,9 +394,13 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "list",
-        help="List instances: uuid, state, task state, host, zone, flavor, project.",
+        help="List instances: uuid, state, task state, host, zone, flavor, project, "
+        "last change and fault.",
         description="List the live instance records (DELETED ones are not listed), "
-        "narrowed by --state, --host and --project (all of those given must match).",
+        "narrowed by --state, --host and --project (all of those given must match), "
+        "ordered by --sort. Each row's fault is the one its user sees, cut to 40 "
+        "characters (show prints it whole; scheduler-admin refusals says why no host "
+        "took a request).",
         run=commands.list_instances,
         values=_UUID_STATE_HOST,
         arguments=(
@@ -409,6 +413,14 @@ COMMANDS: tuple[Command, ...] = (
             ),
             _host("--host", dest="on_host", help="Only those on HOST."),
             arg("--project", type=_cli.name, help="Only this project's instances."),
+            arg(
+                "--sort",
+                choices=tuple(commands.SORTS),
+                default="uuid",
+                help="Order the rows by uuid (the default), state, host, or by when each "
+                "record was created or last changed (newest first): '--sort updated "
+                "--state ERROR' lists the latest failures first.",
+            ),
         ),
     ),
     Command(
@@ -474,6 +486,8 @@ def run(conf: cfg.ConfigOpts) -> int:
                 known_host(commands.open_store(conf), hostname)
             if args.name in BROKER_COMMANDS:
                 broker.reach(conf, min(args.timeout, BROKER_TIMEOUT))
+            if args.name == "boot":
+                commands.warn_missing_consumers(conf)
             return _commands.emit(_commands.call(COMMANDS, args, conf), _commands.fmt_of(args))
     except _cli.ONE_LINE_ERRORS:
         raise

@@ -54,7 +54,7 @@ from scheduler.objects import (
     InstanceRecord,
     validate_uuid,
 )
-from scheduler.render import flavor_name, table
+from scheduler.render import flavor_name, table, when
 from scheduler.store import Store, make_store
 from scheduler.store.services import ServiceResolver
 
@@ -255,12 +255,6 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     )
     # Checked before the store or the broker is reached; Booter.boot checks again.
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
-    for missing in missing_consumers(conf):
-        _cli.say(
-            "conductor-stub boot",
-            f"warning: {missing}; the instances stay BUILDING until one does "
-            "(the conductor re-drives them past [conductor] build_timeout)",
-        )
     store = open_store(conf)
     group = (
         server_group(store, validate_uuid(args.group, "--group"))
@@ -318,18 +312,21 @@ BOOT_CONSUMERS = (("scheduler", "scheduler-worker"), ("conductor", "conductor-st
 CONSUMER_CHECK_TIMEOUT = 5.0
 
 
-def missing_consumers(conf: cfg.ConfigOpts) -> list[str]:
-    """Which of :data:`BOOT_CONSUMERS` nothing consumes now, each said in one
-    line. The boot is still recorded and sent (the conductor's sweep re-drives
-    what no worker took), but ``--wait`` would otherwise wait its whole
-    timeout without a word."""
-    said = []
+def warn_missing_consumers(conf: cfg.ConfigOpts) -> None:
+    """Say, one line each, which of :data:`BOOT_CONSUMERS` nothing consumes
+    now (``boot``, before it sends). The boot is still recorded and sent (the
+    conductor's sweep re-drives what no worker took), but ``--wait`` would
+    otherwise wait its whole timeout without a word."""
     for group, what in BOOT_CONSUMERS:
         try:
-            broker.reach(conf, CONSUMER_CHECK_TIMEOUT, topic=conf[group].topic, what=what)
+            topic = getattr(conf, group).topic
+            broker.reach(conf, CONSUMER_CHECK_TIMEOUT, topic=topic, what=what)
         except NoConsumer as exc:
-            said.append(exc.message)
-    return said
+            _cli.say(
+                "conductor-stub boot",
+                f"warning: {exc.message}; the instances stay BUILDING until one does "
+                "(the conductor re-drives them past [conductor] build_timeout)",
+            )
 
 
 def boot_status(report: BootReport, asked: int, timeout: float) -> int:
@@ -623,16 +620,45 @@ def list_row(record: InstanceRecord) -> dict[str, Any]:
         "availability_zone": record.availability_zone,
         "flavor": flavor_name(record),
         "project_id": spec.get("project_id"),
+        "fault": record.fault,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
     }
+
+
+#: The longest fault ``list``'s table shows (``show`` shows it whole).
+FAULT_SHOWN = 40
 
 
 def format_list(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "no instances"
     keys = ("uuid", "state", "task_state", "host", "availability_zone", "flavor", "project_id")
-    headers = ("uuid", "state", "task", "host", "zone", "flavor", "project")
-    cells = [[("-" if r[k] is None else str(r[k])) for k in keys] for r in rows]
+    headers: tuple[str, ...] = ("uuid", "state", "task", "host", "zone", "flavor", "project")
+    headers += ("updated (UTC)", "fault")
+    cells = [
+        [("-" if r[k] is None else str(r[k])) for k in keys]
+        + [when(r["updated_at"]) if r["updated_at"] else "-", _shortened(r["fault"])]
+        for r in rows
+    ]
     return "\n".join(table(headers, cells, left=len(headers)) + [f"{len(rows)} instance(s)"])
+
+
+def _shortened(fault: str | None) -> str:
+    if not fault:
+        return "-"
+    return fault if len(fault) <= FAULT_SHOWN else fault[: FAULT_SHOWN - 3] + "..."
+
+
+#: How ``list --sort`` orders the rows: by uuid (the default), or by the
+#: column named, newest first for the times.
+SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "uuid": lambda r: r["uuid"],
+    "state": lambda r: (r["state"], r["uuid"]),
+    "host": lambda r: (r["host"] or "", r["uuid"]),
+    "created": lambda r: (-r["created_at"], r["uuid"]),
+    "updated": lambda r: (-r["updated_at"], r["uuid"]),
+}
 
 
 def _listed(rows: list[dict[str, Any]], status: int = 0) -> Output:
@@ -648,13 +674,12 @@ def _listed(rows: list[dict[str, Any]], status: int = 0) -> Output:
 
 def list_instances(conf: cfg.ConfigOpts) -> Output:
     args = conf.command
-    return _listed(
-        [
-            list_row(r)
-            for r in open_store(conf).scan_instances()
-            if selected(r, args.state, args.project, args.on_host)
-        ]
-    )
+    rows = [
+        list_row(r)
+        for r in open_store(conf).scan_instances()
+        if selected(r, args.state, args.project, args.on_host)
+    ]
+    return _listed(sorted(rows, key=SORTS[args.sort]))
 
 
 def show(conf: cfg.ConfigOpts) -> Output:

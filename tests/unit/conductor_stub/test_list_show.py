@@ -38,7 +38,13 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return capsys.readouterr().out
 
 
-def record(store: MemoryStore, state: str, project: str = "p", host: str | None = None) -> str:
+def record(
+    store: MemoryStore,
+    state: str,
+    project: str = "p",
+    host: str | None = None,
+    at: float = 1_700_000_000.0,
+) -> str:
     uuid = str(uuidlib.uuid4())
     spec = SPEC.replace(project_id=project).to_primitive()
     store.create_instances(
@@ -56,6 +62,8 @@ def record(store: MemoryStore, state: str, project: str = "p", host: str | None 
                 fault=None if host else "No valid host was found.",
                 fault_details=None if host else "0/3 hosts available: 3 disabled",
                 request_spec=spec,
+                created_at=at,
+                updated_at=at,
             )
         ]
     )
@@ -92,16 +100,39 @@ def test_list_selects(
             "availability_zone": "az1",
             "flavor": SPEC.flavor.name,
             "project_id": "q",
+            "fault": None,
+            "created_at": 1_700_000_000.0,
+            "updated_at": 1_700_000_000.0,
         }
 
 
 def test_list_prints_a_table(store: MemoryStore, capsys: pytest.CaptureFixture[str]) -> None:
     uuid = record(store, ACTIVE, host="cmp-a")
     lines = run(capsys, "list").splitlines()
-    assert lines[0].split() == ["uuid", "state", "task", "host", "zone", "flavor", "project"]
-    assert lines[1].split() == [uuid, ACTIVE, "-", "cmp-a", "az1", SPEC.flavor.name, "p"]
+    assert lines[0].split() == [
+        "uuid", "state", "task", "host", "zone", "flavor", "project", "updated", "(UTC)", "fault",
+    ]  # fmt: skip
+    assert lines[1].split() == [
+        uuid, ACTIVE, "-", "cmp-a", "az1", SPEC.flavor.name, "p", "2023-11-14", "22:13:20", "-",
+    ]  # fmt: skip
     assert lines[-1] == "1 instance(s)"
     assert run(capsys, "list", "--state", "ERROR") == "no instances\n"
+
+
+def test_list_sorts_and_shows_each_fault_and_last_change(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The latest failures first, with what their user was told: a listing
+    sorted by uuid, with no fault or time, could not answer that."""
+    old = record(store, ERROR, at=1_700_000_000.0)
+    new = record(store, ERROR, at=1_700_000_100.0)
+    ok = record(store, ACTIVE, host="cmp-a", at=1_700_000_050.0)
+    rows = run(capsys, "list", "--sort", "updated").splitlines()[1:-1]
+    assert [row.split()[0] for row in rows] == [new, ok, old]
+    assert rows[0].endswith("22:15:00  No valid host was found.")
+    by_uuid = json.loads(run(capsys, "list", "--json"))["instances"]
+    assert [r["uuid"] for r in by_uuid] == sorted([old, new, ok])
+    assert {r["uuid"]: r["fault"] for r in by_uuid}[new] == "No valid host was found."
 
 
 def test_show_leaves_the_admin_details_to_admin(
