@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from scheduler import render
 from scheduler.log import mask_secrets
 from scheduler.objects import Flavor, RequestSpec
 from scheduler.store import Store
@@ -123,11 +124,16 @@ def summary(table: HostTable) -> dict[str, Any]:
     }
 
 
+#: How many of the last NoValidHosts the page lists.
+REFUSALS_SHOWN = 10
+
+
 def cloud(
     store: Store, service_down_time: float, catalog: Mapping[str, Flavor], now: float
 ) -> dict[str, Any]:
-    """The hosts (as ``hosts --json`` lists them), their groups, the totals and
-    the catalog's flavors with how many still fit."""
+    """The hosts (as ``hosts --json`` lists them), their groups, the totals,
+    the catalog's flavors with how many still fit, and the last NoValidHosts
+    (as ``scheduler-admin refusals`` prints them)."""
     table = HostTable.from_snapshot(store.compact_snapshot(), now, service_down_time)
     rows = list(table.rows(np.arange(len(table))))
     aggregates = store.list_aggregates()
@@ -142,6 +148,16 @@ def cloud(
         "groups": groups(rows, zones),
         "summary": summary(table),
         "flavors": flavors,
+        "refusals": [
+            {
+                "time": render.when(r.at),
+                "request_id": r.request_id,
+                "action": r.action,
+                "instance_uuids": list(r.instance_uuids),
+                "reasons": render.reasons_line(r.reasons),
+            }
+            for r in store.recent_refusals(REFUSALS_SHOWN)
+        ],
     }
 
 

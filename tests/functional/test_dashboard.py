@@ -50,6 +50,7 @@ READ_PAGE = """(() => {
       [c.dataset.host, c.className])),
     flavors: Object.fromEntries(rows('#flavors tbody tr').map((r) =>
       [r.dataset.flavor, Number(r.querySelector('[data-fits]').dataset.fits)])),
+    refusals: rows('#refusals tbody tr').map((r) => [...r.cells].map(text)),
     reasons: Object.fromEntries(rows('#nvh tbody tr').map((r) =>
       [r.dataset.reason, [...r.cells].slice(1).map(text)])),
     counters: rows('#retries tbody tr').map((r) => [...r.cells].map(text)),
@@ -191,6 +192,9 @@ def test_the_page_shows_the_cloud_as_hosts_json_does_and_follows_it_live(
 
         # The hosts, as hosts --json and the store have them.
         assert page["hosts"] == as_page_shows(rows)
+        # The giant's NoValidHost among the last ones, with its reasons.
+        (kept,) = [r for r in page["refusals"] if r[2] == refused]
+        assert "insufficient MEMORY_MB" in kept[3], kept
         for host, usage in store_usage(cluster).items():
             assert {k: page["hosts"][host][k] for k in usage} == usage, host
         # Each aggregate's hosts, as the page shows them, add up to what

@@ -18,6 +18,7 @@ from scheduler.dashboard.server import make_server, serve_in_background
 from scheduler.dashboard.state import (
     NO_AGGREGATE,
     NO_ENDPOINT,
+    REFUSALS_SHOWN,
     HostRow,
     Scraper,
     StateSource,
@@ -30,6 +31,7 @@ from scheduler.dashboard.state import (
 from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import Flavor
 from scheduler.store import MemoryStore
+from scheduler.store.records import Refusal
 from tests.unit.factories import NOW, aggregate, az, host, populate, private_conf
 
 
@@ -125,6 +127,24 @@ def test_the_cloud_is_the_hosts_commands_rows() -> None:
     assert state["summary"]["usage"]["VCPU"] == {"used": 0, "capacity": 8 + 16}
     (tiny,) = state["flavors"]
     assert (tiny["fits"], tiny["hosts"]) == (8, 1)  # h1's VCPU; h2 is down
+    assert state["refusals"] == []
+
+
+def test_the_page_lists_the_last_no_valid_hosts_as_refusals_prints_them() -> None:
+    store = MemoryStore()
+    for n in range(REFUSALS_SHOWN + 2):
+        store.record_refusal(
+            Refusal(1_700_000_000.0 + n, f"req-{n}", "run_instance", ("i-1", "i-2"), {"x": 2})
+        )
+    listed = cloud(store, 60.0, {}, NOW)["refusals"]
+    assert len(listed) == REFUSALS_SHOWN
+    assert listed[0] == {
+        "time": "2023-11-14 22:13:31",
+        "request_id": f"req-{REFUSALS_SHOWN + 1}",
+        "action": "run_instance",
+        "instance_uuids": ["i-1", "i-2"],
+        "reasons": "2 x",
+    }
 
 
 WORKER = """\
