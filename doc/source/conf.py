@@ -18,6 +18,7 @@ extensions = [
     "cli_help",
     "walkthrough",
     "module_map",
+    "nova_options",
 ]
 
 # openstackdocstheme: the repository the "report a bug" and source links name.

@@ -59,13 +59,31 @@ NOVA_EQUIVALENTS: Mapping[tuple[str, str], str] = MappingProxyType(
         ("DEFAULT", "compute_topic"): "[compute] topic",
         ("oslo_messaging_notifications", "driver"): (
             "[notifications] enabled (false where Nova had driver = noop); the "
-            "driver is always messagingv2"
+            "driver is always messagingv2 (of this group only transport_url and "
+            "retry are read)"
         ),
         ("oslo_messaging_notifications", "topics"): ("[notifications] topic and versioned_topic"),
-        ("oslo_messaging_notifications", "transport_url"): (
-            "the notifications share [DEFAULT] transport_url"
+        ("notifications", "notification_format"): (
+            "[notifications] format (unversioned, versioned or both)"
         ),
-        ("notifications", "notification_format"): "[notifications] format",
+        ("notifications", "versioned_notifications_topics"): (
+            "[notifications] versioned_topic (one topic)"
+        ),
+        ("DEFAULT", "default_availability_zone"): "[filter_scheduler] default_availability_zone",
+        ("DEFAULT", "running_deleted_instance_action"): (
+            "[compute] running_deleted_instance_action (reap or log)"
+        ),
+        ("DEFAULT", "running_deleted_instance_timeout"): (
+            "[conductor] orphan_grace (for every finding of the reconciler)"
+        ),
+        ("DEFAULT", "shelved_offload_time"): "nothing: a shelve offloads at once (Nova's 0)",
+        ("placement", "randomize_allocation_candidates"): (
+            "[scheduler] randomize_allocation_candidates (a window from a random host, "
+            "not a sample)"
+        ),
+        ("filter_scheduler", "shuffle_best_same_weighed_hosts"): (
+            "nothing: ties are always shuffled, seeded by the request id and instance uuid"
+        ),
         ("filter_scheduler", "weight_classes"): (
             "[filter_scheduler] weighers (entry point names, not class paths)"
         ),

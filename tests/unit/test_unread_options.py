@@ -3,12 +3,14 @@ the equivalent lives (a Nova operator's nova.conf) or the closest name (a typo).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from oslo_config import cfg
 from structlog.testing import capture_logs
 
-from scheduler.conf.unread import unread, warn_unread
+from scheduler.conf import list_opts
+from scheduler.conf.unread import NOVA_EQUIVALENTS, unread, warn_unread
 from tests.unit.factories import private_conf
 
 NOVA_CONF = """\
@@ -80,3 +82,15 @@ def test_each_unread_option_is_one_warning(tmp_path: Path) -> None:
         warn_unread(_conf(tmp_path, NOVA_CONF))
     assert [e["event"] for e in logs] == ["option_not_read"] * 7
     assert all(e["log_level"] == "warning" and "\n" not in e["detail"] for e in logs)
+
+
+def test_every_equivalent_named_is_an_option_here() -> None:
+    """The table's "instead" names options that exist (a renamed option would
+    otherwise send a Nova operator to nothing)."""
+    own = {(group, opt.name) for group, opts in list_opts() for opt in opts}
+    named = [
+        (m["group"], m["name"])
+        for instead in NOVA_EQUIVALENTS.values()
+        for m in re.finditer(r"\[(?P<group>\w+)\] (?P<name>[a-z_]+)", instead)
+    ]
+    assert named and not [n for n in named if n not in own]
