@@ -223,7 +223,7 @@ def test_the_queues_a_process_owns_go_away_with_it(cluster: Cluster) -> None:
     last.stop()
     assert "compute.sim-compute" not in queues(cluster)
 
-    # A tail killed cannot delete its pool's queue: the policy the README gives
+    # A tail killed cannot delete its pool's queue: the policy the admin guide gives
     # expires it once it has had no consumer for a while.
     subprocess.run(
         ["rabbitmqctl", "-q", "set_policy", "-p", cluster.vhost, *notify_tail.pool_policy(2)],

@@ -3,7 +3,7 @@
 The rabbit driver declares ``notifications.info`` when the worker first
 publishes, so notifications wait there for a consumer that joins later; with
 nothing consuming, it grows by every boot's notifications. The policy of
-:func:`scheduler.notifier.queue_policy`, applied as the README says, bounds
+:func:`scheduler.notifier.queue_policy`, applied as the admin guide says, bounds
 it (classic and quorum queues alike), dropping the oldest: a consumer that
 joins later gets the newest notifications, as many as the bound.
 """

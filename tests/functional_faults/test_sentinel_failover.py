@@ -22,7 +22,7 @@ replica, and a Sentinel failover mid-storm.
   ACTIVE is lost (which shows as recorded ACTIVE twice, after a re-drive).
   ``SCHEDULER_TEST_MIN_REPLICAS=0`` runs the same fault without waiting: it
   loses the ACTIVE records (and claims) acknowledged after the cut, which
-  the re-drives and the reconciliation then repair (see the README).
+  the re-drives and the reconciliation then repair (see doc/source/admin/faults.rst).
 """
 
 from __future__ import annotations
