@@ -101,6 +101,16 @@ class Requirement:
             return f"operator {self.op!r} compares numbers and {self.words[0]!r} is not one"
         return None
 
+    @property
+    def comparison(self) -> tuple[Callable[[Any, float], Any], float] | None:
+        """For a numeric operator with a numeric operand, the comparison and
+        the operand: ``compare(have, wanted)`` is :meth:`matches` of a number
+        ``have``, and compares a numpy array elementwise. Else None."""
+        if self.op not in _NUMERIC or not self.words:
+            return None
+        wanted = _number(self.words[0])
+        return None if wanted is None else (_NUMERIC[self.op], wanted)
+
     def matches(self, value: Any) -> bool:
         """Whether a host value (a string, number, bool or list of them) matches."""
         if value is None:

@@ -455,6 +455,22 @@ class HostCapabilities:
             return np.zeros(len(idx), dtype=bool)
         return column.codes[idx] != 0
 
+    def attribute_numbers(self, key: str, idx: np.ndarray) -> np.ndarray:
+        """Attribute ``key`` per host as a float: NaN where it is not reported,
+        or is not a number (a bool is not one). Converted once per distinct value."""
+        column = self._attributes.get(key)
+        if column is None:
+            return np.full(len(idx), np.nan)
+        numbers = np.fromiter(
+            (
+                float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+                for v in column.values
+            ),
+            dtype=np.float64,
+            count=len(column.values),
+        )
+        return numbers[column.codes[idx]]
+
     def has_stat(self, name: str) -> bool:
         return name in self._stats
 

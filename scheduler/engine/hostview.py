@@ -93,7 +93,7 @@ from types import MappingProxyType
 import numpy as np
 
 from scheduler.engine.settings import EngineSettings
-from scheduler.engine.tables import ProviderTable, set_words
+from scheduler.engine.tables import CLASS_FILL, ProviderTable, set_words
 from scheduler.engine.viewfeed import CHANGES_BATCH, ViewFeed
 from scheduler.engine.viewstate import AZ_METADATA_KEY, CHANGE_LOG
 from scheduler.store.base import Aggregate, ChangeFeed
@@ -344,6 +344,16 @@ class HostView(ViewFeed):
         if values is None:
             values = gathered[1][column, j] = self._hosts.per_class[column][j].take(idx)
         return values
+
+    def of_class(self, column: str, rc: str, idx: np.ndarray) -> np.ndarray:
+        """Per-class column ``column`` (``total``, ``reserved``, ``ratio``,
+        ``used``, ...) of ``rc`` on the root providers of the hosts in ``idx``:
+        its no-inventory value (0; a ratio of 1.0) on those without the class."""
+        j = self._rc.get(rc)
+        if j is None:
+            dtype = self._hosts.per_class[column].dtype
+            return np.full(len(idx), CLASS_FILL[column], dtype=dtype)
+        return self._of_hosts(column, j, idx)
 
     def free(self, rc: str, idx: np.ndarray) -> np.ndarray:
         """Free capacity of ``rc`` (allocation ratio applied) on the hosts in ``idx``."""

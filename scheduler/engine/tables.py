@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,8 @@ _READ_INVENTORY: Callable[[Inventory], tuple[Any, ...]] = attrgetter(
     *(c.field for c in _INVENTORY_COLUMNS if c.field)
 )
 _NO_INVENTORY = tuple(c.fill for c in _INVENTORY_COLUMNS)
+#: Each per-class column's value where a provider has no inventory of the class.
+CLASS_FILL: Mapping[str, Any] = MappingProxyType({c.name: c.fill for c in _CLASS_COLUMNS})
 
 # Per row buffers: (name, dtype, fill value of a new row).
 _RowColumns = tuple[tuple[str, type, Any], ...]
