@@ -132,7 +132,11 @@ class NovaSchedulerEndpoint:
         request = decode(spec_obj, self.cell_uuid)
         uuids: Sequence[Any] | None = instance_uuids
         if uuids is None:  # a client older than 4.3 names the one instance in the spec
-            uuids = [value(spec_obj, "instance_uuid")]
+            uuids = [value(spec_obj, "instance_uuid")] * request["num_instances"]
+        elif isinstance(uuids, list | tuple):
+            # As Nova's scheduler: the uuids say how many (a move of one of three
+            # instances booted together carries the boot's num_instances, 3).
+            request["num_instances"] = len(uuids)
         return self.native.destinations(ctxt, request_id, request, list(uuids), return_alternates)
 
     # --- fanout casts from Nova's computes --------------------------------------------
