@@ -234,3 +234,21 @@ def test_a_request_no_host_can_take_is_nova_novalidhost(
     for uuid in uuids:
         assert nova_cluster.store.get_consumer(uuid) is None
     assert all(not p.usages.get("MEMORY_MB") for p in nova_cluster.store.list_providers())
+
+
+def test_a_field_the_scheduler_cannot_honour_is_refused_as_novalidhost(
+    nova_cluster: Cluster, nova: NovaCaller
+) -> None:
+    # Huge pages: Nova's NUMA placement reads them, the project does not model them.
+    start(nova_cluster, ("x86", 2, ()))
+    [uuid] = new_uuids(1)
+
+    answer = nova.call(
+        {"flavor": SMALL, "image": {"hw_mem_page_size": "large"}}, [uuid], return_alternates=True
+    )
+
+    error = answer.get("error")
+    assert error is not None, answer
+    assert (error["module"], error["class"]) == ("nova.exception", "NoValidHost"), error
+    assert "hw_mem_page_size" in error["message"], error
+    assert nova_cluster.store.get_consumer(uuid) is None
