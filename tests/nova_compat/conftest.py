@@ -121,11 +121,15 @@ def nova(nova_cluster: Cluster) -> Iterator[NovaCaller]:
         "driver = noop\n"
     )
     log_path = nova_cluster.tmp / "nova-drive.log"
+    # The side environment is installed without bytecode: let the driver
+    # write it for what it imports (Nova's import takes twice as long without).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.Popen(
         [NOVA_PYTHON, str(DRIVER), "--config-file", str(conf)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log_path.open("wb"),
+        env=env,
     )
     caller = NovaCaller(proc, log_path)
     try:
