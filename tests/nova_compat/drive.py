@@ -21,7 +21,8 @@ tried, as ``[host, node]`` pairs), ``requested_destination`` (host, node,
 cell uuid), ``availability_zone``, ``scheduler_hints``, ``project_id``,
 ``user_id``. The answer is ``{"selections": [[{field: value}, ...], ...]}``
 (each Selection's set fields and its version as received) or ``{"error":
-{"module", "class", "message"}}``: the exception as the caller got it.
+{"class", "is_a", "message"}}``: the exception as the caller got it, with
+every class it is an instance of.
 """
 
 from __future__ import annotations
@@ -168,10 +169,13 @@ def answer(client: Any, ctxt: Any, request: dict[str, Any], transport_url: str) 
             return_alternates=request["return_alternates"],
         )
     except Exception as exc:  # what the caller got, told back to the test
+        # oslo.messaging rebuilds a remote exception of an allowed module as a
+        # subclass of it (nova.exception_Remote.NoValidHost_Remote): the
+        # classes it is an instance of are what a caller's except clause sees.
         return {
             "error": {
-                "module": type(exc).__module__,
-                "class": type(exc).__name__,
+                "class": f"{type(exc).__module__}.{type(exc).__name__}",
+                "is_a": [f"{c.__module__}.{c.__name__}" for c in type(exc).__mro__],
                 "message": str(exc),
             }
         }
