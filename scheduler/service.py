@@ -21,6 +21,8 @@ from scheduler.exceptions import StoreUnavailable
 from scheduler.log import get_logger, mask_secrets
 from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
+from scheduler.nova_compat.endpoint import NovaSchedulerEndpoint
+from scheduler.nova_compat.endpoint import get_server as nova_server
 from scheduler.store import Store
 from scheduler.store.services import ServiceResolver
 from scheduler.weighers import profiles
@@ -76,7 +78,9 @@ def _is_set(conf: cfg.ConfigOpts, name: str, group: str) -> bool:
 
 
 class SchedulerService:
-    """One worker: an RPC server on the scheduler topic and what it needs."""
+    """One worker: an RPC server on the scheduler topic and what it needs; with
+    ``[nova_compat] enabled``, a second one that speaks Nova's scheduler API
+    (same endpoint underneath, same decisions)."""
 
     def __init__(
         self,
@@ -112,15 +116,34 @@ class SchedulerService:
         self.server = rpc.get_server(
             transport, conf.scheduler.topic, server_name or conf.host, [self.endpoint]
         )
+        nc = conf.nova_compat
+        #: Nova's scheduler API (None unless ``[nova_compat] enabled``).
+        self.nova_server = (
+            nova_server(
+                transport,
+                nc.exchange,
+                nc.topic,
+                server_name or conf.host,
+                NovaSchedulerEndpoint(self.endpoint, nc.cell_uuid),
+            )
+            if nc.enabled
+            else None
+        )
 
     def start(self) -> None:
         self._wait_for_store()
         self.server.start()
+        if self.nova_server is not None:
+            self.nova_server.start()
+            LOG.info("nova_compat_started")
         LOG.info("scheduler_started")
 
     def stop(self) -> None:
-        self.server.stop()
-        self.server.wait()
+        servers = [self.server] if self.nova_server is None else [self.server, self.nova_server]
+        for server in servers:
+            server.stop()
+        for server in servers:
+            server.wait()
         self.notifier.stop()  # what the requests served notified, published
         LOG.info("scheduler_stopped")
 

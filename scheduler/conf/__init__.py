@@ -12,10 +12,11 @@ filters and weighers never import this package.
 One module per option group, as Nova's ``nova/conf/``: :mod:`~scheduler.conf.default`,
 :mod:`~scheduler.conf.scheduler`, :mod:`~scheduler.conf.filter_scheduler`,
 :mod:`~scheduler.conf.pci`, :mod:`~scheduler.conf.redis`,
-:mod:`~scheduler.conf.notifications`, :mod:`~scheduler.conf.compute` and
-:mod:`~scheduler.conf.conductor`; then :mod:`~scheduler.conf.opts` (every group
-in order: ``register_opts``, ``list_opts``, ``set_defaults``, and the global
-``CONF``, registered when that module is first imported),
+:mod:`~scheduler.conf.notifications`, :mod:`~scheduler.conf.compute`,
+:mod:`~scheduler.conf.conductor` and :mod:`~scheduler.conf.nova_compat`; then
+:mod:`~scheduler.conf.opts` (every group in order: ``register_opts``,
+``list_opts``, ``set_defaults``, and the global ``CONF``, registered when that
+module is first imported),
 :mod:`~scheduler.conf.parse` (``parse_args``) and
 :mod:`~scheduler.conf.validation` (``validate``). The names below are imported
 when first used (:mod:`scheduler.lazy`): ``CONF`` comes with every option
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         filter_scheduler_shared_opts,
     )
     from scheduler.conf.notifications import notifications_group, notifications_opts
+    from scheduler.conf.nova_compat import nova_compat_group, nova_compat_opts
     from scheduler.conf.opts import CONF, common_cli_opts, list_opts, register_opts, set_defaults
     from scheduler.conf.parse import find_config_files, parse_args, version
     from scheduler.conf.pci import pci_group, pci_opts
@@ -67,6 +69,8 @@ __all__ = [
     "list_opts",
     "notifications_group",
     "notifications_opts",
+    "nova_compat_group",
+    "nova_compat_opts",
     "parse_args",
     "pci_group",
     "pci_opts",
@@ -102,6 +106,8 @@ if not TYPE_CHECKING:  # the type checker reads the imports above, and knows no 
             "list_opts": "scheduler.conf.opts",
             "notifications_group": "scheduler.conf.notifications",
             "notifications_opts": "scheduler.conf.notifications",
+            "nova_compat_group": "scheduler.conf.nova_compat",
+            "nova_compat_opts": "scheduler.conf.nova_compat",
             "parse_args": "scheduler.conf.parse",
             "pci_group": "scheduler.conf.pci",
             "pci_opts": "scheduler.conf.pci",

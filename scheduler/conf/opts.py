@@ -12,6 +12,7 @@ from scheduler.conf.conductor import conductor_group, conductor_opts
 from scheduler.conf.default import default_opts
 from scheduler.conf.filter_scheduler import filter_scheduler_group, filter_scheduler_options
 from scheduler.conf.notifications import notifications_group, notifications_opts
+from scheduler.conf.nova_compat import nova_compat_group, nova_compat_opts
 from scheduler.conf.pci import pci_group, pci_opts
 from scheduler.conf.redis import redis_group, redis_opts
 from scheduler.conf.scheduler import scheduler_group, scheduler_opts
@@ -29,6 +30,7 @@ def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
         (notifications_group, notifications_opts),
         (compute_group, compute_opts),
         (conductor_group, conductor_opts),
+        (nova_compat_group, nova_compat_opts),
     ]
 
 

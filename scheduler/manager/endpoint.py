@@ -64,7 +64,7 @@ def park(store: PlacementStore, instance_uuid: str, migration_uuid: str, move: s
 MAX_REQUEST_ID = 128
 
 
-def _request_id(ctxt: Any) -> str:
+def request_id_of(ctxt: Any) -> str:
     """The caller's request id, or a new one when it sent none or nonsense."""
     value = getattr(ctxt, "request_id", None)
     if isinstance(value, str) and 0 < len(value) <= MAX_REQUEST_ID:
@@ -124,31 +124,52 @@ class SchedulerEndpoint(Stages):
         it (``return_zones``, RPC 1.3): an older client's Selection refuses
         the field.
         """
-        request_id = _request_id(ctxt)
+        request_id = request_id_of(ctxt)
         with bind_request(request_id=request_id), call_errors("select_destinations"):
-            spec = self._read_spec(request_spec)
-            policy.check_request(ctxt, spec)
-            uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
-            for name, flag in (
-                ("return_alternates", return_alternates),
-                ("return_zones", return_zones),
-            ):
-                if not isinstance(flag, bool):
-                    raise InvalidRequest(reason=f"{name} must be a boolean")
-            with self._selecting(ctxt, spec, uuids) as end:
-                selections = self._select(
-                    "select_destinations",
-                    request_id,
-                    spec,
-                    uuids,
-                    return_alternates=return_alternates,
-                )
-                end["selections"] = _selected(selections)
-            # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
+            per_instance = self.destinations(
+                ctxt, request_id, request_spec, instance_uuids, return_alternates, return_zones
+            )
             return [
                 [(s if return_zones else s.without_zone()).to_primitive() for s in per]
-                for per in (selections.get(u, []) for u in uuids)
+                for per in per_instance
             ]
+
+    def destinations(
+        self,
+        ctxt: Any,
+        request_id: str,
+        request_spec: Any,
+        instance_uuids: Any,
+        return_alternates: Any,
+        return_zones: Any = False,
+    ) -> list[list[Selection]]:
+        """What ``select_destinations`` decides, before it is put on the wire:
+        Selections per instance of ``instance_uuids``, in their order, primary
+        first, the primaries claimed. The one decision path of every
+        ``select_destinations`` endpoint (this one, and Nova's in
+        :mod:`scheduler.nova_compat`); the caller binds ``request_id`` and
+        wraps it in :func:`call_errors`. ``return_zones`` is only checked here
+        (the caller drops the zones it was not asked for)."""
+        spec = self._read_spec(request_spec)
+        policy.check_request(ctxt, spec)
+        uuids = validate_instance_uuids(instance_uuids, spec.num_instances)
+        for name, flag in (
+            ("return_alternates", return_alternates),
+            ("return_zones", return_zones),
+        ):
+            if not isinstance(flag, bool):
+                raise InvalidRequest(reason=f"{name} must be a boolean")
+        with self._selecting(ctxt, spec, uuids) as end:
+            selections = self._select(
+                "select_destinations",
+                request_id,
+                spec,
+                uuids,
+                return_alternates=return_alternates,
+            )
+            end["selections"] = _selected(selections)
+        # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
+        return [selections.get(u, []) for u in uuids]
 
     @expected_exceptions(InvalidRequest, Forbidden, SchedulerUnavailable, InternalError)
     def explain(
@@ -168,7 +189,7 @@ class SchedulerEndpoint(Stages):
         With ``all_hosts`` (1.4) every stage's hosts are listed by name.
         Returns :meth:`ExplainReport.to_primitive`.
         """
-        request_id = _request_id(ctxt)
+        request_id = request_id_of(ctxt)
         with bind_request(request_id=request_id), call_errors("explain"):
             self._require_admin(ctxt, "explain", refused="explain_refused")
             spec = self._read_spec(request_spec)
@@ -195,7 +216,7 @@ class SchedulerEndpoint(Stages):
         """Admin only (1.4): host filter ``filter_name`` alone on every host, for
         the request; returns :meth:`StageHosts.to_primitive`. An unregistered
         name is refused as InvalidRequest, naming the registered ones."""
-        request_id = _request_id(ctxt)
+        request_id = request_id_of(ctxt)
         with bind_request(request_id=request_id), call_errors("run_filter"):
             self._require_admin(ctxt, "run_filter", refused="run_filter_refused")
             spec = self._read_spec(request_spec)
@@ -239,7 +260,7 @@ class SchedulerEndpoint(Stages):
         request is dropped, logged, and the conductor re-drives it once its
         deadline passes (scheduling is idempotent per instance uuid).
         """
-        request_id = _request_id(ctxt)
+        request_id = request_id_of(ctxt)
         with bind_request(request_id=request_id):
             spec: RequestSpec | None = None
             refused: InvalidRequest | Forbidden | None = None
@@ -309,7 +330,7 @@ class SchedulerEndpoint(Stages):
         A store that cannot be reached fails nothing (the re-drive carries
         on); an internal error hands the source back and fails the resize.
         """
-        request_id = _request_id(ctxt)
+        request_id = request_id_of(ctxt)
         with bind_request(request_id=request_id, instance_uuid=str(instance_uuid)[:64]):
             asked = {
                 "instance_uuid": str(instance_uuid)[:64],
