@@ -97,8 +97,18 @@ class NovaCaller:
 
 @pytest.fixture
 def nova_cluster(cluster: Cluster) -> Cluster:  # noqa: F811
-    """The functional tier's deployment, its workers serving Nova's RPC API."""
-    cluster.write_config(nova_compat={"enabled": "true", "cell_uuid": CELL_UUID})
+    """The functional tier's deployment, its workers serving Nova's RPC API.
+
+    The scheduler's own topic is moved off ``scheduler``, the one Nova's
+    client sends to ([nova_compat] topic): RabbitMQ queues are named by topic
+    alone, whatever the exchange, so with both on ``scheduler`` the two RPC
+    servers of a worker share one queue and the native server takes Nova's
+    calls (UnsupportedVersion 4.5).
+    """
+    cluster.write_config(
+        nova_compat={"enabled": "true", "cell_uuid": CELL_UUID},
+        scheduler={"topic": "scheduler-native"},
+    )
     return cluster
 
 
