@@ -32,7 +32,7 @@ from scheduler.manager import SchedulerEndpoint, call_errors
 from scheduler.manager.endpoint import request_id_of
 from scheduler.nova_compat import encode
 from scheduler.nova_compat.decode import decode, refuse
-from scheduler.nova_compat.objects import NovaSerializer, Selection, Unreadable, value
+from scheduler.nova_compat.objects import NovaSerializer, Unreadable, value
 from scheduler.objects import Selection as OwnSelection
 from scheduler.rpc import expected_exceptions
 
@@ -91,7 +91,7 @@ class NovaSchedulerEndpoint:
         instance_uuids: Any = None,
         return_objects: Any = False,
         return_alternates: Any = False,
-    ) -> list[list[Selection]] | list[dict[str, Any]]:
+    ) -> list[list[dict[str, Any]]] | list[dict[str, Any]]:
         """Per instance, its Selections (primary first; alternates only with
         ``return_alternates``); the primaries are claimed. Without
         ``return_objects`` (a client older than 4.4), the primaries as Nova's
@@ -132,7 +132,11 @@ class NovaSchedulerEndpoint:
         request = decode(spec_obj, self.cell_uuid)
         uuids: Sequence[Any] | None = instance_uuids
         if uuids is None:  # a client older than 4.3 names the one instance in the spec
-            uuids = [value(spec_obj, "instance_uuid")]
+            uuids = [value(spec_obj, "instance_uuid")] * request["num_instances"]
+        elif isinstance(uuids, list | tuple):
+            # As Nova's scheduler: the uuids say how many (a move of one of three
+            # instances booted together carries the boot's num_instances, 3).
+            request["num_instances"] = len(uuids)
         return self.native.destinations(ctxt, request_id, request, list(uuids), return_alternates)
 
     # --- fanout casts from Nova's computes --------------------------------------------

@@ -1,0 +1,165 @@
+"""What Nova's wire format costs a worker (issue 32, item 4).
+
+``python -m bench.nova_compat [--hosts 1000] [--calls 2000]`` prints, in
+worker CPU (``time.thread_time``):
+
+* decode: one typical boot RequestSpec primitive (:mod:`bench.nova_wire`)
+  through oslo.versionedobjects (``obj_from_primitive``, by the serializer)
+  alone, and then into the project's request (:func:`decode`);
+* encode: one instance's three Selections into Nova objects and their
+  primitives;
+* ``select_destinations`` through the native endpoint and through Nova's, on
+  the same in-memory store of ``--hosts`` hosts, ``--calls`` one-instance
+  requests each with two alternates, in turn (native, Nova, native, ...);
+  the native request is the one Nova's decodes to, so both decide alike.
+  Each includes what the worker does with the message body: ``json.loads``
+  of the arguments and ``json.dumps`` of the answer (oslo.messaging's own
+  envelope and the transport are the same for both and left out).
+  Notifications are off for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any
+
+from bench import cloud
+from bench import nova_wire as wire
+from scheduler.engine import Engine, EngineSettings
+from scheduler.manager import SchedulerEndpoint
+from scheduler.notifier import Notifier
+from scheduler.nova_compat import encode
+from scheduler.nova_compat.decode import decode
+from scheduler.nova_compat.endpoint import NovaSchedulerEndpoint
+from scheduler.nova_compat.objects import NovaSerializer
+from scheduler.objects import AllocationRequest, Selection
+from scheduler.rpc import ContextSerializer
+from scheduler.store.memory import MemoryStore
+
+CELL = "5c1e7a2d-3b4f-4e6a-9d8c-0f1e2d3c4b5a"
+
+
+def per_call_ms(fn: Callable[[], Any], n: int) -> float:
+    """Median of 5 rounds of ``n`` calls, in ms of this thread's CPU per call."""
+    rounds = []
+    for _ in range(5):
+        started = time.thread_time()
+        for _ in range(n):
+            fn()
+        rounds.append((time.thread_time() - started) * 1000 / n)
+    return statistics.median(rounds)
+
+
+def codec(n: int) -> dict[str, float]:
+    serializer = NovaSerializer()
+    primitive = json.loads(json.dumps(wire.request_spec([str(uuidlib.uuid4())])))
+    rp = str(uuidlib.uuid4())
+    own = [
+        Selection(
+            f"host-{i}",
+            f"host-{i}",
+            rp,
+            AllocationRequest({rp: {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}}, "p", "u"),
+            0.5,
+            "nova",
+        )
+        for i in range(3)
+    ]
+    return {
+        "decode_ovo_ms": per_call_ms(lambda: serializer.deserialize_entity(None, primitive), n),
+        "decode_total_ms": per_call_ms(
+            lambda: decode(serializer.deserialize_entity(None, primitive), CELL), n
+        ),
+        "encode_ms": per_call_ms(
+            lambda: serializer.serialize_entity(None, encode.selections([own], CELL)), n
+        ),
+    }
+
+
+def endpoints(hosts: int) -> tuple[SchedulerEndpoint, NovaSchedulerEndpoint]:
+    store = MemoryStore()
+    cloud.populate(store, cloud.plan(hosts))
+    native = SchedulerEndpoint(
+        Engine(store, EngineSettings()),
+        None,  # type: ignore[arg-type]  # select_destinations casts nothing
+        None,  # type: ignore[arg-type]
+        Notifier(None, "bench", enabled=False),
+    )
+    return native, NovaSchedulerEndpoint(native, CELL)
+
+
+def decisions(hosts: int, calls: int) -> dict[str, float]:
+    native, nova = endpoints(hosts)
+    own_ctxt, nova_ctxt = ContextSerializer(), NovaSerializer()
+    # The same request both ways: the native one is what Nova's decodes to.
+    sample = wire.request_spec([str(uuidlib.uuid4())])
+    own_spec = decode(nova_ctxt.deserialize_entity(None, sample), CELL)
+    nova_context = wire.context()
+    times: dict[str, list[float]] = {"native": [], "nova": []}
+
+    def native_call() -> None:
+        vm = str(uuidlib.uuid4())
+        body = json.dumps(
+            {"request_spec": own_spec, "instance_uuids": [vm], "return_alternates": True}
+        )
+        started = time.thread_time()
+        args = json.loads(body)
+        ctxt = own_ctxt.deserialize_context({"request_id": f"req-{vm}", "is_admin": False})
+        answer = native.select_destinations.__wrapped__(native, ctxt, **args)  # type: ignore[attr-defined]
+        json.dumps(answer)
+        times["native"].append(time.thread_time() - started)
+
+    def nova_call() -> None:
+        vm = str(uuidlib.uuid4())
+        body = json.dumps(
+            {
+                "spec_obj": wire.request_spec([vm]),
+                "instance_uuids": [vm],
+                "return_objects": True,
+                "return_alternates": True,
+                "context": {**nova_context, "request_id": f"req-{vm}"},
+            }
+        )
+        started = time.thread_time()
+        args = json.loads(body)
+        ctxt = nova_ctxt.deserialize_context(args.pop("context"))
+        args = {k: nova_ctxt.deserialize_entity(ctxt, v) for k, v in args.items()}
+        answer = nova.select_destinations.__wrapped__(nova, ctxt, **args)  # type: ignore[attr-defined]
+        json.dumps(nova_ctxt.serialize_entity(ctxt, answer))
+        times["nova"].append(time.thread_time() - started)
+
+    for _ in range(50):  # warm: the host view loaded, the code paths hot
+        native_call()
+        nova_call()
+    times = {"native": [], "nova": []}
+    for _ in range(calls):
+        native_call()
+        nova_call()
+    native_ms = statistics.median(times["native"]) * 1000
+    nova_ms = statistics.median(times["nova"]) * 1000
+    return {
+        "native_ms": native_ms,
+        "nova_ms": nova_ms,
+        "extra_ms": nova_ms - native_ms,
+        "native_mean_ms": statistics.fmean(times["native"]) * 1000,
+        "nova_mean_ms": statistics.fmean(times["nova"]) * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--codec-calls", type=int, default=2000)
+    args = parser.parse_args()
+    results = {**codec(args.codec_calls), **decisions(args.hosts, args.calls)}
+    print(json.dumps({k: round(v, 4) for k, v in results.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
