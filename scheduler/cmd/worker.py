@@ -331,6 +331,21 @@ def config_error(conf: cfg.ConfigOpts) -> str | None:
         build_plugins(engine_settings(conf))
     except (SchedulerError, ValueError) as exc:
         return str(exc)
+    return topic_clash(conf)
+
+
+def topic_clash(conf: cfg.ConfigOpts) -> str | None:
+    """Why the native and the Nova-compatible servers cannot both serve: the
+    broker names a queue by its topic alone, whatever the exchange, so with
+    one topic Nova's calls would reach the native server (and be refused as
+    an unknown version)."""
+    nova = conf.nova_compat
+    if nova.enabled and nova.topic == conf.scheduler.topic:
+        return (
+            f"[nova_compat] topic and [scheduler] topic are both {nova.topic!r}: queues are "
+            "named by topic alone, so Nova's calls would reach the native server; give "
+            "[scheduler] topic another name (and the conductors' configuration with it)"
+        )
     return None
 
 

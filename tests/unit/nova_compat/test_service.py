@@ -9,6 +9,7 @@ import pytest
 from oslo_config import cfg
 
 from scheduler import rpc
+from scheduler.cmd import worker
 from scheduler.nova_compat.endpoint import NovaSchedulerEndpoint
 from scheduler.service import SchedulerService
 from scheduler.store.memory import MemoryStore
@@ -49,3 +50,17 @@ def test_a_worker_serves_novas_api_only_when_enabled(conf: cfg.ConfigOpts, enabl
         assert endpoint.cell_uuid == conf.nova_compat.cell_uuid
     finally:
         transport.cleanup()
+
+
+def test_a_worker_refuses_to_serve_both_apis_on_one_topic(conf: cfg.ConfigOpts) -> None:
+    """The broker names a queue by its topic alone: with both topics
+    ``scheduler`` (the defaults) Nova's calls reached the native server, which
+    refused version 4.5. The worker refuses the configuration in one line."""
+    assert worker.config_error(conf) is None  # off: no clash
+    conf.set_override("enabled", True, "nova_compat")
+    said = worker.config_error(conf)
+    assert said is not None and said.startswith(
+        "[nova_compat] topic and [scheduler] topic are both 'scheduler'"
+    )
+    conf.set_override("topic", "scheduler-native", "scheduler")
+    assert worker.config_error(conf) is None
