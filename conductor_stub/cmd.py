@@ -486,8 +486,6 @@ def run(conf: cfg.ConfigOpts) -> int:
                 known_host(commands.open_store(conf), hostname)
             if args.name in BROKER_COMMANDS:
                 broker.reach(conf, min(args.timeout, BROKER_TIMEOUT))
-            if args.name == "boot":
-                commands.warn_missing_consumers(conf)
             return _commands.emit(_commands.call(COMMANDS, args, conf), _commands.fmt_of(args))
     except _cli.ONE_LINE_ERRORS:
         raise

@@ -255,6 +255,9 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     )
     # Checked before the store or the broker is reached; Booter.boot checks again.
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
+    # A request refused above says only why; one that will be sent, whether
+    # anything is there to take it.
+    warn_missing_consumers(conf)
     store = open_store(conf)
     group = (
         server_group(store, validate_uuid(args.group, "--group"))

@@ -40,6 +40,8 @@ def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     monkeypatch.setattr(commands, "conductor_settings", lambda conf: ConductorSettings())
     monkeypatch.setattr(commands, "reconcile_settings", lambda conf: ReconcileSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
+    # No broker: nothing to ask whether a worker and a conductor consume.
+    monkeypatch.setattr(commands.broker, "reach", lambda *args, **kwargs: None)
     return made
 
 
@@ -61,7 +63,7 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
     command: Any = parser.parse_args(["boot", *args])
     conf = SimpleNamespace(
         command=command,
-        conductor=SimpleNamespace(flavors_file=""),
+        conductor=SimpleNamespace(flavors_file="", topic=rpc.CONDUCTOR_TOPIC),
         filter_scheduler=SimpleNamespace(enabled_filters=list(filters)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
