@@ -28,14 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def queues(cluster: Cluster) -> set[str]:
-    out = subprocess.run(
-        ["rabbitmqctl", "-q", "list_queues", "-p", cluster.vhost, "name", "--no-table-headers"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+    return set(cluster.queues())
 
 
 def closed_port() -> int:
