@@ -36,6 +36,7 @@ from bench.cases import (
     hostview,
     lifetimes,
     memory,
+    nova,
     rabbit,
     replicas,
     sweep,
@@ -58,6 +59,7 @@ CASES = {
     "lifetimes": lifetimes.run,
     "cell": cell.run,
     "replicas": replicas.run,
+    "nova": nova.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results"
 #: The file doc/source/performance.rst includes: what --update-docs is given.

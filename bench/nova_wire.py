@@ -5,7 +5,7 @@ Versioned-object primitives (``nova_object.name`` / ``namespace`` / ``version``
 RequestSpec really carries, those the scheduler does not read included
 (security groups, networks, NUMA and limits objects, timestamps): what
 :mod:`scheduler.nova_compat` must read, or skip. Used by its unit tests and by
-the bench of its cost (``python -m bench.nova_compat``).
+the bench of its cost (``python -m bench --case nova``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cases import bootstorm, cell, fill, hostview, lifetimes, memory, rabbit
+from bench.cases import bootstorm, cell, fill, hostview, lifetimes, memory, nova, rabbit
 from bench.cases import engine as engine_case
 from bench.targets import Target
 
@@ -16,7 +16,7 @@ from bench.targets import Target
 #: measured is in :func:`targets` and :func:`quality_targets`).
 TARGETS: dict[str, Target] = {
     t.id: t
-    for case in (engine_case, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell)
+    for case in (engine_case, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell, nova)
     for t in case.TARGETS
 }
 
@@ -145,6 +145,14 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
         cell.get("slowest_ms"),
         f"{cell['slowest_command']} in the {cell['slowest_phase']} phase" if cell else "",
     )
+    wire = cases.get("nova", {})
+    native = _find(wire.get("rows", []), endpoint="native")
+    add(
+        "nova_extra",
+        f"{wire.get('hosts', 0):,} hosts, in-memory store: Nova's median less the native's (ms)"
+        + (f", native {_fmt(native['median_ms'])}" if native else ""),
+        wire.get("extra_ms"),
+    )
     return out
 
 
@@ -254,6 +262,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("lifetimes", _lifetimes_md),
         ("cell", _cell_md),
         ("replicas", _replicas_md),
+        ("nova", _nova_md),
     ):
         if title in cases:
             parts += ["", render(cases[title])]
@@ -859,16 +868,41 @@ def _replicas_text(case: dict[str, Any]) -> str:
     )
 
 
+def _section_md(heading: str, text: str, headers: Sequence[str], rows: list[list[Any]]) -> str:
+    """A case's section of results.md: its heading, a sentence, its table."""
+    return "\n".join([f"## {heading}", "", text, "", _table(headers, rows)])
+
+
 def _replicas_md(case: dict[str, Any]) -> str:
-    return "\n".join(
-        [
-            "## 9. min_replicas",
-            "",
-            _replicas_text(case),
-            "",
-            _table(REPLICAS_HEADERS, _replicas_rows(case)),
-        ]
+    return _section_md(
+        "9. min_replicas", _replicas_text(case), REPLICAS_HEADERS, _replicas_rows(case)
     )
+
+
+#: The Nova wire table's columns.
+NOVA_HEADERS = ["endpoint", "calls", "median (ms)", "p99 (ms)", "mean (ms)"]
+
+
+def _nova_rows(case: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [r["endpoint"], r["n"], r["median_ms"], r["p99_ms"], r["mean_ms"]] for r in case["rows"]
+    ]
+
+
+def _nova_text(case: dict[str, Any]) -> str:
+    codec = case["codec"]
+    return (
+        f"Worker CPU of one select_destinations (1 instance, 2 alternates, in-memory store of "
+        f"{case['hosts']:,} hosts), the native endpoint and [nova_compat]'s in turn: Nova's "
+        f"costs {case['extra_ms']:+.3f} ms. Of that, reading Nova's RequestSpec into the "
+        f"project's request takes {_fmt(codec['decode_total_ms'])} ms (of which "
+        f"{_fmt(codec['decode_ovo_ms'])} ms in oslo.versionedobjects), writing three "
+        f"Selections {_fmt(codec['encode_ms'])} ms."
+    )
+
+
+def _nova_md(case: dict[str, Any]) -> str:
+    return _section_md("10. Nova's wire format", _nova_text(case), NOVA_HEADERS, _nova_rows(case))
 
 
 def _rst_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -968,6 +1002,13 @@ def docs_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) 
             _replicas_text(replicas),
             "",
             _rst_table(REPLICAS_HEADERS, _replicas_rows(replicas)),
+        ]
+    if "nova" in cases:
+        parts += [
+            "",
+            _nova_text(cases["nova"]),
+            "",
+            _rst_table(NOVA_HEADERS, _nova_rows(cases["nova"])),
         ]
     for plot in plots:
         parts += ["", f".. image:: {results_dir}/{plot}", f"   :alt: {plot}"]

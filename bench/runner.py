@@ -88,6 +88,9 @@ class Sizes:
     cell_sweeps: int = 5
     replicas_hosts: int = 1000
     replicas_claims: int = 3000  # per setting, in rounds
+    nova_hosts: int = 1000
+    nova_calls: int = 2000  # per endpoint, alternating
+    nova_codec_calls: int = 2000
 
 
 FULL = Sizes()
@@ -136,6 +139,9 @@ QUICK = Sizes(
     cell_sweeps=2,
     replicas_hosts=50,
     replicas_claims=60,
+    nova_hosts=50,
+    nova_calls=40,
+    nova_codec_calls=40,
 )
 
 

@@ -11,7 +11,7 @@ accelerator's groups is refused before: see :mod:`~scheduler.nova_compat.decode`
 The primitives are written here directly, not through the registered
 ``Selection`` class's ``obj_to_primitive`` (the same output, a test holds them
 equal): oslo.versionedobjects took ~0.23 ms of worker CPU per Selection to
-build and serialize one (``python -m bench.nova_compat``), three times what
+build and serialize one (``python -m bench --case nova``), three times what
 the rest of the endpoint adds.
 """
 
@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.nova_compat.objects import NAMESPACE, SchedulerLimits, Selection
+from scheduler.nova_compat.objects import NAMESPACE, Primitives, SchedulerLimits, Selection
 from scheduler.objects import Selection as OwnSelection
 
 #: The Placement microversion whose allocation-request format this is.
@@ -82,8 +82,7 @@ def selection(own: OwnSelection, cell_uuid: str) -> dict[str, Any]:
     )
 
 
-def selections(
-    per_instance: Sequence[Sequence[OwnSelection]], cell_uuid: str
-) -> list[list[dict[str, Any]]]:
-    """Per instance, its Selections (primary first), as Nova reads them."""
-    return [[selection(s, cell_uuid) for s in per] for per in per_instance]
+def selections(per_instance: Sequence[Sequence[OwnSelection]], cell_uuid: str) -> Primitives:
+    """Per instance, its Selections (primary first), as Nova reads them: in
+    wire form already, for the serializer to send as they are."""
+    return Primitives([[selection(s, cell_uuid) for s in per] for per in per_instance])

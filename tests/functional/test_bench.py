@@ -50,6 +50,7 @@ CASES = {
     "sweep": ("rows",),
     "cell": (),
     "replicas": ("rows",),
+    "nova": ("rows",),
 }
 
 
@@ -216,6 +217,16 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             ),
             id="sweep-redis-time-of-index-and-baseline",
         ),
+        pytest.param(
+            "nova",
+            lambda c: (
+                [r["endpoint"] for r in c["rows"]] == ["native", "nova"]
+                and all(r["n"] == 40 for r in c["rows"])
+                and c["extra_ms"] == c["rows"][1]["median_ms"] - c["rows"][0]["median_ms"]
+                and 0 < c["codec"]["decode_ovo_ms"] <= c["codec"]["decode_total_ms"]
+            ),
+            id="nova-both-endpoints-in-one-run",
+        ),
     ],
 )
 def test_case_content(quick_run: tuple[Path, dict[str, Any]], key: str, check: Any) -> None:
@@ -258,6 +269,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 5. Worker memory",
         "## 6. Churn",
         "## 7. Sweep",
+        "## 10. Nova's wire format",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"

@@ -71,3 +71,17 @@ def test_value_reads_what_the_primitive_set() -> None:
         expected = getattr(flavor, name) if flavor.obj_attr_is_set(name) else "unset"
         assert value(flavor, name, "unset") == expected
     assert value(None, "vcpus", 0) == 0
+
+
+def test_the_serializer_sends_the_selections_as_written() -> None:
+    own = OwnSelection("h1", "h1", RP, AllocationRequest({RP: {"VCPU": 1}}, "p", "u"), 0.5, None)
+    answer = encode.selections([[own, own], [own]], CELL)
+    serializer = NovaSerializer()
+    sent = serializer.serialize_entity(None, answer)
+    assert sent is answer  # not walked again
+    # What the walk would have sent is the same.
+    assert super(NovaSerializer, serializer).serialize_entity(None, list(answer)) == sent
+    assert [[s["nova_object.data"]["service_host"] for s in per] for per in sent] == [
+        ["h1", "h1"],
+        ["h1"],
+    ]
