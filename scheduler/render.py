@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -192,9 +191,7 @@ def format_instance(view: Mapping[str, Any]) -> str:
     rows.append(
         (
             "updated",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["updated_at"]))
-            if view["updated_at"]
-            else "-",
+            when(view["updated_at"]) + " UTC" if view["updated_at"] else "-",
         )
     )
     width = max(len(k) for k, _ in rows)

@@ -40,6 +40,7 @@ from typing import Any
 from oslo_config import cfg
 
 from scheduler import render
+from scheduler.cmd import _cli
 
 #: The output formats every formatted command takes (``-f``), the default first.
 FORMATS = ("table", "json", "value")
@@ -122,15 +123,6 @@ class Command:
         return self.values is not None
 
 
-def output_format(text: str) -> str:
-    """An argparse type: one of :data:`FORMATS`."""
-    if text not in FORMATS:
-        raise argparse.ArgumentTypeError(
-            f"expected {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, got {text!r}"
-        )
-    return text
-
-
 def _add_arguments(parser: Any, arguments: Sequence[Arg | OneOf]) -> None:
     for argument in arguments:
         if isinstance(argument, OneOf):
@@ -145,7 +137,7 @@ def _add_format(parser: argparse.ArgumentParser, values: str) -> None:
     parser.add_argument(
         "-f",
         "--format",
-        type=output_format,
+        type=_cli.choice(FORMATS),
         default=TABLE,
         metavar="{table,json,value}",
         help="How to print the result: table (default), the text for people; json, one "

@@ -181,7 +181,7 @@ def test_an_unknown_format_is_refused_in_one_line(
     assert exited.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1].endswith(
-        "error: argument -f/--format: expected table, json or value, got 'yaml\\x1b[2J'"
+        "error: argument -f/--format: expected one of table, json, value, got 'yaml\\x1b[2J'"
     )
     assert not any("yaml" in line for line in err[:-1])
 

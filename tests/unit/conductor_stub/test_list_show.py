@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import uuid as uuidlib
 from types import SimpleNamespace
 from typing import Any
@@ -149,6 +150,23 @@ def test_show_leaves_the_admin_details_to_admin(
     assert "  request id  req-1" in text.splitlines() and "0/3 hosts" not in text
     text = run(capsys, "show", uuid, "--admin")
     assert "  fault details  0/3 hosts available: 3 disabled   [admin only]" in text.splitlines()
+
+
+def test_show_and_list_say_the_same_time_in_utc(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One clock for both commands, whatever the operator's time zone."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        uuid = record(store, ERROR, at=1_700_000_000.0)
+        shown = run(capsys, "show", uuid).splitlines()
+        listed = run(capsys, "list").splitlines()[1]
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert "  updated     2023-11-14 22:13:20 UTC" in shown
+    assert "2023-11-14 22:13:20" in listed
 
 
 def test_show_of_an_unknown_uuid_is_not_found(store: MemoryStore) -> None:
