@@ -216,6 +216,11 @@ class RequestSpec(NovaObject):
     reads (the others are skipped on decode: see its docstring)."""
 
     VERSION = "1.15"
+    #: The primitive this object was read from, as the conductor sent it (what
+    #: :mod:`~scheduler.nova_compat.notifications` makes Nova's payload of);
+    #: None for an object made here.
+    wire: Any = None
+
     fields = {
         "image": fields.ObjectField("ImageMeta", nullable=True),
         "pci_requests": fields.ObjectField("InstancePCIRequests", nullable=True),
@@ -308,15 +313,19 @@ class NovaSerializer(base.VersionedObjectSerializer):
 
     An argument that cannot be read arrives as :class:`Unreadable` rather than
     failing in the dispatcher (which would log a traceback and answer the
-    caller with a bare RemoteError)."""
+    caller with a bare RemoteError). A :class:`RequestSpec` keeps the
+    primitive it was read from (:attr:`RequestSpec.wire`)."""
 
     OBJ_BASE_CLASS = NovaObject
 
     def deserialize_entity(self, context: Any, entity: Any) -> Any:
         try:
-            return super().deserialize_entity(context, entity)
+            obj = super().deserialize_entity(context, entity)
         except (exception.UnsupportedObjectError, exception.IncompatibleObjectVersion) as exc:
             return Unreadable(entity, str(exc))
+        if isinstance(obj, RequestSpec):
+            obj.wire = entity
+        return obj
 
     def serialize_context(self, ctxt: Any) -> dict[str, Any]:
         if isinstance(ctxt, RequestContext):
