@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from scheduler.notifier import Notifier, Route
-from scheduler.nova_compat.objects import NAMESPACE
+from scheduler.nova_compat.objects import envelope
 
 #: Nova's source name of its scheduler (the publisher id's first half).
 SOURCE = "nova-scheduler"
@@ -103,12 +103,7 @@ _CELL = ("uuid", "name", "disabled")
 
 def _object(name: str, version: str, data: dict[str, Any]) -> dict[str, Any]:
     """A payload object as Nova's consumers read it (no ``changes``: Nova drops them)."""
-    return {
-        "nova_object.name": name,
-        "nova_object.namespace": NAMESPACE,
-        "nova_object.version": version,
-        "nova_object.data": data,
-    }
+    return envelope(name, version, data, changes=False)
 
 
 def _data(primitive: Any) -> dict[str, Any] | None:

@@ -277,6 +277,22 @@ class Selection(NovaObject):
     }
 
 
+def envelope(name: str, version: str, data: dict[str, Any], changes: bool) -> dict[str, Any]:
+    """Object ``name`` at ``version`` as oslo.versionedobjects writes it in
+    namespace ``nova``: with ``changes``, every field of ``data`` listed as
+    changed (an object made and sent); without, none (Nova's notification
+    payloads, whose changes Nova resets before sending)."""
+    out = {
+        "nova_object.name": name,
+        "nova_object.namespace": NAMESPACE,
+        "nova_object.version": version,
+        "nova_object.data": data,
+    }
+    if changes:
+        out["nova_object.changes"] = sorted(data)
+    return out
+
+
 def value(obj: Any, name: str, default: Any = None) -> Any:
     """``obj.name`` if the primitive set it, else ``default`` (a field absent from
     the wire raises on read in oslo.versionedobjects).
