@@ -7,6 +7,9 @@ the same validation, policy, notifications and claims) and answers, per
 instance, with Nova's Selection objects (:mod:`~scheduler.nova_compat.encode`).
 No host, and a field the project cannot honour, reach Nova's conductor as
 ``nova.exception.NoValidHost`` (:class:`NoValidHost`), with the reason.
+With ``[nova_compat] notifications``, Nova's own
+``scheduler.select_destinations`` notifications are published too
+(:mod:`~scheduler.nova_compat.notifications`).
 
 The fanout casts Nova's computes send to the scheduler topic carry what
 Nova's host manager caches (aggregates, the instances per host); the store
