@@ -349,3 +349,37 @@ def test_novas_topic_may_not_be_one_the_scheduler_publishes_its_own_on(
         assert said is not None and said.startswith(
             f"[nova_compat] notifications_topic and {clash} are both"
         )
+
+
+def test_without_the_channel_oslo_messaging_publishes_the_route(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transport other than RabbitMQ: oslo.messaging's Notifier, one per
+    route, with the route's publisher id and topic."""
+    made: list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = []
+
+    class Recording:
+        def __init__(self, transport: Any, **kwargs: Any) -> None:
+            self.sent: list[tuple[str, dict[str, Any]]] = []
+            made.append((kwargs, self.sent))
+
+        def info(self, ctxt: Any, event_type: str, payload: dict[str, Any]) -> None:
+            self.sent.append((event_type, payload))
+
+    monkeypatch.setattr("scheduler.notifier.oslo_messaging.Notifier", Recording)
+    notifier = Notifier(object(), "h1", notification_format="unversioned")  # type: ignore[arg-type]
+    route = Route("nova-scheduler:h1", "nova", "nova_versioned")
+    for event in (START, END):
+        notifier.info_as(route, None, event, lambda: {"made": "here"})
+    notifier.stop()
+    routes = [(kwargs, sent) for kwargs, sent in made if kwargs["topics"] == ["nova_versioned"]]
+    assert routes == [
+        (
+            {
+                "publisher_id": "nova-scheduler:h1",
+                "driver": "messagingv2",
+                "topics": ["nova_versioned"],
+            },
+            [(START, {"made": "here"}), (END, {"made": "here"})],
+        )
+    ]
