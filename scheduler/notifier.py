@@ -78,9 +78,31 @@ def queue_policy(topics: str | Sequence[str], max_length: int) -> list[str]:
 #: Notifications waiting to be published, at most (then a request waits).
 QUEUE_SIZE = 1000
 
+
+@dataclass(frozen=True)
+class Route:
+    """Where a notification of another format than the scheduler's own goes:
+    its publisher id, exchange and topic (for example Nova's,
+    :mod:`scheduler.nova_compat.notifications`)."""
+
+    publisher_id: str
+    exchange: str
+    topic: str
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A notification of another format: its route and what makes its payload
+    (called on the notifier's thread, once)."""
+
+    route: Route
+    make: Callable[[], dict[str, Any]]
+
+
 #: One notification to publish: the logging context it was sent in, then
-#: priority, request context, event type and payload.
-_Pending = tuple[contextvars.Context, str, Any, str, EventPayload]
+#: priority, request context, event type and payload (the scheduler's own, or
+#: another format's).
+_Pending = tuple[contextvars.Context, str, Any, str, EventPayload | Foreign]
 
 #: Notifications the publisher thread takes off the queue per wake-up, at most.
 BATCH = 64
@@ -94,10 +116,12 @@ LINGER = 0.02
 
 @dataclass(frozen=True)
 class _Target:
-    """Where the notification channel publishes one format."""
+    """Where the notification channel publishes one format (exchange None:
+    the control exchange)."""
 
     publisher_id: str
     topic: str
+    exchange: str | None = None
 
 
 #: The values of ``[notifications] format``, each with what it publishes
@@ -135,6 +159,9 @@ class Notifier:
         if notification_format not in FORMATS:
             raise ValueError(f"notification format must be one of {', '.join(FORMATS)}")
         wanted = enabled and transport is not None
+        self._transport = transport if wanted else None
+        #: oslo.messaging's Notifier of each route, when there is no channel.
+        self._routes: dict[Route, oslo_messaging.Notifier] = {}
 
         def publisher(publisher_id: str, topic: str, formats: tuple[str, ...]) -> Any:
             if not wanted or notification_format not in formats:
@@ -165,6 +192,16 @@ class Notifier:
         """A failure: ``event_type`` at ERROR (legacy), ``<event_type>.error`` (versioned)."""
         self._emit("error", ctxt, event_type, payload)
 
+    def info_as(self, route: Route, ctxt: Any, event_type: str, make: Callable[[], Any]) -> None:
+        """``event_type`` at INFO in another format: published on ``route`` alone,
+        the payload made by ``make`` on the notifier's thread, in order with
+        the scheduler's own notifications. Published whatever ``[notifications]
+        format`` says, unless notifications are off. Without the notification
+        channel (a transport other than RabbitMQ), oslo.messaging publishes it
+        on the transport's control exchange: its Notifier names no other."""
+        if self._transport is not None:
+            self._emit("info", ctxt, event_type, Foreign(route, make))
+
     def stop(self, timeout: float = 30.0) -> None:
         """Publish every notification queued so far, then stop the publisher."""
         with self._lock:
@@ -181,8 +218,10 @@ class Notifier:
             with self._channel_lock:
                 self._channel.close()
 
-    def _emit(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
-        if self._legacy is None and self._versioned is None:
+    def _emit(
+        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload | Foreign
+    ) -> None:
+        if self._legacy is None and self._versioned is None and not isinstance(payload, Foreign):
             return
         pending = (contextvars.copy_context(), priority, ctxt, event_type, payload)
         with self._lock:
@@ -231,7 +270,7 @@ class Notifier:
                 )
 
     def _messages(
-        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload
+        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload | Foreign
     ) -> list[Outgoing]:
         """The messages of one notification, each format made once (the legacy
         one first), as the channel publishes them."""
@@ -243,13 +282,17 @@ class Notifier:
             except Exception as exc:  # noqa: BLE001 - logged, the other format goes on
                 LOG.warning("notification_failed", event_type=name, error=repr(exc))
                 continue
-            made.append(Outgoing(f"{target.topic}.{priority}", body))
+            made.append(Outgoing(f"{target.topic}.{priority}", body, target.exchange))
         return made
 
     def _formats(
-        self, priority: str, event_type: str, payload: EventPayload
+        self, priority: str, event_type: str, payload: EventPayload | Foreign
     ) -> Iterator[tuple[Any, str, Callable[[], dict[str, Any]]]]:
-        """Each format's publisher, event type and payload maker, the legacy one first."""
+        """Each format's publisher, event type and payload maker, the legacy one
+        first; another format's, alone."""
+        if isinstance(payload, Foreign):
+            yield self._route(payload.route), event_type, payload.make
+            return
         if self._legacy is not None:
             yield self._legacy, event_type, payload.legacy
         if self._versioned is not None:
@@ -259,7 +302,23 @@ class Notifier:
                 payload.to_primitive,
             )
 
-    def _send(self, priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+    def _route(self, route: Route) -> Any:
+        """Where ``route`` is published: by the channel, or by oslo.messaging."""
+        if self._channel is not None:
+            return _Target(route.publisher_id, route.topic, route.exchange)
+        notifier = self._routes.get(route)
+        if notifier is None:
+            notifier = self._routes[route] = oslo_messaging.Notifier(
+                self._transport,
+                publisher_id=route.publisher_id,
+                driver="messagingv2",
+                topics=[route.topic],
+            )
+        return notifier
+
+    def _send(
+        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload | Foreign
+    ) -> None:
         """Each format made from ``payload`` once and published through
         oslo.messaging's Notifier (the legacy one first)."""
         for notifier, name, make in self._formats(priority, event_type, payload):

@@ -112,10 +112,12 @@ class _Kept:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One message to publish: routing key ``<topic>.<priority>`` and its body."""
+    """One message to publish: routing key ``<topic>.<priority>``, its body and
+    the exchange it goes to (None: the control exchange)."""
 
     routing_key: str
     body: dict[str, Any]
+    exchange: str | None = None
 
 
 def kombu_urls(url: oslo_messaging.TransportURL) -> list[str]:
@@ -150,13 +152,12 @@ class NotificationChannel:
             "interval_step": rabbit.rabbit_retry_backoff,
             "interval_max": rabbit.rabbit_interval_max,
         }
-        durable = rabbit.amqp_durable_queues or rabbit.rabbit_quorum_queue
-        self._exchange = kombu.Exchange(
-            name=conf.control_exchange,
-            type="topic",
-            durable=durable,
-            auto_delete=rabbit.amqp_auto_delete,
-        )
+        self._durable = rabbit.amqp_durable_queues or rabbit.rabbit_quorum_queue
+        self._auto_delete = rabbit.amqp_auto_delete
+        self._control_exchange = conf.control_exchange
+        #: The exchanges published on, by name (the control exchange, and any
+        #: other an :class:`Outgoing` names), as the rabbit driver declares them.
+        self._exchanges: dict[str, kombu.Exchange] = {}
         self._queue_arguments = impl_rabbit._get_queue_arguments(
             rabbit.rabbit_ha_queues,
             0,
@@ -173,7 +174,8 @@ class NotificationChannel:
         self._conn: kombu.Connection | None = None
         self._channel: Any = None
         self._producer: kombu.Producer | None = None
-        self._declared: set[str] = set()  # routing keys whose queue this connection declared
+        #: Exchanges, and (exchange, routing key) queues, this connection declared.
+        self._declared: set[str | tuple[str, str]] = set()
         self._sent = 0  # delivery tags given on this channel
         self._acked = 0  # the highest one the broker confirmed
         self._nacked: list[int] = []
@@ -221,8 +223,8 @@ class NotificationChannel:
 
     def _publish_once(self, batch: Sequence[Outgoing]) -> None:
         producer = self._connected()
-        for key in {out.routing_key for out in batch} - self._declared:
-            self._declare(key)
+        for exchange, key in {(out.exchange, out.routing_key) for out in batch}:
+            self._declare(self._exchange(exchange), key)
         first = self._sent + 1
         with self._corked():
             for out in batch:
@@ -230,17 +232,37 @@ class NotificationChannel:
         if self._confirm:
             self._wait_confirms(first)
 
-    def _declare(self, routing_key: str) -> None:
-        """The queue the rabbit driver declares for ``routing_key``, bound to it."""
+    def _exchange(self, name: str | None) -> kombu.Exchange:
+        """The topic exchange ``name`` (None: the control exchange)."""
+        name = name or self._control_exchange
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            exchange = self._exchanges[name] = kombu.Exchange(
+                name=name, type="topic", durable=self._durable, auto_delete=self._auto_delete
+            )
+        return exchange
+
+    def _declare_exchange(self, exchange: kombu.Exchange) -> None:
+        """``exchange``, once per connection."""
+        if exchange.name not in self._declared:
+            exchange(self._channel).declare()
+            self._declared.add(exchange.name)
+
+    def _declare(self, exchange: kombu.Exchange, routing_key: str) -> None:
+        """``exchange`` and the queue the rabbit driver declares for
+        ``routing_key``, bound to it: each once per connection."""
+        self._declare_exchange(exchange)
+        if (exchange.name, routing_key) in self._declared:
+            return
         kombu.Queue(
             name=routing_key,
-            exchange=self._exchange,
+            exchange=exchange,
             routing_key=routing_key,
-            durable=self._exchange.durable,
-            auto_delete=self._exchange.auto_delete,
+            durable=exchange.durable,
+            auto_delete=exchange.auto_delete,
             queue_arguments=self._queue_arguments,
         )(self._channel).declare()
-        self._declared.add(routing_key)
+        self._declared.add((exchange.name, routing_key))
 
     @contextmanager
     def _corked(self) -> Iterator[None]:
@@ -263,16 +285,17 @@ class NotificationChannel:
         raw.transport.write(b"".join(kept.parts))
 
     def _publish_one(self, producer: kombu.Producer | None, out: Outgoing) -> None:
+        exchange = self._exchange(out.exchange)
         if producer is None:
             self._channel.basic_publish(
                 amqp.Message(json.dumps(out.body).encode(), **_PROPERTIES),
-                exchange=self._exchange.name,
+                exchange=exchange.name,
                 routing_key=out.routing_key,
             )
         else:  # compressed: kombu's producer adds its headers
             producer.publish(
                 out.body,
-                exchange=self._exchange,
+                exchange=exchange,
                 routing_key=out.routing_key,
                 mandatory=False,
                 expiration=None,
@@ -304,7 +327,7 @@ class NotificationChannel:
         self._conn, self._channel = conn, channel
         self._sent = self._acked = 0
         self._declared.clear()
-        self._exchange(channel).declare()
+        self._declare_exchange(self._exchange(None))
         if self._confirm:
             channel.events["basic_ack"].add(self._on_ack)
             channel.events["basic_nack"].add(self._on_nack)

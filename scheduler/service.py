@@ -23,6 +23,7 @@ from scheduler.manager import SchedulerEndpoint
 from scheduler.notifier import Notifier
 from scheduler.nova_compat.endpoint import NovaSchedulerEndpoint
 from scheduler.nova_compat.endpoint import get_server as nova_server
+from scheduler.nova_compat.notifications import NovaNotifications
 from scheduler.store import Store
 from scheduler.store.services import ServiceResolver
 from scheduler.weighers import profiles
@@ -124,7 +125,15 @@ class SchedulerService:
                 nc.exchange,
                 nc.topic,
                 server_name or conf.host,
-                NovaSchedulerEndpoint(self.endpoint, nc.cell_uuid),
+                NovaSchedulerEndpoint(
+                    self.endpoint,
+                    nc.cell_uuid,
+                    NovaNotifications(
+                        self.notifier, conf.host, nc.exchange, nc.notifications_topic
+                    )
+                    if nc.notifications
+                    else None,
+                ),
             )
             if nc.enabled
             else None

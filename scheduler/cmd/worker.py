@@ -338,7 +338,8 @@ def topic_clash(conf: cfg.ConfigOpts) -> str | None:
     """Why the native and the Nova-compatible servers cannot both serve: the
     broker names a queue by its topic alone, whatever the exchange, so with
     one topic Nova's calls would reach the native server (and be refused as
-    an unknown version)."""
+    an unknown version); and, alike, Nova's notifications would share a
+    queue with the scheduler's own."""
     nova = conf.nova_compat
     if nova.enabled and nova.topic == conf.scheduler.topic:
         return (
@@ -346,6 +347,20 @@ def topic_clash(conf: cfg.ConfigOpts) -> str | None:
             "named by topic alone, so Nova's calls would reach the native server; give "
             "[scheduler] topic another name (and the conductors' configuration with it)"
         )
+    if nova.enabled and nova.notifications and conf.notifications.enabled:
+        ours = conf.notifications
+        published = {
+            "topic": ours.topic if ours.format != "versioned" else None,
+            "versioned_topic": ours.versioned_topic if ours.format != "unversioned" else None,
+        }
+        for name, topic in published.items():
+            if topic == nova.notifications_topic:
+                return (
+                    f"[nova_compat] notifications_topic and [notifications] {name} are both "
+                    f"{topic!r}: queues are named by topic alone, so Nova's consumers would "
+                    f"read the scheduler's own notifications too; give [notifications] {name} "
+                    "another name"
+                )
     return None
 
 

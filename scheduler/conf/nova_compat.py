@@ -40,4 +40,24 @@ nova_compat_opts = [
         "computes this scheduler places on); a requested destination in another cell "
         "is refused.",
     ),
+    cfg.BoolOpt(
+        "notifications",
+        default=False,
+        help="Also publish, for every select_destinations served by Nova's API, the "
+        "versioned notifications Nova's scheduler publishes (scheduler.select_destinations"
+        ".start and .end, a RequestSpecPayload in Nova's namespace, publisher "
+        "nova-scheduler:<host>) on exchange [nova_compat] exchange, topic "
+        "notifications_topic. The scheduler's own notifications are published as before; "
+        "[notifications] enabled = False turns these off too. Related options: "
+        "notifications_topic, exchange.",
+    ),
+    cfg.StrOpt(
+        "notifications_topic",
+        default="versioned_notifications",
+        help="Topic Nova's versioned notifications are published on (Nova's "
+        "[notifications] versioned_notifications_topics). Queues are named by topic "
+        "alone: it must differ from the topics of the scheduler's own notifications "
+        "([notifications] topic and versioned_topic) that are published. Related "
+        "options: notifications.",
+    ),
 ]

@@ -7,7 +7,9 @@ back. The modules: :mod:`~scheduler.nova_compat.objects` (Nova's classes, each
 registered at Nova 34's version with only the fields read or written, and the
 serializer), :mod:`~scheduler.nova_compat.decode` (Nova's RequestSpec into the
 project's request: what is honoured, what is refused and why),
-:mod:`~scheduler.nova_compat.encode` (Selections) and
+:mod:`~scheduler.nova_compat.encode` (Selections),
+:mod:`~scheduler.nova_compat.notifications` (Nova's own select_destinations
+notifications, ``[nova_compat] notifications``) and
 :mod:`~scheduler.nova_compat.endpoint` (the endpoint and its server). The
 decision is the native endpoint's own
 (:meth:`scheduler.manager.SchedulerEndpoint.destinations`).

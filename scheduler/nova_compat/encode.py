@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.nova_compat.objects import NAMESPACE, Primitives, SchedulerLimits, Selection
+from scheduler.nova_compat.objects import Primitives, SchedulerLimits, Selection, envelope
 from scheduler.objects import Selection as OwnSelection
 
 #: The Placement microversion whose allocation-request format this is.
@@ -47,13 +47,7 @@ def allocation_request(selection: OwnSelection) -> str:
 
 def _primitive(name: str, version: str, data: dict[str, Any]) -> dict[str, Any]:
     """An object's primitive as oslo.versionedobjects writes it, every field set."""
-    return {
-        "nova_object.name": name,
-        "nova_object.namespace": NAMESPACE,
-        "nova_object.version": version,
-        "nova_object.data": data,
-        "nova_object.changes": sorted(data),
-    }
+    return envelope(name, version, data, changes=True)
 
 
 #: ``SchedulerLimits`` with no limit, every field set to None.

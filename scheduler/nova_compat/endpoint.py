@@ -7,6 +7,9 @@ the same validation, policy, notifications and claims) and answers, per
 instance, with Nova's Selection objects (:mod:`~scheduler.nova_compat.encode`).
 No host, and a field the project cannot honour, reach Nova's conductor as
 ``nova.exception.NoValidHost`` (:class:`NoValidHost`), with the reason.
+With ``[nova_compat] notifications``, Nova's own
+``scheduler.select_destinations`` notifications are published too
+(:mod:`~scheduler.nova_compat.notifications`).
 
 The fanout casts Nova's computes send to the scheduler topic carry what
 Nova's host manager caches (aggregates, the instances per host); the store
@@ -32,6 +35,7 @@ from scheduler.manager import SchedulerEndpoint, call_errors
 from scheduler.manager.endpoint import request_id_of
 from scheduler.nova_compat import encode
 from scheduler.nova_compat.decode import decode, refuse
+from scheduler.nova_compat.notifications import NovaNotifications
 from scheduler.nova_compat.objects import NovaSerializer, Unreadable, value
 from scheduler.objects import Selection as OwnSelection
 from scheduler.rpc import expected_exceptions
@@ -72,13 +76,20 @@ IGNORED_CASTS = {
 class NovaSchedulerEndpoint:
     """Nova's scheduler manager (topic ``scheduler`` on exchange ``nova``, RPC
     4.5, no namespace) over the native endpoint ``native``; every Selection
-    names ``cell_uuid``."""
+    names ``cell_uuid``. With ``notifications``, each select_destinations
+    also publishes Nova's own notifications of it."""
 
     target = oslo_messaging.Target(version=RPC_VERSION, namespace=None)
 
-    def __init__(self, native: SchedulerEndpoint, cell_uuid: str) -> None:
+    def __init__(
+        self,
+        native: SchedulerEndpoint,
+        cell_uuid: str,
+        notifications: NovaNotifications | None = None,
+    ) -> None:
         self.native = native
         self.cell_uuid = cell_uuid
+        self.notifications = notifications
         self._casts_seen: set[str] = set()
 
     @expected_exceptions(NoValidHost, SchedulerUnavailable, InternalError)
@@ -137,7 +148,18 @@ class NovaSchedulerEndpoint:
             # As Nova's scheduler: the uuids say how many (a move of one of three
             # instances booted together carries the boot's num_instances, 3).
             request["num_instances"] = len(uuids)
-        return self.native.destinations(ctxt, request_id, request, list(uuids), return_alternates)
+        # Nova's .start before the decision, its .end once hosts are selected
+        # (none after a NoValidHost); the scheduler's own ones come from the
+        # decision itself.
+        notify = self.notifications if spec_obj.wire is not None else None
+        if notify is not None:
+            notify.start(ctxt, spec_obj.wire)
+        selected = self.native.destinations(
+            ctxt, request_id, request, list(uuids), return_alternates
+        )
+        if notify is not None:
+            notify.end(ctxt, spec_obj.wire)
+        return selected
 
     # --- fanout casts from Nova's computes --------------------------------------------
 

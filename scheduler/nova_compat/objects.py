@@ -216,6 +216,11 @@ class RequestSpec(NovaObject):
     reads (the others are skipped on decode: see its docstring)."""
 
     VERSION = "1.15"
+    #: The primitive this object was read from, as the conductor sent it (what
+    #: :mod:`~scheduler.nova_compat.notifications` makes Nova's payload of);
+    #: None for an object made here.
+    wire: Any = None
+
     fields = {
         "image": fields.ObjectField("ImageMeta", nullable=True),
         "pci_requests": fields.ObjectField("InstancePCIRequests", nullable=True),
@@ -272,6 +277,22 @@ class Selection(NovaObject):
     }
 
 
+def envelope(name: str, version: str, data: dict[str, Any], changes: bool) -> dict[str, Any]:
+    """Object ``name`` at ``version`` as oslo.versionedobjects writes it in
+    namespace ``nova``: with ``changes``, every field of ``data`` listed as
+    changed (an object made and sent); without, none (Nova's notification
+    payloads, whose changes Nova resets before sending)."""
+    out = {
+        "nova_object.name": name,
+        "nova_object.namespace": NAMESPACE,
+        "nova_object.version": version,
+        "nova_object.data": data,
+    }
+    if changes:
+        out["nova_object.changes"] = sorted(data)
+    return out
+
+
 def value(obj: Any, name: str, default: Any = None) -> Any:
     """``obj.name`` if the primitive set it, else ``default`` (a field absent from
     the wire raises on read in oslo.versionedobjects).
@@ -315,7 +336,8 @@ class NovaSerializer(base.VersionedObjectSerializer):
 
     An argument that cannot be read arrives as :class:`Unreadable` rather than
     failing in the dispatcher (which would log a traceback and answer the
-    caller with a bare RemoteError)."""
+    caller with a bare RemoteError). A :class:`RequestSpec` keeps the
+    primitive it was read from (:attr:`RequestSpec.wire`)."""
 
     OBJ_BASE_CLASS = NovaObject
 
@@ -326,9 +348,12 @@ class NovaSerializer(base.VersionedObjectSerializer):
 
     def deserialize_entity(self, context: Any, entity: Any) -> Any:
         try:
-            return super().deserialize_entity(context, entity)
+            obj = super().deserialize_entity(context, entity)
         except (exception.UnsupportedObjectError, exception.IncompatibleObjectVersion) as exc:
             return Unreadable(entity, str(exc))
+        if isinstance(obj, RequestSpec):
+            obj.wire = entity
+        return obj
 
     def serialize_context(self, ctxt: Any) -> dict[str, Any]:
         if isinstance(ctxt, RequestContext):

@@ -12,6 +12,11 @@ first line says it is ready). A request::
 
     {"instance_uuids": [...], "return_alternates": true, "spec": {...}}
 
+or the payloads of notifications read off the broker, for Nova's own payload
+classes to read::
+
+    {"notification_payloads": [{...}, ...]}
+
 ``spec`` says what to build, the way Nova's API and conductor build it:
 ``flavor`` (name, vcpus, memory_mb, root_gb, ephemeral_gb, swap,
 extra_specs), ``image`` (its properties), ``num_instances``, ``group``
@@ -22,7 +27,12 @@ cell uuid), ``availability_zone``, ``scheduler_hints``, ``project_id``,
 ``user_id``. The answer is ``{"selections": [[{field: value}, ...], ...]}``
 (each Selection's set fields and its version as received) or ``{"error":
 {"class", "is_a", "message"}}``: the exception as the caller got it, with
-every class it is an instance of.
+every class it is an instance of; either with ``"payload"``, the
+``RequestSpecPayload`` Nova's scheduler makes of that RequestSpec as it
+receives it (``nova.compute.utils.notify_about_scheduler_action``'s, as a
+primitive). The answer to notification payloads is ``{"read": [...]}``: each
+payload as Nova's ``RequestSpecPayload`` read it (``obj_from_primitive``),
+written out again, or ``{"error": ...}`` naming the first it could not read.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ import nova.conf  # noqa: E402
 from nova import config as nova_config  # noqa: E402
 from nova import context as nova_context  # noqa: E402
 from nova import objects, rpc  # noqa: E402
+from nova.notifications.objects import base as notification_objects  # noqa: E402
+from nova.notifications.objects import request_spec as payloads  # noqa: E402
 from nova.scheduler import rpcapi  # noqa: E402
 
 CONF = nova.conf.CONF
@@ -53,6 +65,25 @@ def configure(argv: list[str]) -> None:
     """As a Nova service starts (``nova.cmd.conductor``), minus its databases."""
     nova_config.parse_args(argv, default_config_files=[], configure_db=False)
     objects.register_all()
+    # The notification payload classes too, so that a payload can be read back
+    # (as Nova's own notification tests register them); each is made from its
+    # source object, so reading one makes it with none.
+    objects.base.NovaObjectRegistry.register_notification_objects()
+    for cls in objects.base.NovaObjectRegistry.notification_classes:
+        cls.__init__ = _readable(cls.__init__)
+
+
+def _readable(init: Any) -> Any:
+    """``init``, or, called with no source object (as oslo.versionedobjects
+    makes an object it reads), an empty notification object."""
+
+    def made(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            init(self, *args, **kwargs)
+        else:
+            notification_objects.NotificationObject.__init__(self)
+
+    return made
 
 
 def flavor(data: dict[str, Any]) -> Any:
@@ -157,9 +188,38 @@ def fields_of(obj: Any) -> dict[str, Any]:
     return out
 
 
+def nova_payload(spec: Any) -> dict[str, Any]:
+    """The payload Nova's scheduler notifies of ``spec``, made of the spec as it
+    arrives there (serialized and read back, as Nova's RPC does)."""
+    received = objects.RequestSpec.obj_from_primitive(
+        json.loads(json.dumps(spec.obj_to_primitive()))
+    )
+    payload = payloads.RequestSpecPayload(received)
+    payload.obj_reset_changes(recursive=True)  # as NotificationBase.emit
+    made: dict[str, Any] = json.loads(json.dumps(payload.obj_to_primitive()))
+    return made
+
+
+def read_payloads(primitives: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each payload read by Nova's RequestSpecPayload, written out again."""
+    read = []
+    for n, primitive in enumerate(primitives):
+        try:
+            obj = payloads.RequestSpecPayload.obj_from_primitive(primitive)
+            if not isinstance(obj, payloads.RequestSpecPayload):
+                raise TypeError(f"{type(obj).__name__} is not a RequestSpecPayload")
+        except Exception as exc:  # what Nova's reader said, told back to the test
+            return {"error": {"index": n, "class": type(exc).__name__, "message": str(exc)}}
+        read.append(json.loads(json.dumps(obj.obj_to_primitive())))
+    return {"read": read}
+
+
 def answer(client: Any, ctxt: Any, request: dict[str, Any], transport_url: str) -> dict[str, Any]:
+    if "notification_payloads" in request:
+        return read_payloads(request["notification_payloads"])
     uuids = request["instance_uuids"]
     spec = request_spec(ctxt, uuids, request["spec"], transport_url)
+    made = {"payload": nova_payload(spec)}
     try:
         selections = client.select_destinations(
             ctxt,
@@ -173,13 +233,14 @@ def answer(client: Any, ctxt: Any, request: dict[str, Any], transport_url: str) 
         # subclass of it (nova.exception_Remote.NoValidHost_Remote): the
         # classes it is an instance of are what a caller's except clause sees.
         return {
+            **made,
             "error": {
                 "class": f"{type(exc).__module__}.{type(exc).__name__}",
                 "is_a": [f"{c.__module__}.{c.__name__}" for c in type(exc).__mro__],
                 "message": str(exc),
-            }
+            },
         }
-    return {"selections": [[fields_of(s) for s in per] for per in selections]}
+    return {**made, "selections": [[fields_of(s) for s in per] for per in selections]}
 
 
 def main() -> None:

@@ -13,7 +13,15 @@ import json
 from collections import Counter
 from typing import Any
 
-from tests.nova_compat.conftest import CELL_UUID, PROJECT_ID, Cluster, NovaCaller, new_uuids
+from tests.nova_compat.conftest import (
+    CELL_UUID,
+    PROJECT_ID,
+    Cluster,
+    Listened,
+    NovaCaller,
+    new_uuids,
+    publisher_id,
+)
 
 SMALL = {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 20}
 MEDIUM = {"name": "m1.medium", "vcpus": 2, "memory_mb": 4096, "root_gb": 40}
@@ -101,7 +109,7 @@ def no_valid_host(answer: dict[str, Any]) -> str:
 
 
 def test_boots_of_several_flavors_and_images_with_alternates(
-    nova_cluster: Cluster, nova: NovaCaller
+    nova_cluster: Cluster, nova: NovaCaller, nova_notifications: Listened
 ) -> None:
     start(
         nova_cluster,
@@ -136,6 +144,8 @@ def test_boots_of_several_flavors_and_images_with_alternates(
         # A primary and max_attempts - 1 alternates, from the hosts that fit.
         assert len(hosts) == min(3, len(allowed)), (flavor, hosts)
         assert set(hosts) <= allowed, (flavor, properties, hosts)
+    # Nova's notifications of each call, as Nova's consumers read them.
+    nova.check_notifications(nova_notifications, publisher_id(nova_cluster))
 
 
 def test_multi_instance_request(nova_cluster: Cluster, nova: NovaCaller) -> None:
@@ -154,7 +164,9 @@ def test_multi_instance_request(nova_cluster: Cluster, nova: NovaCaller) -> None
         assert provider.usages.get("VCPU", 0) == 2 * primaries[provider.name], provider
 
 
-def test_strict_anti_affinity_group(nova_cluster: Cluster, nova: NovaCaller) -> None:
+def test_strict_anti_affinity_group(
+    nova_cluster: Cluster, nova: NovaCaller, nova_notifications: Listened
+) -> None:
     start(nova_cluster, ("x86", 4, ()))
     [group_uuid] = new_uuids(1)
     members = new_uuids(4)
@@ -173,10 +185,12 @@ def test_strict_anti_affinity_group(nova_cluster: Cluster, nova: NovaCaller) -> 
     group = {**group, "members": [*members, fifth], "hosts": primaries}
     no_valid_host(nova.call({"flavor": SMALL, "group": group}, [fifth], return_alternates=True))
     assert nova_cluster.store.get_consumer(fifth) is None
+    # Nova's notifications of each call, as Nova's consumers read them.
+    nova.check_notifications(nova_notifications, publisher_id(nova_cluster))
 
 
 def test_cold_migrate_ignores_the_source_and_the_hosts_tried(
-    nova_cluster: Cluster, nova: NovaCaller
+    nova_cluster: Cluster, nova: NovaCaller, nova_notifications: Listened
 ) -> None:
     start(nova_cluster, ("x86", 5, ()))
     [uuid, migration] = new_uuids(2)
@@ -203,9 +217,13 @@ def test_cold_migrate_ignores_the_source_and_the_hosts_tried(
     held = nova_cluster.store.get_consumer(migration)
     assert held is not None, "the migration still holds the source"
     assert list(held.allocations) == [booted["compute_node_uuid"]], held
+    # Nova's notifications of each call, as Nova's consumers read them.
+    nova.check_notifications(nova_notifications, publisher_id(nova_cluster))
 
 
-def test_live_migrate_to_a_requested_destination(nova_cluster: Cluster, nova: NovaCaller) -> None:
+def test_live_migrate_to_a_requested_destination(
+    nova_cluster: Cluster, nova: NovaCaller, nova_notifications: Listened
+) -> None:
     start(nova_cluster, ("x86", 4, ()))
     [uuid, migration] = new_uuids(2)
     [[booted, *_]] = nova.select({"flavor": LARGE}, [uuid])
@@ -226,6 +244,8 @@ def test_live_migrate_to_a_requested_destination(nova_cluster: Cluster, nova: No
 
     [per_instance] = selections
     assert check_selections(nova_cluster, uuid, per_instance, LARGE) == [target]
+    # Nova's notifications of each call, as Nova's consumers read them.
+    nova.check_notifications(nova_notifications, publisher_id(nova_cluster))
 
 
 def test_a_request_no_host_can_take_is_nova_novalidhost(
