@@ -408,7 +408,7 @@ COMMANDS: tuple[Command, ...] = (
                 "--state",
                 action="append",
                 default=[],
-                type=_cli.choice(STATES),
+                type=_commands.choice(STATES),
                 help=f"Only this state (repeatable; one of {', '.join(STATES)}).",
             ),
             _host("--host", dest="on_host", help="Only those on HOST."),

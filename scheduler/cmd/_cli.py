@@ -216,23 +216,6 @@ NAME_MAX = 255
 name = text(NAME_MAX)
 
 
-def choice(choices: Sequence[str]) -> Callable[[str], str]:
-    """An argparse type: one of ``choices`` (any case), as the choice is
-    spelled; anything else refused while parsing, with the choices listed."""
-    by_case = {choice.casefold(): choice for choice in choices}
-
-    def parse(given: str) -> str:
-        found = by_case.get(given.casefold())
-        if found is None:
-            shown = given if len(given) <= 64 else given[:64] + "..."
-            raise argparse.ArgumentTypeError(
-                f"expected one of {', '.join(choices)}, got {shown!r}"
-            )
-        return found
-
-    return parse
-
-
 def uuid(given: str) -> str:
     """An argparse type: a UUID (an instance's, a group's), in its canonical
     form; anything else refused while parsing (exit status 2), quoted."""

@@ -40,7 +40,6 @@ from typing import Any
 from oslo_config import cfg
 
 from scheduler import render
-from scheduler.cmd import _cli
 
 #: The output formats every formatted command takes (``-f``), the default first.
 FORMATS = ("table", "json", "value")
@@ -123,6 +122,23 @@ class Command:
         return self.values is not None
 
 
+def choice(choices: Sequence[str]) -> Callable[[str], str]:
+    """An argparse type: one of ``choices`` (any case), as the choice is
+    spelled; anything else refused while parsing, with the choices listed."""
+    by_case = {choice.casefold(): choice for choice in choices}
+
+    def parse(given: str) -> str:
+        found = by_case.get(given.casefold())
+        if found is None:
+            shown = given if len(given) <= 64 else given[:64] + "..."
+            raise argparse.ArgumentTypeError(
+                f"expected one of {', '.join(choices)}, got {shown!r}"
+            )
+        return found
+
+    return parse
+
+
 def _add_arguments(parser: Any, arguments: Sequence[Arg | OneOf]) -> None:
     for argument in arguments:
         if isinstance(argument, OneOf):
@@ -137,7 +153,7 @@ def _add_format(parser: argparse.ArgumentParser, values: str) -> None:
     parser.add_argument(
         "-f",
         "--format",
-        type=_cli.choice(FORMATS),
+        type=choice(FORMATS),
         default=TABLE,
         metavar="{table,json,value}",
         help="How to print the result: table (default), the text for people; json, one "
