@@ -58,7 +58,7 @@ class PriorityClass:
         :raises ValueError: naming the entry and what is wrong with it.
         """
         name, _, rest = entry.strip().partition(":")
-        value, _, flags_text = rest.partition(":")
+        value, more, flags_text = rest.partition(":")
         if not _NAME.fullmatch(name):
             raise ValueError(
                 f"{entry!r}: the name must be letters, digits, '.', '_' or '-' "
@@ -72,7 +72,7 @@ class PriorityClass:
             raise ValueError(
                 f"{entry!r}: the priority must be from -{MAX_PRIORITY} to {MAX_PRIORITY}"
             )
-        flags = [f.strip() for f in flags_text.split(":")] if flags_text else []
+        flags = [f.strip() for f in flags_text.split(":")] if more else []
         unknown = [f for f in flags if f not in (PREEMPTIBLE, NEVER)]
         if unknown or len(set(flags)) != len(flags):
             raise ValueError(
