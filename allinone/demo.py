@@ -282,6 +282,7 @@ def play(args: argparse.Namespace) -> BootReport:
         rpc.SchedulerClient(transport, conf.scheduler.topic),
         compute,
         new_id=None if args.seed is None else _seeded_ids(args.seed),
+        priority_classes=conf_mod.priority_classes(conf),
     )
     ctxt = rpc.RequestContext(user_id="demo", project_id="demo")
     report = boot_all(

@@ -394,8 +394,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "list",
-        help="List instances: uuid, state, task state, host, zone, flavor, project, "
-        "last change and fault.",
+        help="List instances: uuid, state, task state, host, zone, flavor, priority "
+        "class, project, last change and fault.",
         description="List the live instance records (DELETED ones are not listed), "
         "narrowed by --state, --host and --project (all of those given must match), "
         "ordered by --sort. Each row's fault is the one its user sees, cut to 40 "
@@ -425,10 +425,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "show",
-        help="One instance: state, task state, host, zone, flavor, request id, attempts, "
-        "resize in flight, fault (--admin: the admin details too).",
+        help="One instance: state, task state, host, zone, flavor, priority class, "
+        "request id, attempts, resize in flight, fault (--admin: the admin details too).",
         description="Print one instance's record as its user sees it: state, task state, "
-        "host, zone, flavor, request id, attempts, the resize in flight and the fault. "
+        "host, zone, flavor, priority class (with its priority and whether it is "
+        "preemptible, as when it was scheduled), request id, attempts, the resize in "
+        "flight and the fault. "
         "With --admin (an admin's view): node, tried hosts, allocations, re-drives and "
         "the admin-only fault details too. An unknown uuid is an error (exit status 2).",
         run=commands.show,

@@ -38,6 +38,7 @@ from scheduler import broker, health, log, notify_transport, rpc, steps
 from scheduler.cmd import _cli, _commands
 from scheduler.cmd._commands import Output, Result
 from scheduler.cmd._daemon import wait_for_signal
+from scheduler.conf.priority import priority_classes
 from scheduler.exceptions import InvalidRequest, NoConsumer, SchedulerError
 from scheduler.filters.different_host import HINT as DIFFERENT_HOST
 from scheduler.filters.same_host import HINT as SAME_HOST
@@ -255,6 +256,8 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     )
     # Checked before the store or the broker is reached; Booter.boot checks again.
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
+    classes = priority_classes(conf)
+    classes.of(flavor.extra_specs)
     # A request refused above says only why; one that will be sent, whether
     # anything is there to take it.
     warn_missing_consumers(conf)
@@ -273,6 +276,7 @@ def boot(conf: cfg.ConfigOpts) -> Result:
         build_timeout=settings.build_timeout,
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
+        priority_classes=classes,
     )
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id=args.user, project_id=args.project)
@@ -622,6 +626,9 @@ def list_row(record: InstanceRecord) -> dict[str, Any]:
         "host": record.host,
         "availability_zone": record.availability_zone,
         "flavor": flavor_name(record),
+        "priority_class": record.priority_class,
+        "priority": record.priority,
+        "preemptible": record.preemptible,
         "project_id": spec.get("project_id"),
         "fault": record.fault,
         "created_at": record.created_at,
@@ -636,8 +643,10 @@ FAULT_SHOWN = 40
 def format_list(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "no instances"
-    keys = ("uuid", "state", "task_state", "host", "availability_zone", "flavor", "project_id")
-    headers: tuple[str, ...] = ("uuid", "state", "task", "host", "zone", "flavor", "project")
+    keys: tuple[str, ...] = ("uuid", "state", "task_state", "host", "availability_zone")
+    keys += ("flavor", "priority_class", "project_id")
+    headers: tuple[str, ...] = ("uuid", "state", "task", "host", "zone", "flavor", "class")
+    headers += ("project",)
     headers += ("updated (UTC)", "fault")
     cells = [
         [("-" if r[k] is None else str(r[k])) for k in keys]

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from scheduler.exceptions import InvalidRequest
+from scheduler.priority import PriorityClass
 
 if TYPE_CHECKING:
     from scheduler.objects import RequestSpec
@@ -52,6 +53,19 @@ def _mapping(data: Any, what: str) -> Mapping[str, Any]:
 
 def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _priority_class(data: Any) -> PriorityClass | None:
+    """A report's priority class (absent from a worker that knows none: None)."""
+    if data is None:
+        return None
+    data = _mapping(data, "priority_class")
+    return PriorityClass(
+        name=str(data["name"]),
+        priority=int(data["priority"]),
+        preemptible=data["preemptible"] is True,
+        preemption_policy=str(data["preemption_policy"]),
+    )
 
 
 def summary_line(available: int, hosts: int, reasons: Mapping[str, int]) -> str:
@@ -416,6 +430,8 @@ class ExplainReport:
     asked for the megabytes).
     ``weighers`` maps each weigher that ran to its multiplier (an enabled
     weigher whose multiplier is 0 does not run, and is left out).
+    ``priority_class`` is the class the request's flavor chooses (None: no
+    class, or a worker that knows none).
     """
 
     request_id: str
@@ -425,6 +441,7 @@ class ExplainReport:
     placeable: bool
     instances: tuple[InstanceExplanation, ...]
     weighers: Mapping[str, float] = field(default_factory=dict)
+    priority_class: PriorityClass | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "resources", _frozen(self.resources))
@@ -450,6 +467,7 @@ class ExplainReport:
         traces: Sequence[InstanceTrace],
         weighers: Mapping[str, float],
         placeable: bool,
+        priority_class: PriorityClass | None = None,
     ) -> ExplainReport:
         instances = [InstanceExplanation.from_trace(t) for t in traces]
         for n in range(1, len(instances) - 1):
@@ -462,6 +480,7 @@ class ExplainReport:
             placeable=placeable,
             instances=tuple(instances),
             weighers=dict(weighers),
+            priority_class=priority_class,
         )
 
     def to_primitive(self) -> dict[str, Any]:
@@ -473,6 +492,9 @@ class ExplainReport:
             "placeable": self.placeable,
             "summary": self.summary,
             "weighers": dict(self.weighers),
+            "priority_class": (
+                self.priority_class.to_primitive() if self.priority_class is not None else None
+            ),
             "instances": [i.to_primitive() for i in self.instances],
         }
 
@@ -488,6 +510,7 @@ class ExplainReport:
                 placeable=bool(data["placeable"]),
                 instances=tuple(InstanceExplanation.from_primitive(i) for i in data["instances"]),
                 weighers={str(k): float(v) for k, v in data["weighers"].items()},
+                priority_class=_priority_class(data.get("priority_class")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidRequest(reason=f"malformed explain report: {exc!r}") from None

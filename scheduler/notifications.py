@@ -49,6 +49,7 @@ from scheduler.objects import (
     Selection,
     ServerGroup,
 )
+from scheduler.priority import PriorityClass
 
 #: ``nova_object.namespace`` of every object here (Nova's are ``nova``).
 NAMESPACE = "vm_scheduler"
@@ -337,16 +338,36 @@ class InstancePCIRequestsPayload(NotificationObject):
 
 
 @dataclass(frozen=True)
+class PriorityClassPayload(NotificationObject):
+    """The priority class a request's flavor chooses (:mod:`scheduler.priority`)."""
+
+    # Version 1.0: initial version
+    VERSION = "1.0"
+
+    name: str
+    priority: int
+    preemptible: bool
+    #: ``preempt`` or ``never`` (its requests never evict others).
+    preemption_policy: str
+
+    @classmethod
+    def of(cls, chosen: PriorityClass) -> PriorityClassPayload:
+        return cls(chosen.name, chosen.priority, chosen.preemptible, chosen.preemption_policy)
+
+
+@dataclass(frozen=True)
 class RequestSpecPayload(NotificationObject):
     """What was asked for; Nova's ``RequestSpecPayload`` field names.
 
     ``instance_uuid`` is the request's first instance (as Nova's request spec
     holds one); ``force_hosts`` / ``force_nodes`` are lists (Nova: the first
-    one as a string).
+    one as a string). ``priority_class`` is the class the flavor chooses
+    (null: no class), a field of this project's own.
     """
 
     # Version 1.0: initial version
-    VERSION = "1.0"
+    # Version 1.1: priority_class
+    VERSION = "1.1"
 
     instance_uuid: str | None
     project_id: str
@@ -364,11 +385,17 @@ class RequestSpecPayload(NotificationObject):
     force_hosts: tuple[str, ...]
     force_nodes: tuple[str, ...]
     requested_destination: DestinationPayload | None
+    priority_class: PriorityClassPayload | None
     #: The spec as the legacy payloads carry it (its own primitive); not a field.
     spec: RequestSpec = field(repr=False, compare=False, kw_only=True, metadata=LEGACY_ONLY)
 
     @classmethod
-    def of(cls, spec: RequestSpec, instance_uuids: Sequence[str]) -> RequestSpecPayload:
+    def of(
+        cls,
+        spec: RequestSpec,
+        instance_uuids: Sequence[str],
+        priority_class: PriorityClass | None = None,
+    ) -> RequestSpecPayload:
         return cls(
             instance_uuid=instance_uuids[0] if instance_uuids else None,
             project_id=spec.project_id,
@@ -389,6 +416,9 @@ class RequestSpecPayload(NotificationObject):
                 DestinationPayload.of(spec.requested_destination)
                 if spec.requested_destination is not None
                 else None
+            ),
+            priority_class=(
+                PriorityClassPayload.of(priority_class) if priority_class is not None else None
             ),
             spec=spec,
         )
@@ -504,10 +534,13 @@ class SchedulingPayload(EventPayload):
         instance_uuids: Sequence[str],
         migration_uuid: str | None = None,
         summary: bool = False,
+        priority_class: PriorityClass | None = None,
     ) -> SchedulingPayload:
         uuids, omitted = listed(instance_uuids)
         return cls(
-            request_spec=RequestSpecPayload.of(spec, uuids) if spec is not None else None,
+            request_spec=(
+                RequestSpecPayload.of(spec, uuids, priority_class) if spec is not None else None
+            ),
             instance_uuids=uuids,
             instance_uuids_omitted=omitted,
             migration_uuid=migration_uuid,
@@ -589,6 +622,7 @@ class ResizePayload(EventPayload):
         asked: Mapping[str, Any],
         instance_uuid: str | None,
         request: tuple[str, Flavor, RequestSpec] | None,
+        priority_class: PriorityClass | None = None,
     ) -> ResizePayload:
         """The ``.start`` of a resize: ``asked`` is the legacy payload (the
         request's values as given), ``instance_uuid`` the instance if readable,
@@ -599,7 +633,7 @@ class ResizePayload(EventPayload):
             source_host=source_host,
             new_flavor=FlavorPayload.of(flavor) if flavor is not None else None,
             request_spec=(
-                RequestSpecPayload.of(spec, [instance_uuid])
+                RequestSpecPayload.of(spec, [instance_uuid], priority_class)
                 if spec is not None and instance_uuid is not None
                 else None
             ),

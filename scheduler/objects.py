@@ -680,6 +680,9 @@ class InstanceRecord:
     MIGRATING (a live migration), ``migration_uuid`` and ``source_*`` are as
     for a resize (``host`` stays the source until the instance lands) and
     ``block_migration`` says whether the disk goes with it.
+    ``priority_class``, ``priority`` and ``preemptible`` are the request's
+    priority class as it was when the instance was recorded
+    (:func:`scheduler.priority.record_fields`; no class: None, 0, False).
     """
 
     uuid: str
@@ -708,6 +711,9 @@ class InstanceRecord:
     pending_hosts: tuple[str, ...] = ()
     requested_destination: Mapping[str, Any] | None = None
     block_migration: bool = False
+    priority_class: str | None = None
+    priority: int = 0
+    preemptible: bool = False
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -739,6 +745,9 @@ class InstanceRecord:
                 dict(self.requested_destination) if self.requested_destination else None
             ),
             "block_migration": self.block_migration,
+            "priority_class": self.priority_class,
+            "priority": self.priority,
+            "preemptible": self.preemptible,
         }
 
     @classmethod
@@ -753,6 +762,9 @@ class InstanceRecord:
         )
         known["is_admin"] = known.get("is_admin") is True
         known["block_migration"] = known.get("block_migration") is True
+        known["preemptible"] = known.get("preemptible") is True
+        priority = known.get("priority")
+        known["priority"] = priority if type(priority) is int else 0
         return cls(**known)
 
 

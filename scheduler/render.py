@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.exceptions import NotFound
 from scheduler.objects import MIGRATING, RESIZED, InstanceRecord
+from scheduler.priority import PriorityClass
 from scheduler.store.base import PlacementReader, Refusal, Store
 
 
@@ -114,6 +115,9 @@ def instance_view(
         "fault": record.fault,
         "fault_details": record.fault_details,
         "flavor": flavor_name(record),
+        "priority_class": record.priority_class,
+        "priority": record.priority,
+        "preemptible": record.preemptible,
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
         "claimed_host": claimed_host,
         "redrives": record.redrives,
@@ -123,6 +127,14 @@ def instance_view(
         "updated_at": record.updated_at,
     }
     return view if admin else {k: v for k, v in view.items() if k not in ADMIN_FIELDS}
+
+
+def priority_line(view: Mapping[str, Any]) -> str:
+    """``spot (priority 10, preemptible)``; ``- (priority 0)`` with no class."""
+    name, priority = view.get("priority_class"), view.get("priority", 0)
+    if not name:
+        return f"- (priority {priority})"
+    return str(PriorityClass(name, priority, view.get("preemptible") is True))
 
 
 def format_instance(view: Mapping[str, Any]) -> str:
@@ -170,6 +182,7 @@ def format_instance(view: Mapping[str, Any]) -> str:
     rows = [
         ("state", f"{view['state']} (task: {show(view['task_state'])})"),
         ("flavor", show(view["flavor"])),
+        ("priority", priority_line(view)),
         ("host", f"{show(view['host'])}{node}"),
         ("zone", show(view.get("availability_zone"))),
         ("request id", show(view.get("request_id"))),

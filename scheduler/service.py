@@ -24,6 +24,7 @@ from scheduler.notifier import Notifier
 from scheduler.nova_compat.endpoint import NovaSchedulerEndpoint
 from scheduler.nova_compat.endpoint import get_server as nova_server
 from scheduler.nova_compat.notifications import NovaNotifications
+from scheduler.priority import PriorityClasses
 from scheduler.store import Store
 from scheduler.store.services import ServiceResolver
 from scheduler.weighers import profiles
@@ -59,6 +60,7 @@ def engine_settings(conf: cfg.ConfigOpts) -> EngineSettings:
         claim_attempts=sc.claim_attempts,
         default_availability_zone=fs.default_availability_zone,
         pci_aliases=_pci_aliases(conf.pci.alias),
+        priority_classes=PriorityClasses.parse(conf.priority.classes, conf.priority.default_class),
         compute_status_filter=sc.compute_status_filter,
         query_placement_for_availability_zone=sc.query_placement_for_availability_zone,
         limit_tenants_to_placement_aggregate=sc.limit_tenants_to_placement_aggregate,

@@ -35,6 +35,7 @@ from scheduler.notifications import (
     registry,
 )
 from scheduler.objects import Destination, Flavor, Image, RequestSpec, ServerGroup
+from scheduler.priority import NEVER, PriorityClass
 
 DIRECTORY = Path(__file__).resolve().parents[1] / "doc" / "notification_samples"
 PUBLISHER = "scheduler-worker:scheduler-host-1"
@@ -53,9 +54,12 @@ FLAVOR = Flavor(
     extra_specs={
         "hw:numa_nodes": "2",
         "pci_passthrough:alias": "a1:2",
+        "sched:priority_class": "batch",
         "trait:HW_CPU_X86_AVX2": "required",
     },
 )
+#: The class the flavor chooses, as ``[priority] classes = batch:500:preemptible:never``.
+PRIORITY_CLASS = PriorityClass("batch", 500, preemptible=True, preemption_policy=NEVER)
 SPEC = RequestSpec(
     flavor=FLAVOR,
     project_id="6f70656e737461636b20342065766572",
@@ -88,13 +92,17 @@ SELECTION = SelectionPayload(
 
 def _resize_start() -> ResizePayload:
     asked = {"instance_uuid": INSTANCE, "source_host": "compute-0004", "new_flavor": FLAVOR.name}
-    return ResizePayload.starting(asked, INSTANCE, ("compute-0004", FLAVOR, SPEC))
+    return ResizePayload.starting(
+        asked, INSTANCE, ("compute-0004", FLAVOR, SPEC), priority_class=PRIORITY_CLASS
+    )
 
 
 def payloads() -> dict[str, EventPayload]:
     """An example payload per versioned event type."""
-    run = SchedulingPayload.starting(SPEC, [INSTANCE])
-    select = SchedulingPayload.starting(SPEC, [INSTANCE], MIGRATION, summary=True)
+    run = SchedulingPayload.starting(SPEC, [INSTANCE], priority_class=PRIORITY_CLASS)
+    select = SchedulingPayload.starting(
+        SPEC, [INSTANCE], MIGRATION, summary=True, priority_class=PRIORITY_CLASS
+    )
     resize = _resize_start()
     error = SchedulingErrorPayload.of(
         [INSTANCE],

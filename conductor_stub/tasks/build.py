@@ -69,6 +69,7 @@ from scheduler.objects import (
     Selection,
     ServerGroup,
 )
+from scheduler.priority import PriorityClasses, record_fields
 from scheduler.rpc import SEND_FAILURES, ComputeClient, RequestContext, SchedulerClient
 
 LOG = get_logger(__name__)
@@ -179,6 +180,9 @@ class Booter:
     Each record is created with the request's id and a deadline
     ``build_timeout`` seconds out, by which the conductor expects to have
     heard back; past it, ``conductor-stub serve`` re-drives the request.
+    Each record also keeps the request's priority class (one of
+    ``priority_classes``, chosen by the flavor's ``sched:priority_class``),
+    its priority and preemptibility as they are now.
     """
 
     def __init__(
@@ -190,8 +194,10 @@ class Booter:
         return_alternates: bool = True,
         lost_after: float = 300.0,
         new_id: Callable[[], str] | None = None,
+        priority_classes: PriorityClasses | None = None,
     ) -> None:
         self.store = store
+        self.priority_classes = priority_classes or PriorityClasses()
         self.scheduler = scheduler
         self.compute = compute
         self.build_timeout = build_timeout
@@ -230,7 +236,8 @@ class Booter:
 
         :raises InvalidRequest: ``per_request`` over the scheduler's limit
             (MAX_INSTANCES_PER_REQUEST), both ``group`` and ``group_policy``,
-            or a request spec a worker would refuse; nothing is recorded.
+            or a request spec a worker would refuse (a priority class that
+            is not defined among it); nothing is recorded.
         """
         if not 1 <= per_request <= MAX_INSTANCES_PER_REQUEST:
             raise InvalidRequest(
@@ -249,6 +256,7 @@ class Booter:
             availability_zone=availability_zone,
             scheduler_hints=scheduler_hints,
         )
+        priority = record_fields(self.priority_classes.of(template.flavor.extra_specs))
         self.group = group
         uuids: list[str] = []
         for start in range(0, count, per_request):
@@ -273,6 +281,7 @@ class Booter:
                     deadline=now + self.build_timeout,
                     roles=tuple(req_ctxt.roles),
                     is_admin=req_ctxt.is_admin is True,
+                    **priority,
                 )
                 for u in batch
             )

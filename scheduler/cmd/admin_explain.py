@@ -203,6 +203,8 @@ def format_explain(report: ExplainReport) -> str:
         f"({resources_line(report.resources)})",
         "dry run: nothing was claimed",
     ]
+    if report.priority_class is not None:
+        lines.append(f"priority class: {report.priority_class}")
     if report.placeable:
         lines.append(f"result: all {n} instance(s) would be placed")
     else:

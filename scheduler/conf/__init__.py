@@ -11,7 +11,7 @@ filters and weighers never import this package.
 
 One module per option group, as Nova's ``nova/conf/``: :mod:`~scheduler.conf.default`,
 :mod:`~scheduler.conf.scheduler`, :mod:`~scheduler.conf.filter_scheduler`,
-:mod:`~scheduler.conf.pci`, :mod:`~scheduler.conf.redis`,
+:mod:`~scheduler.conf.pci`, :mod:`~scheduler.conf.priority`, :mod:`~scheduler.conf.redis`,
 :mod:`~scheduler.conf.notifications`, :mod:`~scheduler.conf.compute`,
 :mod:`~scheduler.conf.conductor` and :mod:`~scheduler.conf.nova_compat`; then
 :mod:`~scheduler.conf.opts` (every group in order: ``register_opts``,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from scheduler.conf.opts import CONF, common_cli_opts, list_opts, register_opts, set_defaults
     from scheduler.conf.parse import find_config_files, parse_args, version
     from scheduler.conf.pci import pci_group, pci_opts
+    from scheduler.conf.priority import priority_classes, priority_group, priority_opts
     from scheduler.conf.redis import redis_group, redis_opts
     from scheduler.conf.scheduler import scheduler_group, scheduler_opts
     from scheduler.conf.validation import config_invalid, validate
@@ -74,6 +75,9 @@ __all__ = [
     "parse_args",
     "pci_group",
     "pci_opts",
+    "priority_classes",
+    "priority_group",
+    "priority_opts",
     "redis_group",
     "redis_opts",
     "register_opts",
@@ -111,6 +115,9 @@ if not TYPE_CHECKING:  # the type checker reads the imports above, and knows no 
             "parse_args": "scheduler.conf.parse",
             "pci_group": "scheduler.conf.pci",
             "pci_opts": "scheduler.conf.pci",
+            "priority_classes": "scheduler.conf.priority",
+            "priority_group": "scheduler.conf.priority",
+            "priority_opts": "scheduler.conf.priority",
             "redis_group": "scheduler.conf.redis",
             "redis_opts": "scheduler.conf.redis",
             "register_opts": "scheduler.conf.opts",

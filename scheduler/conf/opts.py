@@ -14,6 +14,7 @@ from scheduler.conf.filter_scheduler import filter_scheduler_group, filter_sched
 from scheduler.conf.notifications import notifications_group, notifications_opts
 from scheduler.conf.nova_compat import nova_compat_group, nova_compat_opts
 from scheduler.conf.pci import pci_group, pci_opts
+from scheduler.conf.priority import priority_group, priority_opts
 from scheduler.conf.redis import redis_group, redis_opts
 from scheduler.conf.scheduler import scheduler_group, scheduler_opts
 
@@ -26,6 +27,7 @@ def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
         (scheduler_group, scheduler_opts),
         (filter_scheduler_group, filter_scheduler_options()),
         (pci_group, pci_opts),
+        (priority_group, priority_opts),
         (redis_group, redis_opts),
         (notifications_group, notifications_opts),
         (compute_group, compute_opts),

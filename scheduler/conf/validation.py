@@ -91,6 +91,9 @@ def validate(conf: cfg.ConfigOpts) -> None:
             getattr(conf[group] if group else conf, name)
         except ValueError as exc:  # ConfigFileValueError is one
             raise config_invalid(conf, group, name, exc) from exc
+    from scheduler.conf.priority import priority_classes
+
+    priority_classes(conf)
     try:
         check_store_url(conf.redis.url)
     except ValueError as exc:

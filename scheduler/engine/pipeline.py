@@ -251,13 +251,18 @@ class Engine:
         """
         # The weighers that run: a multiplier of 0 turns one off.
         weighers = {name: w.multiplier for name, w in self.weighers if w.multiplier}
+        chosen = self.settings.priority_classes.of(spec.flavor.extra_specs)
         try:
             result = self.schedule(
                 request_id, spec, instance_uuids, False, claim=False, all_hosts=all_hosts
             )
         except NoValidHost as exc:
-            return ExplainReport.build(request_id, spec, exc.traces, weighers, placeable=False)
-        return ExplainReport.build(request_id, spec, result.traces, weighers, placeable=True)
+            return ExplainReport.build(
+                request_id, spec, exc.traces, weighers, placeable=False, priority_class=chosen
+            )
+        return ExplainReport.build(
+            request_id, spec, result.traces, weighers, placeable=True, priority_class=chosen
+        )
 
     def run_filter(self, name: str, spec: RequestSpec) -> StageHosts:
         """Host filter ``name`` alone on every host of the view, for ``spec``: the

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scheduler.priority import PriorityClasses
+
 #: The host filters that run by default, in order (cheapest and most
 #: selective first), the one list every default derives from: Nova 34's
 #: defaults (ComputeFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter,
@@ -112,7 +114,9 @@ class EngineSettings:
     (the availability-zone request filter and the host view as well as the
     AvailabilityZoneFilter) and ``pci_aliases`` (request validation as well
     as the PciPassthroughFilter; a ``[pci]`` option), which maps alias names
-    to the devices they stand for.
+    to the devices they stand for. ``priority_classes`` are the ``[priority]``
+    classes a request's flavor chooses from (request validation refuses an
+    unknown one; explain and the notifications name the one chosen).
     """
 
     enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
@@ -131,6 +135,7 @@ class EngineSettings:
     default_availability_zone: str = "nova"
     services_refresh_interval: float = 2.0
     pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    priority_classes: PriorityClasses = field(default_factory=PriorityClasses)
     # request filters (scheduler.request_filters), on or off as Nova's defaults
     compute_status_filter: bool = True
     query_placement_for_availability_zone: bool = True

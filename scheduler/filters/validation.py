@@ -6,7 +6,8 @@ offending spec or property, what Nova would only discover inside a filter
 requirements no host can be checked against, Nova host attributes a
 capability spec cannot name here (``capabilities:host_ip``), unknown architectures,
 hypervisor types and VM modes, unreadable version requirements, NUMA
-topologies no split can give, malformed or unconfigured PCI aliases.
+topologies no split can give, malformed or unconfigured PCI aliases, priority classes that are not
+defined.
 
 The manager calls it after :meth:`RequestSpec.from_primitive`, before
 anything is selected or claimed.
@@ -25,7 +26,8 @@ from scheduler.objects import RequestSpec
 
 def validate_request(spec: RequestSpec, settings: EngineSettings | None = None) -> None:
     """:raises InvalidRequest: see the module docstring. With ``settings``,
-    PCI aliases are also checked against the configured ones."""
+    PCI aliases are also checked against the configured ones, and the
+    priority class against the defined ones."""
     validate_extra_specs(spec.flavor.extra_specs)
     refuse_unsupported_attributes(spec.flavor.extra_specs)
     if spec.image is not None:
@@ -35,3 +37,4 @@ def validate_request(spec: RequestSpec, settings: EngineSettings | None = None) 
         requested_aliases(spec)
     else:
         requested_devices(spec, settings.pci_aliases)
+        settings.priority_classes.of(spec.flavor.extra_specs)

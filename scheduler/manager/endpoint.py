@@ -271,7 +271,10 @@ class SchedulerEndpoint(Stages):
             except (InvalidRequest, Forbidden) as exc:
                 refused = exc
                 uuids = tuple(_safe_uuids(instance_uuids))
-            payload = SchedulingPayload.starting(spec if refused is None else None, uuids)
+            read = spec if refused is None else None
+            payload = SchedulingPayload.starting(
+                read, uuids, priority_class=self._priority_of(read)
+            )
             with self.notifier.action(ctxt, "run_instance", payload) as end:
                 try:
                     if refused is not None:
@@ -351,6 +354,7 @@ class SchedulerEndpoint(Stages):
                 asked,
                 readable[0] if readable else None,
                 (source_host, request[1], request[2]) if request is not None else None,
+                priority_class=self._priority_of(request[2] if request is not None else None),
             )
             with self.notifier.action(ctxt, "resize", payload) as end:
                 try:

@@ -29,6 +29,7 @@ from scheduler.notifications import SchedulingErrorPayload, SchedulingPayload
 from scheduler.notifier import Notifier
 from scheduler.objects import MAX_INSTANCES_PER_REQUEST, Flavor, RequestSpec, Selection
 from scheduler.policy import admin_details, user_reason
+from scheduler.priority import PriorityClass
 from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store.base import RefusalLog
 from scheduler.store.records import Refusal
@@ -119,6 +120,12 @@ class Stages:
         validate_request(spec, self.engine.settings)
         return spec
 
+    def _priority_of(self, spec: RequestSpec | None) -> PriorityClass | None:
+        """The priority class a validated spec's flavor chooses (None: none, or no spec)."""
+        if spec is None:
+            return None
+        return self.engine.settings.priority_classes.of(spec.flavor.extra_specs)
+
     def _select(
         self,
         action: str,
@@ -172,7 +179,9 @@ class Stages:
         ``.end`` says ``state: error`` if it raised, and no valid host is
         published at ERROR too. The yielded dict is the ``.end``'s outcome
         (:meth:`Notifier.action`)."""
-        payload = SchedulingPayload.starting(spec, uuids, migration_uuid, summary=True)
+        payload = SchedulingPayload.starting(
+            spec, uuids, migration_uuid, summary=True, priority_class=self._priority_of(spec)
+        )
         with self.notifier.action(ctxt, "select_destinations", payload) as end:
             try:
                 yield end

@@ -3,6 +3,7 @@ notifications, bad input."""
 
 from __future__ import annotations
 
+import json
 import uuid as uuidlib
 from collections import Counter
 from typing import Any
@@ -300,3 +301,66 @@ def test_one_simulator_serves_a_thousand_hosts(cluster: Cluster) -> None:
     result = cluster.boot("--count", "50", "--per-request", "10")
     assert Counter(i["state"] for i in result["instances"]) == {"ACTIVE": 50}
     assert len({i["host"] for i in result["instances"]}) == 50, "spread over empty hosts"
+
+
+@pytest.mark.timeout(300)
+def test_a_flavor_s_priority_class_is_recorded_shown_and_notified(
+    cluster: Cluster, versioned_notifications: Any
+) -> None:
+    """The worker and the conductor read the same ``[priority]`` classes: a
+    boot naming one is recorded, listed, shown and notified with it; one
+    naming none gets the default; one naming an unknown class is refused in
+    one line before anything is recorded or sent."""
+    cluster.write_config(
+        priority={"classes": "on-demand:1000, spot:10:preemptible", "default_class": "on-demand"}
+    )
+    cluster.start_conductor()
+    cluster.start_compute(2)
+    cluster.start_worker()
+
+    spot = cluster.boot("--flavor", "m1.small", "--extra-spec", "sched:priority_class=spot")
+    plain = cluster.boot("--flavor", "m1.small")
+    (spot_uuid,), (plain_uuid,) = ([i["uuid"] for i in r["instances"]] for r in (spot, plain))
+    assert {i["state"] for r in (spot, plain) for i in r["instances"]} == {"ACTIVE"}
+
+    code, out, err = cluster.conductor_stub("show", spot_uuid, "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["priority_class"], shown["priority"], shown["preemptible"]) == ("spot", 10, True)
+    code, out, err = cluster.conductor_stub("show", spot_uuid)
+    assert "  priority    spot (priority 10, preemptible)" in out.splitlines(), out
+    code, out, err = cluster.conductor_stub("list", "--json")
+    assert code == 0, err
+    rows = {r["uuid"]: r for r in json.loads(out)["instances"]}
+    assert (rows[plain_uuid]["priority_class"], rows[plain_uuid]["priority"]) == (
+        "on-demand",
+        1000,
+    )
+    assert rows[spot_uuid]["priority_class"] == "spot"
+
+    def published() -> dict[str, str | None]:
+        """Per instance, the class its run_instance.start named."""
+        out: dict[str, str | None] = {}
+        for n in versioned_notifications():
+            if n["event_type"] != "scheduler.run_instance.start":
+                continue
+            data = n["payload"]["nova_object.data"]
+            chosen = data["request_spec"]["nova_object.data"]["priority_class"]
+            out[data["instance_uuids"][0]] = chosen["nova_object.data"]["name"] if chosen else None
+        return out
+
+    wait_until(lambda: len(published()) == 2, what="both run_instance.start")
+    assert published() == {spot_uuid: "spot", plain_uuid: "on-demand"}
+
+    before = len(cluster.store.list_instances())
+    code, out, err = cluster.conductor_stub(
+        "boot", "--flavor", "m1.small", "--extra-spec", "sched:priority_class=gold"
+    )
+    assert (code, out) == (2, "")
+    assert (
+        err.strip().endswith(
+            "flavor.extra_specs 'sched:priority_class' = 'gold': no such priority class is defined"
+        )
+        and len(err.strip().splitlines()) == 1
+    ), err
+    assert len(cluster.store.list_instances()) == before

@@ -30,6 +30,7 @@ from scheduler.exceptions import (
     StoreUnavailable,
 )
 from scheduler.explain import ExplainReport
+from scheduler.notifications import EventPayload
 from scheduler.objects import (
     MAX_INSTANCES_PER_REQUEST,
     MEMORY_MB,
@@ -42,6 +43,7 @@ from scheduler.objects import (
     migration_uuid_for,
 )
 from scheduler.policy import INTERNAL_ERROR_MESSAGE, user_reason
+from scheduler.priority import PriorityClasses
 from scheduler.rpc import RequestContext
 from scheduler.store.base import GroupClaim, Inventory
 from tests.fixtures.manager import ADMIN, HOSTS, USER, Rig, rig
@@ -1094,3 +1096,87 @@ def test_a_request_over_the_limit_fails_every_instance_and_lists_few(extra: int)
     for _, _, payload in r.notifier.sent:  # never a bulky payload
         assert payload["instance_uuids"] == uuids[:MAX_INSTANCES_PER_REQUEST]
         assert payload["instance_uuids_omitted"] == n - MAX_INSTANCES_PER_REQUEST
+
+
+# --- priority classes ---------------------------------------------------------------
+
+CLASSES = PriorityClasses.parse(["standard:100", "spot:10:preemptible"], "standard")
+
+
+def _published(r: Rig, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, EventPayload]]:
+    """The payload objects the endpoint publishes (the recorder keeps legacy views)."""
+    kept: list[tuple[str, EventPayload]] = []
+    emit = r.notifier._emit
+
+    def keep(priority: str, ctxt: Any, event_type: str, payload: EventPayload) -> None:
+        kept.append((event_type, payload))
+        emit(priority, ctxt, event_type, payload)
+
+    monkeypatch.setattr(r.notifier, "_emit", keep)
+    return kept
+
+
+def _class_published(payload: EventPayload) -> dict[str, Any] | None:
+    spec_payload = payload.to_primitive()["nova_object.data"]["request_spec"]
+    chosen = spec_payload["nova_object.data"]["priority_class"]
+    return None if chosen is None else chosen["nova_object.data"]
+
+
+@pytest.mark.parametrize(
+    ("extra_specs", "published"),
+    [
+        pytest.param(
+            {"sched:priority_class": "spot"},
+            {"name": "spot", "priority": 10, "preemptible": True, "preemption_policy": "preempt"},
+            id="the-flavor-s-class",
+        ),
+        pytest.param(
+            {},
+            {
+                "name": "standard",
+                "priority": 100,
+                "preemptible": False,
+                "preemption_policy": "preempt",
+            },
+            id="the-default-class",
+        ),
+    ],
+)
+def test_the_notifications_and_explain_name_the_request_s_class(
+    monkeypatch: pytest.MonkeyPatch, extra_specs: dict[str, str], published: dict[str, Any]
+) -> None:
+    r = rig(priority_classes=CLASSES)
+    kept = _published(r, monkeypatch)
+    request = spec(ram=512, extra_specs=extra_specs).to_primitive()
+    r.endpoint.run_instance(USER, request, [BOOTED])
+    r.endpoint.select_destinations(USER, request, [str(uuidlib.uuid4())])
+    starts = {e: p for e, p in kept if e.endswith(".start")}
+    assert set(starts) == {"scheduler.run_instance.start", "scheduler.select_destinations.start"}
+    assert all(_class_published(p) == published for p in starts.values())
+    assert [name for name, _ in r.compute.calls] == ["build_and_run_instance"]
+    report = ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request))
+    assert report.priority_class is not None
+    assert report.priority_class.to_primitive() == published
+
+
+def test_a_request_naming_an_unknown_class_is_refused_and_claims_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = rig(priority_classes=CLASSES)
+    kept = _published(r, monkeypatch)
+    request = spec(ram=512, extra_specs={"sched:priority_class": "gold"}).to_primitive()
+    r.endpoint.run_instance(USER, request, [BOOTED])
+    [(name, (uuids, reason, *_))] = r.conductor.calls
+    assert (name, uuids) == ("schedule_failed", [BOOTED])
+    assert "'sched:priority_class' = 'gold': no such priority class is defined" in reason
+    assert r.store.claims == [] and r.compute.calls == []
+    (start,) = [p for e, p in kept if e == "scheduler.run_instance.start"]
+    assert start.to_primitive()["nova_object.data"]["request_spec"] is None  # refused unread
+    with pytest.raises(InvalidRequest, match="no such priority class"):
+        unwrapped(r.endpoint.explain)(ADMIN, request)
+
+
+def test_without_classes_a_request_has_none() -> None:
+    r = rig()
+    request = spec(ram=512).to_primitive()
+    assert ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request)).priority_class is None

@@ -44,7 +44,8 @@ FINGERPRINTS = {
     "InstancePCIRequestsPayload": "1.0-73e63b48d6d4251d551137b5e24508de",
     "InstanceScheduledPayload": "1.0-b0ca816f3a505e9709591d2534b70ee2",
     "ReconcileActionPayload": "1.0-5a8238bb8601ce6358e11daa985930e4",
-    "RequestSpecPayload": "1.0-33f030a5d97dce3d9b2dc15cf2b14c69",
+    "PriorityClassPayload": "1.0-ee9948483804b0e304058597d0d085c3",
+    "RequestSpecPayload": "1.1-3a5ca6730645aac4623f02606b534acb",
     "ResizePayload": "1.0-d178c5bdc245f4ad369b55976d54e198",
     "SchedulingErrorPayload": "1.1-007ccc9f4d6abe39a484809a84ccc825",
     "SchedulingPayload": "1.0-c64b29527f1826cb24001fe5d13c07a8",
@@ -139,7 +140,7 @@ def _null_not_nullable(note: dict[str, Any]) -> None:
 
 
 def _wrong_version(note: dict[str, Any]) -> None:
-    note["payload"]["nova_object.data"]["request_spec"]["nova_object.version"] = "1.1"
+    note["payload"]["nova_object.data"]["request_spec"]["nova_object.version"] = "1.9"
 
 
 def _wrong_name(note: dict[str, Any]) -> None:

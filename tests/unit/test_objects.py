@@ -300,3 +300,25 @@ def test_instance_record_round_trip() -> None:
         uuid="u", attempts=2, tried_hosts=("a", "b"), fault="x", availability_zone="east"
     )
     assert InstanceRecord.from_primitive(rec.to_primitive()) == rec
+
+
+@pytest.mark.parametrize(
+    ("data", "kept"),
+    [
+        pytest.param({"uuid": "u"}, (None, 0, False), id="written-before-classes"),
+        pytest.param(
+            {"uuid": "u", "priority_class": "spot", "priority": 10, "preemptible": True},
+            ("spot", 10, True),
+            id="a-class",
+        ),
+        pytest.param(
+            {"uuid": "u", "priority": True, "preemptible": "yes"}, (None, 0, False), id="not-typed"
+        ),
+    ],
+)
+def test_an_instance_record_reads_its_priority_class(
+    data: dict[str, object], kept: tuple[object, ...]
+) -> None:
+    record = InstanceRecord.from_primitive(data)
+    assert (record.priority_class, record.priority, record.preemptible) == kept
+    assert InstanceRecord.from_primitive(record.to_primitive()) == record

@@ -30,6 +30,7 @@ from scheduler.explain import (
 )
 from scheduler.flavors import load_catalog
 from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.priority import PriorityClass
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.base import Aggregate, Inventory, Provider, Refusal, Service
 from scheduler.store.columns import (
@@ -1213,3 +1214,17 @@ def test_refusals_shows_the_last_no_valid_hosts_newest_first(
     document = json.loads(refusals_command(store, capsys, "-f", "json"))
     assert [r["request_id"] for r in document["refusals"]] == ["req-1", "req-0"]
     assert document["refusals"][0]["reasons"] == {"disabled": 1, "insufficient MEMORY_MB": 4}
+
+
+def test_format_explain_names_the_request_s_priority_class() -> None:
+    """The class the worker resolved is the third line; a report without one
+    (no class, or a worker older than classes) reads as it always did."""
+    spot = PriorityClass("spot", 10, preemptible=True)
+    with_class = replace(UNPLACEABLE, priority_class=spot)
+    lines = admin_explain.format_explain(with_class).splitlines()
+    assert lines[2] == "priority class: spot (priority 10, preemptible)"
+    assert lines[:2] + lines[3:] == UNPLACEABLE_TEXT.splitlines()
+    primitive = with_class.to_primitive()
+    assert ExplainReport.from_primitive(primitive) == with_class
+    del primitive["priority_class"]
+    assert ExplainReport.from_primitive(primitive).priority_class is None

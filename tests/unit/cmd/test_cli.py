@@ -264,3 +264,49 @@ def test_what_a_command_opened_is_closed_once_last_first_however_it_ends() -> No
     # Outside a command's run: opened each time, left to the caller.
     assert _cli.opened("store", lambda: "mine", closed.append) == "mine"
     assert closed == ["transport", "store"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "classes = spot:x, gold:1:maybe, ok:5\n",
+            "[priority] classes = 'spot:x, gold:1:maybe, ok:5' in {path}: 'spot:x': the "
+            "priority 'x' is not an integer; 'gold:1:maybe': after the priority only "
+            "'preemptible' and 'never' may follow, each once",
+            id="every-bad-entry",
+        ),
+        pytest.param(
+            "classes = spot:10:preemptible\ndefault_class = gold\n",
+            "[priority] default_class = 'gold' in {path}: the default class 'gold' is not "
+            "one of the classes",
+            id="default-not-a-class",
+        ),
+    ],
+)
+def test_bad_priority_classes_stop_start_up_in_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "scheduler.conf"
+    path.write_text("[priority]\n" + text)
+    conf = cfg.ConfigOpts()
+    conf_mod.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    with pytest.raises(ConfigInvalid) as caught:
+        conf_mod.validate(conf)
+    assert caught.value.message == message.format(path=path)
+
+
+def test_good_priority_classes_are_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.conf"
+    path.write_text(
+        "[priority]\nclasses = on-demand:1000, batch:500:preemptible:never\n"
+        "default_class = on-demand\n"
+    )
+    conf = cfg.ConfigOpts()
+    conf_mod.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    conf_mod.validate(conf)
+    classes = conf_mod.priority_classes(conf)
+    assert classes.default == "on-demand"
+    assert str(classes.classes["batch"]) == "batch (priority 500, preemptible, never preempts)"

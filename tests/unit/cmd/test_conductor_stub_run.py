@@ -84,6 +84,7 @@ def conf(*argv: str, notifications: bool = False) -> Any:
         filter_scheduler=SimpleNamespace(enabled_filters=list(DEFAULT_FILTERS)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC, service_down_time=60),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
+        priority=SimpleNamespace(classes=[], default_class=None),
         notifications=SimpleNamespace(
             enabled=notifications,
             topic="notifications",

@@ -67,8 +67,13 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
         filter_scheduler=SimpleNamespace(enabled_filters=list(filters)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
+        priority=SimpleNamespace(classes=CLASSES, default_class="standard"),
     )
     return _commands.emit(commands.boot(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
+
+
+#: The ``[priority] classes`` of these boots (``standard`` the default class).
+CLASSES = ["standard:100", "spot:10:preemptible"]
 
 
 def member(store: MemoryStore, group: ServerGroup | None) -> str:
@@ -183,6 +188,11 @@ def test_a_hint_whose_filter_is_not_enabled_is_sent_with_a_warning(
             id="unknown-group",
         ),
         pytest.param(["--flavor", "m9.huge"], "unknown flavor 'm9.huge'", id="unknown-flavor"),
+        pytest.param(
+            ["--extra-spec", "sched:priority_class=gold"],
+            "'sched:priority_class' = 'gold': no such priority class is defined",
+            id="unknown-priority-class",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_recorded(
@@ -192,6 +202,31 @@ def test_bad_input_is_refused_before_anything_is_recorded(
         run(*args)
     assert message in caught.value.message and "\n" not in caught.value.message
     assert scheduler.calls == [] and store.list_instances() == []
+
+
+@pytest.mark.parametrize(
+    "args, recorded",
+    [
+        pytest.param(
+            ["--extra-spec", "sched:priority_class=spot"],
+            ("spot", 10, True),
+            id="the-flavor-s-class",
+        ),
+        pytest.param([], ("standard", 100, False), id="the-default-class"),
+    ],
+)
+def test_each_record_keeps_the_class_its_flavor_chooses(
+    store: MemoryStore,
+    scheduler: Recorded,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    recorded: tuple[str, int, bool],
+) -> None:
+    assert run("--count", "2", *args) == 0
+    uuids = capsys.readouterr().out.split()
+    assert len(uuids) == 2
+    for r in store.list_instances(uuids):
+        assert (r.priority_class, r.priority, r.preemptible) == recorded
 
 
 def test_the_console_script_says_a_mistake_in_one_line(tmp_path: Path) -> None:

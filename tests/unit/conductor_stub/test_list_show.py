@@ -16,6 +16,7 @@ from conductor_stub import cmd, commands
 from scheduler.cmd import _commands
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
+from scheduler.priority import PriorityClass, record_fields
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import SPEC
 from tests.unit.factories import host, populate, uuid_of
@@ -65,10 +66,15 @@ def record(
                 request_spec=spec,
                 created_at=at,
                 updated_at=at,
+                **(SPOT if host else {}),
             )
         ]
     )
     return uuid
+
+
+#: The record's priority fields of an instance of the class ``spot``.
+SPOT = record_fields(PriorityClass("spot", 10, preemptible=True))
 
 
 @pytest.mark.parametrize(
@@ -100,6 +106,9 @@ def test_list_selects(
             "host": "cmp-b",
             "availability_zone": "az1",
             "flavor": SPEC.flavor.name,
+            "priority_class": "spot",
+            "priority": 10,
+            "preemptible": True,
             "project_id": "q",
             "fault": None,
             "created_at": 1_700_000_000.0,
@@ -111,10 +120,12 @@ def test_list_prints_a_table(store: MemoryStore, capsys: pytest.CaptureFixture[s
     uuid = record(store, ACTIVE, host="cmp-a")
     lines = run(capsys, "list").splitlines()
     assert lines[0].split() == [
-        "uuid", "state", "task", "host", "zone", "flavor", "project", "updated", "(UTC)", "fault",
+        "uuid", "state", "task", "host", "zone", "flavor", "class", "project", "updated", "(UTC)",
+        "fault",
     ]  # fmt: skip
     assert lines[1].split() == [
-        uuid, ACTIVE, "-", "cmp-a", "az1", SPEC.flavor.name, "p", "2023-11-14", "22:13:20", "-",
+        uuid, ACTIVE, "-", "cmp-a", "az1", SPEC.flavor.name, "spot", "p", "2023-11-14",
+        "22:13:20", "-",
     ]  # fmt: skip
     assert lines[-1] == "1 instance(s)"
     assert run(capsys, "list", "--state", "ERROR") == "no instances\n"
@@ -167,6 +178,36 @@ def test_show_and_list_say_the_same_time_in_utc(
         time.tzset()
     assert "  updated     2023-11-14 22:13:20 UTC" in shown
     assert "2023-11-14 22:13:20" in listed
+
+
+@pytest.mark.parametrize(
+    "placed, shown, line",
+    [
+        pytest.param(
+            True,
+            {"priority_class": "spot", "priority": 10, "preemptible": True},
+            "  priority    spot (priority 10, preemptible)",
+            id="a-class",
+        ),
+        pytest.param(
+            False,
+            {"priority_class": None, "priority": 0, "preemptible": False},
+            "  priority    - (priority 0)",
+            id="no-class",
+        ),
+    ],
+)
+def test_show_says_the_class_the_instance_was_scheduled_with(
+    store: MemoryStore,
+    capsys: pytest.CaptureFixture[str],
+    placed: bool,
+    shown: dict[str, Any],
+    line: str,
+) -> None:
+    uuid = record(store, ACTIVE if placed else ERROR, host="cmp-a" if placed else None)
+    view = json.loads(run(capsys, "show", uuid, "--json"))
+    assert {k: view[k] for k in shown} == shown
+    assert line in run(capsys, "show", uuid).splitlines()
 
 
 def test_show_of_an_unknown_uuid_is_not_found(store: MemoryStore) -> None:

@@ -8,6 +8,7 @@ from scheduler.engine.settings import PciAlias
 from scheduler.exceptions import InvalidRequest
 from scheduler.filters.validation import validate_request
 from scheduler.objects import RequestSpec
+from scheduler.priority import PriorityClasses
 from tests.unit.factories import settings, spec
 
 
@@ -71,3 +72,15 @@ def test_a_good_request_passes() -> None:
     )
     validate_request(request, settings(pci_aliases={"nic": PciAlias("nic", "8086")}))
     assert request.flavor.extra_specs["ssd"] == "<in> t"
+
+
+def test_the_priority_class_is_checked_against_the_defined_ones() -> None:
+    request = spec(extra_specs={"sched:priority_class": "gold"})
+    validate_request(request)  # nothing to check it against, without settings
+    classes = PriorityClasses.parse(["spot:10:preemptible"])
+    with pytest.raises(InvalidRequest, match="no such priority class is defined") as err:
+        validate_request(request, settings(priority_classes=classes))
+    assert "spot" not in err.value.message, "a user must not learn the cloud's classes"
+    validate_request(
+        spec(extra_specs={"sched:priority_class": "spot"}), settings(priority_classes=classes)
+    )

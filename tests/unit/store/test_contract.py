@@ -46,6 +46,7 @@ from scheduler.objects import (
     RESIZING,
     InstanceRecord,
 )
+from scheduler.priority import PriorityClass, record_fields
 from scheduler.store import (
     Aggregate,
     GroupClaim,
@@ -1350,6 +1351,31 @@ def test_instance_update_keeps_every_value_exactly(store: Store) -> None:
     )
     assert updated == expected
     assert store.get_instance(uuid) == expected
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        pytest.param(PriorityClass("spot", 10, preemptible=True), id="preemptible"),
+        pytest.param(PriorityClass("infra", -1_000_000_000), id="lowest"),
+        pytest.param(PriorityClass("top", 1_000_000_000), id="highest"),
+        pytest.param(None, id="no-class"),
+    ],
+)
+def test_an_instance_keeps_the_priority_class_it_was_recorded_with(
+    store: Store, chosen: PriorityClass | None
+) -> None:
+    """The class, its priority and preemptibility survive each write (a
+    later eviction reads them from the record), whole numbers staying whole."""
+    uuid = new_uuid()
+    store.create_instances([InstanceRecord(uuid=uuid, **record_fields(chosen))])
+    updated = store.update_instance(uuid, expected_states=[BUILDING], state=ACTIVE, host="h1")
+    assert updated is not None
+    kept = (updated.priority_class, updated.priority, updated.preemptible)
+    assert kept == tuple(record_fields(chosen).values())
+    assert type(updated.priority) is int
+    assert store.get_instance(uuid) == updated
+    assert store.list_instances([uuid]) == [updated]
 
 
 def test_instance_resize_and_redrive_fields_keep_their_values(store: Store) -> None:
