@@ -234,11 +234,21 @@ def test_targets(cases: dict[str, Any], target: str, measured_on: str, status: s
 
 
 def test_each_target_is_declared_once_beside_its_case() -> None:
-    from bench.cases import bootstorm, cell, engine, fill, hostview, lifetimes, memory, rabbit
+    from bench.cases import (
+        bootstorm,
+        cell,
+        engine,
+        fill,
+        hostview,
+        lifetimes,
+        memory,
+        nova,
+        rabbit,
+    )
 
     declared = [
         t.id
-        for case in (engine, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell)
+        for case in (engine, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell, nova)
         for t in case.TARGETS
     ]
     assert sorted(declared) == sorted(report.TARGETS)  # no id twice
