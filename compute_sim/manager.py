@@ -58,6 +58,18 @@ from compute_sim.ops.rebuild import Rebuild
 from compute_sim.ops.resize import Resize
 from compute_sim.stats import HostStats
 from compute_sim.vms import RunningVMs
+from scheduler.arguments import (
+    Flag,
+    FlavorPrimitive,
+    Host,
+    LocalHost,
+    Name,
+    SelectionPrimitive,
+    Selections,
+    SpecPrimitive,
+    Text,
+    Uuid,
+)
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.log import get_logger
 from scheduler.objects import Selection
@@ -247,10 +259,10 @@ class ComputeManager:
     def build_and_run_instance(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """Build the instance on ``selection``'s host (:mod:`compute_sim.ops.build`)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list)
@@ -260,11 +272,11 @@ class ComputeManager:
     def rebuild_instance(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """(1.6) Rebuild an evacuated instance here (:mod:`compute_sim.ops.rebuild`)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list, migration_uuid)
@@ -276,12 +288,12 @@ class ComputeManager:
     def prep_resize(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        new_flavor: dict[str, Any],
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        new_flavor: FlavorPrimitive,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """On the destination: check in, then hand over to the source (or fail)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list, migration_uuid)
@@ -289,32 +301,42 @@ class ComputeManager:
 
     @guarded(steps.resize_instance)
     def resize_instance(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+        self,
+        ctxt: Any,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        dest_host: Host,
+        dest_node: Name,
     ) -> None:
         """On the source: the VM off here, its disk to the destination."""
         self.resize.migrate(ctxt, instance_uuid, migration_uuid, dest_host, dest_node)
 
     @guarded(steps.finish_resize)
     def finish_resize(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+        self,
+        ctxt: Any,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        dest_host: LocalHost,
+        dest_node: Name,
     ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
         self.resize.finish(ctxt, instance_uuid, migration_uuid, dest_host, dest_node)
 
     @guarded(steps.confirm_resize)
-    def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def confirm_resize(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         """On the source: drop the source's allocation (the migration's)."""
         self.resize.confirm(ctxt, instance_uuid, migration_uuid)
 
     @guarded(steps.revert_resize)
-    def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def revert_resize(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         """On the destination: the allocations back, the VM off here, then the
         source finishes."""
         self.resize.revert(ctxt, instance_uuid, migration_uuid)
 
     @guarded(steps.finish_revert_resize)
     def finish_revert_resize(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, source_host: str
+        self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid, source_host: LocalHost
     ) -> None:
         """On the source: run the instance here again; tell the conductor."""
         self.resize.finish_revert(ctxt, instance_uuid, migration_uuid, source_host)
@@ -325,13 +347,13 @@ class ComputeManager:
     def check_can_live_migrate_destination(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
-        source_host: str,
-        block_migration: bool = False,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
+        source_host: Host,
+        block_migration: Flag = False,
     ) -> None:
         """On the destination: check it can take the instance, then have the
         source checked (or hand the migration back)."""
@@ -350,13 +372,13 @@ class ComputeManager:
     def check_can_live_migrate_source(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
-        source_host: str,
-        block_migration: bool = False,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
+        source_host: LocalHost,
+        block_migration: Flag = False,
     ) -> None:
         """On the source: check it can let the instance go, then migrate it to
         ``selection``'s host (or hand the migration back)."""
@@ -373,7 +395,7 @@ class ComputeManager:
 
     @guarded(steps.post_live_migration)
     def post_live_migration_at_destination(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, selection: dict[str, Any]
+        self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid, selection: SelectionPrimitive
     ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
         move = LiveMove(instance_uuid, migration_uuid, Selection.from_primitive(selection))
@@ -382,18 +404,18 @@ class ComputeManager:
     # --- RPC endpoint: delete, shelve, reap (:mod:`compute_sim.ops.destroy`) ----------
 
     @guarded(steps.terminate)
-    def terminate_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def terminate_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost) -> None:
         """Destroy the instance's VM on ``host`` and cancel whatever is in
         flight for it here; then tell the conductor."""
         self.destroy.terminate(ctxt, instance_uuid, host)
 
     @guarded(steps.shelve_offload)
-    def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def shelve_offload_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost) -> None:
         """Destroy the VM of an instance being shelved; tell the conductor."""
         self.destroy.shelve_offload(ctxt, instance_uuid, host)
 
     @guarded(steps.reap)
-    def reap_instance(self, ctxt: Any, instance_uuid: str, host: str, reason: str) -> None:
+    def reap_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost, reason: Text) -> None:
         """(1.8) Destroy (or only log) a VM the reconciler found running on
         ``host`` with no live record placing it there."""
         self.destroy.reap(ctxt, instance_uuid, host, reason)
