@@ -48,6 +48,7 @@ import oslo_messaging
 from compute_sim import hosts as host_providers
 from compute_sim import steps
 from compute_sim.driver import ComputeDriver
+from compute_sim.health import ReportFreshness
 from compute_sim.hosts import HostShape, Topology
 from compute_sim.ledger import StepLedger
 from compute_sim.ops.base import Attempt
@@ -57,7 +58,7 @@ from compute_sim.ops.live import LiveMigration, LiveMove
 from compute_sim.ops.rebuild import Rebuild
 from compute_sim.ops.resize import Resize
 from compute_sim.stats import HostStats
-from compute_sim.vms import RunningVMs
+from compute_sim.vms import RunningVMs, reportable
 from scheduler.arguments import (
     Flag,
     FlavorPrimitive,
@@ -71,6 +72,7 @@ from scheduler.arguments import (
     Uuid,
 )
 from scheduler.engine.capabilities import CapabilityReport
+from scheduler.exceptions import StoreError
 from scheduler.log import get_logger
 from scheduler.objects import Selection
 from scheduler.rpc import ComputeClient, ConductorClient
@@ -129,6 +131,7 @@ class ComputeManager:
         running_deleted_instance_action: str = REAP,
         build_results: str = RESULTS_BY_CAST,
         stats_interval: float = 0.0,
+        report_max_age: float = 60.0,
     ) -> None:
         if build_results not in BUILD_RESULTS:
             raise ValueError(
@@ -169,6 +172,8 @@ class ComputeManager:
         self.service_down_time = service_down_time
         self._last_beat: float | None = None
         self._last_reported: tuple[int, int] | None = None  # (hosts, VMs) last reported
+        # Whether the reports get through (its health endpoint and metrics).
+        self.freshness = ReportFreshness(report_max_age)
 
     @property
     def builds_ok(self) -> int:
@@ -225,9 +230,14 @@ class ComputeManager:
         the tombstones of what it destroyed for deletes and shelves (a VM a
         resize took off its source and whose move is gone runs there again
         first: :meth:`Resize.restore_abandoned`)."""
-        self.resize.restore_abandoned()
+        try:
+            self.resize.restore_abandoned()
+        except StoreError as exc:  # what the store cannot say now, the next report will
+            LOG.warning("abandoned_resizes_not_read", error=exc.message)
         return [
-            replace(report, ended=self.ledger.ended_on(report.host))
+            replace(
+                report, ended=tuple(reportable(self.ledger.ended_on(report.host), report.host))
+            )
             for report in self.vms.reports(self.hosts, self.store)
         ]
 
@@ -239,6 +249,7 @@ class ComputeManager:
             self.heartbeat()
         reports = self.running_instances()
         self.store.report_instances(reports)
+        self.freshness.reported()
         counts = (len(reports), sum(len(r.instances) for r in reports))
         log = LOG.info if counts != self._last_reported else LOG.debug
         log("instances_reported", hosts=counts[0], vms=counts[1])
