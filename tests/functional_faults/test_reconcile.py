@@ -151,7 +151,7 @@ def test_the_store_went_back_a_second_in_time_mid_storm(
     assert out.splitlines()[-1] == (
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=0 "
         f"lost_boot={len(lost)} lost_vm=0 misplaced_vm=0 lost_delete=0 lost_shelve=0 "
-        "lost_resize=0 overcommit=0"
+        "lost_resize=0 overcommit=0 stale_report=0"
     ), out
     assert code == 1
 
