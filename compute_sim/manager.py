@@ -5,7 +5,9 @@ providers; :mod:`compute_sim.hosts`), heartbeats, and is reached over RPC on
 topic ``compute`` through the one server name this process listens on (its
 service records say so). :class:`ComputeManager` is that RPC endpoint: it
 serves every method :class:`~scheduler.rpc.ComputeClient` sends, each a step
-of an operation, each passing the step guard first (:mod:`compute_sim.steps`:
+of an operation, each with its arguments typed and checked first
+(:mod:`scheduler.arguments`: a bad message is refused, ``rpc_refused``), then
+passing the step guard (:mod:`compute_sim.steps`:
 a step is acted on only while the instance's record says that operation is
 at that step on that host; a repeated, late, replayed or forged one is
 refused and logged, ``step_refused``), and hands it to its operation
@@ -24,7 +26,9 @@ Every ``[compute] report_interval`` seconds (and once right after
 registration) the process reports, in one store write for all its hosts
 (:meth:`ComputeManager.report_instances`), what each host really runs (the
 resource tracker's role; a host that runs nothing reports an empty list;
-:mod:`compute_sim.vms`). A process back from an outage destroys the VMs
+:mod:`compute_sim.vms`: an entry that cannot be reported is dropped, never
+the report), and says whether its reports get through
+(:mod:`compute_sim.health`). A process back from an outage destroys the VMs
 evacuated meanwhile before it reports. The reconciler compares the reports
 with the records and allocations, and casts ``reap_instance`` for a VM no
 live record places on its host.

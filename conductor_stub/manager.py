@@ -5,7 +5,8 @@ results the computes and the scheduler send back.
 of an operation: its expectation of the instance's record is declared with
 it (:func:`scheduler.steps.guarded`, the rules in
 :mod:`conductor_stub.steps`), so a repeated, late, replayed or forged
-message is refused before it runs. A step that passes binds the request's
+message is refused before it runs, as is one whose arguments are not of the
+kinds its signature declares (:mod:`scheduler.arguments`). A step that passes binds the request's
 logging context and hands its work to the operation's task, which holds the
 operation whole (:mod:`conductor_stub.tasks`): builds
 (:class:`~conductor_stub.tasks.build.Builder`), resizes and cold migrations
