@@ -32,6 +32,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import oslo_messaging
 from oslo_config import cfg
 
 from compute_sim.driver import ComputeDriver
@@ -45,7 +46,7 @@ from compute_sim.manager import (
 from compute_sim.ops.build import BUILD_RESULTS
 from compute_sim.process import ProcessDriver
 from compute_sim.simulator import SimulatedDriver
-from scheduler import broker, log, rpc, steps
+from scheduler import broker, health, log, rpc, steps
 from scheduler import conf as conf_mod
 from scheduler.cmd import _cli
 from scheduler.cmd._daemon import wait_for_signal
@@ -326,6 +327,7 @@ def build_compute(
             running_deleted_instance_action=c.running_deleted_instance_action,
             build_results=conf.build_results,
             stats_interval=conf.stats_interval,
+            report_max_age=float(conf.conductor.report_max_age),
         )
     except ValueError:
         driver.cleanup_host()
@@ -347,14 +349,30 @@ def _mark_down(store: ComputeStore, hosts: Sequence[str]) -> None:
 
 def _report_loop(sim: ComputeManager, interval: float, stop: threading.Event) -> None:
     """Report what the hosts run at once, then every ``interval`` seconds; a
-    failed report is logged and the next interval reports again."""
+    failed report is logged and counted (:class:`ReportFreshness`) and the next
+    interval reports again."""
     while True:
         try:
             sim.report_instances()
         except Exception as exc:  # noqa: BLE001 - report again once the store is back
-            LOG.warning("instances_report_failed", error=repr(exc))
+            sim.freshness.failed(exc)
         if stop.wait(interval):
             return
+
+
+def _health(conf: cfg.ConfigOpts, store: Any, sim: ComputeManager) -> Any:
+    """The compute's /healthz (broker, store, and whether its reports are
+    fresh) and /metrics, as the conductor serves its own."""
+    sim.freshness.export()
+    monitor = health.HealthMonitor(
+        {
+            "broker": health.broker_probe(oslo_messaging.TransportURL.parse(conf)),
+            "store": store.ping,
+            "reports": sim.freshness.fresh,
+        }
+    )
+    monitor.start()
+    return health.serve(monitor, conf.scheduler.health_listen, conf.compute.health_port)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -395,6 +413,8 @@ def _main(argv: Sequence[str] | None) -> int:
         daemon=True,
     )
     reporting.start()
+    if conf.compute.health_port:
+        _health(conf, store, sim)
     LOG.info(
         "compute_sim_started", hosts=len(sim.hosts), rpc_server=server_name, driver=conf.driver
     )

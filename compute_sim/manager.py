@@ -5,7 +5,9 @@ providers; :mod:`compute_sim.hosts`), heartbeats, and is reached over RPC on
 topic ``compute`` through the one server name this process listens on (its
 service records say so). :class:`ComputeManager` is that RPC endpoint: it
 serves every method :class:`~scheduler.rpc.ComputeClient` sends, each a step
-of an operation, each passing the step guard first (:mod:`compute_sim.steps`:
+of an operation, each with its arguments typed and checked first
+(:mod:`scheduler.arguments`: a bad message is refused, ``rpc_refused``), then
+passing the step guard (:mod:`compute_sim.steps`:
 a step is acted on only while the instance's record says that operation is
 at that step on that host; a repeated, late, replayed or forged one is
 refused and logged, ``step_refused``), and hands it to its operation
@@ -24,7 +26,9 @@ Every ``[compute] report_interval`` seconds (and once right after
 registration) the process reports, in one store write for all its hosts
 (:meth:`ComputeManager.report_instances`), what each host really runs (the
 resource tracker's role; a host that runs nothing reports an empty list;
-:mod:`compute_sim.vms`). A process back from an outage destroys the VMs
+:mod:`compute_sim.vms`: an entry that cannot be reported is dropped, never
+the report), and says whether its reports get through
+(:mod:`compute_sim.health`). A process back from an outage destroys the VMs
 evacuated meanwhile before it reports. The reconciler compares the reports
 with the records and allocations, and casts ``reap_instance`` for a VM no
 live record places on its host.
@@ -48,6 +52,7 @@ import oslo_messaging
 from compute_sim import hosts as host_providers
 from compute_sim import steps
 from compute_sim.driver import ComputeDriver
+from compute_sim.health import ReportFreshness
 from compute_sim.hosts import HostShape, Topology
 from compute_sim.ledger import StepLedger
 from compute_sim.ops.base import Attempt
@@ -57,8 +62,21 @@ from compute_sim.ops.live import LiveMigration, LiveMove
 from compute_sim.ops.rebuild import Rebuild
 from compute_sim.ops.resize import Resize
 from compute_sim.stats import HostStats
-from compute_sim.vms import RunningVMs
+from compute_sim.vms import RunningVMs, reportable
+from scheduler.arguments import (
+    Flag,
+    FlavorPrimitive,
+    Host,
+    LocalHost,
+    Name,
+    SelectionPrimitive,
+    Selections,
+    SpecPrimitive,
+    Text,
+    Uuid,
+)
 from scheduler.engine.capabilities import CapabilityReport
+from scheduler.exceptions import StoreError
 from scheduler.log import get_logger
 from scheduler.objects import Selection
 from scheduler.rpc import ComputeClient, ConductorClient
@@ -117,6 +135,7 @@ class ComputeManager:
         running_deleted_instance_action: str = REAP,
         build_results: str = RESULTS_BY_CAST,
         stats_interval: float = 0.0,
+        report_max_age: float = 60.0,
     ) -> None:
         if build_results not in BUILD_RESULTS:
             raise ValueError(
@@ -157,6 +176,8 @@ class ComputeManager:
         self.service_down_time = service_down_time
         self._last_beat: float | None = None
         self._last_reported: tuple[int, int] | None = None  # (hosts, VMs) last reported
+        # Whether the reports get through (its health endpoint and metrics).
+        self.freshness = ReportFreshness(report_max_age)
 
     @property
     def builds_ok(self) -> int:
@@ -213,9 +234,14 @@ class ComputeManager:
         the tombstones of what it destroyed for deletes and shelves (a VM a
         resize took off its source and whose move is gone runs there again
         first: :meth:`Resize.restore_abandoned`)."""
-        self.resize.restore_abandoned()
+        try:
+            self.resize.restore_abandoned()
+        except StoreError as exc:  # what the store cannot say now, the next report will
+            LOG.warning("abandoned_resizes_not_read", error=exc.message)
         return [
-            replace(report, ended=self.ledger.ended_on(report.host))
+            replace(
+                report, ended=tuple(reportable(self.ledger.ended_on(report.host), report.host))
+            )
             for report in self.vms.reports(self.hosts, self.store)
         ]
 
@@ -227,6 +253,7 @@ class ComputeManager:
             self.heartbeat()
         reports = self.running_instances()
         self.store.report_instances(reports)
+        self.freshness.reported()
         counts = (len(reports), sum(len(r.instances) for r in reports))
         log = LOG.info if counts != self._last_reported else LOG.debug
         log("instances_reported", hosts=counts[0], vms=counts[1])
@@ -247,10 +274,10 @@ class ComputeManager:
     def build_and_run_instance(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """Build the instance on ``selection``'s host (:mod:`compute_sim.ops.build`)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list)
@@ -260,11 +287,11 @@ class ComputeManager:
     def rebuild_instance(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """(1.6) Rebuild an evacuated instance here (:mod:`compute_sim.ops.rebuild`)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list, migration_uuid)
@@ -276,12 +303,12 @@ class ComputeManager:
     def prep_resize(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        new_flavor: dict[str, Any],
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        new_flavor: FlavorPrimitive,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
     ) -> None:
         """On the destination: check in, then hand over to the source (or fail)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list, migration_uuid)
@@ -289,32 +316,42 @@ class ComputeManager:
 
     @guarded(steps.resize_instance)
     def resize_instance(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+        self,
+        ctxt: Any,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        dest_host: Host,
+        dest_node: Name,
     ) -> None:
         """On the source: the VM off here, its disk to the destination."""
         self.resize.migrate(ctxt, instance_uuid, migration_uuid, dest_host, dest_node)
 
     @guarded(steps.finish_resize)
     def finish_resize(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, dest_host: str, dest_node: str
+        self,
+        ctxt: Any,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        dest_host: LocalHost,
+        dest_node: Name,
     ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
         self.resize.finish(ctxt, instance_uuid, migration_uuid, dest_host, dest_node)
 
     @guarded(steps.confirm_resize)
-    def confirm_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def confirm_resize(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         """On the source: drop the source's allocation (the migration's)."""
         self.resize.confirm(ctxt, instance_uuid, migration_uuid)
 
     @guarded(steps.revert_resize)
-    def revert_resize(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def revert_resize(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         """On the destination: the allocations back, the VM off here, then the
         source finishes."""
         self.resize.revert(ctxt, instance_uuid, migration_uuid)
 
     @guarded(steps.finish_revert_resize)
     def finish_revert_resize(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, source_host: str
+        self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid, source_host: LocalHost
     ) -> None:
         """On the source: run the instance here again; tell the conductor."""
         self.resize.finish_revert(ctxt, instance_uuid, migration_uuid, source_host)
@@ -325,13 +362,13 @@ class ComputeManager:
     def check_can_live_migrate_destination(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
-        source_host: str,
-        block_migration: bool = False,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
+        source_host: Host,
+        block_migration: Flag = False,
     ) -> None:
         """On the destination: check it can take the instance, then have the
         source checked (or hand the migration back)."""
@@ -350,13 +387,13 @@ class ComputeManager:
     def check_can_live_migrate_source(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        selection: dict[str, Any],
-        host_list: list[dict[str, Any]],
-        source_host: str,
-        block_migration: bool = False,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        selection: SelectionPrimitive,
+        host_list: Selections,
+        source_host: LocalHost,
+        block_migration: Flag = False,
     ) -> None:
         """On the source: check it can let the instance go, then migrate it to
         ``selection``'s host (or hand the migration back)."""
@@ -373,7 +410,7 @@ class ComputeManager:
 
     @guarded(steps.post_live_migration)
     def post_live_migration_at_destination(
-        self, ctxt: Any, instance_uuid: str, migration_uuid: str, selection: dict[str, Any]
+        self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid, selection: SelectionPrimitive
     ) -> None:
         """On the destination: the instance runs here now; tell the conductor."""
         move = LiveMove(instance_uuid, migration_uuid, Selection.from_primitive(selection))
@@ -382,18 +419,18 @@ class ComputeManager:
     # --- RPC endpoint: delete, shelve, reap (:mod:`compute_sim.ops.destroy`) ----------
 
     @guarded(steps.terminate)
-    def terminate_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def terminate_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost) -> None:
         """Destroy the instance's VM on ``host`` and cancel whatever is in
         flight for it here; then tell the conductor."""
         self.destroy.terminate(ctxt, instance_uuid, host)
 
     @guarded(steps.shelve_offload)
-    def shelve_offload_instance(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def shelve_offload_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost) -> None:
         """Destroy the VM of an instance being shelved; tell the conductor."""
         self.destroy.shelve_offload(ctxt, instance_uuid, host)
 
     @guarded(steps.reap)
-    def reap_instance(self, ctxt: Any, instance_uuid: str, host: str, reason: str) -> None:
+    def reap_instance(self, ctxt: Any, instance_uuid: Uuid, host: LocalHost, reason: Text) -> None:
         """(1.8) Destroy (or only log) a VM the reconciler found running on
         ``host`` with no live record placing it there."""
         self.destroy.reap(ctxt, instance_uuid, host, reason)

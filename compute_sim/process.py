@@ -62,7 +62,7 @@ class ProcessDriver(ComputeDriver):
     def list_instances(self, host: str) -> list[str]:
         with self._lock:
             vms = list(self._vms.get(host, {}).items())
-        return sorted(uuid for uuid, vm in vms if vm.poll() is None)
+        return sorted((uuid for uuid, vm in vms if vm.poll() is None), key=str)
 
     def power_state(self, host: str, instance_uuid: str) -> PowerState:
         with self._lock:

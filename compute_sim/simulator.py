@@ -57,7 +57,7 @@ class SimulatedDriver(ComputeDriver):
 
     def list_instances(self, host: str) -> list[str]:
         with self._lock:
-            return sorted(self._running.get(host, ()))
+            return sorted(self._running.get(host, ()), key=str)  # whatever they hold
 
     def power_state(self, host: str, instance_uuid: str) -> PowerState:
         with self._lock:

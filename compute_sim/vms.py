@@ -20,15 +20,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from compute_sim.driver import ComputeDriver, PowerState
-from scheduler.log import get_logger
+from scheduler.log import RepeatLimiter, get_logger
 from scheduler.store import InstanceReport, InstanceStore, RunningInstance
 
 LOG = get_logger(__name__)
+#: A bad entry is seen at every report: a few lines a minute of each.
+REPEATS = RepeatLimiter()
 
 #: A driver call that starts or stops a VM: (host, instance uuid).
 Via = Callable[[str, str], None]
@@ -132,11 +134,13 @@ class RunningVMs:
         reported only while its instance record still names that migration
         (the move ends with the conductor, which tells no compute: confirmed,
         given up). A VM the driver no longer runs is dropped, logged as
-        stopped (``gone``)."""
+        stopped (``gone``). One bad entry never fails the report: it is
+        dropped and logged (:func:`reportable`), and a host the driver cannot
+        list is left out (``host_listing_failed``) while the others report."""
         with self.lock:
             moving = {u for (u, _), vm in self._vms.items() if vm.migration_uuid}
         if moving:
-            records = {r.uuid: r for r in store.list_instances(sorted(moving))}
+            records = {r.uuid: r for r in store.list_instances(sorted(moving, key=str))}
             with self.lock:
                 for (uuid, host), vm in list(self._vms.items()):
                     record = records.get(uuid)
@@ -145,13 +149,48 @@ class RunningVMs:
         now = time.time()
         reports = []
         with self.lock:
-            listed = {h: self.driver.list_instances(h) for h in hosts}
-            runs = {h: set(uuids) for h, uuids in listed.items()}
+            listed = {h: self._listed(h) for h in hosts}
+            runs = {h: set(uuids) for h, uuids in listed.items() if uuids is not None}
             for uuid, host in [k for k in self._vms if k[1] in runs]:
                 if uuid not in runs[host]:
                     del self._vms[(uuid, host)]
                     LOG.warning("vm_stopped", instance_uuid=uuid, host=host, gone=True)
             for host, uuids in listed.items():
-                vms = tuple(self._vms.get((u, host)) or RunningInstance(u) for u in uuids)
-                reports.append(InstanceReport(host, now, vms))
+                if uuids is None:
+                    continue  # its listing failed: its last report ages, the others go
+                vms = (self._vms.get((u, host)) or RunningInstance(u) for u in uuids)
+                reports.append(InstanceReport(host, now, tuple(reportable(vms, host))))
         return reports
+
+    def _listed(self, host: str) -> list[str] | None:
+        """What the driver lists on ``host``; None if it could not say."""
+        try:
+            return list(self.driver.list_instances(host))
+        except Exception as exc:  # noqa: BLE001 - one host's listing, not the whole report
+            REPEATS.log(
+                LOG, "warning", "host_listing_failed", key=host, host=host, error=repr(exc)
+            )
+            return None
+
+
+def reportable(entries: Iterable[Any], host: str) -> Iterator[Any]:
+    """The entries of ``host``'s report (VMs, or tombstones) that can be
+    reported (:meth:`~scheduler.store.RunningInstance.problem`); any other one
+    is dropped and logged (``report_entry_dropped``), and the rest are reported."""
+    for entry in entries:
+        try:
+            why = entry.problem()
+        except Exception as exc:  # noqa: BLE001 - not even readable: dropped the same
+            why = repr(exc)
+        if why is None:
+            yield entry
+        else:
+            REPEATS.log(
+                LOG,
+                "warning",
+                "report_entry_dropped",
+                key=(host, why),
+                host=host,
+                entry=repr(entry)[:200],
+                why=why,
+            )

@@ -55,6 +55,12 @@ kind                      what was found                              action
                           record's, an adoption's) would take its     in view until an
                           host past its capacity                      operator or a
                                                                       move resolves it
+``stale_report``          a host that heartbeats but whose last       ``none``: kept
+                          report of what it runs is older than        in view (its
+                          ``report_max_age``: its compute cannot      compute's
+                          report, so the reconciler cannot judge it   /healthz and
+                          (a host that stopped heartbeating is down:  logs say why)
+                          evacuation's business, not a finding)
 ========================  ==========================================  ==============
 
 A heal is written only where it fits: a VM that runs where its allocation
@@ -95,6 +101,7 @@ LOST_DELETE = "lost_delete"
 LOST_SHELVE = "lost_shelve"
 LOST_RESIZE = "lost_resize"
 OVERCOMMIT = "overcommit"
+STALE_REPORT = "stale_report"
 #: Every kind, in the order the audit prints them.
 KINDS = (
     STRAY_VM,
@@ -108,6 +115,7 @@ KINDS = (
     LOST_SHELVE,
     LOST_RESIZE,
     OVERCOMMIT,
+    STALE_REPORT,
 )
 #: What is done about each kind.
 ACTIONS = {
@@ -122,9 +130,10 @@ ACTIONS = {
     LOST_SHELVE: "offload",
     LOST_RESIZE: "revert",
     OVERCOMMIT: "none",
+    STALE_REPORT: "none",
 }
 #: The kinds that are never acted on: counted and shown while they last.
-KEPT_IN_VIEW = frozenset({LOST_BOOT, OVERCOMMIT})
+KEPT_IN_VIEW = frozenset({LOST_BOOT, OVERCOMMIT, STALE_REPORT})
 
 #: ``[conductor] lost_vm_action``'s choices.
 LOST_VM_ERROR = "error"
@@ -204,7 +213,7 @@ class Finding:
         else:
             state = self.outcome or ("due" if self.due else "in grace")
         return (
-            f"{self.kind:<18} {self.uuid}  host={self.host or '-'}  action={self.action} "
+            f"{self.kind:<18} {self.uuid or '-'}  host={self.host or '-'}  action={self.action} "
             f"({state})  {self.reason}"
         )
 
@@ -213,6 +222,22 @@ def format_counts(findings: Sequence[Finding]) -> str:
     """The counts per kind, in one line (the audit's last)."""
     counts = Counter(f.kind for f in findings)
     return "findings: " + " ".join(f"{kind}={counts.get(kind, 0)}" for kind in KINDS)
+
+
+def stale_reports(
+    stale: Mapping[str, float], beats: Mapping[str, float], now: float, max_age: float
+) -> Iterator[tuple[str, str]]:
+    """(host, why) for each host of ``stale`` (host -> when it last reported)
+    that still heartbeats (``beats``: host -> its last heartbeat): alive, but
+    its compute's reports do not get through, so its VMs are not judged. One
+    that stopped heartbeating too is down: evacuation's business, not this."""
+    for host, reported_at in sorted(stale.items()):
+        if now - beats.get(host, float("-inf")) <= max_age:
+            yield (
+                host,
+                f"it heartbeats but last reported {now - reported_at:.0f} s ago "
+                f"(report_max_age {max_age:g} s): its VMs are not judged",
+            )
 
 
 def moves_in_flight(records: Iterable[InstanceRecord]) -> dict[str, InstanceRecord]:

@@ -5,7 +5,8 @@ results the computes and the scheduler send back.
 of an operation: its expectation of the instance's record is declared with
 it (:func:`scheduler.steps.guarded`, the rules in
 :mod:`conductor_stub.steps`), so a repeated, late, replayed or forged
-message is refused before it runs. A step that passes binds the request's
+message is refused before it runs, as is one whose arguments are not of the
+kinds its signature declares (:mod:`scheduler.arguments`). A step that passes binds the request's
 logging context and hands its work to the operation's task, which holds the
 operation whole (:mod:`conductor_stub.tasks`): builds
 (:class:`~conductor_stub.tasks.build.Builder`), resizes and cold migrations
@@ -34,6 +35,17 @@ from conductor_stub.tasks.evacuate import Evacuator
 from conductor_stub.tasks.live_migrate import LiveMigrator
 from conductor_stub.tasks.resize import Resizer
 from conductor_stub.tasks.shelve import Shelver
+from scheduler.arguments import (
+    Flag,
+    Host,
+    MigrationUuid,
+    Name,
+    Selections,
+    SpecPrimitive,
+    Text,
+    Uuid,
+    Uuids,
+)
 from scheduler.log import bind_request, get_logger
 from scheduler.objects import RequestSpec, Selection
 from scheduler.rpc import ComputeClient, SchedulerClient
@@ -81,10 +93,10 @@ class ConductorEndpoint:
     def build_succeeded(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        host: str,
-        node: str,
-        availability_zone: str | None = None,
+        instance_uuid: Uuid,
+        host: Host,
+        node: Name,
+        availability_zone: Name | None = None,
     ) -> None:
         """Built on ``host`` in ``availability_zone`` (1.2; None from an older
         compute, or from a Selection that named no zone)."""
@@ -93,7 +105,7 @@ class ConductorEndpoint:
 
     @guarded(None)
     def schedule_failed(
-        self, ctxt: Any, instance_uuids: list[str], reason: str, details: str
+        self, ctxt: Any, instance_uuids: Uuids, reason: Text, details: Text
     ) -> None:
         """The scheduler could not place the instances (each one's step checked
         here: one message names them all)."""
@@ -107,12 +119,12 @@ class ConductorEndpoint:
     def reschedule(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        request_spec: dict[str, Any],
-        failed_host: str,
-        reason: str,
-        host_list: list[dict[str, Any]],
-        migration_uuid: str | None = None,
+        instance_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        failed_host: Host,
+        reason: Text,
+        host_list: Selections,
+        migration_uuid: MigrationUuid | None = None,
     ) -> None:
         """A build failed on ``failed_host`` (or, naming its migration, a
         resize's prep there): reschedule it onto the alternates in ``host_list``."""
@@ -136,13 +148,13 @@ class ConductorEndpoint:
     def resize_result(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        host: str | None,
-        success: bool,
-        reason: str | None = None,
-        details: str | None = None,
-        availability_zone: str | None = None,
+        instance_uuid: Uuid,
+        migration_uuid: MigrationUuid,
+        host: Host | None,
+        success: Flag,
+        reason: Text | None = None,
+        details: Text | None = None,
+        availability_zone: Name | None = None,
     ) -> None:
         """The resize finished on ``host``, in ``availability_zone`` (the zone of
         the destination's Selection; 1.2, None from an older compute), or failed."""
@@ -157,7 +169,7 @@ class ConductorEndpoint:
             )
 
     @guarded(steps.resize_confirmed)
-    def resize_confirmed(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def resize_confirmed(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         with bind_request(
             request_id=_request_id(ctxt),
             instance_uuid=instance_uuid,
@@ -166,7 +178,7 @@ class ConductorEndpoint:
             self.resizer.resize_confirmed(instance_uuid, migration_uuid)
 
     @guarded(steps.resize_reverted)
-    def resize_reverted(self, ctxt: Any, instance_uuid: str, migration_uuid: str) -> None:
+    def resize_reverted(self, ctxt: Any, instance_uuid: Uuid, migration_uuid: Uuid) -> None:
         with bind_request(
             request_id=_request_id(ctxt),
             instance_uuid=instance_uuid,
@@ -180,12 +192,12 @@ class ConductorEndpoint:
     def live_migration_precheck_failed(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        request_spec: dict[str, Any],
-        failed_host: str,
-        reason: str,
-        host_list: list[dict[str, Any]],
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        request_spec: SpecPrimitive,
+        failed_host: Host,
+        reason: Text,
+        host_list: Selections,
     ) -> None:
         """A pre-check failed for destination ``failed_host`` (its claim released
         there): claim the next alternate and cast its pre-checks, or, with none
@@ -213,11 +225,11 @@ class ConductorEndpoint:
     def live_migrated(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        host: str,
-        node: str,
-        availability_zone: str | None = None,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        host: Host,
+        node: Name,
+        availability_zone: Name | None = None,
     ) -> None:
         """The instance runs on ``host`` and no longer on its source (1.5): it is
         ACTIVE there and the source's allocation is dropped."""
@@ -237,15 +249,15 @@ class ConductorEndpoint:
     def rebuild_result(
         self,
         ctxt: Any,
-        instance_uuid: str,
-        migration_uuid: str,
-        host: str,
-        success: bool,
-        node: str | None = None,
-        availability_zone: str | None = None,
-        reason: str | None = None,
-        request_spec: dict[str, Any] | None = None,
-        host_list: list[dict[str, Any]] | None = None,
+        instance_uuid: Uuid,
+        migration_uuid: Uuid,
+        host: Host,
+        success: Flag,
+        node: Name | None = None,
+        availability_zone: Name | None = None,
+        reason: Text | None = None,
+        request_spec: SpecPrimitive | None = None,
+        host_list: Selections | None = None,
     ) -> None:
         """An evacuation's rebuild on ``host`` succeeded (1.6): the source's
         allocation goes and the instance is ACTIVE there. Or it failed, with
@@ -273,14 +285,14 @@ class ConductorEndpoint:
     # --- shelves and deletes ----------------------------------------------------------
 
     @guarded(steps.instance_shelved)
-    def instance_shelved(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def instance_shelved(self, ctxt: Any, instance_uuid: Uuid, host: Host) -> None:
         """A host destroyed the VM of an instance being shelved (see
         :mod:`conductor_stub.tasks.shelve`): release it, and it is SHELVED_OFFLOADED."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):
             self.shelver.instance_shelved(instance_uuid, host)
 
     @guarded(steps.instance_terminated)
-    def instance_terminated(self, ctxt: Any, instance_uuid: str, host: str) -> None:
+    def instance_terminated(self, ctxt: Any, instance_uuid: Uuid, host: Host) -> None:
         """A host destroyed the VM of an instance being deleted (see
         :mod:`conductor_stub.tasks.delete`); the last one to answer finishes it."""
         with bind_request(request_id=_request_id(ctxt), instance_uuid=instance_uuid, host=host):

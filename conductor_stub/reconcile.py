@@ -27,6 +27,9 @@ What keeps it from racing the conductor's own work:
 
 * only a fresh report counts (younger than ``[conductor] report_max_age``): a
   host whose compute stopped reporting is down, and evacuation's business;
+  a host that still heartbeats with a stale report is a ``stale_report``
+  finding (its compute cannot report: the reconciler is blind there, and
+  says so rather than going quiet);
 * a report is compared with a record only when the record has not changed
   since the report was made (``updated_at < reported_at``), and a record in a
   non-final state (a build, move, delete or shelve in flight) is never a
@@ -92,6 +95,7 @@ from conductor_stub.findings import (
     OVERCOMMIT,
     RECORD_JUDGED,
     SKIPPED,
+    STALE_REPORT,
     STRAY_VM,
     Finding,
     Seen,
@@ -99,6 +103,7 @@ from conductor_stub.findings import (
     misplacements,
     moves_in_flight,
     orphaned,
+    stale_reports,
     still_contradicted,
 )
 from conductor_stub.metrics import ACTIONS_TAKEN, FINDINGS
@@ -125,7 +130,7 @@ from scheduler.objects import (
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import Consumer, GroupClaim, InstanceReport, RunningInstance
-from scheduler.store.base import InstanceStore, PlacementStore, ServiceStore
+from scheduler.store.base import ChangeFeed, InstanceStore, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
 
@@ -133,8 +138,9 @@ LOG = get_logger(__name__)
 LOOKUP_BATCH = 500
 
 
-class ReconcilerStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
-    """What the reconciler reads and repairs: reports, records, allocations."""
+class ReconcilerStore(PlacementStore, InstanceStore, ServiceStore, ChangeFeed, Protocol):
+    """What the reconciler reads and repairs: reports, records, allocations
+    (and the heartbeats of the hosts whose reports are stale)."""
 
 
 class Reaper(repairs.Reverter, Protocol):
@@ -250,11 +256,13 @@ class Reconciler:
         """One comparison; every finding, ``due`` once past its grace."""
         now = self._clock()
         batch = self.settings.batch
-        reports = [
-            r
-            for r in self.store.instance_reports(batch)
-            if now - r.reported_at <= self.settings.report_max_age
-        ]
+        max_age = self.settings.report_max_age
+        reports, stale = [], {}
+        for r in self.store.instance_reports(batch):
+            if now - r.reported_at <= max_age:
+                reports.append(r)
+            else:
+                stale[r.host] = r.reported_at
         # Consumers before records: a record is written before anything claims
         # for it, so a consumer read here has its record in the scan below.
         consumers = {c.uuid: c for c in self.store.scan_consumers(batch)}
@@ -282,6 +290,12 @@ class Reconciler:
                 self._found(LOST_BOOT, r.uuid, None, "its record vanished; nothing ran it", now)
                 for r in records.values()
                 if r.state == ERROR and r.fault == LOST_FAULT
+            ),
+            *(
+                self._found(STALE_REPORT, "", host, why, now)
+                for host, why in stale_reports(
+                    stale, self.store.heartbeats(sorted(stale)) if stale else {}, now, max_age
+                )
             ),
         ]
         keys = {f.key for f in findings}

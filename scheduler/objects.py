@@ -8,6 +8,7 @@ names the offending field. Past this module nobody digs in dicts.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -48,6 +49,8 @@ MAX_VALUE_LENGTH = 255
 MAX_HINT_VALUES = 256  # across all scheduler hints
 MAX_IGNORE_HOSTS = 256
 MAX_FORCED = 100
+
+MAX_WEIGHT = 1e12  # a Selection's (normalised and multiplied weights are far below)
 
 GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 
@@ -171,6 +174,30 @@ def validate_uuid(value: Any, what: str) -> str:
         return str(uuidlib.UUID(value))
     except ValueError:
         raise InvalidRequest(reason=f"{what} is not a valid UUID: {value[:64]!r}") from None
+
+
+MAX_HOST_NAME = 255  # the longest host (or node) name taken from a message
+
+
+def validate_host_name(value: Any, what: str) -> str:
+    """A host (or node, zone) name as a message carries it: printable, 1 to
+    :data:`MAX_HOST_NAME` long, no space around it (not: that it exists)."""
+    if not isinstance(value, str):
+        raise InvalidRequest(reason=f"{what} must be a host name, got {type(value).__name__}")
+    if not value or len(value) > MAX_HOST_NAME:
+        raise InvalidRequest(reason=f"{what} must be 1 to {MAX_HOST_NAME} characters long")
+    if not value.isprintable() or value != value.strip():
+        raise InvalidRequest(reason=f"{what} is not a host name: {value[:64]!r}")
+    return value
+
+
+def validate_number(value: Any, what: str, lo: float, hi: float) -> float:
+    """A finite number (not a boolean) between ``lo`` and ``hi``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(reason=f"{what} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidRequest(reason=f"{what} must be a finite number between {lo} and {hi}")
+    return float(value)
 
 
 def migration_uuid_for(instance_uuid: str, request_id: str) -> str:
@@ -595,15 +622,14 @@ class Selection:
         w = "selection"
         data = _require_mapping(data, w)
         _check_fields(data, w, cls.FIELDS, {"host", "node", "provider_uuid", "allocation_request"})
-        weight = data.get("weight", 0.0)
-        if not isinstance(weight, int | float) or isinstance(weight, bool):
-            raise InvalidRequest(reason="selection.weight must be a number")
         return cls(
-            host=_str(data, "host", w),  # type: ignore[arg-type]
-            node=_str(data, "node", w),  # type: ignore[arg-type]
+            host=validate_host_name(data.get("host"), "selection.host"),
+            node=validate_host_name(data.get("node"), "selection.node"),
             provider_uuid=validate_uuid(data["provider_uuid"], "selection.provider_uuid"),
             allocation_request=AllocationRequest.from_primitive(data["allocation_request"]),
-            weight=float(weight),
+            weight=validate_number(
+                data.get("weight", 0.0), "selection.weight", -MAX_WEIGHT, MAX_WEIGHT
+            ),
             availability_zone=_str(data, "availability_zone", w, optional=True) or None,
         )
 

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import oslo_messaging
 from oslo_messaging.rpc.dispatcher import ExplicitRPCAccessPolicy
 
+from scheduler import arguments
 from scheduler.exceptions import InstanceNotFound, ProviderNotFound, RecordChanged, StoreError
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord, migration_uuid_for
@@ -210,25 +211,38 @@ Expect = Callable[[Any, Mapping[str, Any]], Step] | None
 
 
 def guarded(expect: Expect) -> Callable[[_Method], _Method]:
-    """Declare an RPC method a step whose expectation ``expect`` gives: the
-    endpoint's guard (its ``guard`` attribute, a :class:`StepGuard`) checks
-    it before the method runs, and the method does not run when it is
-    refused. The method is exposed to :data:`ACCESS_POLICY` and marked so
-    that the endpoint test finds it guarded."""
+    """Declare an RPC method a step whose expectation ``expect`` gives: its
+    arguments are checked against their kinds first (:mod:`scheduler.arguments`:
+    every argument is typed with one, and a message that fails is refused,
+    ``rpc_refused``), then the endpoint's guard (its ``guard`` attribute, a
+    :class:`StepGuard`, whose hosts are the ones a local host must be)
+    checks the step, and the method does not run when either refuses it.
+    The method is exposed to :data:`ACCESS_POLICY` and marked so that the
+    endpoint test finds it guarded."""
 
     def mark(method: _Method) -> _Method:
         signature = inspect.signature(method)
+        kinds = arguments.kinds_of(method)
+        name = method.__name__
 
         @functools.wraps(method)
         def inner(endpoint: Any, *args: Any, **kwargs: Any) -> Any:
-            if expect is not None:
-                bound = signature.bind(endpoint, *args, **kwargs)
+            request_id = getattr(args[0] if args else kwargs.get("ctxt"), "request_id", None)
+            try:
+                try:
+                    bound = signature.bind(endpoint, *args, **kwargs)
+                except TypeError as exc:  # arguments missing, or unknown ones
+                    raise arguments.ArgumentRefused(name, None, str(exc)[:300]) from None
                 bound.apply_defaults()
-                step = expect(endpoint, bound.arguments)
-                ctxt = bound.arguments.get("ctxt")
-                if endpoint.guard.refused(step, getattr(ctxt, "request_id", None)):
+                taken = arguments.checked(name, kinds, bound.arguments, endpoint.guard.hosts)
+            except arguments.ArgumentRefused as refused:
+                refused.log(request_id)
+                return None
+            if expect is not None:
+                step = expect(endpoint, taken)
+                if endpoint.guard.refused(step, request_id):
                     return None
-            return method(endpoint, *args, **kwargs)
+            return method(**taken)
 
         setattr(inner, GUARDED_ATTR, expect is not None or "each")
         return oslo_messaging.expose(inner)

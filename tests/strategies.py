@@ -8,7 +8,8 @@ from the vocabulary the request filters and host filters read (plus noise).
 ignored hosts, hints and destinations sometimes name real hosts.
 
 Used by the in-process fuzz tests (tests/unit/test_fuzz_rpc.py) and the
-batch over real RabbitMQ (tests/functional_faults/test_bad_input.py).
+batches over real RabbitMQ (tests/functional_faults/test_bad_input.py, and
+the compute's and the conductor's, test_bad_input_rpc.py).
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ json_values = st.recursive(
     max_leaves=12,
 )
 
+
+#: Every family of bad value an RPC argument can be given (the compute's and
+#: the conductor's fuzz batch, tests/functional_faults/test_bad_input_rpc.py):
+#: wrong types, empty, huge, non-finite, unknown names.
+bad_arguments = st.one_of(
+    bad_scalars,
+    json_values,
+    st.sampled_from(("", " ", "x" * 300, "x" * 70000, "nowhere", "h0\n", "\x00")),
+    st.sampled_from((float("nan"), float("inf"), -float("inf"), 1e308, -1, 5, 2**64)),
+    st.uuids().map(lambda u: str(u).upper().replace("-", "")),
+    st.text(min_size=256, max_size=300),
+)
 
 names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12)
 real_host_names = st.one_of(st.sampled_from(CLOUD_HOSTS), st.sampled_from(("H0", "nowhere")))

@@ -60,6 +60,16 @@ compute_opts = [
         "records and allocations. Not Nova's [DEFAULT] report_interval (the "
         "service heartbeat): that is heartbeat_interval here.",
     ),
+    cfg.PortOpt(
+        "health_port",
+        default=0,
+        help="Port of a compute simulator's health (/healthz) and Prometheus (/metrics) "
+        "endpoint, on [scheduler] health_listen; 0 turns it off. /healthz answers 503 "
+        "(reports: down) while the process's reports of what its hosts run have not "
+        "got through for longer than [conductor] report_max_age; /metrics counts the "
+        "failed reports (compute_reports_failed_total) and gives the last report's age "
+        "(compute_report_age_seconds, compute_reports_stale).",
+    ),
     cfg.StrOpt(
         "running_deleted_instance_action",
         default="reap",

@@ -35,6 +35,7 @@ from scheduler.objects import (
     RequestSpec,
     Selection,
     migration_uuid_for,
+    validate_host_name,
     validate_instance_uuids,
     validate_uuid,
 )
@@ -419,8 +420,7 @@ class SchedulerEndpoint(Stages):
         flavor), validated whole and checked against the policy like any
         request, before anything is moved or claimed."""
         uuid = validate_uuid(instance_uuid, "instance_uuid")
-        if not isinstance(source_host, str) or not source_host:
-            raise InvalidRequest(reason="source_host must be a host name")
+        validate_host_name(source_host, "source_host")
         flavor = Flavor.from_primitive(new_flavor)
         spec = self._read_spec(request_spec, new_flavor=flavor)
         policy.check_request(ctxt, spec)

@@ -10,13 +10,15 @@ imports neither, and the dependency goes one way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from scheduler import rules
-from scheduler.objects import InstanceRecord, RequestSpec
+from scheduler.exceptions import InvalidRequest
+from scheduler.objects import InstanceRecord, RequestSpec, validate_uuid
 
 # --- records ------------------------------------------------------------------------
 
@@ -136,6 +138,31 @@ class RunningInstance:
     #: not known). Not part of what the VM is (equality).
     started_at: float | None = field(default=None, compare=False)
 
+    def problem(self) -> str | None:
+        """Why this entry cannot be reported (None: it can): each field of the
+        type a report carries, the uuids UUIDs, the amounts whole numbers."""
+        for what, value in (("uuid", self.uuid), ("migration_uuid", self.migration_uuid)):
+            if value is not None or what == "uuid":
+                try:
+                    validate_uuid(value, what)
+                except InvalidRequest as exc:
+                    return exc.message.removeprefix("invalid request: ")
+        if not isinstance(self.resources, Mapping) or any(
+            not isinstance(rc, str) or isinstance(n, bool) or not isinstance(n, int) or n < 0
+            for rc, n in self.resources.items()
+        ):
+            return "its resources are not amounts by resource class"
+        if any(
+            v is not None and not isinstance(v, str)
+            for v in (self.project_id, self.user_id, self.request_id)
+        ):
+            return "its project, user or request id is not a string"
+        if self.started_at is not None and (
+            not isinstance(self.started_at, int | float) or not math.isfinite(self.started_at)
+        ):
+            return "its start time is not a time"
+        return None
+
     def to_primitive(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "uuid": self.uuid,
@@ -179,6 +206,18 @@ class EndedInstance:
     uuid: str
     what: str
     at: float
+
+    def problem(self) -> str | None:
+        """Why this tombstone cannot be reported (None: it can)."""
+        try:
+            validate_uuid(self.uuid, "uuid")
+        except InvalidRequest as exc:
+            return exc.message.removeprefix("invalid request: ")
+        if self.what not in (ENDED_DELETE, ENDED_OFFLOAD):
+            return "it names no delete or shelve"
+        if isinstance(self.at, bool) or not isinstance(self.at, int | float):
+            return "its time is not a time"
+        return None if math.isfinite(self.at) else "its time is not a time"
 
     def to_primitive(self) -> list[Any]:
         return [self.uuid, self.what, self.at]

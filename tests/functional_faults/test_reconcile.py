@@ -151,7 +151,7 @@ def test_the_store_went_back_a_second_in_time_mid_storm(
     assert out.splitlines()[-1] == (
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=0 "
         f"lost_boot={len(lost)} lost_vm=0 misplaced_vm=0 lost_delete=0 lost_shelve=0 "
-        "lost_resize=0 overcommit=0"
+        "lost_resize=0 overcommit=0 stale_report=0"
     ), out
     assert code == 1
 
@@ -267,5 +267,6 @@ def test_audit_shows_findings_and_fix_clears_them(
     assert code == 0, out
     assert out.strip() == (
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=0 lost_boot=0 "
-        "lost_vm=0 misplaced_vm=0 lost_delete=0 lost_shelve=0 lost_resize=0 overcommit=0"
+        "lost_vm=0 misplaced_vm=0 lost_delete=0 lost_shelve=0 lost_resize=0 overcommit=0 "
+        "stale_report=0"
     )

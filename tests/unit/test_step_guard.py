@@ -23,7 +23,7 @@ from scheduler.rpc.transport import make_client
 from scheduler.steps import ACCESS_POLICY, GUARDED_ATTR, exposed_methods, owns_migration
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import active_on, cloud, resizing
-from tests.unit.factories import Recorded
+from tests.unit.factories import Recorded, spec
 
 ENDPOINTS = [
     pytest.param(ComputeSimulator, rpc.ComputeClient, id="compute"),
@@ -109,13 +109,18 @@ def test_a_result_naming_another_instance_as_its_migration_moves_nothing(method:
     before = {c.uuid: c.allocations for c in store.list_consumers()}
     conductor = ConductorEndpoint(store, Recorded(), Recorded())  # type: ignore[arg-type]
     ctxt = RequestContext(request_id="req-forged")
+    request_spec = spec().to_primitive()  # well-typed: the guard, not the boundary, refuses it
     with structlog.testing.capture_logs() as logs:
         if method == "resize_result":
             conductor.resize_result(ctxt, uuid, victim, "h2", True)
         elif method == "reschedule":
-            conductor.reschedule(ctxt, uuid, {}, "h2", "forged", [], migration_uuid=victim)
+            conductor.reschedule(
+                ctxt, uuid, request_spec, "h2", "forged", [], migration_uuid=victim
+            )
         else:
-            conductor.live_migration_precheck_failed(ctxt, uuid, victim, {}, "h2", "forged", [])
+            conductor.live_migration_precheck_failed(
+                ctxt, uuid, victim, request_spec, "h2", "forged", []
+            )
     assert {c.uuid: c.allocations for c in store.list_consumers()} == before
     assert {(r.uuid, r.state, r.host) for r in store.list_instances()} == {
         (victim, ACTIVE, "h2"),

@@ -1059,6 +1059,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0 "
         "lost_vm=0"
         " misplaced_vm=0 lost_delete=0 lost_shelve=0 lost_resize=0 overcommit=0"
+        " stale_report=0"
     )
     assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
 

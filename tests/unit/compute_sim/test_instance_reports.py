@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from compute_sim.cmd import _report_loop
+from compute_sim.health import ReportFreshness
 from compute_sim.hosts import HostShape, provider_uuid
 from compute_sim.ops.destroy import LOG_ONLY
 from compute_sim.simulator import ComputeSimulator
@@ -32,7 +33,7 @@ from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.records import ENDED_DELETE, ENDED_OFFLOAD
 from tests.fixtures import simulator
 from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim
-from tests.unit.factories import Recorded
+from tests.unit.factories import Recorded, uuid_of
 
 #: The simulator suite's fixture.
 make = simulator.make
@@ -306,6 +307,8 @@ def test_the_report_loop_reports_at_once_and_again_after_a_failure() -> None:
     outcomes: list[str] = []
 
     class Flaky:
+        freshness = ReportFreshness(60.0)
+
         def report_instances(self) -> None:
             outcomes.append("called")
             if len(outcomes) == 1:
@@ -340,3 +343,48 @@ def test_a_report_after_an_outage_first_destroys_the_vms_evacuated_meanwhile(
     sim.sim._last_beat -= sim.sim.service_down_time + 1
     assert reported(sim)["h1"] == ()
     assert sim.sim.hosts_running(INSTANCE) == []
+
+
+# --- one bad entry (issue 35) ---------------------------------------------------------
+
+
+def test_a_report_with_one_bad_entry_still_reports_the_rest(make: Any, caplog: Any) -> None:
+    """A VM the driver runs under a uuid that is not one (the issue's ``5``, as
+    a forged step once started) and a tombstone that names nothing are dropped
+    and logged; the rest of every host's report is written."""
+    sim = make(build_time=0.0)
+    sim.claim(INSTANCE, "h1")
+    sim.build("h1")
+    sim.wait("build_succeeded")
+    sim.sim.vms.start(RunningInstance(5), "h1")  # type: ignore[arg-type]
+    sim.sim.vms.start(RunningInstance("not-a-uuid", {"VCPU": -1}), "h2")
+    sim.sim.vms.start(RunningInstance(MIGRATION, {"VCPU": True}), "h2")  # type: ignore[dict-item]
+    other = RunningInstance(uuid_of("other"), {"VCPU": 1}, "p", "u")
+    sim.sim.vms.start(other, "h2")
+    sim.sim.ledger.ended(uuid_of("gone"), "h3", ENDED_DELETE)
+    sim.sim.ledger.ended(7, "h3", ENDED_DELETE)  # type: ignore[arg-type]
+    got = reported(sim)
+    assert [vm.uuid for vm in got["h1"]] == [INSTANCE]
+    assert [vm.uuid for vm in got["h2"]] == [other.uuid]
+    assert got["h3"] == ()
+    [h3] = [r for r in sim.store.instance_reports() if r.host == "h3"]
+    assert [e.uuid for e in h3.ended] == [uuid_of("gone")]
+    dropped = [r.getMessage() for r in caplog.records if "report_entry_dropped" in r.getMessage()]
+    assert len(dropped) == 4
+    assert sim.sim.freshness.fresh()
+
+
+def test_a_host_the_driver_cannot_list_is_left_out_and_the_others_report(
+    make: Any, caplog: Any
+) -> None:
+    sim = make(build_time=0.0)
+    listing = sim.sim.driver.list_instances
+
+    def broken(host: str) -> list[str]:
+        if host == "h2":
+            raise RuntimeError("cannot list")
+        return listing(host)
+
+    sim.sim.driver.list_instances = broken
+    assert sorted(reported(sim)) == ["h1", "h3"]
+    assert any("host_listing_failed" in r.getMessage() for r in caplog.records)

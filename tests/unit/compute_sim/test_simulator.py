@@ -22,7 +22,7 @@ from scheduler.objects import (
 from scheduler.store import MemoryStore, RunningInstance
 from tests.fixtures import simulator
 from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, resized, selection
-from tests.unit.factories import Recorded
+from tests.unit.factories import Recorded, uuid_of
 
 make = simulator.make
 
@@ -237,10 +237,11 @@ def test_a_deleted_instance_is_forgotten_after_the_retention(make: Any) -> None:
     sim.sim.terminate_instance(CTXT, INSTANCE, "h1")
     assert sim.sim.ledger.steps_of(INSTANCE) == {} and sim.sim.ledger.deleted(INSTANCE)
     time.sleep(0.1)
-    sim.store.create_instances([InstanceRecord("other-instance")])
-    sim.store.update_instance("other-instance", **deleting)
-    sim.sim.terminate_instance(CTXT, "other-instance", "h1")  # the next delete prunes
-    assert sim.sim.ledger.deleted_instances() == {"other-instance"}
+    other = uuid_of("other-instance")
+    sim.store.create_instances([InstanceRecord(other)])
+    sim.store.update_instance(other, **deleting)
+    sim.sim.terminate_instance(CTXT, other, "h1")  # the next delete prunes
+    assert sim.sim.ledger.deleted_instances() == {other}
 
 
 def test_registered_hosts_are_fed_with_their_heartbeat_so_they_count_up_at_once() -> None:

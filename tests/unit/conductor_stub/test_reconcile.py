@@ -23,6 +23,7 @@ from conductor_stub.findings import (
     ORPHAN_ALLOCATION,
     OVERCOMMIT,
     RECOVERED_FAULT,
+    STALE_REPORT,
     STRAY_VM,
     Finding,
     format_counts,
@@ -210,7 +211,30 @@ def test_records_in_flight_or_changed_since_the_report_are_no_findings(world: Wo
 def test_a_stale_report_is_not_reconciled(world: World) -> None:
     uuid = world.record(ERROR, None)
     world.report("h1", uuid, at=world.clock.now - 31)
-    assert world.passes(3) == []
+    # Its VM is not judged; its host, which still heartbeats, is a finding.
+    assert kinds(world.passes(3)) == [(STALE_REPORT, "", "h1")]
+
+
+def test_a_host_that_heartbeats_with_a_stale_report_is_a_finding_kept_in_view(
+    world: World,
+) -> None:
+    """Issue 35: a compute whose reports fail leaves the reconciler blind on its
+    hosts; it says so (``stale_report``) instead of going quiet. A host that
+    stopped heartbeating too is down: no finding."""
+    world.report("h1", at=world.clock.now - 31)
+    world.report("h2", at=world.clock.now - 31)
+    world.store.heartbeat(["h1"], world.clock.now - 5)
+    world.store.mark_down(["h2"])
+    found = world.passes(3)
+    assert kinds(found) == [(STALE_REPORT, "", "h1")]
+    [stale] = found
+    assert stale.action == "none" and not stale.due and stale.outcome is None
+    assert "heartbeats but last reported" in stale.reason
+    assert "stale_report" in stale.line() and "kept in view" in stale.line()
+    assert "stale_report=1" in format_counts(found)
+    assert REGISTRY.get_sample_value("conductor_reconcile_findings", {"kind": STALE_REPORT}) == 1
+    world.report("h1")  # it reports again
+    assert world.passes() == []
 
 
 def test_a_lost_record_is_recreated_from_the_report_and_its_allocation_healed(
@@ -568,6 +592,7 @@ def test_a_resized_instance_its_destination_does_not_run_is_reverted(world: Worl
     assert record.deadline is not None  # the sweeper re-drives it from here
     # In flight now: no finding, no second revert.
     world.report("h2", settled)
+    world.report("h1")
     assert world.passes(2) == [] and len(world.compute.reverted) == 1
 
 
