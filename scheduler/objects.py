@@ -8,17 +8,29 @@ names the offending field. Past this module nobody digs in dicts.
 
 from __future__ import annotations
 
-import math
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from scheduler.exceptions import InvalidRequest
+from scheduler.fields import (
+    MAX_VALUE_LENGTH,
+    bool_field,
+    check_fields,
+    frozen_map,
+    int_field,
+    require_mapping,
+    str_field,
+    str_list,
+    str_map,
+    validate_host_name,
+    validate_number,
+    validate_uuid,
+)
 from scheduler.resource_request import (
     DISK_GB,
     MEMORY_MB,
@@ -45,7 +57,6 @@ MAX_SWAP_MB = 1024 * 1024
 MAX_EXTRA_SPECS = 256
 MAX_IMAGE_PROPERTIES = 128
 MAX_IMAGE_PROPERTY_LENGTH = 1024  # an image signature runs to some 700 characters
-MAX_VALUE_LENGTH = 255
 MAX_HINT_VALUES = 256  # across all scheduler hints
 MAX_IGNORE_HOSTS = 256
 MAX_FORCED = 100
@@ -53,151 +64,6 @@ MAX_FORCED = 100
 MAX_WEIGHT = 1e12  # a Selection's (normalised and multiplied weights are far below)
 
 GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
-
-
-def _frozen_map(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value))
-
-
-# --- validation helpers -------------------------------------------------------------
-
-
-def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidRequest(reason=f"{what} must be an object, got {type(value).__name__}")
-    return value
-
-
-def _check_fields(
-    data: Mapping[str, Any],
-    what: str,
-    allowed: AbstractSet[str],
-    required: AbstractSet[str] = frozenset(),
-) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InvalidRequest(reason=f"{what} has unknown field(s): {', '.join(unknown)}")
-    missing = sorted(required - set(data))
-    if missing:
-        raise InvalidRequest(reason=f"{what} is missing field(s): {', '.join(missing)}")
-
-
-def _int(
-    data: Mapping[str, Any], key: str, what: str, lo: int, hi: int, default: int | None = None
-) -> int:
-    value = data.get(key, default)
-    if value is None:
-        raise InvalidRequest(reason=f"{what}.{key} is required")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(reason=f"{what}.{key} must be an integer, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise InvalidRequest(reason=f"{what}.{key} must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def _str(
-    data: Mapping[str, Any],
-    key: str,
-    what: str,
-    *,
-    optional: bool = False,
-    default: str | None = None,
-    max_len: int = 255,
-) -> str | None:
-    value = data.get(key, default)
-    if value is None:
-        if optional:
-            return None
-        raise InvalidRequest(reason=f"{what}.{key} is required")
-    if not isinstance(value, str):
-        raise InvalidRequest(reason=f"{what}.{key} must be a string, got {type(value).__name__}")
-    if not value and not optional:
-        raise InvalidRequest(reason=f"{what}.{key} must not be empty")
-    if len(value) > max_len:
-        raise InvalidRequest(reason=f"{what}.{key} is longer than {max_len} characters")
-    return value
-
-
-def _bool(data: Mapping[str, Any], key: str, what: str, default: bool = False) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidRequest(reason=f"{what}.{key} must be a boolean, got {type(value).__name__}")
-    return value
-
-
-def _str_map(
-    data: Mapping[str, Any],
-    key: str,
-    what: str,
-    max_entries: int,
-    max_value: int = MAX_VALUE_LENGTH,
-) -> dict[str, str]:
-    value = data.get(key) or {}
-    _require_mapping(value, f"{what}.{key}")
-    if len(value) > max_entries:
-        raise InvalidRequest(reason=f"{what}.{key} has more than {max_entries} entries")
-    out: dict[str, str] = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise InvalidRequest(reason=f"{what}.{key} must map strings to strings")
-        if len(k) > MAX_VALUE_LENGTH or len(v) > max_value:
-            raise InvalidRequest(
-                reason=f"{what}.{key} entry {k[:40]!r} is too long "
-                f"(keys up to {MAX_VALUE_LENGTH}, values up to "
-                f"{max_value} characters)"
-            )
-        out[k] = v
-    return out
-
-
-def _str_list(
-    data: Mapping[str, Any], key: str, what: str, max_items: int = 1000
-) -> tuple[str, ...]:
-    value = data.get(key) or []
-    if not isinstance(value, list | tuple):
-        raise InvalidRequest(reason=f"{what}.{key} must be a list, got {type(value).__name__}")
-    if len(value) > max_items:
-        raise InvalidRequest(reason=f"{what}.{key} has more than {max_items} items")
-    for item in value:
-        if not isinstance(item, str) or not item or len(item) > MAX_VALUE_LENGTH:
-            raise InvalidRequest(
-                reason=f"{what}.{key} must hold non-empty strings of up to "
-                f"{MAX_VALUE_LENGTH} characters"
-            )
-    return tuple(value)
-
-
-def validate_uuid(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequest(reason=f"{what} must be a UUID string")
-    try:
-        return str(uuidlib.UUID(value))
-    except ValueError:
-        raise InvalidRequest(reason=f"{what} is not a valid UUID: {value[:64]!r}") from None
-
-
-MAX_HOST_NAME = 255  # the longest host (or node) name taken from a message
-
-
-def validate_host_name(value: Any, what: str) -> str:
-    """A host (or node, zone) name as a message carries it: printable, 1 to
-    :data:`MAX_HOST_NAME` long, no space around it (not: that it exists)."""
-    if not isinstance(value, str):
-        raise InvalidRequest(reason=f"{what} must be a host name, got {type(value).__name__}")
-    if not value or len(value) > MAX_HOST_NAME:
-        raise InvalidRequest(reason=f"{what} must be 1 to {MAX_HOST_NAME} characters long")
-    if not value.isprintable() or value != value.strip():
-        raise InvalidRequest(reason=f"{what} is not a host name: {value[:64]!r}")
-    return value
-
-
-def validate_number(value: Any, what: str, lo: float, hi: float) -> float:
-    """A finite number (not a boolean) between ``lo`` and ``hi``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(reason=f"{what} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise InvalidRequest(reason=f"{what} must be a finite number between {lo} and {hi}")
-    return float(value)
 
 
 def migration_uuid_for(instance_uuid: str, request_id: str) -> str:
@@ -239,7 +105,7 @@ class Flavor:
     FIELDS = {"name", "vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap_mb", "extra_specs"}
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "extra_specs", _frozen_map(self.extra_specs))
+        object.__setattr__(self, "extra_specs", frozen_map(self.extra_specs))
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -255,16 +121,16 @@ class Flavor:
     @classmethod
     def from_primitive(cls, data: Any) -> Flavor:
         w = "flavor"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS, {"name", "vcpus", "memory_mb"})
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS, {"name", "vcpus", "memory_mb"})
         return cls(
-            name=_str(data, "name", w),  # type: ignore[arg-type]
-            vcpus=_int(data, "vcpus", w, 1, MAX_VCPUS),
-            memory_mb=_int(data, "memory_mb", w, 1, MAX_MEMORY_MB),
-            root_gb=_int(data, "root_gb", w, 0, MAX_DISK_GB, 0),
-            ephemeral_gb=_int(data, "ephemeral_gb", w, 0, MAX_DISK_GB, 0),
-            swap_mb=_int(data, "swap_mb", w, 0, MAX_SWAP_MB, 0),
-            extra_specs=_str_map(data, "extra_specs", w, MAX_EXTRA_SPECS),
+            name=str_field(data, "name", w),  # type: ignore[arg-type]
+            vcpus=int_field(data, "vcpus", w, 1, MAX_VCPUS),
+            memory_mb=int_field(data, "memory_mb", w, 1, MAX_MEMORY_MB),
+            root_gb=int_field(data, "root_gb", w, 0, MAX_DISK_GB, 0),
+            ephemeral_gb=int_field(data, "ephemeral_gb", w, 0, MAX_DISK_GB, 0),
+            swap_mb=int_field(data, "swap_mb", w, 0, MAX_SWAP_MB, 0),
+            extra_specs=str_map(data, "extra_specs", w, MAX_EXTRA_SPECS),
         )
 
 
@@ -280,7 +146,7 @@ class Image:
     FIELDS = {"id", "properties", "disk_format"}
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "properties", _frozen_map(self.properties))
+        object.__setattr__(self, "properties", frozen_map(self.properties))
 
     def to_primitive(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "properties": dict(self.properties)}
@@ -291,17 +157,17 @@ class Image:
     @classmethod
     def from_primitive(cls, data: Any) -> Image:
         w = "image"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS)
-        disk_format = _str(data, "disk_format", w, optional=True, max_len=64)
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS)
+        disk_format = str_field(data, "disk_format", w, optional=True, max_len=64)
         if disk_format is not None and not re.fullmatch(r"[a-z0-9_-]+", disk_format):
             raise InvalidRequest(
                 reason=f"image.disk_format must be lower-case letters, digits, "
                 f"'-' or '_', got {disk_format[:64]!r}"
             )
         return cls(
-            id=_str(data, "id", w, optional=True),
-            properties=_str_map(
+            id=str_field(data, "id", w, optional=True),
+            properties=str_map(
                 data, "properties", w, MAX_IMAGE_PROPERTIES, MAX_IMAGE_PROPERTY_LENGTH
             ),
             disk_format=disk_format,
@@ -330,9 +196,9 @@ class ServerGroup:
     @classmethod
     def from_primitive(cls, data: Any) -> ServerGroup:
         w = "group"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS, {"uuid", "policy"})
-        policy = _str(data, "policy", w)
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS, {"uuid", "policy"})
+        policy = str_field(data, "policy", w)
         if policy not in GROUP_POLICIES:
             raise InvalidRequest(
                 reason=f"group.policy must be one of {', '.join(GROUP_POLICIES)}, got {policy!r}"
@@ -340,7 +206,7 @@ class ServerGroup:
         return cls(
             uuid=validate_uuid(data["uuid"], "group.uuid"),
             policy=policy,
-            max_server_per_host=_int(data, "max_server_per_host", w, 1, 1000, 1),
+            max_server_per_host=int_field(data, "max_server_per_host", w, 1, 1000, 1),
         )
 
 
@@ -363,11 +229,11 @@ class Destination:
     @classmethod
     def from_primitive(cls, data: Any) -> Destination:
         w = "requested_destination"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS, {"host"})
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS, {"host"})
         return cls(
-            host=_str(data, "host", w),  # type: ignore[arg-type]
-            node=_str(data, "node", w, optional=True) or None,
+            host=str_field(data, "host", w),  # type: ignore[arg-type]
+            node=str_field(data, "node", w, optional=True) or None,
         )
 
 
@@ -420,7 +286,7 @@ class RequestSpec:
     DESTINATION_FIELDS = ("force_hosts", "force_nodes", "requested_destination")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scheduler_hints", _frozen_map(self.scheduler_hints))
+        object.__setattr__(self, "scheduler_hints", frozen_map(self.scheduler_hints))
 
     @property
     def resources(self) -> dict[str, int]:
@@ -481,27 +347,27 @@ class RequestSpec:
     @classmethod
     def from_primitive(cls, data: Any) -> RequestSpec:
         w = "request_spec"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS, {"flavor", "project_id", "user_id"})
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS, {"flavor", "project_id", "user_id"})
         hints = _hints(data, w)
         destination = data.get("requested_destination")
         spec = cls(
             flavor=Flavor.from_primitive(data["flavor"]),
-            project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
-            user_id=_str(data, "user_id", w),  # type: ignore[arg-type]
-            num_instances=_int(data, "num_instances", w, 1, MAX_INSTANCES_PER_REQUEST, 1),
+            project_id=str_field(data, "project_id", w),  # type: ignore[arg-type]
+            user_id=str_field(data, "user_id", w),  # type: ignore[arg-type]
+            num_instances=int_field(data, "num_instances", w, 1, MAX_INSTANCES_PER_REQUEST, 1),
             image=Image.from_primitive(data["image"]) if data.get("image") is not None else None,
-            availability_zone=_str(data, "availability_zone", w, optional=True),
-            is_bfv=_bool(data, "is_bfv", w),
+            availability_zone=str_field(data, "availability_zone", w, optional=True),
+            is_bfv=bool_field(data, "is_bfv", w),
             group=(
                 ServerGroup.from_primitive(data["group"])
                 if data.get("group") is not None
                 else None
             ),
-            ignore_hosts=_str_list(data, "ignore_hosts", w, MAX_IGNORE_HOSTS),
+            ignore_hosts=str_list(data, "ignore_hosts", w, MAX_IGNORE_HOSTS),
             scheduler_hints=hints,
-            force_hosts=_str_list(data, "force_hosts", w, MAX_FORCED),
-            force_nodes=_str_list(data, "force_nodes", w, MAX_FORCED),
+            force_hosts=str_list(data, "force_hosts", w, MAX_FORCED),
+            force_nodes=str_list(data, "force_nodes", w, MAX_FORCED),
             requested_destination=(
                 Destination.from_primitive(destination) if destination is not None else None
             ),
@@ -513,7 +379,7 @@ class RequestSpec:
 def _hints(data: Mapping[str, Any], what: str) -> dict[str, tuple[str, ...]]:
     """Scheduler hints: names to lists of strings, at most MAX_HINT_VALUES values in all."""
     w = f"{what}.scheduler_hints"
-    raw = _require_mapping(data.get("scheduler_hints") or {}, w)
+    raw = require_mapping(data.get("scheduler_hints") or {}, w)
     hints: dict[str, tuple[str, ...]] = {}
     total = 0
     for key in raw:
@@ -521,7 +387,7 @@ def _hints(data: Mapping[str, Any], what: str) -> dict[str, tuple[str, ...]]:
             raise InvalidRequest(
                 reason=f"{w} names must be strings of 1 to {MAX_VALUE_LENGTH} characters"
             )
-        hints[key] = _str_list(raw, key, w, MAX_HINT_VALUES)
+        hints[key] = str_list(raw, key, w, MAX_HINT_VALUES)
         total += len(hints[key])
         if total > MAX_HINT_VALUES:
             raise InvalidRequest(reason=f"{w} hold more than {MAX_HINT_VALUES} values in all")
@@ -558,25 +424,27 @@ class AllocationRequest:
     @classmethod
     def from_primitive(cls, data: Any) -> AllocationRequest:
         w = "allocation_request"
-        data = _require_mapping(data, w)
-        _check_fields(
+        data = require_mapping(data, w)
+        check_fields(
             data,
             w,
             {"allocations", "project_id", "user_id"},
             {"allocations", "project_id", "user_id"},
         )
-        allocs = _require_mapping(data["allocations"], f"{w}.allocations")
+        allocs = require_mapping(data["allocations"], f"{w}.allocations")
         if not allocs:
             raise InvalidRequest(reason=f"{w}.allocations is empty")
         out: dict[str, dict[str, int]] = {}
         for rp, res in allocs.items():
             rp = validate_uuid(rp, f"{w}.allocations key")
-            res = _require_mapping(res, f"{w}.allocations[{rp}]")
-            out[rp] = {str(rc): _int(res, rc, f"{w}.allocations[{rp}]", 1, 2**40) for rc in res}
+            res = require_mapping(res, f"{w}.allocations[{rp}]")
+            out[rp] = {
+                str(rc): int_field(res, rc, f"{w}.allocations[{rp}]", 1, 2**40) for rc in res
+            }
         return cls(
             allocations=out,
-            project_id=_str(data, "project_id", w),  # type: ignore[arg-type]
-            user_id=_str(data, "user_id", w),  # type: ignore[arg-type]
+            project_id=str_field(data, "project_id", w),  # type: ignore[arg-type]
+            user_id=str_field(data, "user_id", w),  # type: ignore[arg-type]
         )
 
 
@@ -620,8 +488,8 @@ class Selection:
     @classmethod
     def from_primitive(cls, data: Any) -> Selection:
         w = "selection"
-        data = _require_mapping(data, w)
-        _check_fields(data, w, cls.FIELDS, {"host", "node", "provider_uuid", "allocation_request"})
+        data = require_mapping(data, w)
+        check_fields(data, w, cls.FIELDS, {"host", "node", "provider_uuid", "allocation_request"})
         return cls(
             host=validate_host_name(data.get("host"), "selection.host"),
             node=validate_host_name(data.get("node"), "selection.node"),
@@ -630,7 +498,7 @@ class Selection:
             weight=validate_number(
                 data.get("weight", 0.0), "selection.weight", -MAX_WEIGHT, MAX_WEIGHT
             ),
-            availability_zone=_str(data, "availability_zone", w, optional=True) or None,
+            availability_zone=str_field(data, "availability_zone", w, optional=True) or None,
         )
 
 
