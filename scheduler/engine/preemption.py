@@ -1,0 +1,306 @@
+"""Preemption: which lower-priority instances a request that finds no host
+would evict, and on which host (issue 33, item 2).
+
+A request whose priority class may preempt (:data:`scheduler.priority.PREEMPT`)
+and that finds no host asks, per candidate host, which preemptible
+instances of strictly lower priority would have to go for it to pass every
+stage: the candidate step (capacity per request group over the host's
+provider tree, traits, aggregates, liveness) and every host filter, the
+server group's strict policies included, as if those instances were gone.
+
+The search, in the host view (:meth:`Preemptor.find`):
+
+1. The pool: every instance that may be evicted by the request's priority
+   (:meth:`scheduler.store.Victim.unmatched`'s rule: ACTIVE with no task,
+   preemptible, priority strictly lower), with what it holds, read from the
+   store, by host.
+2. By level, the lowest priority first: the pool's instances at or below
+   the level leave the view (their usage taken off, as a release would) and
+   the candidate step and the filters run once over every host, as a normal
+   decision does. The hosts that pass and hold some of those instances are
+   where evicting at most up to this level can make room; the first level
+   with one decides the lowest highest-victim priority.
+3. On each of those hosts (at most :data:`EXAMINED`, those with the fewest
+   such instances first), the reprieve: with every one of them gone, each is
+   given back in turn, the most important first (higher priority, then the
+   longest running), and kept if the host still passes with it (capacity on
+   its tree and every filter on that host, the group's members on it
+   counted as they are with only that host's victims gone). What is left
+   must go: a minimal set, since no one of them can be given back.
+4. Of those hosts, the one whose victims have the lowest highest priority,
+   then the fewest victims, then the least evicted (the victims' share of
+   the host's capacity, summed over the classes they hold) wins; ties by
+   host name.
+
+The view is left as it was. Nothing here claims: the store's atomic step,
+:meth:`scheduler.store.base.PlacementStore.claim_preempting`, takes the
+victims as read here (:meth:`Preemption.victims_as_read`) and refuses if
+any of them changed since. The search is what ``explain`` shows for a
+request that finds no host; no real request preempts yet (ending the
+victims' VMs before the preemptor is built is the conductor's, a later
+increment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from scheduler.engine.context import CycleState, PlacementContext
+from scheduler.engine.placement import Placement, place
+from scheduler.explain import InstanceTrace, WouldPreempt
+from scheduler.objects import InstanceRecord, Selection
+from scheduler.priority import PREEMPT, PriorityClass
+from scheduler.store.base import Consumer, Victim
+from scheduler.store.records import VICTIM_STATES
+
+if TYPE_CHECKING:
+    from scheduler.engine.claims import Claims
+    from scheduler.engine.hostview import HostView
+    from scheduler.engine.stages import Stages
+
+#: How many of the hosts that pass at the deciding level are examined one by
+#: one (the reprieve), those needing the fewest evictions first.
+EXAMINED = 16
+
+
+class PreemptionReader(Protocol):
+    """What the search reads of the store: the instance records and what
+    each holds."""
+
+    def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]: ...
+
+    def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
+
+
+def may_preempt(chosen: PriorityClass | None) -> bool:
+    """Whether a request of class ``chosen`` may evict others: a class whose
+    policy is ``preempt``; a request with no class never does."""
+    return chosen is not None and chosen.preemption_policy == PREEMPT
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An instance the request may evict: its record and what it holds, as read."""
+
+    record: InstanceRecord
+    held: Consumer
+    index: int  # its host's row in the view
+
+    @property
+    def importance(self) -> tuple[int, float]:
+        """Higher is more important: its priority, then how long it has run."""
+        return (self.record.priority, -self.record.created_at)
+
+    def as_victim(self) -> Victim:
+        return Victim(
+            self.record.uuid, self.held.allocations, self.record.host, self.record.updated_at
+        )
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Where a request would go by evicting ``victims`` there, and its Selection."""
+
+    selection: Selection
+    victims: tuple[Candidate, ...]
+    evicted: float  # the victims' share of the host's capacity, summed over classes
+
+    @property
+    def host(self) -> str:
+        return self.selection.host
+
+    @property
+    def key(self) -> tuple[int, int, float, str]:
+        """The order hosts are chosen in: lowest highest-victim priority, fewest
+        victims, least evicted, then by name."""
+        highest = max(v.record.priority for v in self.victims)
+        return (highest, len(self.victims), self.evicted, self.host)
+
+    def victims_as_read(self) -> list[Victim]:
+        return [v.as_victim() for v in self.victims]
+
+    def explained(self) -> WouldPreempt:
+        """What explain shows of it."""
+        return WouldPreempt(
+            self.host,
+            tuple(
+                (v.record.uuid, v.record.priority_class, v.record.priority) for v in self.victims
+            ),
+        )
+
+
+class Preemptor:
+    """The preemption search of one engine, over its view (see the module doc).
+    Called under the engine's lock, with the view refreshed."""
+
+    def __init__(self, view: HostView, stages: Stages, claims: Claims) -> None:
+        self.view = view
+        self.stages = stages
+        self.claims = claims
+
+    def find(
+        self,
+        store: PreemptionReader,
+        ctx: PlacementContext,
+        states: CycleState,
+        rng: np.random.Generator,
+        priority: int,
+    ) -> Preemption | None:
+        """The host and victims that make room for the request of ``priority``
+        (None: evicting every lower-priority preemptible instance makes room
+        nowhere)."""
+        pool = self.pool(store, priority)
+        levels = sorted({c.record.priority for c in pool})
+        gone: list[Candidate] = []
+        try:
+            for level in levels:
+                for candidate in pool:
+                    if candidate.record.priority == level:
+                        self._leave(candidate)
+                        gone.append(candidate)
+                found = self._at_level(ctx, states, rng, gone)
+                if found is not None:
+                    return found
+            return None
+        finally:
+            for candidate in gone:
+                self._come_back(candidate)
+
+    def pool(self, store: PreemptionReader, priority: int) -> list[Candidate]:
+        """Every instance a request of ``priority`` may evict, on a host of the
+        view, with what it holds there."""
+        out = []
+        for record in store.scan_instances():
+            if not (
+                record.preemptible
+                and record.priority < priority
+                and record.state in VICTIM_STATES
+                and record.task_state is None
+                and record.host is not None
+            ):
+                continue
+            index = self.view.index_of(record.host)
+            held = store.get_consumer(record.uuid)
+            if index is None or held is None or not self._on_host(held, index):
+                continue
+            out.append(Candidate(record, held, index))
+        return out
+
+    def _on_host(self, held: Consumer, index: int) -> bool:
+        """Whether every provider ``held`` names is the host's or a child of it."""
+        kids = set(self.view.kids_of(np.array([index]))[0].tolist())
+        return bool(held.allocations) and all(
+            self.view.index_of_uuid(rp) == index or self.view.kid_index_of(rp) in kids
+            for rp in held.allocations
+        )
+
+    def _at_level(
+        self,
+        ctx: PlacementContext,
+        states: CycleState,
+        rng: np.random.Generator,
+        gone: Sequence[Candidate],
+    ) -> Preemption | None:
+        """With ``gone`` out of the view: the best host among those that pass
+        and hold some of them, after the reprieve (None: no host passes)."""
+        by_host: dict[int, list[Candidate]] = defaultdict(list)
+        for candidate in gone:
+            by_host[candidate.index].append(candidate)
+        scratch = InstanceTrace("preemption", self.view.size)
+        wide = self._without(ctx, gone)
+        placement = self.stages.candidates(wide, rng, scratch)
+        passing = self.stages.filter(placement.hosts, wide, states, scratch)
+        hosts = sorted(
+            (int(h) for h in passing if int(h) in by_host), key=lambda h: (len(by_host[h]), h)
+        )
+        found = [self._reprieve(h, by_host[h], ctx, states) for h in hosts[:EXAMINED]]
+        best = [f for f in found if f is not None]
+        return min(best, key=lambda p: p.key) if best else None
+
+    def _reprieve(
+        self, index: int, here: list[Candidate], ctx: PlacementContext, states: CycleState
+    ) -> Preemption | None:
+        """The fewest of ``here`` (all out of the view) the host needs gone,
+        giving each back the most important first; the view left as found."""
+        evicted = set(range(len(here)))
+        order = sorted(range(len(here)), key=lambda k: here[k].importance, reverse=True)
+        try:
+            for k in order:
+                self._come_back(here[k])
+                evicted.discard(k)
+                if self._passes(index, [here[j] for j in evicted], ctx, states) is None:
+                    self._leave(here[k])
+                    evicted.add(k)
+            victims = tuple(here[k] for k in sorted(evicted, key=lambda k: here[k].record.uuid))
+            passed = self._passes(index, victims, ctx, states)
+        finally:
+            for k in range(len(here)):
+                if k not in evicted:
+                    self._leave(here[k])
+        if passed is None or not victims:
+            return None
+        allocations = passed.allocations(self.view, 0)
+        selection = self.claims.selection(index, 0.0, allocations, ctx.spec)
+        return Preemption(selection, victims, self._share(index, victims))
+
+    def _passes(
+        self,
+        index: int,
+        victims: Sequence[Candidate],
+        ctx: PlacementContext,
+        states: CycleState,
+    ) -> Placement | None:
+        """The request's placement on host ``index`` as the view is now, with
+        ``victims`` out of the group's members; None if a stage refuses it."""
+        request = ctx.request
+        assert request is not None  # set by the engine
+        host = np.array([index])
+        placement = place(self.view, request, host)
+        if not len(placement):
+            return None
+        scratch = InstanceTrace("preemption", 1)
+        kept = self.stages.filter(placement.hosts, self._without(ctx, victims), states, scratch)
+        return placement if len(kept) else None
+
+    def _without(self, ctx: PlacementContext, gone: Sequence[Candidate]) -> PlacementContext:
+        """``ctx`` with the group members among ``gone`` taken off."""
+        group = ctx.spec.group
+        if group is None:
+            return ctx
+        members = Counter(ctx.group_members)
+        for candidate in gone:
+            host = candidate.held.member_host(group.uuid)
+            if host is not None and members[host] > 0:
+                members[host] -= 1
+        return dataclasses.replace(ctx, group_members=members)
+
+    def _share(self, index: int, victims: Sequence[Candidate]) -> float:
+        """The victims' share of the host's capacity, summed over the classes
+        they hold (of its root provider's capacity; a class only its children
+        have counts by its amount)."""
+        totals: Counter[str] = Counter()
+        for victim in victims:
+            for amounts in victim.held.allocations.values():
+                totals.update(amounts)
+        host = np.array([index])
+        share = 0.0
+        for rc, amount in sorted(totals.items()):
+            capacity = float(self.view.of_class("capacity", rc, host)[0])
+            share += amount / capacity if capacity > 0 else float(amount)
+        return share
+
+    def _leave(self, candidate: Candidate) -> None:
+        self.view.consume_allocation(candidate.index, _plain(candidate.held.allocations), -1)
+
+    def _come_back(self, candidate: Candidate) -> None:
+        self.view.consume_allocation(candidate.index, _plain(candidate.held.allocations))
+
+
+def _plain(allocations: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    return {rp: dict(amounts) for rp, amounts in allocations.items()}
