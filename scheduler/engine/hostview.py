@@ -447,6 +447,41 @@ class HostView(ViewFeed):
         )
         return in_zone[self._hosts.per_row["agg_set"][idx]]
 
+    def shift_usage(
+        self, held: Sequence[tuple[int, Mapping[str, Mapping[str, int]]]], sign: int
+    ) -> None:
+        """Take many consumers' allocations (host index, amounts per provider
+        uuid) off the usage at once (``sign=-1``), or give them back (``+1``):
+        one array operation per table. Neither the change log nor what the
+        view awaits confirmation of moves: a caller gives back exactly what it
+        took before anything else reads the view (the preemption search,
+        under the engine's lock)."""
+        parts: dict[bool, tuple[list[int], list[int], list[int]]] = {
+            False: ([], [], []),
+            True: ([], [], []),
+        }
+        hosts: list[int] = []
+        for index, allocations in held:
+            hosts.append(index)
+            for uuid, amounts in allocations.items():
+                k = self._kid_index.get(uuid)
+                row = self._uuid_index.get(uuid) if k is None else k
+                if row is None:
+                    continue
+                js, rows, values = parts[k is not None]
+                for rc, amount in amounts.items():
+                    j = self._rc.get(rc)
+                    if j is not None:
+                        js.append(j)
+                        rows.append(row)
+                        values.append(sign * amount)
+        for kid, (js, rows, values) in parts.items():
+            if values:
+                used = self._table(kid).per_class["used"]
+                np.add.at(used, (np.array(js), np.array(rows)), np.array(values, dtype=used.dtype))
+        if hosts:
+            np.add.at(self._hosts.per_row["consumers"], np.array(hosts), sign)
+
     def zone_of(self, index: int, requested: str | None = None) -> str:
         """The availability zone of host ``index``, as :meth:`zone_mask` counts
         it: the one its aggregates name, else the default zone. A host its

@@ -160,17 +160,15 @@ class Preemptor:
         gone: list[Candidate] = []
         try:
             for level in levels:
-                for candidate in pool:
-                    if candidate.record.priority == level:
-                        self._leave(candidate)
-                        gone.append(candidate)
+                more = [c for c in pool if c.record.priority == level]
+                self.view.shift_usage([(c.index, c.held.allocations) for c in more], -1)
+                gone += more
                 found = self._at_level(ctx, states, rng, gone)
                 if found is not None:
                     return found
             return None
         finally:
-            for candidate in gone:
-                self._come_back(candidate)
+            self.view.shift_usage([(c.index, c.held.allocations) for c in gone], +1)
 
     def pool(self, store: PreemptionReader, priority: int) -> list[Candidate]:
         """Every instance a request of ``priority`` may evict, on a host of the
@@ -194,11 +192,12 @@ class Preemptor:
 
     def _on_host(self, held: Consumer, index: int) -> bool:
         """Whether every provider ``held`` names is the host's or a child of it."""
+        root = self.view.uuids[index]
+        others = [rp for rp in held.allocations if rp != root]
+        if not others:
+            return bool(held.allocations)
         kids = set(self.view.kids_of(np.array([index]))[0].tolist())
-        return bool(held.allocations) and all(
-            self.view.index_of_uuid(rp) == index or self.view.kid_index_of(rp) in kids
-            for rp in held.allocations
-        )
+        return all(self.view.kid_index_of(rp) in kids for rp in others)
 
     def _at_level(
         self,
