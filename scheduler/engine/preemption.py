@@ -13,9 +13,12 @@ The search, in the host view (:meth:`Preemptor.find`):
 1. The pool: every instance that may be evicted by the request's priority
    (:meth:`scheduler.store.Victim.unmatched`'s rule: ACTIVE with no task,
    preemptible, priority strictly lower), with what it holds, read from the
-   store, by host.
+   store and kept for :data:`POOL_AGE` seconds (its instances on a host
+   whose row changed since are left out meanwhile).
 2. By level, the lowest priority first: the pool's instances at or below
-   the level leave the view (their usage taken off, as a release would) and
+   the level leave the view (their usage and consumer count taken off, in
+   one array operation; the per-host instance counts some filters read are
+   not, which can only keep a host out) and
    the candidate step and the filters run once over every host, as a normal
    decision does. The hosts that pass and hold some of those instances are
    where evicting at most up to this level can make room; the first level
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -61,12 +64,18 @@ from scheduler.store.records import VICTIM_STATES
 
 if TYPE_CHECKING:
     from scheduler.engine.claims import Claims
-    from scheduler.engine.hostview import HostView
+    from scheduler.engine.hostview import HostView, UsageShift
     from scheduler.engine.stages import Stages
 
 #: How many of the hosts that pass at the deciding level are examined one by
 #: one (the reprieve), those needing the fewest evictions first.
-EXAMINED = 16
+EXAMINED = 8
+#: How long (seconds) the instances that may be evicted, read from the store,
+#: are used before they are read again. Meanwhile a host whose usage changed
+#: has its instances left out (what they hold may have changed), a new
+#: preemptible instance is not seen yet, and a victim that changed without its
+#: host's usage changing (a delete begun) is refused by the store's step.
+POOL_AGE = 2.0
 
 
 class PreemptionReader(Protocol):
@@ -135,6 +144,21 @@ class Preemption:
         )
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """The instances that may be evicted, as read at ``read_at`` (view epoch
+    ``epoch``, change-log ``version``): each one's priority and host, and
+    what they hold as arrays the view shifts at once."""
+
+    epoch: int
+    version: int
+    read_at: float
+    candidates: tuple[Candidate, ...]
+    priorities: np.ndarray
+    hosts: np.ndarray
+    shift: UsageShift
+
+
 class Preemptor:
     """The preemption search of one engine, over its view (see the module doc).
     Called under the engine's lock, with the view refreshed."""
@@ -143,6 +167,7 @@ class Preemptor:
         self.view = view
         self.stages = stages
         self.claims = claims
+        self._pool: _Pool | None = None
 
     def find(
         self,
@@ -155,29 +180,43 @@ class Preemptor:
         """The host and victims that make room for the request of ``priority``
         (None: evicting every lower-priority preemptible instance makes room
         nowhere)."""
-        pool = self.pool(store, priority)
-        levels = sorted({c.record.priority for c in pool})
-        gone: list[Candidate] = []
+        pool = self.pool(store, ctx.now)
+        usable = pool.priorities < priority
+        changed = self.view.changed_since(pool.version)
+        if changed is not None and len(changed):
+            # What they hold there may have changed since the read: left out.
+            usable &= ~np.isin(pool.hosts, changed)
+        gone = np.zeros(len(pool.candidates), dtype=bool)
         try:
-            for level in levels:
-                more = [c for c in pool if c.record.priority == level]
-                self.view.shift_usage([(c.index, c.held.allocations) for c in more], -1)
-                gone += more
-                found = self._at_level(ctx, states, rng, gone)
+            for level in np.unique(pool.priorities[usable]):
+                more = usable & (pool.priorities == level)
+                self.view.shift_usage(pool.shift, more, -1)
+                gone |= more
+                found = self._at_level(ctx, states, rng, pool, gone)
                 if found is not None:
                     return found
             return None
         finally:
-            self.view.shift_usage([(c.index, c.held.allocations) for c in gone], +1)
+            self.view.shift_usage(pool.shift, gone, +1)
 
-    def pool(self, store: PreemptionReader, priority: int) -> list[Candidate]:
-        """Every instance a request of ``priority`` may evict, on a host of the
-        view, with what it holds there."""
-        out = []
+    def pool(self, store: PreemptionReader, now: float) -> _Pool:
+        """Every preemptible instance that may be evicted (:data:`VICTIM_STATES`,
+        no task) on a host of the view, with what it holds there: read again
+        after :data:`POOL_AGE` seconds, or once the view reloaded or its change
+        log no longer reaches back to the read."""
+        pool = self._pool
+        if (
+            pool is not None
+            and pool.epoch == self.view.epoch
+            and now - pool.read_at < POOL_AGE
+            and self.view.changed_since(pool.version) is not None
+        ):
+            return pool
+        epoch, version = self.view.epoch, self.view.version
+        found = []
         for record in store.scan_instances():
             if not (
                 record.preemptible
-                and record.priority < priority
                 and record.state in VICTIM_STATES
                 and record.task_state is None
                 and record.host is not None
@@ -187,8 +226,17 @@ class Preemptor:
             held = store.get_consumer(record.uuid)
             if index is None or held is None or not self._on_host(held, index):
                 continue
-            out.append(Candidate(record, held, index))
-        return out
+            found.append(Candidate(record, held, index))
+        self._pool = pool = _Pool(
+            epoch,
+            version,
+            now,
+            tuple(found),
+            np.array([c.record.priority for c in found], dtype=np.int64),
+            np.array([c.index for c in found], dtype=np.int64),
+            self.view.usage_shift([(c.index, c.held.allocations) for c in found]),
+        )
+        return pool
 
     def _on_host(self, held: Consumer, index: int) -> bool:
         """Whether every provider ``held`` names is the host's or a child of it."""
@@ -204,49 +252,83 @@ class Preemptor:
         ctx: PlacementContext,
         states: CycleState,
         rng: np.random.Generator,
-        gone: Sequence[Candidate],
+        pool: _Pool,
+        gone: np.ndarray,
     ) -> Preemption | None:
-        """With ``gone`` out of the view: the best host among those that pass
-        and hold some of them, after the reprieve (None: no host passes)."""
-        by_host: dict[int, list[Candidate]] = defaultdict(list)
-        for candidate in gone:
-            by_host[candidate.index].append(candidate)
+        """With the pool's ``gone`` out of the view: the best host among those
+        that pass and hold some of them, after the reprieve (None: no host
+        passes)."""
         scratch = InstanceTrace("preemption", self.view.size)
-        wide = self._without(ctx, gone)
+        wide = ctx
+        if ctx.spec.group is not None:
+            wide = self._without(ctx, [pool.candidates[k] for k in np.flatnonzero(gone)])
         placement = self.stages.candidates(wide, rng, scratch)
         passing = self.stages.filter(placement.hosts, wide, states, scratch)
-        hosts = sorted(
-            (int(h) for h in passing if int(h) in by_host), key=lambda h: (len(by_host[h]), h)
-        )
-        found = [self._reprieve(h, by_host[h], ctx, states) for h in hosts[:EXAMINED]]
+        # Of the passing hosts holding some of ``gone``, those with the fewest.
+        here = np.flatnonzero(gone & np.isin(pool.hosts, passing))
+        counts = np.bincount(pool.hosts[here], minlength=self.view.size)
+        holding = np.flatnonzero(counts)
+        fewest = holding[np.lexsort((holding, counts[holding]))][:EXAMINED]
+        by_host: dict[int, list[int]] = defaultdict(list)
+        for k in here[np.isin(pool.hosts[here], fewest)]:
+            by_host[int(pool.hosts[k])].append(int(k))
+        hosts = [int(h) for h in fewest]
+        at = {h: int(np.searchsorted(placement.hosts, h)) for h in hosts}
+        found = [self._reprieve(h, by_host[h], pool, ctx, states, placement, at[h]) for h in hosts]
         best = [f for f in found if f is not None]
         return min(best, key=lambda p: p.key) if best else None
 
     def _reprieve(
-        self, index: int, here: list[Candidate], ctx: PlacementContext, states: CycleState
+        self,
+        index: int,
+        here: list[int],
+        pool: _Pool,
+        ctx: PlacementContext,
+        states: CycleState,
+        screened: Placement,
+        position: int,
     ) -> Preemption | None:
-        """The fewest of ``here`` (all out of the view) the host needs gone,
-        giving each back the most important first; the view left as found."""
-        evicted = set(range(len(here)))
-        order = sorted(range(len(here)), key=lambda k: here[k].importance, reverse=True)
+        """The fewest of the pool's ``here`` (all out of the view, on host
+        ``index``, which passed the level's screen: ``screened`` at
+        ``position``) the host needs gone, giving each back the most
+        important first; the view left as found."""
+        candidates = pool.candidates
+        evicted = set(here)
+        order = sorted(here, key=lambda k: candidates[k].importance, reverse=True)
+        passed: Placement | None = None
         try:
             for k in order:
-                self._come_back(here[k])
+                self._shift(pool, k, +1)
                 evicted.discard(k)
-                if self._passes(index, [here[j] for j in evicted], ctx, states) is None:
-                    self._leave(here[k])
+                kept = self._passes(index, [candidates[j] for j in evicted], ctx, states)
+                if kept is None:
+                    self._shift(pool, k, -1)
                     evicted.add(k)
-            victims = tuple(here[k] for k in sorted(evicted, key=lambda k: here[k].record.uuid))
-            passed = self._passes(index, victims, ctx, states)
+                else:
+                    passed = kept
+            victims = tuple(sorted((candidates[k] for k in evicted), key=lambda c: c.record.uuid))
+            if len(evicted) < len(here):
+                # The last victim given back passed with exactly these gone.
+                passed = self._passes(index, victims, ctx, states) if passed is None else passed
+            elif ctx.spec.group is None:
+                # All must go: as the screen found (no group: nothing but
+                # this host's own state decides).
+                passed = screened.take(slice(position, position + 1))
+            else:  # the group's members elsewhere counted as they are
+                passed = self._passes(index, victims, ctx, states)
         finally:
-            for k in range(len(here)):
+            for k in here:
                 if k not in evicted:
-                    self._leave(here[k])
+                    self._shift(pool, k, -1)
         if passed is None or not victims:
             return None
         allocations = passed.allocations(self.view, 0)
         selection = self.claims.selection(index, 0.0, allocations, ctx.spec)
         return Preemption(selection, victims, self._share(index, victims))
+
+    def _shift(self, pool: _Pool, k: int, sign: int) -> None:
+        """Give the pool's ``k`` back to the view (+1), or take it off (-1)."""
+        self.view.shift_usage(pool.shift, k, sign)
 
     def _passes(
         self,
@@ -293,13 +375,3 @@ class Preemptor:
             capacity = float(self.view.of_class("capacity", rc, host)[0])
             share += amount / capacity if capacity > 0 else float(amount)
         return share
-
-    def _leave(self, candidate: Candidate) -> None:
-        self.view.consume_allocation(candidate.index, _plain(candidate.held.allocations), -1)
-
-    def _come_back(self, candidate: Candidate) -> None:
-        self.view.consume_allocation(candidate.index, _plain(candidate.held.allocations))
-
-
-def _plain(allocations: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
-    return {rp: dict(amounts) for rp, amounts in allocations.items()}

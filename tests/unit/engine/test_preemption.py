@@ -281,3 +281,37 @@ def test_explain_shows_the_victims_of_a_request_that_finds_no_host() -> None:
     assert store.get_consumer(victim) is not None
     assert eng.explain("r", od(4, "polite"), [uuid_of("new")]).preemption is None
     assert "would preempt" not in format_explain(eng.explain("r", od(4, "polite"), ["x"]))
+
+
+# --- the pool: what may be evicted, read at most every POOL_AGE seconds ----------------
+
+
+def test_the_pool_is_read_again_after_its_age_and_changed_hosts_are_left_out() -> None:
+    from scheduler.engine import Engine
+    from scheduler.engine.preemption import POOL_AGE
+    from tests.unit.factories import NOW
+    from tests.unit.factories import settings as engine_settings
+
+    store = store_of("a", "b", "c")
+    running(store, "on-a", "a", 8)
+    running(store, "on-b", "b", 8)
+    running(store, "filler-c", "c", 8, "pinned")
+    clock = [NOW]
+    eng = Engine(store, engine_settings(priority_classes=CLASSES), clock=lambda: clock[0])
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None and found.host == "a"
+    # Host a's usage changes: what its instances hold may have changed, so
+    # they are left out until the pool is read again; b is chosen.
+    store.release(uuid_of("on-a"))
+    store.claim(uuid_of("on-a"), ask_on("a", 8))
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None and found.host == "b"
+    # A new preemptible instance (c's filler made spot) is seen once the pool
+    # is read again, and a is back.
+    store.release(uuid_of("filler-c"))
+    store.update_instance(uuid_of("filler-c"), priority_class="spot", priority=1, preemptible=True)
+    store.claim(uuid_of("filler-c"), ask_on("c", 8))
+    clock[0] += POOL_AGE
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("c", [uuid_of("filler-c")])
