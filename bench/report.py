@@ -176,6 +176,18 @@ def _engine_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
         detail = f" ({said(high)} ms; {said(low)} ms)" if low and high else ""
         measured = f"{label}, 1 instance, decisions alternated, ratio{detail}"
         add("engine_flat", measured, ratio)
+    row = _find(case.get("preempting", []), hosts=10000)
+    add(
+        "engine_preempt_10k",
+        "in-memory store, 1 instance, dry run, ratio of medians"
+        + (
+            f" ({_fmt(row['preempting']['median_ms'])} ms against "
+            f"{_fmt(row['normal']['median_ms'])} ms)"
+            if row
+            else ""
+        ),
+        row and row["ratio"],
+    )
     for tid, request, hosts in (
         ("engine_uncapped_100k", "1 instance, uncapped", 100000),
         ("engine_stream_10k", "five-flavor stream", 10000),

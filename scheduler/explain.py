@@ -418,6 +418,44 @@ class InstanceExplanation:
 
 
 @dataclass(frozen=True)
+class WouldPreempt:
+    """Where a request that finds no host would go by preempting, and whom:
+    each victim's uuid, priority class and priority
+    (:mod:`scheduler.engine.preemption`; nothing is evicted by explain)."""
+
+    host: str
+    victims: tuple[tuple[str, str | None, int], ...]
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "victims": [
+                {"uuid": uuid, "priority_class": cls, "priority": priority}
+                for uuid, cls, priority in self.victims
+            ],
+        }
+
+    @classmethod
+    def from_primitive(cls, data: Any) -> WouldPreempt | None:
+        """A report's preemption (absent, or none found: None)."""
+        if data is None:
+            return None
+        data = _mapping(data, "preemption")
+        return cls(
+            str(data["host"]),
+            tuple(
+                (str(v["uuid"]), _optional_str(v["priority_class"]), int(v["priority"]))
+                for v in data["victims"]
+            ),
+        )
+
+    def __str__(self) -> str:
+        """``would preempt on HOST: UUID (CLASS, priority N), ...``"""
+        victims = ", ".join(f"{u} ({c or 'no class'}, priority {p})" for u, c, p in self.victims)
+        return f"would preempt on {self.host}: {victims}"
+
+
+@dataclass(frozen=True)
 class ExplainReport:
     """What ``explain`` found for a request spec, nothing claimed.
 
@@ -431,7 +469,10 @@ class ExplainReport:
     ``weighers`` maps each weigher that ran to its multiplier (an enabled
     weigher whose multiplier is 0 does not run, and is left out).
     ``priority_class`` is the class the request's flavor chooses (None: no
-    class, or a worker that knows none).
+    class, or a worker that knows none). ``preemption``: for a request that
+    finds no host and whose class may preempt, where the instance that
+    found none would go by evicting lower-priority preemptible instances,
+    and which (None: it may not preempt, or no eviction makes room).
     """
 
     request_id: str
@@ -442,6 +483,7 @@ class ExplainReport:
     instances: tuple[InstanceExplanation, ...]
     weighers: Mapping[str, float] = field(default_factory=dict)
     priority_class: PriorityClass | None = None
+    preemption: WouldPreempt | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "resources", _frozen(self.resources))
@@ -468,6 +510,7 @@ class ExplainReport:
         weighers: Mapping[str, float],
         placeable: bool,
         priority_class: PriorityClass | None = None,
+        preemption: WouldPreempt | None = None,
     ) -> ExplainReport:
         instances = [InstanceExplanation.from_trace(t) for t in traces]
         for n in range(1, len(instances) - 1):
@@ -481,6 +524,7 @@ class ExplainReport:
             instances=tuple(instances),
             weighers=dict(weighers),
             priority_class=priority_class,
+            preemption=preemption,
         )
 
     def to_primitive(self) -> dict[str, Any]:
@@ -495,6 +539,7 @@ class ExplainReport:
             "priority_class": (
                 self.priority_class.to_primitive() if self.priority_class is not None else None
             ),
+            "preemption": self.preemption.to_primitive() if self.preemption else None,
             "instances": [i.to_primitive() for i in self.instances],
         }
 
@@ -511,6 +556,7 @@ class ExplainReport:
                 instances=tuple(InstanceExplanation.from_primitive(i) for i in data["instances"]),
                 weighers={str(k): float(v) for k, v in data["weighers"].items()},
                 priority_class=_priority_class(data.get("priority_class")),
+                preemption=WouldPreempt.from_primitive(data.get("preemption")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidRequest(reason=f"malformed explain report: {exc!r}") from None

@@ -215,6 +215,8 @@ def format_explain(report: ExplainReport) -> str:
             "all or nothing, so none would be placed)"
         )
     lines.append(report.summary)
+    if report.preemption is not None:
+        lines.append(f"{report.preemption} (not evicted: a dry run)")
     # In full: the first instance and the one that failed (or the last);
     # the ones between in one line each.
     last = report.failed or (report.instances[-1] if report.instances else None)

@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -98,8 +99,20 @@ from scheduler.engine.viewfeed import CHANGES_BATCH, ViewFeed
 from scheduler.engine.viewstate import AZ_METADATA_KEY, CHANGE_LOG
 from scheduler.store.base import Aggregate, ChangeFeed
 
+
+@dataclass(frozen=True)
+class UsageShift:
+    """Many consumers' allocations as arrays (:meth:`HostView.usage_shift`):
+    each consumer's host, and per table (hosts, then children) one entry per
+    provider and class: its consumer's position, class row, provider row and
+    amount."""
+
+    hosts: np.ndarray
+    parts: tuple[tuple[np.ndarray, ...], ...]
+
+
 # Defined in the view's parts, and importable from here as they were.
-__all__ = ["AZ_METADATA_KEY", "CHANGES_BATCH", "CHANGE_LOG", "HostView"]
+__all__ = ["AZ_METADATA_KEY", "CHANGES_BATCH", "CHANGE_LOG", "HostView", "UsageShift"]
 
 
 class _Column:
@@ -446,6 +459,49 @@ class HostView(ViewFeed):
             (zone in zones for zones in set_zones), dtype=bool, count=len(set_zones)
         )
         return in_zone[self._hosts.per_row["agg_set"][idx]]
+
+    def usage_shift(
+        self, held: Sequence[tuple[int, Mapping[str, Mapping[str, int]]]]
+    ) -> UsageShift:
+        """Many consumers' allocations (host index, amounts per provider uuid)
+        as arrays, for :meth:`shift_usage` (valid while :attr:`epoch` stays)."""
+        parts: list[tuple[list[int], list[int], list[int], list[int]]] = [
+            ([], [], [], []),
+            ([], [], [], []),
+        ]
+        for n, (_index, allocations) in enumerate(held):
+            for uuid, amounts in allocations.items():
+                k = self._kid_index.get(uuid)
+                row = self._uuid_index.get(uuid) if k is None else k
+                if row is None:
+                    continue
+                owners, js, rows, values = parts[k is not None]
+                for rc, amount in amounts.items():
+                    j = self._rc.get(rc)
+                    if j is not None:
+                        owners.append(n)
+                        js.append(j)
+                        rows.append(row)
+                        values.append(amount)
+        arrays = tuple(tuple(np.array(a, dtype=np.int64) for a in part) for part in parts)
+        return UsageShift(np.array([index for index, _ in held], dtype=np.int64), arrays)
+
+    def shift_usage(self, shift: UsageShift, chosen: np.ndarray | int, sign: int) -> None:
+        """Take the ``chosen`` (a mask over its consumers, or one's position)
+        of ``shift`` off the usage (``sign=-1``), or give them back (``+1``):
+        one array operation per table. Neither the change log nor what the
+        view awaits confirmation of moves: a caller gives back exactly what it
+        took before anything else reads the view (the preemption search,
+        under the engine's lock)."""
+        for kid, (owners, js, rows, values) in zip((False, True), shift.parts, strict=True):
+            picked: np.ndarray | slice
+            if isinstance(chosen, int):  # its entries are together: owners ascend
+                picked = slice(*np.searchsorted(owners, (chosen, chosen + 1)))
+            else:
+                picked = chosen[owners]
+            used = self._table(kid).per_class["used"]
+            np.add.at(used, (js[picked], rows[picked]), sign * values[picked])
+        np.add.at(self._hosts.per_row["consumers"], shift.hosts[chosen], sign)
 
     def zone_of(self, index: int, requested: str | None = None) -> str:
         """The availability zone of host ``index``, as :meth:`zone_mask` counts

@@ -65,6 +65,7 @@ from scheduler.engine.claims import Claims, Consumed, GroupChanged, no_valid_hos
 from scheduler.engine.context import CycleState, PlacementContext
 from scheduler.engine.hostview import HostView
 from scheduler.engine.plugins import FILTERS_GROUP, WEIGHERS_GROUP, build, load_plugins
+from scheduler.engine.preemption import Preemption, Preemptor, may_preempt
 from scheduler.engine.settings import EngineSettings
 from scheduler.engine.shapecache import ShapeCache
 from scheduler.engine.stages import TRACE_TOP as TRACE_TOP  # importable from here, as it was
@@ -88,7 +89,7 @@ from scheduler.request_filters.image_type import ImageTypeRequestFilter
 from scheduler.request_filters.isolated_aggregates import IsolatedAggregatesRequestFilter
 from scheduler.request_filters.tenant_aggregates import TenantAggregatesRequestFilter
 from scheduler.resource_request import ResourceRequest
-from scheduler.store.base import ChangeFeed, PlacementStore
+from scheduler.store.base import ChangeFeed, InstanceStore, PlacementStore
 from scheduler.weighers import profiles
 from scheduler.weighers.base import BaseWeigher
 
@@ -120,9 +121,10 @@ _POLICY_FILTERS = (
 )
 
 
-class SchedulerStore(PlacementStore, ChangeFeed, Protocol):
-    """What the engine asks of the store: claims and their reads, and the change
-    feed its host view is kept by."""
+class SchedulerStore(PlacementStore, ChangeFeed, InstanceStore, Protocol):
+    """What the engine asks of the store: claims and their reads, the change
+    feed its host view is kept by, and the instance records (the preemption
+    search reads who may be evicted)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,8 @@ class Engine:
         # and the weighers over the view; the pick, the claim and the alternates.
         self.stages = Stages(self.view, settings, self.filters, self.weighers)
         self.claims = Claims(self)
+        #: The preemption search (what explain shows; no request preempts yet).
+        self.preemptor = Preemptor(self.view, self.stages, self.claims)
         #: Repeated request shapes decided from what their last decision found.
         self.shapes = ShapeCache(self.stages) if settings.shape_cache else None
 
@@ -257,8 +261,17 @@ class Engine:
                 request_id, spec, instance_uuids, False, claim=False, all_hosts=all_hosts
             )
         except NoValidHost as exc:
+            # The instance that found no host: where evicting would place it.
+            failed = exc.traces[-1].instance_uuid if exc.traces else None
+            found = self.preemption(request_id, spec, failed) if failed else None
             return ExplainReport.build(
-                request_id, spec, exc.traces, weighers, placeable=False, priority_class=chosen
+                request_id,
+                spec,
+                exc.traces,
+                weighers,
+                placeable=False,
+                priority_class=chosen,
+                preemption=found.explained() if found is not None else None,
             )
         return ExplainReport.build(
             request_id, spec, result.traces, weighers, placeable=True, priority_class=chosen
@@ -321,18 +334,7 @@ class Engine:
             # Validate: the typed resource request (flavor, overrides, traits,
             # aggregates, granular groups); a bad one is refused with
             # InvalidRequest before anything is chosen or claimed.
-            request = spec.resource_request
-            # Request filters turn policy into constraints, once per request
-            # (each returns a new request; see _request_filters for the order).
-            request = self._request_filters(request, spec)
-            ctx = PlacementContext(
-                spec=spec,
-                now=now,
-                group_members=self.claims.group_members(spec),
-                request=request,
-                migration_uuid=migration_uuid,
-                own_host=self.claims.own_host(spec, migration_uuid),
-            )
+            ctx = self._context(spec, now, migration_uuid)
             # Each filter's and weigher's per-request state, prepared once for
             # all the request's instances (when first needed, see Stages.filter).
             call = _Call(ctx_request_id, ctx, CycleState(ctx), claim, return_alternates, all_hosts)
@@ -367,6 +369,45 @@ class Engine:
             if not claim:
                 self.claims.unconsume(call.consumed)
             return ScheduleResult(selections, call.traces)
+
+    def _context(
+        self, spec: RequestSpec, now: float, migration_uuid: str | None = None
+    ) -> PlacementContext:
+        """A request's context: its typed resource request (InvalidRequest if
+        malformed) shaped by the request filters, and its group's members."""
+        # Request filters turn policy into constraints, once per request
+        # (each returns a new request; see _request_filters for the order).
+        request = self._request_filters(spec.resource_request, spec)
+        return PlacementContext(
+            spec=spec,
+            now=now,
+            group_members=self.claims.group_members(spec),
+            request=request,
+            migration_uuid=migration_uuid,
+            own_host=self.claims.own_host(spec, migration_uuid),
+        )
+
+    def preemption(
+        self, request_id: str, spec: RequestSpec, instance_uuid: str
+    ) -> Preemption | None:
+        """Where one instance of ``spec`` would go by evicting lower-priority
+        preemptible instances, and which (:mod:`scheduler.engine.preemption`);
+        None when its class may not preempt or no eviction makes room.
+        Nothing is claimed or evicted, the view is left as it was: the victims
+        are as read, for :meth:`PlacementStore.claim_preempting`.
+
+        :raises InvalidRequest: the request spec is malformed.
+        """
+        chosen = self.settings.priority_classes.of(spec.flavor.extra_specs)
+        if chosen is None or not may_preempt(chosen):
+            return None
+        with self._lock:
+            now = self._clock()
+            self.view.refresh(now)
+            ctx = self._context(spec, now)
+            return self.preemptor.find(
+                self.store, ctx, CycleState(ctx), _rng(request_id, instance_uuid), chosen.priority
+            )
 
     def _decide(
         self, call: _Call, instance_uuid: str, position: int, instances: int, reread: bool

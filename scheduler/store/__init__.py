@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ServiceReport,
         ServiceStore,
         Store,
+        Victim,
     )
     from scheduler.store.columns import CompactSnapshot, HostColumns, ServiceColumns
     from scheduler.store.memory import MemoryStore
@@ -69,6 +70,7 @@ __all__ = [
     "ServiceReport",
     "ServiceStore",
     "Store",
+    "Victim",
     "check_store_url",
     "make_store",
     "open_store",
@@ -96,6 +98,7 @@ if not TYPE_CHECKING:  # the type checker reads the imports above, and knows no 
             "ServiceReport": "scheduler.store.base",
             "ServiceStore": "scheduler.store.base",
             "Store": "scheduler.store.base",
+            "Victim": "scheduler.store.base",
             "CompactSnapshot": "scheduler.store.columns",
             "HostColumns": "scheduler.store.columns",
             "ServiceColumns": "scheduler.store.columns",

@@ -34,6 +34,9 @@ Semantics (Placement's, where it is good):
   Each refusal has its own type (:class:`CapacityExceeded`,
   :class:`NoSuchInventory`, :class:`UnitRuleViolation`,
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
+* A preempting claim (:meth:`PlacementStore.claim_preempting`) is a claim
+  that first drops the allocations of named victims, in the same atomic
+  step, and only while each victim is as the scheduler read it.
 * Release is idempotent; it ends the consumer's server-group membership in
   the same step.
 * An instance being deleted is fenced (:meth:`InstanceStore.start_delete`):
@@ -78,6 +81,7 @@ from scheduler.store.records import (
     RunningInstance,
     Service,
     ServiceReport,
+    Victim,
 )
 
 #: The records are at home in :mod:`scheduler.store.records`; named here too,
@@ -94,6 +98,7 @@ __all__ = [
     "InstanceReport",
     "RecordCheck",
     "Refusal",
+    "Victim",
     "RefusalLog",
     "InstanceStore",
     "Inventory",
@@ -168,6 +173,31 @@ class PlacementStore(PlacementReader, Protocol):
         True when written; False when the consumer already held exactly
         these (nothing written). So one round trip both claims and tells a
         re-driven request that it already holds its allocations.
+        """
+
+    @abc.abstractmethod
+    def claim_preempting(
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        victims: Sequence[Victim],
+        priority: int,
+        group: GroupClaim | None = None,
+    ) -> bool:
+        """:meth:`claim`, evicting ``victims`` in the same atomic step.
+
+        Every victim must still be as read (:meth:`Victim.unmatched`: a live
+        ACTIVE record with the same ``updated_at``, preemptible and of a
+        priority strictly below ``priority``, holding exactly the
+        allocations read), else :class:`RecordChanged` naming it and
+        nothing is written. Then the victims' allocations and group
+        memberships are dropped and the claim is checked against what is
+        left (capacity, units, the group policy) and written; a refusal
+        there writes nothing either (the victims keep what they hold).
+        Every touched provider's generation goes up by one and feeds one
+        ``usage`` change. The victims' records are not changed: ending
+        their VMs is the caller's. A repeat for a consumer that already
+        holds exactly these allocations is a no-op (False), victims unread.
         """
 
     @abc.abstractmethod
@@ -505,6 +535,17 @@ def check_allocation_request(request: AllocationRequest) -> None:
     """:class:`InvalidRequest` unless every named provider gets at least one amount."""
     if not request.allocations or not all(request.allocations.values()):
         raise InvalidRequest(reason="an allocation request needs an amount on every provider")
+
+
+def check_victims(consumer_uuid: str, victims: Sequence[Victim], group: GroupClaim | None) -> None:
+    """:class:`InvalidRequest` for a preempting claim with no victims, one
+    named twice, or one that is the claimant (or its own-membership consumer)."""
+    uuids = [v.uuid for v in victims]
+    own = {consumer_uuid, group.own_consumer if group is not None else None}
+    if not uuids or len(set(uuids)) != len(uuids) or own & set(uuids):
+        raise InvalidRequest(
+            reason="a preempting claim needs distinct victims other than the claimant"
+        )
 
 
 def check_move(source_uuid: str, target_uuid: str) -> None:

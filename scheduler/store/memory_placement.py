@@ -4,7 +4,7 @@ contract: :class:`scheduler.store.base.PlacementStore`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -18,6 +18,7 @@ from scheduler.exceptions import (
     NoSuchInventory,
     ProviderExists,
     ProviderNotFound,
+    RecordChanged,
 )
 from scheduler.objects import AllocationRequest
 from scheduler.store.base import (
@@ -27,9 +28,11 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     RecordCheck,
+    Victim,
     check_allocation_request,
     check_inventories,
     check_move,
+    check_victims,
 )
 from scheduler.store.memory_base import MemoryBase
 
@@ -119,6 +122,27 @@ class MemoryPlacement(MemoryBase):
     def claim(
         self, consumer_uuid: str, request: AllocationRequest, group: GroupClaim | None = None
     ) -> bool:
+        return self._claim(consumer_uuid, request, group, (), 0)
+
+    def claim_preempting(
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        victims: Sequence[Victim],
+        priority: int,
+        group: GroupClaim | None = None,
+    ) -> bool:
+        check_victims(consumer_uuid, victims, group)
+        return self._claim(consumer_uuid, request, group, tuple(victims), priority)
+
+    def _claim(
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        group: GroupClaim | None,
+        victims: tuple[Victim, ...],
+        priority: int,
+    ) -> bool:
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
         with self._lock:
@@ -129,26 +153,66 @@ class MemoryPlacement(MemoryBase):
                 if held.allocations == allocations:
                     return False
                 raise ConsumerConflict(consumer=consumer_uuid)
+            leaving = [self._evictable(victim, priority) for victim in victims]
+            touched = self._after_release(leaving)
             for rp in sorted(allocations):
                 provider = self._get(rp)
+                usages = touched[rp][0] if rp in touched else provider.usages
                 for rc in sorted(allocations[rp]):
                     rules.check_allocation(
                         rp,
                         rc,
                         allocations[rp][rc],
                         provider.inventories.get(rc),
-                        provider.usages.get(rc, 0),
+                        usages.get(rc, 0),
                     )
             if group is not None:
-                self._join_group(group)
-            for rp in sorted(allocations):
-                provider = self._providers[rp]
-                usages = dict(provider.usages)
+                self._check_group(group, leaving)
+            for victim in leaving:
+                del self._consumers[victim.uuid]
+                if victim.group_uuid is not None and victim.host is not None:
+                    self._leave_group(victim.group_uuid, victim.host)
+            if group is not None:
+                members = self._groups.setdefault(group.group_uuid, {})
+                members[group.host] = members.get(group.host, 0) + 1
+            for rp in allocations:
+                usages, consumers = touched.get(
+                    rp, (dict(self._providers[rp].usages), self._providers[rp].consumers)
+                )
                 for rc, amount in allocations[rp].items():
                     usages[rc] = usages.get(rc, 0) + amount
-                self._set_usage(provider, usages, provider.consumers + 1)
+                touched[rp] = (usages, consumers + 1)
+            for rp in sorted(touched):
+                usages, consumers = touched[rp]
+                self._set_usage(self._providers[rp], usages, consumers)
             self._hold(consumer_uuid, allocations, request, group)
             return True
+
+    def _evictable(self, victim: Victim, priority: int) -> Consumer:
+        """(Under the lock.) What the victim holds; RecordChanged unless it
+        is still as read and may be evicted by ``priority``."""
+        held = self._consumers.get(victim.uuid)
+        why = victim.unmatched(self._instances.get(victim.uuid), held, priority)
+        if why is not None or held is None:
+            raise RecordChanged(uuid=victim.uuid, why=why or "its allocation changed")
+        return held
+
+    def _after_release(self, leaving: list[Consumer]) -> dict[str, tuple[dict[str, int], int]]:
+        """The usages and consumer counts of the providers ``leaving`` hold
+        allocations on, as they are once those are released (nothing written)."""
+        touched: dict[str, tuple[dict[str, int], int]] = {}
+        for consumer in leaving:
+            for rp, amounts in consumer.allocations.items():
+                provider = self._providers[rp]
+                usages, consumers = touched.get(rp, (dict(provider.usages), provider.consumers))
+                for rc, amount in amounts.items():
+                    left = usages.get(rc, 0) - amount
+                    if left > 0:
+                        usages[rc] = left
+                    else:
+                        usages.pop(rc, None)
+                touched[rp] = (usages, max(consumers - 1, 0))
+        return touched
 
     def _hold(
         self,
@@ -169,9 +233,16 @@ class MemoryPlacement(MemoryBase):
             host=group.host if group else None,
         )
 
-    def _join_group(self, group: GroupClaim) -> None:
-        """Check the strict policies, then count the new member."""
-        members = self._groups.get(group.group_uuid, {})
+    def _check_group(self, group: GroupClaim, leaving: Sequence[Consumer] = ()) -> None:
+        """The strict policies, counting the members as they are once the
+        ``leaving`` consumers are gone (a preempting claim's victims)."""
+        members = dict(self._groups.get(group.group_uuid, {}))
+        for consumer in leaving:
+            host = consumer.member_host(group.group_uuid)
+            if host is not None:
+                left = members.pop(host, 0) - 1
+                if left > 0:
+                    members[host] = left
         own = self._consumers.get(group.own_consumer) if group.own_consumer else None
         rules.check_group(
             group.group_uuid,
@@ -181,8 +252,6 @@ class MemoryPlacement(MemoryBase):
             group.max_server_per_host,
             own.member_host(group.group_uuid) if own is not None else None,
         )
-        members[group.host] = members.get(group.host, 0) + 1
-        self._groups[group.group_uuid] = members
 
     def _leave_group(self, group_uuid: str, host: str) -> None:
         members = self._groups.get(group_uuid, {})
@@ -216,16 +285,8 @@ class MemoryPlacement(MemoryBase):
             consumer = self._consumers.pop(consumer_uuid, None)
             if consumer is None:
                 return False
-            for rp in sorted(consumer.allocations):
-                provider = self._providers[rp]
-                usages = dict(provider.usages)
-                for rc, amount in consumer.allocations[rp].items():
-                    left = usages.get(rc, 0) - amount
-                    if left > 0:
-                        usages[rc] = left
-                    else:
-                        usages.pop(rc, None)
-                self._set_usage(provider, usages, max(provider.consumers - 1, 0))
+            for rp, (usages, consumers) in sorted(self._after_release([consumer]).items()):
+                self._set_usage(self._providers[rp], usages, consumers)
             if consumer.group_uuid is not None and consumer.host is not None:
                 self._leave_group(consumer.group_uuid, consumer.host)
             return True
@@ -251,15 +312,7 @@ class MemoryPlacement(MemoryBase):
                 for rp in (*source.allocations, *(target.allocations if target else ()))
             }
             if target is not None:
-                for rp, amounts in target.allocations.items():
-                    usages, consumers = touched[rp]
-                    for rc, amount in amounts.items():
-                        left = usages.get(rc, 0) - amount
-                        if left > 0:
-                            usages[rc] = left
-                        else:
-                            usages.pop(rc, None)
-                    touched[rp] = (usages, max(consumers - 1, 0))
+                touched.update(self._after_release([target]))
                 if target.group_uuid is not None and target.host is not None:
                     self._leave_group(target.group_uuid, target.host)
             for rp in sorted(touched):

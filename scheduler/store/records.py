@@ -400,3 +400,53 @@ class RecordCheck:
         if any(getattr(record, f) != v for f, v in self.expect.items()):
             return "the record moved on"
         return None
+
+
+#: The state an instance must be in to be preempted: running, with no task
+#: (no move, delete or shelve under way).
+VICTIM_STATES = ("ACTIVE",)
+
+
+@dataclass(frozen=True)
+class Victim:
+    """An instance a preempting claim evicts, as the scheduler read it: its
+    allocations, and its record's ``host`` and ``updated_at``. The claim
+    goes on only while they are as read (:meth:`unmatched`), checked in its
+    own atomic step (:meth:`scheduler.store.base.PlacementStore.claim_preempting`)."""
+
+    uuid: str
+    allocations: Mapping[str, Mapping[str, int]]
+    host: str | None
+    updated_at: float
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "allocations": {rp: dict(res) for rp, res in self.allocations.items()},
+            "host": self.host,
+            "updated_at": self.updated_at,
+        }
+
+    def unmatched(
+        self, record: InstanceRecord | None, held: Consumer | None, priority: int
+    ) -> str | None:
+        """Why this victim may not be evicted by a claim of ``priority``
+        (None: it may); the in-memory store's reading of the rule the Lua
+        claim applies: a live record, in :data:`VICTIM_STATES` with no task,
+        on the host and with the ``updated_at`` read, preemptible and of a
+        strictly lower priority, holding exactly the allocations read."""
+        if record is None:
+            return "no instance record"
+        if record.state not in VICTIM_STATES:
+            return f"instance is {record.state}"
+        if (
+            record.task_state is not None
+            or record.host != self.host
+            or record.updated_at != self.updated_at
+        ):
+            return "the record moved on"
+        if not record.preemptible or record.priority >= priority:
+            return f"not preemptible by priority {priority}"
+        if held is None or held.allocations != self.allocations:
+            return "its allocation changed"
+        return None

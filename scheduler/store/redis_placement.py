@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,9 +17,11 @@ from scheduler.store.base import (
     Inventory,
     Provider,
     RecordCheck,
+    Victim,
     check_allocation_request,
     check_inventories,
     check_move,
+    check_victims,
 )
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import each, parse, read_aggregate, read_consumer, read_provider
@@ -139,6 +141,26 @@ class RedisPlacement(RedisBase):
             *group_args,
         )
         return keys, args
+
+    @translated
+    def claim_preempting(
+        self,
+        consumer_uuid: str,
+        request: AllocationRequest,
+        victims: Sequence[Victim],
+        priority: int,
+        group: GroupClaim | None = None,
+    ) -> bool:
+        check_victims(consumer_uuid, victims, group)
+        keys, args = self._allocation_call(consumer_uuid, request, group)
+        victims_json = json.dumps([v.to_primitive() for v in victims])
+        return bool(
+            self._write(
+                self._scripts.claim,
+                keys=(*keys, self.keys.instances),
+                args=(*args, victims_json, int(priority)),
+            )
+        )
 
     @translated
     def release(self, consumer_uuid: str, check: RecordCheck | None = None) -> bool:

@@ -45,6 +45,8 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
+from scheduler.store.records import VICTIM_STATES
+
 #: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
 DELETING_MARKER = "deleting"
 
@@ -78,9 +80,10 @@ def _lib(name: str) -> str:
     return _lua(f"lib/{name}.lua")
 
 
-def _script(name: str, *helpers: str) -> str:
-    """A script: the helpers it uses, then its own source (``lua/<name>.lua``)."""
-    return "".join(helpers) + _lua(f"{name}.lua")
+def _script(name: str, *helpers: str, **values: object) -> str:
+    """A script: the helpers it uses, then its own source (``lua/<name>.lua``,
+    with ``values`` for its own placeholders)."""
+    return "".join(helpers) + _lua(f"{name}.lua", **values)
 
 
 # --- shared Lua helpers (prepended to the scripts that use them) --------------------
@@ -114,7 +117,16 @@ def _checked(first: int) -> str:
 
 # --- allocations --------------------------------------------------------------------
 
-CLAIM = _script("claim", _FAIL, _FEED, _SORTED_KEYS, _SAVE_USAGE, _SAVE_CONSUMER)
+CLAIM = _script(
+    "claim",
+    _FAIL,
+    _FEED,
+    _SORTED_KEYS,
+    _SAVE_USAGE,
+    _SAVE_CONSUMER,
+    _LEAVE_GROUP,
+    victim_state=VICTIM_STATES[0],
+)
 RELEASE = _script("release", _FAIL, _FEED, _RELEASE_CONSUMER, _checked(3))
 MOVE_ALLOCATIONS = _script(
     "move_allocations", _FAIL, _FEED, _SORTED_KEYS, _SAVE_USAGE, _LEAVE_GROUP, _checked(5)

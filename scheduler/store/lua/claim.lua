@@ -1,10 +1,15 @@
 -- KEYS: changes, providers, consumers, groups, the consumer's delete fence
--- (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid).
+-- (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid)
+-- [, instances: a preempting claim's].
 -- ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
 -- user, group uuid ('' for none), policy, host, max_server_per_host, the
 -- consumer holding the claimant's own membership ('' for none: see
--- ``GroupClaim.own_consumer``). Returns 1 when claimed, 0 when the consumer
--- already holds exactly this.
+-- ``GroupClaim.own_consumer``) [, the victims JSON ([{uuid, allocations,
+-- host, updated_at}]), the claimant's priority: a preempting claim's]. Returns 1
+-- when claimed, 0 when the consumer already holds exactly this. A preempting
+-- claim checks every victim (``Victim.unmatched``: RecordChanged), drops
+-- their allocations and memberships, and checks the claim against what is
+-- left; every check is made before the first write.
 
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -31,12 +36,51 @@ if held then
   return fail('ConsumerConflict', {consumer = consumer})
 end
 
-local rps = sorted_keys(allocations)
+-- The victims: each as read, then what is left once they are gone.
 local providers = {}
+local leaving = {}
+if KEYS[6] then
+  local priority = tonumber(ARGV[12])
+  for _, v in ipairs(cjson.decode(ARGV[11])) do
+    local why
+    local raw = redis.call('HGET', KEYS[6], v.uuid)
+    local record = raw and cjson.decode(raw)
+    local had = redis.call('HGET', KEYS[3], v.uuid)
+    local c = had and cjson.decode(had)
+    if not record then
+      why = 'no instance record'
+    elseif record.state ~= '@{victim_state}' then
+      why = 'instance is ' .. tostring(record.state)
+    elseif (record.task_state ~= nil and record.task_state ~= cjson.null)
+        or record.host ~= v.host or record.updated_at ~= v.updated_at then
+      why = 'the record moved on'
+    elseif record.preemptible ~= true or (tonumber(record.priority) or 0) >= priority then
+      why = 'not preemptible by priority ' .. ARGV[12]
+    elseif not (c and covers(c.allocations, v.allocations) and covers(v.allocations, c.allocations)) then
+      why = 'its allocation changed'
+    end
+    if why then return fail('RecordChanged', {uuid = v.uuid, why = why}) end
+    for _, rp in ipairs(sorted_keys(c.allocations)) do
+      local p = providers[rp] or cjson.decode(redis.call('HGET', KEYS[2], rp))
+      for rc, amount in pairs(c.allocations[rp]) do
+        local left = (p.usages[rc] or 0) - amount
+        if left > 0 then p.usages[rc] = left else p.usages[rc] = nil end
+      end
+      p.consumers = math.max(p.consumers - 1, 0)
+      providers[rp] = p
+    end
+    leaving[#leaving + 1] = c
+  end
+end
+
+local rps = sorted_keys(allocations)
 for _, rp in ipairs(rps) do
-  local raw = redis.call('HGET', KEYS[2], rp)
-  if not raw then return fail('ProviderNotFound', {ident = rp}) end
-  local p = cjson.decode(raw)
+  local p = providers[rp]
+  if not p then
+    local raw = redis.call('HGET', KEYS[2], rp)
+    if not raw then return fail('ProviderNotFound', {ident = rp}) end
+    p = cjson.decode(raw)
+  end
   local inventories = cjson.decode(p.inventories)
   for _, rc in ipairs(sorted_keys(allocations[rp])) do
     local amount = allocations[rp][rc]
@@ -68,9 +112,16 @@ for _, rp in ipairs(rps) do
 end
 
 local group, policy, host = ARGV[6], ARGV[7], ARGV[8]
+local members
 if group ~= '' then
   local raw = redis.call('HGET', KEYS[4], group)
-  local members = raw and cjson.decode(raw) or {}
+  members = raw and cjson.decode(raw) or {}
+  for _, c in ipairs(leaving) do
+    if c.group_uuid == group then
+      local left = (members[c.host] or 0) - 1
+      if left > 0 then members[c.host] = left else members[c.host] = nil end
+    end
+  end
   local here = members[host] or 0
   -- The claimant's own membership on this host is not held against it.
   local own = 0
@@ -83,16 +134,28 @@ if group ~= '' then
       or (policy == 'affinity' and here == 0 and next(members) ~= nil) then
     return fail('GroupPolicyViolation', {group = group, policy = policy, host = host})
   end
-  members[host] = here + 1
-  redis.call('HSET', KEYS[4], group, cjson.encode(members))
 end
 
+-- Every check is made: write.
+for _, c in ipairs(leaving) do
+  redis.call('HDEL', KEYS[3], c.uuid)
+  if type(c.group_uuid) == 'string' and c.group_uuid ~= group then
+    leave_group(KEYS[4], c.group_uuid, c.host)
+  end
+end
+if group ~= '' then
+  members[host] = (members[host] or 0) + 1
+  redis.call('HSET', KEYS[4], group, cjson.encode(members))
+end
 for _, rp in ipairs(rps) do
   local p = providers[rp]
   for rc, amount in pairs(allocations[rp]) do
     p.usages[rc] = (p.usages[rc] or 0) + amount
   end
   p.consumers = p.consumers + 1
+end
+for _, rp in ipairs(sorted_keys(providers)) do
+  local p = providers[rp]
   p.generation = p.generation + 1
   save_usage(KEYS[2], rp, p)
 end

@@ -26,6 +26,11 @@ of another group, or holding nothing.
 Numbers stay below 10**12: the script's JSON encoder writes 14 significant
 digits, exact below 10**14.
 
+A preempting claim is the same script with victims: one property draws
+running instances (priority, preemptibility, state, group membership), which
+of them the claim names and whether as read or stale, and requires the same
+answer and state of both stores (repeats included).
+
 A delete's release is written twice too (``finish_delete`` in Lua and in
 the memory store): one property draws what an instance and its migration
 hold, their group, the hosts a delete waits on, the answers (repeats and
@@ -47,9 +52,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.exceptions import ClaimFailed, ConsumerDeleted, ProviderNotFound
-from scheduler.objects import RESIZING, AllocationRequest, InstanceRecord
-from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store
+from scheduler.exceptions import (
+    ClaimFailed,
+    ConsumerDeleted,
+    InvalidRequest,
+    ProviderNotFound,
+    RecordChanged,
+)
+from scheduler.objects import ACTIVE, RESIZING, AllocationRequest, InstanceRecord
+from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store, Victim
 from tests.fixtures.store import REDIS_URL, ask
 
 #: Examples per run of each property: every CI run draws this many fresh ones.
@@ -416,4 +427,127 @@ def test_a_delete_releases_the_same_on_both_stores(
     stores: tuple[MemoryStore, RedisStore], scenario: DeleteScenario
 ) -> None:
     python, lua = (delete_outcome(store, scenario) for store in stores)
+    assert lua == python
+
+
+# --- a preempting claim, on both stores -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """An instance a preempting claim may name as a victim."""
+
+    vcpu: int
+    priority: int
+    preemptible: bool
+    state: str
+    member: str | None  # None, "claim" (the claim's group) or "other"; on HOSTS[host]
+    host: int
+    #: How the victim handed to the claim differs from what is stored: "",
+    #: as read; "stale", another updated_at; "allocation", other amounts.
+    tamper: str
+    named: bool  # whether the claim names it as a victim
+
+
+@dataclass(frozen=True)
+class PreemptScenario:
+    inventory: Inventory
+    running: tuple[Running, ...]
+    vcpu: int  # what the claim asks
+    priority: int
+    group: GroupState | None
+
+
+@st.composite
+def preempt_scenarios(draw: st.DrawFn) -> PreemptScenario:
+    running = tuple(
+        Running(
+            vcpu=draw(st.integers(1, 4)),
+            priority=draw(st.integers(0, 3)),
+            preemptible=draw(st.booleans()),
+            state=draw(st.sampled_from((ACTIVE, ACTIVE, ACTIVE, RESIZING))),
+            member=draw(st.sampled_from((None, None, "claim", "other"))),
+            host=draw(st.integers(0, len(HOSTS) - 1)),
+            tamper=draw(st.sampled_from(("", "", "", "", "stale", "allocation"))),
+            named=draw(st.booleans()),
+        )
+        for _ in range(draw(st.integers(1, 4)))
+    )
+    inventory = Inventory(
+        total=draw(st.integers(4, 16)),
+        reserved=draw(st.integers(0, 2)),
+        allocation_ratio=draw(st.sampled_from((1.0, 1.5, 0.5))),
+    )
+    return PreemptScenario(
+        inventory,
+        running,
+        draw(st.integers(1, 12)),
+        draw(st.integers(0, 4)),
+        draw(group_states()) if draw(st.booleans()) else None,
+    )
+
+
+def preempt_outcome(
+    store: Store, scenario: PreemptScenario, rp: str, group_uuid: str, other_group: str
+) -> tuple[Any, ...]:
+    """Run the scenario on ``store``: the claim's answer and the state it leaves."""
+    store.create_provider(rp, rp)
+    store.set_inventory(rp, 0, {CLASSES[0]: ROOMY})
+    victims, uuids = [], []
+    for n, one in enumerate(scenario.running):
+        uuid = f"{rp}-{n}"
+        uuids.append(uuid)
+        store.create_instances(
+            [
+                InstanceRecord(
+                    uuid=uuid,
+                    state=one.state,
+                    task_state=None,
+                    host=HOSTS[one.host],
+                    priority=one.priority,
+                    preemptible=one.preemptible,
+                    updated_at=1765000000.5 + n,
+                )
+            ]
+        )
+        member = {"claim": group_uuid, "other": other_group}.get(one.member or "")
+        store.claim(
+            uuid,
+            ask({rp: {CLASSES[0]: one.vcpu}}),
+            GroupClaim(member, "soft-affinity", HOSTS[one.host]) if member else None,
+        )
+        if one.named:
+            held = {rp: {CLASSES[0]: one.vcpu + (one.tamper == "allocation")}}
+            at = 1765000000.5 + n + (0.25 if one.tamper == "stale" else 0.0)
+            victims.append(Victim(uuid, held, HOSTS[one.host], at))
+    store.set_inventory(rp, 1 + len(scenario.running), {CLASSES[0]: scenario.inventory})
+    group = None if scenario.group is None else group_claim(scenario.group, group_uuid)
+    request = ask({rp: {CLASSES[0]: scenario.vcpu}})
+    answers: list[Any] = []
+    for _ in range(2):  # a repeat agrees too
+        try:
+            answers.append(
+                store.claim_preempting(f"{rp}-new", request, victims, scenario.priority, group)
+            )
+        except (ClaimFailed, RecordChanged, ProviderNotFound) as exc:
+            answers.append((type(exc).__name__, exc.kwargs))
+        except InvalidRequest:
+            answers.append("invalid")
+    p = store.get_provider(rp)
+    return (
+        answers,
+        (p.generation, dict(p.usages), p.consumers),
+        store.group_hosts(group_uuid),
+        store.group_hosts(other_group),
+        [store.get_consumer(u) is not None for u in uuids],
+    )
+
+
+@settings(QUICK, max_examples=GROUP_EXAMPLES)
+@given(scenario=preempt_scenarios())
+def test_a_preempting_claim_agrees_on_both_stores(
+    stores: tuple[MemoryStore, RedisStore], scenario: PreemptScenario
+) -> None:
+    uuids = (new_uuid(), new_uuid(), new_uuid())
+    python, lua = (preempt_outcome(store, scenario, *uuids) for store in stores)
     assert lua == python

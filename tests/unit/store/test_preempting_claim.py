@@ -1,0 +1,167 @@
+"""A preempting claim (:meth:`PlacementStore.claim_preempting`), on both stores.
+
+Each test runs on the :class:`MemoryStore` and on a :class:`RedisStore` over
+the real Redis (a private key prefix, deleted afterwards): the victims'
+allocations go and the claim is written in one step, or nothing is written
+and the refusal names the victim or the rule.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from scheduler.exceptions import (
+    CapacityExceeded,
+    GroupPolicyViolation,
+    InvalidRequest,
+    RecordChanged,
+)
+from scheduler.objects import ACTIVE, RESIZING, InstanceRecord
+from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store, Victim
+from tests.fixtures.store import REDIS_URL, ask
+
+HOST = "rp-host"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore()
+    else:
+        made = RedisStore(REDIS_URL, f"test-preempt-{uuidlib.uuid4().hex}", socket_timeout=2.0)
+        if not made.ping():
+            pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
+    made.create_provider(HOST, HOST)
+    made.set_inventory(HOST, 0, {"VCPU": Inventory(total=8), "MEMORY_MB": Inventory(total=64)})
+    yield made
+    if isinstance(made, RedisStore):
+        made.wipe()
+    made.close()
+
+
+def running(
+    store: Store,
+    uuid: str,
+    vcpu: int,
+    priority: int = 0,
+    preemptible: bool = True,
+    group: GroupClaim | None = None,
+    **fields: Any,
+) -> Victim:
+    """An ACTIVE instance holding ``vcpu`` on the host; the victim as read."""
+    record = InstanceRecord(
+        uuid=uuid,
+        state=ACTIVE,
+        task_state=None,
+        host=HOST,
+        priority=priority,
+        preemptible=preemptible,
+        updated_at=1765000000.123456789,
+        **fields,
+    )
+    store.create_instances([record])
+    store.claim(uuid, ask({HOST: {"VCPU": vcpu, "MEMORY_MB": 8}}), group)
+    held = store.get_consumer(uuid)
+    assert held is not None
+    return Victim(uuid, held.allocations, HOST, store.get_instance(uuid).updated_at)
+
+
+def snapshot(store: Store, *groups: str) -> tuple[Any, ...]:
+    p = store.get_provider(HOST)
+    return (
+        p.generation,
+        dict(p.usages),
+        p.consumers,
+        sorted(c.uuid for c in store.list_consumers()),
+        [store.group_hosts(g) for g in groups],
+    )
+
+
+def test_the_victims_go_and_the_claim_is_written_in_one_step(store: Store) -> None:
+    a = running(store, "a", 3, priority=1)
+    b = running(store, "b", 3, priority=2)
+    generation = store.get_provider(HOST).generation
+    assert store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], priority=10)
+    p = store.get_provider(HOST)
+    assert dict(p.usages) == {"VCPU": 6}
+    assert p.consumers == 1
+    assert p.generation == generation + 1  # one step, one generation
+    assert store.get_consumer("a") is None and store.get_consumer("b") is None
+    # The victims' records are the caller's to end: left as they were.
+    assert store.get_instance("a").state == ACTIVE
+    # A repeat is a no-op, the victims unread.
+    assert store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], 10) is False
+
+
+@pytest.mark.parametrize(
+    ("victim_fields", "tamper", "why"),
+    [
+        ({"priority": 10}, None, "not preemptible by priority 10"),
+        ({"priority": 11}, None, "not preemptible by priority 10"),
+        ({"preemptible": False}, None, "not preemptible by priority 10"),
+        ({}, "task", "the record moved on"),
+        ({}, "host", "the record moved on"),
+        ({}, "updated", "the record moved on"),
+        ({}, "allocation", "its allocation changed"),
+        ({}, "state", "instance is RESIZING"),
+        ({}, "gone", "no instance record"),
+    ],
+)
+def test_a_victim_not_as_read_refuses_the_whole_step(
+    store: Store, victim_fields: dict[str, Any], tamper: str | None, why: str
+) -> None:
+    keep = running(store, "keep", 2, priority=1)
+    victim = running(store, "v", 6, **{"priority": 1, **victim_fields})
+    if tamper == "task":
+        store.update_instance("v", task_state="deleting")
+    elif tamper == "host":
+        store.update_instance("v", host="elsewhere")
+    elif tamper == "updated":
+        store.update_instance("v", updated_at=victim.updated_at + 1e-6)
+    elif tamper == "allocation":
+        victim = replace(victim, allocations={HOST: {"VCPU": 5, "MEMORY_MB": 8}})
+    elif tamper == "state":
+        store.update_instance("v", state=RESIZING)
+        victim = replace(victim, updated_at=store.get_instance("v").updated_at)
+    elif tamper == "gone":
+        victim = replace(victim, uuid="nobody")
+    before = snapshot(store)
+    with pytest.raises(RecordChanged) as caught:
+        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [keep, victim], priority=10)
+    assert caught.value.why == why
+    assert caught.value.kwargs["uuid"] == victim.uuid
+    assert snapshot(store) == before
+
+
+def test_a_claim_that_does_not_fit_without_the_victims_writes_nothing(store: Store) -> None:
+    a = running(store, "a", 2, priority=1)
+    running(store, "b", 6, priority=1)
+    before = snapshot(store)
+    with pytest.raises(CapacityExceeded):
+        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a], priority=10)
+    assert snapshot(store) == before
+
+
+def test_a_victim_in_the_group_frees_its_anti_affinity_slot(store: Store) -> None:
+    group = GroupClaim("g", "anti-affinity", "h1")
+    member = running(store, "m", 1, group=group)
+    other = running(store, "o", 1, group=GroupClaim("g2", "soft-affinity", "h1"))
+    with pytest.raises(GroupPolicyViolation):
+        store.claim("new", ask({HOST: {"VCPU": 1}}), group)
+    assert store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), [member, other], 5, group)
+    assert store.group_hosts("g") == {"h1": 1}
+    assert store.group_hosts("g2") == {}
+
+
+@pytest.mark.parametrize("victims", [[], ["a", "a"], ["new"]])
+def test_victims_must_be_distinct_others(store: Store, victims: list[str]) -> None:
+    held = {"a": running(store, "a", 1)}
+    chosen = [held.get(v) or Victim(v, {HOST: {"VCPU": 1}}, HOST, 0.0) for v in victims]
+    with pytest.raises(InvalidRequest):
+        store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), chosen, priority=5)
