@@ -1,0 +1,56 @@
+"""``python -m bench.demo_run OUT DEMO-ARGS...``: ``scheduler-demo`` with its boot metered.
+
+Runs :func:`allinone.demo.main` with ``DEMO-ARGS`` as it is, in this
+process, with the demo's boot (:func:`allinone.demo.boot_all`: every request
+sent, then waited for until every instance is final) wrapped in a
+:class:`~bench.procstat.CpuMeter` of this process (every thread of the demo:
+its worker, conductor, compute simulator and booting client) and of the
+broker and Redis, and in the broker's count of AMQP messages; what it read is
+written to ``OUT`` as JSON. Start-up (imports, connections) and the demo's
+stop are left out, as they are from a storm of the separate daemons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from allinone import demo
+from bench import amqp
+from bench.procstat import CpuMeter
+
+#: What the demo's in-process CPU is called in ``OUT``.
+PROCESS = "all-in-one"
+
+
+def main(argv: Sequence[str]) -> int:
+    out, *args = argv
+    measured: dict[str, Any] = {}
+    boot_all = demo.boot_all
+
+    def metered(*a: Any, **kw: Any) -> Any:
+        received = amqp.messages_received()
+        meter = CpuMeter({PROCESS: [os.getpid()]}).start()
+        report = boot_all(*a, **kw)
+        measured.update(meter.stop())
+        after = amqp.messages_received()
+        measured["amqp_messages"] = (
+            after - received if received is not None and after is not None else None
+        )
+        measured["boot_seconds"] = report.seconds
+        measured["states"] = dict(report.by_state)
+        measured["rescheduled"] = report.rescheduled
+        return report
+
+    demo.boot_all = metered  # play() looks it up in the module when it boots
+    code = demo.main(args)
+    Path(out).write_text(json.dumps(measured))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
