@@ -27,7 +27,7 @@ Two ways to storm:
 
 Over the measured span, the CPU seconds of each process are read from /proc:
 the worker's supervisor and each of its worker processes, the conductor, the
-compute simulator, the broker and Redis (found by name: whatever else uses
+compute simulator, the broker and Redis (each asked for its pid: whatever else uses
 them counts too), and the booting client's (streamed: over the span; from a
 backlog it queued before the span, so it is given apart, per boot). With
 them, how many of the machine's cores were busy, and so how much CPU was free
