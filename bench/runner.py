@@ -69,6 +69,8 @@ class Sizes:
     #: e2e: casts of the bare kombu loop, and seconds of the echo call per count of callers
     e2e_casts: int = 10000
     e2e_echo_seconds: float = 3.0
+    #: e2e: also the demo on its in-process transport and store
+    e2e_in_process: bool = True
     churn_hosts: tuple[int, ...] = (1000, 10000)
     churn_utilisations: tuple[float, ...] = (0.5, 0.8, 0.95)
     #: steps per utilisation, each a boot and (at the target) a delete
@@ -123,6 +125,7 @@ QUICK = Sizes(
     storm_timeout=60.0,
     e2e_casts=300,
     e2e_echo_seconds=0.3,
+    e2e_in_process=False,
     churn_hosts=(20,),
     churn_utilisations=(0.5, 0.95),
     churn_operations=120,

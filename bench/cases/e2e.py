@@ -20,6 +20,12 @@ this case's own vhost and key prefix of the shared RabbitMQ and Redis:
   notification transport: it publishes no notifications, which its messages
   per boot show.
 
+A full run also boots it through ``all-in-one, in-process``: the demo as it
+runs with no URLs, on oslo.messaging's in-process ``fake://`` transport and
+the in-memory store, no broker, no Redis: what the scheduler's, conductor's
+and simulator's own Python costs with no message or store round trip (no
+floor: it sends no AMQP message).
+
 The baselines, measured between them, are what the messages of a boot cost
 with nothing of the scheduler's above them:
 
@@ -47,6 +53,7 @@ import sys
 import uuid as uuidlib
 from typing import Any
 
+from allinone.demo import STORE_ENV, TRANSPORT_ENV
 from bench.cases import bootstorm
 from bench.cases.engine import SINGLE, request
 from bench.cases.rabbit import _callers
@@ -60,6 +67,9 @@ from bench.stats import ratio
 from scheduler import rpc
 
 REAL, ALLINONE = "real services", "all-in-one"
+#: The demo as it runs with no URLs: oslo.messaging's in-process transport and
+#: the in-memory store, no broker, no Redis (no floor: no messages).
+IN_PROCESS = "all-in-one, in-process"
 ECHO, CAST = "echo call", "kombu cast"
 #: Callers of the echo call; the paths' boots/s are read against the last.
 ECHO_CALLERS = (1, 16)
@@ -81,16 +91,23 @@ def run(bench: Bench) -> dict[str, Any]:
         baselines += _echo(bench, cluster, captured["response"])
         baselines.append(_casts(cluster, sizes.e2e_casts))
         paths = [_real_row(real), _demo(bench, cluster)]
+        if sizes.e2e_in_process:
+            paths.append(_demo(bench, cluster, in_process=True))
     finally:
         cluster.close()
     echo = {b["callers"]: b for b in baselines if b["baseline"] == ECHO}
     cast = next(b for b in baselines if b["baseline"] == CAST)
     for row in paths:
         _judge(row, echo, cast)
+    for row in paths:
         bench.log(
             f"  {row['path']}: {row['boots_per_s'] or 0:.0f} boots/s, "
-            f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, floor "
-            f"{row['floor_ms_per_boot'] or 0:.2f} ms ({row['ratio_to_floor'] or 0:.1f}x)"
+            f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, "
+            + (
+                f"floor {row['floor_ms_per_boot']:.2f} ms ({row['ratio_to_floor']:.1f}x)"
+                if row["floor_ms_per_boot"]
+                else "no floor (no AMQP count)"
+            )
         )
     for b in baselines:
         bench.log(
@@ -184,19 +201,24 @@ def _real_row(storm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _demo(bench: Bench, cluster: Cluster) -> dict[str, Any]:
-    """``scheduler-demo`` on the case's vhost and Redis, its boot metered."""
+def _demo(bench: Bench, cluster: Cluster, in_process: bool = False) -> dict[str, Any]:
+    """``scheduler-demo`` on the case's vhost and Redis (or, ``in_process``, on
+    its in-process transport and store), its boot metered."""
     sizes = bench.sizes
     out = cluster.tmp / "demo-run.json"
-    bench.log(f"e2e: scheduler-demo, {sizes.storm_instances} instances")
+    path = IN_PROCESS if in_process else ALLINONE
+    bench.log(f"e2e: scheduler-demo ({path}), {sizes.storm_instances} instances")
+    env = service_env()
+    for name in (TRANSPORT_ENV, STORE_ENV):  # its URLs: the config file's, or none
+        env.pop(name, None)
+    where = ["--in-process"] if in_process else ["--config-file", str(cluster.config_file)]
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "bench.demo_run",
             str(out),
-            "--config-file",
-            str(cluster.config_file),
+            *where,
             "--hosts",
             str(sizes.storm_hosts),
             "--instances",
@@ -214,16 +236,16 @@ def _demo(bench: Bench, cluster: Cluster) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=sizes.storm_timeout + 120,
-        env=service_env(),
+        env=env,
     )
     if done.returncode:
         raise RuntimeError(f"scheduler-demo failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     got = json.loads(out.read_text())
     n = sizes.storm_instances
-    cpu = {k: got[k] for k in (PROCESS, "broker", "redis")}
+    cpu = {k: got[k] for k in (PROCESS, "broker", "redis") if k in got}
     active = got["states"].get("ACTIVE", 0)
     return {
-        "path": ALLINONE,
+        "path": path,
         "instances": n,
         "per_request": 1,
         "states": got["states"],
