@@ -21,9 +21,19 @@ def messages_received() -> int | None:
     """The broker's count of messages received over AMQP 0-9-1 so far, or
     None where it cannot be read (no ``rabbitmqctl`` here, a broker older
     than 3.9, or no right to ask it)."""
+    out = broker_eval("rabbit_global_counters:overview().")
+    # The first map is the protocol's own (amqp091, every queue type); the
+    # per-queue-type maps that follow carry no received count.
+    found = _RECEIVED.search(out or "")
+    return int(found.group(1)) if found else None
+
+
+def broker_eval(expression: str) -> str | None:
+    """What the broker ``rabbitmqctl`` talks to says to an Erlang
+    ``expression``, or None where it cannot be asked."""
     try:
-        out = subprocess.run(
-            ["rabbitmqctl", "-q", "eval", "rabbit_global_counters:overview()."],
+        return subprocess.run(
+            ["rabbitmqctl", "-q", "eval", expression],
             capture_output=True,
             text=True,
             timeout=30,
@@ -31,7 +41,3 @@ def messages_received() -> int | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    # The first map is the protocol's own (amqp091, every queue type); the
-    # per-queue-type maps that follow carry no received count.
-    found = _RECEIVED.search(out)
-    return int(found.group(1)) if found else None

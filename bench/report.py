@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cases import bootstorm, cell, fill, hostview, lifetimes, memory, nova, rabbit
+from bench.cases import bootstorm, cell, e2e, fill, hostview, lifetimes, memory, nova, rabbit
 from bench.cases import engine as engine_case
 from bench.targets import Target
 
@@ -48,16 +48,23 @@ def _met(value: float | None, limit: float, kind: str) -> str:
     return "met" if ok else "**missed**"
 
 
-def _measured(target: Target, measured: str, value: float | None, note: str) -> dict[str, Any]:
+#: The status of a target that the run could not judge: the two-worker storm
+#: where the one-worker storm left no core free for the second.
+NO_FREE_CORE = "no free core"
+
+
+def _measured(
+    target: Target, measured: str, value: float | None, note: str, status: str | None = None
+) -> dict[str, Any]:
     """A target's entry of the results: what was measured against it, and whether
-    it was met."""
+    it was met (or ``status``, where the run says it cannot be judged)."""
     return {
         "id": target.id,
         "target": target.text,
         "measured_on": measured,
         "value": value,
         "limit": target.limit,
-        "status": _met(value, target.limit, target.kind),
+        "status": status or _met(value, target.limit, target.kind),
         "note": note,
     }
 
@@ -77,8 +84,10 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target with what was measured against it and whether it was met."""
     out: list[dict[str, Any]] = []
 
-    def add(tid: str, measured: str, value: float | None, note: str = "") -> None:
-        out.append(_measured(TARGETS[tid], measured, value, note))
+    def add(
+        tid: str, measured: str, value: float | None, note: str = "", status: str | None = None
+    ) -> None:
+        out.append(_measured(TARGETS[tid], measured, value, note, status))
 
     engine = cases.get("engine", {}).get("rows", [])
     for store in ("memory", "redis"):
@@ -93,38 +102,8 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
             row and row["requests_per_s"],
         )
     _engine_targets(cases, add)
-    for row in cases.get("rabbit", {}).get("rows", []):
-        if row["call"] == "select_destinations":
-            add(
-                "rabbit_ratio",
-                f"{row['callers']} caller(s), calls/s",
-                row["ratio_to_echo"],
-            )
-    cores = cases.get("bootstorm", {}).get("cores")
-    for mode in ("streamed", "backlog"):
-        storm = _find(
-            cases.get("bootstorm", {}).get("rows", []),
-            workers=1,
-            mode=mode,
-            build_results="store",
-            notifications="both",
-            per_request=1,
-        )
-        messages = storm and storm.get("amqp_messages_per_boot")
-        add(
-            "storm_cpu",
-            f"{mode}, 1 worker: CPU ms per boot, every process but the client"
-            + (f" ({messages} AMQP messages per boot)" if messages else ""),
-            storm and storm.get("cpu_ms_per_boot"),
-        )
-    for mode in ("streamed", "backlog"):
-        storm = _find(cases.get("bootstorm", {}).get("rows", []), workers=2, mode=mode)
-        add(
-            "storm_ratio",
-            f"{mode}: ACTIVE/s, 2 workers over 1",
-            storm and storm["ratio_to_one_worker"],
-            f"{cores} cores shared by every process of the run" if cores else "",
-        )
+    _rabbit_targets(cases, add)
+    _storm_targets(cases, add)
     mem = _find(cases.get("memory", {}).get("rows", []), hosts=100000)
     add("rss_100k", "VmRSS after the view loaded", mem and mem["rss_mb"])
     load = _find(cases.get("hostview", {}).get("cold_load", []), hosts=100000)
@@ -154,6 +133,107 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
         wire.get("extra_ms"),
     )
     return out
+
+
+def _rabbit_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
+    """select_destinations against the echo call, each count of callers, the
+    echo's own rate beside it."""
+    rows = cases.get("rabbit", {}).get("rows", [])
+    for row in rows:
+        if row["call"] == "select_destinations":
+            echo = _find(rows, callers=row["callers"], call="echo")
+            add(
+                "rabbit_ratio",
+                f"{row['callers']} caller(s), calls/s",
+                row["ratio_to_echo"],
+                f"{_fmt(row.get('calls_per_s'))} calls/s against the echo's "
+                f"{_fmt(echo and echo.get('calls_per_s'))}",
+            )
+
+
+def _storm_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
+    """The boot storm's: CPU per boot at 1 and at 10 instances a request, AMQP
+    messages per instance at 10, each with the floor of the end-to-end case's
+    baselines beside it where it ran; two workers over one, judged only where
+    the one-worker storm left a core free."""
+    rows = cases.get("bootstorm", {}).get("rows", [])
+    ends = cases.get("e2e", {})
+    for mode in ("streamed", "backlog"):
+        storm = _find(
+            rows,
+            workers=1,
+            mode=mode,
+            build_results="store",
+            notifications="both",
+            per_request=1,
+        )
+        messages = storm and storm.get("amqp_messages_per_boot")
+        add(
+            "storm_cpu",
+            f"{mode}, 1 worker: CPU ms per boot, every process but the client"
+            + (f" ({messages} AMQP messages per boot)" if messages else ""),
+            storm and storm.get("cpu_ms_per_boot"),
+            _floor_note(ends, storm),
+        )
+    ten = _find(
+        rows,
+        workers=1,
+        build_results="store",
+        notifications="both",
+        per_request=bootstorm.PER_REQUEST,
+    )
+    where = f"{ten['mode']}, 1 worker, " if ten else ""
+    add(
+        "storm_cpu_10",
+        f"{where}{bootstorm.PER_REQUEST} a request: CPU ms per instance, every process but "
+        "the client",
+        ten and ten.get("cpu_ms_per_boot"),
+        _floor_note(ends, ten),
+    )
+    add(
+        "storm_messages_10",
+        f"{where}{bootstorm.PER_REQUEST} a request: AMQP messages per instance (the "
+        "broker's count: anything else publishing to it counts too)",
+        ten and ten.get("amqp_messages_per_boot"),
+    )
+    cores = cases.get("bootstorm", {}).get("cores")
+    for mode in ("streamed", "backlog"):
+        two = _find(rows, workers=2, mode=mode)
+        one = _find(rows, workers=1, mode=mode)
+        free = two and two.get("free_core_for_second")
+        note = f"{cores} cores shared by every process of the run" if cores else ""
+        if one and "free_cores" in one:
+            note = (
+                f"1 worker left {_fmt(one['free_cores'])} of {cores} cores free: the free CPU "
+                f"allowed at most {_fmt(two and two.get('cpu_allowed_ratio'))}x"
+            )
+        add(
+            "storm_ratio",
+            f"{mode}: ACTIVE/s, 2 workers over 1",
+            two and two["ratio_to_one_worker"],
+            note,
+            NO_FREE_CORE if free is False else None,
+        )
+
+
+def _floor_note(case: dict[str, Any], row: dict[str, Any] | None) -> str:
+    """The end-to-end case's baselines beside a storm's CPU per boot: the
+    floor of the messages that storm ``row`` sent (:func:`e2e.message_floor`)."""
+    echo = _find(case.get("baselines", []), baseline=e2e.ECHO, callers=1)
+    cast = _find(case.get("baselines", []), baseline=e2e.CAST)
+    if not (echo and cast and row):
+        return ""
+    floor = e2e.message_floor(
+        row.get("per_request", 1),
+        row.get("amqp_messages_per_boot"),
+        echo["cpu_ms_each"],
+        cast["cpu_ms_each"],
+    )
+    return (
+        f"same run: an echo call {_fmt(echo['cpu_ms_each'])} ms, a kombu cast "
+        f"{_fmt(cast['cpu_ms_each'])} ms of CPU; these messages' floor "
+        f"{_fmt(floor and floor[1])} ms a boot"
+    )
 
 
 def _engine_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
@@ -275,6 +355,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("cell", _cell_md),
         ("replicas", _replicas_md),
         ("nova", _nova_md),
+        ("e2e", _e2e_md),
     ):
         if title in cases:
             parts += ["", render(cases[title])]
@@ -524,6 +605,9 @@ def _storm_md(case: dict[str, Any]) -> str:
             r.get("cpu_ms_per_boot"),
             r.get("amqp_messages_per_boot"),
             ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_seconds", {}).items()),
+            r.get("client_cpu_ms_per_boot"),
+            r.get("cpu_free", ""),
+            _second_worker(r),
         ]
         for r in case["rows"]
     ]
@@ -559,9 +643,109 @@ def _storm_md(case: dict[str, Any]) -> str:
                     "CPU ms per boot",
                     "AMQP messages per boot",
                     "CPU seconds over the span",
+                    "client CPU ms per boot",
+                    "CPU free over the span",
+                    "the second worker",
                 ],
                 rows,
             ),
+        ]
+    )
+
+
+def _second_worker(row: dict[str, Any]) -> str:
+    """A two-worker storm's verdict: whether the one-worker storm left it a
+    core, and the most the free CPU allowed against what it gave."""
+    if row.get("workers", 1) < 2 or "free_core_for_second" not in row:
+        return ""
+    return (
+        ("a free core" if row["free_core_for_second"] else "no free core")
+        + f": the free CPU allowed ≤ {_fmt(row.get('cpu_allowed_ratio'))}x, "
+        f"it gave {_fmt(row.get('ratio_to_one_worker'))}x"
+    )
+
+
+E2E_HEADERS = [
+    "path",
+    "instances",
+    "final states",
+    "boots/s",
+    "× echo calls/s (16 callers)",
+    "CPU ms per boot",
+    "by process (ms)",
+    "client CPU ms per boot",
+    "AMQP messages per boot",
+    "message floor (ms)",
+    "× floor",
+    "CPU free over the boot",
+]
+E2E_BASELINE_HEADERS = ["baseline", "callers", "count", "per second", "CPU ms each", "by process"]
+
+
+def _e2e_rows(case: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            r["path"],
+            r["instances"],
+            ", ".join(f"{state} {n}" for state, n in sorted(r["states"].items())),
+            r["boots_per_s"],
+            r.get("ratio_to_echo_calls"),
+            r["cpu_ms_per_boot"],
+            ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_boot_by_process"].items()),
+            r.get("client_cpu_ms_per_boot"),
+            r.get("amqp_messages_per_boot"),
+            r.get("floor_ms_per_boot"),
+            r.get("ratio_to_floor"),
+            r.get("cpu_free", ""),
+        ]
+        for r in case["rows"]
+    ]
+
+
+def _e2e_baseline_rows(case: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            b["baseline"],
+            b["callers"],
+            b["count"],
+            b["per_s"],
+            b["cpu_ms_each"],
+            ", ".join(f"{k} {v:.3f}" for k, v in b["cpu_ms_each_by_process"].items()),
+        ]
+        for b in case["baselines"]
+    ]
+
+
+E2E_TEXT = (
+    "The same boot storm (1 instance a request, notifications in both formats) through the "
+    "separate daemons (*real services*, streamed by `conductor-stub boot`, whose CPU is given "
+    "apart) and through `scheduler-demo` (*all-in-one*: worker, conductor, simulator and "
+    "booting client in one process, the client's thread's CPU given too, within it; it "
+    "publishes no notifications), on the same broker and "
+    "Redis; CPU per boot is every "
+    "process's of the path over the boot, the broker's and Redis's included. Beside them, in "
+    "the same run, what their messages cost with nothing above the broker: a bare "
+    "oslo.messaging echo call (the floor of a call) and a bare kombu publish/consume loop, "
+    "each publish confirmed (the floor of a cast). A boot's message floor is a "
+    "select_destinations call at the echo's CPU (1 caller) plus its other messages (the "
+    "broker's count less the call's two) at the cast's; × floor is its CPU per boot over "
+    "that. The broker's count includes anything else publishing to it. A full run also "
+    "boots it through *all-in-one, in-process*: the demo with no URLs (oslo.messaging's "
+    "in-process transport, the in-memory store), no broker and no Redis, so no floor: what "
+    "the Python of the three services costs with no round trip."
+)
+
+
+def _e2e_md(case: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            "## 11. End to end",
+            "",
+            E2E_TEXT,
+            "",
+            _table(E2E_HEADERS, _e2e_rows(case)),
+            "",
+            _table(E2E_BASELINE_HEADERS, _e2e_baseline_rows(case)),
         ]
     )
 
@@ -951,8 +1135,11 @@ def docs_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) 
         f"``bench/results/results.md``.",
         "",
         _rst_table(
-            ["target", "measured on", "value", "status"],
-            [[t["target"], t["measured_on"], t["value"], t["status"]] for t in results["targets"]],
+            ["target", "measured on", "value", "status", "note"],
+            [
+                [t["target"], t["measured_on"], t["value"], t["status"], t["note"]]
+                for t in results["targets"]
+            ],
         ),
     ]
     engine = cases.get("engine", {})
@@ -1014,6 +1201,42 @@ def docs_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) 
             _replicas_text(replicas),
             "",
             _rst_table(REPLICAS_HEADERS, _replicas_rows(replicas)),
+        ]
+    if "e2e" in cases:
+        parts += [
+            "",
+            E2E_TEXT.replace("`", "``"),
+            "",
+            _rst_table(E2E_HEADERS, _e2e_rows(cases["e2e"])),
+            "",
+            _rst_table(E2E_BASELINE_HEADERS, _e2e_baseline_rows(cases["e2e"])),
+        ]
+    storm = cases.get("bootstorm", {})
+    if any(r.get("cpu_free") for r in storm.get("rows", [])):
+        parts += [
+            "",
+            "Boot storm, one worker and two, the CPU each process used over the span and the "
+            "CPU that was free (a second worker can only add throughput on a core the first "
+            "left free):",
+            "",
+            _rst_table(
+                ["mode", "workers", "ACTIVE/s", "CPU s by process", "CPU free", "second worker"],
+                [
+                    [
+                        r["mode"],
+                        r["workers"],
+                        r["instances_per_s"],
+                        ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()),
+                        r["cpu_free"],
+                        _second_worker(r),
+                    ]
+                    for r in storm["rows"]
+                    if r.get("per_request") == 1
+                    and r.get("notifications") == "both"
+                    and r.get("build_results") == "store"
+                    and r.get("stats_interval") == bootstorm.STATS_INTERVAL
+                ],
+            ),
         ]
     if "nova" in cases:
         parts += [

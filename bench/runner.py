@@ -66,6 +66,11 @@ class Sizes:
     storm_workers: tuple[int, ...] = (1, 2)
     storm_modes: tuple[str, ...] = ("streamed", "backlog")
     storm_timeout: float = 600.0
+    #: e2e: casts of the bare kombu loop, and seconds of the echo call per count of callers
+    e2e_casts: int = 10000
+    e2e_echo_seconds: float = 3.0
+    #: e2e: also the demo on its in-process transport and store
+    e2e_in_process: bool = True
     churn_hosts: tuple[int, ...] = (1000, 10000)
     churn_utilisations: tuple[float, ...] = (0.5, 0.8, 0.95)
     #: steps per utilisation, each a boot and (at the target) a delete
@@ -118,6 +123,9 @@ QUICK = Sizes(
     storm_hosts=20,
     storm_modes=("backlog",),
     storm_timeout=60.0,
+    e2e_casts=300,
+    e2e_echo_seconds=0.3,
+    e2e_in_process=False,
     churn_hosts=(20,),
     churn_utilisations=(0.5, 0.95),
     churn_operations=120,

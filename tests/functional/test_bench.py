@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.report import TARGETS
+from bench.report import NO_FREE_CORE, TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -51,6 +51,7 @@ CASES = {
     "cell": (),
     "replicas": ("rows",),
     "nova": ("rows",),
+    "e2e": (),
 }
 
 
@@ -153,6 +154,52 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
             ),
             id="bootstorm-1-and-2-workers-reach-active",
         ),
+        pytest.param(
+            "bootstorm",
+            lambda c: (
+                # CPU per process: the supervisor and each worker process apart.
+                all(
+                    {"worker supervisor", "conductor", "compute", "broker", "redis"}
+                    | {f"worker {i}" for i in range(1, r["workers"] + 1)}
+                    == set(r["cpu_seconds"])
+                    and r["cpu_seconds"]["worker 1"] > 0
+                    and r["client_cpu_ms_per_boot"] > 0
+                    and 0 <= r["free_cores"] <= c["cores"]
+                    and r["ours_cores"] > 0
+                    and r["cpu_free"]
+                    for r in c["rows"]
+                )
+                # The two-worker storm says whether the one-worker storm left it a core.
+                and all(
+                    isinstance(r["free_core_for_second"], bool) and r["cpu_allowed_ratio"] >= 1
+                    for r in c["rows"]
+                    if r["workers"] == 2
+                )
+            ),
+            id="bootstorm-cpu-per-process-and-free",
+        ),
+        pytest.param(
+            "e2e",
+            lambda c: (
+                [r["path"] for r in c["rows"]] == ["real services", "all-in-one"]
+                and all(
+                    r["states"].get("ACTIVE") and r["cpu_ms_per_boot"] > 0 and r["boots_per_s"] > 0
+                    for r in c["rows"]
+                )
+                and set(c["rows"][1]["cpu_ms_per_boot_by_process"])
+                == {"all-in-one", "broker", "redis"}
+                # The demo's booting client, a thread of its one process.
+                and 0 < c["rows"][1]["client_cpu_ms_per_boot"] <= c["rows"][1]["cpu_ms_per_boot"]
+                and [(b["baseline"], b["callers"]) for b in c["baselines"]]
+                == [("echo call", 1), ("echo call", 16), ("kombu cast", 1)]
+                and all(b["per_s"] > 0 and b["cpu_ms_each"] > 0 for b in c["baselines"])
+                # The floor, where the broker's count could be read.
+                and all(
+                    r["floor_ms_per_boot"] is None or r["floor_ms_per_boot"] > 0 for r in c["rows"]
+                )
+            ),
+            id="e2e-both-paths-beside-their-baselines",
+        ),
         pytest.param("memory", lambda c: all(r["rss_mb"] > 0 for r in c["rows"]), id="memory-rss"),
         pytest.param(
             "cell",
@@ -243,7 +290,7 @@ def test_machine_and_targets_are_reported(quick_run: tuple[Path, dict[str, Any]]
         assert machine["packages"][package], package
     assert results["quick"] is True
     statuses = {t["status"] for t in results["targets"]}
-    assert statuses <= {"met", "**missed**", "not measured"}
+    assert statuses <= {"met", "**missed**", "not measured", NO_FREE_CORE}
     assert {t["id"] for t in results["targets"]} == set(TARGETS)
 
 
@@ -270,6 +317,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 6. Churn",
         "## 7. Sweep",
         "## 10. Nova's wire format",
+        "## 11. End to end",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"

@@ -26,6 +26,19 @@ def _engine(median_ms: float, per_s: float, hosts: int = 10000) -> dict[str, Any
 ALT = "1 instance, alternated"
 
 
+def _storm(workers: int, ratio: float | None, **fields: Any) -> dict[str, Any]:
+    """A backlog storm's row (one a request, both formats, results in the store)."""
+    return {
+        "mode": "backlog",
+        "workers": workers,
+        "build_results": "store",
+        "notifications": "both",
+        "per_request": 1,
+        "ratio_to_one_worker": ratio,
+        **fields,
+    }
+
+
 def _rows(*rows: tuple[str, int, str, float]) -> dict[str, Any]:
     """An engine case of (store, hosts, request, median ms) rows, p99 twice the median."""
     return {
@@ -190,6 +203,41 @@ def _cell(**figures: Any) -> dict[str, Any]:
             id="storm-streamed-not-run",
         ),
         pytest.param(
+            {"bootstorm": {"cores": 2, "rows": [_storm(2, 1.2, free_core_for_second=False)]}},
+            "storm_ratio",
+            "backlog",
+            report.NO_FREE_CORE,
+            id="storm-ratio-not-judged-without-a-free-core",
+        ),
+        pytest.param(
+            {"bootstorm": {"cores": 2, "rows": [_storm(2, 1.2, free_core_for_second=True)]}},
+            "storm_ratio",
+            "backlog",
+            "**missed**",
+            id="storm-ratio-judged-with-a-free-core",
+        ),
+        pytest.param(
+            {"bootstorm": {"rows": [_storm(1, None, per_request=10, cpu_ms_per_boot=1.9)]}},
+            "storm_cpu_10",
+            "10 a request",
+            "met",
+            id="storm-cpu-at-10-a-request-read-from-its-row",
+        ),
+        pytest.param(
+            {"bootstorm": {"rows": [_storm(1, None, per_request=1, cpu_ms_per_boot=1.9)]}},
+            "storm_cpu_10",
+            "10 a request",
+            "not measured",
+            id="storm-cpu-at-10-not-from-the-1-a-request-row",
+        ),
+        pytest.param(
+            {"bootstorm": {"rows": [_storm(1, None, per_request=10, amqp_messages_per_boot=3.4)]}},
+            "storm_messages_10",
+            "10 a request",
+            "**missed**",
+            id="storm-messages-at-10-a-request-missed",
+        ),
+        pytest.param(
             {"memory": {"rows": [{"hosts": 100000, "rss_mb": 250.0}]}},
             "rss_100k",
             "VmRSS",
@@ -231,6 +279,29 @@ def test_targets(cases: dict[str, Any], target: str, measured_on: str, status: s
         t for t in report.targets(cases) if t["id"] == target and measured_on in t["measured_on"]
     ]
     assert [t["status"] for t in found] == [status]
+
+
+def test_storm_cpu_has_its_messages_floor_beside_it() -> None:
+    # Beside the storm's CPU per boot, the floor of the messages it sent at the
+    # e2e case's baselines: 8 messages = one call (2) + 6 casts.
+    cases = {
+        "bootstorm": {"rows": [_storm(1, None, cpu_ms_per_boot=8.0, amqp_messages_per_boot=8.0)]},
+        "e2e": {
+            "baselines": [
+                {"baseline": "echo call", "callers": 1, "cpu_ms_each": 2.0},
+                {"baseline": "echo call", "callers": 16, "cpu_ms_each": 1.5},
+                {"baseline": "kombu cast", "callers": 1, "cpu_ms_each": 0.5},
+            ]
+        },
+    }
+    [found] = [
+        t
+        for t in report.targets(cases)
+        if t["id"] == "storm_cpu" and t["measured_on"].startswith("backlog")
+    ]
+    assert found["status"] == "**missed**"
+    assert "echo call 2.00 ms, a kombu cast 0.50 ms" in found["note"]
+    assert "floor 5.00 ms a boot" in found["note"]
 
 
 def test_each_target_is_declared_once_beside_its_case() -> None:
