@@ -16,9 +16,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid as uuidlib
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,27 @@ REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 
 def rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+def add_vhost(vhost: str, user: str, ctl: Callable[..., object] = rabbitmqctl) -> None:
+    """Make ``vhost``, ``user`` given every permission in it, with one
+    ``rabbitmqctl`` call (``import_definitions``), not two (``add_vhost``,
+    ``set_permissions``): each call starts an Erlang VM, about a second of
+    every test's setup. ``ctl`` runs rabbitmqctl against the broker meant."""
+    definitions = {
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+    }
+    fd, path = tempfile.mkstemp(prefix="sched-vhost-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(definitions, out)
+        os.chmod(path, 0o644)  # Debian's rabbitmqctl runs as the rabbitmq user
+        ctl("import_definitions", path)
+    finally:
+        os.unlink(path)
 
 
 def alive(pid: int) -> bool:
@@ -174,8 +197,7 @@ class Cluster:
         self.prefix = f"test-{self.ident}"
         self.transport_url = f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/{self.vhost}"
         if self.shared_vhost is None:
-            rabbitmqctl("add_vhost", self.vhost)
-            rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+            add_vhost(self.vhost, "guest")
         self.store: Store = open_store(REDIS_URL, self.prefix)
         self.write_config()
 

@@ -38,7 +38,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from bench.cluster import Cluster, Process, alive
+from bench.cluster import Cluster, Process, add_vhost, alive
 from bench.nodes import Certs, PrivateRedis, free_port, port_open, wait_until
 from bench.nodes import private_dir as _private_dir
 from scheduler.store import Store, open_store
@@ -228,8 +228,7 @@ class PrivateRabbit:
             return None
 
     def add_vhost(self, vhost: str, user: str = ADMIN_USER) -> None:
-        self.ctl("add_vhost", vhost)
-        self.ctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        add_vhost(vhost, user, ctl=self.ctl)
 
     def url(
         self,
