@@ -32,6 +32,7 @@ from bench.cluster import (  # noqa: F401
     Cluster,
     Process,
     rabbitmqctl,
+    reap_vhost_deletions,
 )
 
 #: The modules that take longest (seconds of one worker, summed over their
@@ -98,14 +99,27 @@ def services_up() -> None:
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def vhosts_deleted() -> Iterator[None]:
+    """Every test's vhost is deleted by the end of the session: the deletions
+    the ``cluster`` fixture leaves going on are waited for (and fail loudly)."""
+    yield
+    reap_vhost_deletions()
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    # Those of earlier tests that have ended (one that failed fails here).
+    reap_vhost_deletions(block=False)
     c = Cluster(tmp_path)
     try:
         yield c
         c.check_accounting()
     finally:
-        c.close()
+        # The vhost's deletion goes on while the next test starts (nothing
+        # uses it any more: the processes are stopped); reaped above, or by
+        # vhosts_deleted at the end.
+        c.close(wait=False)
 
 
 @pytest.fixture
