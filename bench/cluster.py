@@ -16,9 +16,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid as uuidlib
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,59 @@ REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 
 def rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+def add_vhost(vhost: str, user: str, ctl: Callable[..., object] = rabbitmqctl) -> None:
+    """Make ``vhost``, ``user`` given every permission in it, with one
+    ``rabbitmqctl`` call (``import_definitions``), not two (``add_vhost``,
+    ``set_permissions``): each call starts an Erlang VM, about a second of
+    every test's setup. ``ctl`` runs rabbitmqctl against the broker meant."""
+    definitions = {
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+    }
+    fd, path = tempfile.mkstemp(prefix="sched-vhost-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(definitions, out)
+        os.chmod(path, 0o644)  # Debian's rabbitmqctl runs as the rabbitmq user
+        ctl("import_definitions", path)
+    finally:
+        os.unlink(path)
+
+
+#: The vhost deletions :meth:`Cluster.close` left going on (``wait=False``).
+_deleting: list[tuple[str, subprocess.Popen[bytes]]] = []
+_reaping = threading.Lock()
+
+
+def delete_vhost_later(vhost: str, *ctl_args: str, env: dict[str, str] | None = None) -> None:
+    """Start ``rabbitmqctl [ctl_args] delete_vhost vhost`` in the background
+    (collected by :func:`reap_vhost_deletions`)."""
+    popen = subprocess.Popen(
+        ["rabbitmqctl", "-q", *ctl_args, "delete_vhost", vhost],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _deleting.append((vhost, popen))
+
+
+def reap_vhost_deletions(block: bool = True) -> None:
+    """Collect the vhost deletions going on in the background (all of them, or
+    with ``block=False`` those that have ended); fail naming any that failed."""
+    failed = []
+    with _reaping:  # the nodes of a private cluster are destroyed from threads
+        for vhost, popen in list(_deleting):
+            if not block and popen.poll() is None:
+                continue
+            _, err = popen.communicate(timeout=60)
+            _deleting.remove((vhost, popen))
+            if popen.returncode:
+                failed.append(f"{vhost}: {err.decode(errors='replace')[-500:]}")
+    assert not failed, f"rabbitmqctl delete_vhost failed: {failed}"
 
 
 def alive(pid: int) -> bool:
@@ -174,8 +230,7 @@ class Cluster:
         self.prefix = f"test-{self.ident}"
         self.transport_url = f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/{self.vhost}"
         if self.shared_vhost is None:
-            rabbitmqctl("add_vhost", self.vhost)
-            rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+            add_vhost(self.vhost, "guest")
         self.store: Store = open_store(REDIS_URL, self.prefix)
         self.write_config()
 
@@ -540,7 +595,11 @@ class Cluster:
             if e.get("event") == event and "instance_uuid" in e
         }
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the processes, wipe the keys, delete the vhost. ``wait=False``:
+        the vhost's deletion (a second's ``rabbitmqctl``) goes on in the
+        background, nothing using it any more; :func:`reap_vhost_deletions`
+        waits for it and fails if it failed."""
         for proc in self.processes:  # all at once: each takes a second or two to drain
             if proc.popen.poll() is None:
                 if proc.paused:
@@ -551,4 +610,7 @@ class Cluster:
         self.store.wipe()
         self.store.close()
         if self.shared_vhost is None:
-            rabbitmqctl("delete_vhost", self.vhost)
+            if wait:
+                rabbitmqctl("delete_vhost", self.vhost)
+            else:
+                delete_vhost_later(self.vhost)

@@ -134,9 +134,13 @@ def test_a_boot_with_no_worker_or_conductor_says_so_and_is_not_lost(cluster: Clu
             ("conductor-stub serve", "conductor"),
         )
     ]
+    # The worker serving before the conductor starts: the conductor re-drives
+    # the overdue boot at once, and gives up after max_redrives build
+    # timeouts (2 s each here) that a worker still starting on a loaded
+    # machine could outlast.
     cluster.start_compute(1)
-    cluster.start_conductor()
     cluster.start_worker()
+    cluster.start_conductor()
     wait_until(
         lambda: {i.state for i in cluster.store.list_instances()} == {"ACTIVE"},
         60,

@@ -38,7 +38,14 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from bench.cluster import Cluster, Process, alive
+from bench.cluster import (
+    Cluster,
+    Process,
+    add_vhost,
+    alive,
+    delete_vhost_later,
+    reap_vhost_deletions,
+)
 from bench.nodes import Certs, PrivateRedis, free_port, port_open, wait_until
 from bench.nodes import private_dir as _private_dir
 from scheduler.store import Store, open_store
@@ -200,7 +207,9 @@ class PrivateRabbit:
         wait_until(lambda: port_open(self.port), 30, "the private broker's AMQP port")
 
     def stop(self) -> None:
-        """Stop the node and wait until its OS process is gone and its ports closed."""
+        """Stop the node and wait until its OS process is gone and its ports closed
+        (once the vhost deletions under way have ended: none is cut short)."""
+        reap_vhost_deletions()
         pid = self._pid()
         self.ctl("stop", timeout=90)
         if pid is not None:
@@ -213,13 +222,16 @@ class PrivateRabbit:
         self.start()
 
     def destroy(self) -> None:
-        pid = self._pid()
         try:
-            self.ctl("stop", timeout=60)
-        except (AssertionError, subprocess.TimeoutExpired):
-            if pid is not None and alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.base, ignore_errors=True)
+            reap_vhost_deletions()
+        finally:
+            pid = self._pid()
+            try:
+                self.ctl("stop", timeout=60)
+            except (AssertionError, subprocess.TimeoutExpired):
+                if pid is not None and alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(self.base, ignore_errors=True)
 
     def _pid(self) -> int | None:
         try:
@@ -228,8 +240,7 @@ class PrivateRabbit:
             return None
 
     def add_vhost(self, vhost: str, user: str = ADMIN_USER) -> None:
-        self.ctl("add_vhost", vhost)
-        self.ctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        add_vhost(vhost, user, ctl=self.ctl)
 
     def url(
         self,
@@ -313,7 +324,10 @@ class FaultCluster(Cluster):
             self.store.close()
             assert self.broker is not None
             if port_open(self.broker.port):
-                self.broker.ctl("delete_vhost", self.vhost)
+                # In the background, while the next test starts (nothing uses
+                # the vhost any more); reaped by make_cluster, or before the
+                # node is stopped, or at the end of the session.
+                delete_vhost_later(self.vhost, "-n", self.broker.node, env=self.broker.env)
 
     def logs(self) -> str:
         """Everything every process of this deployment wrote."""
@@ -336,6 +350,8 @@ def make_cluster(
     """Build deployments (``make_cluster(redis_url=..., rabbit_url=...)``); each is
     checked (accounting) and torn down after the test."""
     made: list[FaultCluster] = []
+    # Earlier tests' vhost deletions that have ended (one that failed fails here).
+    reap_vhost_deletions(block=False)
 
     def make(**kwargs: Any) -> FaultCluster:
         sub = tmp_path / f"cluster-{len(made)}"

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cluster import reap_vhost_deletions
 from tests.functional_faults.conftest import (
     FaultCluster,
     PrivateRabbitCluster,
@@ -72,6 +73,9 @@ def deployment(
     finally:
         private_rabbit_cluster.heal()
         made.close()
+        # Its quorum queues make the vhost slow to delete: done before the
+        # next case, whose node stop must not wait for it mid-storm.
+        reap_vhost_deletions()
 
 
 #: The node stopped: the one the ``scheduler`` queue lives on (its leader, for
