@@ -104,7 +104,11 @@ def test_a_compute_frozen_past_the_build_timeout_builds_none_of_the_abandoned(
         conductor={"build_timeout": 3, "sweep_interval": 0.5, "max_redrives": 0},
     )
     conductor = cluster.start_conductor()
-    frozen = cluster.start_compute(4, "--build-time", "2", name="frozen")
+    # Each build runs from its cast's arrival: longer than the whole storm's
+    # claims can take on a loaded machine, so that every build is still in
+    # flight when the compute stops (with 2 s, "every build timed out" failed
+    # once under load: the first builds could finish before the freeze).
+    frozen = cluster.start_compute(4, "--build-time", "8", name="frozen")
     cluster.start_worker()
     storm = start_storm(cluster, 12, senders=1)
     # Every instance claimed on the compute: their builds are in flight there.
