@@ -34,15 +34,13 @@ from bench.cluster import (  # noqa: F401
     rabbitmqctl,
     reap_vhost_deletions,
 )
+from tests.ordering import longest_first
 
 #: The modules that take longest (seconds of one worker, summed over their
-#: tests, setup and teardown included), longest first: xdist hands them out
-#: first (tox.ini: ``--dist loadscope --no-loadscope-reorder``), so that the
-#: tier ends on short modules, both workers busy to the end. Left to itself
-#: xdist hands out the modules with the most tests first, and the walkthrough
-#: (one test, 85 s) came last, alone on one worker. Measured with
-#: ``pytest -n 2 --dist loadscope tests/functional --junitxml=...`` (summed
-#: per module); the modules not listed follow in collection order.
+#: tests, setup and teardown included), longest first (see
+#: :mod:`tests.ordering`). The walkthrough (one test, 85 s) used to come last,
+#: alone on one worker. Measured with ``pytest -n 2 --dist loadscope
+#: tests/functional --junitxml=...`` (summed per module).
 LONGEST_FIRST = (
     "test_bench.py",  # one 130 s benchmark run before its 32 tests
     "test_resize.py",
@@ -68,12 +66,7 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    gone = [name for name in LONGEST_FIRST if not (here / name).exists()]
-    if gone:
-        raise pytest.UsageError(f"LONGEST_FIRST names modules that are gone: {gone}")
-    rank = {here / name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path, len(rank)))
+    longest_first(items, Path(__file__).parent, LONGEST_FIRST)
 
 
 def _reachable(host: str, port: int) -> bool:

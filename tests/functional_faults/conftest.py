@@ -49,6 +49,7 @@ from bench.cluster import (
 from bench.nodes import Certs, PrivateRedis, free_port, port_open, wait_until
 from bench.nodes import private_dir as _private_dir
 from scheduler.store import Store, open_store
+from tests.ordering import longest_first
 
 SHARED_REDIS_URL = os.environ.get("SCHEDULER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The private node's administrator (created in it, with every permission).
@@ -137,6 +138,33 @@ def certs() -> Iterator[Certs]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+#: The tier's longest modules, longest first (see :mod:`tests.ordering`), from
+#: ``pytest -n 2 --dist loadscope --durations=0 tests/functional_faults``
+#: (summed per module): the 3-node cluster's four cases (300 s on a loaded
+#: machine) and the bad-input fuzz (one test, 70-160 s) must not come last.
+LONGEST_FIRST = (
+    "test_rabbit_cluster.py",
+    "test_bad_input_rpc.py",
+    "test_reconcile.py",
+    "test_build_guard.py",
+    "test_restarts.py",
+    "test_storm.py",
+    "test_bad_input.py",
+    "test_redis_cluster.py",
+    "test_secrets.py",
+    "test_worker_kill.py",
+    "test_move_rollback.py",
+    "test_sentinel_failover.py",
+    "test_compute_kill.py",
+    "test_step_replay.py",
+    "test_view_rollback.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items, Path(__file__).parent, LONGEST_FIRST)
+
+
 # --- the private RabbitMQ node --------------------------------------------------------
 
 
@@ -195,6 +223,11 @@ class PrivateRabbit:
         return out.stdout.decode()
 
     def start(self) -> None:
+        # ``rabbitmqctl wait`` reads the pid file once it exists, and fails
+        # (garbage_in_pid_file) if it reads it between its creation and the
+        # write of the pid, which a loaded machine makes likely: wait for a
+        # pid in it first, a stale file of an earlier run removed beforehand.
+        (self.base / "rabbit.pid").unlink(missing_ok=True)
         subprocess.run(
             ["rabbitmq-server", "-detached"],
             env=self.env,
@@ -202,6 +235,7 @@ class PrivateRabbit:
             capture_output=True,
             timeout=60,
         )
+        wait_until(lambda: self._pid() is not None, 90, "the broker's pid file")
         self.ctl("wait", str(self.base / "rabbit.pid"), "--timeout", "90", timeout=120)
         self.ctl("await_startup", "--timeout", "90", timeout=120)
         wait_until(lambda: port_open(self.port), 30, "the private broker's AMQP port")
