@@ -232,4 +232,4 @@ class RedisInstances(RedisBase):
         if limit < 1:
             return []
         members = self._client.zrange(self.keys.pending, 0, limit - 1)
-        return [pending_uuid(m) for m in members]
+        return [pending_uuid(str(m)) for m in members]
