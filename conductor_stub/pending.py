@@ -18,8 +18,9 @@ host" for such an instance (``schedule_failed``, or a
 2. **It is retried** (:class:`PendingRetrier`, a thread of ``conductor-stub
    serve``) when something that could make it fit happens, read from the
    store's change feed the way kube-scheduler's queueing hints requeue a pod
-   (:func:`could_fit`: an allocation released or shrunk, a provider added or
-   changed, an aggregate changed, a host enabled or registered; a claim never
+   (:func:`could_fit`: an allocation released or shrunk, a provider added,
+   its capacity raised or its traits or aggregates changed, an aggregate
+   changed, a host enabled or registered; a claim or a host disabled never
    wakes anyone), and in a slow periodic pass. A retry takes the first
    ``pending_retry_batch`` entries in order; each is a compare-and-set from
    PENDING to BUILDING (its attempts and re-drives counted afresh, its
@@ -67,8 +68,9 @@ from scheduler.build_results import placed_on
 from scheduler.exceptions import NoValidHost, StreamTruncated
 from scheduler.log import RepeatLimiter, get_logger, mask_secrets
 from scheduler.objects import BUILDING, PENDING, SCHEDULING, InstanceRecord
+from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import SchedulerClient
-from scheduler.store import Change, ChangeFeed, Service
+from scheduler.store import Change, ChangeFeed, Provider, Service
 
 LOG = get_logger(__name__)
 REPEATS = RepeatLimiter()
@@ -203,12 +205,31 @@ def retry(
 
 
 class FeedState:
-    """What the hints compare a change with: each provider's last usages and
-    each host's last disabled state, as the feed said them."""
+    """What the hints compare a change with, as the feed last said it: each
+    provider (its capacities, traits and aggregates) and usages, each host's
+    disabled state."""
 
     def __init__(self) -> None:
+        self.providers: dict[str, Provider] = {}
         self.usages: dict[str, Mapping[str, int]] = {}
         self.disabled: dict[str, bool] = {}
+
+
+def _capacities(provider: Provider) -> dict[str, int]:
+    return {rc: inv.capacity for rc, inv in provider.inventories.items()}
+
+
+def _provider_could_fit(provider: Provider, before: Provider | None) -> bool:
+    """A provider added, a capacity raised, its aggregates changed, or its
+    traits changed other than by being disabled (the disabled trait set)."""
+    if before is None:
+        return True
+    old, new = _capacities(before), _capacities(provider)
+    if any(cap > old.get(rc, 0) for rc, cap in new.items()):
+        return True
+    gained = provider.traits - before.traits - {COMPUTE_STATUS_DISABLED}
+    lost = before.traits - provider.traits
+    return bool(gained or lost) or provider.aggregates != before.aggregates
 
 
 def could_fit(change: Change, seen: FeedState) -> bool:
@@ -216,17 +237,25 @@ def could_fit(change: Change, seen: FeedState) -> bool:
 
     A usage that shrank (a delete, a move off a host, a failed build's
     release) could; one that only grew (a claim) could not. A provider
-    written (added, its inventory, traits or aggregates changed) or an
-    aggregate changed could. A host enabled, or registered, could; its other
-    service changes (stats, failed builds) could not. A usage first seen
-    since start could (nothing to compare it with)."""
+    added, or one whose capacity was raised, whose aggregates changed, or
+    whose traits changed (but for being disabled) could, and so could an
+    aggregate's metadata. A host enabled, or registered, could; its other
+    service changes (disabled, stats, failed builds) could not. What is
+    first seen since start could (nothing to compare it with: better one
+    retry too many than a request left waiting)."""
     if change.kind == "usage":
         data = change.data
         usages = dict(data.get("usages") or {})
         before = seen.usages.get(data["uuid"])
         seen.usages[data["uuid"]] = usages
         return before is None or any(usages.get(rc, 0) < used for rc, used in before.items())
-    if change.kind in ("provider", "aggregate"):
+    if change.kind == "provider" and isinstance(change.data, Provider):
+        provider = change.data
+        before_provider = seen.providers.get(provider.uuid)
+        seen.providers[provider.uuid] = provider
+        seen.usages[provider.uuid] = dict(provider.usages)
+        return _provider_could_fit(provider, before_provider)
+    if change.kind == "aggregate":
         return True
     if change.kind == "service" and isinstance(change.data, Service):
         service = change.data
@@ -378,9 +407,10 @@ def audit_index(
     records_seen: Iterable[InstanceRecord], indexed: Iterable[str]
 ) -> list[tuple[str, str, str]]:
     """The index against the records, as (kind, uuid, reason): a PENDING
-    record with no entry, an entry with nothing left to index (:func:`~conductor_stub.findings.stale_entry`;
-    one whose record was not among ``records_seen``, such as one created
-    since, is judged again on the record before it is repaired)."""
+    record with no entry, an entry with nothing left to index
+    (:func:`~conductor_stub.findings.stale_entry`; one whose record was not
+    among ``records_seen``, such as one created since, is judged again on
+    the record before it is repaired)."""
     by_uuid = {r.uuid: r for r in records_seen}
     entries = set(indexed)
     unindexed = sorted(u for u, r in by_uuid.items() if r.state == PENDING and u not in entries)
