@@ -120,12 +120,12 @@ def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     )
 
 
-def pending_settings(conf: cfg.ConfigOpts) -> PendingSettings:
+def pending_settings(conf: cfg.ConfigOpts, settings: ConductorSettings) -> PendingSettings:
     p = conf.priority
     return PendingSettings(
         retry_interval=float(p.pending_retry_interval),
         retry_batch=int(p.pending_retry_batch),
-        build_timeout=float(conf.conductor.build_timeout),
+        build_timeout=settings.build_timeout,
     )
 
 
@@ -190,7 +190,7 @@ def serve(conf: cfg.ConfigOpts) -> int:
     reconciling = threading.Thread(
         target=reconciler.run, args=(stop,), name="reconciler", daemon=True
     )
-    retrier = PendingRetrier(store, scheduler, pending_settings(conf))
+    retrier = PendingRetrier(store, scheduler, pending_settings(conf, settings))
     retrying = threading.Thread(target=retrier.run, args=(stop,), name="pending", daemon=True)
     endpoint_http = _health(conf, store) if conf.conductor.health_port else None
     server.start()
