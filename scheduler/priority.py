@@ -99,12 +99,13 @@ class PriorityClass:
         )
 
     def to_primitive(self) -> dict[str, Any]:
+        """What explain and the notifications carry: the class as the
+        scheduler decides with it (``wait`` is the conductor's, not here)."""
         return {
             "name": self.name,
             "priority": self.priority,
             "preemptible": self.preemptible,
             "preemption_policy": self.preemption_policy,
-            "wait": self.wait,
         }
 
     def __str__(self) -> str:
