@@ -275,6 +275,12 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
     classes = priority_classes(conf)
     classes.of(flavor.extra_specs)
+    if args.wait_for_capacity and not conf.priority.max_wait:
+        _cli.say(
+            "conductor-stub boot",
+            "--wait-for-capacity: waiting is turned off ([priority] max_wait = 0)",
+        )
+        return 2
     # A request refused above says only why; one that will be sent, whether
     # anything is there to take it.
     warn_missing_consumers(conf)

@@ -56,7 +56,7 @@ def scheduler(monkeypatch: pytest.MonkeyPatch) -> Recorded:
     return recorded
 
 
-def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
+def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS, max_wait: float = 600.0) -> int:
     """``conductor-stub boot ARGS``, parsed by the command's own parser."""
     parser = argparse.ArgumentParser()
     cmd._add_commands(parser.add_subparsers(dest="name"))
@@ -67,7 +67,7 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
         filter_scheduler=SimpleNamespace(enabled_filters=list(filters)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
-        priority=SimpleNamespace(classes=CLASSES, default_class="standard", max_wait=600.0),
+        priority=SimpleNamespace(classes=CLASSES, default_class="standard", max_wait=max_wait),
     )
     return _commands.emit(commands.boot(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
 
@@ -279,3 +279,13 @@ def test_boot_refuses_both_wait_options(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         run("--wait-for-capacity", "--no-wait-for-capacity")
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_boot_refuses_to_wait_when_waiting_is_off(
+    store: MemoryStore, scheduler: Recorded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("--wait-for-capacity", max_wait=0.0) == 2
+    assert capsys.readouterr().err.strip() == (
+        "conductor-stub boot: --wait-for-capacity: waiting is turned off ([priority] max_wait = 0)"
+    )
+    assert store.list_instances() == [] and scheduler.calls == []
