@@ -283,9 +283,10 @@ class PendingRetrier:
     have come back, and every ``retry_interval`` seconds whatever it said.
 
     A request is retried on an event only if it has not been sent since the
-    event (:attr:`last_event`): one retried meanwhile, found no host, and
-    parked again after the event did not see it, so it is retried on the
-    next one (no wake-up lost while a retry is in flight). ``counts`` totals
+    event (:attr:`last_event`); one that was being scheduled when the event
+    came may not have seen it, so until it has settled the retrier keeps
+    looking every tick, and retries it once it is back PENDING (no wake-up
+    lost while a retry is in flight). ``counts`` totals
     ``retried``, ``events``, ``passes`` and ``stale`` (index entries dropped).
     """
 
@@ -305,24 +306,33 @@ class PendingRetrier:
         #: When the feed last showed a change that could make a request fit.
         self.last_event = float("-inf")
         self._sent: dict[str, float] = {}
+        self._next_pass = clock()
+        #: A request sent before the last event is still in flight: retry
+        #: on every tick until it is settled (see :meth:`_in_flight_at_event`).
+        self.owed = False
         self.counts: dict[str, int] = {"retried": 0, "events": 0, "passes": 0, "stale": 0}
 
     def run(self, stop: threading.Event) -> None:
-        """Watch the feed every :data:`FEED_POLL` seconds, retry on an event,
-        and pass over every request every ``retry_interval``, until ``stop``.
-        The first pass is at once: what a previous conductor left PENDING is
-        picked up."""
-        next_pass = self._clock()
+        """A :meth:`tick` every :data:`FEED_POLL` seconds until ``stop``."""
         while not stop.is_set():
             try:
-                if self.watch():
-                    self.retry_pending()
-                if self._clock() >= next_pass:
-                    next_pass = self._clock() + self.settings.retry_interval
-                    self.retry_pending(periodic=True)
+                self.tick()
             except Exception as exc:  # noqa: BLE001 - the store or broker is down: next time
                 REPEATS.log(LOG, "warning", "pending_retry_failed", error=repr(exc))
             stop.wait(FEED_POLL)
+
+    def tick(self) -> int:
+        """One turn: read the feed and retry on an event, or while a retry in
+        flight at an event is owed one (:attr:`owed`); and the slow pass over
+        every request when it is due (the first at once: what a previous
+        conductor left PENDING is picked up). How many were sent."""
+        sent = 0
+        if self.watch() or self.owed:
+            sent += self.retry_pending()
+        if self._clock() >= self._next_pass:
+            self._next_pass = self._clock() + self.settings.retry_interval
+            sent += self.retry_pending(periodic=True)
+        return sent
 
     def watch(self) -> bool:
         """Read the feed since the last read; True if a change could make a
@@ -376,11 +386,26 @@ class PendingRetrier:
             self._sent[uuid] = self._clock()
             if retry(self.store, self.scheduler, record, self.settings.build_timeout, self._clock):
                 sent += 1
-        listed = set(entries)
-        for uuid in [u for u in self._sent if u not in listed]:
-            del self._sent[uuid]
         self.counts["retried"] += sent
+        self.owed = self._in_flight_at_event()
         return sent
+
+    def _in_flight_at_event(self) -> bool:
+        """Whether a request sent before the last event is still being
+        scheduled (BUILDING): should it come back PENDING, it is owed a retry
+        for that event, which it may not have seen. What this retrier sent and
+        has since ended (placed, failed, deleted) is forgotten."""
+        if not self._sent:
+            return False
+        found = {r.uuid: r for r in self.store.list_instances(list(self._sent))}
+        owed = False
+        for uuid, at in list(self._sent.items()):
+            record = found.get(uuid)
+            if record is None or record.state not in (PENDING, BUILDING):
+                del self._sent[uuid]
+            elif record.state == BUILDING and at < self.last_event:
+                owed = True
+        return owed
 
 
 # --- what the reconciler checks ---------------------------------------------------

@@ -298,15 +298,30 @@ def test_an_event_while_a_retry_is_in_flight_is_not_lost() -> None:
     uuid = waiting(store, "i1")
     no_host(store, clock, uuid)
     retry, scheduler = retrier(store, clock)
-    retry.watch()
-    assert retry.retry_pending(periodic=True) == 1  # in flight from here
+    assert retry.tick() == 1  # the first pass: in flight from here
     clock.now += 1
     _release(store)  # room made while the retry was being scheduled ...
-    assert retry.watch()
-    assert retry.retry_pending() == 0  # (BUILDING: nothing to send)
+    assert retry.tick() == 0 and retry.owed  # (BUILDING: nothing to send yet)
     clock.now += 1
     no_host(store, clock, uuid)  # ... which had already found none
-    assert retry.retry_pending() == 1  # the event is not lost on it
+    assert retry.tick() == 1  # no new event: the one it missed is not lost
+    assert not retry.owed
+    clock.now += 1
+    assert retry.tick() == 0
+    assert sent(scheduler) == [uuid, uuid]
+
+
+def test_without_an_event_a_request_back_from_a_retry_waits_for_the_next() -> None:
+    store, clock = cloud("h1"), Clock()
+    uuid = waiting(store, "i1")
+    no_host(store, clock, uuid)
+    retry, scheduler = retrier(store, clock)
+    assert retry.tick() == 1  # the first pass
+    no_host(store, clock, uuid)
+    clock.now += 1
+    assert retry.tick() == 0 and not retry.owed
+    clock.now += 60  # the slow pass
+    assert retry.tick() == 1
     assert sent(scheduler) == [uuid, uuid]
 
 
