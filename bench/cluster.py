@@ -32,6 +32,7 @@ from scheduler.objects import (
     DELETED,
     FINAL_STATES,
     MIGRATING,
+    PENDING,
     SHELVED_OFFLOADED,
     InstanceRecord,
     RequestSpec,
@@ -395,8 +396,9 @@ class Cluster:
           moving (RESIZING, RESIZED, REBUILDING an evacuation, MIGRATING a live
           migration) under that migration; while MIGRATING, the migration holds
           the source's allocation and the instance at most one claim, elsewhere;
-        * a DELETED or SHELVED_OFFLOADED instance holds no allocation (nor
-          does its migration), is no group's member and runs on no compute;
+        * a DELETED, SHELVED_OFFLOADED or PENDING (waiting for capacity)
+          instance holds no allocation (nor does its migration), is no group's
+          member and runs on no compute;
         * an ACTIVE instance with nothing in flight holds exactly its flavor's
           resources, under its host, no migration of it holds anything, and its
           VM runs nowhere else; one a live migration reached (a simulator logged
@@ -454,7 +456,7 @@ class Cluster:
                     and (record.host or "").rsplit("-", 1)[0] in live_sims
                 ):
                     assert running.get(record.uuid) == {record.host}, (where, running)
-            if record.state not in (DELETED, SHELVED_OFFLOADED):
+            if record.state not in (DELETED, SHELVED_OFFLOADED, PENDING):
                 continue
             what = f"{record.state} {record.uuid}"
             assert record.uuid not in held, f"allocation of {what}"

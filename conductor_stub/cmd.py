@@ -216,6 +216,25 @@ COMMANDS: tuple[Command, ...] = (
                 f"that instance) or {DIFFERENT_HOST}=UUID (none of them). They act only with "
                 "SameHostFilter / DifferentHostFilter in [filter_scheduler] enabled_filters.",
             ),
+            one_of(
+                arg(
+                    "--wait-for-capacity",
+                    dest="wait_for_capacity",
+                    action="store_const",
+                    const=True,
+                    default=None,
+                    help="When no host fits, wait PENDING for capacity (up to [priority] "
+                    "max_wait seconds, retried when capacity may have come back) instead of "
+                    "failing. Default: as the request's priority class says (its wait flag).",
+                ),
+                arg(
+                    "--no-wait-for-capacity",
+                    dest="wait_for_capacity",
+                    action="store_const",
+                    const=False,
+                    help="Fail at once when no host fits, whatever the priority class says.",
+                ),
+            ),
             arg(
                 "--wait",
                 action="store_true",

@@ -21,6 +21,7 @@ import oslo_messaging
 from oslo_config import cfg
 
 from conductor_stub.manager import ConductorEndpoint
+from conductor_stub.pending import PendingRetrier, PendingSettings
 from conductor_stub.reconcile import Reconciler, ReconcileSettings
 from conductor_stub.records import ConductorSettings, server_group
 from conductor_stub.redrive import Sweeper
@@ -119,6 +120,15 @@ def conductor_settings(conf: cfg.ConfigOpts) -> ConductorSettings:
     )
 
 
+def pending_settings(conf: cfg.ConfigOpts, settings: ConductorSettings) -> PendingSettings:
+    p = conf.priority
+    return PendingSettings(
+        retry_interval=float(p.pending_retry_interval),
+        retry_batch=int(p.pending_retry_batch),
+        build_timeout=settings.build_timeout,
+    )
+
+
 def reconcile_settings(conf: cfg.ConfigOpts) -> ReconcileSettings:
     c = conf.conductor
     return ReconcileSettings(
@@ -180,10 +190,13 @@ def serve(conf: cfg.ConfigOpts) -> int:
     reconciling = threading.Thread(
         target=reconciler.run, args=(stop,), name="reconciler", daemon=True
     )
+    retrier = PendingRetrier(store, scheduler, pending_settings(conf, settings))
+    retrying = threading.Thread(target=retrier.run, args=(stop,), name="pending", daemon=True)
     endpoint_http = _health(conf, store) if conf.conductor.health_port else None
     server.start()
     sweeping.start()
     reconciling.start()
+    retrying.start()
     LOG.info(
         "conductor_started",
         build_timeout=settings.build_timeout,
@@ -198,12 +211,16 @@ def serve(conf: cfg.ConfigOpts) -> int:
         server.wait()
         sweeping.join(timeout=5)
         reconciling.join(timeout=5)
+        retrying.join(timeout=5)
         if endpoint_http is not None:
             endpoint_http.shutdown()
         if notifier is not None:
             notifier.stop()
         LOG.info(
-            "conductor_stopped", redriven=dict(sweeper.counts), reconciled=dict(reconciler.counts)
+            "conductor_stopped",
+            redriven=dict(sweeper.counts),
+            reconciled=dict(reconciler.counts),
+            pending=retrier.counts,
         )
 
     return _cli.exit_status(wait_for_signal(_stop))
@@ -258,6 +275,12 @@ def boot(conf: cfg.ConfigOpts) -> Result:
     boot_spec(flavor, args.project, args.user, image=image, scheduler_hints=hints)
     classes = priority_classes(conf)
     classes.of(flavor.extra_specs)
+    if args.wait_for_capacity and not conf.priority.max_wait:
+        _cli.say(
+            "conductor-stub boot",
+            "--wait-for-capacity: waiting is turned off ([priority] max_wait = 0)",
+        )
+        return 2
     # A request refused above says only why; one that will be sent, whether
     # anything is there to take it.
     warn_missing_consumers(conf)
@@ -277,6 +300,7 @@ def boot(conf: cfg.ConfigOpts) -> Result:
         return_alternates=settings.return_alternates,
         lost_after=reconcile_settings(conf).lost_after,
         priority_classes=classes,
+        max_wait=float(conf.priority.max_wait),
     )
     started = time.monotonic()
     ctxt = rpc.RequestContext(user_id=args.user, project_id=args.project)
@@ -293,6 +317,7 @@ def boot(conf: cfg.ConfigOpts) -> Result:
         user_id=args.user,
         image=image,
         scheduler_hints=hints,
+        wait_for_capacity=args.wait_for_capacity,
     )
     if not args.wait:
         return Output(

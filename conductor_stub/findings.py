@@ -55,6 +55,12 @@ kind                      what was found                              action
                           record's, an adoption's) would take its     in view until an
                           host past its capacity                      operator or a
                                                                       move resolves it
+``pending_unindexed``     a PENDING record (waiting for capacity)     ``index``: its
+                          with no entry in the store's pending index  entry written
+                          (a conductor killed between the two         (:mod:`conductor_
+                          writes): no event would retry it            stub.pending`)
+``stale_pending``         an entry of the pending index whose record  ``unindex``: the
+                          is gone or neither PENDING nor BUILDING     entry dropped
 ``stale_report``          a host that heartbeats but whose last       ``none``: kept
                           report of what it runs is older than        in view (its
                           ``report_max_age``: its compute cannot      compute's
@@ -77,10 +83,12 @@ from typing import Any
 
 from scheduler.objects import (
     ACTIVE,
+    BUILDING,
     DELETED,
     DELETING,
     FINAL_STATES,
     MIGRATING,
+    PENDING,
     REBUILDING,
     RESIZED,
     RESIZING,
@@ -102,6 +110,8 @@ LOST_SHELVE = "lost_shelve"
 LOST_RESIZE = "lost_resize"
 OVERCOMMIT = "overcommit"
 STALE_REPORT = "stale_report"
+PENDING_UNINDEXED = "pending_unindexed"
+STALE_PENDING = "stale_pending"
 #: Every kind, in the order the audit prints them.
 KINDS = (
     STRAY_VM,
@@ -116,6 +126,8 @@ KINDS = (
     LOST_RESIZE,
     OVERCOMMIT,
     STALE_REPORT,
+    PENDING_UNINDEXED,
+    STALE_PENDING,
 )
 #: What is done about each kind.
 ACTIONS = {
@@ -131,6 +143,8 @@ ACTIONS = {
     LOST_RESIZE: "revert",
     OVERCOMMIT: "none",
     STALE_REPORT: "none",
+    PENDING_UNINDEXED: "index",
+    STALE_PENDING: "unindex",
 }
 #: The kinds that are never acted on: counted and shown while they last.
 KEPT_IN_VIEW = frozenset({LOST_BOOT, OVERCOMMIT, STALE_REPORT})
@@ -264,6 +278,8 @@ def orphaned(
         return "no record holds it (nor a move)"
     if record.state == DELETED:
         return "its instance is DELETED"
+    if record.state == PENDING:
+        return "its instance is PENDING (it holds nothing while it waits)"
     if record.state not in FINAL_STATES:
         return None  # a build, move, delete or shelve in flight
     if record.state != ACTIVE:
@@ -444,12 +460,27 @@ def _active(seen: Seen, record: InstanceRecord) -> Placement | None:
 
 
 #: The kinds :func:`misplacements` finds: a settled record the reports contradict.
+#: The findings about the pending index (:mod:`conductor_stub.pending`).
+INDEX_FINDINGS = frozenset({PENDING_UNINDEXED, STALE_PENDING})
 RECORD_JUDGED = frozenset({LOST_VM, LOST_SHELVE, MISPLACED_VM, LOST_DELETE, LOST_RESIZE})
+
+
+def stale_entry(record: InstanceRecord | None) -> bool:
+    """Whether a pending index entry for ``record`` has nothing left to index:
+    the record is gone or neither PENDING nor BUILDING (a BUILDING one, being
+    retried, may come back PENDING at the same place: its entry is left)."""
+    return record is None or record.state not in (PENDING, BUILDING)
 
 
 def still_contradicted(finding: Finding, record: InstanceRecord | None) -> bool:
     """Whether a :data:`RECORD_JUDGED` finding still holds of the record as it
-    is now: not changed since the report that judged it, and as it was."""
+    is now: not changed since the report that judged it, and as it was; or an
+    :data:`INDEX_FINDINGS` one: the record still PENDING with no entry, or
+    the entry still stale."""
+    if finding.kind == PENDING_UNINDEXED:
+        return record is not None and record.state == PENDING
+    if finding.kind == STALE_PENDING:
+        return stale_entry(record)
     assert finding.reported_at is not None
     if record is None or record.updated_at >= finding.reported_at:
         return False

@@ -76,9 +76,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from conductor_stub import repairs
+from conductor_stub import pending, repairs
 from conductor_stub.findings import (
     FAILED,
+    INDEX_FINDINGS,
     KEPT_IN_VIEW,
     KINDS,
     LOST_BOOT,
@@ -130,7 +131,13 @@ from scheduler.objects import (
 )
 from scheduler.rpc import RequestContext
 from scheduler.store import Consumer, GroupClaim, InstanceReport, RunningInstance
-from scheduler.store.base import ChangeFeed, InstanceStore, PlacementStore, ServiceStore
+from scheduler.store.base import (
+    ChangeFeed,
+    InstanceStore,
+    PendingIndex,
+    PlacementStore,
+    ServiceStore,
+)
 
 LOG = get_logger(__name__)
 
@@ -138,7 +145,9 @@ LOG = get_logger(__name__)
 LOOKUP_BATCH = 500
 
 
-class ReconcilerStore(PlacementStore, InstanceStore, ServiceStore, ChangeFeed, Protocol):
+class ReconcilerStore(
+    PlacementStore, InstanceStore, PendingIndex, ServiceStore, ChangeFeed, Protocol
+):
     """What the reconciler reads and repairs: reports, records, allocations
     (and the heartbeats of the hosts whose reports are stale)."""
 
@@ -291,6 +300,7 @@ class Reconciler:
                 for r in records.values()
                 if r.state == ERROR and r.fault == LOST_FAULT
             ),
+            *pending.audit(self.store, records, self._found, now),
             *(
                 self._found(STALE_REPORT, "", host, why, now)
                 for host, why in stale_reports(
@@ -474,6 +484,8 @@ class Reconciler:
         elif finding.kind == ORPHAN_ALLOCATION:
             released = self.store.release(finding.uuid)
             finding = replace(finding, outcome="released" if released else SKIPPED)
+        elif finding.kind in INDEX_FINDINGS:
+            finding = pending.repair_index(self.store, finding)
         elif finding.kind == LOST_VM:
             finding = repairs.lost_vm(
                 self.store, finding, self.settings.lost_vm_action, self._clock
@@ -502,7 +514,7 @@ class Reconciler:
         """The finding as the store is now (None: it no longer holds)."""
         listed = self.store.list_instances([finding.uuid])
         record = listed[0] if listed else None
-        if finding.kind in RECORD_JUDGED:
+        if finding.kind in RECORD_JUDGED | INDEX_FINDINGS:
             return finding if still_contradicted(finding, record) else None
         consumer = self.store.get_consumer(finding.uuid)
         if finding.kind == ORPHAN_ALLOCATION:
@@ -521,8 +533,7 @@ class Reconciler:
         return replace(finding, reason=found[1])
 
     def _migrations(self) -> Mapping[str, InstanceRecord]:
-        """The records of the moves in flight by migration uuid, read once per
-        repair (a consumer with no record of its own may be a migration's)."""
+        """Moves in flight by migration uuid, read once per repair (whose may a consumer be)."""
         if self._moving is None:
             self._moving = moves_in_flight(self.store.scan_instances(self.settings.batch))
         return self._moving

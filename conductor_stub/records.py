@@ -8,6 +8,8 @@ one of them wins and the loser changes nothing::
 
     BUILDING --build_succeeded--> ACTIVE
     BUILDING --no host / retries exhausted / timed out--> ERROR (claim released)
+    BUILDING --no host, and the request waits--> PENDING (nothing held; indexed)
+    PENDING --retried--> BUILDING;  PENDING --waited max_wait--> ERROR
     ACTIVE --resize or cold migrate--> RESIZING --finished on the destination--> RESIZED
     RESIZING --cannot be placed / retries exhausted / timed out--> ACTIVE + fault
                                             (the source's allocation handed back)
@@ -57,7 +59,7 @@ from scheduler.objects import (
     ServerGroup,
     migration_uuid_for,
 )
-from scheduler.store import InstanceStore, PlacementStore, ServiceStore
+from scheduler.store import InstanceStore, PendingIndex, PlacementStore, ServiceStore
 
 LOG = get_logger(__name__)
 
@@ -89,10 +91,11 @@ class ConductorSettings:
 Clock = Callable[[], float]
 
 
-class ConductorStore(PlacementStore, InstanceStore, ServiceStore, Protocol):
-    """What the conductor uses: the instance records it owns, placement (it
-    claims alternates, releases and hands allocations back), and the service
-    records (an evacuation needs its source's compute down)."""
+class ConductorStore(PlacementStore, InstanceStore, PendingIndex, ServiceStore, Protocol):
+    """What the conductor uses: the instance records it owns and the index of
+    those waiting for capacity, placement (it claims alternates, releases and
+    hands allocations back), and the service records (an evacuation needs its
+    source's compute down)."""
 
 
 def fail_build(
@@ -103,20 +106,22 @@ def fail_build(
     *,
     cleanup_after: float | None = None,
     clock: Clock = time.time,
+    state: str = BUILDING,
 ) -> bool:
-    """BUILDING -> ERROR with ``fault``, then release the instance's claim.
+    """BUILDING (or ``state``: PENDING, which timed out) -> ERROR with
+    ``fault``, then release the instance's claim.
 
     ``fault`` and ``details`` are written masked
     (:func:`~scheduler.log.mask_secrets`), whatever text they quote. With
     ``cleanup_after``, the record keeps a deadline that many seconds out, when
     the sweeper releases once more whatever a late attempt claimed. False if
-    the instance was no longer BUILDING (nothing done).
+    the instance was no longer in ``state`` (nothing done).
     """
     now = clock()
     fault, details = mask_secrets(fault), mask_secrets(details)
     done = store.update_instance(
         uuid,
-        expected_states=[BUILDING],
+        expected_states=[state],
         state=ERROR,
         task_state=None,
         **placed_on(),

@@ -26,6 +26,9 @@ not heard back on:
   (see :mod:`conductor_stub.tasks.delete`).
 * SHELVING: the offload is cast again to the instance's host (see
   :mod:`conductor_stub.tasks.shelve`).
+* PENDING (waiting for capacity): its deadline is the end of its wait; past
+  it, the instance goes to ERROR, "No valid host was found." (see
+  :mod:`conductor_stub.pending`).
 
 After ``max_redrives`` re-drives the request has timed out: a boot ends in
 ERROR (claim released; the record keeps a clean-up deadline, when whatever
@@ -58,7 +61,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from conductor_stub import metrics, records
+from conductor_stub import metrics, pending, records
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.tasks.base import request_context
 from conductor_stub.tasks.delete import Deleter
@@ -74,6 +77,7 @@ from scheduler.objects import (
     DELETING,
     ERROR,
     MIGRATING,
+    PENDING,
     REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
@@ -102,7 +106,7 @@ class Sweeper:
     ``counts`` totals what every sweep did, by kind (``run_instance``,
     ``resize``, ``confirm``, ``revert``, ``terminate``, ``timed_out``,
     ``cleaned_up``, ``delete_done_here``, ``shelve``, ``shelve_done_here``,
-    ``evacuate``, ``live_migrate``). ``deleter`` re-sends terminates,
+    ``evacuate``, ``live_migrate``, ``pending_timed_out``). ``deleter`` re-sends terminates,
     ``shelver`` offloads, ``evacuator`` evacuations and ``migrator`` live
     migrations (by default on the resizer's clients).
     """
@@ -174,6 +178,10 @@ class Sweeper:
             self._evacuate(record)
         elif record.state == MIGRATING:
             self._live_migrate(record)
+        elif record.state == PENDING:  # waited for capacity as long as it may
+            if pending.expire(self.store, record, self._clock):
+                self.counts["pending_timed_out"] += 1
+                metrics.TIMED_OUT.labels("pending").inc()
         else:  # nothing outstanding: a deadline left behind
             self.store.update_instance(record.uuid, expected_states=[record.state], deadline=None)
 

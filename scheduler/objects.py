@@ -515,9 +515,11 @@ DELETED = "DELETED"  # nothing held, nothing runs; the record expires after a re
 SHELVING = "SHELVING"  # its host is destroying the VM; the allocation is still held
 SHELVED_OFFLOADED = "SHELVED_OFFLOADED"  # on no host, holding nothing; unshelve places it
 MIGRATING = "MIGRATING"  # a live migration is under way; the instance runs on its source
+PENDING = "PENDING"  # found no host and waits for capacity, holding nothing
 #: Every state a record can be in (what ``conductor-stub list --state`` takes).
 STATES = (
     BUILDING,
+    PENDING,
     ACTIVE,
     ERROR,
     RESIZING,
@@ -577,6 +579,10 @@ class InstanceRecord:
     ``priority_class``, ``priority`` and ``preemptible`` are the request's
     priority class as it was when the instance was recorded
     (:func:`scheduler.priority.record_fields`; no class: None, 0, False).
+    ``max_wait`` is how many seconds the request may wait for capacity when
+    it finds no host (None: it fails at once; see
+    :mod:`conductor_stub.pending`), and ``waiting_since`` when it first found
+    none (None: it has not waited).
     """
 
     uuid: str
@@ -608,6 +614,8 @@ class InstanceRecord:
     priority_class: str | None = None
     priority: int = 0
     preemptible: bool = False
+    max_wait: float | None = None
+    waiting_since: float | None = None
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -642,6 +650,8 @@ class InstanceRecord:
             "priority_class": self.priority_class,
             "priority": self.priority,
             "preemptible": self.preemptible,
+            "max_wait": self.max_wait,
+            "waiting_since": self.waiting_since,
         }
 
     @classmethod
@@ -659,6 +669,9 @@ class InstanceRecord:
         known["preemptible"] = known.get("preemptible") is True
         priority = known.get("priority")
         known["priority"] = priority if type(priority) is int else 0
+        for name in ("max_wait", "waiting_since"):
+            value = known.get(name)
+            known[name] = float(value) if isinstance(value, int | float) else None
         return cls(**known)
 
 

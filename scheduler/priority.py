@@ -10,6 +10,12 @@ NAME``, and a flavor that names none gets ``[priority] default_class`` (or no
 class at all when that is unset: priority 0, not preemptible, as every
 instance was before classes existed).
 
+A class may also say that its requests **wait** for capacity when they find
+no host (the ``wait`` flag), instead of failing: such a request goes
+PENDING and is retried when capacity may have come back (see
+:mod:`conductor_stub.pending`). A boot may ask for it, or refuse it,
+whatever its class says (:func:`max_wait`).
+
 The class is resolved once, when the request is validated, and recorded on
 each instance's record with its priority and preemptibility as they were
 then: changing a class's value later changes new requests only (an instance
@@ -37,6 +43,8 @@ CLASS_SPEC = "sched:priority_class"
 PREEMPT, NEVER = "preempt", "never"
 #: The flag of an entry of ``[priority] classes`` that makes a class preemptible.
 PREEMPTIBLE = "preemptible"
+#: The flag of an entry of ``[priority] classes`` whose requests wait for capacity.
+WAIT = "wait"
 #: The bound of a priority, either way.
 MAX_PRIORITY = 1_000_000_000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -50,10 +58,13 @@ class PriorityClass:
     priority: int
     preemptible: bool = False
     preemption_policy: str = PREEMPT
+    #: Its requests wait for capacity (PENDING) rather than fail when no host fits.
+    wait: bool = False
 
     @classmethod
     def parse(cls, entry: str) -> PriorityClass:
-        """One entry of ``[priority] classes``: ``name:priority[:preemptible][:never]``.
+        """One entry of ``[priority] classes``:
+        ``name:priority[:preemptible][:never][:wait]``.
 
         :raises ValueError: naming the entry and what is wrong with it.
         """
@@ -73,15 +84,23 @@ class PriorityClass:
                 f"{entry!r}: the priority must be from -{MAX_PRIORITY} to {MAX_PRIORITY}"
             )
         flags = [f.strip() for f in flags_text.split(":")] if more else []
-        unknown = [f for f in flags if f not in (PREEMPTIBLE, NEVER)]
+        unknown = [f for f in flags if f not in (PREEMPTIBLE, NEVER, WAIT)]
         if unknown or len(set(flags)) != len(flags):
             raise ValueError(
-                f"{entry!r}: after the priority only {PREEMPTIBLE!r} and {NEVER!r} "
-                "may follow, each once"
+                f"{entry!r}: after the priority only {PREEMPTIBLE!r}, {NEVER!r} and "
+                f"{WAIT!r} may follow, each once"
             )
-        return cls(name, priority, PREEMPTIBLE in flags, NEVER if NEVER in flags else PREEMPT)
+        return cls(
+            name,
+            priority,
+            PREEMPTIBLE in flags,
+            NEVER if NEVER in flags else PREEMPT,
+            WAIT in flags,
+        )
 
     def to_primitive(self) -> dict[str, Any]:
+        """What explain and the notifications carry: the class as the
+        scheduler decides with it (``wait`` is the conductor's, not here)."""
         return {
             "name": self.name,
             "priority": self.priority,
@@ -96,6 +115,8 @@ class PriorityClass:
             traits.append(PREEMPTIBLE)
         if self.preemption_policy == NEVER:
             traits.append("never preempts")
+        if self.wait:
+            traits.append("waits for capacity")
         return f"{self.name} ({', '.join(traits)})"
 
 
@@ -170,3 +191,12 @@ def record_fields(chosen: PriorityClass | None) -> dict[str, Any]:
         "priority": chosen.priority,
         "preemptible": chosen.preemptible,
     }
+
+
+def max_wait(chosen: PriorityClass | None, asked: bool | None, limit: float) -> float | None:
+    """How long a request may wait for capacity (the record's ``max_wait``):
+    ``limit`` seconds when the request asks to wait (``asked`` True), or asks
+    nothing (None) and its class waits; None when it fails at once instead
+    (``asked`` False, or no class that waits, or a ``limit`` of 0)."""
+    wanted = asked if asked is not None else (chosen is not None and chosen.wait)
+    return float(limit) if wanted and limit > 0 else None

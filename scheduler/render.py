@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scheduler.exceptions import NotFound
-from scheduler.objects import MIGRATING, RESIZED, InstanceRecord
+from scheduler.objects import MIGRATING, PENDING, RESIZED, InstanceRecord
 from scheduler.priority import PriorityClass
 from scheduler.store.base import PlacementReader, Refusal, Store
 
@@ -118,6 +118,9 @@ def instance_view(
         "priority_class": record.priority_class,
         "priority": record.priority,
         "preemptible": record.preemptible,
+        "max_wait": record.max_wait,
+        "waiting_since": record.waiting_since,
+        "waits_until": record.deadline if record.state == PENDING else None,
         "allocations": {name: dict(amounts) for name, amounts in allocations.items()},
         "claimed_host": claimed_host,
         "redrives": record.redrives,
@@ -135,6 +138,17 @@ def priority_line(view: Mapping[str, Any]) -> str:
     if not name:
         return f"- (priority {priority})"
     return str(PriorityClass(name, priority, view.get("preemptible") is True))
+
+
+def waiting_line(view: Mapping[str, Any]) -> str:
+    """How an instance that may wait for capacity waits: ``up to 3600 s``, and
+    since when (and, PENDING, until when) once it has waited."""
+    line = f"for capacity, up to {view['max_wait']:g} s"
+    if view.get("waiting_since") is not None:
+        line += f"; since {when(view['waiting_since'])}"
+    if view.get("waits_until") is not None:
+        line += f", until {when(view['waits_until'])}"
+    return line
 
 
 def format_instance(view: Mapping[str, Any]) -> str:
@@ -187,6 +201,7 @@ def format_instance(view: Mapping[str, Any]) -> str:
         ("zone", show(view.get("availability_zone"))),
         ("request id", show(view.get("request_id"))),
         ("attempts", show(view["attempts"])),
+        *([("waiting", waiting_line(view))] if view.get("max_wait") is not None else []),
         *([("resize", migration)] if resize else []),
         *([("live migration", moving)] if live else []),
         ("fault", show(view["fault"])),

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_stub import records
+from conductor_stub import pending, records
 from conductor_stub.findings import LOST_FAULT
 from conductor_stub.records import ConductorStore
 from conductor_stub.tasks.base import (
@@ -69,7 +69,7 @@ from scheduler.objects import (
     Selection,
     ServerGroup,
 )
-from scheduler.priority import PriorityClasses, record_fields
+from scheduler.priority import PriorityClasses, max_wait, record_fields
 from scheduler.rpc import SEND_FAILURES, ComputeClient, RequestContext, SchedulerClient
 
 LOG = get_logger(__name__)
@@ -182,7 +182,9 @@ class Booter:
     heard back; past it, ``conductor-stub serve`` re-drives the request.
     Each record also keeps the request's priority class (one of
     ``priority_classes``, chosen by the flavor's ``sched:priority_class``),
-    its priority and preemptibility as they are now.
+    its priority and preemptibility as they are now, and how long it may
+    wait for capacity (``max_wait`` seconds, if it asks or its class does:
+    :func:`scheduler.priority.max_wait`; see :mod:`conductor_stub.pending`).
     """
 
     def __init__(
@@ -195,9 +197,11 @@ class Booter:
         lost_after: float = 300.0,
         new_id: Callable[[], str] | None = None,
         priority_classes: PriorityClasses | None = None,
+        max_wait: float = 0.0,
     ) -> None:
         self.store = store
         self.priority_classes = priority_classes or PriorityClasses()
+        self.max_wait = max_wait
         self.scheduler = scheduler
         self.compute = compute
         self.build_timeout = build_timeout
@@ -225,9 +229,13 @@ class Booter:
         image: Image | None = None,
         scheduler_hints: Mapping[str, Sequence[str]] | None = None,
         group: ServerGroup | None = None,
+        wait_for_capacity: bool | None = None,
     ) -> list[str]:
         """Create the records and send the requests; return the instance uuids.
 
+        ``wait_for_capacity`` True makes the request wait (PENDING) rather
+        than fail when no host fits, False makes it fail whatever its class
+        says, None leaves it to its class.
         The instances go into ``group`` (an existing server group), or a new
         group with ``group_policy``, or none; :attr:`group` names it after.
         The request spec is validated whole as a worker would (the same
@@ -256,7 +264,9 @@ class Booter:
             availability_zone=availability_zone,
             scheduler_hints=scheduler_hints,
         )
-        priority = record_fields(self.priority_classes.of(template.flavor.extra_specs))
+        chosen = self.priority_classes.of(template.flavor.extra_specs)
+        priority = record_fields(chosen)
+        waiting = max_wait(chosen, wait_for_capacity, self.max_wait)
         self.group = group
         uuids: list[str] = []
         for start in range(0, count, per_request):
@@ -281,6 +291,7 @@ class Booter:
                     deadline=now + self.build_timeout,
                     roles=tuple(req_ctxt.roles),
                     is_admin=req_ctxt.is_admin is True,
+                    max_wait=waiting,
                     **priority,
                 )
                 for u in batch
@@ -406,15 +417,25 @@ def select_and_build(
 ) -> None:
     """Select, then cast the builds. A refusal or no valid host puts the
     instances in ERROR (the user reads what the policy allows, the admin
-    details say why); no answer leaves their records' deadlines to re-drive
-    them; an instance deleted meanwhile gets no host and no build."""
+    details say why), or, no valid host for one that waits for capacity,
+    PENDING (:func:`~conductor_stub.pending.park`); no answer leaves their
+    records' deadlines to re-drive them; an instance deleted meanwhile gets
+    no host and no build."""
     try:
         selections = scheduler.select_destinations(
             ctxt, spec, uuids, return_alternates=return_alternates
         )
     except REFUSALS as exc:
+        waiting = (
+            {r.uuid: r for r in store.list_instances(uuids) if pending.waits(r)}
+            if isinstance(exc, NoValidHost)
+            else {}
+        )
         for uuid in uuids:
-            records.fail_build(store, uuid, policy.user_reason(exc), policy.admin_details(exc))
+            if uuid in waiting:
+                pending.park(store, waiting[uuid], policy.admin_details(exc))
+            else:
+                records.fail_build(store, uuid, policy.user_reason(exc), policy.admin_details(exc))
         return
     except NO_ANSWER as exc:
         LOG.warning(
@@ -443,10 +464,17 @@ class Builder(ReschedulingTask):
 
     def schedule_failed(self, uuid: str, reason: str, details: str) -> None:
         """The scheduler found no host for the instance, or refused it: ERROR,
-        unless another copy of a re-driven request placed it (that one reports)."""
+        or PENDING if it found no host and waits for capacity
+        (:func:`~conductor_stub.pending.park`), unless another copy of a
+        re-driven request placed it (that one reports)."""
         if self.store.get_consumer(uuid) is not None:
             LOG.info("schedule_failed_superseded", instance_uuid=uuid)
             return
+        if pending.no_valid_host(reason):
+            record = self.store.get_instance(uuid)
+            if pending.waits(record):
+                pending.park(self.store, record, details, clock=self._clock)
+                return
         records.fail_build(self.store, uuid, reason, details, clock=self._clock)
 
     def build_failed(

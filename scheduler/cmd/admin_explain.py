@@ -35,6 +35,7 @@ from scheduler.objects import (
     validate_instance_uuids,
 )
 from scheduler.render import resources_line, table
+from scheduler.store import make_store
 
 #: Exit status of ``explain``: the request would be placed / would not be.
 EXIT_PLACEABLE = 0
@@ -238,17 +239,54 @@ def format_filter_run(run: StageHosts) -> str:
     return "\n".join(lines)
 
 
+#: The arguments that describe a request, which --from-instance reads from the record.
+_SPEC_ARGUMENTS = ("flavor", "group_policy", "group_uuid", "availability_zone", "instance_uuid")
+
+
+def recorded_request(
+    conf: cfg.ConfigOpts, args: Any
+) -> tuple[RequestSpec, Sequence[str] | None, str | None]:
+    """``--from-instance``: the request spec an instance's record keeps (a
+    PENDING one's, waiting for capacity, say), for that one instance, with
+    its uuid and request id, so that its ties fall as its next try's will.
+
+    :raises InvalidRequest: an option that describes the request given too.
+    :raises InstanceNotFound: no such record.
+    """
+    given = [f"--{a.replace('_', '-')}" for a in _SPEC_ARGUMENTS if getattr(args, a)]
+    given += ["--count"] if args.count != 1 else []
+    if given:
+        raise InvalidRequest(
+            reason=f"--from-instance reads the request from the record: drop {', '.join(given)}"
+        )
+    store = make_store(conf)
+    try:
+        record = store.get_instance(args.from_instance)
+    finally:
+        store.close()
+    if not record.request_spec:
+        raise InvalidRequest(reason=f"instance {record.uuid} has no request spec recorded")
+    spec = RequestSpec.from_primitive(dict(record.request_spec)).replace(num_instances=1)
+    return spec, (record.uuid,), record.request_id
+
+
 def run(conf: cfg.ConfigOpts) -> Result:
     """``explain``: the dry run (or one filter run alone) a worker answers."""
     args = conf.command
     if args.all_hosts and _commands.fmt_of(args) != _commands.JSON:
         raise InvalidRequest(reason="--all-hosts needs --json (the summary is the readable form)")
-    spec = build_spec(args, load_catalog(conf.conductor.flavors_file))
-    uuids = (
-        validate_instance_uuids(args.instance_uuid, spec.num_instances)
-        if args.instance_uuid
-        else None
-    )
+    if args.from_instance:
+        spec, uuids, request_id = recorded_request(conf, args)
+    else:
+        if not args.flavor:
+            raise InvalidRequest(reason="give --flavor, or --from-instance UUID")
+        spec = build_spec(args, load_catalog(conf.conductor.flavors_file))
+        uuids = (
+            validate_instance_uuids(args.instance_uuid, spec.num_instances)
+            if args.instance_uuid
+            else None
+        )
+        request_id = args.request_id
     started = time.monotonic()
     broker.reach(
         conf,
@@ -261,7 +299,7 @@ def run(conf: cfg.ConfigOpts) -> Result:
     try:
         client = rpc.SchedulerClient(transport, conf.scheduler.topic, timeout=timeout)
         ctxt = rpc.RequestContext.admin(
-            user_id="scheduler-admin", project_id=args.project_id, request_id=args.request_id
+            user_id="scheduler-admin", project_id=args.project_id, request_id=request_id
         )
         try:
             if args.only_filter:
@@ -319,9 +357,18 @@ COMMAND = Command(
     arguments=(
         arg(
             "--flavor",
-            required=True,
             type=_cli.name,
-            help="Flavor name from the catalog (m1.* and [conductor] flavors_file).",
+            help="Flavor name from the catalog (m1.* and [conductor] flavors_file); "
+            "needed unless --from-instance.",
+        ),
+        arg(
+            "--from-instance",
+            metavar="UUID",
+            type=_cli.uuid,
+            help="Explain the request an instance's record keeps (one PENDING, waiting "
+            "for capacity, say: why it finds no host now), with its uuid and request id; "
+            "read from the store, so --flavor and the options describing a request are "
+            "not given.",
         ),
         arg(
             "--count",

@@ -65,6 +65,7 @@ from typing import Any, Protocol
 
 from scheduler.exceptions import InvalidRequest, StreamTruncated
 from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.priority import MAX_PRIORITY
 from scheduler.store.columns import CompactSnapshot
 from scheduler.store.records import (
     CORRUPT_CHANGE,
@@ -477,6 +478,47 @@ class InstanceStore(Protocol):
         """
 
 
+class PendingIndex(Protocol):
+    """The requests waiting for capacity (PENDING records), in the order they
+    are retried: priority first (higher first), then age (older first).
+
+    The index is the conductor's: it adds an entry once a record is PENDING
+    and removes it once the record has left PENDING. Its writes are not in
+    one step with the record's, so an entry may outlive its record's
+    PENDING state (its reader skips and removes it) or be missing for a
+    PENDING record (the reconciler puts it back); see
+    :mod:`conductor_stub.pending`.
+    """
+
+    @abc.abstractmethod
+    def add_pending(self, uuid: str, priority: int, created_at: float) -> None:
+        """Index ``uuid`` at (``priority``, ``created_at``); an entry it had is
+        replaced (idempotent)."""
+
+    @abc.abstractmethod
+    def remove_pending(self, uuid: str) -> bool:
+        """Drop ``uuid``'s entry; False when it had none (idempotent)."""
+
+    @abc.abstractmethod
+    def list_pending(self, limit: int = 1000) -> list[str]:
+        """The first ``limit`` uuids in retry order: priority descending, then
+        ``created_at`` ascending, ties by uuid."""
+
+
+def pending_member(uuid: str, priority: int, created_at: float) -> str:
+    """The pending index's sort key of one entry, as text whose byte order is
+    the retry order (priority descending, then age, then uuid): the one rule
+    both stores sort by (the Redis store as a sorted set's members of equal
+    score). The uuid is last, after the final ``:``."""
+    rank = MAX_PRIORITY - max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+    return f"{rank:010d}:{max(created_at, 0.0):020.6f}:{uuid}"
+
+
+def pending_uuid(member: str) -> str:
+    """The uuid of a :func:`pending_member`."""
+    return member.rpartition(":")[2]
+
+
 class RefusalLog(Protocol):
     """The last NoValidHosts, for "why did the last requests fail?"."""
 
@@ -490,7 +532,9 @@ class RefusalLog(Protocol):
         """The last ``limit`` refusals, newest first."""
 
 
-class Store(PlacementStore, ChangeFeed, ServiceStore, InstanceStore, RefusalLog, Protocol):
+class Store(
+    PlacementStore, ChangeFeed, ServiceStore, InstanceStore, PendingIndex, RefusalLog, Protocol
+):
     """Every part, and the housekeeping: what both implementations provide."""
 
     @abc.abstractmethod

@@ -33,6 +33,11 @@ key                 type    content
                             the member ``*indexed*`` at ``+inf`` once the
                             records written before the index existed were
                             indexed
+``pending``         zset    the requests waiting for capacity, every member at
+                            score 0 so that they sort by their text:
+                            ``pending_member`` (priority, age, uuid), the
+                            order the conductor retries them in
+``pending_members`` hash    instance uuid -> its member of ``pending``
 ``changes``         stream  the change feed: fields ``k`` (kind), ``d`` (JSON
                             data) and, for services, ``hb`` (last heartbeat)
 ``refusals``        list    the last NoValidHosts, newest first, at most
@@ -64,6 +69,8 @@ class Keys:
     reports: str
     instances: str
     deadlines: str
+    pending: str
+    pending_members: str
     changes: str
     refusals: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys

@@ -90,6 +90,7 @@ class MemoryStore(MemoryPlacement, MemoryServices, MemoryInstances):
                 self._reports,
                 self._instances,
                 self._due_key,
+                self._pending,
                 self._deleted,
                 self._refusals,
             ):

@@ -65,6 +65,7 @@ class MemoryBase(Store):
         # deadline, sorted (as Redis's sorted set orders them), and each one's key.
         self._due: list[tuple[float, str]] = []
         self._due_key: dict[str, tuple[float, str]] = {}
+        self._pending: dict[str, str] = {}  # uuid -> its pending_member
         self._feed: list[Change] = []  # the last changes fed, oldest first
         self._maxlen = stream_maxlen
         self._fed = 0  # changes ever fed: the last cursor is f"{_fed}-0"

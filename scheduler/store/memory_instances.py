@@ -1,6 +1,7 @@
-"""The in-process store's instance records, their delete fences and the
+"""The in-process store's instance records, their delete fences, the
 deadline index the conductor's sweep reads
-(:class:`scheduler.store.base.InstanceStore`)."""
+(:class:`scheduler.store.base.InstanceStore`) and the index of the requests
+waiting for capacity (:class:`scheduler.store.base.PendingIndex`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import DELETED, DELETING, InstanceRecord
-from scheduler.store.base import check_instance_changes
+from scheduler.store.base import check_instance_changes, pending_member, pending_uuid
 from scheduler.store.memory_base import MemoryBase
 
 
@@ -126,3 +127,18 @@ class MemoryInstances(MemoryBase):
         with self._lock:  # from the index: what is due, and nothing else
             due = itertools.takewhile(lambda key: key[0] <= now, self._due)
             return [self._instances[uuid] for _, uuid in itertools.islice(due, max(limit, 0))]
+
+    # the pending index
+
+    def add_pending(self, uuid: str, priority: int, created_at: float) -> None:
+        with self._lock:
+            self._pending[uuid] = pending_member(uuid, priority, created_at)
+
+    def remove_pending(self, uuid: str) -> bool:
+        with self._lock:
+            return self._pending.pop(uuid, None) is not None
+
+    def list_pending(self, limit: int = 1000) -> list[str]:
+        with self._lock:
+            members = sorted(self._pending.values())
+        return [pending_uuid(m) for m in members[: max(limit, 0)]]

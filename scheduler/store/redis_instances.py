@@ -1,5 +1,7 @@
-"""The Redis store's instance records, their delete fences and the deadline
-index the conductor's sweep reads (:class:`scheduler.store.base.InstanceStore`)."""
+"""The Redis store's instance records, their delete fences, the deadline
+index the conductor's sweep reads (:class:`scheduler.store.base.InstanceStore`)
+and the index of the requests waiting for capacity
+(:class:`scheduler.store.base.PendingIndex`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord
-from scheduler.store.base import check_instance_changes
+from scheduler.store.base import check_instance_changes, pending_member, pending_uuid
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import (
     changes_json,
@@ -204,3 +206,30 @@ class RedisInstances(RedisBase):
     @translated
     def _mark_indexed(self) -> None:
         self._client.zadd(self.keys.deadlines, {INDEX_COMPLETE: float("inf")})
+
+    # the pending index
+
+    @translated
+    def add_pending(self, uuid: str, priority: int, created_at: float) -> None:
+        self._write(
+            self._scripts.add_pending,
+            keys=(self.keys.pending, self.keys.pending_members),
+            args=(uuid, pending_member(uuid, priority, created_at)),
+        )
+
+    @translated
+    def remove_pending(self, uuid: str) -> bool:
+        return bool(
+            self._write(
+                self._scripts.remove_pending,
+                keys=(self.keys.pending, self.keys.pending_members),
+                args=(uuid,),
+            )
+        )
+
+    @translated
+    def list_pending(self, limit: int = 1000) -> list[str]:
+        if limit < 1:
+            return []
+        members = self._client.zrange(self.keys.pending, 0, limit - 1)
+        return [pending_uuid(str(m)) for m in members]

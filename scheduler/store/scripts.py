@@ -173,6 +173,8 @@ FINISH_DELETE = _script(
 )
 DUE_INSTANCES = _script("due_instances")
 INDEX_DEADLINES = _script("index_deadlines", _INDEX_DEADLINE)
+ADD_PENDING = _script("add_pending")
+REMOVE_PENDING = _script("remove_pending")
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ class Scripts:
     move_allocations: Script
     due_instances: Script
     index_deadlines: Script
+    add_pending: Script
+    remove_pending: Script
     start_delete: Script
     finish_delete: Script
     heal_allocation: Script
@@ -221,6 +225,8 @@ class Scripts:
             move_allocations=client.register_script(MOVE_ALLOCATIONS),
             due_instances=client.register_script(DUE_INSTANCES),
             index_deadlines=client.register_script(INDEX_DEADLINES),
+            add_pending=client.register_script(ADD_PENDING),
+            remove_pending=client.register_script(REMOVE_PENDING),
             start_delete=client.register_script(START_DELETE),
             finish_delete=client.register_script(FINISH_DELETE),
             heal_allocation=client.register_script(HEAL_ALLOCATION),

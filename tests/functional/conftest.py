@@ -54,6 +54,7 @@ LONGEST_FIRST = (
     "test_walkthrough.py",
     "test_worker_supervision.py",
     "test_redrive.py",
+    "test_pending.py",
     "test_cli.py",
     "test_shelve.py",
     "test_notification_bound.py",

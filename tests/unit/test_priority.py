@@ -12,6 +12,7 @@ from scheduler.priority import (
     PREEMPT,
     PriorityClass,
     PriorityClasses,
+    max_wait,
     record_fields,
 )
 
@@ -32,6 +33,11 @@ from scheduler.priority import (
             "infra:2000:never", PriorityClass("infra", 2000, preemption_policy=NEVER), id="never"
         ),
         pytest.param("low:-5", PriorityClass("low", -5), id="negative"),
+        pytest.param(
+            "batch:50:wait:preemptible",
+            PriorityClass("batch", 50, preemptible=True, wait=True),
+            id="wait",
+        ),
         pytest.param("b.1_x:+7", PriorityClass("b.1_x", 7), id="signed"),
     ],
 )
@@ -48,9 +54,11 @@ def test_an_entry_gives_its_class(entry: str, parsed: PriorityClass) -> None:
         pytest.param(":10", "the name must be", id="no-name"),
         pytest.param("sp ot:10", "the name must be", id="space-in-name"),
         pytest.param("spot:2000000000", "must be from -1000000000", id="too-high"),
-        pytest.param("spot:10:evictable", "only 'preemptible' and 'never'", id="unknown-flag"),
+        pytest.param(
+            "spot:10:evictable", "only 'preemptible', 'never' and 'wait'", id="unknown-flag"
+        ),
         pytest.param("spot:10:preemptible:preemptible", "each once", id="flag-twice"),
-        pytest.param("spot:10:", "only 'preemptible' and 'never'", id="empty-flag"),
+        pytest.param("spot:10:", "'never' and 'wait' may", id="empty-flag"),
     ],
 )
 def test_a_bad_entry_is_named_with_what_is_wrong(entry: str, problem: str) -> None:
@@ -119,3 +127,25 @@ def test_a_class_reads_as_the_commands_print_it() -> None:
         str(PriorityClass("infra", 2000, False, NEVER)) == "infra (priority 2000, never preempts)"
     )
     assert PriorityClass("x", 1).preemption_policy == PREEMPT
+
+
+@pytest.mark.parametrize(
+    ("wait", "asked", "limit", "expected"),
+    [
+        pytest.param(False, None, 600.0, None, id="class-fails-nothing-asked"),
+        pytest.param(True, None, 600.0, 600.0, id="class-waits-nothing-asked"),
+        pytest.param(True, False, 600.0, None, id="request-refuses-to-wait"),
+        pytest.param(False, True, 600.0, 600.0, id="request-asks-to-wait"),
+        pytest.param(True, True, 0.0, None, id="waiting-turned-off"),
+    ],
+)
+def test_how_long_a_request_may_wait(
+    wait: bool, asked: bool | None, limit: float, expected: float | None
+) -> None:
+    chosen = PriorityClass("c", 1, wait=wait)
+    assert max_wait(chosen, asked, limit) == expected
+
+
+def test_a_request_with_no_class_waits_only_when_it_asks() -> None:
+    assert max_wait(None, None, 60.0) is None
+    assert max_wait(None, True, 60.0) == 60.0

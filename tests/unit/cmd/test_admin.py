@@ -29,7 +29,7 @@ from scheduler.explain import (
     WeigherShare,
 )
 from scheduler.flavors import load_catalog
-from scheduler.objects import AllocationRequest, InstanceRecord
+from scheduler.objects import PENDING, AllocationRequest, InstanceRecord
 from scheduler.priority import PriorityClass
 from scheduler.store import InstanceReport, MemoryStore, RunningInstance
 from scheduler.store.base import Aggregate, Inventory, Provider, Refusal, Service
@@ -479,6 +479,7 @@ def explain_conf(**overrides: Any) -> SimpleNamespace:
         "only_filter": None,
         "request_id": None,
         "instance_uuid": [],
+        "from_instance": None,
     }
     command = args(**{**defaults, **overrides})
     return SimpleNamespace(command=command, conductor=SimpleNamespace(flavors_file=None))
@@ -498,6 +499,14 @@ def explain_conf(**overrides: Any) -> SimpleNamespace:
             id="uuids-not-as-many-as-count",
         ),
         pytest.param(explain_conf(instance_uuid=["nope"]), "instance_uuids", id="not-a-uuid"),
+        pytest.param(
+            explain_conf(flavor=None), "give --flavor, or --from-instance UUID", id="no-request"
+        ),
+        pytest.param(
+            explain_conf(from_instance=uuid_of("i1"), count=2),
+            "--from-instance reads the request from the record: drop --flavor, --count",
+            id="from-instance-and-a-request",
+        ),
     ],
 )
 def test_explain_refuses_before_asking_a_worker(given: SimpleNamespace, message: str) -> None:
@@ -1059,7 +1068,7 @@ def test_audit_prints_each_finding_and_the_counts_and_exits_1(
         "findings: stray_vm=0 lost_record=0 missing_allocation=0 orphan_allocation=1 lost_boot=0 "
         "lost_vm=0"
         " misplaced_vm=0 lost_delete=0 lost_shelve=0 lost_resize=0 overcommit=0"
-        " stale_report=0"
+        " stale_report=0 pending_unindexed=0 stale_pending=0"
     )
     assert one_host.get_consumer(orphan) is not None  # no --fix: nothing done
 
@@ -1229,3 +1238,23 @@ def test_format_explain_names_the_request_s_priority_class() -> None:
     assert ExplainReport.from_primitive(primitive) == with_class
     del primitive["priority_class"]
     assert ExplainReport.from_primitive(primitive).priority_class is None
+
+
+def test_explain_from_instance_reads_the_recorded_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore()
+    spec = admin_explain.build_spec(args(count=3), load_catalog())
+    uuid = uuid_of("pending-one")
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid=uuid, state=PENDING, request_spec=spec.to_primitive(), request_id="req-7"
+            )
+        ]
+    )
+    monkeypatch.setattr(admin_explain, "make_store", lambda conf: store)
+    given = explain_conf(flavor=None, from_instance=uuid).command
+    found, uuids, request_id = admin_explain.recorded_request(None, given)  # type: ignore[arg-type]
+    assert (found.flavor.name, found.num_instances) == ("m1.small", 1)
+    assert (list(uuids or ()), request_id) == ([uuid], "req-7")

@@ -273,7 +273,7 @@ def test_what_a_command_opened_is_closed_once_last_first_however_it_ends() -> No
             "classes = spot:x, gold:1:maybe, ok:5\n",
             "[priority] classes = 'spot:x, gold:1:maybe, ok:5' in {path}: 'spot:x': the "
             "priority 'x' is not an integer; 'gold:1:maybe': after the priority only "
-            "'preemptible' and 'never' may follow, each once",
+            "'preemptible', 'never' and 'wait' may follow, each once",
             id="every-bad-entry",
         ),
         pytest.param(

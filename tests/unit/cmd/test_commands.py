@@ -233,14 +233,16 @@ def test_a_command_with_nothing_to_format_takes_no_format(
         pytest.param(
             "conductor-stub",
             ["list", "--state", "x" * 10240],
-            "--state: expected one of BUILDING, ACTIVE, ERROR, RESIZING, RESIZED, REBUILDING, "
+            "--state: expected one of BUILDING, PENDING, ACTIVE, ERROR, RESIZING, RESIZED, "
+            "REBUILDING, "
             f"MIGRATING, SHELVING, SHELVED_OFFLOADED, DELETING, DELETED, got '{'x' * 64}...'",
             id="state-10KB",
         ),
         pytest.param(  # D12: said "no instances" and exit 0
             "conductor-stub",
             ["list", "--state", "FOO"],
-            "--state: expected one of BUILDING, ACTIVE, ERROR, RESIZING, RESIZED, REBUILDING, "
+            "--state: expected one of BUILDING, PENDING, ACTIVE, ERROR, RESIZING, RESIZED, "
+            "REBUILDING, "
             "MIGRATING, SHELVING, SHELVED_OFFLOADED, DELETING, DELETED, got 'FOO'",
             id="state-unknown",
         ),

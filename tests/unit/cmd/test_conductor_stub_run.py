@@ -84,7 +84,13 @@ def conf(*argv: str, notifications: bool = False) -> Any:
         filter_scheduler=SimpleNamespace(enabled_filters=list(DEFAULT_FILTERS)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC, service_down_time=60),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
-        priority=SimpleNamespace(classes=[], default_class=None),
+        priority=SimpleNamespace(
+            classes=[],
+            default_class=None,
+            max_wait=3600.0,
+            pending_retry_interval=60.0,
+            pending_retry_batch=20,
+        ),
         notifications=SimpleNamespace(
             enabled=notifications,
             topic="notifications",

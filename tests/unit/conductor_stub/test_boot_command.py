@@ -56,7 +56,7 @@ def scheduler(monkeypatch: pytest.MonkeyPatch) -> Recorded:
     return recorded
 
 
-def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
+def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS, max_wait: float = 600.0) -> int:
     """``conductor-stub boot ARGS``, parsed by the command's own parser."""
     parser = argparse.ArgumentParser()
     cmd._add_commands(parser.add_subparsers(dest="name"))
@@ -67,13 +67,13 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS) -> int:
         filter_scheduler=SimpleNamespace(enabled_filters=list(filters)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
-        priority=SimpleNamespace(classes=CLASSES, default_class="standard"),
+        priority=SimpleNamespace(classes=CLASSES, default_class="standard", max_wait=max_wait),
     )
     return _commands.emit(commands.boot(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
 
 
 #: The ``[priority] classes`` of these boots (``standard`` the default class).
-CLASSES = ["standard:100", "spot:10:preemptible"]
+CLASSES = ["standard:100", "spot:10:preemptible", "batch:50:wait"]
 
 
 def member(store: MemoryStore, group: ServerGroup | None) -> str:
@@ -251,3 +251,41 @@ def test_the_console_script_says_a_mistake_in_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("conductor-stub: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "max_wait"),
+    [
+        pytest.param((), None, id="class-does-not-wait"),
+        pytest.param(("--wait-for-capacity",), 600.0, id="asked-to-wait"),
+        pytest.param(("--extra-spec", "sched:priority_class=batch"), 600.0, id="class-waits"),
+        pytest.param(
+            ("--extra-spec", "sched:priority_class=batch", "--no-wait-for-capacity"),
+            None,
+            id="asked-not-to-wait",
+        ),
+    ],
+)
+def test_boot_records_how_long_the_request_may_wait(
+    store: MemoryStore, scheduler: Recorded, args: tuple[str, ...], max_wait: float | None
+) -> None:
+    assert run("--flavor", "m1.tiny", *args) == 0
+    (record,) = store.list_instances()
+    assert record.max_wait == max_wait
+    assert record.waiting_since is None
+
+
+def test_boot_refuses_both_wait_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run("--wait-for-capacity", "--no-wait-for-capacity")
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_boot_refuses_to_wait_when_waiting_is_off(
+    store: MemoryStore, scheduler: Recorded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("--wait-for-capacity", max_wait=0.0) == 2
+    assert capsys.readouterr().err.strip() == (
+        "conductor-stub boot: --wait-for-capacity: waiting is turned off ([priority] max_wait = 0)"
+    )
+    assert store.list_instances() == [] and scheduler.calls == []

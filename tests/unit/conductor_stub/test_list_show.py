@@ -15,7 +15,7 @@ import pytest
 from conductor_stub import cmd, commands
 from scheduler.cmd import _commands
 from scheduler.exceptions import InstanceNotFound
-from scheduler.objects import ACTIVE, BUILDING, ERROR, AllocationRequest, InstanceRecord
+from scheduler.objects import ACTIVE, BUILDING, ERROR, PENDING, AllocationRequest, InstanceRecord
 from scheduler.priority import PriorityClass, record_fields
 from scheduler.store import MemoryStore
 from tests.unit.conductor_stub.helpers import SPEC
@@ -231,3 +231,27 @@ def test_show_names_the_host_a_building_instance_holds_its_claim_on(
     text = run(capsys, "show", uuid, "--admin")
     assert "  host           - (its claim is held on cmp-1; no build reported yet)" in text
     assert "claimed_host" not in json.loads(run(capsys, "show", uuid, "--json"))
+
+
+def test_show_and_list_say_how_a_pending_instance_waits(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uuid = record(store, PENDING)
+    since = 1_700_000_000.0
+    store.update_instance(uuid, max_wait=600.0, waiting_since=since, deadline=since + 600)
+    view = json.loads(run(capsys, "show", uuid, "--json"))
+    assert (view["state"], view["max_wait"], view["waits_until"]) == (
+        PENDING,
+        600.0,
+        since + 600,
+    )
+    text = run(capsys, "show", uuid).splitlines()
+    assert (
+        "  waiting     for capacity, up to 600 s; since 2023-11-14 22:13:20, "
+        "until 2023-11-14 22:23:20" in text
+    ), text
+    assert run(capsys, "list", "--state", "pending", "-f", "value").split() == [
+        uuid,
+        PENDING,
+        "-",
+    ]
