@@ -35,7 +35,7 @@ from oslo_config import cfg
 from conductor_stub import commands
 from scheduler import broker, log
 from scheduler import conf as conf_mod
-from scheduler.cmd import _cli, _commands
+from scheduler.cmd import _cli, _commands, _daemon
 from scheduler.cmd._commands import Arg, Command, OneOf, arg, one_of
 from scheduler.conf.unread import warn_unread
 from scheduler.exceptions import SchedulerError
@@ -483,9 +483,11 @@ def _main(argv: Sequence[str] | None) -> int:
         process=f"conductor-stub.{conf.command.name}",
         level="INFO" if conf.command.name == "serve" else "WARNING",
     )
-    if conf.command.name == "serve":
-        warn_unread(conf)
-    return run(conf)
+    if conf.command.name != "serve":
+        return run(conf)
+    warn_unread(conf)
+    # Stopped, its transports and store closed: the process ends now.
+    _daemon.exit_now(run(conf))
 
 
 #: The arguments that name a host (``dest`` of each): checked by :func:`run`.

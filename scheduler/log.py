@@ -182,6 +182,10 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+#: What :func:`masked` returns as it is (a tuple of types: checked faster than a union).
+_PLAIN = (bool, int, float)
+
+
 def masked(value: Any, _depth: int = 0) -> Any:
     """``value`` with every secret in it masked: strings as :func:`mask_secrets`
     says, lists, tuples, sets and mappings walked (a mapping's value under a
@@ -194,12 +198,13 @@ def masked(value: Any, _depth: int = 0) -> Any:
     """
     if isinstance(value, str):
         return mask_secrets(value)
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, _PLAIN):
         return value
     if isinstance(value, BaseException):
         return mask_secrets(repr(value))
     if _depth < _MAX_DEPTH:
-        if isinstance(value, Mapping):
+        # A dict by its exact type first: the ABC's check costs more than the rest.
+        if type(value) is dict or isinstance(value, Mapping):
             return {
                 k: MASK if isinstance(k, str) and is_secret_key(k) else masked(v, _depth + 1)
                 for k, v in value.items()

@@ -11,7 +11,8 @@ connection of its own, and waits once for the confirms of the whole batch.
 
 What goes on the wire is what the messagingv2 driver sends, made with
 oslo.messaging's own helpers (:func:`message`): the context sanitised as the
-Notifier does it, packed into ``_context_*`` keys, a ``_unique_id``, the
+Notifier does it, packed into ``_context_*`` keys (once per notification,
+for both formats), a ``_unique_id``, the
 ``oslo.version`` / ``oslo.message`` envelope, published with kombu's JSON
 serializer on the control exchange with routing key ``<topic>.<priority>``.
 As the driver does, the queue named by the routing key is declared (with the
@@ -75,9 +76,12 @@ CONFIRM_TIMEOUT = 30.0
 def context(ctxt: Any) -> dict[str, Any]:
     """The request context as a notification carries it: sanitised as
     oslo.messaging's Notifier does (no token; a plain dict or None is
-    dropped), as a dict. One per request serves each of its notifications."""
+    dropped), packed into ``_context_*`` keys as its AMQP driver packs it.
+    Made once per notification, for each of its formats (:func:`message`)."""
     safe = _sanitize_context(ctxt)
-    return safe if isinstance(safe, dict) else safe.to_dict()
+    packed: dict[str, Any] = {}
+    rpc_amqp.pack_context(packed, safe if isinstance(safe, dict) else safe.to_dict())
+    return packed
 
 
 def message(
@@ -85,7 +89,7 @@ def message(
 ) -> dict[str, Any]:
     """The body the messagingv2 driver publishes for this notification, made
     as oslo.messaging's Notifier and AMQP driver make it (``context`` is
-    :func:`context`'s)."""
+    :func:`context`'s, already packed)."""
     msg = {
         "message_id": str(uuid.uuid4()),
         "publisher_id": publisher_id,
@@ -95,7 +99,7 @@ def message(
         "timestamp": str(timeutils.utcnow()),
     }
     rpc_amqp._add_unique_id(msg)
-    rpc_amqp.pack_context(msg, context)
+    msg.update(context)
     return rpc_common.serialize_msg(msg)
 
 

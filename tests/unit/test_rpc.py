@@ -711,3 +711,17 @@ def test_an_unexpected_error_passes_the_decorator_as_it_is() -> None:
     with pytest.raises(ValueError, match="a bug") as raised:
         method()
     assert raised.value.__traceback__ is not None  # the server logs it whole
+
+
+def test_a_server_made_here_stops_within_the_idle_poll(
+    transport: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # oslo.messaging's rabbit listener lets an idle wait grow to 5 s, and its
+    # stop() waits for that wait to end: every server made here caps it.
+    from oslo_messaging._drivers import amqpdriver
+
+    monkeypatch.setattr(amqpdriver, "ACK_REQUEUE_EVERY_SECONDS_MAX", 5.0)
+    rpc.get_server(transport, "prompt", "host", [])
+    assert amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX == rpc.transport.IDLE_POLL < 1
+    rpc.transport.prompt_stop(10.0)  # never raised again
+    assert amqpdriver.ACK_REQUEUE_EVERY_SECONDS_MAX == rpc.transport.IDLE_POLL
