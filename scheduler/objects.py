@@ -542,6 +542,9 @@ SHELVING_TASK = "shelving_offloading"  # shelve_offload_instance cast to the hos
 REBUILD_SCHEDULING = "rebuild_scheduling"  # evacuate: a destination asked for, not yet cast
 REBUILD_SPAWNING = "rebuild_spawning"  # rebuild_instance cast to the destination
 LIVE_MIGRATING = "migrating"  # pre-checks -> migration under way on a destination
+#: A boot whose claim evicted lower-priority instances (``victims``): built
+#: once their VMs are gone (:mod:`conductor_stub.tasks.preempt`).
+PREEMPTING = "preempting"
 
 
 @dataclass(frozen=True)
@@ -577,6 +580,9 @@ class InstanceRecord:
     ``priority_class``, ``priority`` and ``preemptible`` are the request's
     priority class as it was when the instance was recorded
     (:func:`scheduler.priority.record_fields`; no class: None, 0, False).
+    While a boot waits on the instances its claim evicted (task
+    ``preempting``), ``victims`` names them; a victim's ``preempted_by``
+    names the instance that evicted it (see :mod:`conductor_stub.tasks.preempt`).
     """
 
     uuid: str
@@ -608,6 +614,8 @@ class InstanceRecord:
     priority_class: str | None = None
     priority: int = 0
     preemptible: bool = False
+    victims: tuple[str, ...] = ()
+    preempted_by: str | None = None
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -642,6 +650,8 @@ class InstanceRecord:
             "priority_class": self.priority_class,
             "priority": self.priority,
             "preemptible": self.preemptible,
+            "victims": list(self.victims),
+            "preempted_by": self.preempted_by,
         }
 
     @classmethod
@@ -649,6 +659,7 @@ class InstanceRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
         known["pending_hosts"] = tuple(known.get("pending_hosts") or ())
+        known["victims"] = tuple(known.get("victims") or ())
         # Records written before these existed, or by Lua (an empty list is {}).
         roles = known.get("roles")
         known["roles"] = (
