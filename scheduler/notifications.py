@@ -33,7 +33,7 @@ import hashlib
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from scheduler import policy
@@ -747,22 +747,10 @@ class PreemptionPayload(EventPayload):
     victims: tuple[VictimPayload, ...]
 
     def legacy(self) -> dict[str, Any]:
-        return {
-            "instance_uuid": self.instance_uuid,
-            "request_id": self.request_id,
-            "host": self.host,
-            "node": self.node,
-            "priority_class": self.priority_class.name,
-            "priority": self.priority_class.priority,
-            "victims": [
-                {
-                    "instance_uuid": v.instance_uuid,
-                    "priority_class": v.priority_class,
-                    "priority": v.priority,
-                }
-                for v in self.victims
-            ],
-        }
+        out = {f: getattr(self, f) for f in ("instance_uuid", "request_id", "host", "node")}
+        chosen = self.priority_class
+        out.update(priority_class=chosen.name, priority=chosen.priority)
+        return {**out, "victims": [asdict(v) for v in self.victims]}
 
 
 #: Per versioned event type: its priority and its payload's class. Every event

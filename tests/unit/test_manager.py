@@ -1180,3 +1180,73 @@ def test_without_classes_a_request_has_none() -> None:
     r = rig()
     request = spec(ram=512).to_primitive()
     assert ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request)).priority_class is None
+
+
+# --- preemption ---------------------------------------------------------------------
+
+SPOT = uuid_of("spot-victim")
+
+
+def _full_of_spot(record_preemptor: bool = True) -> Rig:
+    """One host whose memory a spot instance holds whole; the boot's record."""
+    r = rig(host("h1", ram=2048), priority_classes=CLASSES)
+    r.store.create_instances(
+        [
+            InstanceRecord(
+                uuid=SPOT,
+                state="ACTIVE",
+                task_state=None,
+                host="h1",
+                priority_class="spot",
+                priority=10,
+                preemptible=True,
+            )
+        ]
+    )
+    r.store.claim(SPOT, AllocationRequest({uuid_of("h1"): {MEMORY_MB: 2048}}, "p", "u"))
+    if record_preemptor:
+        r.store.create_instances([InstanceRecord(uuid=BOOTED)])
+    return r
+
+
+def test_a_boot_that_finds_no_host_evicts_a_lower_priority_instance() -> None:
+    r = _full_of_spot()
+    r.endpoint.run_instance(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    # Placed by evicting, in one store step: no build cast, no failure told.
+    assert r.compute.calls == [] and r.conductor.calls == []
+    victim, preemptor = r.store.get_instance(SPOT), r.store.get_instance(BOOTED)
+    assert (victim.state, victim.preempted_by, victim.fault) == (
+        "DELETING",
+        BOOTED,
+        f"preempted by instance {BOOTED}",
+    )
+    assert (preemptor.task_state, preemptor.host, preemptor.victims) == (
+        "preempting",
+        "h1",
+        (SPOT,),
+    )
+    assert r.store.get_consumer(SPOT) is None and r.store.get_consumer(BOOTED) is not None
+    [(_, _, payload)] = [n for n in r.notifier.sent if n[1] == "scheduler.preempt"]
+    assert payload["victims"] == [
+        {"instance_uuid": SPOT, "priority_class": "spot", "priority": 10}
+    ]
+    assert (payload["instance_uuid"], payload["host"], payload["priority"]) == (BOOTED, "h1", 100)
+
+
+@pytest.mark.parametrize(
+    ("extra_specs", "record_preemptor"),
+    [
+        pytest.param({"sched:priority_class": "spot"}, True, id="no-lower-priority"),
+        pytest.param({}, False, id="no-boot-record"),
+    ],
+)
+def test_a_boot_that_may_not_evict_fails_and_evicts_nothing(
+    extra_specs: dict[str, str], record_preemptor: bool
+) -> None:
+    r = _full_of_spot(record_preemptor)
+    r.endpoint.run_instance(USER, spec(ram=1024, extra_specs=extra_specs).to_primitive(), [BOOTED])
+    [(name, (uuids, *_))] = r.conductor.calls
+    assert (name, uuids) == ("schedule_failed", [BOOTED])
+    assert r.store.get_instance(SPOT).state == "ACTIVE"
+    assert r.store.get_consumer(SPOT) is not None and r.store.get_consumer(BOOTED) is None
+    assert not [n for n in r.notifier.sent if n[1] == "scheduler.preempt"]
