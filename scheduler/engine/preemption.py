@@ -38,11 +38,13 @@ The search, in the host view (:meth:`Preemptor.find`):
 
 The view is left as it was. Nothing here claims: the store's atomic step,
 :meth:`scheduler.store.base.PlacementStore.claim_preempting`, takes the
-victims as read here (:meth:`Preemption.victims_as_read`) and refuses if
-any of them changed since. The search is what ``explain`` shows for a
-request that finds no host; no real request preempts yet (ending the
-victims' VMs before the preemptor is built is the conductor's, a later
-increment).
+victims as read here (:meth:`Preemption.victims_as_read`) and the records'
+changes (:meth:`Preemption.eviction`), and refuses if any of them changed
+since. The search is what ``explain`` shows for a request that finds no
+host, and what a boot that finds none claims with
+(:meth:`scheduler.manager.stages.Stages._preempt`); ending the victims' VMs
+before the preemptor is built is the conductor's
+(:mod:`conductor_stub.tasks.preempt`).
 """
 
 from __future__ import annotations

@@ -44,6 +44,11 @@ from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store.base import GroupClaim, RefusalLog
 from scheduler.store.records import Refusal
 
+#: How many times a boot searches again when the store refused its
+#: preempting step because what it read changed meanwhile (another request
+#: evicted the same instances, a victim was deleted or moved).
+PREEMPT_ATTEMPTS = 2
+
 #: One logger for the whole endpoint (its lines say ``scheduler.manager``).
 LOG = get_logger("scheduler.manager")
 #: The warnings a stream of requests can repeat without end (the same refusal,
@@ -216,20 +221,26 @@ class Stages:
         chosen = self._priority_of(spec)
         if chosen is None or not may_preempt(chosen):
             return None
-        found = self.engine.preemption(request_id, spec, instance_uuid)
-        if found is None:
-            return None
-        try:
-            claimed = self.engine.store.claim_preempting(
-                instance_uuid,
-                found.selection.allocation_request,
-                found.victims_as_read(),
-                chosen.priority,
-                GroupClaim.for_spec(spec, found.host),
-                eviction=found.eviction(request_id, time.time(), chosen.name, chosen.priority),
-            )
-        except (RecordChanged, ClaimFailed, ConsumerConflict, ConsumerDeleted) as exc:
-            LOG.info("preemption_refused", instance_uuid=instance_uuid, error=exc.message)
+        for attempt in range(1, PREEMPT_ATTEMPTS + 1):
+            found = self.engine.preemption(request_id, spec, instance_uuid)
+            if found is None:
+                return None
+            try:
+                claimed = self.engine.store.claim_preempting(
+                    instance_uuid,
+                    found.selection.allocation_request,
+                    found.victims_as_read(),
+                    chosen.priority,
+                    GroupClaim.for_spec(spec, found.host),
+                    eviction=found.eviction(request_id, time.time(), chosen.name, chosen.priority),
+                )
+                break
+            except (ConsumerConflict, ConsumerDeleted) as exc:  # another copy, or deleted
+                LOG.info("preemption_refused", instance_uuid=instance_uuid, error=exc.message)
+                return None
+            except (RecordChanged, ClaimFailed) as exc:  # what was read changed: again
+                LOG.info("preemption_refused", attempt=attempt, error=exc.message)
+        else:
             return None
         victims = [v.record for v in found.victims]
         LOG.info(
