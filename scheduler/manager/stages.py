@@ -44,9 +44,12 @@ from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.store.base import GroupClaim, RefusalLog
 from scheduler.store.records import Refusal
 
-#: How many times a boot searches again when the store refused its
-#: preempting step because what it read changed meanwhile (another request
-#: evicted the same instances, a victim was deleted or moved).
+#: How many times a boot searches when the store refused its preempting step
+#: because what it read changed meanwhile. Another request that evicted the
+#: same instances changed their host's usage, so the next search leaves that
+#: host out; a victim whose delete began without its host's usage changing
+#: stays in the search's pool until it is read again (``POOL_AGE``), and the
+#: boot then fails as it would have without preemption.
 PREEMPT_ATTEMPTS = 2
 
 #: One logger for the whole endpoint (its lines say ``scheduler.manager``).

@@ -1250,3 +1250,48 @@ def test_a_boot_that_may_not_evict_fails_and_evicts_nothing(
     assert r.store.get_instance(SPOT).state == "ACTIVE"
     assert r.store.get_consumer(SPOT) is not None and r.store.get_consumer(BOOTED) is None
     assert not [n for n in r.notifier.sent if n[1] == "scheduler.preempt"]
+
+
+def test_a_boot_whose_victims_another_evicted_first_searches_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another worker's preemption takes the same victim between this one's
+    search and its store step: the step is refused, and the search, run again,
+    evicts on the other host."""
+    r = rig(host("h1", ram=2048), host("h2", ram=2048), priority_classes=CLASSES)
+    spots = {name: uuid_of(f"spot-{name}") for name in ("h1", "h2")}
+    for name, uuid in spots.items():
+        r.store.create_instances(
+            [
+                InstanceRecord(
+                    uuid=uuid,
+                    state="ACTIVE",
+                    task_state=None,
+                    host=name,
+                    priority_class="spot",
+                    priority=10,
+                    preemptible=True,
+                )
+            ]
+        )
+        r.store.claim(uuid, AllocationRequest({uuid_of(name): {MEMORY_MB: 2048}}, "p", "u"))
+    rival = uuid_of("rival")
+    r.store.create_instances([InstanceRecord(uuid=BOOTED), InstanceRecord(uuid=rival)])
+    real = r.store.claim_preempting
+    steps: list[str] = []
+
+    def raced(consumer: str, request: AllocationRequest, *args: Any, **kwargs: Any) -> bool:
+        if not steps:  # the rival's step lands first, with the same victims
+            steps.append(rival)
+            real(rival, request, *args, **kwargs)
+        steps.append(consumer)
+        return real(consumer, request, *args, **kwargs)
+
+    monkeypatch.setattr(r.store, "claim_preempting", raced)
+    r.endpoint.run_instance(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert steps == [rival, BOOTED, BOOTED]
+    assert r.conductor.calls == []
+    booted, taken = r.store.get_instance(BOOTED), r.store.get_instance(rival)
+    assert {booted.host, taken.host} == {"h1", "h2"}
+    assert booted.victims == (spots[booted.host or ""],)
+    assert {r.store.get_instance(u).state for u in spots.values()} == {"DELETING"}
