@@ -123,6 +123,12 @@ class SchedulerEndpoint(Stages):
     ) -> list[list[dict[str, Any]]]:
         """Selections per instance, primary first; the primaries are claimed.
 
+        One instance that finds no host may be placed by evicting
+        (:meth:`Stages._preempt`, for a boot the conductor recorded): its one
+        Selection, no alternate. The build its caller casts is refused by
+        the compute until the victims are gone; the conductor casts it then
+        (:mod:`conductor_stub.tasks.preempt`).
+
         Each carries its host's availability zone only if the client asked for
         it (``return_zones``, RPC 1.3): an older client's Selection refuses
         the field.
@@ -163,13 +169,20 @@ class SchedulerEndpoint(Stages):
             if not isinstance(flag, bool):
                 raise InvalidRequest(reason=f"{name} must be a boolean")
         with self._selecting(ctxt, spec, uuids) as end:
-            selections = self._select(
-                "select_destinations",
-                request_id,
-                spec,
-                uuids,
-                return_alternates=return_alternates,
-            )
+            try:
+                selections = self._select(
+                    "select_destinations",
+                    request_id,
+                    spec,
+                    uuids,
+                    return_alternates=return_alternates,
+                )
+            except NoValidHost as exc:
+                found = self._preempting(ctxt, request_id, spec, uuids, exc)
+                if found is None:
+                    raise
+                # Claimed by evicting; the caller's build waits on the victims.
+                selections = {uuids[0]: [found.selection]}
             end["selections"] = _selected(selections)
         # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
         return [selections.get(u, []) for u in uuids]
@@ -317,8 +330,11 @@ class SchedulerEndpoint(Stages):
         exc: Exception,
     ) -> Preemption | None:
         """A boot of one instance that found no host, placed by evicting
-        (:meth:`Stages._preempt`); None for anything else. A boot of several
-        instances does not preempt (each would wait on its own victims)."""
+        (:meth:`Stages._preempt`); None for anything else. A request of
+        several instances does not preempt (each would wait on its own
+        victims); nor does a move (its record is not BUILDING, so the store's
+        step refuses it), nor a request with no record of the conductor's
+        (Nova's own ``select_destinations``)."""
         if not isinstance(exc, NoValidHost) or spec is None or len(uuids) != 1:
             return None
         try:

@@ -61,3 +61,32 @@ def test_a_high_priority_boot_on_a_full_cloud_evicts_a_spot_instance(
     assert [i["state"] for i in refused["instances"]] == ["ERROR"]
     assert cluster.store.get_instance(kept[0].uuid).state == "ACTIVE"
     worker.assert_kept_serving()
+
+
+@pytest.mark.timeout(300)
+def test_in_nova_s_flow_the_conductor_s_build_waits_for_the_victim(cluster: Cluster) -> None:
+    """``select_destinations``, then the builds cast by the caller: the build
+    cast at once is refused while the victim runs, and the conductor casts it
+    again once the victim is DELETED."""
+    cluster.write_config(priority=CLASSES, conductor={"sweep_interval": 0.5})
+    cluster.start_conductor()
+    compute = cluster.start_compute(1, "--memory-mb", "5000", "--vcpus", "4")
+    cluster.start_worker()
+    spot = cluster.boot(*SPOT, "--count", "2", "--mode", "select_destinations")
+    assert {i["state"] for i in spot["instances"]} == {"ACTIVE"}
+    booted = cluster.boot("--flavor", "m1.small", "--mode", "select_destinations")
+    (instance,) = booted["instances"]
+    assert instance["state"] == "ACTIVE", booted
+    victims = [
+        r
+        for r in cluster.store.list_instances([i["uuid"] for i in spot["instances"]])
+        if r.state == "DELETED"
+    ]
+    assert [v.preempted_by for v in victims] == [instance["uuid"]]
+    events = [
+        (e["event"], e["instance_uuid"])
+        for e in compute.log_events()
+        if e.get("event") in ("vm_started", "vm_stopped")
+    ]
+    started = events.index(("vm_started", instance["uuid"]))
+    assert ("vm_stopped", victims[0].uuid) in events[:started], events

@@ -1295,3 +1295,18 @@ def test_a_boot_whose_victims_another_evicted_first_searches_again(
     assert {booted.host, taken.host} == {"h1", "h2"}
     assert booted.victims == (spots[booted.host or ""],)
     assert {r.store.get_instance(u).state for u in spots.values()} == {"DELETING"}
+
+
+def test_select_destinations_places_one_instance_by_evicting() -> None:
+    """Nova's flow: the answer is the one claimed Selection (no alternate);
+    the instance waits on its victims as a run_instance boot does."""
+    r = _full_of_spot()
+    [[chosen]] = r.endpoint.select_destinations(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert chosen["host"] == "h1"
+    assert r.store.get_instance(BOOTED).task_state == "preempting"
+    assert r.store.get_instance(SPOT).state == "DELETING"
+    # Without the conductor's record (Nova's own select_destinations): no eviction.
+    r = _full_of_spot(record_preemptor=False)
+    with pytest.raises(NoValidHost):
+        unwrapped(r.endpoint.select_destinations)(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert r.store.get_instance(SPOT).state == "ACTIVE"
