@@ -36,7 +36,9 @@ Semantics (Placement's, where it is good):
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
 * A preempting claim (:meth:`PlacementStore.claim_preempting`) is a claim
   that first drops the allocations of named victims, in the same atomic
-  step, and only while each victim is as the scheduler read it.
+  step, and only while each victim is as the scheduler read it; the same
+  step fences the victims (DELETING, as a delete begins) and marks the
+  claimant's record as waiting on them.
 * Release is idempotent; it ends the consumer's server-group membership in
   the same step.
 * An instance being deleted is fenced (:meth:`InstanceStore.start_delete`):
