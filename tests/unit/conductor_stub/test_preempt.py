@@ -225,3 +225,17 @@ def test_nothing_is_built_for_a_preemptor_no_longer_waiting(cloud: Cloud) -> Non
     assert not cloud.endpoint.deleter.preempter.build_if_ready(uuid_of("nobody"))
     assert builds(cloud) == []
     assert cloud.store.get_instance(victim).state == ACTIVE
+
+
+def test_a_preemptor_deleted_while_it_waits_is_never_built(cloud: Cloud) -> None:
+    victim = running_victim(cloud)
+    preemptor = preempt(cloud, [victim])
+    cloud.deleter.delete(preemptor)  # its claim's host is asked too
+    sweeper(cloud, [NOW]).sweep()  # the victim's terminate
+    cloud.wire.deliver_all("terminate_instance")
+    cloud.wire.deliver_all("instance_terminated")
+    assert builds(cloud) == []
+    for uuid in (victim, preemptor):
+        assert cloud.store.get_instance(uuid).state == DELETED
+        assert cloud.store.get_consumer(uuid) is None
+    assert cloud.sim.hosts_running(victim) == cloud.sim.hosts_running(preemptor) == []
