@@ -8,7 +8,8 @@ the method runs, and the method checks it again where time has passed
 ==================================  ==========================================
 step                                due when the record says
 ==================================  ==========================================
-build_and_run_instance              BUILDING, its claim on this host
+build_and_run_instance              BUILDING, its claim on this host, not
+                                    waiting on the instances it preempts
 rebuild_instance                    REBUILDING under that migration, its claim
                                     on this host (the destination)
 prep_resize                         RESIZING under that migration, its claim
@@ -47,6 +48,7 @@ from scheduler.objects import (
     DELETING,
     FINAL_STATES,
     MIGRATING,
+    PREEMPTING,
     REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
@@ -67,8 +69,24 @@ def selected_host(selection: Any) -> str | None:
     return host if isinstance(host, str) else None
 
 
+def _not_preempting(record: InstanceRecord) -> str | None:
+    """A boot whose claim evicted others is built only once their VMs are gone
+    (the conductor moves it on from ``preempting`` then): the host never runs
+    a victim and its preemptor over capacity."""
+    if record.task_state == PREEMPTING:
+        return f"it waits on the instances it preempts: {', '.join(record.victims)}"
+    return None
+
+
 def build_step(instance_uuid: str, host: str | None) -> Step:
-    return Step("build_and_run_instance", instance_uuid, (BUILDING,), host=host, claim_on=host)
+    return Step(
+        "build_and_run_instance",
+        instance_uuid,
+        (BUILDING,),
+        host=host,
+        claim_on=host,
+        check=_not_preempting,
+    )
 
 
 def build(_: Any, a: Args) -> Step:

@@ -7,6 +7,9 @@ sends is recorded with a deadline in the instance record, in the store, and
 :class:`Sweeper` (run by ``conductor-stub serve``) re-drives the ones it has
 not heard back on:
 
+* BUILDING, waiting on the instances it preempts (task ``preempting``): built
+  if they are gone, else it waits one more ``delete_timeout``, up to
+  ``max_redrives`` times, then ERROR (see :mod:`conductor_stub.tasks.preempt`).
 * BUILDING: ``run_instance`` is sent again for the one instance, with the
   same request id and the hosts already tried ignored. Scheduling is
   idempotent per instance uuid (a claim the instance holds is reused, never
@@ -78,6 +81,7 @@ from scheduler.objects import (
     ERROR,
     MIGRATING,
     PENDING,
+    PREEMPTING,
     REBUILDING,
     RESIZE_CONFIRMING,
     RESIZE_REVERTING,
@@ -159,7 +163,9 @@ class Sweeper:
         return len(due)
 
     def _handle(self, record: InstanceRecord) -> None:
-        if record.state == BUILDING:
+        if record.state == BUILDING and record.task_state == PREEMPTING:
+            self._preempt(record)
+        elif record.state == BUILDING:
             self._boot(record)
         elif record.state == RESIZING:
             self._resize(record)
@@ -208,6 +214,18 @@ class Sweeper:
             request_context(record), records.build_spec(record), [record.uuid]
         )
         self._redriven("run_instance", record)
+
+    def _preempt(self, record: InstanceRecord) -> None:
+        """A boot waiting on the instances it preempts (never sent again: its
+        claim is held; see :mod:`conductor_stub.tasks.preempt`)."""
+        done = self.deleter.preempter.redrive(record)
+        if done == "preempt_wait":
+            self._redriven(done, record)
+            return
+        self.counts[done] += 1
+        if done == "timed_out":
+            metrics.TIMED_OUT.labels("run_instance").inc()
+            LOG.warning("request_timed_out", kind="preempt", redrives=record.redrives)
 
     def _resize(self, record: InstanceRecord) -> None:
         if record.redrives >= self.settings.max_redrives:

@@ -33,7 +33,7 @@ import hashlib
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from scheduler import policy
@@ -717,6 +717,42 @@ class ReconcileActionPayload(EventPayload):
         return {name: getattr(self, name) for name in _field_names(type(self))}
 
 
+@dataclass(frozen=True)
+class VictimPayload(NotificationObject):
+    """An instance a preemption evicts: its uuid and priority class."""
+
+    # Version 1.0: initial version
+    VERSION = "1.0"
+
+    instance_uuid: str
+    #: The class it was recorded with (None: none, priority 0).
+    priority_class: str | None
+    priority: int
+
+
+@dataclass(frozen=True)
+class PreemptionPayload(EventPayload):
+    """``scheduler.preempt``: a request that found no host claimed one by
+    evicting lower-priority preemptible instances there (their deletes
+    begun, the request's build cast once their VMs are gone)."""
+
+    # Version 1.0: initial version
+    VERSION = "1.0"
+
+    instance_uuid: str
+    request_id: str
+    host: str
+    node: str
+    priority_class: PriorityClassPayload
+    victims: tuple[VictimPayload, ...]
+
+    def legacy(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in ("instance_uuid", "request_id", "host", "node")}
+        chosen = self.priority_class
+        out.update(priority_class=chosen.name, priority=chosen.priority)
+        return {**out, "victims": [asdict(v) for v in self.victims]}
+
+
 #: Per versioned event type: its priority and its payload's class. Every event
 #: the scheduler publishes is here (and has its sample in doc/notification_samples).
 EVENTS: dict[str, tuple[str, type[EventPayload]]] = {
@@ -731,6 +767,7 @@ EVENTS: dict[str, tuple[str, type[EventPayload]]] = {
     "scheduler.resize.end": ("INFO", ResizePayload),
     "scheduler.resize.error": ("ERROR", SchedulingErrorPayload),
     "scheduler.reconcile.action": ("INFO", ReconcileActionPayload),
+    "scheduler.preempt": ("INFO", PreemptionPayload),
 }
 
 

@@ -544,6 +544,9 @@ SHELVING_TASK = "shelving_offloading"  # shelve_offload_instance cast to the hos
 REBUILD_SCHEDULING = "rebuild_scheduling"  # evacuate: a destination asked for, not yet cast
 REBUILD_SPAWNING = "rebuild_spawning"  # rebuild_instance cast to the destination
 LIVE_MIGRATING = "migrating"  # pre-checks -> migration under way on a destination
+#: A boot whose claim evicted lower-priority instances (``victims``): built
+#: once their VMs are gone (:mod:`conductor_stub.tasks.preempt`).
+PREEMPTING = "preempting"
 
 
 @dataclass(frozen=True)
@@ -583,6 +586,9 @@ class InstanceRecord:
     it finds no host (None: it fails at once; see
     :mod:`conductor_stub.pending`), and ``waiting_since`` when it first found
     none (None: it has not waited).
+    While a boot waits on the instances its claim evicted (task
+    ``preempting``), ``victims`` names them; a victim's ``preempted_by``
+    names the instance that evicted it (see :mod:`conductor_stub.tasks.preempt`).
     """
 
     uuid: str
@@ -616,6 +622,8 @@ class InstanceRecord:
     preemptible: bool = False
     max_wait: float | None = None
     waiting_since: float | None = None
+    victims: tuple[str, ...] = ()
+    preempted_by: str | None = None
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -652,6 +660,8 @@ class InstanceRecord:
             "preemptible": self.preemptible,
             "max_wait": self.max_wait,
             "waiting_since": self.waiting_since,
+            "victims": list(self.victims),
+            "preempted_by": self.preempted_by,
         }
 
     @classmethod
@@ -659,6 +669,7 @@ class InstanceRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["tried_hosts"] = tuple(known.get("tried_hosts") or ())
         known["pending_hosts"] = tuple(known.get("pending_hosts") or ())
+        known["victims"] = tuple(known.get("victims") or ())
         # Records written before these existed, or by Lua (an empty list is {}).
         roles = known.get("roles")
         known["roles"] = (

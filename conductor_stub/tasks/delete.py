@@ -30,6 +30,9 @@ and whatever order the casts arrive in:
    (for ``show`` and audits), then removed by the store itself.
 
 No host to wait on (an instance never placed, or in ERROR): step 4 at once.
+A preempting claim begins its victims' deletes itself (steps 1 and 2, in its
+own store step: see :mod:`conductor_stub.tasks.preempt`); once a victim is
+DELETED its preemptor is built if it waits on no other.
 A late result (a build that succeeded, a resize step, a live migration's
 result, a reschedule) finds
 the record DELETING or DELETED and is ignored. The record's deadline drives
@@ -48,6 +51,7 @@ from collections.abc import Callable, Sequence
 
 from conductor_stub.records import ConductorSettings, ConductorStore
 from conductor_stub.tasks.base import Task, request_context, wait_for
+from conductor_stub.tasks.preempt import Preempter
 from scheduler.exceptions import InstanceNotFound, ProviderNotFound
 from scheduler.log import get_logger
 from scheduler.objects import DELETED, DELETING, DELETING_TASK, InstanceRecord
@@ -67,6 +71,9 @@ class Deleter(Task):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(store, None, compute, settings, clock)
+        #: The preemptors waiting on the instances this deletes (a victim's
+        #: delete, begun by the preempting claim itself, is one like any other).
+        self.preempter = Preempter(store, compute, self.settings, clock)
 
     def delete(self, uuid: str) -> InstanceRecord:
         """Start deleting one instance (steps 1-3, or 4 at once with no host).
@@ -134,6 +141,7 @@ class Deleter(Task):
         )
         if record is not None and record.state == DELETED:
             LOG.info("instance_deleted", instance_uuid=uuid, host=host, forced=force)
+            self.preempter.victim_deleted(record)
         return record
 
     def instance_terminated(self, uuid: str, host: str) -> None:

@@ -194,7 +194,8 @@ class Engine:
         # and the weighers over the view; the pick, the claim and the alternates.
         self.stages = Stages(self.view, settings, self.filters, self.weighers)
         self.claims = Claims(self)
-        #: The preemption search (what explain shows; no request preempts yet).
+        #: The preemption search (what explain shows, and what a boot that
+        #: finds no host claims with: :meth:`preemption`).
         self.preemptor = Preemptor(self.view, self.stages, self.claims)
         #: Repeated request shapes decided from what their last decision found.
         self.shapes = ShapeCache(self.stages) if settings.shape_cache else None

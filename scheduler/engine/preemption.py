@@ -11,8 +11,9 @@ server group's strict policies included, as if those instances were gone.
 The search, in the host view (:meth:`Preemptor.find`):
 
 1. The pool: every instance that may be evicted by the request's priority
-   (:meth:`scheduler.store.Victim.unmatched`'s rule: ACTIVE with no task,
-   preemptible, priority strictly lower), with what it holds, read from the
+   (:func:`scheduler.store.records.eviction_refused`, the rule the store's
+   claim applies too: ACTIVE with no task, preemptible, priority strictly
+   lower), with what it holds, read from the
    store and kept for :data:`POOL_AGE` seconds (its instances on a host
    whose row changed since are left out meanwhile).
 2. By level, the lowest priority first: the pool's instances at or below
@@ -37,11 +38,13 @@ The search, in the host view (:meth:`Preemptor.find`):
 
 The view is left as it was. Nothing here claims: the store's atomic step,
 :meth:`scheduler.store.base.PlacementStore.claim_preempting`, takes the
-victims as read here (:meth:`Preemption.victims_as_read`) and refuses if
-any of them changed since. The search is what ``explain`` shows for a
-request that finds no host; no real request preempts yet (ending the
-victims' VMs before the preemptor is built is the conductor's, a later
-increment).
+victims as read here (:meth:`Preemption.victims_as_read`) and the records'
+changes (:meth:`Preemption.eviction`), and refuses if any of them changed
+since. The search is what ``explain`` shows for a request that finds no
+host, and what a boot that finds none claims with
+(:meth:`scheduler.manager.stages.Stages._preempt`); ending the victims' VMs
+before the preemptor is built is the conductor's
+(:mod:`conductor_stub.tasks.preempt`).
 """
 
 from __future__ import annotations
@@ -59,8 +62,8 @@ from scheduler.engine.placement import Placement, place
 from scheduler.explain import InstanceTrace, WouldPreempt
 from scheduler.objects import InstanceRecord, Selection
 from scheduler.priority import PREEMPT, PriorityClass
-from scheduler.store.base import Consumer, Victim
-from scheduler.store.records import VICTIM_STATES
+from scheduler.store.base import Consumer, Eviction, Victim
+from scheduler.store.records import eviction_refused
 
 if TYPE_CHECKING:
     from scheduler.engine.claims import Claims
@@ -134,6 +137,16 @@ class Preemption:
     def victims_as_read(self) -> list[Victim]:
         return [v.as_victim() for v in self.victims]
 
+    def eviction(
+        self, request_id: str, at: float, priority_class: str | None, priority: int
+    ) -> Eviction:
+        """What the claim writes on the records (:class:`Eviction`): the
+        preemptor placed on this host, its victims' delete due at ``at``."""
+        s = self.selection
+        return Eviction(
+            request_id, at, s.host, s.node, s.availability_zone, priority_class, priority
+        )
+
     def explained(self) -> WouldPreempt:
         """What explain shows of it."""
         return WouldPreempt(
@@ -200,8 +213,9 @@ class Preemptor:
             self.view.shift_usage(pool.shift, gone, +1)
 
     def pool(self, store: PreemptionReader, now: float) -> _Pool:
-        """Every preemptible instance that may be evicted (:data:`VICTIM_STATES`,
-        no task) on a host of the view, with what it holds there: read again
+        """Every instance that may be evicted by a higher priority
+        (:func:`~scheduler.store.records.eviction_refused`) on a host of the
+        view, with what it holds there: read again
         after :data:`POOL_AGE` seconds, or once the view reloaded or its change
         log no longer reaches back to the read."""
         pool = self._pool
@@ -215,13 +229,8 @@ class Preemptor:
         epoch, version = self.view.epoch, self.view.version
         found = []
         for record in store.scan_instances():
-            if not (
-                record.preemptible
-                and record.state in VICTIM_STATES
-                and record.task_state is None
-                and record.host is not None
-            ):
-                continue
+            if eviction_refused(record) is not None or record.host is None:
+                continue  # (the rule says it is on a host: narrowed for the index)
             index = self.view.index_of(record.host)
             held = store.get_consumer(record.uuid)
             if index is None or held is None or not self._on_host(held, index):

@@ -12,6 +12,7 @@ import oslo_messaging
 
 from scheduler import policy
 from scheduler.engine.plugins import UnknownPlugin
+from scheduler.engine.preemption import Preemption
 from scheduler.exceptions import (
     ConsumerConflict,
     Forbidden,
@@ -19,6 +20,7 @@ from scheduler.exceptions import (
     InvalidRequest,
     NoValidHost,
     SchedulerUnavailable,
+    StoreUnavailable,
 )
 from scheduler.log import bind_request
 from scheduler.manager.stages import LOG, RESIZE, RUN_INSTANCE, Stages, call_errors
@@ -121,6 +123,12 @@ class SchedulerEndpoint(Stages):
     ) -> list[list[dict[str, Any]]]:
         """Selections per instance, primary first; the primaries are claimed.
 
+        One instance that finds no host may be placed by evicting
+        (:meth:`Stages._preempt`, for a boot the conductor recorded): its one
+        Selection, no alternate. The build its caller casts is refused by
+        the compute until the victims are gone; the conductor casts it then
+        (:mod:`conductor_stub.tasks.preempt`).
+
         Each carries its host's availability zone only if the client asked for
         it (``return_zones``, RPC 1.3): an older client's Selection refuses
         the field.
@@ -161,13 +169,20 @@ class SchedulerEndpoint(Stages):
             if not isinstance(flag, bool):
                 raise InvalidRequest(reason=f"{name} must be a boolean")
         with self._selecting(ctxt, spec, uuids) as end:
-            selections = self._select(
-                "select_destinations",
-                request_id,
-                spec,
-                uuids,
-                return_alternates=return_alternates,
-            )
+            try:
+                selections = self._select(
+                    "select_destinations",
+                    request_id,
+                    spec,
+                    uuids,
+                    return_alternates=return_alternates,
+                )
+            except NoValidHost as exc:
+                found = self._preempting(ctxt, request_id, spec, uuids, exc)
+                if found is None:
+                    raise
+                # Claimed by evicting; the caller's build waits on the victims.
+                selections = {uuids[0]: [found.selection]}
             end["selections"] = _selected(selections)
         # An instance deleted meanwhile gets an empty list (no host, nothing claimed).
         return [selections.get(u, []) for u in uuids]
@@ -283,12 +298,20 @@ class SchedulerEndpoint(Stages):
                     assert spec is not None
                     selections = self._select("run_instance", request_id, spec, uuids)
                 except Exception as exc:
+                    failure: Exception = exc
+                    try:
+                        found = self._preempting(ctxt, request_id, spec, uuids, exc)
+                    except StoreUnavailable as down:  # dropped: the re-drive carries on
+                        found, failure = None, down
+                    if found is not None:  # placed; the conductor builds it
+                        end["selections"] = (SelectionPayload.of(uuids[0], [found.selection]),)
+                        return
                     self._cast_failed(
                         ctxt,
                         RUN_INSTANCE,
                         end,
                         uuids,
-                        exc,
+                        failure,
                         partial(self._schedule_failed, ctxt, uuids),
                         **_listed(uuids),
                     )
@@ -297,6 +320,30 @@ class SchedulerEndpoint(Stages):
                     self._cast_build(ctxt, uuid, spec, per_instance)
                     for uuid, per_instance in selections.items()
                 )
+
+    def _preempting(
+        self,
+        ctxt: Any,
+        request_id: str,
+        spec: RequestSpec | None,
+        uuids: Sequence[str],
+        exc: Exception,
+    ) -> Preemption | None:
+        """A boot of one instance that found no host, placed by evicting
+        (:meth:`Stages._preempt`); None for anything else. A request of
+        several instances does not preempt (each would wait on its own
+        victims); nor does a move (its record is not BUILDING, so the store's
+        step refuses it), nor a request with no record of the conductor's
+        (Nova's own ``select_destinations``)."""
+        if not isinstance(exc, NoValidHost) or spec is None or len(uuids) != 1:
+            return None
+        try:
+            return self._preempt(ctxt, request_id, spec, uuids[0])
+        except StoreUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - the boot fails as it would have
+            LOG.exception("preemption_failed", instance_uuid=uuids[0])
+            return None
 
     def _cast_build(
         self, ctxt: Any, instance_uuid: str, spec: RequestSpec, per_instance: Sequence[Selection]

@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.engine.pipeline import Engine
+from scheduler.engine.preemption import Preemption, may_preempt
 from scheduler.exceptions import (
+    ClaimFailed,
+    ConsumerConflict,
     ConsumerDeleted,
     Forbidden,
     InternalError,
     InvalidRequest,
     NoValidHost,
+    RecordChanged,
     SchedulerUnavailable,
     StoreError,
     StoreUnavailable,
@@ -25,14 +29,28 @@ from scheduler.exceptions import (
 from scheduler.filters.validation import validate_request
 from scheduler.log import RepeatLimiter, get_logger
 from scheduler.manager.stats import DecisionStats, count_rejections
-from scheduler.notifications import SchedulingErrorPayload, SchedulingPayload
+from scheduler.notifications import (
+    PreemptionPayload,
+    PriorityClassPayload,
+    SchedulingErrorPayload,
+    SchedulingPayload,
+    VictimPayload,
+)
 from scheduler.notifier import Notifier
 from scheduler.objects import MAX_INSTANCES_PER_REQUEST, Flavor, RequestSpec, Selection
 from scheduler.policy import admin_details, user_reason
 from scheduler.priority import PriorityClass
 from scheduler.rpc import ComputeClient, ConductorClient
-from scheduler.store.base import RefusalLog
+from scheduler.store.base import GroupClaim, RefusalLog
 from scheduler.store.records import Refusal
+
+#: How many times a boot searches when the store refused its preempting step
+#: because what it read changed meanwhile. Another request that evicted the
+#: same instances changed their host's usage, so the next search leaves that
+#: host out; a victim whose delete began without its host's usage changing
+#: stays in the search's pool until it is read again (``POOL_AGE``), and the
+#: boot then fails as it would have without preemption.
+PREEMPT_ATTEMPTS = 2
 
 #: One logger for the whole endpoint (its lines say ``scheduler.manager``).
 LOG = get_logger("scheduler.manager")
@@ -188,6 +206,67 @@ class Stages:
             except NoValidHost as exc:
                 self._notify_failure(ctxt, "select_destinations", uuids, exc)
                 raise
+
+    # --- preemption -----------------------------------------------------------------
+
+    def _preempt(
+        self, ctxt: Any, request_id: str, spec: RequestSpec, instance_uuid: str
+    ) -> Preemption | None:
+        """Place one instance that found no host by evicting lower-priority
+        preemptible instances, when its class may (None: it may not, no
+        eviction makes room, or the store refused the step because what was
+        read changed meanwhile: the caller fails the request as it would
+        have). The claim, the victims' fence and the instance's wait on them
+        are one store step (:meth:`PlacementStore.claim_preempting`); the
+        conductor ends the victims and then casts the build
+        (:mod:`conductor_stub.tasks.preempt`), so nothing is cast here but
+        ``scheduler.preempt``."""
+        chosen = self._priority_of(spec)
+        if chosen is None or not may_preempt(chosen):
+            return None
+        for attempt in range(1, PREEMPT_ATTEMPTS + 1):
+            found = self.engine.preemption(request_id, spec, instance_uuid)
+            if found is None:
+                return None
+            try:
+                claimed = self.engine.store.claim_preempting(
+                    instance_uuid,
+                    found.selection.allocation_request,
+                    found.victims_as_read(),
+                    chosen.priority,
+                    GroupClaim.for_spec(spec, found.host),
+                    eviction=found.eviction(request_id, time.time(), chosen.name, chosen.priority),
+                )
+                break
+            except (ConsumerConflict, ConsumerDeleted) as exc:  # another copy, or deleted
+                LOG.info("preemption_refused", instance_uuid=instance_uuid, error=exc.message)
+                return None
+            except (RecordChanged, ClaimFailed) as exc:  # what was read changed: again
+                LOG.info("preemption_refused", attempt=attempt, error=exc.message)
+        else:
+            return None
+        victims = [v.record for v in found.victims]
+        LOG.info(
+            "preempted",
+            instance_uuid=instance_uuid,
+            host=found.host,
+            victims=[v.uuid for v in victims],
+            repeated=not claimed,
+        )
+        if claimed:
+            self.notifier.info(
+                ctxt,
+                "scheduler.preempt",
+                PreemptionPayload(
+                    instance_uuid,
+                    request_id,
+                    found.host,
+                    found.selection.node,
+                    PriorityClassPayload.of(chosen),
+                    tuple(VictimPayload(v.uuid, v.priority_class, v.priority) for v in victims),
+                ),
+            )
+        return found
 
     # --- failures -------------------------------------------------------------------
 

@@ -36,7 +36,9 @@ Semantics (Placement's, where it is good):
   :class:`GroupPolicyViolation`, :class:`ProviderNotFound`).
 * A preempting claim (:meth:`PlacementStore.claim_preempting`) is a claim
   that first drops the allocations of named victims, in the same atomic
-  step, and only while each victim is as the scheduler read it.
+  step, and only while each victim is as the scheduler read it; the same
+  step fences the victims (DELETING, as a delete begins) and marks the
+  claimant's record as waiting on them.
 * Release is idempotent; it ends the consumer's server-group membership in
   the same step.
 * An instance being deleted is fenced (:meth:`InstanceStore.start_delete`):
@@ -73,6 +75,7 @@ from scheduler.store.records import (
     Change,
     Consumer,
     EndedInstance,
+    Eviction,
     GroupClaim,
     InstanceReport,
     Inventory,
@@ -95,6 +98,7 @@ __all__ = [
     "CompactSnapshot",
     "Consumer",
     "EndedInstance",
+    "Eviction",
     "GroupClaim",
     "InstanceReport",
     "RecordCheck",
@@ -184,21 +188,30 @@ class PlacementStore(PlacementReader, Protocol):
         victims: Sequence[Victim],
         priority: int,
         group: GroupClaim | None = None,
+        *,
+        eviction: Eviction,
     ) -> bool:
         """:meth:`claim`, evicting ``victims`` in the same atomic step.
 
-        Every victim must still be as read (:meth:`Victim.unmatched`: a live
-        ACTIVE record with the same ``updated_at``, preemptible and of a
-        priority strictly below ``priority``, holding exactly the
-        allocations read), else :class:`RecordChanged` naming it and
-        nothing is written. Then the victims' allocations and group
-        memberships are dropped and the claim is checked against what is
-        left (capacity, units, the group policy) and written; a refusal
-        there writes nothing either (the victims keep what they hold).
-        Every touched provider's generation goes up by one and feeds one
-        ``usage`` change. The victims' records are not changed: ending
-        their VMs is the caller's. A repeat for a consumer that already
-        holds exactly these allocations is a no-op (False), victims unread.
+        The claimant's record must be one :meth:`Eviction.unmatched` lets
+        claim (a boot being scheduled), and every victim must still be as
+        read (:meth:`Victim.unmatched`: a live ACTIVE record with the same
+        ``updated_at``, preemptible and of a priority strictly below
+        ``priority``, holding exactly the allocations read), else
+        :class:`RecordChanged` naming it and nothing is written. Then the
+        victims' allocations and group memberships are dropped and the
+        claim is checked against what is left (capacity, units, the group
+        policy) and written; a refusal there writes nothing either (the
+        victims keep what they hold). Every touched provider's generation
+        goes up by one and feeds one ``usage`` change.
+
+        In the same step the victims are fenced as :meth:`start_delete`
+        fences an instance (DELETING, every later claim for them refused)
+        with :meth:`Eviction.victim_fields` (their delete due at once, the
+        fault naming the claimant), and the claimant's record takes
+        :meth:`Eviction.preemptor_fields` (it waits on them). A repeat for
+        a consumer that already holds exactly these allocations is a no-op
+        (False), victims and records unread.
         """
 
     @abc.abstractmethod

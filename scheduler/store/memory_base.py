@@ -11,6 +11,7 @@ public method of every part holds the one lock for its whole run.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
@@ -87,6 +88,21 @@ class MemoryBase(Store):
         self._providers[provider.uuid] = provider
         self._append("provider", provider)
         return provider.generation
+
+    def _put_instance(self, record: InstanceRecord) -> None:
+        """Write a live record and keep its entry in the deadline index."""
+        self._instances[record.uuid] = record
+        self._index(record.uuid, record.deadline)
+
+    def _index(self, uuid: str, deadline: float | None) -> None:
+        old = self._due_key.get(uuid)
+        if old is not None and (deadline is None or old[0] != deadline):
+            del self._due[bisect.bisect_left(self._due, old)]
+            del self._due_key[uuid]
+        if deadline is not None and uuid not in self._due_key:
+            key = (deadline, uuid)
+            bisect.insort(self._due, key)
+            self._due_key[uuid] = key
 
     def _fenced(self, uuid: str) -> tuple[InstanceRecord | None, float] | None:
         """The instance's delete fence, if it has one that has not expired."""

@@ -5,7 +5,6 @@ waiting for capacity (:class:`scheduler.store.base.PendingIndex`)."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,21 +25,6 @@ class MemoryInstances(MemoryBase):
             for record in records:
                 if record.uuid not in self._instances:
                     self._put_instance(record)
-
-    def _put_instance(self, record: InstanceRecord) -> None:
-        """Write a live record and keep its entry in the deadline index."""
-        self._instances[record.uuid] = record
-        self._index(record.uuid, record.deadline)
-
-    def _index(self, uuid: str, deadline: float | None) -> None:
-        old = self._due_key.get(uuid)
-        if old is not None and (deadline is None or old[0] != deadline):
-            del self._due[bisect.bisect_left(self._due, old)]
-            del self._due_key[uuid]
-        if deadline is not None and uuid not in self._due_key:
-            key = (deadline, uuid)
-            bisect.insort(self._due, key)
-            self._due_key[uuid] = key
 
     def get_instance(self, uuid: str) -> InstanceRecord:
         with self._lock:

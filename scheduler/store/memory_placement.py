@@ -4,6 +4,7 @@ contract: :class:`scheduler.store.base.PlacementStore`)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
@@ -20,10 +21,11 @@ from scheduler.exceptions import (
     ProviderNotFound,
     RecordChanged,
 )
-from scheduler.objects import AllocationRequest
+from scheduler.objects import DELETING, AllocationRequest
 from scheduler.store.base import (
     Aggregate,
     Consumer,
+    Eviction,
     GroupClaim,
     Inventory,
     Provider,
@@ -131,9 +133,11 @@ class MemoryPlacement(MemoryBase):
         victims: Sequence[Victim],
         priority: int,
         group: GroupClaim | None = None,
+        *,
+        eviction: Eviction,
     ) -> bool:
         check_victims(consumer_uuid, victims, group)
-        return self._claim(consumer_uuid, request, group, tuple(victims), priority)
+        return self._claim(consumer_uuid, request, group, tuple(victims), priority, eviction)
 
     def _claim(
         self,
@@ -142,6 +146,7 @@ class MemoryPlacement(MemoryBase):
         group: GroupClaim | None,
         victims: tuple[Victim, ...],
         priority: int,
+        eviction: Eviction | None = None,
     ) -> bool:
         check_allocation_request(request)
         allocations = {rp: dict(res) for rp, res in request.allocations.items()}
@@ -153,6 +158,10 @@ class MemoryPlacement(MemoryBase):
                 if held.allocations == allocations:
                     return False
                 raise ConsumerConflict(consumer=consumer_uuid)
+            if eviction is not None:
+                why = eviction.unmatched(self._instances.get(consumer_uuid))
+                if why is not None:
+                    raise RecordChanged(uuid=consumer_uuid, why=why)
             leaving = [self._evictable(victim, priority) for victim in victims]
             touched = self._after_release(leaving)
             for rp in sorted(allocations):
@@ -186,7 +195,22 @@ class MemoryPlacement(MemoryBase):
                 usages, consumers = touched[rp]
                 self._set_usage(self._providers[rp], usages, consumers)
             self._hold(consumer_uuid, allocations, request, group)
+            if eviction is not None:
+                self._evict(consumer_uuid, victims, eviction)
             return True
+
+    def _evict(self, preemptor: str, victims: Sequence[Victim], eviction: Eviction) -> None:
+        """(Under the lock, the claim written.) The victims fenced and DELETING,
+        the preemptor's record waiting on them (see :class:`Eviction`)."""
+        for victim in victims:
+            fields = eviction.victim_fields(preemptor, victim)
+            fields["pending_hosts"] = tuple(fields["pending_hosts"])
+            record = replace(self._instances[victim.uuid], **fields, state=DELETING)
+            self._put_instance(record)
+            self._deleted[victim.uuid] = (None, math.inf)
+        fields = eviction.preemptor_fields(victims)
+        fields["victims"] = tuple(fields["victims"])
+        self._put_instance(replace(self._instances[preemptor], **fields))
 
     def _evictable(self, victim: Victim, priority: int) -> Consumer:
         """(Under the lock.) What the victim holds; RecordChanged unless it

@@ -18,7 +18,14 @@ from typing import Any
 
 from scheduler import rules
 from scheduler.exceptions import InvalidRequest
-from scheduler.objects import InstanceRecord, RequestSpec, validate_uuid
+from scheduler.objects import (
+    BUILDING,
+    DELETING_TASK,
+    PREEMPTING,
+    InstanceRecord,
+    RequestSpec,
+    validate_uuid,
+)
 
 # --- records ------------------------------------------------------------------------
 
@@ -407,6 +414,22 @@ class RecordCheck:
 VICTIM_STATES = ("ACTIVE",)
 
 
+def eviction_refused(record: InstanceRecord, priority: int | None = None) -> str | None:
+    """Why ``record`` may not be evicted by a request of ``priority`` (None: it
+    may): the one rule of who may be a victim, read by the preemption search
+    (with no ``priority``: by any higher one, the search compares priorities
+    itself) and by the preempting claim (:meth:`Victim.unmatched`, and its
+    mirror in ``lua/claim.lua``). In :data:`VICTIM_STATES`, with no task, on
+    a host, preemptible and of a priority strictly below ``priority``."""
+    if record.state not in VICTIM_STATES:
+        return f"instance is {record.state}"
+    if record.task_state is not None or record.host is None:
+        return "the record moved on"
+    if not record.preemptible or (priority is not None and record.priority >= priority):
+        return f"not preemptible by priority {priority}"
+    return None
+
+
 @dataclass(frozen=True)
 class Victim:
     """An instance a preempting claim evicts, as the scheduler read it: its
@@ -432,21 +455,80 @@ class Victim:
     ) -> str | None:
         """Why this victim may not be evicted by a claim of ``priority``
         (None: it may); the in-memory store's reading of the rule the Lua
-        claim applies: a live record, in :data:`VICTIM_STATES` with no task,
-        on the host and with the ``updated_at`` read, preemptible and of a
-        strictly lower priority, holding exactly the allocations read."""
+        claim applies: a live record that :func:`eviction_refused` lets go,
+        on the host and with the ``updated_at`` read, holding exactly the
+        allocations read."""
         if record is None:
             return "no instance record"
-        if record.state not in VICTIM_STATES:
-            return f"instance is {record.state}"
-        if (
-            record.task_state is not None
-            or record.host != self.host
-            or record.updated_at != self.updated_at
-        ):
+        why = eviction_refused(record, priority)
+        if why is not None:
+            return why
+        if record.host != self.host or record.updated_at != self.updated_at:
             return "the record moved on"
-        if not record.preemptible or record.priority >= priority:
-            return f"not preemptible by priority {priority}"
         if held is None or held.allocations != self.allocations:
             return "its allocation changed"
+        return None
+
+
+#: The state a preemptor's record must be in for its claim to evict: a boot
+#: being scheduled (the conductor recorded it and waits on the scheduler).
+PREEMPTOR_STATES = (BUILDING,)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What a preempting claim writes on the records, in its own atomic step
+    (:meth:`scheduler.store.base.PlacementStore.claim_preempting`): each
+    victim turns DELETING, its delete fenced and due at once (``at``), its
+    fault naming the preemptor; the preemptor's record (BUILDING) waits on
+    them (task ``preempting``, placed on ``host``). The conductor carries
+    both on (:mod:`conductor_stub.tasks.preempt`)."""
+
+    request_id: str
+    at: float
+    host: str
+    node: str
+    availability_zone: str | None = None
+    priority_class: str | None = None
+    priority: int = 0
+
+    def fault(self, preemptor: str) -> str:
+        """What a victim's user reads."""
+        return f"preempted by instance {preemptor}"
+
+    def victim_fields(self, preemptor: str, victim: Victim) -> dict[str, Any]:
+        """A victim's record fields once evicted (state DELETING besides)."""
+        return {
+            "task_state": DELETING_TASK,
+            "fault": self.fault(preemptor),
+            "fault_details": (
+                f"preempted by instance {preemptor} of priority class "
+                f"{self.priority_class} (priority {self.priority}), request "
+                f"{self.request_id}, on host {victim.host}"
+            ),
+            "preempted_by": preemptor,
+            "pending_hosts": [victim.host] if victim.host else [],
+            "request_id": self.request_id,
+            "redrives": 0,
+            "updated_at": self.at,
+            "deadline": self.at,
+        }
+
+    def preemptor_fields(self, victims: Sequence[Victim]) -> dict[str, Any]:
+        """The preemptor's record fields once its claim is written."""
+        return {
+            "task_state": PREEMPTING,
+            "host": self.host,
+            "node": self.node,
+            "availability_zone": self.availability_zone,
+            "victims": [v.uuid for v in victims],
+            "updated_at": self.at,
+        }
+
+    def unmatched(self, record: InstanceRecord | None) -> str | None:
+        """Why the preemptor's ``record`` may not take the claim (None: it may)."""
+        if record is None:
+            return "no instance record"
+        if record.state not in PREEMPTOR_STATES:
+            return f"instance is {record.state}"
         return None

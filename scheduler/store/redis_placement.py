@@ -13,6 +13,7 @@ from scheduler.objects import AllocationRequest
 from scheduler.store.base import (
     Aggregate,
     Consumer,
+    Eviction,
     GroupClaim,
     Inventory,
     Provider,
@@ -150,15 +151,24 @@ class RedisPlacement(RedisBase):
         victims: Sequence[Victim],
         priority: int,
         group: GroupClaim | None = None,
+        *,
+        eviction: Eviction,
     ) -> bool:
         check_victims(consumer_uuid, victims, group)
         keys, args = self._allocation_call(consumer_uuid, request, group)
         victims_json = json.dumps([v.to_primitive() for v in victims])
+        fields = json.dumps(
+            {
+                "preemptor": eviction.preemptor_fields(victims),
+                "victims": [eviction.victim_fields(consumer_uuid, v) for v in victims],
+            }
+        )
+        fences = tuple(self.keys.deleted_record(v.uuid) for v in victims)
         return bool(
             self._write(
                 self._scripts.claim,
-                keys=(*keys, self.keys.instances),
-                args=(*args, victims_json, int(priority)),
+                keys=(*keys, self.keys.instances, self.keys.deadlines, *fences),
+                args=(*args, victims_json, int(priority), fields),
             )
         )
 

@@ -45,7 +45,7 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
-from scheduler.store.records import VICTIM_STATES
+from scheduler.store.records import PREEMPTOR_STATES, VICTIM_STATES
 
 #: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
 DELETING_MARKER = "deleting"
@@ -125,7 +125,10 @@ CLAIM = _script(
     _SAVE_USAGE,
     _SAVE_CONSUMER,
     _LEAVE_GROUP,
+    _ENCODE_RECORD,
+    _INDEX_DEADLINE,
     victim_state=VICTIM_STATES[0],
+    preemptor_state=PREEMPTOR_STATES[0],
 )
 RELEASE = _script("release", _FAIL, _FEED, _RELEASE_CONSUMER, _checked(3))
 MOVE_ALLOCATIONS = _script(

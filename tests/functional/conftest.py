@@ -51,6 +51,7 @@ LONGEST_FIRST = (
     "test_reschedule.py",
     "test_drain.py",
     "test_boot.py",
+    "test_preemption.py",
     "test_walkthrough.py",
     "test_worker_supervision.py",
     "test_redrive.py",

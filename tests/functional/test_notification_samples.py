@@ -1,7 +1,7 @@
 """What the daemons publish, parsed as a consumer written against
 ``doc/notification_samples/`` would: a boot, a failed boot, a refused boot,
-a resize and one that cannot be placed, and select_destinations calls (one
-placed, one not), over RabbitMQ, in both formats (the default).
+a resize and one that cannot be placed, select_destinations calls (one
+placed, one not) and a boot that preempts, over RabbitMQ, in both formats (the default).
 
 Every versioned notification must match its event's sample (every field
 present with the sample's type, each object's version its own: see
@@ -62,7 +62,13 @@ def test_every_notification_of_a_run_parses_against_its_sample(
     # Short reconcile deadlines: the orphan claimed below is released (and
     # notified) within seconds.
     cluster.write_config(
-        conductor={"reconcile_interval": 1.0, "orphan_grace": 2.0, "report_max_age": 5.0}
+        conductor={
+            "reconcile_interval": 1.0,
+            "orphan_grace": 2.0,
+            "report_max_age": 5.0,
+            "sweep_interval": 0.5,
+        },
+        priority={"classes": "on-demand:1000, spot:10:preemptible", "default_class": "on-demand"},
     )
     cluster.start_conductor()
     cluster.start_compute(3, "--memory-mb", "16384")  # m1.xlarge fits nowhere
@@ -103,6 +109,14 @@ def test_every_notification_of_a_run_parses_against_its_sample(
     with pytest.raises(NoValidHost):
         client.select_destinations(rpc.RequestContext(), huge, [str(uuidlib.uuid4())])
     assert cluster.store.release(placed)  # as a conductor that gave up would
+    # A boot that preempts: a spot m1.large on each host (no two fit on one),
+    # then an on-demand one that fits only where a spot one is evicted.
+    spot = cluster.boot(
+        "--count", "3", "--flavor", "m1.large", "--extra-spec", "sched:priority_class=spot"
+    )
+    assert Counter(i["state"] for i in spot["instances"]) == {"ACTIVE": 3}, spot
+    preempting = cluster.boot("--flavor", "m1.large")
+    assert [i["state"] for i in preempting["instances"]] == ["ACTIVE"], preempting
     # An allocation no record holds: the conductor's reconciler releases it and
     # notifies scheduler.reconcile.action.
     orphan = str(uuidlib.uuid4())
@@ -147,8 +161,13 @@ def test_every_notification_of_a_run_parses_against_its_sample(
 
     scheduled = data("scheduler.run_instance.scheduled")
     assert {s["selection"]["nova_object.data"]["instance_uuid"] for s in scheduled} == {
-        i["uuid"] for i in booted["instances"]
-    }
+        i["uuid"] for i in (*booted["instances"], *spot["instances"])
+    }  # the preempting boot is built by the conductor: not "scheduled"
+    [preempt] = data("scheduler.preempt")
+    assert preempt["instance_uuid"] == preempting["instances"][0]["uuid"]
+    [victim] = preempt["victims"]
+    assert victim["nova_object.data"]["priority_class"] == "spot"
+    assert victim["nova_object.data"]["instance_uuid"] in {i["uuid"] for i in spot["instances"]}
     assert [d["state"] for d in data("scheduler.resize.end")] == ["scheduled", "error"]
     assert {d["request_spec"] is None for d in data("scheduler.run_instance.start")} == {
         True,

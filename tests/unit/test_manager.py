@@ -1180,3 +1180,133 @@ def test_without_classes_a_request_has_none() -> None:
     r = rig()
     request = spec(ram=512).to_primitive()
     assert ExplainReport.from_primitive(r.endpoint.explain(ADMIN, request)).priority_class is None
+
+
+# --- preemption ---------------------------------------------------------------------
+
+SPOT = uuid_of("spot-victim")
+
+
+def _full_of_spot(record_preemptor: bool = True) -> Rig:
+    """One host whose memory a spot instance holds whole; the boot's record."""
+    r = rig(host("h1", ram=2048), priority_classes=CLASSES)
+    r.store.create_instances(
+        [
+            InstanceRecord(
+                uuid=SPOT,
+                state="ACTIVE",
+                task_state=None,
+                host="h1",
+                priority_class="spot",
+                priority=10,
+                preemptible=True,
+            )
+        ]
+    )
+    r.store.claim(SPOT, AllocationRequest({uuid_of("h1"): {MEMORY_MB: 2048}}, "p", "u"))
+    if record_preemptor:
+        r.store.create_instances([InstanceRecord(uuid=BOOTED)])
+    return r
+
+
+def test_a_boot_that_finds_no_host_evicts_a_lower_priority_instance() -> None:
+    r = _full_of_spot()
+    r.endpoint.run_instance(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    # Placed by evicting, in one store step: no build cast, no failure told.
+    assert r.compute.calls == [] and r.conductor.calls == []
+    victim, preemptor = r.store.get_instance(SPOT), r.store.get_instance(BOOTED)
+    assert (victim.state, victim.preempted_by, victim.fault) == (
+        "DELETING",
+        BOOTED,
+        f"preempted by instance {BOOTED}",
+    )
+    assert (preemptor.task_state, preemptor.host, preemptor.victims) == (
+        "preempting",
+        "h1",
+        (SPOT,),
+    )
+    assert r.store.get_consumer(SPOT) is None and r.store.get_consumer(BOOTED) is not None
+    [(_, _, payload)] = [n for n in r.notifier.sent if n[1] == "scheduler.preempt"]
+    assert payload["victims"] == [
+        {"instance_uuid": SPOT, "priority_class": "spot", "priority": 10}
+    ]
+    assert (payload["instance_uuid"], payload["host"], payload["priority"]) == (BOOTED, "h1", 100)
+
+
+@pytest.mark.parametrize(
+    ("extra_specs", "record_preemptor"),
+    [
+        pytest.param({"sched:priority_class": "spot"}, True, id="no-lower-priority"),
+        pytest.param({}, False, id="no-boot-record"),
+    ],
+)
+def test_a_boot_that_may_not_evict_fails_and_evicts_nothing(
+    extra_specs: dict[str, str], record_preemptor: bool
+) -> None:
+    r = _full_of_spot(record_preemptor)
+    r.endpoint.run_instance(USER, spec(ram=1024, extra_specs=extra_specs).to_primitive(), [BOOTED])
+    [(name, (uuids, *_))] = r.conductor.calls
+    assert (name, uuids) == ("schedule_failed", [BOOTED])
+    assert r.store.get_instance(SPOT).state == "ACTIVE"
+    assert r.store.get_consumer(SPOT) is not None and r.store.get_consumer(BOOTED) is None
+    assert not [n for n in r.notifier.sent if n[1] == "scheduler.preempt"]
+
+
+def test_a_boot_whose_victims_another_evicted_first_searches_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another worker's preemption takes the same victim between this one's
+    search and its store step: the step is refused, and the search, run again,
+    evicts on the other host."""
+    r = rig(host("h1", ram=2048), host("h2", ram=2048), priority_classes=CLASSES)
+    spots = {name: uuid_of(f"spot-{name}") for name in ("h1", "h2")}
+    for name, uuid in spots.items():
+        r.store.create_instances(
+            [
+                InstanceRecord(
+                    uuid=uuid,
+                    state="ACTIVE",
+                    task_state=None,
+                    host=name,
+                    priority_class="spot",
+                    priority=10,
+                    preemptible=True,
+                )
+            ]
+        )
+        r.store.claim(uuid, AllocationRequest({uuid_of(name): {MEMORY_MB: 2048}}, "p", "u"))
+    rival = uuid_of("rival")
+    r.store.create_instances([InstanceRecord(uuid=BOOTED), InstanceRecord(uuid=rival)])
+    real = r.store.claim_preempting
+    steps: list[str] = []
+
+    def raced(consumer: str, request: AllocationRequest, *args: Any, **kwargs: Any) -> bool:
+        if not steps:  # the rival's step lands first, with the same victims
+            steps.append(rival)
+            real(rival, request, *args, **kwargs)
+        steps.append(consumer)
+        return real(consumer, request, *args, **kwargs)
+
+    monkeypatch.setattr(r.store, "claim_preempting", raced)
+    r.endpoint.run_instance(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert steps == [rival, BOOTED, BOOTED]
+    assert r.conductor.calls == []
+    booted, taken = r.store.get_instance(BOOTED), r.store.get_instance(rival)
+    assert {booted.host, taken.host} == {"h1", "h2"}
+    assert booted.victims == (spots[booted.host or ""],)
+    assert {r.store.get_instance(u).state for u in spots.values()} == {"DELETING"}
+
+
+def test_select_destinations_places_one_instance_by_evicting() -> None:
+    """Nova's flow: the answer is the one claimed Selection (no alternate);
+    the instance waits on its victims as a run_instance boot does."""
+    r = _full_of_spot()
+    [[chosen]] = r.endpoint.select_destinations(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert chosen["host"] == "h1"
+    assert r.store.get_instance(BOOTED).task_state == "preempting"
+    assert r.store.get_instance(SPOT).state == "DELETING"
+    # Without the conductor's record (Nova's own select_destinations): no eviction.
+    r = _full_of_spot(record_preemptor=False)
+    with pytest.raises(NoValidHost):
+        unwrapped(r.endpoint.select_destinations)(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    assert r.store.get_instance(SPOT).state == "ACTIVE"

@@ -44,6 +44,7 @@ FINGERPRINTS = {
     "InstancePCIRequestsPayload": "1.0-73e63b48d6d4251d551137b5e24508de",
     "InstanceScheduledPayload": "1.0-b0ca816f3a505e9709591d2534b70ee2",
     "ReconcileActionPayload": "1.0-5a8238bb8601ce6358e11daa985930e4",
+    "PreemptionPayload": "1.0-671e857abc38b7e4746e42f8aeae99cc",
     "PriorityClassPayload": "1.0-ee9948483804b0e304058597d0d085c3",
     "RequestSpecPayload": "1.1-3a5ca6730645aac4623f02606b534acb",
     "ResizePayload": "1.0-d178c5bdc245f4ad369b55976d54e198",
@@ -51,6 +52,7 @@ FINGERPRINTS = {
     "SchedulingPayload": "1.0-c64b29527f1826cb24001fe5d13c07a8",
     "SelectionPayload": "1.0-c13481170c819b2316fc4886458a3419",
     "ServerGroupPayload": "1.0-a70c08279850e67fc30cf1f38913dcb5",
+    "VictimPayload": "1.0-83698634cd4c57e74b4773baad772f62",
 }
 
 

@@ -1,15 +1,20 @@
 -- KEYS: changes, providers, consumers, groups, the consumer's delete fence
 -- (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid)
--- [, instances: a preempting claim's].
+-- [, instances, deadlines, each victim's delete fence in the victims' order:
+-- a preempting claim's].
 -- ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
 -- user, group uuid ('' for none), policy, host, max_server_per_host, the
 -- consumer holding the claimant's own membership ('' for none: see
 -- ``GroupClaim.own_consumer``) [, the victims JSON ([{uuid, allocations,
--- host, updated_at}]), the claimant's priority: a preempting claim's]. Returns 1
--- when claimed, 0 when the consumer already holds exactly this. A preempting
--- claim checks every victim (``Victim.unmatched``: RecordChanged), drops
--- their allocations and memberships, and checks the claim against what is
--- left; every check is made before the first write.
+-- host, updated_at}]), the claimant's priority, the eviction's record fields
+-- ({preemptor: fields, victims: [fields, in the victims' order]}): a
+-- preempting claim's]. Returns 1 when claimed, 0 when the consumer already
+-- holds exactly this. A preempting claim checks the claimant's record
+-- (``Eviction.unmatched``) and every victim (``Victim.unmatched``, its
+-- rule ``eviction_refused``): RecordChanged; drops their allocations and
+-- memberships, and checks the claim against what is left; every check is
+-- made before the first write. It then fences each victim (DELETING, as
+-- start_delete does) and writes the claimant's record (``Eviction``).
 
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -39,8 +44,19 @@ end
 -- The victims: each as read, then what is left once they are gone.
 local providers = {}
 local leaving = {}
+local evicted = {}
+local preemptor
 if KEYS[6] then
   local priority = tonumber(ARGV[12])
+  local raw = redis.call('HGET', KEYS[6], consumer)
+  preemptor = raw and cjson.decode(raw)
+  local why
+  if not preemptor then
+    why = 'no instance record'
+  elseif preemptor.state ~= '@{preemptor_state}' then
+    why = 'instance is ' .. tostring(preemptor.state)
+  end
+  if why then return fail('RecordChanged', {uuid = consumer, why = why}) end
   for _, v in ipairs(cjson.decode(ARGV[11])) do
     local why
     local raw = redis.call('HGET', KEYS[6], v.uuid)
@@ -52,10 +68,12 @@ if KEYS[6] then
     elseif record.state ~= '@{victim_state}' then
       why = 'instance is ' .. tostring(record.state)
     elseif (record.task_state ~= nil and record.task_state ~= cjson.null)
-        or record.host ~= v.host or record.updated_at ~= v.updated_at then
+        or record.host == nil or record.host == cjson.null then
       why = 'the record moved on'
     elseif record.preemptible ~= true or (tonumber(record.priority) or 0) >= priority then
       why = 'not preemptible by priority ' .. ARGV[12]
+    elseif record.host ~= v.host or record.updated_at ~= v.updated_at then
+      why = 'the record moved on'
     elseif not (c and covers(c.allocations, v.allocations) and covers(v.allocations, c.allocations)) then
       why = 'its allocation changed'
     end
@@ -70,6 +88,7 @@ if KEYS[6] then
       providers[rp] = p
     end
     leaving[#leaving + 1] = c
+    evicted[#evicted + 1] = record
   end
 end
 
@@ -160,4 +179,17 @@ for _, rp in ipairs(sorted_keys(providers)) do
   save_usage(KEYS[2], rp, p)
 end
 save_consumer(consumer, allocations, group, host)
+if preemptor then
+  local eviction = cjson.decode(ARGV[13])
+  for n, record in ipairs(evicted) do
+    for field, value in pairs(eviction.victims[n]) do record[field] = value end
+    record.state = 'DELETING'
+    redis.call('HSET', KEYS[6], record.uuid, encode_record(record))
+    index_deadline(KEYS[7], record.uuid, record)
+    redis.call('SET', KEYS[7 + n], '@{deleting_marker}')
+  end
+  for field, value in pairs(eviction.preemptor) do preemptor[field] = value end
+  redis.call('HSET', KEYS[6], consumer, encode_record(preemptor))
+  index_deadline(KEYS[7], consumer, preemptor)
+end
 return 1

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from scheduler.exceptions import ClaimFailed, NoValidHost
 from scheduler.objects import (
     ACTIVE,
+    BUILDING,
     DISK_GB,
     MEMORY_MB,
     VCPU,
@@ -170,12 +171,14 @@ def test_a_victim_in_the_group_frees_its_anti_affinity_host() -> None:
     found = eng.preemption("r", request, uuid_of("new"))
     assert found is not None
     assert (found.host, [v.record.uuid for v in found.victims]) == ("a", [uuid_of("m-a")])
+    store.create_instances([InstanceRecord(uuid=uuid_of("new"), state=BUILDING)])
     assert store.claim_preempting(
         uuid_of("new"),
         found.selection.allocation_request,
         found.victims_as_read(),
         100,
         GroupClaim.for_spec(request, found.host),
+        eviction=found.eviction("r", 1.0, "gold", 100),
     )
     assert store.group_hosts(anti.uuid) == {"a": 1, "b": 1}
 
@@ -245,6 +248,8 @@ def test_every_preemption_keeps_the_rules(
     group_claim = GroupClaim.for_spec(request, found.host)
     allocation = found.selection.allocation_request
     victims = found.victims_as_read()
+    store.create_instances([InstanceRecord(uuid=uuid_of("new"), state=BUILDING)])
+    evict = found.eviction("r", 1.0, cls, priority)
     # Minimal on the chosen host: giving any one victim back, the claim fails.
     for k in range(len(victims)):
         fewer = victims[:k] + victims[k + 1 :]
@@ -252,8 +257,12 @@ def test_every_preemption_keeps_the_rules(
             if not fewer:
                 store.claim(uuid_of("new"), allocation, group_claim)
             else:
-                store.claim_preempting(uuid_of("new"), allocation, fewer, priority, group_claim)
-    assert store.claim_preempting(uuid_of("new"), allocation, victims, priority, group_claim)
+                store.claim_preempting(
+                    uuid_of("new"), allocation, fewer, priority, group_claim, eviction=evict
+                )
+    assert store.claim_preempting(
+        uuid_of("new"), allocation, victims, priority, group_claim, eviction=evict
+    )
     assert_invariants(store, anti)
 
 

@@ -17,15 +17,34 @@ import pytest
 
 from scheduler.exceptions import (
     CapacityExceeded,
+    ConsumerDeleted,
     GroupPolicyViolation,
     InvalidRequest,
     RecordChanged,
 )
-from scheduler.objects import ACTIVE, RESIZING, InstanceRecord
-from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store, Victim
+from scheduler.objects import (
+    ACTIVE,
+    BUILDING,
+    DELETING,
+    DELETING_TASK,
+    PREEMPTING,
+    RESIZING,
+    InstanceRecord,
+)
+from scheduler.store import (
+    Eviction,
+    GroupClaim,
+    Inventory,
+    MemoryStore,
+    RedisStore,
+    Store,
+    Victim,
+)
 from tests.fixtures.store import REDIS_URL, ask
 
 HOST = "rp-host"
+#: The eviction every claim here makes: the preemptor "new" goes to HOST.
+EVICT = Eviction("req-preempt", 1765000100.25, HOST, "node-1", "az1", "gold", 10)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -39,6 +58,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
             pytest.fail(f"the store does not answer (Redis at {REDIS_URL})")
     made.create_provider(HOST, HOST)
     made.set_inventory(HOST, 0, {"VCPU": Inventory(total=8), "MEMORY_MB": Inventory(total=64)})
+    made.create_instances([InstanceRecord(uuid="new", state=BUILDING, host=None)])
     yield made
     if isinstance(made, RedisStore):
         made.wipe()
@@ -80,6 +100,8 @@ def snapshot(store: Store, *groups: str) -> tuple[Any, ...]:
         p.consumers,
         sorted(c.uuid for c in store.list_consumers()),
         [store.group_hosts(g) for g in groups],
+        store.list_instances(),
+        store.list_instances_due(2e9),
     )
 
 
@@ -87,16 +109,61 @@ def test_the_victims_go_and_the_claim_is_written_in_one_step(store: Store) -> No
     a = running(store, "a", 3, priority=1)
     b = running(store, "b", 3, priority=2)
     generation = store.get_provider(HOST).generation
-    assert store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], priority=10)
+    assert store.claim_preempting(
+        "new", ask({HOST: {"VCPU": 6}}), [a, b], priority=10, eviction=EVICT
+    )
     p = store.get_provider(HOST)
     assert dict(p.usages) == {"VCPU": 6}
     assert p.consumers == 1
     assert p.generation == generation + 1  # one step, one generation
     assert store.get_consumer("a") is None and store.get_consumer("b") is None
-    # The victims' records are the caller's to end: left as they were.
-    assert store.get_instance("a").state == ACTIVE
-    # A repeat is a no-op, the victims unread.
-    assert store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], 10) is False
+    # In the same step the victims are fenced, their delete due at once.
+    for victim in ("a", "b"):
+        record = store.get_instance(victim)
+        assert record.state == DELETING
+        assert record.task_state == DELETING_TASK
+        assert record.fault == "preempted by instance new"
+        assert record.preempted_by == "new"
+        assert record.pending_hosts == (HOST,)
+        assert record.request_id == "req-preempt"
+        assert record.deadline == record.updated_at == EVICT.at
+        assert "priority class gold (priority 10)" in (record.fault_details or "")
+    assert [r.uuid for r in store.list_instances_due(EVICT.at)] == ["a", "b"]
+    # A claim for a victim is refused from then on, as for any delete.
+    with pytest.raises(ConsumerDeleted):
+        store.claim("a", ask({HOST: {"VCPU": 1}}))
+    new = store.get_instance("new")
+    assert (new.state, new.task_state, new.victims) == (BUILDING, PREEMPTING, ("a", "b"))
+    assert (new.host, new.node, new.availability_zone) == (HOST, "node-1", "az1")
+    # A repeat is a no-op, the victims and records unread.
+    before = snapshot(store)
+    assert (
+        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], 10, eviction=EVICT)
+        is False
+    )
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        (ACTIVE, "instance is ACTIVE"),
+        (DELETING, "instance is DELETING"),
+        (None, "no instance record"),
+    ],
+)
+def test_a_claimant_not_being_booted_evicts_nothing(
+    store: Store, state: str | None, why: str
+) -> None:
+    a = running(store, "a", 6, priority=1)
+    claimant = "other"
+    if state is not None:
+        store.create_instances([InstanceRecord(uuid=claimant, state=state)])
+    before = snapshot(store)
+    with pytest.raises(RecordChanged) as caught:
+        store.claim_preempting(claimant, ask({HOST: {"VCPU": 6}}), [a], 10, eviction=EVICT)
+    assert (caught.value.kwargs["uuid"], caught.value.why) == (claimant, why)
+    assert snapshot(store) == before
 
 
 @pytest.mark.parametrize(
@@ -133,7 +200,9 @@ def test_a_victim_not_as_read_refuses_the_whole_step(
         victim = replace(victim, uuid="nobody")
     before = snapshot(store)
     with pytest.raises(RecordChanged) as caught:
-        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [keep, victim], priority=10)
+        store.claim_preempting(
+            "new", ask({HOST: {"VCPU": 6}}), [keep, victim], priority=10, eviction=EVICT
+        )
     assert caught.value.why == why
     assert caught.value.kwargs["uuid"] == victim.uuid
     assert snapshot(store) == before
@@ -144,7 +213,7 @@ def test_a_claim_that_does_not_fit_without_the_victims_writes_nothing(store: Sto
     running(store, "b", 6, priority=1)
     before = snapshot(store)
     with pytest.raises(CapacityExceeded):
-        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a], priority=10)
+        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a], priority=10, eviction=EVICT)
     assert snapshot(store) == before
 
 
@@ -154,7 +223,9 @@ def test_a_victim_in_the_group_frees_its_anti_affinity_slot(store: Store) -> Non
     other = running(store, "o", 1, group=GroupClaim("g2", "soft-affinity", "h1"))
     with pytest.raises(GroupPolicyViolation):
         store.claim("new", ask({HOST: {"VCPU": 1}}), group)
-    assert store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), [member, other], 5, group)
+    assert store.claim_preempting(
+        "new", ask({HOST: {"VCPU": 1}}), [member, other], 5, group, eviction=EVICT
+    )
     assert store.group_hosts("g") == {"h1": 1}
     assert store.group_hosts("g2") == {}
 
@@ -164,4 +235,4 @@ def test_victims_must_be_distinct_others(store: Store, victims: list[str]) -> No
     held = {"a": running(store, "a", 1)}
     chosen = [held.get(v) or Victim(v, {HOST: {"VCPU": 1}}, HOST, 0.0) for v in victims]
     with pytest.raises(InvalidRequest):
-        store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), chosen, priority=5)
+        store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), chosen, priority=5, eviction=EVICT)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -54,13 +54,22 @@ from hypothesis import strategies as st
 
 from scheduler.exceptions import (
     ClaimFailed,
+    ConsumerConflict,
     ConsumerDeleted,
     InvalidRequest,
     ProviderNotFound,
     RecordChanged,
 )
-from scheduler.objects import ACTIVE, RESIZING, AllocationRequest, InstanceRecord
-from scheduler.store import GroupClaim, Inventory, MemoryStore, RedisStore, Store, Victim
+from scheduler.objects import ACTIVE, BUILDING, RESIZING, AllocationRequest, InstanceRecord
+from scheduler.store import (
+    Eviction,
+    GroupClaim,
+    Inventory,
+    MemoryStore,
+    RedisStore,
+    Store,
+    Victim,
+)
 from tests.fixtures.store import REDIS_URL, ask
 
 #: Examples per run of each property: every CI run draws this many fresh ones.
@@ -456,6 +465,7 @@ class PreemptScenario:
     vcpu: int  # what the claim asks
     priority: int
     group: GroupState | None
+    claimant: str | None  # the claimant's record state (None: no record)
 
 
 @st.composite
@@ -484,6 +494,7 @@ def preempt_scenarios(draw: st.DrawFn) -> PreemptScenario:
         draw(st.integers(1, 12)),
         draw(st.integers(0, 4)),
         draw(group_states()) if draw(st.booleans()) else None,
+        draw(st.sampled_from((BUILDING, BUILDING, BUILDING, ACTIVE, None))),
     )
 
 
@@ -523,11 +534,16 @@ def preempt_outcome(
     store.set_inventory(rp, 1 + len(scenario.running), {CLASSES[0]: scenario.inventory})
     group = None if scenario.group is None else group_claim(scenario.group, group_uuid)
     request = ask({rp: {CLASSES[0]: scenario.vcpu}})
+    if scenario.claimant is not None:
+        store.create_instances([InstanceRecord(uuid=f"{rp}-new", state=scenario.claimant)])
+    eviction = Eviction("req-1", 1765000100.125, HOSTS[0], "node", None, "gold", scenario.priority)
     answers: list[Any] = []
     for _ in range(2):  # a repeat agrees too
         try:
             answers.append(
-                store.claim_preempting(f"{rp}-new", request, victims, scenario.priority, group)
+                store.claim_preempting(
+                    f"{rp}-new", request, victims, scenario.priority, group, eviction=eviction
+                )
             )
         except (ClaimFailed, RecordChanged, ProviderNotFound) as exc:
             answers.append((type(exc).__name__, exc.kwargs))
@@ -540,7 +556,30 @@ def preempt_outcome(
         store.group_hosts(group_uuid),
         store.group_hosts(other_group),
         [store.get_consumer(u) is not None for u in uuids],
+        # The records (rp-named: the same on both stores), fences and deadlines.
+        [
+            replace(r, uuid=r.uuid.removeprefix(rp))
+            for r in store.list_instances([*uuids, f"{rp}-new"])
+        ],
+        [_fenced(store, u, rp) for u in uuids],
+        [
+            u.removeprefix(rp)
+            for u in (r.uuid for r in store.list_instances_due(2e9))
+            if u.startswith(rp)
+        ],
     )
+
+
+def _fenced(store: Store, uuid: str, rp: str) -> bool:
+    """Whether a claim for ``uuid`` is refused as for an instance being deleted."""
+    try:
+        store.heal_allocation(uuid, ask({rp: {CLASSES[0]: 1}}))
+    except ConsumerDeleted:
+        return True
+    except ConsumerConflict:
+        return False
+    store.release(uuid)
+    return False
 
 
 @settings(QUICK, max_examples=GROUP_EXAMPLES)
