@@ -13,10 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
 from scheduler.objects import ACTIVE, BUILDING, ERROR
-from scheduler.steps import holds_on
 from scheduler.store import InstanceStore, PlacementStore
 
 LOG = get_logger(__name__)
@@ -52,15 +50,16 @@ def record_built(
     (:meth:`conductor_stub.manager.ConductorEndpoint.build_succeeded`) or the
     compute writes it to the store itself (``compute-sim --build-results
     store``); the caller binds the request's logging context."""
-    try:
-        record = store.get_instance(instance_uuid)
-    except InstanceNotFound:
+    # The record and whether its claim is on ``host``, in one round trip.
+    [(found, holds)] = store.step_reads([(instance_uuid, host)])
+    if found is None:
         # Never recorded, or lost by the store: the reconciler decides
         # from the host's report (re-creates the record or reaps the VM).
         LOG.warning("build_result_for_unknown_instance")
         return
+    record = found
     if record.state == BUILDING:
-        if not holds_on(store, instance_uuid, host):
+        if not holds:
             LOG.info("stale_build_result_ignored")
             return
         done = store.update_instance(

@@ -112,6 +112,10 @@ __all__ = [
     "Store",
 ]
 
+#: What a step's guard reads of one instance (:meth:`InstanceStore.step_reads`):
+#: its record (None: no record) and whether it holds its claim on the host asked.
+StepRead = tuple[InstanceRecord | None, bool]
+
 # --- the contract, in parts: each consumer asks for the part it uses ------------------
 
 
@@ -402,6 +406,14 @@ class InstanceStore(Protocol):
     @abc.abstractmethod
     def get_instance(self, uuid: str) -> InstanceRecord:
         """:class:`InstanceNotFound` if absent."""
+
+    @abc.abstractmethod
+    def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:
+        """For each (instance uuid, host or None), in one store round trip:
+        the instance's record as :meth:`get_instance` reads it (None where
+        that raises :class:`InstanceNotFound`) and whether the instance's
+        consumer holds an allocation on that host's provider (False for no
+        host, an unknown host or no consumer): what a step's guard reads."""
 
     @abc.abstractmethod
     def update_instance(

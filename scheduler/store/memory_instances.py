@@ -7,13 +7,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import DELETED, DELETING, InstanceRecord
-from scheduler.store.base import check_instance_changes
+from scheduler.store.base import StepRead, check_instance_changes
 from scheduler.store.memory_base import MemoryBase
 
 
@@ -47,6 +47,16 @@ class MemoryInstances(MemoryBase):
             if record is None:
                 raise InstanceNotFound(uuid)
             return record
+
+    def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:
+        with self._lock:
+            out: list[StepRead] = []
+            for uuid, host in reads:
+                consumer = self._consumers.get(uuid)
+                provider = self._names.get(host) if host is not None else None
+                holds = consumer is not None and provider in consumer.allocations
+                out.append((self._instances.get(uuid) or self._tomb(uuid), holds))
+            return out
 
     def update_instance(
         self,

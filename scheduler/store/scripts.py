@@ -172,6 +172,7 @@ FINISH_DELETE = _script(
     _INDEX_DEADLINE,
 )
 DUE_INSTANCES = _script("due_instances")
+STEP_READS = _script("step_reads")
 INDEX_DEADLINES = _script("index_deadlines", _INDEX_DEADLINE)
 
 
@@ -200,6 +201,7 @@ class Scripts:
     finish_delete: Script
     heal_allocation: Script
     mark_down: Script
+    step_reads: Script
 
     @classmethod
     def register(cls, client: redis.Redis | redis.RedisCluster) -> Scripts:
@@ -225,4 +227,5 @@ class Scripts:
             finish_delete=client.register_script(FINISH_DELETE),
             heal_allocation=client.register_script(HEAL_ALLOCATION),
             mark_down=client.register_script(MARK_DOWN),
+            step_reads=client.register_script(STEP_READS),
         )
