@@ -201,7 +201,9 @@ class StepGuard:
         try:
             found = self.unmatched_each(steps)
         except StoreError as exc:
-            found = [[f"the store cannot be read: {exc.message}"]] * len(steps)
+            if len(steps) > 1:  # one record it cannot give refuses no other step
+                return [self.refused(step, request_id) for step in steps]
+            found = [[f"the store cannot be read: {exc.message}"]]
         for step, unmatched in zip(steps, found, strict=True):
             if unmatched:
                 _log_refused(step, "; ".join(unmatched), request_id)

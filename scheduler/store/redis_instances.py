@@ -71,7 +71,11 @@ class RedisInstances(RedisBase):
         )
         out: list[StepRead] = []
         for (uuid, _), raw, holds in zip(reads, flat[::2], flat[1::2], strict=True):
-            record = None if raw in ("", b"") else parse(read_instance, raw, f"step_reads[{uuid}]")
+            record = (
+                None
+                if raw in ("", b"")
+                else parse(read_instance, raw, f"{self.keys.instances}[{uuid}]")
+            )
             out.append((record, int(holds) == 1))
         return out
 
