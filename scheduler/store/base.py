@@ -116,6 +116,11 @@ __all__ = [
 #: its record (None: no record) and whether it holds its claim on the host asked.
 StepRead = tuple[InstanceRecord | None, bool]
 
+#: What :meth:`InstanceStore.mark_built` did: the record went ACTIVE there
+#: (``BUILT``); it is BUILDING but its claim is not on that host (``STALE``);
+#: there is no record (``NO_RECORD``); it is in another state (``NOT_BUILDING``).
+BUILT, STALE, NO_RECORD, NOT_BUILDING = "built", "stale", "no record", "not building"
+
 # --- the contract, in parts: each consumer asks for the part it uses ------------------
 
 
@@ -406,6 +411,17 @@ class InstanceStore(Protocol):
     @abc.abstractmethod
     def get_instance(self, uuid: str) -> InstanceRecord:
         """:class:`InstanceNotFound` if absent."""
+
+    @abc.abstractmethod
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        """A build's result, checked and written in one round trip: if the
+        record is BUILDING and the instance's consumer holds an allocation on
+        ``built_on``'s provider, apply ``changes`` and count the attempt
+        (``attempts`` + 1): (:data:`BUILT`, the new record). Otherwise nothing
+        is written: (:data:`STALE`, the record), (:data:`NO_RECORD`, None) or
+        (:data:`NOT_BUILDING`, the record as :meth:`get_instance` reads it)."""
 
     @abc.abstractmethod
     def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:

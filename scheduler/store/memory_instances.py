@@ -12,8 +12,15 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.exceptions import InstanceNotFound
-from scheduler.objects import DELETED, DELETING, InstanceRecord
-from scheduler.store.base import StepRead, check_instance_changes
+from scheduler.objects import BUILDING, DELETED, DELETING, InstanceRecord
+from scheduler.store.base import (
+    BUILT,
+    NO_RECORD,
+    NOT_BUILDING,
+    STALE,
+    StepRead,
+    check_instance_changes,
+)
 from scheduler.store.memory_base import MemoryBase
 
 
@@ -57,6 +64,22 @@ class MemoryInstances(MemoryBase):
                 holds = consumer is not None and provider in consumer.allocations
                 out.append((self._instances.get(uuid) or self._tomb(uuid), holds))
             return out
+
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        check_instance_changes(changes)
+        with self._lock:
+            [(record, holds)] = self.step_reads([(uuid, built_on)])
+            if record is None:
+                return NO_RECORD, None
+            if record.state != BUILDING:
+                return NOT_BUILDING, record
+            if not holds:
+                return STALE, record
+            record = replace(record, **changes, attempts=record.attempts + 1)
+            self._put_instance(record)
+            return BUILT, record
 
     def update_instance(
         self,

@@ -11,7 +11,7 @@ from typing import Any
 from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord
-from scheduler.store.base import StepRead, check_instance_changes
+from scheduler.store.base import NO_RECORD, StepRead, check_instance_changes
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import (
     changes_json,
@@ -55,6 +55,26 @@ class RedisInstances(RedisBase):
         if tomb is None or tomb == DELETING_MARKER:
             raise InstanceNotFound(uuid)
         return parse(read_instance, tomb, self.keys.deleted_record(uuid))
+
+    @translated
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        check_instance_changes(changes)
+        outcome, raw = self._write(
+            self._scripts.mark_built,
+            keys=(
+                self.keys.instances,
+                self.keys.deleted_record(uuid),
+                self.keys.deadlines,
+                self.keys.consumers,
+                self.keys.provider_names,
+            ),
+            args=(uuid, built_on, changes_json(changes)),
+        )
+        if outcome == NO_RECORD:
+            return NO_RECORD, None
+        return outcome, parse(read_instance, raw, f"{self.keys.instances}[{uuid}]")
 
     @translated
     def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:

@@ -45,6 +45,8 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
+from scheduler.objects import BUILDING
+from scheduler.store.base import BUILT, NO_RECORD, NOT_BUILDING, STALE
 from scheduler.store.records import VICTIM_STATES
 
 #: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
@@ -173,6 +175,18 @@ FINISH_DELETE = _script(
 )
 DUE_INSTANCES = _script("due_instances")
 STEP_READS = _script("step_reads")
+MARK_BUILT = _script(
+    "mark_built",
+    _FAIL,
+    _FIND_RECORD,
+    _ENCODE_RECORD,
+    _INDEX_DEADLINE,
+    building=BUILDING,
+    built=BUILT,
+    stale=STALE,
+    no_record=NO_RECORD,
+    not_building=NOT_BUILDING,
+)
 INDEX_DEADLINES = _script("index_deadlines", _INDEX_DEADLINE)
 
 
@@ -202,6 +216,7 @@ class Scripts:
     heal_allocation: Script
     mark_down: Script
     step_reads: Script
+    mark_built: Script
 
     @classmethod
     def register(cls, client: redis.Redis | redis.RedisCluster) -> Scripts:
@@ -228,4 +243,5 @@ class Scripts:
             heal_allocation=client.register_script(HEAL_ALLOCATION),
             mark_down=client.register_script(MARK_DOWN),
             step_reads=client.register_script(STEP_READS),
+            mark_built=client.register_script(MARK_BUILT),
         )

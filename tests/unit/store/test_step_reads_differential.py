@@ -1,4 +1,5 @@
-"""What a step's guard reads gives the same answer on both stores.
+"""What a step's guard reads, and a build's result written, give the same
+answer on both stores.
 
 :meth:`~scheduler.store.InstanceStore.step_reads` is written twice: in the
 memory store and in the Redis store's ``step_reads`` script. This property
@@ -10,6 +11,12 @@ and a :class:`RedisStore` over the real Redis (a private key prefix, deleted
 afterwards), and requires the same records and the same answers, in the
 order asked. Each read is also required to agree with the single reads it
 stands for (:meth:`get_instance` and the consumer's allocations).
+
+:meth:`~scheduler.store.InstanceStore.mark_built` (the ``mark_built``
+script) is drawn over the same states: each instance's result reported from
+a host it holds on, another or an unknown one, and both stores must give the
+same outcome, the same record back and the same record and deadline index
+after.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from hypothesis import strategies as st
 from scheduler.exceptions import InstanceNotFound
 from scheduler.objects import ACTIVE, BUILDING, ERROR, InstanceRecord
 from scheduler.store import Inventory, MemoryStore, RedisStore, Store
+from scheduler.store.base import BUILT
 from tests.fixtures.store import REDIS_URL, ask
 
 EXAMPLES = 300
@@ -74,7 +82,13 @@ def set_up(store: Store, hosts: dict[str, str], uuid: str, instance: Instance) -
     if instance.record == NONE:
         return
     state = BUILDING if instance.record in (DELETING, DELETED) else instance.record
-    store.create_instances([InstanceRecord(uuid=uuid, state=state, request_id="req-1")])
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid=uuid, state=state, request_id="req-1", attempts=1, deadline=1e9 + 0.25
+            )
+        ]
+    )
     if instance.record in (DELETING, DELETED):
         store.start_delete(uuid)
     if instance.record == DELETED:
@@ -130,3 +144,61 @@ def test_the_step_reads_agree_on_both_stores(
 
 def test_no_reads_is_no_round_trip(stores: tuple[MemoryStore, RedisStore]) -> None:
     assert [store.step_reads([]) for store in stores] == [[], []]
+
+
+def built_outcome(store: Store, names: dict[str, str], drawn: list[Instance]) -> list[object]:
+    """Each instance's build result reported from its first asked host."""
+    hosts = {h: f"{names[h]}" for h in HOSTS}
+    for name in hosts.values():
+        store.create_provider(name, name)
+        store.set_inventory(name, 0, {"VCPU": Inventory(total=100)})
+    uuids = [
+        str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{names['run']}-{i}")) for i in range(len(drawn))
+    ]
+    out: list[object] = []
+    for uuid, instance in zip(uuids, drawn, strict=True):
+        set_up(store, hosts, uuid, instance)
+        asked = instance.asked[0] or "unknown"
+        host = hosts.get(asked, f"{names['run']}-unknown")
+        outcome, record = store.mark_built(
+            uuid,
+            host,
+            state=ACTIVE,
+            task_state=None,
+            host=host,
+            node=host,
+            availability_zone=None,
+            deadline=None,
+            updated_at=1.5e9 + 0.125,
+        )
+        try:
+            after = store.get_instance(uuid)
+        except InstanceNotFound:
+            after = None
+        assert record == (after if outcome == BUILT else record)
+        due = [r.uuid for r in store.list_instances_due(2e9)]
+        out.append(
+            (
+                outcome,
+                None if record is None else (record.state, record.attempts, record.deadline),
+                None
+                if after is None
+                else (after.state, after.attempts, after.node, after.updated_at, after.deadline),
+                uuid in due,
+            )
+        )
+    return out
+
+
+@QUICK
+@given(drawn=st.lists(instances, min_size=1, max_size=4))
+def test_a_build_result_is_written_the_same_on_both_stores(
+    stores: tuple[MemoryStore, RedisStore], drawn: list[Instance]
+) -> None:
+    run = uuidlib.uuid4().hex
+    names = {
+        "run": run,
+        **{h: str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{run}-{h}")) for h in HOSTS},
+    }
+    python, lua = (built_outcome(store, names, drawn) for store in stores)
+    assert lua == python
