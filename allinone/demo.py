@@ -248,7 +248,9 @@ def play(args: argparse.Namespace) -> BootReport:
     )
     sim.register()
     resolver = ServiceResolver(store)
-    compute = rpc.ComputeClient(transport, resolver, conf.compute.topic)
+    compute = rpc.ComputeClient(
+        transport, resolver, conf.compute.topic, version_cap=conf.upgrade_levels.compute
+    )
     scheduler = SchedulerService(conf, transport, None, store, server_name="demo")
     # The conductor asks the scheduler again when a reschedule's alternates
     # can no longer be claimed.

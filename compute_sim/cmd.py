@@ -317,7 +317,12 @@ def build_compute(
             shape,
             driver,
             availability_zones=conf.availability_zones,
-            compute=rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+            compute=rpc.ComputeClient(
+                transport,
+                ServiceResolver(store),
+                conf.compute.topic,
+                version_cap=conf.upgrade_levels.compute,
+            ),
             topology=topology,
             capabilities=capabilities,
             report_stats=conf.report_stats,

@@ -100,7 +100,11 @@ def scheduler_client(conf: cfg.ConfigOpts, transport: Any) -> rpc.SchedulerClien
 def compute_client(conf: cfg.ConfigOpts, transport: Any, store: Any) -> rpc.ComputeClient:
     """The compute client a command sends with (its sends retried)."""
     return rpc.ComputeClient(
-        transport, ServiceResolver(store), conf.compute.topic, retry=SEND_RETRIES
+        transport,
+        ServiceResolver(store),
+        conf.compute.topic,
+        retry=SEND_RETRIES,
+        version_cap=conf.upgrade_levels.compute,
     )
 
 
@@ -175,7 +179,12 @@ def serve(conf: cfg.ConfigOpts) -> int:
     transport = open_transport(conf)
     store = open_store(conf)
     settings = conductor_settings(conf)
-    compute = rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic)
+    compute = rpc.ComputeClient(
+        transport,
+        ServiceResolver(store),
+        conf.compute.topic,
+        version_cap=conf.upgrade_levels.compute,
+    )
     scheduler = rpc.SchedulerClient(transport, conf.scheduler.topic)
     endpoint = ConductorEndpoint(store, compute, scheduler, settings)
     server = rpc.get_server(

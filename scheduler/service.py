@@ -110,7 +110,12 @@ class SchedulerService:
         )
         self.endpoint = SchedulerEndpoint(
             self.engine,
-            rpc.ComputeClient(transport, ServiceResolver(store), conf.compute.topic),
+            rpc.ComputeClient(
+                transport,
+                ServiceResolver(store),
+                conf.compute.topic,
+                version_cap=conf.upgrade_levels.compute,
+            ),
             rpc.ConductorClient(transport, conf.conductor.topic),
             self.notifier,
             allow_resize_to_same_host=conf.scheduler.allow_resize_to_same_host,

@@ -17,6 +17,7 @@ from scheduler.conf.pci import pci_group, pci_opts
 from scheduler.conf.priority import priority_group, priority_opts
 from scheduler.conf.redis import redis_group, redis_opts
 from scheduler.conf.scheduler import scheduler_group, scheduler_opts
+from scheduler.conf.upgrade_levels import upgrade_levels_group, upgrade_levels_opts
 
 
 def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
@@ -33,6 +34,7 @@ def _groups() -> list[tuple[cfg.OptGroup | None, list[cfg.Opt]]]:
         (compute_group, compute_opts),
         (conductor_group, conductor_opts),
         (nova_compat_group, nova_compat_opts),
+        (upgrade_levels_group, upgrade_levels_opts),
     ]
 
 

@@ -75,9 +75,13 @@ class ComputeClient:
         resolve: Callable[[str], str],
         topic: str = COMPUTE_TOPIC,
         retry: int | None = None,
+        version_cap: str | None = None,
     ) -> None:
-        """``retry`` as :class:`SchedulerClient`'s."""
-        self._client = make_client(transport, topic, self.VERSION, None, retry=retry)
+        """``retry`` as :class:`SchedulerClient`'s; ``version_cap`` the highest
+        version sent (``[upgrade_levels] compute``; None: :attr:`VERSION`)."""
+        self._client = make_client(
+            transport, topic, self.VERSION, None, retry=retry, version_cap=version_cap
+        )
         self._resolve = resolve
 
     def _at(
@@ -117,7 +121,19 @@ class ComputeClient:
         Selection and alternates) on its Selection's host, in one cast per
         compute process those hosts are served by (``spec`` once per cast,
         for one instance); how many casts were sent. An instance with no
-        Selection (deleted meanwhile) gets none."""
+        Selection (deleted meanwhile) gets none. Under a version cap below 1.9
+        (a compute not yet upgraded), one :meth:`build_and_run_instance` cast
+        per instance."""
+        one = spec.replace(num_instances=1)
+        if not self._client.can_send_version(self.BATCH_BUILD_VERSION):
+            sent = 0
+            for instance_uuid, selections in placed:
+                if selections:
+                    self.build_and_run_instance(
+                        ctxt, instance_uuid, one, selections[0], selections[1:]
+                    )
+                    sent += 1
+            return sent
         by_server: dict[str, list[dict[str, Any]]] = {}
         for instance_uuid, selections in placed:
             if not selections:
@@ -130,7 +146,7 @@ class ComputeClient:
                     "host_list": [a.to_primitive() for a in alternates],
                 }
             )
-        single = spec.replace(num_instances=1).to_primitive()
+        single = one.to_primitive()
         for server, builds in by_server.items():
             cctxt = self._client.prepare(server=server, version=self.BATCH_BUILD_VERSION)
             cctxt.cast(ctxt, "build_and_run_instances", request_spec=single, builds=builds)

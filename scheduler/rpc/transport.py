@@ -94,12 +94,19 @@ def make_client(
     timeout: float | None,
     server: str | None = None,
     retry: int | None = None,
+    version_cap: str | None = None,
 ) -> oslo_messaging.RPCClient:
     """The oslo.messaging client a service's client class sends through, at
-    ``version`` (each call prepares the version it needs)."""
+    ``version`` (each call prepares the version it needs), never above
+    ``version_cap`` (None: no cap)."""
     target = oslo_messaging.Target(topic=topic, version=version, server=server)
     return oslo_messaging.get_rpc_client(
-        transport, target, serializer=ContextSerializer(), timeout=timeout, retry=retry
+        transport,
+        target,
+        serializer=ContextSerializer(),
+        timeout=timeout,
+        retry=retry,
+        version_cap=version_cap,
     )
 
 

@@ -669,6 +669,32 @@ def test_a_request_s_builds_are_cast_at_1_9_once_per_compute_process(transport: 
     ]
 
 
+def test_under_a_version_cap_below_1_9_a_request_s_builds_are_cast_one_by_one(
+    transport: Any,
+) -> None:
+    """``[upgrade_levels] compute = 1.8`` while computes are upgraded: each
+    build is the single cast an older compute serves, to its primary's
+    process, the spec for one instance; none at 1.9."""
+    servers = {"h1": "sim-1", "h2": "sim-1"}
+    client = rpc.ComputeClient(transport, servers.__getitem__, version_cap="1.8")
+    spy = spied(client)
+    first, second = (dataclasses.replace(SEL, host=h, node=h) for h in ("h1", "h2"))
+
+    sent = client.build_and_run_instances(
+        CTXT,
+        SPEC.replace(num_instances=3),
+        [("i-1", [first, second]), ("i-2", []), ("i-3", [second])],
+    )
+
+    assert sent == 2 and spy.servers == ["sim-1", "sim-1"]
+    assert [(v, m) for v, m, _ in spy.sent] == [("1.1", "build_and_run_instance")] * 2
+    assert [(kw["instance_uuid"], kw["host_list"]) for _, _, kw in spy.sent] == [
+        ("i-1", [second.to_primitive()]),
+        ("i-3", []),
+    ]
+    assert {kw["request_spec"]["num_instances"] for _, _, kw in spy.sent} == {1}
+
+
 def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:
     """So an older compute or conductor still serves every other cast (and
     refuses a delete's, by its version, rather than taking it for another)."""

@@ -1021,6 +1021,7 @@ def audit_conf(*argv: str) -> SimpleNamespace:
             resize_timeout=60.0,
         ),
         compute=SimpleNamespace(topic="compute"),
+        upgrade_levels=SimpleNamespace(compute=None),
     )
 
 

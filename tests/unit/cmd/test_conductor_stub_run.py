@@ -84,6 +84,7 @@ def conf(*argv: str, notifications: bool = False) -> Any:
         filter_scheduler=SimpleNamespace(enabled_filters=list(DEFAULT_FILTERS)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC, service_down_time=60),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
+        upgrade_levels=SimpleNamespace(compute=None),
         priority=SimpleNamespace(
             classes=[],
             default_class=None,

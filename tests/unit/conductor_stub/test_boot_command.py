@@ -51,7 +51,9 @@ def scheduler(monkeypatch: pytest.MonkeyPatch) -> Recorded:
     # (the command's clients give up after a few reconnections: ``retry``)
     monkeypatch.setattr(rpc, "SchedulerClient", lambda transport, topic, retry=None: recorded)
     monkeypatch.setattr(
-        rpc, "ComputeClient", lambda transport, resolve, topic, retry=None: Recorded()
+        rpc,
+        "ComputeClient",
+        lambda transport, resolve, topic, retry=None, version_cap=None: Recorded(),
     )
     return recorded
 
@@ -67,6 +69,7 @@ def run(*args: str, filters: tuple[str, ...] = DEFAULT_FILTERS, max_wait: float 
         filter_scheduler=SimpleNamespace(enabled_filters=list(filters)),
         scheduler=SimpleNamespace(topic=rpc.SCHEDULER_TOPIC),
         compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
+        upgrade_levels=SimpleNamespace(compute=None),
         priority=SimpleNamespace(classes=CLASSES, default_class="standard", max_wait=max_wait),
     )
     return _commands.emit(commands.boot(conf), _commands.fmt_of(command))  # type: ignore[arg-type]

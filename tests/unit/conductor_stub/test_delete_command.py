@@ -28,7 +28,9 @@ def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
     monkeypatch.setattr(commands, "conductor_settings", lambda conf: ConductorSettings())
     monkeypatch.setattr(rpc, "get_transport", lambda conf: Recorded())
     monkeypatch.setattr(
-        rpc, "ComputeClient", lambda transport, resolve, topic, retry=None: Recorded()
+        rpc,
+        "ComputeClient",
+        lambda transport, resolve, topic, retry=None, version_cap=None: Recorded(),
     )
     return made
 
@@ -38,7 +40,11 @@ def run(*args: str) -> int:
     parser = argparse.ArgumentParser()
     cmd._add_commands(parser.add_subparsers(dest="name"))
     command: Any = parser.parse_args(["delete", *args])
-    conf = SimpleNamespace(command=command, compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC))
+    conf = SimpleNamespace(
+        command=command,
+        compute=SimpleNamespace(topic=rpc.COMPUTE_TOPIC),
+        upgrade_levels=SimpleNamespace(compute=None),
+    )
     return _commands.emit(commands.delete(conf), _commands.fmt_of(command))  # type: ignore[arg-type]
 
 
