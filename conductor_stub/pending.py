@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from conductor_stub import records
+from conductor_stub import metrics, records
 from conductor_stub.findings import (
     PENDING_UNINDEXED,
     SKIPPED,
@@ -167,6 +167,7 @@ def expire(store: ConductorStore, record: InstanceRecord, clock: Callable[[], fl
     store.remove_pending(record.uuid)
     if done:
         LOG.warning("pending_timed_out", instance_uuid=record.uuid, waited=now - since)
+        metrics.PENDING_WAIT_SECONDS.labels("timed_out").observe(max(now - since, 0.0))
     return done
 
 
@@ -325,13 +326,15 @@ class PendingRetrier:
         """One turn: read the feed and retry on an event, or while a retry in
         flight at an event is owed one (:attr:`owed`); and the slow pass over
         every request when it is due (the first at once: what a previous
-        conductor left PENDING is picked up). How many were sent."""
+        conductor left PENDING is picked up); then the count of those left
+        waiting (``conductor_pending_requests``). How many were sent."""
         sent = 0
         if self.watch() or self.owed:
             sent += self.retry_pending()
         if self._clock() >= self._next_pass:
             self._next_pass = self._clock() + self.settings.retry_interval
             sent += self.retry_pending(periodic=True)
+        metrics.PENDING_REQUESTS.set(self.store.count_pending())
         return sent
 
     def watch(self) -> bool:
