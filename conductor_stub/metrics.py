@@ -22,8 +22,8 @@ stable. Counters are exposed with Prometheus' ``_total`` suffix.
 * ``conductor_pending_requests``: the requests waiting for capacity (the
   store's pending index), read by the retrier every turn.
 * ``conductor_pending_wait_seconds{outcome}``: how long a request waited for
-  capacity, from its first "no valid host" to ``placed`` (built ACTIVE, its
-  result reaching the conductor) or ``timed_out`` (ERROR past its wait).
+  capacity, from its first "no valid host" to ``placed`` (ACTIVE, seen by the
+  retrier that sent it) or ``timed_out`` (ERROR past its wait).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ PENDING_REQUESTS = Gauge(
 PENDING_WAIT_SECONDS = Histogram(
     "conductor_pending_wait_seconds",
     "Time a request waited for capacity, from its first no valid host to its end, by "
-    "outcome (placed: built ACTIVE; timed_out: ERROR past its max_wait).",
+    "outcome (placed: ACTIVE; timed_out: ERROR past its max_wait).",
     ["outcome"],
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
 )

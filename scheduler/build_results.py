@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
-from scheduler.objects import ACTIVE, BUILDING, ERROR, InstanceRecord
+from scheduler.objects import ACTIVE, BUILDING, ERROR
 from scheduler.steps import holds_on
 from scheduler.store import InstanceStore, PlacementStore
 
@@ -42,7 +42,7 @@ def record_built(
     node: str,
     availability_zone: str | None = None,
     clock: Callable[[], float] = time.time,
-) -> InstanceRecord | None:
+) -> None:
     """Built on ``host`` (``node``, ``availability_zone``): the instance's record
     goes ACTIVE there, if it is BUILDING and its claim is on that very host (a
     result from a stale attempt is ignored; the live one reports for itself);
@@ -51,19 +51,18 @@ def record_built(
     the conductor as a cast
     (:meth:`conductor_stub.manager.ConductorEndpoint.build_succeeded`) or the
     compute writes it to the store itself (``compute-sim --build-results
-    store``); the caller binds the request's logging context. Returns the
-    record this result made ACTIVE (None when it made none)."""
+    store``); the caller binds the request's logging context."""
     try:
         record = store.get_instance(instance_uuid)
     except InstanceNotFound:
         # Never recorded, or lost by the store: the reconciler decides
         # from the host's report (re-creates the record or reaps the VM).
         LOG.warning("build_result_for_unknown_instance")
-        return None
+        return
     if record.state == BUILDING:
         if not holds_on(store, instance_uuid, host):
             LOG.info("stale_build_result_ignored")
-            return None
+            return
         done = store.update_instance(
             instance_uuid,
             expected_states=[BUILDING],
@@ -76,12 +75,11 @@ def record_built(
         )
         if done is not None:
             LOG.info("instance_active", attempts=done.attempts)
-            return done
+            return
         record = store.get_instance(instance_uuid)
     if record.state == ERROR:
         # Given up, then built by a late attempt: what it holds is no one's.
         released = store.release(instance_uuid)
         LOG.info("late_build_result_released", released=released)
-        return None
+        return
     LOG.info("late_build_result_ignored", state=record.state)
-    return None

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_stub import metrics, pending, records
+from conductor_stub import pending, records
 from conductor_stub.findings import LOST_FAULT
 from conductor_stub.records import ConductorStore
 from conductor_stub.tasks.base import (
@@ -459,12 +459,8 @@ class Builder(ReschedulingTask):
     def build_succeeded(
         self, uuid: str, host: str, node: str, availability_zone: str | None
     ) -> None:
-        """Built on ``host``: see :func:`~scheduler.build_results.record_built`.
-        One that had waited for capacity counts its wait."""
-        built = record_built(self.store, uuid, host, node, availability_zone, self._clock)
-        if built is not None and built.waiting_since is not None:
-            waited = max(self._clock() - built.waiting_since, 0.0)
-            metrics.PENDING_WAIT_SECONDS.labels("placed").observe(waited)
+        """Built on ``host``: see :func:`~scheduler.build_results.record_built`."""
+        record_built(self.store, uuid, host, node, availability_zone, self._clock)
 
     def schedule_failed(self, uuid: str, reason: str, details: str) -> None:
         """The scheduler found no host for the instance, or refused it: ERROR,
