@@ -64,6 +64,7 @@ from compute_sim.ops.resize import Resize
 from compute_sim.stats import HostStats
 from compute_sim.vms import RunningVMs, reportable
 from scheduler.arguments import (
+    Builds,
     Flag,
     FlavorPrimitive,
     Host,
@@ -78,7 +79,7 @@ from scheduler.arguments import (
 from scheduler.engine.capabilities import CapabilityReport
 from scheduler.exceptions import StoreError
 from scheduler.log import get_logger
-from scheduler.objects import Selection
+from scheduler.objects import RequestSpec, Selection
 from scheduler.rpc import ComputeClient, ConductorClient
 from scheduler.steps import StepGuard, guarded
 from scheduler.store import (
@@ -110,12 +111,12 @@ DEFAULT_STATS_INTERVAL = 0.1
 class ComputeManager:
     """The hosts of one compute process and their RPC endpoint, over ``driver``.
 
-    It serves compute RPC 1.8 (``reap_instance`` is the newest method; the
-    history is :class:`~scheduler.rpc.ComputeClient`'s). ``compute`` casts a
+    It serves compute RPC 1.9 (``build_and_run_instances`` is the newest
+    method; the history is :class:`~scheduler.rpc.ComputeClient`'s). ``compute`` casts a
     move's next step to whichever process serves its host.
     """
 
-    target = oslo_messaging.Target(version="1.8")
+    target = oslo_messaging.Target(version="1.9")
 
     def __init__(
         self,
@@ -282,6 +283,27 @@ class ComputeManager:
         """Build the instance on ``selection``'s host (:mod:`compute_sim.ops.build`)."""
         attempt = Attempt.read(instance_uuid, request_spec, selection, host_list)
         self.build.start(ctxt, attempt)
+
+    @guarded(None)
+    def build_and_run_instances(
+        self, ctxt: Any, request_spec: SpecPrimitive, builds: Builds
+    ) -> None:
+        """(1.9) The builds of one request on hosts of this process, each
+        guarded as :meth:`build_and_run_instance` is (all of them read in one
+        store round trip) and built as it would be (:meth:`Build.start_many`)."""
+        spec = RequestSpec.from_primitive(request_spec)
+        self.build.start_many(
+            ctxt,
+            [
+                Attempt(
+                    b["instance_uuid"],
+                    Selection.from_primitive(b["selection"]),
+                    spec,
+                    [Selection.from_primitive(s) for s in b["host_list"]],
+                )
+                for b in builds
+            ],
+        )
 
     @guarded(steps.rebuild)
     def rebuild_instance(

@@ -130,6 +130,35 @@ def _selections(value: Any, what: str, hosts: Collection[str] | None) -> Any:
     return value
 
 
+def _builds(value: Any, what: str, hosts: Collection[str] | None) -> list[dict[str, Any]]:
+    """A batched build's builds: each an instance's uuid, its Selection and
+    its alternates, every instance once (the uuids given back canonical)."""
+    if not isinstance(value, list | tuple) or not value:
+        raise InvalidRequest(reason=f"{what} must be a non-empty list of builds")
+    if len(value) > MAX_INSTANCES_PER_REQUEST:
+        raise InvalidRequest(reason=f"{what} holds more than {MAX_INSTANCES_PER_REQUEST} builds")
+    out = []
+    for item in value:
+        if not isinstance(item, Mapping) or set(item) != set(BUILD_FIELDS):
+            raise InvalidRequest(
+                reason=f"{what}[] must be a mapping of exactly {', '.join(BUILD_FIELDS)}"
+            )
+        Selection.from_primitive(item["selection"])
+        out.append(
+            {
+                "instance_uuid": _uuid(item["instance_uuid"], f"{what}[].instance_uuid", hosts),
+                "selection": item["selection"],
+                "host_list": _selections(item["host_list"], f"{what}[].host_list", hosts),
+            }
+        )
+    if len({b["instance_uuid"] for b in out}) != len(out):
+        raise InvalidRequest(reason=f"{what} names an instance twice")
+    return out
+
+
+#: The fields of one build in a batched build (``build_and_run_instances``).
+BUILD_FIELDS = ("instance_uuid", "selection", "host_list")
+
 UUID = Kind("uuid", _uuid)
 MIGRATION = Kind("migration", _migration)
 UUIDS = Kind("uuids", _uuids)
@@ -142,6 +171,7 @@ REQUEST_SPEC = Kind("request spec", _primitive(RequestSpec.from_primitive))
 FLAVOR = Kind("flavor", _primitive(Flavor.from_primitive))
 SELECTION = Kind("selection", _primitive(Selection.from_primitive))
 SELECTIONS = Kind("selections", _selections)
+BUILDS = Kind("builds", _builds)
 
 #: An instance's uuid (or another consumer's: the types are the boundary's).
 Uuid = Annotated[str, UUID]
@@ -160,6 +190,8 @@ SpecPrimitive = Annotated[dict[str, Any], REQUEST_SPEC]
 FlavorPrimitive = Annotated[dict[str, Any], FLAVOR]
 SelectionPrimitive = Annotated[dict[str, Any], SELECTION]
 Selections = Annotated[list[dict[str, Any]], SELECTIONS]
+#: The builds of one batched build cast (:data:`BUILD_FIELDS` each).
+Builds = Annotated[list[dict[str, Any]], BUILDS]
 
 
 class ArgumentRefused(Exception):

@@ -13,11 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
-from scheduler.objects import ACTIVE, BUILDING, ERROR
-from scheduler.steps import holds_on
+from scheduler.objects import ACTIVE, ERROR
 from scheduler.store import InstanceStore, PlacementStore
+from scheduler.store.base import BUILT, STALE
 
 LOG = get_logger(__name__)
 
@@ -51,32 +50,31 @@ def record_built(
     the conductor as a cast
     (:meth:`conductor_stub.manager.ConductorEndpoint.build_succeeded`) or the
     compute writes it to the store itself (``compute-sim --build-results
-    store``); the caller binds the request's logging context."""
-    try:
-        record = store.get_instance(instance_uuid)
-    except InstanceNotFound:
+    store``); the caller binds the request's logging context. The first part
+    (BUILDING, the claim on that host, ACTIVE) is checked and written by the
+    store in one round trip (:meth:`~scheduler.store.InstanceStore.mark_built`)."""
+    # Checked (BUILDING, the claim on ``host``) and written in one round trip.
+    outcome, record = store.mark_built(
+        instance_uuid,
+        host,
+        state=ACTIVE,
+        task_state=None,
+        **placed_on(host, node, availability_zone),
+        deadline=None,
+        updated_at=clock(),
+    )
+    if outcome == BUILT:
+        assert record is not None
+        LOG.info("instance_active", attempts=record.attempts)
+        return
+    if record is None:
         # Never recorded, or lost by the store: the reconciler decides
         # from the host's report (re-creates the record or reaps the VM).
         LOG.warning("build_result_for_unknown_instance")
         return
-    if record.state == BUILDING:
-        if not holds_on(store, instance_uuid, host):
-            LOG.info("stale_build_result_ignored")
-            return
-        done = store.update_instance(
-            instance_uuid,
-            expected_states=[BUILDING],
-            state=ACTIVE,
-            task_state=None,
-            **placed_on(host, node, availability_zone),
-            attempts=record.attempts + 1,
-            deadline=None,
-            updated_at=clock(),
-        )
-        if done is not None:
-            LOG.info("instance_active", attempts=done.attempts)
-            return
-        record = store.get_instance(instance_uuid)
+    if outcome == STALE:
+        LOG.info("stale_build_result_ignored")
+        return
     if record.state == ERROR:
         # Given up, then built by a late attempt: what it holds is no one's.
         released = store.release(instance_uuid)

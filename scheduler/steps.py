@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ import oslo_messaging
 from oslo_messaging.rpc.dispatcher import ExplicitRPCAccessPolicy
 
 from scheduler import arguments
-from scheduler.exceptions import InstanceNotFound, ProviderNotFound, RecordChanged, StoreError
+from scheduler.exceptions import ProviderNotFound, RecordChanged, StoreError
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord, migration_uuid_for
 from scheduler.store import InstanceStore, PlacementStore, RecordCheck
@@ -140,12 +140,30 @@ class StepGuard:
 
     def unmatched(self, step: Step) -> list[str]:
         """What of the store does not match ``step`` (empty: it is due)."""
+        return self.unmatched_each([step])[0]
+
+    def unmatched_each(self, steps: Sequence[Step]) -> list[list[str]]:
+        """What of the store does not match each of ``steps``, read in one
+        store round trip (:meth:`~scheduler.store.InstanceStore.step_reads`)."""
         store: InstanceStore = self.store
-        if step.host is not None and self.hosts is not None and step.host not in self.hosts:
-            return [f"host {step.host} is not served here"]
-        try:
-            record = store.get_instance(step.instance_uuid)
-        except InstanceNotFound:
+        served = [
+            step.host is None or self.hosts is None or step.host in self.hosts for step in steps
+        ]
+        asked = [
+            (step.instance_uuid, step.claim_on)
+            for step, ok in zip(steps, served, strict=True)
+            if ok
+        ]
+        reads = iter(store.step_reads(asked) if asked else [])
+        return [
+            self._compare(step, *next(reads)) if ok else [f"host {step.host} is not served here"]
+            for step, ok in zip(steps, served, strict=True)
+        ]
+
+    def _compare(self, step: Step, record: InstanceRecord | None, holds: bool) -> list[str]:
+        """What of ``record`` (and whether its claim is on ``step.claim_on``)
+        does not match ``step``."""
+        if record is None:
             return [] if step.absent_ok else ["no instance record"]
         unmatched = []
         if step.states is not None and record.state not in step.states:
@@ -166,9 +184,8 @@ class StepGuard:
             why = step.check(record)
             if why is not None:
                 unmatched.append(why)
-        if not unmatched and step.claim_on is not None:
-            if not holds_on(self.store, step.instance_uuid, step.claim_on):
-                unmatched.append(f"no claim on {step.claim_on}")
+        if not unmatched and step.claim_on is not None and not holds:
+            unmatched.append(f"no claim on {step.claim_on}")
         return unmatched
 
     def refused(self, step: Step, request_id: str | None = None) -> bool:
@@ -176,13 +193,21 @@ class StepGuard:
         the instance, the migration, the host and the request named). A store
         that cannot be read refuses it too: the conductor's re-drive sends the
         step again."""
+        return self.refused_each([step], request_id)[0]
+
+    def refused_each(self, steps: Sequence[Step], request_id: str | None = None) -> list[bool]:
+        """Whether each of ``steps`` must be refused, as :meth:`refused` says,
+        all read in one store round trip."""
         try:
-            unmatched = self.unmatched(step)
+            found = self.unmatched_each(steps)
         except StoreError as exc:
-            unmatched = [f"the store cannot be read: {exc.message}"]
-        if unmatched:
-            _log_refused(step, "; ".join(unmatched), request_id)
-        return bool(unmatched)
+            if len(steps) > 1:  # one record it cannot give refuses no other step
+                return [self.refused(step, request_id) for step in steps]
+            found = [[f"the store cannot be read: {exc.message}"]]
+        for step, unmatched in zip(steps, found, strict=True):
+            if unmatched:
+                _log_refused(step, "; ".join(unmatched), request_id)
+        return [bool(unmatched) for unmatched in found]
 
     def refused_at_write(self, step: Step, exc: RecordChanged) -> None:
         """Log a step the store refused inside its write (the record moved on

@@ -1,4 +1,7 @@
-"""A build on its host: ``build_and_run_instance``.
+"""A build on its host: ``build_and_run_instance``, or many of one request
+in one ``build_and_run_instances`` cast (:meth:`Build.start_many`: each
+guarded and built exactly as a single build is; their guards read in one
+store round trip).
 
 The driver prepares the VM (:meth:`~compute_sim.driver.ComputeDriver.prepare_spawn`:
 with the simulator, ``build_time`` seconds, failing on ``fail_hosts`` or at
@@ -27,6 +30,7 @@ reached here is cancelled (``build_cancelled_by_delete``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from compute_sim import steps
@@ -62,6 +66,18 @@ class Build(Operation):
     @staticmethod
     def key(ctxt: Any, host: str) -> Key:
         return (BUILD, host, getattr(ctxt, "request_id", None))
+
+    def start_many(self, ctxt: Any, attempts: Sequence[Attempt]) -> None:
+        """The builds of one batched cast: each guarded as a single build is
+        (:func:`compute_sim.steps.build`; all read in one store round trip),
+        then each one that passes started (:meth:`start`)."""
+        request_id = getattr(ctxt, "request_id", None)
+        guarded = [steps.build_step(a.instance_uuid, a.host) for a in attempts]
+        for attempt, refused in zip(
+            attempts, self.guard.refused_each(guarded, request_id), strict=True
+        ):
+            if not refused:
+                self.start(ctxt, attempt)
 
     def start(self, ctxt: Any, attempt: Attempt) -> None:
         with self.bound_to(ctxt, attempt):

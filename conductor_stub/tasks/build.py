@@ -415,7 +415,8 @@ def select_and_build(
     uuids: Sequence[str],
     return_alternates: bool = True,
 ) -> None:
-    """Select, then cast the builds. A refusal or no valid host puts the
+    """Select, then cast the builds (one cast per compute process the hosts
+    are served by). A refusal or no valid host puts the
     instances in ERROR (the user reads what the policy allows, the admin
     details say why), or, no valid host for one that waits for capacity,
     PENDING (:func:`~conductor_stub.pending.park`); no answer leaves their
@@ -442,11 +443,9 @@ def select_and_build(
             "select_destinations_timed_out", instance_uuids=list(uuids), error=type(exc).__name__
         )
         return
-    single = spec.replace(num_instances=1)
-    for uuid, per_instance in zip(uuids, selections, strict=True):
-        if not per_instance:  # deleted meanwhile: nothing was claimed for it
-            continue
-        compute.build_and_run_instance(ctxt, uuid, single, per_instance[0], per_instance[1:])
+    # One cast per compute process; an instance deleted meanwhile (no
+    # Selection: nothing was claimed for it) gets none.
+    compute.build_and_run_instances(ctxt, spec, list(zip(uuids, selections, strict=True)))
 
 
 class Builder(ReschedulingTask):

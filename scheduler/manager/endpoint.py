@@ -266,7 +266,8 @@ class SchedulerEndpoint(Stages):
     # --- casts ----------------------------------------------------------------------
 
     def run_instance(self, ctxt: Any, request_spec: Any, instance_uuids: Any) -> None:
-        """Select, claim and cast a build per instance; failures go to the conductor.
+        """Select, claim and cast the builds (one cast per compute process);
+        failures go to the conductor.
 
         A request is read whole first, so the notifications carry the spec as
         understood (a refused one: only its readable instance uuids, never a
@@ -317,9 +318,12 @@ class SchedulerEndpoint(Stages):
                     )
                     return
                 end["selections"] = tuple(
-                    self._cast_build(ctxt, uuid, spec, per_instance)
+                    self._scheduled(ctxt, uuid, per_instance)
                     for uuid, per_instance in selections.items()
                 )
+                placed = [(uuid, chosen) for uuid, chosen in selections.items() if chosen]
+                if placed:
+                    self.compute.build_and_run_instances(ctxt, spec, placed)
 
     def _preempting(
         self,
@@ -345,11 +349,12 @@ class SchedulerEndpoint(Stages):
             LOG.exception("preemption_failed", instance_uuid=uuids[0])
             return None
 
-    def _cast_build(
-        self, ctxt: Any, instance_uuid: str, spec: RequestSpec, per_instance: Sequence[Selection]
+    def _scheduled(
+        self, ctxt: Any, instance_uuid: str, per_instance: Sequence[Selection]
     ) -> SelectionPayload:
-        """``scheduler.run_instance.scheduled``, then the build cast to the primary;
-        returns the selection as the notifications carry it."""
+        """``scheduler.run_instance.scheduled`` for one instance; returns the
+        selection as the notifications carry it. The builds are cast after
+        every instance's, one cast per compute process."""
         primary, alternates = per_instance[0], per_instance[1:]
         selection = SelectionPayload.of(instance_uuid, per_instance)
         with bind_request(instance_uuid=instance_uuid, host=primary.host):
@@ -360,9 +365,6 @@ class SchedulerEndpoint(Stages):
                 "instance_scheduled",
                 weight=round(primary.weight, 4),
                 alternates=[a.host for a in alternates],
-            )
-            self.compute.build_and_run_instance(
-                ctxt, instance_uuid, spec.replace(num_instances=1), primary, alternates
             )
         return selection
 

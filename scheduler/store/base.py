@@ -120,6 +120,15 @@ __all__ = [
     "Store",
 ]
 
+#: What a step's guard reads of one instance (:meth:`InstanceStore.step_reads`):
+#: its record (None: no record) and whether it holds its claim on the host asked.
+StepRead = tuple[InstanceRecord | None, bool]
+
+#: What :meth:`InstanceStore.mark_built` did: the record went ACTIVE there
+#: (``BUILT``); it is BUILDING but its claim is not on that host (``STALE``);
+#: there is no record (``NO_RECORD``); it is in another state (``NOT_BUILDING``).
+BUILT, STALE, NO_RECORD, NOT_BUILDING = "built", "stale", "no record", "not building"
+
 # --- the contract, in parts: each consumer asks for the part it uses ------------------
 
 
@@ -419,6 +428,25 @@ class InstanceStore(Protocol):
     @abc.abstractmethod
     def get_instance(self, uuid: str) -> InstanceRecord:
         """:class:`InstanceNotFound` if absent."""
+
+    @abc.abstractmethod
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        """A build's result, checked and written in one round trip: if the
+        record is BUILDING and the instance's consumer holds an allocation on
+        ``built_on``'s provider, apply ``changes`` and count the attempt
+        (``attempts`` + 1): (:data:`BUILT`, the new record). Otherwise nothing
+        is written: (:data:`STALE`, the record), (:data:`NO_RECORD`, None) or
+        (:data:`NOT_BUILDING`, the record as :meth:`get_instance` reads it)."""
+
+    @abc.abstractmethod
+    def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:
+        """For each (instance uuid, host or None), in one store round trip:
+        the instance's record as :meth:`get_instance` reads it (None where
+        that raises :class:`InstanceNotFound`) and whether the instance's
+        consumer holds an allocation on that host's provider (False for no
+        host, an unknown host or no consumer): what a step's guard reads."""
 
     @abc.abstractmethod
     def update_instance(

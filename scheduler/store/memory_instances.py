@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from scheduler.exceptions import InstanceNotFound
-from scheduler.objects import DELETED, DELETING, InstanceRecord
-from scheduler.store.base import check_instance_changes, pending_member, pending_uuid
+from scheduler.objects import BUILDING, DELETED, DELETING, InstanceRecord
+from scheduler.store.base import (
+    BUILT,
+    NO_RECORD,
+    NOT_BUILDING,
+    STALE,
+    StepRead,
+    check_instance_changes,
+    pending_member,
+    pending_uuid,
+)
 from scheduler.store.memory_base import MemoryBase
 
 
@@ -32,6 +41,32 @@ class MemoryInstances(MemoryBase):
             if record is None:
                 raise InstanceNotFound(uuid)
             return record
+
+    def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:
+        with self._lock:
+            out: list[StepRead] = []
+            for uuid, host in reads:
+                consumer = self._consumers.get(uuid)
+                provider = self._names.get(host) if host is not None else None
+                holds = consumer is not None and provider in consumer.allocations
+                out.append((self._instances.get(uuid) or self._tomb(uuid), holds))
+            return out
+
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        check_instance_changes(changes)
+        with self._lock:
+            [(record, holds)] = self.step_reads([(uuid, built_on)])
+            if record is None:
+                return NO_RECORD, None
+            if record.state != BUILDING:
+                return NOT_BUILDING, record
+            if not holds:
+                return STALE, record
+            record = replace(record, **changes, attempts=record.attempts + 1)
+            self._put_instance(record)
+            return BUILT, record
 
     def update_instance(
         self,

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from scheduler.exceptions import InstanceNotFound
 from scheduler.log import get_logger
 from scheduler.objects import InstanceRecord
-from scheduler.store.base import check_instance_changes, pending_member, pending_uuid
+from scheduler.store.base import (
+    NO_RECORD,
+    StepRead,
+    check_instance_changes,
+    pending_member,
+    pending_uuid,
+)
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import (
     changes_json,
@@ -57,6 +63,49 @@ class RedisInstances(RedisBase):
         if tomb is None or tomb == DELETING_MARKER:
             raise InstanceNotFound(uuid)
         return parse(read_instance, tomb, self.keys.deleted_record(uuid))
+
+    @translated
+    def mark_built(
+        self, uuid: str, built_on: str, **changes: Any
+    ) -> tuple[str, InstanceRecord | None]:
+        check_instance_changes(changes)
+        outcome, raw = self._write(
+            self._scripts.mark_built,
+            keys=(
+                self.keys.instances,
+                self.keys.deleted_record(uuid),
+                self.keys.deadlines,
+                self.keys.consumers,
+                self.keys.provider_names,
+            ),
+            args=(uuid, built_on, changes_json(changes)),
+        )
+        if outcome == NO_RECORD:
+            return NO_RECORD, None
+        return outcome, parse(read_instance, raw, f"{self.keys.instances}[{uuid}]")
+
+    @translated
+    def step_reads(self, reads: Sequence[tuple[str, str | None]]) -> list[StepRead]:
+        if not reads:
+            return []
+        flat = self._scripts.step_reads(
+            keys=(
+                self.keys.instances,
+                self.keys.consumers,
+                self.keys.provider_names,
+                *(self.keys.deleted_record(uuid) for uuid, _ in reads),
+            ),
+            args=[v for uuid, host in reads for v in (uuid, host or "")],
+        )
+        out: list[StepRead] = []
+        for (uuid, _), raw, holds in zip(reads, flat[::2], flat[1::2], strict=True):
+            record = (
+                None
+                if raw in ("", b"")
+                else parse(read_instance, raw, f"{self.keys.instances}[{uuid}]")
+            )
+            out.append((record, int(holds) == 1))
+        return out
 
     @translated
     def update_instance(

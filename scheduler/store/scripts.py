@@ -45,6 +45,8 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
+from scheduler.objects import BUILDING
+from scheduler.store.base import BUILT, NO_RECORD, NOT_BUILDING, STALE
 from scheduler.store.records import PREEMPTOR_STATES, VICTIM_STATES
 
 #: The marker a ``deleted:<uuid>`` key holds while the instance is DELETING.
@@ -175,6 +177,19 @@ FINISH_DELETE = _script(
     _INDEX_DEADLINE,
 )
 DUE_INSTANCES = _script("due_instances")
+STEP_READS = _script("step_reads")
+MARK_BUILT = _script(
+    "mark_built",
+    _FAIL,
+    _FIND_RECORD,
+    _ENCODE_RECORD,
+    _INDEX_DEADLINE,
+    building=BUILDING,
+    built=BUILT,
+    stale=STALE,
+    no_record=NO_RECORD,
+    not_building=NOT_BUILDING,
+)
 INDEX_DEADLINES = _script("index_deadlines", _INDEX_DEADLINE)
 ADD_PENDING = _script("add_pending")
 REMOVE_PENDING = _script("remove_pending")
@@ -207,6 +222,8 @@ class Scripts:
     finish_delete: Script
     heal_allocation: Script
     mark_down: Script
+    step_reads: Script
+    mark_built: Script
 
     @classmethod
     def register(cls, client: redis.Redis | redis.RedisCluster) -> Scripts:
@@ -234,4 +251,6 @@ class Scripts:
             finish_delete=client.register_script(FINISH_DELETE),
             heal_allocation=client.register_script(HEAL_ALLOCATION),
             mark_down=client.register_script(MARK_DOWN),
+            step_reads=client.register_script(STEP_READS),
+            mark_built=client.register_script(MARK_BUILT),
         )

@@ -13,7 +13,7 @@ changed (records, allocations, the VMs running), every compute's reports are
 fresh and the reconciler finds nothing (no ``stale_report``), no process
 restarted or crashed (``Exception during message handling``), and the
 invariant checker (:meth:`Cluster.check_accounting`) holds.
-``SCHEDULER_FUZZ_SCALE`` scales the cases (5,250 at 1).
+``SCHEDULER_FUZZ_SCALE`` scales the cases (5,460 at 1).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from tests import strategies as fuzz
 from tests.functional_faults.conftest import FaultCluster
 
 SCALE = float(os.environ.get("SCHEDULER_FUZZ_SCALE", "1"))
-#: Cases per method: 25 methods (14 of the compute's, 11 of the conductor's),
-#: 5,250 cases in all at scale 1.
+#: Cases per method: 26 methods (15 of the compute's, 11 of the conductor's),
+#: 5,460 cases in all at scale 1.
 PER_METHOD = max(1, int(210 * SCALE))
 REPORT_MAX_AGE = 5.0
 COMPUTES = {"fa": 3, "fb": 3}  # name prefix -> hosts
@@ -80,6 +80,18 @@ def _valid(local: list[str], instances: list[str]) -> dict[arguments.Kind, Any]:
         arguments.FLAVOR: st.just(FLAVOR.to_primitive()),
         arguments.SELECTION: selections,
         arguments.SELECTIONS: st.lists(selections, max_size=2),
+        arguments.BUILDS: st.lists(
+            st.fixed_dictionaries(
+                {
+                    "instance_uuid": st.one_of(st.sampled_from(instances), fuzz.uuids),
+                    "selection": selections,
+                    "host_list": st.lists(selections, max_size=2),
+                }
+            ),
+            min_size=1,
+            max_size=3,
+            unique_by=lambda b: b["instance_uuid"],
+        ),
     }
 
 

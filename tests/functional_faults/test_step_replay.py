@@ -203,6 +203,11 @@ CASES: list[Case] = [
     Case("build_and_run_instance", "b", rid=BOOT, history=SHELVED_BACK),
     row("build_and_run_instance", "c", at=OTHER, rid=OTHER_BOOT, other=BOOTED),
     row("build_and_run_instance", "d"),  # a new attempt on its own host
+    # compute: a request's builds in one cast (a batch of the victim's build alone)
+    row("build_and_run_instances", "a", rid=BOOT, times=2),
+    Case("build_and_run_instances", "b", rid=BOOT, history=SHELVED_BACK),
+    row("build_and_run_instances", "c", at=OTHER, rid=OTHER_BOOT, other=BOOTED),
+    row("build_and_run_instances", "d"),
     # compute: resize and cold migration
     row("prep_resize", "a", at=ELSEWHERE, mig=FRESH, times=2),
     replay("prep_resize", CONFIRMED, at=DST),
@@ -330,6 +335,7 @@ CASES: list[Case] = [
 #: (or a row saying why the kind makes no sense).
 COMPUTE_METHODS = (
     "build_and_run_instance",
+    "build_and_run_instances",
     "prep_resize",
     "resize_instance",
     "finish_resize",
@@ -473,6 +479,9 @@ PRECHECK_FAILED_REASON = "simulated live migration pre-check failure on the dest
 SENDERS: dict[str, Callable[[Clients, Msg], None]] = {
     "build_and_run_instance": lambda c, m: c[0].build_and_run_instance(
         m.ctxt, m.uuid, m.spec, m.sel(m.at), m.alternates()
+    ),
+    "build_and_run_instances": lambda c, m: c[0].build_and_run_instances(
+        m.ctxt, m.spec, [(m.uuid, [m.sel(m.at), *m.alternates()])]
     ),
     "prep_resize": lambda c, m: c[0].prep_resize(
         m.ctxt, m.uuid, m.mig, m.spec.flavor, m.spec, m.sel(m.at), m.alternates()

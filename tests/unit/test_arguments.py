@@ -19,7 +19,7 @@ from scheduler.objects import ACTIVE, BUILDING
 from scheduler.rpc import RequestContext
 from scheduler.steps import exposed_methods, guarded
 from tests.fixtures import simulator
-from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, Sim
+from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, selection
 from tests.unit.conductor_stub.helpers import ask, building, cloud
 from tests.unit.factories import Recorded
 
@@ -201,3 +201,49 @@ def test_a_schedule_failed_with_a_bad_argument_fails_nothing(
         )
     assert store.get_instance(uuid).state == BUILDING
     assert [e["event"] for e in logs] == ["rpc_refused"]
+
+
+def _build(**changes: Any) -> dict[str, Any]:
+    return {
+        "instance_uuid": INSTANCE,
+        "selection": selection("h1").to_primitive(),
+        "host_list": [],
+        **changes,
+    }
+
+
+@pytest.mark.parametrize(
+    "builds, why",
+    [
+        pytest.param([], "must be a non-empty list of builds", id="empty"),
+        pytest.param({"a": 1}, "must be a non-empty list of builds", id="not-a-list"),
+        pytest.param([_build(extra=1)], "a mapping of exactly", id="unknown-field"),
+        pytest.param([{"instance_uuid": INSTANCE}], "a mapping of exactly", id="missing-fields"),
+        pytest.param([_build(instance_uuid="x")], "instance_uuid", id="bad-uuid"),
+        pytest.param([_build(host_list=[5])], "selection must be an object", id="bad-alternate"),
+        pytest.param(
+            [_build(selection={"host": 5})], "selection is missing field", id="bad-selection"
+        ),
+        pytest.param([_build(), _build()], "names an instance twice", id="twice"),
+    ],
+)
+def test_a_batched_build_s_builds_are_checked_whole(builds: Any, why: str) -> None:
+    with pytest.raises(arguments.ArgumentRefused, match=why):
+        arguments.checked(
+            "build_and_run_instances",
+            {"builds": (arguments.BUILDS, False)},
+            {"builds": builds},
+            None,
+        )
+
+
+def test_a_batched_build_with_one_bad_build_builds_none_of_them(make: Any) -> None:
+    sim = make(build_time=0.0)
+    sim.record()
+    sim.claim(INSTANCE, "h1")
+    with structlog.testing.capture_logs() as logs:
+        sim.sim.build_and_run_instances(
+            CTXT, SPEC.to_primitive(), [_build(), _build(instance_uuid="not-a-uuid")]
+        )
+    assert [e["event"] for e in logs] == ["rpc_refused"]
+    assert sim.sim.hosts_running(INSTANCE) == [] and sim.conductor.names == []

@@ -467,7 +467,7 @@ def test_notification_payloads_are_masked_request_spec_fields_too(
     assert start["flavor"]["extra_specs"] == {"quota:cpu_shares": "1024", "admin_pass": MASK}
     assert start["image"]["properties"] == {"hw_disk_bus": "virtio", "img_private_key": MASK}
     assert start["scheduler_hints"] == {"same_host": ["h1"], "secret_uuid": MASK}
-    assert [name for name, _ in r.compute.calls] == ["build_and_run_instance"]  # it was placed
+    assert [name for name, _ in r.compute.calls] == ["build_and_run_instances"]  # it was placed
 
 
 def test_a_fault_is_written_masked_for_a_build_and_a_move() -> None:

@@ -396,7 +396,7 @@ def test_resize_and_delete_casts_send_their_arguments(
     [
         # The scheduler client's newest version; each method sends its own (below).
         pytest.param(rpc.SchedulerClient, "1.4", id="scheduler"),
-        pytest.param(rpc.ComputeClient, "1.8", id="compute"),
+        pytest.param(rpc.ComputeClient, "1.9", id="compute"),
         pytest.param(rpc.ConductorClient, "1.6", id="conductor"),
     ],
 )
@@ -626,6 +626,47 @@ def test_a_cast_carrying_a_zone_is_sent_at_1_2_else_as_before(
     if "availability_zone" in kwargs:
         carried.append(kwargs["availability_zone"])
     assert carried == zones
+
+
+def test_a_request_s_builds_are_cast_at_1_9_once_per_compute_process(transport: Any) -> None:
+    """The spec once per cast, each build with its Selection and alternates,
+    grouped by the process that serves its host; an instance with no
+    Selection (deleted meanwhile) is in none."""
+    servers = {"h1": "sim-1", "h2": "sim-1", "h3": "sim-2"}
+    client = rpc.ComputeClient(transport, servers.__getitem__)
+    spy = spied(client)
+
+    def on(host: str) -> Selection:
+        return dataclasses.replace(SEL, host=host, node=host)
+
+    sent = client.build_and_run_instances(
+        CTXT,
+        SPEC.replace(num_instances=4),
+        [("i-1", [on("h1"), on("h3")]), ("i-2", [on("h3")]), ("i-3", []), ("i-4", [on("h2")])],
+    )
+
+    assert sent == 2 and spy.servers == ["sim-1", "sim-2"]
+    assert [(v, m) for v, m, _ in spy.sent] == [("1.9", "build_and_run_instances")] * 2
+    single = SPEC.replace(num_instances=1).to_primitive()
+    assert [kw for _, _, kw in spy.sent] == [
+        {
+            "request_spec": single,
+            "builds": [
+                {
+                    "instance_uuid": "i-1",
+                    "selection": on("h1").to_primitive(),
+                    "host_list": [on("h3").to_primitive()],
+                },
+                {"instance_uuid": "i-4", "selection": on("h2").to_primitive(), "host_list": []},
+            ],
+        },
+        {
+            "request_spec": single,
+            "builds": [
+                {"instance_uuid": "i-2", "selection": on("h3").to_primitive(), "host_list": []}
+            ],
+        },
+    ]
 
 
 def test_the_delete_casts_are_sent_at_1_3_alone(transport: Any) -> None:

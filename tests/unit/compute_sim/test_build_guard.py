@@ -9,12 +9,14 @@ import time
 from typing import Any
 
 import pytest
+import structlog
 
 from compute_sim.ledger import BUILD, FAILED, REBUILD
 from scheduler.exceptions import StoreUnavailable
-from scheduler.objects import BUILDING, DELETING, ERROR
+from scheduler.objects import BUILDING, DELETING, ERROR, InstanceRecord
 from tests.fixtures import simulator
 from tests.fixtures.simulator import CTXT, INSTANCE, MIGRATION, SPEC, Sim, rebuild, selection
+from tests.unit.factories import uuid_of
 
 #: The simulator suite's fixture.
 make = simulator.make
@@ -150,3 +152,84 @@ def test_a_build_the_store_cannot_check_is_dropped_and_its_re_drive_builds(
     sim.build("h1")  # the conductor's re-drive, same request id
     sim.wait("build_succeeded")
     assert sim.sim.hosts_running(INSTANCE) == ["h1"] and sim.sim.builds_ok == 1
+
+
+# --- a request's builds in one cast ---------------------------------------------------
+
+
+def batched(uuid: str, host: str, *alternates: str) -> dict[str, Any]:
+    return {
+        "instance_uuid": uuid,
+        "selection": selection(host).to_primitive(),
+        "host_list": [selection(a).to_primitive() for a in alternates],
+    }
+
+
+def test_each_build_of_a_batch_is_guarded_and_built_as_a_single_one(make: Any) -> None:
+    """One cast: the live build builds, one whose claim is elsewhere, one with
+    no record and one for a host not served here are dropped, and one that
+    fails is handed back with its alternates."""
+    sim = make(build_time=0.0, fail_hosts=("h3",))
+    live, elsewhere, unknown, stranger, failing = (
+        uuid_of(n) for n in ("live", "elsewhere", "unknown", "stranger", "failing")
+    )
+    sim.store.create_instances(
+        InstanceRecord(u, request_spec=SPEC.to_primitive(), request_id=CTXT.request_id)
+        for u in (live, elsewhere, stranger, failing)
+    )
+    for uuid, host in ((live, "h1"), (elsewhere, "h2"), (stranger, "h1"), (failing, "h3")):
+        sim.claim(uuid, host)
+    with structlog.testing.capture_logs() as logs:
+        sim.sim.build_and_run_instances(
+            CTXT,
+            SPEC.to_primitive(),
+            [
+                batched(live, "h1"),
+                batched(elsewhere, "h1"),
+                batched(unknown, "h1"),
+                batched(stranger, "h9"),
+                batched(failing, "h3", "h2"),
+            ],
+        )
+        sim.wait("build_succeeded")
+        sim.wait("reschedule")
+    refused = {e["instance_uuid"]: e["why"] for e in logs if e["event"] == "step_refused"}
+    assert refused == {
+        elsewhere: "no claim on h1",
+        unknown: "no instance record",
+        stranger: "host h9 is not served here",
+    }
+    assert sorted(sim.conductor.names) == ["build_succeeded", "reschedule"]
+    (_, uuid, *_), _ = sim.conductor.last("build_succeeded")
+    assert uuid == live and sim.sim.hosts_running(live) == ["h1"]
+    (_, uuid, _, failed_host, _, alternates), _ = sim.conductor.last("reschedule")
+    assert (uuid, failed_host, [a.host for a in alternates]) == (failing, "h3", ["h2"])
+    assert sim.store.get_consumer(failing) is None, "the failed build's claim released"
+    assert all(sim.sim.hosts_running(u) == [] for u in (elsewhere, unknown, stranger, failing))
+
+
+def test_a_batch_s_guards_are_read_in_one_store_round_trip(make: Any) -> None:
+    sim = make(build_time=1.0)  # the builds end after the start is looked at
+    uuids = [uuid_of(f"batched-{i}") for i in range(3)]
+    sim.store.create_instances(
+        InstanceRecord(u, request_spec=SPEC.to_primitive(), request_id=CTXT.request_id)
+        for u in uuids
+    )
+    for uuid, host in zip(uuids, ("h1", "h2", "h3"), strict=True):
+        sim.claim(uuid, host)
+    reads: list[list[tuple[str, str | None]]] = []
+    step_reads = sim.store.step_reads
+
+    def counted(asked: Any) -> Any:
+        reads.append(list(asked))
+        return step_reads(asked)
+
+    sim.store.step_reads = counted  # type: ignore[method-assign]
+    sim.sim.build_and_run_instances(
+        CTXT,
+        SPEC.to_primitive(),
+        [batched(u, h) for u, h in zip(uuids, ("h1", "h2", "h3"), strict=True)],
+    )
+    assert reads == [[(uuids[0], "h1"), (uuids[1], "h2"), (uuids[2], "h3")]]
+    sim.wait("build_succeeded", 3)
+    assert sorted(h for u in uuids for h in sim.sim.hosts_running(u)) == ["h1", "h2", "h3"]

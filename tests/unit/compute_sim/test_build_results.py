@@ -30,7 +30,7 @@ INSTANCE = uuid_of("instance")
 
 
 class FlakyStore(MemoryStore):
-    """Refuses the record's updates while ``down``."""
+    """Refuses the record's updates (a build's result among them) while ``down``."""
 
     down = False
 
@@ -38,6 +38,11 @@ class FlakyStore(MemoryStore):
         if self.down:
             raise StoreError("store unreachable")
         return super().update_instance(*args, **kwargs)
+
+    def mark_built(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise StoreError("store unreachable")
+        return super().mark_built(*args, **kwargs)
 
 
 class Hosts:

@@ -43,6 +43,7 @@ CTXT = RequestContext(request_id="req-1", user_id="u", project_id="p")
 class Compute:
     def __init__(self) -> None:
         self.builds: list[tuple[str, str, list[str]]] = []
+        self.batches: list[list[tuple[str, list[str]]]] = []
 
     def build_and_run_instance(
         self,
@@ -53,6 +54,11 @@ class Compute:
         alternates: list[Selection],
     ) -> None:
         self.builds.append((instance_uuid, selection.host, [a.host for a in alternates]))
+
+    def build_and_run_instances(
+        self, ctxt: Any, spec: RequestSpec, placed: list[tuple[str, list[Selection]]]
+    ) -> None:
+        self.batches.append([(uuid, [s.host for s in chosen]) for uuid, chosen in placed])
 
 
 def _store(ram: int = 4096) -> MemoryStore:
@@ -267,6 +273,30 @@ def test_select_destinations_mode_leaves_the_instances_to_the_redrive(error: Exc
     records = store.list_instances(uuids)
     assert [(r.state, r.fault) for r in records] == [("BUILDING", None)] * 2
     assert all(r.deadline is not None for r in records)
+
+
+class Placing:
+    """A scheduler that places the instances in turn on ``hosts`` (an empty
+    list: one deleted meanwhile, given no host)."""
+
+    def __init__(self, *hosts: list[str]) -> None:
+        self.hosts = hosts
+
+    def select_destinations(self, ctxt: Any, spec: Any, uuids: Any, **_: Any) -> Any:
+        return [[_selection(h) for h in self.hosts[i]] for i in range(len(uuids))]
+
+
+def test_select_destinations_mode_casts_a_request_s_builds_together() -> None:
+    """One batched cast for the request (the client sends one message per
+    compute process); an instance given no host is in it, for the client to
+    leave out."""
+    store, compute = _store(), Compute()
+    booter = Booter(store, Placing(["cmp-a", "cmp-b"], [], ["cmp-c"]), compute)  # type: ignore[arg-type]
+    uuids = booter.boot(CTXT, spec().flavor, 3, per_request=3, mode="select_destinations")
+    assert compute.batches == [
+        [(uuids[0], ["cmp-a", "cmp-b"]), (uuids[1], []), (uuids[2], ["cmp-c"])]
+    ]
+    assert compute.builds == []
 
 
 class Accepting:

@@ -137,7 +137,7 @@ def test_unshelve_schedules_a_boot_with_the_original_spec_unforced(cloud: Shelve
     # Asked as every move asks (select_destinations is published), then built.
     (ctxt, spec, uuids), _ = cloud.scheduler.last("select_destinations")
     assert (uuids, ctxt.request_id) == ([uuid], started.request_id)  # type: ignore[attr-defined]
-    assert cloud.wire.pending() == ["build_and_run_instance"]
+    assert cloud.wire.pending() == ["build_and_run_instances"]
     assert (spec.flavor, spec.force_hosts, spec.requested_destination) == (SPEC.flavor, (), None)
     with pytest.raises(InvalidRequest, match="nothing to unshelve"):
         cloud.shelver.unshelve(uuid)

@@ -22,6 +22,7 @@ import structlog
 
 from scheduler.exceptions import CorruptRecord, NoValidHost
 from scheduler.objects import InstanceRecord
+from scheduler.steps import Step, StepGuard
 from scheduler.store import RedisStore
 from scheduler.store.base import CORRUPT_CHANGE
 from scheduler.store.columns import CompactSnapshot
@@ -275,3 +276,20 @@ def test_a_worker_over_a_store_with_foreign_values_keeps_placing(
     with pytest.raises(NoValidHost):
         eng.select("req-3", spec(ram=4096, disk=1), [uuid_of("i3")])
     assert len(store.list_consumers()) == 3
+
+
+def test_a_record_it_cannot_read_refuses_its_own_step_alone(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """A batch's guards are read together; a record the store cannot give
+    does not refuse the other steps of the batch (each is read again alone)."""
+    raw.hset(store.keys.instances, FIELD, GARBAGE)
+    guard = StepGuard(store, {"h1"})
+    ok = Step("build_and_run_instance", uuid_of("i-ok"), ("BUILDING",), host="h1")
+    bad = Step("build_and_run_instance", FIELD, ("BUILDING",), host="h1")
+    with pytest.raises(CorruptRecord):
+        store.step_reads([(uuid_of("i-ok"), "h1"), (FIELD, "h1")])
+    with structlog.testing.capture_logs() as logs:
+        assert guard.refused_each([ok, bad, ok]) == [False, True, False]
+    [why] = [e["why"] for e in logs if e["event"] == "step_refused"]
+    assert why.startswith("the store cannot be read: corrupt record")
