@@ -179,7 +179,8 @@ DASHBOARD = Command(
     description="Serve a web page that shows, updated every two seconds: each host's "
     "fill per resource class as a heat map grouped by aggregate, hosts down or "
     "disabled, how many of each catalog flavor still fit, decisions per second, the "
-    "reasons of recent NoValidHosts, reschedules and re-drives. Hosts are read from the "
+    "reasons of recent NoValidHosts, reschedules and re-drives, how many requests wait for "
+    "capacity and the last preemptions. Hosts are read from the "
     "store as `hosts` reads them; rates from the workers' and the conductor's /metrics. "
     "Its data needs a token: $SCHEDULER_DASHBOARD_TOKEN, else a random one; the page's "
     "address, token included, is printed at start. Ctrl-C stops it.",
