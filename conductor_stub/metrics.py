@@ -19,11 +19,16 @@ stable. Counters are exposed with Prometheus' ``_total`` suffix.
 * ``conductor_reconcile_findings{kind}``: what the reconciler's last pass
   found, by kind (:mod:`conductor_stub.findings`), acted on or not: an
   ``overcommit`` stays here until it is resolved.
+* ``conductor_pending_requests``: the requests waiting for capacity (the
+  store's pending index), read by the retrier every turn.
+* ``conductor_pending_wait_seconds{outcome}``: how long a request waited for
+  capacity, from its first "no valid host" to ``placed`` (ACTIVE, seen by the
+  retrier that sent it) or ``timed_out`` (ERROR past its wait).
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 RESCHEDULES = Counter(
     "conductor_reschedules",
@@ -57,4 +62,15 @@ FINDINGS = Gauge(
     "What the reconciler's last pass found, by kind, acted on or not (an "
     "overcommit stays until an operator or a move resolves it).",
     ["kind"],
+)
+PENDING_REQUESTS = Gauge(
+    "conductor_pending_requests",
+    "Requests waiting for capacity (PENDING), as the store's pending index counts them.",
+)
+PENDING_WAIT_SECONDS = Histogram(
+    "conductor_pending_wait_seconds",
+    "Time a request waited for capacity, from its first no valid host to its end, by "
+    "outcome (placed: ACTIVE; timed_out: ERROR past its max_wait).",
+    ["outcome"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
 )

@@ -32,6 +32,10 @@ host" for such an instance (``schedule_failed``, or a
    ERROR with "No valid host was found." and details saying how long it
    waited and why it found no host the last time.
 
+Measured (:mod:`conductor_stub.metrics`): how many wait after each turn of
+the retrier, and each wait once it ends, placed (a request this retrier sent
+seen ACTIVE) or timed out.
+
 A PENDING instance is listed and shown as any other, explained from its
 record (``scheduler-admin explain --from-instance``) and deleted through the
 ordinary delete (it has no host to wait on: it is DELETED at once).
@@ -54,7 +58,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from conductor_stub import records
+from conductor_stub import metrics, records
 from conductor_stub.findings import (
     PENDING_UNINDEXED,
     SKIPPED,
@@ -67,7 +71,7 @@ from conductor_stub.tasks.base import request_context
 from scheduler.build_results import placed_on
 from scheduler.exceptions import NoValidHost, StreamTruncated
 from scheduler.log import RepeatLimiter, get_logger, mask_secrets
-from scheduler.objects import BUILDING, PENDING, SCHEDULING, InstanceRecord
+from scheduler.objects import ACTIVE, BUILDING, PENDING, SCHEDULING, InstanceRecord
 from scheduler.resource_request import COMPUTE_STATUS_DISABLED
 from scheduler.rpc import SchedulerClient
 from scheduler.store import Change, ChangeFeed, Provider, Service
@@ -167,6 +171,7 @@ def expire(store: ConductorStore, record: InstanceRecord, clock: Callable[[], fl
     store.remove_pending(record.uuid)
     if done:
         LOG.warning("pending_timed_out", instance_uuid=record.uuid, waited=now - since)
+        metrics.PENDING_WAIT_SECONDS.labels("timed_out").observe(max(now - since, 0.0))
     return done
 
 
@@ -325,13 +330,21 @@ class PendingRetrier:
         """One turn: read the feed and retry on an event, or while a retry in
         flight at an event is owed one (:attr:`owed`); and the slow pass over
         every request when it is due (the first at once: what a previous
-        conductor left PENDING is picked up). How many were sent."""
+        conductor left PENDING is picked up); otherwise a look at the requests
+        it sent (:meth:`_in_flight_at_event`); then the count of those left
+        waiting (``conductor_pending_requests``). How many were sent."""
         sent = 0
+        passed = False
         if self.watch() or self.owed:
             sent += self.retry_pending()
+            passed = True
         if self._clock() >= self._next_pass:
             self._next_pass = self._clock() + self.settings.retry_interval
             sent += self.retry_pending(periodic=True)
+            passed = True
+        if not passed and self._sent:
+            self.owed = self._in_flight_at_event()  # and each one placed is measured
+        metrics.PENDING_REQUESTS.set(self.store.count_pending())
         return sent
 
     def watch(self) -> bool:
@@ -394,7 +407,9 @@ class PendingRetrier:
         """Whether a request sent before the last event is still being
         scheduled (BUILDING): should it come back PENDING, it is owed a retry
         for that event, which it may not have seen. What this retrier sent and
-        has since ended (placed, failed, deleted) is forgotten."""
+        has since ended (placed, failed, deleted) is forgotten; one placed
+        (ACTIVE) has its wait measured, from when it first found no host to
+        when it went ACTIVE (``conductor_pending_wait_seconds{outcome="placed"}``)."""
         if not self._sent:
             return False
         found = {r.uuid: r for r in self.store.list_instances(list(self._sent))}
@@ -403,6 +418,10 @@ class PendingRetrier:
             record = found.get(uuid)
             if record is None or record.state not in (PENDING, BUILDING):
                 del self._sent[uuid]
+                if record is not None and record.state == ACTIVE:
+                    since = record.waiting_since
+                    waited = 0.0 if since is None else max(record.updated_at - since, 0.0)
+                    metrics.PENDING_WAIT_SECONDS.labels("placed").observe(waited)
             elif record.state == BUILDING and at < self.last_event:
                 owed = True
         return owed

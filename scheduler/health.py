@@ -22,6 +22,10 @@ graphs them; keep them stable). Counters are exposed with Prometheus'
   reason (:mod:`scheduler.engine.reasons` and the filters' ``REASON``).
 * ``scheduler_no_valid_host_reasons_total{reason}``: NoValidHost decisions, by
   each reason that removed hosts in them.
+* ``scheduler_preemptions_total``: requests placed by evicting lower-priority
+  preemptible instances (one per preempting claim the store took).
+* ``scheduler_preemption_victims_total{priority_class}``: the instances those
+  preemptions evicted, by the victim's priority class (``-`` for none).
 * ``scheduler_resource_capacity{resource_class}``,
   ``scheduler_resource_used{resource_class}`` and ``scheduler_hosts{state}``
   (up, down, disabled): the cloud as the worker's host view holds it, read at
@@ -92,6 +96,16 @@ NO_VALID_HOST_REASONS = Counter(
     "scheduler_no_valid_host_reasons",
     "NoValidHost decisions, by each reason that removed hosts in them.",
     ["reason"],
+)
+PREEMPTIONS = Counter(
+    "scheduler_preemptions",
+    "Requests placed by evicting lower-priority preemptible instances (one per "
+    "preempting claim the store took).",
+)
+PREEMPTION_VICTIMS = Counter(
+    "scheduler_preemption_victims",
+    "Instances evicted by preemptions, by the victim's priority class ('-' for none).",
+    ["priority_class"],
 )
 DEPENDENCY_UP = Gauge("scheduler_dependency_up", "1 while a dependency answers.", ["dependency"])
 

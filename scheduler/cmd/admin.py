@@ -31,6 +31,10 @@ The drain and the audit are the conductor's: declared here with the other
 commands, they run through the entry points of :data:`EXTENSIONS_GROUP`
 (:mod:`conductor_stub.admin`), so that nothing here imports the conductor.
 
+``scheduler-admin pending`` and ``scheduler-admin preemptions``
+(:mod:`scheduler.cmd.admin_queue`) list the requests waiting for capacity in
+the order they are retried, and the last preemptions with their victims.
+
 ``scheduler-admin dashboard [--port P]`` serves a live, read-only page of the
 cloud to a browser (:mod:`scheduler.dashboard`).
 
@@ -49,7 +53,7 @@ from oslo_config import cfg
 
 from scheduler import broker, log, render
 from scheduler import conf as conf_mod
-from scheduler.cmd import _cli, _commands, admin_explain, admin_hosts
+from scheduler.cmd import _cli, _commands, admin_explain, admin_hosts, admin_queue
 from scheduler.cmd._commands import Command, Output, Result, arg
 from scheduler.exceptions import SchedulerError
 from scheduler.store import Store, make_store
@@ -58,7 +62,8 @@ from scheduler.store.services import DISABLED_REASON_MAX, set_host_disabled
 DESCRIPTION = (
     "Operator answers: why a request finds no host (explain, a dry run), what "
     "the hosts hold (hosts; usage per provider, aggregate, project), what became "
-    "of an instance (instance show); take a host out "
+    "of an instance (instance show), who waits for capacity (pending) and whom preemption "
+    "evicted (preemptions); take a host out "
     "of scheduling and back (host disable, host enable) or empty it (host drain); "
     "compare what the computes run with the store, and repair (audit [--fix]); watch the "
     "cloud live in a browser (dashboard)."
@@ -174,7 +179,8 @@ DASHBOARD = Command(
     description="Serve a web page that shows, updated every two seconds: each host's "
     "fill per resource class as a heat map grouped by aggregate, hosts down or "
     "disabled, how many of each catalog flavor still fit, decisions per second, the "
-    "reasons of recent NoValidHosts, reschedules and re-drives. Hosts are read from the "
+    "reasons of recent NoValidHosts, reschedules and re-drives, how many requests wait for "
+    "capacity and the last preemptions. Hosts are read from the "
     "store as `hosts` reads them; rates from the workers' and the conductor's /metrics. "
     "Its data needs a token: $SCHEDULER_DASHBOARD_TOKEN, else a random one; the page's "
     "address, token included, is printed at start. Ctrl-C stops it.",
@@ -388,6 +394,8 @@ COMMANDS: tuple[Command, ...] = (
     INSTANCE,
     HOST,
     REFUSALS,
+    admin_queue.PENDING_COMMAND,
+    admin_queue.PREEMPTIONS_COMMAND,
     AUDIT,
 )
 

@@ -49,6 +49,8 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     "redrives": ("conductor_redrives", "kind"),
     "timed_out": ("conductor_requests_timed_out", "kind"),
     "reconcile_actions": ("conductor_reconcile_actions", "kind"),
+    "preemptions": ("scheduler_preemptions", None),
+    "preemption_victims": ("scheduler_preemption_victims", "priority_class"),
 }
 #: The gauges the page reads, by key: (metric family name, the label that
 #: splits it). Several endpoints reporting one are merged by their largest
@@ -60,6 +62,7 @@ GAUGES: dict[str, tuple[str, str]] = {
 HISTOGRAMS = {
     "decision_seconds": "scheduler_decision_seconds",
     "engine_wait_seconds": "scheduler_engine_wait_seconds",
+    "pending_wait_seconds": "conductor_pending_wait_seconds",
 }
 
 
@@ -126,14 +129,18 @@ def summary(table: HostTable) -> dict[str, Any]:
 
 #: How many of the last NoValidHosts the page lists.
 REFUSALS_SHOWN = 10
+#: How many of the last preemptions the page lists.
+PREEMPTIONS_SHOWN = 10
 
 
 def cloud(
     store: Store, service_down_time: float, catalog: Mapping[str, Flavor], now: float
 ) -> dict[str, Any]:
     """The hosts (as ``hosts --json`` lists them), their groups, the totals,
-    the catalog's flavors with how many still fit, and the last NoValidHosts
-    (as ``scheduler-admin refusals`` prints them)."""
+    the catalog's flavors with how many still fit, the last NoValidHosts
+    (as ``scheduler-admin refusals`` prints them), how many requests wait for
+    capacity and the last preemptions (as ``scheduler-admin pending`` and
+    ``preemptions`` count and print them)."""
     table = HostTable.from_snapshot(store.compact_snapshot(), now, service_down_time)
     rows = list(table.rows(np.arange(len(table))))
     aggregates = store.list_aggregates()
@@ -157,6 +164,21 @@ def cloud(
                 "reasons": render.reasons_line(r.reasons),
             }
             for r in store.recent_refusals(REFUSALS_SHOWN)
+        ],
+        "pending": store.count_pending(),
+        "preemptions": [
+            {
+                "time": render.when(e.at),
+                "instance_uuid": e.instance_uuid,
+                "host": e.host,
+                "priority_class": e.priority_class,
+                "priority": e.priority,
+                "victims": [
+                    {"uuid": v.uuid, "priority_class": v.priority_class, "priority": v.priority}
+                    for v in e.victims
+                ],
+            }
+            for e in store.recent_preemptions(PREEMPTIONS_SHOWN)
         ],
     }
 
@@ -182,7 +204,9 @@ def read_counters(text: str) -> dict[str, Any]:
         out[key] = {s.labels[label]: s.value for s in samples if label in s.labels}
     for key, name in HISTOGRAMS.items():
         family = by_family.get(name)
-        values = {s.name: s.value for s in family.samples} if family else {}
+        values: dict[str, float] = {}
+        for s in family.samples if family else ():  # summed over its labels
+            values[s.name] = values.get(s.name, 0.0) + s.value
         out[key] = {
             "sum": values.get(f"{name}_sum", 0.0),
             "count": values.get(f"{name}_count", 0.0),

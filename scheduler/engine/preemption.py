@@ -111,7 +111,12 @@ class Candidate:
 
     def as_victim(self) -> Victim:
         return Victim(
-            self.record.uuid, self.held.allocations, self.record.host, self.record.updated_at
+            self.record.uuid,
+            self.held.allocations,
+            self.record.host,
+            self.record.updated_at,
+            self.record.priority_class,
+            self.record.priority,
         )
 
 

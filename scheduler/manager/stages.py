@@ -28,7 +28,7 @@ from scheduler.exceptions import (
 )
 from scheduler.filters.validation import validate_request
 from scheduler.log import RepeatLimiter, get_logger
-from scheduler.manager.stats import DecisionStats, count_rejections
+from scheduler.manager.stats import DecisionStats, count_preemption, count_rejections
 from scheduler.notifications import (
     PreemptionPayload,
     PriorityClassPayload,
@@ -254,6 +254,7 @@ class Stages:
             repeated=not claimed,
         )
         if claimed:
+            count_preemption([v.priority_class for v in victims])
             self.notifier.info(
                 ctxt,
                 "scheduler.preempt",

@@ -66,6 +66,14 @@ class DecisionStats:
                 self.waited += waited
 
 
+def count_preemption(victim_classes: Sequence[str | None]) -> None:
+    """One preempting claim taken, evicting instances of these priority
+    classes (``scheduler_preemptions_total``, ``scheduler_preemption_victims_total``)."""
+    health.PREEMPTIONS.inc()
+    for name in victim_classes:
+        health.PREEMPTION_VICTIMS.labels(name or "-").inc()
+
+
 def count_rejections(traces: Sequence[InstanceTrace], no_valid_host: bool) -> None:
     """The hosts each reason removed in a request's decisions
     (``scheduler_hosts_rejected_total``) and, when it found no valid host, the

@@ -79,6 +79,7 @@ from scheduler.store.records import (
     GroupClaim,
     InstanceReport,
     Inventory,
+    PreemptionEntry,
     Provider,
     RecordCheck,
     Refusal,
@@ -101,6 +102,8 @@ __all__ = [
     "Eviction",
     "GroupClaim",
     "InstanceReport",
+    "PreemptionEntry",
+    "PreemptionLog",
     "RecordCheck",
     "Refusal",
     "Victim",
@@ -541,9 +544,15 @@ class PendingIndex(Protocol):
         """Drop ``uuid``'s entry; False when it had none (idempotent)."""
 
     @abc.abstractmethod
-    def list_pending(self, limit: int = 1000) -> list[str]:
-        """The first ``limit`` uuids in retry order: priority descending, then
-        ``created_at`` ascending, ties by uuid."""
+    def list_pending(self, limit: int = 1000, offset: int = 0) -> list[str]:
+        """``limit`` uuids in retry order from the ``offset``-th (0: the
+        first): priority descending, then ``created_at`` ascending, ties by
+        uuid. One page of a read however long the index (``scheduler-admin
+        pending`` reads page after page)."""
+
+    @abc.abstractmethod
+    def count_pending(self) -> int:
+        """How many entries the index holds (stale ones included)."""
 
 
 def pending_member(uuid: str, priority: int, created_at: float) -> str:
@@ -573,8 +582,27 @@ class RefusalLog(Protocol):
         """The last ``limit`` refusals, newest first."""
 
 
+class PreemptionLog(Protocol):
+    """The last preemptions, for "whom did preemption evict lately?"; each
+    entry is written by the preempting claim's own atomic step
+    (:meth:`PlacementStore.claim_preempting`, :meth:`Eviction.entry`), so
+    the log holds every preemption that took effect and no other."""
+
+    @abc.abstractmethod
+    def recent_preemptions(self, limit: int = 20) -> list[PreemptionEntry]:
+        """The last ``limit`` preemptions (of the last ``PREEMPTIONS_KEPT``),
+        newest first."""
+
+
 class Store(
-    PlacementStore, ChangeFeed, ServiceStore, InstanceStore, PendingIndex, RefusalLog, Protocol
+    PlacementStore,
+    ChangeFeed,
+    ServiceStore,
+    InstanceStore,
+    PendingIndex,
+    RefusalLog,
+    PreemptionLog,
+    Protocol,
 ):
     """Every part, and the housekeeping: what both implementations provide."""
 

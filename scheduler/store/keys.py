@@ -42,6 +42,9 @@ key                 type    content
                             data) and, for services, ``hb`` (last heartbeat)
 ``refusals``        list    the last NoValidHosts, newest first, at most
                             ``REFUSALS_KEPT`` (``Refusal``)
+``preemptions``     list    the last preemptions, newest first, at most
+                            ``PREEMPTIONS_KEPT`` (``PreemptionEntry``),
+                            each pushed by its preempting claim's script
 ``deleted:<uuid>``  string  the instance's delete fence: ``deleting`` while it
                             is DELETING (its record still in ``instances``),
                             then the DELETED record, expiring after the
@@ -73,6 +76,7 @@ class Keys:
     pending_members: str
     changes: str
     refusals: str
+    preemptions: str
     deleted: str  # the prefix of the ``deleted:<uuid>`` keys
 
     def deleted_record(self, instance_uuid: str) -> str:

@@ -93,6 +93,7 @@ class MemoryStore(MemoryPlacement, MemoryServices, MemoryInstances):
                 self._pending,
                 self._deleted,
                 self._refusals,
+                self._preemptions,
             ):
                 table.clear()
             self._due.clear()

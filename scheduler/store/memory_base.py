@@ -32,7 +32,7 @@ from scheduler.store.base import (
     Service,
     Store,
 )
-from scheduler.store.records import REFUSALS_KEPT
+from scheduler.store.records import PREEMPTIONS_KEPT, REFUSALS_KEPT, PreemptionEntry
 
 
 class MemoryBase(Store):
@@ -61,6 +61,7 @@ class MemoryBase(Store):
         self._heartbeats: dict[str, float] = {}
         self._reports: dict[str, InstanceReport] = {}
         self._refusals: deque[Refusal] = deque(maxlen=REFUSALS_KEPT)  # newest first
+        self._preemptions: deque[PreemptionEntry] = deque(maxlen=PREEMPTIONS_KEPT)  # newest first
         self._instances: dict[str, InstanceRecord] = {}
         # The deadline index: (deadline, uuid) of every live record that has a
         # deadline, sorted (as Redis's sorted set orders them), and each one's key.

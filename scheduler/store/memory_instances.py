@@ -157,7 +157,12 @@ class MemoryInstances(MemoryBase):
         with self._lock:
             return self._pending.pop(uuid, None) is not None
 
-    def list_pending(self, limit: int = 1000) -> list[str]:
+    def count_pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def list_pending(self, limit: int = 1000, offset: int = 0) -> list[str]:
         with self._lock:
             members = sorted(self._pending.values())
-        return [pending_uuid(m) for m in members[: max(limit, 0)]]
+        start = max(offset, 0)
+        return [pending_uuid(m) for m in members[start : start + max(limit, 0)]]

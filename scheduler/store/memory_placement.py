@@ -211,6 +211,7 @@ class MemoryPlacement(MemoryBase):
         fields = eviction.preemptor_fields(victims)
         fields["victims"] = tuple(fields["victims"])
         self._put_instance(replace(self._instances[preemptor], **fields))
+        self._preemptions.appendleft(eviction.entry(preemptor, victims))
 
     def _evictable(self, victim: Victim, priority: int) -> Consumer:
         """(Under the lock.) What the victim holds; RecordChanged unless it

@@ -20,6 +20,7 @@ from scheduler.store.base import (
     freeze_json,
 )
 from scheduler.store.memory_base import MemoryBase
+from scheduler.store.records import PreemptionEntry
 
 
 class MemoryServices(MemoryBase):
@@ -113,6 +114,10 @@ class MemoryServices(MemoryBase):
     def record_refusal(self, refusal: Refusal) -> None:
         with self._lock:
             self._refusals.appendleft(refusal)
+
+    def recent_preemptions(self, limit: int = 20) -> list[PreemptionEntry]:
+        with self._lock:
+            return list(itertools.islice(self._preemptions, max(limit, 0)))
 
     def recent_refusals(self, limit: int = 20) -> list[Refusal]:
         with self._lock:

@@ -441,6 +441,11 @@ class Victim:
     allocations: Mapping[str, Mapping[str, int]]
     host: str | None
     updated_at: float
+    #: The class and priority its record was created with (never rewritten
+    #: afterwards, so as read while ``updated_at`` matches): what the log of
+    #: preemptions keeps (:meth:`Eviction.entry`).
+    priority_class: str | None = None
+    priority: int = 0
 
     def to_primitive(self) -> dict[str, Any]:
         return {
@@ -525,6 +530,19 @@ class Eviction:
             "updated_at": self.at,
         }
 
+    def entry(self, preemptor: str, victims: Sequence[Victim]) -> PreemptionEntry:
+        """What the store's log of recent preemptions keeps of this one,
+        written in the claim's own step (``scheduler-admin preemptions``)."""
+        return PreemptionEntry(
+            at=self.at,
+            instance_uuid=preemptor,
+            request_id=self.request_id,
+            host=self.host,
+            priority_class=self.priority_class,
+            priority=self.priority,
+            victims=tuple(EvictedVictim(v.uuid, v.priority_class, v.priority) for v in victims),
+        )
+
     def unmatched(self, record: InstanceRecord | None) -> str | None:
         """Why the preemptor's ``record`` may not take the claim (None: it may)."""
         if record is None:
@@ -532,3 +550,64 @@ class Eviction:
         if record.state not in PREEMPTOR_STATES:
             return f"instance is {record.state}"
         return None
+
+
+#: How many of the last preemptions the store keeps (a bounded list, written
+#: in each preempting claim's own step: the newest push out the oldest).
+PREEMPTIONS_KEPT = 200
+
+
+@dataclass(frozen=True)
+class EvictedVictim:
+    """One instance a preemption evicted: its uuid, class and priority."""
+
+    uuid: str
+    priority_class: str | None
+    priority: int
+
+
+@dataclass(frozen=True)
+class PreemptionEntry:
+    """One preempting claim, as the store's log keeps it: when (``at``,
+    seconds since the epoch), the preemptor (``instance_uuid``), its request,
+    the host, its class and priority, and the victims evicted there."""
+
+    at: float
+    instance_uuid: str
+    request_id: str
+    host: str
+    priority_class: str | None
+    priority: int
+    victims: tuple[EvictedVictim, ...]
+
+    def to_primitive(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "instance_uuid": self.instance_uuid,
+            "request_id": self.request_id,
+            "host": self.host,
+            "priority_class": self.priority_class,
+            "priority": self.priority,
+            "victims": [
+                {"uuid": v.uuid, "priority_class": v.priority_class, "priority": v.priority}
+                for v in self.victims
+            ],
+        }
+
+    @classmethod
+    def from_primitive(cls, d: Mapping[str, Any]) -> PreemptionEntry:
+        def _class(value: Any) -> str | None:
+            return None if value is None else str(value)
+
+        return cls(
+            at=float(d["at"]),
+            instance_uuid=str(d["instance_uuid"]),
+            request_id=str(d["request_id"]),
+            host=str(d["host"]),
+            priority_class=_class(d.get("priority_class")),
+            priority=int(d.get("priority", 0)),
+            victims=tuple(
+                EvictedVictim(str(v["uuid"]), _class(v.get("priority_class")), int(v["priority"]))
+                for v in d["victims"]
+            ),
+        )

@@ -277,8 +277,13 @@ class RedisInstances(RedisBase):
         )
 
     @translated
-    def list_pending(self, limit: int = 1000) -> list[str]:
+    def count_pending(self) -> int:
+        return int(self._client.zcard(self.keys.pending))
+
+    @translated
+    def list_pending(self, limit: int = 1000, offset: int = 0) -> list[str]:
         if limit < 1:
             return []
-        members = self._client.zrange(self.keys.pending, 0, limit - 1)
+        start = max(offset, 0)
+        members = self._client.zrange(self.keys.pending, start, start + limit - 1)
         return [pending_uuid(str(m)) for m in members]

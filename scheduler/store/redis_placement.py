@@ -24,6 +24,7 @@ from scheduler.store.base import (
     check_move,
     check_victims,
 )
+from scheduler.store.records import PREEMPTIONS_KEPT
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import each, parse, read_aggregate, read_consumer, read_provider
 from scheduler.store.redis_connect import translated
@@ -164,11 +165,18 @@ class RedisPlacement(RedisBase):
             }
         )
         fences = tuple(self.keys.deleted_record(v.uuid) for v in victims)
+        entry = json.dumps(eviction.entry(consumer_uuid, victims).to_primitive())
         return bool(
             self._write(
                 self._scripts.claim,
-                keys=(*keys, self.keys.instances, self.keys.deadlines, *fences),
-                args=(*args, victims_json, int(priority), fields),
+                keys=(
+                    *keys,
+                    self.keys.instances,
+                    self.keys.deadlines,
+                    self.keys.preemptions,
+                    *fences,
+                ),
+                args=(*args, victims_json, int(priority), fields, entry, PREEMPTIONS_KEPT),
             )
         )
 

@@ -17,7 +17,7 @@ from scheduler.store.base import (
     ServiceReport,
     check_reports,
 )
-from scheduler.store.records import REFUSALS_KEPT
+from scheduler.store.records import PREEMPTIONS_KEPT, REFUSALS_KEPT, PreemptionEntry
 from scheduler.store.redis_base import RedisBase
 from scheduler.store.redis_codec import each, parse, read_service, report_text
 from scheduler.store.redis_connect import translated
@@ -130,6 +130,13 @@ class RedisServices(RedisBase):
         pipe.lpush(self.keys.refusals, json.dumps(refusal.to_primitive()))
         pipe.ltrim(self.keys.refusals, 0, REFUSALS_KEPT - 1)
         pipe.execute()
+
+    @translated
+    def recent_preemptions(self, limit: int = 20) -> list[PreemptionEntry]:
+        if limit < 1:
+            return []
+        raw = self._client.lrange(self.keys.preemptions, 0, min(limit, PREEMPTIONS_KEPT) - 1)
+        return [parse(PreemptionEntry.from_primitive, text, self.keys.preemptions) for text in raw]
 
     @translated
     def recent_refusals(self, limit: int = 20) -> list[Refusal]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import oslo_messaging
 import pytest
+from prometheus_client import REGISTRY
 
 from scheduler import policy
 from scheduler.engine.pipeline import GROUP_CONFLICT, TRACE_TOP
@@ -1209,9 +1210,20 @@ def _full_of_spot(record_preemptor: bool = True) -> Rig:
     return r
 
 
+def _preemption_counts() -> tuple[float, float]:
+    return (
+        REGISTRY.get_sample_value("scheduler_preemptions_total") or 0.0,
+        REGISTRY.get_sample_value("scheduler_preemption_victims_total", {"priority_class": "spot"})
+        or 0.0,
+    )
+
+
 def test_a_boot_that_finds_no_host_evicts_a_lower_priority_instance() -> None:
     r = _full_of_spot()
+    before = _preemption_counts()
     r.endpoint.run_instance(USER, spec(ram=1024).to_primitive(), [BOOTED])
+    # Counted once, its one victim under its class.
+    assert _preemption_counts() == (before[0] + 1, before[1] + 1)
     # Placed by evicting, in one store step: no build cast, no failure told.
     assert r.compute.calls == [] and r.conductor.calls == []
     victim, preemptor = r.store.get_instance(SPOT), r.store.get_instance(BOOTED)
@@ -1244,7 +1256,9 @@ def test_a_boot_that_may_not_evict_fails_and_evicts_nothing(
     extra_specs: dict[str, str], record_preemptor: bool
 ) -> None:
     r = _full_of_spot(record_preemptor)
+    before = _preemption_counts()
     r.endpoint.run_instance(USER, spec(ram=1024, extra_specs=extra_specs).to_primitive(), [BOOTED])
+    assert _preemption_counts() == before
     [(name, (uuids, *_))] = r.conductor.calls
     assert (name, uuids) == ("schedule_failed", [BOOTED])
     assert r.store.get_instance(SPOT).state == "ACTIVE"

@@ -1,20 +1,22 @@
 -- KEYS: changes, providers, consumers, groups, the consumer's delete fence
 -- (``deleted:<uuid>``: while it exists, nothing is claimed for the uuid)
--- [, instances, deadlines, each victim's delete fence in the victims' order:
--- a preempting claim's].
+-- [, instances, deadlines, preemptions (the log of the last ones), each
+-- victim's delete fence in the victims' order: a preempting claim's].
 -- ARGV: maxlen, consumer uuid, allocations JSON ({rp: {rc: amount}}), project,
 -- user, group uuid ('' for none), policy, host, max_server_per_host, the
 -- consumer holding the claimant's own membership ('' for none: see
 -- ``GroupClaim.own_consumer``) [, the victims JSON ([{uuid, allocations,
 -- host, updated_at}]), the claimant's priority, the eviction's record fields
--- ({preemptor: fields, victims: [fields, in the victims' order]}): a
+-- ({preemptor: fields, victims: [fields, in the victims' order]}), the
+-- log's entry (``Eviction.entry``) and how many entries the log keeps: a
 -- preempting claim's]. Returns 1 when claimed, 0 when the consumer already
 -- holds exactly this. A preempting claim checks the claimant's record
 -- (``Eviction.unmatched``) and every victim (``Victim.unmatched``, its
 -- rule ``eviction_refused``): RecordChanged; drops their allocations and
 -- memberships, and checks the claim against what is left; every check is
 -- made before the first write. It then fences each victim (DELETING, as
--- start_delete does) and writes the claimant's record (``Eviction``).
+-- start_delete does), writes the claimant's record (``Eviction``) and pushes
+-- the entry on the log of preemptions, trimmed to its length.
 
 local consumer = ARGV[2]
 local allocations = cjson.decode(ARGV[3])
@@ -186,10 +188,12 @@ if preemptor then
     record.state = 'DELETING'
     redis.call('HSET', KEYS[6], record.uuid, encode_record(record))
     index_deadline(KEYS[7], record.uuid, record)
-    redis.call('SET', KEYS[7 + n], '@{deleting_marker}')
+    redis.call('SET', KEYS[8 + n], '@{deleting_marker}')
   end
   for field, value in pairs(eviction.preemptor) do preemptor[field] = value end
   redis.call('HSET', KEYS[6], consumer, encode_record(preemptor))
   index_deadline(KEYS[7], consumer, preemptor)
+  redis.call('LPUSH', KEYS[8], ARGV[14])
+  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[15]) - 1)
 end
 return 1

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from prometheus_client import REGISTRY
 
 from conductor_stub import pending
 from conductor_stub.findings import PENDING_UNINDEXED, STALE_PENDING
@@ -451,3 +452,47 @@ def test_records_and_index_agree_when_each_is_in_order() -> None:
         (STALE_PENDING, "e1", "in the pending index, no longer PENDING"),
         (STALE_PENDING, "gone", "in the pending index, no longer PENDING"),
     ]
+
+
+# --- the metrics --------------------------------------------------------------------
+
+
+def _waits(outcome: str) -> tuple[float, float]:
+    labels = {"outcome": outcome}
+    return (
+        REGISTRY.get_sample_value("conductor_pending_wait_seconds_count", labels) or 0.0,
+        REGISTRY.get_sample_value("conductor_pending_wait_seconds_sum", labels) or 0.0,
+    )
+
+
+def test_the_pending_count_and_each_wait_are_measured() -> None:
+    store, clock = cloud("h1"), Clock()
+    placed, timed_out = waiting(store, "placed"), waiting(store, "late")
+    no_host(store, clock, placed, timed_out)
+    retry, _ = retrier(store, clock)
+    assert retry.tick() == 2  # the first pass retries both: none left waiting ...
+    assert REGISTRY.get_sample_value("conductor_pending_requests") == 0.0
+    clock.now += 1
+    no_host(store, clock, placed, timed_out)  # ... both found no host again
+    assert retry.tick() == 0  # (no event: they wait for one, or the next pass)
+    assert REGISTRY.get_sample_value("conductor_pending_requests") == 2.0
+    before_placed, before_late = _waits("placed"), _waits("timed_out")
+    clock.now += 60  # the slow pass retries both again
+    assert retry.tick() == 2
+    no_host(store, clock, timed_out)
+    # Placed 61 s after it first found no host: its wait, from its first to ACTIVE.
+    store.claim(placed, ask("h1"))
+    endpoint(store, clock).build_succeeded(RequestContext(), placed, "h1", "h1")
+    assert store.get_instance(placed).state == "ACTIVE"
+    assert _waits("placed") == before_placed  # not seen yet
+    clock.now += 1
+    retry.tick()  # the retrier looks at what it sent (the other, woken, is sent again)
+    assert _waits("placed") == (before_placed[0] + 1, before_placed[1] + 61)
+    retry.tick()
+    assert _waits("placed") == (before_placed[0] + 1, before_placed[1] + 61)  # once
+    no_host(store, clock, timed_out)
+    # The other times out at the end of its wait (100 s).
+    clock.now += 38
+    assert sweep(store, clock).counts["pending_timed_out"] == 1
+    assert _waits("timed_out") == (before_late[0] + 1, before_late[1] + 100)
+    assert _waits("placed") == (before_placed[0] + 1, before_placed[1] + 61)

@@ -29,10 +29,10 @@ from scheduler.dashboard.state import (
     read_counters,
 )
 from scheduler.exceptions import StoreUnavailable
-from scheduler.objects import Flavor
-from scheduler.store import MemoryStore
+from scheduler.objects import ACTIVE, BUILDING, AllocationRequest, Flavor, InstanceRecord
+from scheduler.store import Eviction, MemoryStore, Victim
 from scheduler.store.records import Refusal
-from tests.unit.factories import NOW, aggregate, az, host, populate, private_conf
+from tests.unit.factories import NOW, aggregate, az, host, populate, private_conf, uuid_of
 
 
 def row(
@@ -128,6 +128,7 @@ def test_the_cloud_is_the_hosts_commands_rows() -> None:
     (tiny,) = state["flavors"]
     assert (tiny["fits"], tiny["hosts"]) == (8, 1)  # h1's VCPU; h2 is down
     assert state["refusals"] == []
+    assert (state["pending"], state["preemptions"]) == (0, [])
 
 
 def test_the_page_lists_the_last_no_valid_hosts_as_refusals_prints_them() -> None:
@@ -145,6 +146,79 @@ def test_the_page_lists_the_last_no_valid_hosts_as_refusals_prints_them() -> Non
         "instance_uuids": ["i-1", "i-2"],
         "reasons": "2 x",
     }
+
+
+def test_the_page_counts_the_pending_requests_and_lists_the_last_preemptions() -> None:
+    store = MemoryStore()
+    populate(store, [host("h1", vcpus=4)])
+    store.add_pending("waits-1", 10, NOW)
+    store.add_pending("waits-2", 0, NOW)
+    store.create_instances(
+        [
+            InstanceRecord(
+                uuid="spot-1",
+                state=ACTIVE,
+                task_state=None,
+                host="h1",
+                priority_class="spot",
+                priority=10,
+                preemptible=True,
+            ),
+            InstanceRecord(uuid="boot-1", state=BUILDING),
+        ]
+    )
+    rp = uuid_of("h1")
+    store.claim("spot-1", AllocationRequest({rp: {"VCPU": 4}}, "p", "u"))
+    victim = Victim(
+        "spot-1", {rp: {"VCPU": 4}}, "h1", store.get_instance("spot-1").updated_at, "spot", 10
+    )
+    eviction = Eviction("req-9", 1_700_000_000.0, "h1", "h1", None, "gold", 1000)
+    request = AllocationRequest({rp: {"VCPU": 4}}, "p", "u")
+    assert store.claim_preempting("boot-1", request, [victim], 1000, eviction=eviction)
+    state = cloud(store, 60.0, {}, NOW)
+    assert state["pending"] == 2
+    assert state["preemptions"] == [
+        {
+            "time": "2023-11-14 22:13:20",
+            "instance_uuid": "boot-1",
+            "host": "h1",
+            "priority_class": "gold",
+            "priority": 1000,
+            "victims": [{"uuid": "spot-1", "priority_class": "spot", "priority": 10}],
+        }
+    ]
+
+
+PREEMPTING = """\
+# TYPE scheduler_preemptions_total counter
+scheduler_preemptions_total %(preempted)s
+# TYPE scheduler_preemption_victims_total counter
+scheduler_preemption_victims_total{priority_class="spot"} %(spot)s
+scheduler_preemption_victims_total{priority_class="-"} 1.0
+"""
+WAITING = """\
+# TYPE conductor_pending_wait_seconds histogram
+conductor_pending_wait_seconds_bucket{le="+Inf",outcome="placed"} 2.0
+conductor_pending_wait_seconds_count{outcome="placed"} 2.0
+conductor_pending_wait_seconds_sum{outcome="placed"} 30.0
+conductor_pending_wait_seconds_bucket{le="+Inf",outcome="timed_out"} 1.0
+conductor_pending_wait_seconds_count{outcome="timed_out"} 1.0
+conductor_pending_wait_seconds_sum{outcome="timed_out"} 600.0
+"""
+
+
+def test_the_preemptions_and_the_waits_for_capacity_are_read_from_the_metrics() -> None:
+    now = [0.0]
+    texts = {"w": PREEMPTING % {"preempted": 2, "spot": 3}, "c": WAITING}
+    scraper = Scraper(["w", "c"], clock=lambda: now[0], fetch=lambda url, t: texts[url])
+    first = scraper.scrape()["totals"]
+    assert first["preemptions"] == 2
+    assert first["preemption_victims"] == {"spot": 3, "-": 1}
+    # Every outcome's waits together: 3 ended, 630 s in all.
+    assert first["pending_wait_seconds"] == {"sum": 630.0, "count": 3.0}
+    now[0], texts["w"] = 5.0, PREEMPTING % {"preempted": 5, "spot": 7}
+    recent = scraper.scrape()["recent"]
+    assert (recent["preemptions"], recent["preemption_victims"]) == (3, {"spot": 4})
 
 
 WORKER = """\

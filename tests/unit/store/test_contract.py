@@ -1895,6 +1895,12 @@ def test_entries_come_by_priority_then_age_then_uuid(store: Store) -> None:
     ]
     assert store.list_pending(2) == ["b-old-high", "a-young-high"]
     assert store.list_pending(0) == []
+    # Read page by page: each page the next entries in the same order.
+    everything = store.list_pending()
+    pages = [store.list_pending(2, offset) for offset in range(0, len(everything) + 2, 2)]
+    assert [u for page in pages for u in page] == everything
+    assert pages[-1] == []
+    assert store.count_pending() == len(everything)
 
 
 def test_adding_again_replaces_the_entry_and_removing_is_idempotent(

@@ -236,3 +236,41 @@ def test_victims_must_be_distinct_others(store: Store, victims: list[str]) -> No
     chosen = [held.get(v) or Victim(v, {HOST: {"VCPU": 1}}, HOST, 0.0) for v in victims]
     with pytest.raises(InvalidRequest):
         store.claim_preempting("new", ask({HOST: {"VCPU": 1}}), chosen, priority=5, eviction=EVICT)
+
+
+def test_the_log_of_preemptions_keeps_each_eviction_written_newest_first(store: Store) -> None:
+    a = replace(running(store, "a", 3, priority=1), priority_class="spot", priority=1)
+    b = replace(running(store, "b", 3, priority=2), priority_class=None, priority=2)
+    assert store.recent_preemptions() == []
+    # A refused claim (a victim changed since it was read) logs nothing.
+    with pytest.raises(RecordChanged):
+        stale = replace(b, updated_at=1.0)
+        store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, stale], 10, eviction=EVICT)
+    assert store.recent_preemptions() == []
+    assert store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], 10, eviction=EVICT)
+    (entry,) = store.recent_preemptions()
+    assert entry == EVICT.entry("new", [a, b])
+    assert entry.to_primitive() == {
+        "at": EVICT.at,
+        "instance_uuid": "new",
+        "request_id": "req-preempt",
+        "host": HOST,
+        "priority_class": "gold",
+        "priority": 10,
+        "victims": [
+            {"uuid": "a", "priority_class": "spot", "priority": 1},
+            {"uuid": "b", "priority_class": None, "priority": 2},
+        ],
+    }
+    # A repeat of the same claim is a no-op: no second entry.
+    store.claim_preempting("new", ask({HOST: {"VCPU": 6}}), [a, b], 10, eviction=EVICT)
+    assert len(store.recent_preemptions()) == 1
+    # A second preemption comes first; the limit cuts the oldest.
+    store.create_instances([InstanceRecord(uuid="next", state=BUILDING, host=None)])
+    store.release("new")
+    c = running(store, "c", 4, priority=3)
+    later = replace(EVICT, at=EVICT.at + 1)
+    assert store.claim_preempting("next", ask({HOST: {"VCPU": 8}}), [c], 10, eviction=later)
+    assert [e.instance_uuid for e in store.recent_preemptions()] == ["next", "new"]
+    assert [e.instance_uuid for e in store.recent_preemptions(1)] == ["next"]
+    assert store.recent_preemptions(0) == []

@@ -70,6 +70,7 @@ from scheduler.store import (
     Store,
     Victim,
 )
+from scheduler.store.records import PREEMPTIONS_KEPT
 from tests.fixtures.store import REDIS_URL, ask
 
 #: Examples per run of each property: every CI run draws this many fresh ones.
@@ -530,7 +531,7 @@ def preempt_outcome(
         if one.named:
             held = {rp: {CLASSES[0]: one.vcpu + (one.tamper == "allocation")}}
             at = 1765000000.5 + n + (0.25 if one.tamper == "stale" else 0.0)
-            victims.append(Victim(uuid, held, HOSTS[one.host], at))
+            victims.append(Victim(uuid, held, HOSTS[one.host], at, "spot", one.priority))
     store.set_inventory(rp, 1 + len(scenario.running), {CLASSES[0]: scenario.inventory})
     group = None if scenario.group is None else group_claim(scenario.group, group_uuid)
     request = ask({rp: {CLASSES[0]: scenario.vcpu}})
@@ -566,6 +567,16 @@ def preempt_outcome(
             u.removeprefix(rp)
             for u in (r.uuid for r in store.list_instances_due(2e9))
             if u.startswith(rp)
+        ],
+        # The log of preemptions: one entry per claim that evicted.
+        [
+            replace(
+                e,
+                instance_uuid=e.instance_uuid.removeprefix(rp),
+                victims=tuple(replace(v, uuid=v.uuid.removeprefix(rp)) for v in e.victims),
+            )
+            for e in store.recent_preemptions(PREEMPTIONS_KEPT)
+            if e.instance_uuid.startswith(rp)
         ],
     )
 
