@@ -52,6 +52,7 @@ CASES = {
     "replicas": ("rows",),
     "nova": ("rows",),
     "e2e": (),
+    "preempt": (),
 }
 
 
