@@ -8,7 +8,18 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cases import bootstorm, cell, e2e, fill, hostview, lifetimes, memory, nova, rabbit
+from bench.cases import (
+    bootstorm,
+    cell,
+    e2e,
+    fill,
+    hostview,
+    lifetimes,
+    memory,
+    nova,
+    preempt,
+    rabbit,
+)
 from bench.cases import engine as engine_case
 from bench.targets import Target
 
@@ -16,7 +27,18 @@ from bench.targets import Target
 #: measured is in :func:`targets` and :func:`quality_targets`).
 TARGETS: dict[str, Target] = {
     t.id: t
-    for case in (engine_case, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell, nova)
+    for case in (
+        engine_case,
+        rabbit,
+        bootstorm,
+        memory,
+        hostview,
+        fill,
+        lifetimes,
+        cell,
+        nova,
+        preempt,
+    )
     for t in case.TARGETS
 }
 
@@ -102,6 +124,7 @@ def targets(cases: dict[str, Any]) -> list[dict[str, Any]]:
             row and row["requests_per_s"],
         )
     _engine_targets(cases, add)
+    _preempt_targets(cases, add)
     _rabbit_targets(cases, add)
     _storm_targets(cases, add)
     mem = _find(cases.get("memory", {}).get("rows", []), hosts=100000)
@@ -256,18 +279,6 @@ def _engine_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
         detail = f" ({said(high)} ms; {said(low)} ms)" if low and high else ""
         measured = f"{label}, 1 instance, decisions alternated, ratio{detail}"
         add("engine_flat", measured, ratio)
-    row = _find(case.get("preempting", []), hosts=10000)
-    add(
-        "engine_preempt_10k",
-        "in-memory store, 1 instance, dry run, ratio of medians"
-        + (
-            f" ({_fmt(row['preempting']['median_ms'])} ms against "
-            f"{_fmt(row['normal']['median_ms'])} ms)"
-            if row
-            else ""
-        ),
-        row and row["ratio"],
-    )
     for tid, request, hosts in (
         ("engine_uncapped_100k", "1 instance, uncapped", 100000),
         ("engine_stream_10k", "five-flavor stream", 10000),
@@ -282,6 +293,39 @@ def _engine_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
                 f"in-memory store, claim included, median ms (shape_cache {setting}{detail})"
             )
             add(tid, measured, row and row["median_ms"])
+
+
+def _preempt_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
+    """Issue 33's benchmark targets, read from the preempt case."""
+    case = cases.get("preempt", {})
+    churn = case.get("churn", [])
+    on = [r for r in churn if r["preemption"]]
+    add(
+        "preempt_room_refusals",
+        "churn, preemption on: on-demand requests that found no host while evicting spot "
+        "instances would have made room, every offered load"
+        + (f" ({on[0]['hosts']} hosts)" if on else ""),
+        sum(r["refused_with_room"] for r in on) if on else None,
+    )
+    ratios = case.get("utilisation_ratios", {})
+    add(
+        "preempt_utilisation",
+        "churn: memory utilisation with preemption / without, lowest over the offered loads"
+        + (" (" + ", ".join(f"load {k}: {_fmt(v, 3)}" for k, v in ratios.items()) + ")"),
+        min(ratios.values()) if ratios else None,
+    )
+    row = _find(case.get("decision", []), hosts=10000)
+    add(
+        "engine_preempt_10k",
+        "in-memory store, 1 instance, dry run, ratio of medians in one run"
+        + (
+            f" ({_fmt(row['preempting']['median_ms'])} ms against "
+            f"{_fmt(row['normal']['median_ms'])} ms)"
+            if row
+            else ""
+        ),
+        row and row["ratio"],
+    )
 
 
 # --- markdown -----------------------------------------------------------------------
@@ -352,6 +396,7 @@ def markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         ("sweep", _sweep_md),
         ("fill", _fill_md),
         ("lifetimes", _lifetimes_md),
+        ("preempt", _preempt_md),
         ("cell", _cell_md),
         ("replicas", _replicas_md),
         ("nova", _nova_md),
@@ -1579,6 +1624,92 @@ def _lifetimes_md(case: dict[str, Any]) -> str:
                 [
                     [label, *(s["failure_pct"] for s in steps)]
                     for label, steps in case["steps"].items()
+                ],
+            ),
+        ]
+    )
+
+
+def _preempt_md(case: dict[str, Any]) -> str:
+    churn = case["churn"]
+    rows = [
+        [
+            r["offered_load"],
+            "on" if r["preemption"] else "off",
+            100 * r["on_demand_acceptance"],
+            100 * r["on_demand_at_once_share"],
+            100 * r["spot_acceptance"],
+            100 * r["memory_utilisation"],
+            100 * r["vcpu_utilisation"],
+            r["preemptions"],
+            r["victims_per_preemption"],
+            r["max_victims"],
+            r["refused_with_room"],
+            r["waited"],
+            r["wait_s"]["median_s"],
+            r["wait_s"]["p90_s"],
+            r["timed_out"],
+        ]
+        for r in churn
+    ]
+    hosts = churn[0]["hosts"] if churn else 0
+    return "\n".join(
+        [
+            "## Preemption under churn (priority classes)",
+            "",
+            f"{hosts} empty hosts, in process on the in-memory store, a simulated clock; "
+            f"Poisson arrivals of one catalog flavor each, {case['spot_share']:.0%} of class "
+            "spot (priority 10, preemptible), the rest on-demand (priority 100, may preempt), "
+            f"exponential lifetimes (mean {case['lifetime_s']:,.0f} s); an on-demand request "
+            f"that finds no host waits up to {case['max_wait_s']:,.0f} s (retried in the "
+            "pending index's order after departures), a spot one is refused. The same stream "
+            "with preemption on and off, after a warm-up. Offered load: of memory. "
+            "`refused with room`: on-demand requests that found no host although evicting "
+            "spot instances would have made room (0 wanted with preemption on).",
+            "",
+            _table(
+                [
+                    "offered load",
+                    "preemption",
+                    "on-demand accepted (%)",
+                    "at once (%)",
+                    "spot accepted (%)",
+                    "memory used (%)",
+                    "vCPU used (%)",
+                    "preemptions",
+                    "victims each",
+                    "most victims",
+                    "refused with room",
+                    "waited",
+                    "wait median (s)",
+                    "wait p90 (s)",
+                    "timed out",
+                ],
+                rows,
+            ),
+            "",
+            "A preempting decision (no host, then the preemption search) against a normal "
+            "one, on a cloud full of spot instances, dry run:",
+            "",
+            _table(
+                [
+                    "hosts",
+                    "normal median",
+                    "preempting median",
+                    "preempting p99",
+                    "first",
+                    "ratio",
+                ],
+                [
+                    [
+                        r["hosts"],
+                        r["normal"]["median_ms"],
+                        r["preempting"]["median_ms"],
+                        r["preempting"]["p99_ms"],
+                        r["first_preempting_ms"],
+                        r["ratio"],
+                    ]
+                    for r in case["decision"]
                 ],
             ),
         ]

@@ -96,6 +96,11 @@ class Sizes:
     nova_hosts: int = 1000
     nova_calls: int = 2000  # per endpoint, alternating
     nova_codec_calls: int = 2000
+    #: preempt: the churn's cloud and arrivals (each run twice: preemption on, off)
+    preempt_churn_hosts: int = 40
+    preempt_churn_operations: int = 12000
+    #: preempt: the clouds a preempting decision's cost is measured on
+    preempt_hosts: tuple[int, ...] = (1000, 10000)
 
 
 FULL = Sizes()
@@ -150,6 +155,9 @@ QUICK = Sizes(
     nova_hosts=50,
     nova_calls=40,
     nova_codec_calls=40,
+    preempt_churn_hosts=4,
+    preempt_churn_operations=400,
+    preempt_hosts=(100,),
 )
 
 

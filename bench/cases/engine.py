@@ -13,9 +13,7 @@ decisions on the two clouds of ``flat_hosts`` (10k and 300k hosts) taken in
 turn, one on each, so that a machine shared with other work weighs on both
 alike (``1 instance, alternated``).
 
-On the in-memory store at ``PREEMPT_HOSTS``, a preempting decision against a
-normal one (:mod:`bench.preempting`; ``preempting`` in the results). On the
-in-memory store two more rows: at ``uncapped_hosts`` one instance
+On the in-memory store two more rows: at ``uncapped_hosts`` one instance
 with no ``max_placement_results`` cut (an engine whose cut is the whole
 cloud: every host that fits is filtered, weighed and ranked), and at
 ``stream_hosts`` a stream of one-instance requests each drawn (seeded) from
@@ -36,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import cloud, naive, preempting
+from bench import cloud, naive
 from bench.runner import Bench
 from bench.stats import summary, timed_loop
 from bench.targets import Target
@@ -52,9 +50,6 @@ ALTERNATED = "1 instance, alternated"
 STREAM = "five-flavor stream"
 #: Said after a request kind measured with ``[scheduler] shape_cache`` on.
 CACHED = ", shape cache"
-#: The clouds (in-memory store) a preempting decision is measured on
-#: (:mod:`bench.preempting`).
-PREEMPT_HOSTS = (1000, 10000)
 #: The seed of the stream's flavor draws.
 STREAM_SEED = 15
 
@@ -73,13 +68,6 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "engine_uncapped_100k", "engine median decision <= 5 ms at 100k hosts, no cut", 5.0, "max"
-    ),
-    Target(
-        "engine_preempt_10k",
-        "a preempting decision (no host, then the preemption search) <= 10x a normal one "
-        "at 10k hosts",
-        10.0,
-        "max",
     ),
     Target(
         "engine_stream_10k",
@@ -146,7 +134,6 @@ def run(bench: Bench) -> dict[str, Any]:
     sizes = bench.sizes
     rows: list[dict[str, Any]] = []
     naive_rows: list[dict[str, Any]] = []
-    preempt_rows: list[dict[str, Any]] = []
     profiles: list[str] = []
     for store_kind in ("memory", "redis"):
         kept: Decider | None = None  # on the smaller cloud of flat_hosts
@@ -203,16 +190,6 @@ def run(bench: Bench) -> dict[str, Any]:
                 rows.append(_row(row | {"request": STREAM + CACHED}, hosts))
                 bench.log(_line(rows[-1]))
                 cached.release()
-            if store_kind == "memory" and hosts in PREEMPT_HOSTS:
-                # Last on this cloud: it adds instance records (its spot
-                # claims are released again).
-                count, budget = sizes.engine_multi
-                row = preempting.measure(store, bench.plan(hosts), count, budget)
-                preempt_rows.append({"hosts": hosts, **row})
-                bench.log(
-                    f"  preempting: median {row['preempting']['median_ms']:.3f} ms, "
-                    f"{row['ratio']:.1f}x a normal decision"
-                )
             if bench.profile and (hosts >= 10000 or bench.quick):
                 profiles.append(_profile(bench, decider, store_kind, hosts))
             if hosts == sizes.flat_hosts[0]:
@@ -239,7 +216,6 @@ def run(bench: Bench) -> dict[str, Any]:
     return {
         "rows": rows,
         "naive": naive_rows,
-        "preempting": preempt_rows,
         "profiles": profiles,
         "flat_hosts": list(sizes.flat_hosts),
     }

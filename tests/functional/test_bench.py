@@ -52,6 +52,7 @@ CASES = {
     "replicas": ("rows",),
     "nova": ("rows",),
     "e2e": (),
+    "preempt": (),
 }
 
 
@@ -93,6 +94,37 @@ def test_case_results_are_well_formed(quick_run: tuple[Path, dict[str, Any]], ca
                 <= {r["request"] for r in c["rows"] if r["store"] == "memory"}
             ),
             id="engine-shape-cache-rows",
+        ),
+        pytest.param(
+            "preempt",
+            # Each offered load run both ways on the same stream (as many
+            # arrivals counted), preemptions only with it on.
+            lambda c: (
+                sorted((r["offered_load"], r["preemption"]) for r in c["churn"])
+                == sorted((float(k), on) for k in c["utilisation_ratios"] for on in (True, False))
+                and all(
+                    r["on_demand"] + r["spot"]
+                    == c["churn"][0]["on_demand"] + c["churn"][0]["spot"]
+                    or r["offered_load"] != c["churn"][0]["offered_load"]
+                    for r in c["churn"]
+                )
+                and all(r["preemptions"] == 0 for r in c["churn"] if not r["preemption"])
+                and all(0 < r["memory_utilisation"] <= 1 for r in c["churn"])
+            ),
+            id="preempt-churn-both-ways",
+        ),
+        pytest.param(
+            "preempt",
+            lambda c: (
+                c["decision"]
+                and all(
+                    0 < r["normal"]["median_ms"] <= r["normal"]["p99_ms"]
+                    and 0 < r["preempting"]["median_ms"] <= r["preempting"]["p99_ms"]
+                    and r["ratio"] > 0
+                    for r in c["decision"]
+                )
+            ),
+            id="preempt-decision-cost",
         ),
         pytest.param(
             "hostview",
@@ -318,6 +350,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 7. Sweep",
         "## 10. Nova's wire format",
         "## 11. End to end",
+        "## Preemption under churn",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]
         assert "\n|---" in section, f"no table under {heading}"
