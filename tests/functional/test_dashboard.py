@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,11 +22,9 @@ import pytest
 from bench.nodes import wait_until
 from scheduler.dashboard.state import NO_ENDPOINT
 from tests.fixtures.cli import admin_cli, boot_nowait
-from tests.fixtures.metrics import metered
+from tests.fixtures.metrics import metered, start_dashboard
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
-
-TOKEN = "test-token-0123456789"
 
 #: What the page shows, read from its DOM: every host's row of the hosts
 #: table, the heat map's groups, the flavors, the NoValidHost reasons, the
@@ -65,34 +61,6 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
     b = Browser(tmp_path / "chromium")
     yield b
     b.close()
-
-
-def start_dashboard(cluster: Cluster) -> tuple[subprocess.Popen[str], str]:
-    """``scheduler-admin dashboard --port 0``; the process and the page's address."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scheduler.cmd.admin",
-            "--config-file",
-            str(cluster.config_file),
-            "dashboard",
-            "--port",
-            "0",
-            "--refresh",
-            "0.5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=(cluster.tmp / "dashboard.log").open("w"),
-        text=True,
-        env={**os.environ, "SCHEDULER_DASHBOARD_TOKEN": TOKEN},
-    )
-    assert proc.stdout is not None
-    first = proc.stdout.readline().strip()
-    assert first.startswith("dashboard: http://127.0.0.1:"), (
-        first + (cluster.tmp / "dashboard.log").read_text()
-    )
-    return proc, first.split(" ", 1)[1]
 
 
 def hosts_json(cluster: Cluster) -> list[dict[str, Any]]:

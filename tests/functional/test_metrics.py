@@ -3,31 +3,12 @@ rescheduled off a failing host, one that finds no valid host."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Mapping
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.nodes import wait_until
 from tests.fixtures.cli import boot_nowait
-from tests.fixtures.metrics import metered
+from tests.fixtures.metrics import Samples, metered, scrape, value
 from tests.functional.conftest import Cluster
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def grew(after: Samples, before: Samples, name: str, **labels: str) -> float:

@@ -15,10 +15,9 @@ import pytest
 
 from bench.nodes import free_port, wait_until
 from tests.fixtures.cli import admin_cli
+from tests.fixtures.metrics import scrape, start_dashboard, value
 from tests.functional.chromium import Browser
 from tests.functional.conftest import Cluster
-from tests.functional.test_dashboard import start_dashboard
-from tests.functional.test_metrics import scrape, value
 
 CLASSES = {"classes": "on-demand:1000, spot:10:preemptible", "default_class": "on-demand"}
 SPOT = ("--flavor", "m1.small", "--extra-spec", "sched:priority_class=spot")

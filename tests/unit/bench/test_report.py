@@ -314,12 +314,24 @@ def test_each_target_is_declared_once_beside_its_case() -> None:
         lifetimes,
         memory,
         nova,
+        preempt,
         rabbit,
     )
 
     declared = [
         t.id
-        for case in (engine, rabbit, bootstorm, memory, hostview, fill, lifetimes, cell, nova)
+        for case in (
+            engine,
+            rabbit,
+            bootstorm,
+            memory,
+            hostview,
+            fill,
+            lifetimes,
+            cell,
+            nova,
+            preempt,
+        )
         for t in case.TARGETS
     ]
     assert sorted(declared) == sorted(report.TARGETS)  # no id twice
