@@ -374,15 +374,7 @@ REFUSALS = Command(
     "replays one of them host by host.",
     run=_refusals,
     values="one line per NoValidHost: its time, request id, action and instance uuids",
-    arguments=(
-        arg(
-            "--limit",
-            type=_positive,
-            default=20,
-            metavar="N",
-            help="How many to print, newest first (default 20).",
-        ),
-    ),
+    arguments=(admin_queue.NEWEST,),
 )
 
 #: Every command of ``scheduler-admin``, in the order --help lists them.

@@ -33,6 +33,16 @@ SUMMARY_CHARS = 72
 
 _positive = _cli.whole(1)
 
+#: ``--limit`` of a command that prints the last of something the store keeps
+#: (``preemptions``, ``refusals``).
+NEWEST = arg(
+    "--limit",
+    type=_positive,
+    default=20,
+    metavar="N",
+    help="How many to print, newest first (default 20).",
+)
+
 
 def _summary(details: str | None) -> str:
     """The last refusal's reasons on one short line (``-`` for none)."""
@@ -213,13 +223,5 @@ PREEMPTIONS_COMMAND = Command(
     "victim with its class and priority.",
     run=_preemptions,
     values="one line per preemption: its time, preemptor uuid, host and victim uuids",
-    arguments=(
-        arg(
-            "--limit",
-            type=_positive,
-            default=20,
-            metavar="N",
-            help="How many to print, newest first (default 20).",
-        ),
-    ),
+    arguments=(NEWEST,),
 )
