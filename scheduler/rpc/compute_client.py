@@ -8,9 +8,13 @@ from typing import Any
 
 import oslo_messaging
 
+from scheduler import amqp_publish
 from scheduler.objects import Flavor, RequestSpec, Selection
 from scheduler.rpc.context import RequestContext
-from scheduler.rpc.transport import COMPUTE_TOPIC, make_client, names_a_zone
+from scheduler.rpc.transport import COMPUTE_TOPIC, SEND_FAILURES, make_client, names_a_zone
+
+#: One cast to send: the server, the version, the method, its arguments.
+_Cast = tuple[str, str, str, dict[str, Any]]
 
 
 class ComputeClient:
@@ -19,6 +23,17 @@ class ComputeClient:
     A host is reached through its service record's ``rpc_server``: one
     simulator process serves many hosts under one server name. ``resolve``
     maps a host name to that server name.
+
+    The build casts (:meth:`build_and_run_instance`,
+    :meth:`build_and_run_instances`) go over RabbitMQ on a connection of the
+    client's own (:func:`scheduler.amqp_publish.cast_channel_for`): the
+    messages oslo.messaging's cast sends, those of one call published
+    together (with those other threads send meanwhile) under one wait for
+    the broker's confirms. A call returns once the broker holds its casts,
+    or raises (after ``retry`` reconnections: :data:`SEND_FAILURES`); a cast
+    may reach the compute twice (a batch published again after a lost
+    connection), which the compute's guard serves once. The other casts, and
+    every cast on another transport, go through oslo.messaging.
 
     Versions:
       1.0 - build_and_run_instance, prep_resize.
@@ -83,6 +98,53 @@ class ComputeClient:
             transport, topic, self.VERSION, None, retry=retry, version_cap=version_cap
         )
         self._resolve = resolve
+        self._builds = amqp_publish.cast_channel_for(transport, retry)
+
+    def _send_builds(self, ctxt: RequestContext, casts: Sequence[_Cast]) -> None:
+        """``casts`` on the build channel, as one batch under one wait for
+        the broker's confirms (through oslo.messaging without a channel).
+
+        :raises oslo_messaging.RPCVersionCapError: a cast above the version cap.
+        :raises oslo_messaging.MessageDeliveryFailure: the broker did not hold them.
+        """
+        if self._builds is None:
+            for server, version, method, kwargs in casts:
+                self._client.prepare(server=server, version=version).cast(ctxt, method, **kwargs)
+            return
+        messages = [
+            amqp_publish.cast(
+                self._client.prepare(server=server, version=version), ctxt, method, **kwargs
+            )
+            for server, version, method, kwargs in casts
+        ]
+        try:
+            self._builds.publish(messages)
+        except SEND_FAILURES:
+            raise
+        except Exception as exc:
+            raise oslo_messaging.MessageDeliveryFailure(
+                f"the broker did not confirm {len(messages)} build cast(s): {exc!r}"
+            ) from exc
+
+    def _build_one(
+        self,
+        instance_uuid: str,
+        spec: RequestSpec,
+        selection: Selection,
+        alternates: Sequence[Selection],
+    ) -> _Cast:
+        selections = (selection, *alternates)
+        return (
+            self._resolve(selection.host),
+            self.ZONE_VERSION if names_a_zone(selections) else self.BASE_VERSION,
+            "build_and_run_instance",
+            {
+                "instance_uuid": instance_uuid,
+                "request_spec": spec.to_primitive(),
+                "selection": selection.to_primitive(),
+                "host_list": [a.to_primitive() for a in alternates],
+            },
+        )
 
     def _at(
         self, host: str, selections: Sequence[Selection] = (), version: str | None = None
@@ -101,15 +163,7 @@ class ComputeClient:
         selection: Selection,
         alternates: Sequence[Selection],
     ) -> None:
-        cctxt = self._at(selection.host, (selection, *alternates))
-        cctxt.cast(
-            ctxt,
-            "build_and_run_instance",
-            instance_uuid=instance_uuid,
-            request_spec=spec.to_primitive(),
-            selection=selection.to_primitive(),
-            host_list=[a.to_primitive() for a in alternates],
-        )
+        self._send_builds(ctxt, [self._build_one(instance_uuid, spec, selection, alternates)])
 
     def build_and_run_instances(
         self,
@@ -123,17 +177,16 @@ class ComputeClient:
         for one instance); how many casts were sent. An instance with no
         Selection (deleted meanwhile) gets none. Under a version cap below 1.9
         (a compute not yet upgraded), one :meth:`build_and_run_instance` cast
-        per instance."""
+        per instance. All of them published as one batch (:meth:`_send_builds`)."""
         one = spec.replace(num_instances=1)
         if not self._client.can_send_version(self.BATCH_BUILD_VERSION):
-            sent = 0
-            for instance_uuid, selections in placed:
-                if selections:
-                    self.build_and_run_instance(
-                        ctxt, instance_uuid, one, selections[0], selections[1:]
-                    )
-                    sent += 1
-            return sent
+            casts = [
+                self._build_one(instance_uuid, one, selections[0], selections[1:])
+                for instance_uuid, selections in placed
+                if selections
+            ]
+            self._send_builds(ctxt, casts)
+            return len(casts)
         by_server: dict[str, list[dict[str, Any]]] = {}
         for instance_uuid, selections in placed:
             if not selections:
@@ -147,9 +200,18 @@ class ComputeClient:
                 }
             )
         single = one.to_primitive()
-        for server, builds in by_server.items():
-            cctxt = self._client.prepare(server=server, version=self.BATCH_BUILD_VERSION)
-            cctxt.cast(ctxt, "build_and_run_instances", request_spec=single, builds=builds)
+        self._send_builds(
+            ctxt,
+            [
+                (
+                    server,
+                    self.BATCH_BUILD_VERSION,
+                    "build_and_run_instances",
+                    {"request_spec": single, "builds": builds},
+                )
+                for server, builds in by_server.items()
+            ],
+        )
         return len(by_server)
 
     def prep_resize(
