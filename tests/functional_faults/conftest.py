@@ -148,6 +148,7 @@ LONGEST_FIRST = (
     "test_reconcile.py",
     "test_build_guard.py",
     "test_restarts.py",
+    "test_build_cast_restart.py",
     "test_storm.py",
     "test_bad_input.py",
     "test_redis_cluster.py",
