@@ -133,10 +133,9 @@ class ComputeClient:
         selection: Selection,
         alternates: Sequence[Selection],
     ) -> _Cast:
-        selections = (selection, *alternates)
         return (
             self._resolve(selection.host),
-            self.ZONE_VERSION if names_a_zone(selections) else self.BASE_VERSION,
+            self._version_of((selection, *alternates)),
             "build_and_run_instance",
             {
                 "instance_uuid": instance_uuid,
@@ -146,13 +145,18 @@ class ComputeClient:
             },
         )
 
+    def _version_of(self, selections: Sequence[Selection]) -> str:
+        """The version a cast carrying ``selections`` is sent at: the zone's
+        when one names a zone, else the base version."""
+        return self.ZONE_VERSION if names_a_zone(selections) else self.BASE_VERSION
+
     def _at(
         self, host: str, selections: Sequence[Selection] = (), version: str | None = None
     ) -> Any:
         """A context for ``host`` at ``version``, else at the zone's version when a
         Selection names one, else at the base version."""
         if version is None:
-            version = self.ZONE_VERSION if names_a_zone(selections) else self.BASE_VERSION
+            version = self._version_of(selections)
         return self._client.prepare(server=self._resolve(host), version=version)
 
     def build_and_run_instance(
