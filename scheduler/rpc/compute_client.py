@@ -17,6 +17,51 @@ from scheduler.rpc.transport import COMPUTE_TOPIC, SEND_FAILURES, make_client, n
 _Cast = tuple[str, str, str, dict[str, Any]]
 
 
+def one_build(
+    instance_uuid: str, spec: RequestSpec, selections: Sequence[Selection]
+) -> tuple[str, dict[str, Any]]:
+    """The method and arguments of the build of one instance on the first of
+    ``selections``, the rest its alternates."""
+    return "build_and_run_instance", {
+        "instance_uuid": instance_uuid,
+        "request_spec": spec.to_primitive(),
+        "selection": selections[0].to_primitive(),
+        "host_list": [a.to_primitive() for a in selections[1:]],
+    }
+
+
+def send_builds(
+    client: Any, channel: amqp_publish.SharedChannel | None, ctxt: Any, casts: Sequence[_Cast]
+) -> None:
+    """``casts`` of ``client`` (an oslo.messaging RPC client) on the build
+    ``channel`` (:func:`scheduler.amqp_publish.cast_channel_for`: over
+    RabbitMQ, a connection of the client's own), as one batch with what
+    other threads send meanwhile, under one wait for the broker's confirms;
+    through oslo.messaging's cast without a channel. Returns once the broker
+    holds them; a cast may reach its compute twice (a batch published again
+    after a lost connection), which the compute's guard serves once.
+
+    :raises oslo_messaging.RPCVersionCapError: a cast above the version cap.
+    :raises oslo_messaging.MessageDeliveryFailure: the broker did not hold them.
+    """
+    if channel is None:
+        for server, version, method, kwargs in casts:
+            client.prepare(server=server, version=version).cast(ctxt, method, **kwargs)
+        return
+    messages = [
+        amqp_publish.cast(client.prepare(server=server, version=version), ctxt, method, **kwargs)
+        for server, version, method, kwargs in casts
+    ]
+    try:
+        channel.publish(messages)
+    except SEND_FAILURES:
+        raise
+    except Exception as exc:
+        raise oslo_messaging.MessageDeliveryFailure(
+            f"the broker did not confirm {len(messages)} build cast(s): {exc!r}"
+        ) from exc
+
+
 class ComputeClient:
     """Client of compute nodes (topic ``compute``, one server per service).
 
@@ -24,16 +69,9 @@ class ComputeClient:
     simulator process serves many hosts under one server name. ``resolve``
     maps a host name to that server name.
 
-    The build casts (:meth:`build_and_run_instance`,
-    :meth:`build_and_run_instances`) go over RabbitMQ on a connection of the
-    client's own (:func:`scheduler.amqp_publish.cast_channel_for`): the
-    messages oslo.messaging's cast sends, those of one call published
-    together (with those other threads send meanwhile) under one wait for
-    the broker's confirms. A call returns once the broker holds its casts,
-    or raises (after ``retry`` reconnections: :data:`SEND_FAILURES`); a cast
-    may reach the compute twice (a batch published again after a lost
-    connection), which the compute's guard serves once. The other casts, and
-    every cast on another transport, go through oslo.messaging.
+    The build casts go over RabbitMQ on a channel of the client's own, those
+    of one call in one batch under one wait for the broker's confirms
+    (:func:`send_builds`); the other casts through oslo.messaging.
 
     Versions:
       1.0 - build_and_run_instance, prep_resize.
@@ -100,50 +138,9 @@ class ComputeClient:
         self._resolve = resolve
         self._builds = amqp_publish.cast_channel_for(transport, retry)
 
-    def _send_builds(self, ctxt: RequestContext, casts: Sequence[_Cast]) -> None:
-        """``casts`` on the build channel, as one batch under one wait for
-        the broker's confirms (through oslo.messaging without a channel).
-
-        :raises oslo_messaging.RPCVersionCapError: a cast above the version cap.
-        :raises oslo_messaging.MessageDeliveryFailure: the broker did not hold them.
-        """
-        if self._builds is None:
-            for server, version, method, kwargs in casts:
-                self._client.prepare(server=server, version=version).cast(ctxt, method, **kwargs)
-            return
-        messages = [
-            amqp_publish.cast(
-                self._client.prepare(server=server, version=version), ctxt, method, **kwargs
-            )
-            for server, version, method, kwargs in casts
-        ]
-        try:
-            self._builds.publish(messages)
-        except SEND_FAILURES:
-            raise
-        except Exception as exc:
-            raise oslo_messaging.MessageDeliveryFailure(
-                f"the broker did not confirm {len(messages)} build cast(s): {exc!r}"
-            ) from exc
-
-    def _build_one(
-        self,
-        instance_uuid: str,
-        spec: RequestSpec,
-        selection: Selection,
-        alternates: Sequence[Selection],
-    ) -> _Cast:
-        return (
-            self._resolve(selection.host),
-            self._version_of((selection, *alternates)),
-            "build_and_run_instance",
-            {
-                "instance_uuid": instance_uuid,
-                "request_spec": spec.to_primitive(),
-                "selection": selection.to_primitive(),
-                "host_list": [a.to_primitive() for a in alternates],
-            },
-        )
+    def _build_one(self, uuid: str, spec: RequestSpec, selections: Sequence[Selection]) -> _Cast:
+        on = self._resolve(selections[0].host)
+        return (on, self._version_of(selections), *one_build(uuid, spec, selections))
 
     def _version_of(self, selections: Sequence[Selection]) -> str:
         """The version a cast carrying ``selections`` is sent at: the zone's
@@ -167,7 +164,8 @@ class ComputeClient:
         selection: Selection,
         alternates: Sequence[Selection],
     ) -> None:
-        self._send_builds(ctxt, [self._build_one(instance_uuid, spec, selection, alternates)])
+        cast = self._build_one(instance_uuid, spec, (selection, *alternates))
+        send_builds(self._client, self._builds, ctxt, [cast])
 
     def build_and_run_instances(
         self,
@@ -181,15 +179,15 @@ class ComputeClient:
         for one instance); how many casts were sent. An instance with no
         Selection (deleted meanwhile) gets none. Under a version cap below 1.9
         (a compute not yet upgraded), one :meth:`build_and_run_instance` cast
-        per instance. All of them published as one batch (:meth:`_send_builds`)."""
+        per instance. All of them published as one batch (:func:`send_builds`)."""
         one = spec.replace(num_instances=1)
         if not self._client.can_send_version(self.BATCH_BUILD_VERSION):
             casts = [
-                self._build_one(instance_uuid, one, selections[0], selections[1:])
+                self._build_one(instance_uuid, one, selections)
                 for instance_uuid, selections in placed
                 if selections
             ]
-            self._send_builds(ctxt, casts)
+            send_builds(self._client, self._builds, ctxt, casts)
             return len(casts)
         by_server: dict[str, list[dict[str, Any]]] = {}
         for instance_uuid, selections in placed:
@@ -204,18 +202,16 @@ class ComputeClient:
                 }
             )
         single = one.to_primitive()
-        self._send_builds(
-            ctxt,
-            [
-                (
-                    server,
-                    self.BATCH_BUILD_VERSION,
-                    "build_and_run_instances",
-                    {"request_spec": single, "builds": builds},
-                )
-                for server, builds in by_server.items()
-            ],
-        )
+        casts = [
+            (
+                server,
+                self.BATCH_BUILD_VERSION,
+                "build_and_run_instances",
+                {"request_spec": single, "builds": builds},
+            )
+            for server, builds in by_server.items()
+        ]
+        send_builds(self._client, self._builds, ctxt, casts)
         return len(by_server)
 
     def prep_resize(
