@@ -362,3 +362,33 @@ def test_a_new_preemptible_instance_on_a_changed_host_is_found_before_the_pool_s
         eviction=found.eviction("r", 1.0, "od", 100),
     )
     assert_invariants(store, anti=False)
+
+
+def test_the_pool_brought_up_to_date_keeps_the_other_hosts_entries_right() -> None:
+    store = store_of("a", "b", "c")
+    running(store, "x", "a", 8)
+    y = running(store, "y", "b", 4)
+    running(store, "pinned-b", "b", 4, "pinned")
+    running(store, "pinned-c", "c", 8, "pinned")
+    clock = [NOW]
+    eng = pool_engine(store, clock)
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None and found.host == "a"
+    # a changes: x leaves, a pinned instance and a new spot one come.
+    store.release(uuid_of("x"))
+    running(store, "pinned-a", "a", 2, "pinned")
+    z = running(store, "z", "a", 6)
+    eng.select("warm", spec(vcpus=0, ram=1, disk=1), [uuid_of("warm")], claim=False)
+    before = (eng.view.used.copy(), eng.view.consumers.copy())
+    # b's y frees too little: a is read again, and its new z makes room.
+    found = eng.preemption("r", od(5), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("a", [z])
+    assert np.array_equal(eng.view.used, before[0])
+    assert np.array_equal(eng.view.consumers, before[1])
+    # Nothing changed since: the pool as brought up to date, b's y kept in
+    # it, is searched whole; y evicts the least of its host.
+    found = eng.preemption("r", od(4), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("b", [y])
+    assert np.array_equal(eng.view.used, before[0])
