@@ -23,6 +23,7 @@ import dataclasses
 import sys
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 from bench import cloud
@@ -62,13 +63,16 @@ def measure(store: Store, plan: list[cloud.HostPlan], count: int, budget: float)
 
     normal_times, _ = timed_loop(normal, count, budget)
     spot = []
+    claims = []
     for h in plan:
         provider = store.get_provider(h.uuid)
         free = provider.free(MEMORY_MB)
         if free > 0:
             uuid = str(uuidlib.uuid5(cloud.NAMESPACE, f"spot/{h.name}"))
-            store.claim(uuid, AllocationRequest({h.uuid: {MEMORY_MB: free}}, "spot", "spot"))
+            claim = AllocationRequest({h.uuid: {MEMORY_MB: free}}, "spot", "spot")
+            store.claim(uuid, claim)
             spot.append((h.name, uuid))
+            claims.append((uuid, claim))
     _records(store, plan, "spot", spot)
     found = []
 
@@ -82,19 +86,49 @@ def measure(store: Store, plan: list[cloud.HostPlan], count: int, budget: float)
             raise AssertionError("the cloud is full of spot instances: no host without preempting")
         found.append(engine.preemption(f"preempting-{i}", SPEC, instance))
 
+    def changed(i: int) -> None:
+        # One host's row changes (its spot instance's claim released and made
+        # again): the search reads that host's instances again first.
+        uuid, claim = claims[(i * 7919) % len(claims)]
+        store.release(uuid)
+        store.claim(uuid, claim)
+
     try:
         preempting_times, _ = timed_loop(preempting, count, budget)
+        changed_times = _after(changed, preempting, count, budget)
     finally:
         for _, uuid in spot:
             store.release(uuid)
     assert all(f is not None and len(f.victims) == 1 for f in found), "a victim each time"
-    row = {"normal": summary(normal_times), "preempting": summary(preempting_times)}
+    row = {
+        "normal": summary(normal_times),
+        "preempting": summary(preempting_times),
+        "preempting_changed": summary(changed_times),
+    }
     row["ratio"] = row["preempting"]["median_ms"] / row["normal"]["median_ms"]
+    row["ratio_changed"] = row["preempting_changed"]["median_ms"] / row["normal"]["median_ms"]
     # The first reads the pool of what may be evicted (then reused for
     # scheduler.engine.preemption.POOL_AGE seconds).
     row["first_preempting_ms"] = preempting_times[0] * 1000
     row["preemptible_instances"] = len(spot)
     return row
+
+
+def _after(
+    change: Callable[[int], None], step: Callable[[int], None], count: int, budget: float
+) -> list[float]:
+    """Each ``step(i)``'s seconds, ``change(i)`` made before it (not timed):
+    as :func:`bench.stats.timed_loop`, up to ``count`` times or ``budget`` seconds."""
+    timings: list[float] = []
+    started = time.perf_counter()
+    for i in range(count):
+        change(i)
+        t0 = time.perf_counter()
+        step(i)
+        timings.append(time.perf_counter() - t0)
+        if i + 1 >= 5 and time.perf_counter() - started > budget:
+            break
+    return timings
 
 
 def main(argv: list[str]) -> None:
@@ -111,6 +145,7 @@ def main(argv: list[str]) -> None:
             f"(p99 {row['preempting']['p99_ms']:.3f} ms, "
             f"first {row['first_preempting_ms']:.1f} ms), "
             f"ratio {row['ratio']:.1f}x, "
+            f"one host changed before each {row['ratio_changed']:.1f}x, "
             f"{row['preemptible_instances']} preemptible instances "
             f"({time.perf_counter() - started:.0f} s)"
         )

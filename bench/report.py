@@ -306,11 +306,31 @@ def _preempt_targets(cases: dict[str, Any], add: Callable[..., None]) -> None:
         sum(r["refused_with_room"] for r in on) if on else None,
     )
     ratios = case.get("utilisation_ratios", {})
+    plain = case.get("plain_utilisation_ratios", {})
+    baselines = case.get("headroom_baseline", [])
     add(
         "preempt_utilisation",
-        "churn: memory utilisation with preemption / without, lowest over the offered loads"
-        + (" (" + ", ".join(f"load {k}: {_fmt(v, 3)}" for k, v in ratios.items()) + ")"),
+        (
+            "churn: memory utilisation with preemption / the headroom baseline (preemption "
+            "off, spot refused past 1 - H of the memory, H the smallest tried that accepts "
+            "as many on-demand requests), lowest over the offered loads ("
+            + ", ".join(
+                f"load {r['offered_load']}: {_fmt(ratios.get(str(r['offered_load'])), 3)}, "
+                f"H {r['spot_headroom']:.0%}"
+                for r in baselines
+            )
+            + ")"
+            if baselines
+            else "churn: memory utilisation with preemption / without, lowest over the "
+            "offered loads ("
+            + ", ".join(f"load {k}: {_fmt(v, 3)}" for k, v in ratios.items())
+            + ")"
+        ),
         min(ratios.values()) if ratios else None,
+        "with preemption / plain preemption off (spot admitted freely, fewer on-demand "
+        "accepted): " + ", ".join(f"load {k}: {_fmt(v, 3)}" for k, v in plain.items())
+        if plain
+        else "",
     )
     row = _find(case.get("decision", []), hosts=10000)
     add(
@@ -1633,7 +1653,8 @@ def _preempt_md(case: dict[str, Any]) -> str:
     rows = [
         [
             r["offered_load"],
-            "on" if r["preemption"] else "off",
+            ("on" if r["preemption"] else "off")
+            + ("" if r.get("spot_headroom") is None else f", headroom {r['spot_headroom']:.0%}"),
             100 * r["on_demand_acceptance"],
             100 * r["on_demand_at_once_share"],
             100 * r["spot_acceptance"],
@@ -1648,7 +1669,14 @@ def _preempt_md(case: dict[str, Any]) -> str:
             r["wait_s"]["p90_s"],
             r["timed_out"],
         ]
-        for r in churn
+        for r in sorted(
+            [*churn, *case.get("headroom_baseline", [])],
+            key=lambda r: (
+                r["offered_load"],
+                not r["preemption"],
+                r.get("spot_headroom") is not None,
+            ),
+        )
     ]
     hosts = churn[0]["hosts"] if churn else 0
     return "\n".join(
@@ -1663,7 +1691,11 @@ def _preempt_md(case: dict[str, Any]) -> str:
             "pending index's order after departures), a spot one is refused. The same stream "
             "with preemption on and off, after a warm-up. Offered load: of memory. "
             "`refused with room`: on-demand requests that found no host although evicting "
-            "spot instances would have made room (0 wanted with preemption on).",
+            "spot instances would have made room (0 wanted with preemption on). Rows "
+            "`off, headroom H`: the headroom baseline, preemption off and a spot request "
+            "refused when the memory in use, with it, would pass 1 - H of the cloud's, at "
+            "the smallest H tried whose on-demand acceptance is at least that of "
+            "preemption on; the utilisation target compares with it.",
             "",
             _table(
                 [
@@ -1697,6 +1729,8 @@ def _preempt_md(case: dict[str, Any]) -> str:
                     "preempting p99",
                     "first",
                     "ratio",
+                    "one host changed: median",
+                    "ratio",
                 ],
                 [
                     [
@@ -1706,6 +1740,8 @@ def _preempt_md(case: dict[str, Any]) -> str:
                         r["preempting"]["p99_ms"],
                         r["first_preempting_ms"],
                         r["ratio"],
+                        r.get("preempting_changed", {}).get("median_ms"),
+                        r.get("ratio_changed"),
                     ]
                     for r in case["decision"]
                 ],

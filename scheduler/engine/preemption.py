@@ -13,9 +13,12 @@ The search, in the host view (:meth:`Preemptor.find`):
 1. The pool: every instance that may be evicted by the request's priority
    (:func:`scheduler.store.records.eviction_refused`, the rule the store's
    claim applies too: ACTIVE with no task, preemptible, priority strictly
-   lower), with what it holds, read from the
-   store and kept for :data:`POOL_AGE` seconds (its instances on a host
-   whose row changed since are left out meanwhile).
+   lower), with what it holds, read whole from the store and kept for
+   :data:`POOL_AGE` seconds. The hosts whose row changed since are searched
+   last: steps 2 to 4 run first without them, and only if no other host makes
+   room are they read again (what every consumer on their providers holds,
+   and those consumers' records: new instances there are found) and the
+   search run again over the pool so brought up to date.
 2. By level, the lowest priority first: the pool's instances at or below
    the level leave the view (their usage and consumer count taken off, in
    one array operation; the per-host instance counts some filters read are
@@ -51,13 +54,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from scheduler.engine.context import CycleState, PlacementContext
+from scheduler.engine.hostview import UsageShift
 from scheduler.engine.placement import Placement, place
 from scheduler.explain import InstanceTrace, WouldPreempt
 from scheduler.objects import InstanceRecord, Selection
@@ -67,27 +71,34 @@ from scheduler.store.records import eviction_refused
 
 if TYPE_CHECKING:
     from scheduler.engine.claims import Claims
-    from scheduler.engine.hostview import HostView, UsageShift
+    from scheduler.engine.hostview import HostView
     from scheduler.engine.stages import Stages
 
 #: How many of the hosts that pass at the deciding level are examined one by
 #: one (the reprieve), those needing the fewest evictions first.
 EXAMINED = 8
-#: How long (seconds) the instances that may be evicted, read from the store,
-#: are used before they are read again. Meanwhile a host whose usage changed
-#: has its instances left out (what they hold may have changed), a new
-#: preemptible instance is not seen yet, and a victim that changed without its
-#: host's usage changing (a delete begun) is refused by the store's step.
+#: How long (seconds) the instances that may be evicted, read whole from the
+#: store, are used before they are read whole again. Meanwhile a host whose
+#: usage changed is read again when the search needs it (see the module doc);
+#: a record that changed without its host's usage changing is not seen yet (a
+#: build ending: not a candidate until the next read; a delete begun: refused
+#: by the store's step).
 POOL_AGE = 2.0
 
 
 class PreemptionReader(Protocol):
     """What the search reads of the store: the instance records and what
-    each holds."""
+    each holds, all of them or those of some hosts."""
 
     def scan_instances(self, batch: int = 500) -> Iterator[InstanceRecord]: ...
 
     def get_consumer(self, consumer_uuid: str) -> Consumer | None: ...
+
+    def consumers_on(
+        self, provider_uuids: Collection[str], batch: int = 500
+    ) -> list[Consumer]: ...
+
+    def list_instances(self, uuids: Iterable[str] | None = None) -> list[InstanceRecord]: ...
 
 
 def may_preempt(chosen: PriorityClass | None) -> bool:
@@ -199,11 +210,29 @@ class Preemptor:
         (None: evicting every lower-priority preemptible instance makes room
         nowhere)."""
         pool = self.pool(store, ctx.now)
-        usable = pool.priorities < priority
         changed = self.view.changed_since(pool.version)
-        if changed is not None and len(changed):
-            # What they hold there may have changed since the read: left out.
-            usable &= ~np.isin(pool.hosts, changed)
+        if changed is None or not len(changed):
+            return self._search(ctx, states, rng, pool, pool.priorities < priority)
+        # First without the hosts whose row changed since the pool was read
+        # (what their instances hold may have changed, new ones may be there):
+        # reading them again walks the store's consumers.
+        usable = (pool.priorities < priority) & ~np.isin(pool.hosts, changed)
+        found = self._search(ctx, states, rng, pool, usable)
+        if found is not None:
+            return found
+        self._pool = pool = self._refreshed(store, pool, changed)
+        return self._search(ctx, states, rng, pool, pool.priorities < priority)
+
+    def _search(
+        self,
+        ctx: PlacementContext,
+        states: CycleState,
+        rng: np.random.Generator,
+        pool: _Pool,
+        usable: np.ndarray,
+    ) -> Preemption | None:
+        """Steps 2 to 4 (see the module doc) over the pool's ``usable``; the
+        view left as found."""
         gone = np.zeros(len(pool.candidates), dtype=bool)
         try:
             for level in np.unique(pool.priorities[usable]):
@@ -220,9 +249,10 @@ class Preemptor:
     def pool(self, store: PreemptionReader, now: float) -> _Pool:
         """Every instance that may be evicted by a higher priority
         (:func:`~scheduler.store.records.eviction_refused`) on a host of the
-        view, with what it holds there: read again
-        after :data:`POOL_AGE` seconds, or once the view reloaded or its change
-        log no longer reaches back to the read."""
+        view, with what it holds there, as last read whole: again after
+        :data:`POOL_AGE` seconds, or once the view reloaded or its change log
+        no longer reaches back to the read. (The hosts whose row changed
+        since are read again by :meth:`find` when it needs them.)"""
         pool = self._pool
         if (
             pool is not None
@@ -231,16 +261,19 @@ class Preemptor:
             and self.view.changed_since(pool.version) is not None
         ):
             return pool
+        return self._read(store, now)
+
+    def _read(self, store: PreemptionReader, now: float) -> _Pool:
+        """The pool read whole: every instance record, and what each that may
+        be evicted holds."""
         epoch, version = self.view.epoch, self.view.version
         found = []
         for record in store.scan_instances():
-            if eviction_refused(record) is not None or record.host is None:
-                continue  # (the rule says it is on a host: narrowed for the index)
-            index = self.view.index_of(record.host)
-            held = store.get_consumer(record.uuid)
-            if index is None or held is None or not self._on_host(held, index):
+            if eviction_refused(record) is not None:
                 continue
-            found.append(Candidate(record, held, index))
+            candidate = self._candidate(record, store.get_consumer(record.uuid))
+            if candidate is not None:
+                found.append(candidate)
         self._pool = pool = _Pool(
             epoch,
             version,
@@ -251,6 +284,52 @@ class Preemptor:
             self.view.usage_shift([(c.index, c.held.allocations) for c in found]),
         )
         return pool
+
+    def _refreshed(self, store: PreemptionReader, pool: _Pool, changed: np.ndarray) -> _Pool:
+        """``pool`` with the entries of the ``changed`` hosts read again: what
+        every consumer on their providers (roots and children) holds, and
+        those consumers' records, two batched reads. Their old entries are
+        dropped, and those of the instances that may be evicted there now
+        (new ones included) added; the others are kept as they are. The
+        pool's age stays that of its whole read (a record can change without
+        its host's row changing: a build ending, a delete beginning)."""
+        version = self.view.version
+        kids, _ = self.view.kids_of(changed)
+        providers = [self.view.uuids[h] for h in changed.tolist()]
+        providers += [self.view.kid_uuids[k] for k in kids.tolist()]
+        held = {c.uuid: c for c in store.consumers_on(providers)}
+        rows = set(changed.tolist())
+        fresh = []
+        for record in store.list_instances(sorted(held)):
+            if eviction_refused(record) is not None:
+                continue
+            candidate = self._candidate(record, held.get(record.uuid))
+            if candidate is not None and candidate.index in rows:
+                fresh.append(candidate)
+        keep = ~np.isin(pool.hosts, changed)
+        kept = [c for c, k in zip(pool.candidates, keep.tolist(), strict=True) if k]
+        added = self.view.usage_shift([(c.index, c.held.allocations) for c in fresh])
+        return _Pool(
+            pool.epoch,
+            version,
+            pool.read_at,
+            (*kept, *fresh),
+            np.concatenate(
+                [pool.priorities[keep], np.array([c.record.priority for c in fresh], np.int64)]
+            ),
+            np.concatenate([pool.hosts[keep], np.array([c.index for c in fresh], np.int64)]),
+            _joined(pool.shift, keep, added),
+        )
+
+    def _candidate(self, record: InstanceRecord, held: Consumer | None) -> Candidate | None:
+        """``record`` (one the rule lets be evicted) as a candidate: None when
+        its host is not in the view or what it holds is not all on that host."""
+        if record.host is None:  # (the rule says it is on a host: narrowed for the index)
+            return None
+        index = self.view.index_of(record.host)
+        if index is None or held is None or not self._on_host(held, index):
+            return None
+        return Candidate(record, held, index)
 
     def _on_host(self, held: Consumer, index: int) -> bool:
         """Whether every provider ``held`` names is the host's or a child of it."""
@@ -389,3 +468,26 @@ class Preemptor:
             capacity = float(self.view.of_class("capacity", rc, host)[0])
             share += amount / capacity if capacity > 0 else float(amount)
         return share
+
+
+def _joined(shift: UsageShift, keep: np.ndarray, added: UsageShift) -> UsageShift:
+    """The consumers of ``shift`` that ``keep`` marks, renumbered in order,
+    followed by those of ``added``: as :meth:`HostView.usage_shift` would
+    build them from both lists, without walking the kept ones again."""
+    position = np.cumsum(keep) - 1
+    count = int(keep.sum())
+    parts = []
+    for (owners, *columns), (new_owners, *new_columns) in zip(
+        shift.parts, added.parts, strict=True
+    ):
+        picked = keep[owners]
+        parts.append(
+            (
+                np.concatenate([position[owners[picked]], new_owners + count]),
+                *(
+                    np.concatenate([old[picked], new])
+                    for old, new in zip(columns, new_columns, strict=True)
+                ),
+            )
+        )
+    return UsageShift(np.concatenate([shift.hosts[keep], added.hosts]), tuple(parts))

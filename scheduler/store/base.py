@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -273,6 +273,16 @@ class PlacementStore(PlacementReader, Protocol):
         like :meth:`ServiceStore.instance_reports`), in no set order, each once:
         what the reconciler walks, so that no one command holds the store. One
         written or released during the scan may be seen or not."""
+
+    @abc.abstractmethod
+    def consumers_on(self, provider_uuids: Collection[str], batch: int = 500) -> list[Consumer]:
+        """Every consumer holding an allocation on any of ``provider_uuids``,
+        in no set order, each once: what the preemption search reads again of
+        the hosts whose usage changed. A provider's record counts its
+        consumers but does not name them, so this walks every consumer: in
+        the store's own memory, or ``batch`` at a time (HSCAN) decoding only
+        the entries that name one of the providers. One written or released
+        during the walk may be seen or not."""
 
     @abc.abstractmethod
     def heal_allocation(

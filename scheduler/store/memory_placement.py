@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -360,6 +360,11 @@ class MemoryPlacement(MemoryBase):
     def group_hosts(self, group_uuid: str) -> dict[str, int]:
         with self._lock:
             return dict(self._groups.get(group_uuid, {}))
+
+    def consumers_on(self, provider_uuids: Collection[str], batch: int = 500) -> list[Consumer]:
+        wanted = frozenset(provider_uuids)
+        with self._lock:
+            return [c for c in self._consumers.values() if not wanted.isdisjoint(c.allocations)]
 
     def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
         with self._lock:  # immutable records: a copy of the references

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -252,6 +252,22 @@ class RedisPlacement(RedisBase):
             raw,
             f"{self.keys.groups}[{group_uuid}]",
         )
+
+    @translated
+    def consumers_on(self, provider_uuids: Collection[str], batch: int = 500) -> list[Consumer]:
+        wanted = frozenset(provider_uuids)
+        if not wanted:
+            return []
+        found: list[Consumer] = []
+        for page in self._pages(self.keys.consumers, batch):
+            # Only an entry naming one of the providers is decoded.
+            named = [(u, raw) for u, raw in page.items() if any(p in raw for p in wanted)]
+            found += (
+                c
+                for c in each(read_consumer, named, self.keys.consumers)
+                if not wanted.isdisjoint(c.allocations)
+            )
+        return found
 
     def scan_consumers(self, batch: int = 500) -> Iterator[Consumer]:
         yield from each(read_consumer, self._scan(self.keys.consumers, batch), self.keys.consumers)

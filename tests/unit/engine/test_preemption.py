@@ -18,6 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from scheduler.engine import Engine
+from scheduler.engine.preemption import POOL_AGE
 from scheduler.exceptions import ClaimFailed, NoValidHost
 from scheduler.objects import (
     ACTIVE,
@@ -32,7 +34,8 @@ from scheduler.objects import (
 from scheduler.priority import CLASS_SPEC, PriorityClasses
 from scheduler.store import GroupClaim, MemoryStore, Store
 from tests.fixtures.store import ask
-from tests.unit.factories import engine, group, host, populate, spec, uuid_of
+from tests.unit.factories import NOW, engine, group, host, populate, spec, uuid_of
+from tests.unit.factories import settings as engine_settings
 
 CLASSES = PriorityClasses.parse(
     ["spot:10:preemptible", "batch:50:preemptible", "pinned:20", "od:100", "polite:100:never"]
@@ -292,35 +295,100 @@ def test_explain_shows_the_victims_of_a_request_that_finds_no_host() -> None:
     assert "would preempt" not in format_explain(eng.explain("r", od(4, "polite"), ["x"]))
 
 
-# --- the pool: what may be evicted, read at most every POOL_AGE seconds ----------------
+# --- the pool: what may be evicted, read whole every POOL_AGE seconds -------------------
 
 
-def test_the_pool_is_read_again_after_its_age_and_changed_hosts_are_left_out() -> None:
-    from scheduler.engine import Engine
-    from scheduler.engine.preemption import POOL_AGE
-    from tests.unit.factories import NOW
-    from tests.unit.factories import settings as engine_settings
+def pool_engine(store: Store, clock: list[float]) -> Engine:
+    return Engine(store, engine_settings(priority_classes=CLASSES), clock=lambda: clock[0])
 
+
+def test_the_pool_is_read_again_after_its_age_and_changed_hosts_when_needed() -> None:
     store = store_of("a", "b", "c")
     running(store, "on-a", "a", 8)
     running(store, "on-b", "b", 8)
     running(store, "filler-c", "c", 8, "pinned")
     clock = [NOW]
-    eng = Engine(store, engine_settings(priority_classes=CLASSES), clock=lambda: clock[0])
+    eng = pool_engine(store, clock)
     found = eng.preemption("r", od(8), uuid_of("new"))
     assert found is not None and found.host == "a"
     # Host a's usage changes: what its instances hold may have changed, so
-    # they are left out until the pool is read again; b is chosen.
+    # the hosts that did not change are searched first; b makes room.
     store.release(uuid_of("on-a"))
     store.claim(uuid_of("on-a"), ask_on("a", 8))
     found = eng.preemption("r", od(8), uuid_of("new"))
     assert found is not None and found.host == "b"
-    # A new preemptible instance (c's filler made spot) is seen once the pool
-    # is read again, and a is back.
-    store.release(uuid_of("filler-c"))
+    # b's instance is gone, a pinned one took its room: no unchanged host
+    # makes room, so the changed hosts are read again, and a's is found.
+    store.release(uuid_of("on-b"))
+    running(store, "pinned-b", "b", 8, "pinned")
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("a", [uuid_of("on-a")])
+    # A record made preemptible without its host's usage changing is seen
+    # once the pool is read whole again, after its age.
     store.update_instance(uuid_of("filler-c"), priority_class="spot", priority=1, preemptible=True)
-    store.claim(uuid_of("filler-c"), ask_on("c", 8))
+    store.release(uuid_of("on-a"))
+    running(store, "pinned-a", "a", 8, "pinned")
+    assert eng.preemption("r", od(8), uuid_of("new")) is None
     clock[0] += POOL_AGE
     found = eng.preemption("r", od(8), uuid_of("new"))
     assert found is not None
     assert (found.host, [v.record.uuid for v in found.victims]) == ("c", [uuid_of("filler-c")])
+
+
+def test_a_new_preemptible_instance_on_a_changed_host_is_found_before_the_pool_s_age() -> None:
+    store = store_of("a", "b")
+    running(store, "pinned-a", "a", 2, "pinned")
+    running(store, "pinned-b", "b", 8, "pinned")
+    clock = [NOW]
+    eng = pool_engine(store, clock)
+    assert eng.preemption("r", od(3), uuid_of("new")) is None  # the pool is read: empty
+    # Two spot instances come on a, after the read and well within its age.
+    young = running(store, "young", "a", 3)
+    old = running(store, "old", "a", 3, age=50.0)
+    clock[0] += POOL_AGE / 4
+    found = eng.preemption("r", od(3), uuid_of("new"))
+    assert found is not None
+    # Both are there to evict: one is enough, the youngest goes.
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("a", [young])
+    assert old != young
+    # And the claim the search prepared goes through.
+    store.create_instances([InstanceRecord(uuid=uuid_of("new"), state=BUILDING)])
+    assert store.claim_preempting(
+        uuid_of("new"),
+        found.selection.allocation_request,
+        found.victims_as_read(),
+        100,
+        eviction=found.eviction("r", 1.0, "od", 100),
+    )
+    assert_invariants(store, anti=False)
+
+
+def test_the_pool_brought_up_to_date_keeps_the_other_hosts_entries_right() -> None:
+    store = store_of("a", "b", "c")
+    running(store, "x", "a", 8)
+    y = running(store, "y", "b", 4)
+    running(store, "pinned-b", "b", 4, "pinned")
+    running(store, "pinned-c", "c", 8, "pinned")
+    clock = [NOW]
+    eng = pool_engine(store, clock)
+    found = eng.preemption("r", od(8), uuid_of("new"))
+    assert found is not None and found.host == "a"
+    # a changes: x leaves, a pinned instance and a new spot one come.
+    store.release(uuid_of("x"))
+    running(store, "pinned-a", "a", 2, "pinned")
+    z = running(store, "z", "a", 6)
+    eng.select("warm", spec(vcpus=0, ram=1, disk=1), [uuid_of("warm")], claim=False)
+    before = (eng.view.used.copy(), eng.view.consumers.copy())
+    # b's y frees too little: a is read again, and its new z makes room.
+    found = eng.preemption("r", od(5), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("a", [z])
+    assert np.array_equal(eng.view.used, before[0])
+    assert np.array_equal(eng.view.consumers, before[1])
+    # Nothing changed since: the pool as brought up to date, b's y kept in
+    # it, is searched whole; y evicts the least of its host.
+    found = eng.preemption("r", od(4), uuid_of("new"))
+    assert found is not None
+    assert (found.host, [v.record.uuid for v in found.victims]) == ("b", [y])
+    assert np.array_equal(eng.view.used, before[0])

@@ -616,6 +616,33 @@ def test_scan_consumers_yields_every_consumer_once_a_batch_at_a_time(store: Stor
     assert sorted(scanned, key=lambda c: c.uuid) == store.list_consumers()
 
 
+def test_consumers_on_reads_the_consumers_of_some_providers_only(store: Store) -> None:
+    a, b, c = (make_host(store, inventories={"VCPU": Inventory(total=500)}) for _ in range(3))
+    kid = make_host(store, inventories={"VCPU": Inventory(total=8)}, parent_uuid=a.uuid)
+    on_a = {new_uuid() for _ in range(150)}
+    for uuid in on_a:
+        store.claim(uuid, ask({a.uuid: {"VCPU": 1}}))
+    spanning, on_kid, on_b, on_c = new_uuid(), new_uuid(), new_uuid(), new_uuid()
+    store.claim(spanning, ask({a.uuid: {"VCPU": 1}, kid.uuid: {"VCPU": 1}}))
+    store.claim(on_kid, ask({kid.uuid: {"VCPU": 2}}))
+    store.claim(on_b, ask({b.uuid: {"VCPU": 3}}))
+    store.claim(on_c, ask({c.uuid: {"VCPU": 1}}))
+    store.release(on_c)
+
+    def uuids(*providers: str) -> list[str]:
+        found = store.consumers_on(providers, batch=40)
+        assert len(found) == len({c.uuid for c in found})  # each once
+        return sorted(c.uuid for c in found)
+
+    assert uuids(a.uuid) == sorted({*on_a, spanning})
+    assert uuids(kid.uuid, b.uuid) == sorted([spanning, on_kid, on_b])
+    assert uuids(c.uuid) == []  # released: not a consumer any more
+    assert uuids() == []
+    # As read: the allocations the consumer holds.
+    (held,) = store.consumers_on([b.uuid])
+    assert held == store.get_consumer(on_b)
+
+
 def test_heal_writes_an_allocation_past_capacity_and_says_so(store: Store) -> None:
     p = make_host(store, "h1", inventories={"VCPU": Inventory(total=2)})
     fits, over, group = new_uuid(), new_uuid(), new_uuid()
