@@ -42,6 +42,7 @@ from bench.cases import (
     rabbit,
     replicas,
     sweep,
+    workers,
 )
 from bench.runner import Bench
 from scheduler import log
@@ -56,6 +57,7 @@ CASES = {
     "preempt": preempt.run,
     "rabbit": rabbit.run,
     "bootstorm": bootstorm.run,
+    "workers": workers.run,
     "e2e": e2e.run,
     "churn": churn.run,
     "sweep": sweep.run,

@@ -66,6 +66,11 @@ class Sizes:
     storm_workers: tuple[int, ...] = (1, 2)
     storm_modes: tuple[str, ...] = ("streamed", "backlog")
     storm_timeout: float = 600.0
+    #: workers: the cloud, the callers, seconds per round and rounds per request
+    workers_hosts: int = 1000
+    workers_callers: int = 16
+    workers_seconds: float = 8.0
+    workers_rounds: int = 2
     #: e2e: casts of the bare kombu loop, and seconds of the echo call per count of callers
     e2e_casts: int = 10000
     e2e_echo_seconds: float = 3.0
@@ -128,6 +133,10 @@ QUICK = Sizes(
     storm_hosts=20,
     storm_modes=("backlog",),
     storm_timeout=60.0,
+    workers_hosts=100,
+    workers_callers=4,
+    workers_seconds=0.5,
+    workers_rounds=1,
     e2e_casts=300,
     e2e_echo_seconds=0.3,
     e2e_in_process=False,

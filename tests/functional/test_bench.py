@@ -17,6 +17,10 @@ import pytest
 
 from bench.report import NO_FREE_CORE, TARGETS
 
+#: The quick run (the module's fixture) is bounded by its own timeout, 600 s,
+#: and counts against the first test that uses it.
+pytestmark = pytest.mark.timeout(660)
+
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -45,6 +49,7 @@ CASES = {
     "hostview": ("catchup",),
     "rabbit": ("rows",),
     "bootstorm": ("rows",),
+    "workers": ("rows",),
     "memory": (),
     "churn": ("rows",),
     "sweep": ("rows",),
@@ -322,7 +327,16 @@ def test_machine_and_targets_are_reported(quick_run: tuple[Path, dict[str, Any]]
         assert machine["packages"][package], package
     assert results["quick"] is True
     statuses = {t["status"] for t in results["targets"]}
-    assert statuses <= {"met", "**missed**", "not measured", NO_FREE_CORE}
+    # Without a free core, the two-worker storm is judged against what the idle
+    # CPU allowed ("no free core: met against ≥ 1.1x") or not at all.
+    judged = {s.split(": ", 1)[1].split(" against ", 1)[0] for s in statuses if ": " in s}
+    assert {s.split(": ", 1)[0] for s in statuses} <= {
+        "met",
+        "**missed**",
+        "not measured",
+        NO_FREE_CORE,
+    }
+    assert judged <= {"met", "**missed**"}
     assert {t["id"] for t in results["targets"]} == set(TARGETS)
 
 
@@ -350,6 +364,7 @@ def test_markdown_has_a_table_per_case(quick_run: tuple[Path, dict[str, Any]]) -
         "## 7. Sweep",
         "## 10. Nova's wire format",
         "## 11. End to end",
+        "## 12. Worker processes",
         "## Preemption under churn",
     ):
         section = text.split(heading, 1)[1].split("\n## ", 1)[0]

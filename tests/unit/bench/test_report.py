@@ -210,6 +210,30 @@ def _cell(**figures: Any) -> dict[str, Any]:
             id="storm-ratio-not-judged-without-a-free-core",
         ),
         pytest.param(
+            {
+                "bootstorm": {
+                    "cores": 2,
+                    "rows": [_storm(2, 1.2, free_core_for_second=False, ratio_limit=1.15)],
+                }
+            },
+            "storm_ratio",
+            "backlog",
+            f"{report.NO_FREE_CORE}: met against ≥ 1.15x",
+            id="storm-ratio-without-a-free-core-judged-against-what-the-idle-cpu-allowed",
+        ),
+        pytest.param(
+            {
+                "bootstorm": {
+                    "cores": 2,
+                    "rows": [_storm(2, 1.1, free_core_for_second=False, ratio_limit=1.15)],
+                }
+            },
+            "storm_ratio",
+            "backlog",
+            f"{report.NO_FREE_CORE}: **missed** against ≥ 1.15x",
+            id="storm-ratio-without-a-free-core-below-what-the-idle-cpu-allowed",
+        ),
+        pytest.param(
             {"bootstorm": {"cores": 2, "rows": [_storm(2, 1.2, free_core_for_second=True)]}},
             "storm_ratio",
             "backlog",
@@ -320,3 +344,57 @@ def test_each_target_is_declared_once_beside_its_case() -> None:
     declared = [t.id for case in report.TARGET_CASES for t in case.TARGETS]
     assert sorted(declared) == sorted(report.TARGETS)  # no id twice
     assert {t.kind for t in report.TARGETS.values()} <= {"max", "min"}
+
+
+def test_storm_ratio_note_has_each_process_of_the_one_worker_storm() -> None:
+    # The note beside the two-worker target: what each process of the
+    # one-worker storm used, what was idle, and what the two were held to.
+    one = _storm(
+        1,
+        1.0,
+        free_cores=0.4,
+        cpu_by_process={
+            "worker 1": {"ms_per_boot": 3.5, "core_pct": 70.0},
+            "compute": {"ms_per_boot": 3.0, "core_pct": 60.0},
+            "others": {"ms_per_boot": 1.0, "core_pct": 10.0},
+            "idle": {"ms_per_boot": 2.0, "core_pct": 40.0},
+        },
+    )
+    two = _storm(2, 1.2, free_core_for_second=False, cpu_allowed_ratio=1.3, ratio_limit=1.18)
+    [found] = [
+        t
+        for t in report.targets({"bootstorm": {"cores": 2, "rows": [one, two]}})
+        if t["id"] == "storm_ratio" and t["measured_on"].startswith("backlog")
+    ]
+    assert "worker 1 70.0 %, compute 60.0 %" in found["note"]
+    assert "others 10.0 %" in found["note"]
+    assert "0.40 of 2 cores idle" in found["note"]
+    assert "held to 1.18x" in found["note"]
+    assert found["status"] == f"{report.NO_FREE_CORE}: met against ≥ 1.18x"
+
+
+def test_storm_table_gives_each_process_per_boot_and_per_core() -> None:
+    row = _storm(
+        2,
+        1.2,
+        stats_interval=report.bootstorm.STATS_INTERVAL,
+        instances=10,
+        hosts=5,
+        states={"ACTIVE": 10},
+        rescheduled=0,
+        seconds=1.0,
+        instances_per_s=10.0,
+        median_ms=1.0,
+        p99_ms=1.0,
+        cpu_by_process={
+            "compute": {"ms_per_boot": 3.0, "core_pct": 60.0},
+            "worker 2": {"ms_per_boot": 1.5, "core_pct": 30.0},
+            "worker 1": {"ms_per_boot": 2.0, "core_pct": 40.0},
+            "client": {"ms_per_boot": 4.0, "core_pct": None},
+        },
+    )
+    table = report._storm_md({"cores": 2, "prefetch": 20, "rows": [row]})
+    lines = table.splitlines()
+    header = next(x for x in lines if x.startswith("| mode | workers | ACTIVE"))
+    assert header == "| mode | workers | ACTIVE/s | worker 1 | worker 2 | compute | client |"
+    assert "| 2.00 (40.0 %) | 1.50 (30.0 %) | 3.00 (60.0 %) | 4.00 |" in table
