@@ -75,14 +75,21 @@ class NotificationObject:
 
     VERSION: ClassVar[str]
 
-    def to_primitive(self) -> dict[str, Any]:
-        """This object in Nova's envelope."""
+    def to_primitive(self, made: dict[int, Any] | None = None) -> dict[str, Any]:
+        """This object in Nova's envelope.
+
+        ``made`` (object id -> envelope) makes each nested object once for
+        several payloads that share it (a request's ``.start`` and ``.end``
+        share its request spec): their envelopes then share it too, so only
+        a caller that copies them passes it (the notifier masks each), and it
+        lives no longer than the objects it names.
+        """
         return {
             "nova_object.name": type(self).__name__,
             "nova_object.namespace": NAMESPACE,
             "nova_object.version": self.VERSION,
             "nova_object.data": {
-                f: _primitive(getattr(self, f)) for f in _field_names(type(self))
+                f: _primitive(getattr(self, f), made) for f in _field_names(type(self))
             },
         }
 
@@ -107,13 +114,25 @@ def _field_names(cls: type[NotificationObject]) -> tuple[str, ...]:
     return names
 
 
-def _primitive(value: Any) -> Any:
+#: Field values that are their own primitive, by exact type (checked first:
+#: most values are, and the Mapping check below costs an ABC look-up).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _primitive(value: Any, made: dict[int, Any] | None = None) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, NotificationObject):
-        return value.to_primitive()
+        if made is None:
+            return value.to_primitive()
+        envelope = made.get(id(value))
+        if envelope is None:
+            envelope = made[id(value)] = value.to_primitive(made)
+        return envelope
     if isinstance(value, tuple):
-        return [_primitive(v) for v in value]
+        return [_primitive(v, made) for v in value]
     if isinstance(value, Mapping):
-        return {k: _primitive(v) for k, v in value.items()}
+        return {k: _primitive(v, made) for k, v in value.items()}
     return value
 
 
