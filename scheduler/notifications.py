@@ -76,14 +76,8 @@ class NotificationObject:
     VERSION: ClassVar[str]
 
     def to_primitive(self, made: dict[int, Any] | None = None) -> dict[str, Any]:
-        """This object in Nova's envelope.
-
-        ``made`` (object id -> envelope) makes each nested object once for
-        several payloads that share it (a request's ``.start`` and ``.end``
-        share its request spec): their envelopes then share it too, so only
-        a caller that copies them passes it (the notifier masks each), and it
-        lives no longer than the objects it names.
-        """
+        """This object in Nova's envelope; ``made`` (id -> envelope: for a caller that copies
+        them, while the objects live) makes a nested object payloads share once."""
         return {
             "nova_object.name": type(self).__name__,
             "nova_object.namespace": NAMESPACE,
@@ -114,21 +108,13 @@ def _field_names(cls: type[NotificationObject]) -> tuple[str, ...]:
     return names
 
 
-#: Field values that are their own primitive, by exact type (checked first:
-#: most values are, and the Mapping check below costs an ABC look-up).
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-
-
 def _primitive(value: Any, made: dict[int, Any] | None = None) -> Any:
-    if type(value) in _PLAIN:
+    if type(value) in (str, int, float, bool, type(None)):  # most: before the Mapping ABC
         return value
     if isinstance(value, NotificationObject):
-        if made is None:
-            return value.to_primitive()
-        envelope = made.get(id(value))
-        if envelope is None:
-            envelope = made[id(value)] = value.to_primitive(made)
-        return envelope
+        if made is not None and id(value) not in made:
+            made[id(value)] = value.to_primitive(made)
+        return value.to_primitive() if made is None else made[id(value)]
     if isinstance(value, tuple):
         return [_primitive(v, made) for v in value]
     if isinstance(value, Mapping):
