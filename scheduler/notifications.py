@@ -75,14 +75,15 @@ class NotificationObject:
 
     VERSION: ClassVar[str]
 
-    def to_primitive(self) -> dict[str, Any]:
-        """This object in Nova's envelope."""
+    def to_primitive(self, made: dict[int, Any] | None = None) -> dict[str, Any]:
+        """This object in Nova's envelope; ``made`` (id -> envelope: for a caller that copies
+        them, while the objects live) makes a nested object payloads share once."""
         return {
             "nova_object.name": type(self).__name__,
             "nova_object.namespace": NAMESPACE,
             "nova_object.version": self.VERSION,
             "nova_object.data": {
-                f: _primitive(getattr(self, f)) for f in _field_names(type(self))
+                f: _primitive(getattr(self, f), made) for f in _field_names(type(self))
             },
         }
 
@@ -107,13 +108,17 @@ def _field_names(cls: type[NotificationObject]) -> tuple[str, ...]:
     return names
 
 
-def _primitive(value: Any) -> Any:
+def _primitive(value: Any, made: dict[int, Any] | None = None) -> Any:
+    if type(value) in (str, int, float, bool, type(None)):  # most: before the Mapping ABC
+        return value
     if isinstance(value, NotificationObject):
-        return value.to_primitive()
+        if made is not None and id(value) not in made:
+            made[id(value)] = value.to_primitive(made)
+        return value.to_primitive() if made is None else made[id(value)]
     if isinstance(value, tuple):
-        return [_primitive(v) for v in value]
+        return [_primitive(v, made) for v in value]
     if isinstance(value, Mapping):
-        return {k: _primitive(v) for k, v in value.items()}
+        return {k: _primitive(v, made) for k, v in value.items()}
     return value
 
 

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import oslo_messaging
@@ -138,6 +139,23 @@ def versioned_event_type(priority: str, event_type: str) -> str:
     ERROR in the legacy format) is ``scheduler.resize.error``, as Nova names
     its versioned error events; the others keep their name."""
     return f"{event_type}.error" if priority == "error" else event_type
+
+
+class _Shared:
+    """What the notifications of one batch share, made once for all of them:
+    each request context as carried (:func:`context`), and the envelopes of
+    the payload objects they share. Keyed by object id: it lives only while
+    the batch, which holds every one of those objects, is made."""
+
+    def __init__(self) -> None:
+        self.contexts: dict[int, dict[str, Any]] = {}
+        self.envelopes: dict[int, Any] = {}
+
+    def context(self, ctxt: Any) -> dict[str, Any]:
+        carried = self.contexts.get(id(ctxt))
+        if carried is None:
+            carried = self.contexts[id(ctxt)] = context(ctxt)
+        return carried
 
 
 class Notifier:
@@ -256,8 +274,13 @@ class Notifier:
             for logging_context, *notification in batch:
                 logging_context.run(self._send, *notification)
             return
+        # What the batch's notifications share is made once: a request's
+        # context (its .start and .end carry the same), and the payload
+        # objects they share (its request spec). Each message's payload is
+        # masked, a copy, so nothing shared leaves this batch.
+        shared = _Shared()
         made: list[tuple[contextvars.Context, str, list[Outgoing]]] = [
-            (pending[0], pending[3], pending[0].run(self._messages, *pending[1:]))
+            (pending[0], pending[3], pending[0].run(self._messages, *pending[1:], shared))
             for pending in batch
         ]
         try:
@@ -270,13 +293,20 @@ class Notifier:
                 )
 
     def _messages(
-        self, priority: str, ctxt: Any, event_type: str, payload: EventPayload | Foreign
+        self,
+        priority: str,
+        ctxt: Any,
+        event_type: str,
+        payload: EventPayload | Foreign,
+        shared: _Shared | None = None,
     ) -> list[Outgoing]:
         """The messages of one notification, each format made once (the legacy
-        one first), as the channel publishes them."""
+        one first), as the channel publishes them; ``shared``: what the batch's
+        notifications made already (see :class:`_Shared`)."""
         made = []
-        carried = context(ctxt)
-        for target, name, make in self._formats(priority, event_type, payload):
+        shared = shared if shared is not None else _Shared()
+        carried = shared.context(ctxt)
+        for target, name, make in self._formats(priority, event_type, payload, shared.envelopes):
             try:
                 body = message(carried, target.publisher_id, name, priority, masked(make()))
             except Exception as exc:  # noqa: BLE001 - logged, the other format goes on
@@ -286,10 +316,16 @@ class Notifier:
         return made
 
     def _formats(
-        self, priority: str, event_type: str, payload: EventPayload | Foreign
+        self,
+        priority: str,
+        event_type: str,
+        payload: EventPayload | Foreign,
+        envelopes: dict[int, Any] | None = None,
     ) -> Iterator[tuple[Any, str, Callable[[], dict[str, Any]]]]:
         """Each format's publisher, event type and payload maker, the legacy one
-        first; another format's, alone."""
+        first; another format's, alone. ``envelopes``: the nested objects'
+        envelopes made already (see :meth:`NotificationObject.to_primitive`;
+        only for a caller that copies what it is given)."""
         if isinstance(payload, Foreign):
             yield self._route(payload.route), event_type, payload.make
             return
@@ -299,7 +335,9 @@ class Notifier:
             yield (
                 self._versioned,
                 versioned_event_type(priority, event_type),
-                payload.to_primitive,
+                payload.to_primitive
+                if envelopes is None
+                else partial(payload.to_primitive, envelopes),
             )
 
     def _route(self, route: Route) -> Any:

@@ -326,12 +326,16 @@ class Engine:
         left as it was. With ``all_hosts`` each trace also lists every stage's
         hosts by name (:attr:`InstanceTrace.detail`); a cost paid only then.
         """
+        asked = self.view.asked()  # before the wait: see HostView.refresh
         with self._lock:
             now = self._clock()
             # Refresh first: every stage below reads the view. A view a few
             # changes stale costs at worst a claim conflict, never an
-            # overcommit: the claim re-checks capacity atomically.
-            self.view.refresh(now)
+            # overcommit: the claim re-checks capacity atomically. A catch-up
+            # that began after this call did (another request's, while this
+            # one waited) is not repeated: the view holds every write made
+            # before this call began.
+            self.view.refresh(now, asked)
             # Validate: the typed resource request (flavor, overrides, traits,
             # aggregates, granular groups); a bad one is refused with
             # InvalidRequest before anything is chosen or claimed.

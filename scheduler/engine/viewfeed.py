@@ -48,27 +48,48 @@ class ViewFeed(ViewState):
         self._consumed: dict[str, int] = {}
         self._read_ahead: set[str] = set()
         self._services_read_at = -math.inf
+        # Ticks order a caller's start (asked) against each catch-up's first read.
+        self._ticks = itertools.count(1)
+        self._caught_up_from = 0  # the tick the last complete catch-up began at
         super().__init__(store, settings)
 
     # --- reading the store ----------------------------------------------------------
 
-    def refresh(self, now: float) -> None:
+    def asked(self) -> int:
+        """A tick to pass to :meth:`refresh` as ``asked``, taken when a caller
+        begins (before it waits for the engine)."""
+        return next(self._ticks)
+
+    def refresh(self, now: float, asked: int | None = None) -> None:
         """Catch up with the store: load once, then apply deltas (at once after
         the load too).
 
         Falls back to a full reload when the cursor fell off the stream, and
         re-reads heartbeats when ``services_refresh_interval`` has passed.
+
+        Given ``asked`` (:meth:`asked`, taken when the caller began), the
+        deltas are not read again when a catch-up began after it: that read
+        came after every write the store acknowledged before the caller
+        began, and what this process claimed since is consumed in the view
+        (:meth:`consume_allocation`). So requests waiting for the engine
+        while one decides share the next one's read, and each still sees
+        everything written before it arrived.
         """
         # After a load, catch up at once: a snapshot may have been read in
         # pages while writes went on, and the changes after its cursor are
         # what make it the store's (see ChangeFeed.compact_snapshot). So a
         # reload (the cursor fell off the stream, or the store lost a write
         # the view relied on) is caught up too before the view is used.
-        if self._cursor is None:
-            self.load(now)
-        if not self._catch_up():
-            self.load(now)
-            self._catch_up()
+        if self._cursor is None or asked is None or asked > self._caught_up_from:
+            began = next(self._ticks)  # before the first read
+            if self._cursor is None:
+                self.load(now)
+            caught_up = self._catch_up()
+            if not caught_up:
+                self.load(now)
+                caught_up = self._catch_up()
+            if caught_up:
+                self._caught_up_from = began
         if now - self._services_read_at >= self._services_interval:
             self._read_heartbeats(self._store.heartbeats(self._liveness_in_doubt(now)), now)
 
@@ -143,6 +164,7 @@ class ViewFeed(ViewState):
         rows = self._load_services(snap.services, now)
         self.capabilities.load(table.allocated, rows, snap.services, snap.aggregates)
         self._cursor = snap.cursor
+        self._caught_up_from = 0  # caught up only once the changes after it are read
         self._consumed.clear()
         self._read_ahead.clear()
         LOG.info("host_view_loaded", hosts=n, children=self._kids.size, cursor=snap.cursor)

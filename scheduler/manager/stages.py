@@ -166,7 +166,9 @@ class Stages:
                     try:
                         result = self.engine.schedule(
                             request_id,
-                            spec.replace(num_instances=len(live)),
+                            spec
+                            if spec.num_instances == len(live)
+                            else spec.replace(num_instances=len(live)),
                             live,
                             return_alternates=return_alternates,
                             migration_uuid=migration_uuid,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import structlog
 
 from scheduler import notifier as notifier_module
 from scheduler.exceptions import NoValidHost
-from scheduler.log import bind_request
+from scheduler.log import bind_request, masked
 from scheduler.notifications import (
     EventPayload,
     SchedulingErrorPayload,
@@ -23,6 +24,7 @@ from scheduler.notifications import (
 from scheduler.notifier import Notifier
 from scheduler.notify_transport import Outgoing
 from scheduler.objects import Flavor, RequestSpec
+from scheduler.rpc import RequestContext
 
 SPEC = RequestSpec(flavor=Flavor("m1.small", 1, 2048, 20), project_id="p", user_id="u")
 UUIDS = ["0c0c0c0c-0000-4000-8000-000000000001"]
@@ -380,3 +382,33 @@ def test_on_the_channel_payloads_are_masked() -> None:
     notifier.stop()
     ((_, sent),) = channel.batches[0]
     assert "hunter2" not in json.dumps(sent)
+
+
+def test_on_the_channel_notifications_of_one_batch_are_each_whole_and_masked() -> None:
+    """A request's .start and .end share its context and request spec: made
+    once for the batch, each message carries them whole, masked."""
+    channel = FakeChannel()
+    notifier = Notifier(
+        object(),  # type: ignore[arg-type]
+        "h1",
+        versioned_topic="notif-v",
+        channel=channel,  # type: ignore[arg-type]
+    )
+    spec = SPEC.replace(flavor=Flavor("m1.secret", 1, 2048, 20, {"admin_password": "hunter2"}))
+    ctxt = RequestContext(user_id="u", project_id="p", request_id="req-1")
+    start = SchedulingPayload.starting(spec, UUIDS)
+    end = replace(start, state="scheduled")
+    channel.gate.clear()  # the first batch is held: the request's two queue behind it
+    notifier.info(None, "first", starting())
+    notifier.info(ctxt, "scheduler.select_destinations.start", start)
+    notifier.info(ctxt, "scheduler.select_destinations.end", end)
+    channel.gate.set()
+    notifier.stop()
+    versioned = [m for b in channel.batches for key, m in b if key.startswith("notif-v")]
+    assert [m["payload"] for m in versioned[1:]] == [
+        masked(start.to_primitive()),
+        masked(end.to_primitive()),
+    ]
+    assert [m.get("_context_request_id") for m in versioned] == [None, "req-1", "req-1"]
+    assert "hunter2" not in json.dumps(channel.batches)
+    assert "admin_password" in json.dumps(versioned[2]["payload"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from scheduler.engine.hostview import CHANGES_BATCH, HostView
+from scheduler.exceptions import StoreUnavailable
 from scheduler.objects import DISK_GB, MEMORY_MB, VCPU
 from scheduler.store.base import Aggregate, Inventory, Provider, Service
 from tests.unit.factories import (
@@ -553,3 +554,39 @@ def test_a_host_marked_down_is_down_at_once_and_up_with_its_next_heartbeat() -> 
     store.heartbeat(["h2"], NOW + 2)
     view.refresh(NOW + 2)
     assert view.last_seen.tolist() == [NOW - 1, NOW + 2]
+
+
+def test_a_caller_shares_a_catch_up_begun_after_it_and_sees_all_written_before_it() -> None:
+    store = HookedStore([host("h1")])
+    view = loaded(store)
+    waiting = view.asked()  # a request begins, and waits for the engine
+    store.use("h1", {VCPU: 3})  # written after it began
+    view.refresh(NOW, view.asked())  # the decision before it: reads that
+    store.use("h1", {VCPU: 1})  # written after that read began
+    view.refresh(NOW, waiting)  # shares that read: nothing read again
+    assert view.free(VCPU, everyone(view)).tolist() == [13]
+    view.refresh(NOW, view.asked())  # one begun after that read reads again
+    assert view.free(VCPU, everyone(view)).tolist() == [12]
+    view.refresh(NOW)  # a caller that says nothing of its start always reads
+    store.use("h1", {VCPU: 2})
+    view.refresh(NOW, waiting)
+    assert view.free(VCPU, everyone(view)).tolist() == [12]
+    view.refresh(NOW)
+    assert view.free(VCPU, everyone(view)).tolist() == [10]
+
+
+def test_a_catch_up_that_failed_is_not_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = HookedStore([host("h1")])
+    view = loaded(store)
+    waiting = view.asked()
+    store.use("h1", {VCPU: 3})
+
+    def down(*_args: object, **_kwargs: object) -> None:
+        raise StoreUnavailable(reason="refused")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "changes", down)
+        with pytest.raises(StoreUnavailable):
+            view.refresh(NOW, view.asked())  # the decision before it: its read failed
+    view.refresh(NOW, waiting)
+    assert view.free(VCPU, everyone(view)).tolist() == [13]
