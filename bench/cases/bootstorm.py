@@ -111,6 +111,7 @@ def run(bench: Bench) -> dict[str, Any]:
     # every process restarted between them, which is cheaper than a new vhost.
     cluster = bench.cluster("storm")
     before: list[dict[str, Any]] = []  # listed after the storms as they run now
+    profiles: list[str] = []
     try:
         # First the one-worker backlog as it ran before each change, to compare
         # in the same run: the results cast and the stats reported at once, then
@@ -165,9 +166,19 @@ def run(bench: Bench) -> dict[str, Any]:
             f"{row['cpu_ms_per_boot']:.2f} ms CPU per boot, "
             f"{row['amqp_messages_per_boot']} AMQP messages per boot, {row['states']}"
         )
+        # Last, with --profile, the one-worker backlog once more under py-spy:
+        # a storm of its own, not reported, since py-spy takes CPU from the
+        # processes it shares the two cores with.
+        if bench.profile and pyspy.available():
+            profiles = _storm(bench, cluster, 1, mode, profile=True)["profiles"]
     finally:
         cluster.close()
-    return {"rows": rows + before, "cores": bench.cores, "prefetch": PREFETCH}
+    return {
+        "rows": rows + before,
+        "cores": bench.cores,
+        "prefetch": PREFETCH,
+        "profiles": profiles,
+    }
 
 
 def _storm(
@@ -180,10 +191,13 @@ def _storm(
     notifications: str = "both",
     per_request: int = 1,
     on_ready: Callable[[Cluster, Process], None] | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """One storm; its row. ``on_ready`` is called once the daemons serve,
     before anything is measured (the end-to-end case asks the worker for a
-    response to echo)."""
+    response to echo). With ``profile``, py-spy samples the worker, the
+    conductor and the compute simulator while it drains (its figures are
+    then of a profiled run)."""
     sizes = bench.sizes
     bench.log(
         f"bootstorm ({mode}): {sizes.storm_instances} instances on {sizes.storm_hosts} "
@@ -268,7 +282,7 @@ def _storm(
         if mode == "backlog":
             meter.start()
         storm = f"{mode}-{workers}-{build_results}-{stats_interval}-{notifications}"
-        spies = _profile(bench, storm, worker, conductor, compute)
+        spies = _profile(bench, storm, worker, conductor, compute) if profile else []
         _signal(paused, signal.SIGCONT)
         paused = []
         records = _wait_final(cluster.store, uuids, sizes.storm_timeout)
@@ -343,16 +357,16 @@ def _storm(
     return row
 
 
-#: Seconds each process of the first backlog storm is sampled for (``--profile``).
+#: Seconds each process of the profiled storm is sampled for (``--profile``).
 PROFILE_SECONDS = 6.0
 
 
 def _profile(
     bench: Bench, storm: str, worker: Any, conductor: Any, compute: Any
 ) -> list[tuple[str, Path, Any]]:
-    """With ``--profile``, py-spy of the worker process, the conductor and the
-    compute simulator while a one-worker backlog drains (``storm``)."""
-    if not (bench.profile and pyspy.available() and storm.startswith("backlog-1-")):
+    """py-spy of the worker process, the conductor and the compute simulator
+    while a one-worker backlog drains (``storm``)."""
+    if not pyspy.available():
         return []
     spies = []
     for name, pid in (

@@ -16,7 +16,9 @@ adds. The CPU seconds of the
 server (a worker daemon's master and its worker process; the echo server's
 one process), the calling process, the broker and Redis are read from /proc
 around every round, per call; the py-spy profile (``--profile``) samples the
-worker process itself.
+worker process itself, in a round of its own after the measured ones (py-spy
+takes CPU from the processes it shares the two cores with, so a profiled round
+is never counted).
 """
 
 from __future__ import annotations
@@ -166,25 +168,21 @@ def run(bench: Bench) -> dict[str, Any]:
             _callers(client, 1, 0.3, kept(name))
         for callers in sizes.rabbit_callers:
             got: dict[str, dict[str, Any]] = {n: {"timings": [], "cpu": []} for n in clients}
-            for round_ in range(sizes.rabbit_rounds):
-                for name, (client, pids, pid) in clients.items():
-                    spy = None
-                    if (
-                        bench.profile
-                        and pyspy.available()
-                        and round_ == 0
-                        and name == SELECT
-                        and callers > 1
-                    ):
-                        raw = bench.out / "profiles" / f"worker-select-{callers}-callers.raw"
-                        raw.parent.mkdir(parents=True, exist_ok=True)
-                        spy = (raw, pyspy.record(pid, sizes.rabbit_seconds, raw))
+            for _round in range(sizes.rabbit_rounds):
+                for name, (client, pids, _pid) in clients.items():
                     meter = CpuMeter({"server": pids, "callers": [os.getpid()]}).start()
                     timings, _wall = _callers(client, callers, sizes.rabbit_seconds, kept(name))
                     got[name]["timings"] += timings
                     got[name]["cpu"].append(meter.stop())
-                    if spy is not None:
-                        profiles.append(_summarise(spy, callers))
+            if bench.profile and pyspy.available() and callers > 1:
+                # A round of its own, not counted: py-spy takes CPU from the
+                # processes it shares the cores with.
+                client, _pids, pid = clients[SELECT]
+                raw = bench.out / "profiles" / f"worker-select-{callers}-callers.raw"
+                raw.parent.mkdir(parents=True, exist_ok=True)
+                spy = (raw, pyspy.record(pid, sizes.rabbit_seconds, raw))
+                _callers(client, callers, sizes.rabbit_seconds, kept(SELECT))
+                profiles.append(_summarise(spy, callers))
             for name, found in got.items():
                 rows.append(_row(name, callers, found["timings"], found["cpu"]))
             ech = _find(rows, callers, "echo")

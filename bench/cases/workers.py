@@ -80,12 +80,14 @@ def run(bench: Bench) -> dict[str, Any]:
         rc.start_heartbeats(private.url())
         assert private.popen is not None
         for kind in REQUESTS[:1] if bench.quick else REQUESTS:
-            for round_ in range(sizes.workers_rounds):
-                # The last round of each request is profiled, with --profile:
-                # py-spy costs CPU, so its figures are of a profiled run.
-                spy = bench.profile and round_ == sizes.workers_rounds - 1
+            # With --profile, a last pair of rounds under py-spy, not counted:
+            # py-spy takes CPU from the processes it shares the cores with.
+            for round_ in range(sizes.workers_rounds + (1 if bench.profile else 0)):
+                spy = round_ == sizes.workers_rounds
                 for workers in (1, 2):
                     row = _round(bench, cluster, store, private, workers, kind, spy, profiles)
+                    if spy:
+                        continue
                     row["round"] = round_
                     rows.append(row)
                     bench.log(
