@@ -1026,6 +1026,22 @@ def _rate_since(checkpoints: Sequence[dict[str, Any]], k: int) -> float | None:
     return (now["step"] - before["step"]) / spent if spent > 0 else None
 
 
+def _merged_since(cases: dict[str, Any]) -> str:
+    """A sentence naming the cases whose rows a later run of their own
+    recorded (``--merge``), with that run's date; empty if none."""
+    latest: dict[str, str] = {}
+    for name, case in cases.items():
+        rows = case.get("rows") if isinstance(case, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            run = row.get("run") if isinstance(row, dict) else None
+            if run and run["started_at"] > latest.get(name, ""):
+                latest[name] = run["started_at"]
+    if not latest:
+        return ""
+    named = ", ".join(f"{name} ({at})" for name, at in sorted(latest.items()))
+    return f" Recorded since by runs of their own (``--merge``): {named}."
+
+
 def _runs(case: dict[str, Any]) -> list[str]:
     """The runs a merged case's rows came from (``--merge``), one line each."""
     runs = {r["run"]["started_at"]: r["run"] for r in case["rows"] if r.get("run")}
@@ -1422,8 +1438,8 @@ def docs_block(results: dict[str, Any], plots: Sequence[str], results_dir: str) 
         f"{m['packages'].get('oslo.messaging')}, Redis {m.get('redis_server')}, RabbitMQ "
         f"{m.get('rabbitmq_server')}; load average {_load(m['load_average_at_start'])} at the "
         f"start and {_load(m.get('load_average_at_end'))} at the end (the machine was shared "
-        f"with other work). Every table, the profiles and the method: "
-        f"``bench/results/results.md``.",
+        f"with other work).{_merged_since(cases)} Every table, the profiles and the "
+        f"method: ``bench/results/results.md``.",
         "",
         _rst_table(
             ["target", "measured on", "value", "status", "note"],

@@ -398,3 +398,17 @@ def test_storm_table_gives_each_process_per_boot_and_per_core() -> None:
     header = next(x for x in lines if x.startswith("| mode | workers | ACTIVE"))
     assert header == "| mode | workers | ACTIVE/s | worker 1 | worker 2 | compute | client |"
     assert "| 2.00 (40.0 %) | 1.50 (30.0 %) | 3.00 (60.0 %) | 4.00 |" in table
+
+
+def test_the_docs_name_the_cases_recorded_since_the_full_run() -> None:
+    run = {"started_at": "2026-12-08 00:19 UTC"}
+    older = {"started_at": "2026-12-01 10:00 UTC"}
+    cases = {
+        "rabbit": {"rows": [{"run": older}, {"run": run}]},
+        "engine": {"rows": [{"median_ms": 1.0}]},  # from the full run
+        "memory": {"rows": "not a list"},
+    }
+    assert report._merged_since(cases) == (
+        " Recorded since by runs of their own (``--merge``): rabbit (2026-12-08 00:19 UTC)."
+    )
+    assert report._merged_since({"engine": {"rows": [{}]}}) == ""
