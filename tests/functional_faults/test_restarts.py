@@ -58,7 +58,10 @@ def status(port: int) -> tuple[int, str, str, str]:
 def test_the_broker_restarted_mid_storm(
     cluster: FaultCluster, private_rabbit: PrivateRabbit
 ) -> None:
-    port, worker, conductor = deploy(cluster, build_time="0.5")
+    # Each build takes 3 s: start_storm returns once the last boot was sent,
+    # and the builds of the last 3 s are still in flight then, however long
+    # the sending took (with 0.5 s a slow client could see every build done).
+    port, worker, conductor = deploy(cluster, build_time="3")
     storm = start_storm(cluster, 400)
     wait_until(lambda: storm.states()["ACTIVE"] >= 40, 60, "the storm to be under way")
 
